@@ -1,0 +1,83 @@
+"""Command-line overrides (--set, --env, --nodes ...) and duration parsing."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import yaml
+
+from .errors import BadInput
+from .spec import ENV_NAME_RE
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|d)?\s*$", re.I)
+_UNIT_S = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, None: 1}
+
+
+def parse_duration(text: str, flag: str = "--timeout") -> float:
+    """'90s', '2h', '15m', '1.5h' or plain seconds → seconds."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise BadInput(f"{flag} {text!r}: not a duration; use e.g. 90s, 15m, 2h or a number of seconds")
+    value = float(match.group(1)) * _UNIT_S[(match.group(2) or "").lower() or None]
+    if value <= 0:
+        raise BadInput(f"{flag} {text!r}: must be greater than zero")
+    return value
+
+
+def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, str]]:
+    """--set key.path=value → (path, YAML-typed value, original text)."""
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise BadInput(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. --set args.epochs=5")
+        parts = key.split(".")
+        if any(not p for p in parts):
+            raise BadInput(f"--set {item!r}: empty segment in key path {key!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((parts, value, item))
+    return out
+
+
+def apply_set(data: dict[str, Any], parts: list[str], value: Any, item: str) -> None:
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        nxt = node.get(part) if isinstance(node, dict) else None
+        if nxt is None:
+            nxt = {}
+            node[part] = nxt
+        elif not isinstance(nxt, dict):
+            where = ".".join(parts[: depth + 1])
+            raise BadInput(f"--set {item!r}: {where!r} is not a mapping, it cannot have sub-keys")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise BadInput(f"--env {item!r}: expected NAME=VALUE, e.g. --env WANDB_MODE=offline")
+        if not ENV_NAME_RE.match(key):
+            raise BadInput(f"--env {key!r}: not a valid environment variable name (letters, digits, _)")
+        env[key] = value
+    return env
+
+
+def parse_headers(items: tuple[str, ...] | list[str], source: str = "--header") -> dict[str, str]:
+    """'Name: value' or 'Name=value' items, or a JSON object (RAY_JOB_HEADERS)."""
+    headers: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep:
+            name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not re.match(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", name.strip()):
+            raise BadInput(f"{source} {name.strip() or item!r}: expected 'Name: value', e.g. --header 'X-Team: ml'")
+        headers[name.strip()] = value.strip()
+    return headers

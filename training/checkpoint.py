@@ -1,0 +1,88 @@
+"""Checkpointing for replicated models (DDP) inside a Ray Train worker.
+
+Every rank holds the same weights, so only rank 0 writes a checkpoint; the other ranks
+still call ``ray.train.report`` because Ray Train treats report as a barrier that every
+rank must reach the same number of times. A checkpoint holds everything needed to
+continue at the exact next epoch: model and optimizer state, the last finished epoch
+and the metrics history (``metrics.json``), so a resumed run reports one history.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import ray.train
+import torch
+from torch import nn
+
+MODEL_FILE = "model.pt"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "state.json"
+METRICS_FILE = "metrics.json"
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The user's module inside a DDP/DataParallel wrapper, so state keys have no 'module.'."""
+    return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
+
+
+def checkpoint_dir_name(epoch: int) -> str:
+    # Named by epoch (not Ray's timestamp default) so storage shows one folder per epoch.
+    return f"checkpoint_epoch_{epoch:04d}"
+
+
+def save_and_report(
+    metrics: dict,
+    *,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    epoch: int,
+    history: list[dict],
+) -> None:
+    """Report ``metrics`` from every rank; rank 0 attaches the checkpoint for ``epoch``."""
+    context = ray.train.get_context()
+    name = checkpoint_dir_name(epoch)
+    if context.get_world_rank() != 0:
+        ray.train.report(metrics, checkpoint_dir_name=name)
+        return
+    with tempfile.TemporaryDirectory(prefix="rtjob-ckpt-") as tmp:
+        torch.save(unwrap(model).state_dict(), os.path.join(tmp, MODEL_FILE))
+        torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_FILE))
+        state = {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size()}
+        _write_json(os.path.join(tmp, STATE_FILE), state)
+        _write_json(os.path.join(tmp, METRICS_FILE), history)
+        # Synchronous upload: the temp dir may be removed as soon as report returns.
+        ray.train.report(
+            metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name
+        )
+
+
+def restore(
+    model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+) -> tuple[int, list[dict]]:
+    """Load the latest reported checkpoint, if any; return ``(last_epoch, history)``.
+
+    ``last_epoch`` is the last finished epoch (0 for a fresh run), so training continues
+    at ``last_epoch + 1``. Every rank loads the same files, keeping replicas identical.
+    """
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        return 0, []
+    with checkpoint.as_directory() as path:
+        unwrap(model).load_state_dict(torch.load(os.path.join(path, MODEL_FILE), map_location=device))
+        optimizer.load_state_dict(torch.load(os.path.join(path, OPTIMIZER_FILE), map_location=device))
+        state = _read_json(os.path.join(path, STATE_FILE))
+        history = _read_json(os.path.join(path, METRICS_FILE))
+    return int(state["epoch"]), history
+
+
+def _write_json(path: str, obj) -> None:
+    with open(path, "w") as f:
+        json.dump(obj, f, indent=1)
+
+
+def _read_json(path: str):
+    with open(path) as f:
+        return json.load(f)

@@ -1,0 +1,112 @@
+"""One training/evaluation loop whose epoch metrics are true means over all ranks.
+
+Each rank accumulates ``sum(loss * batch_size)``, correct predictions and sample counts;
+the sums are all-reduced when ``torch.distributed`` is initialised and only then divided.
+So the reported loss is the mean over every sample the epoch saw (not the last batch,
+not an average of per-rank averages, and validation is divided by validation samples).
+"""
+
+from __future__ import annotations
+
+import resource
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class EpochStats:
+    loss: float  # mean loss per sample, over all ranks
+    accuracy: float
+    samples: int  # samples seen by all ranks together
+    time_s: float  # slowest rank's wall time: the epoch ends when it does
+    samples_per_s: float  # global throughput: samples / time_s
+    peak_mem_mb: float  # largest per-rank peak (GPU: max allocated; CPU: process RSS)
+
+    def as_dict(self, prefix: str = "") -> dict[str, float]:
+        return {f"{prefix}{k}": v for k, v in asdict(self).items()}
+
+
+def train_epoch(
+    model: nn.Module,
+    loader,
+    optimizer: torch.optim.Optimizer,
+    device: torch.device,
+    loss_fn=F.cross_entropy,
+) -> EpochStats:
+    return _run_epoch(model, loader, device, loss_fn, optimizer)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, loader, device: torch.device, loss_fn=F.cross_entropy) -> EpochStats:
+    return _run_epoch(model, loader, device, loss_fn, optimizer=None)
+
+
+def _run_epoch(model, loader, device, loss_fn, optimizer) -> EpochStats:
+    model.train(optimizer is not None)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    # Accumulate on the device so the loop never forces a host sync per batch.
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    count = 0
+    start = time.perf_counter()
+    for inputs, targets in loader:
+        inputs = inputs.to(device, non_blocking=True)  # no-op if the loader already moved them
+        targets = targets.to(device, non_blocking=True)
+        outputs = model(inputs)
+        loss = loss_fn(outputs, targets)  # batch mean, used for the gradient
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+        batch = targets.size(0)
+        loss_sum += loss.detach().double() * batch
+        correct += (outputs.argmax(dim=1) == targets).sum()
+        count += batch
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elapsed = time.perf_counter() - start
+
+    loss_total, correct_total, count_total = all_reduce(
+        [loss_sum.item(), correct.item(), count], device, dist.ReduceOp.SUM
+    )
+    time_max, mem_max = all_reduce([elapsed, peak_memory_mb(device)], device, dist.ReduceOp.MAX)
+    count_total = int(count_total)
+    return EpochStats(
+        loss=loss_total / max(count_total, 1),
+        accuracy=correct_total / max(count_total, 1),
+        samples=count_total,
+        time_s=time_max,
+        samples_per_s=count_total / time_max if time_max > 0 else 0.0,
+        peak_mem_mb=mem_max,
+    )
+
+
+def all_reduce(values: list[float], device: torch.device, op=dist.ReduceOp.SUM) -> list[float]:
+    """Reduce a few scalars over all ranks; identity when not running distributed."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return [float(v) for v in values]
+    # float64 keeps sample counts and loss sums exact well beyond any dataset size here.
+    tensor = torch.tensor(values, dtype=torch.float64, device=device)
+    dist.all_reduce(tensor, op=op)
+    return tensor.tolist()
+
+
+def peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    # ru_maxrss is the process's peak resident set size, in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def format_epoch_line(epoch: int, epochs: int, train: EpochStats, val: EpochStats, seconds: float) -> str:
+    return (
+        f"epoch {epoch}/{epochs} train_loss={train.loss:.4f} val_loss={val.loss:.4f} "
+        f"val_acc={val.accuracy:.4f} samples/s={train.samples_per_s:.1f} time={seconds:.1f}s "
+        f"peak_mem={train.peak_mem_mb:.0f}MB"
+    )

@@ -1,0 +1,110 @@
+"""Command-line flags shared by the training entrypoints.
+
+Entrypoints are configured only by flags and ``RTJOB_*`` environment variables (a job
+submitter sets the latter), never by importing the CLI. Environment variables supply
+defaults; an explicit flag wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from training.data import DATASETS
+from training.models import MODELS
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_int(name: str, default: int) -> int:
+    value = os.environ.get(name)
+    return default if value in (None, "") else int(value)
+
+
+def env_float(name: str, default: float) -> float:
+    value = os.environ.get(name)
+    return default if value in (None, "") else float(value)
+
+
+def env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    if value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"{name}={value!r} is not a boolean; use 1 or 0")
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_training_args(parser: argparse.ArgumentParser) -> None:
+    """Model, data and optimiser flags (the same for every parallelism strategy)."""
+    group = parser.add_argument_group("training")
+    group.add_argument("--epochs", type=positive_int, default=2)
+    group.add_argument(
+        "--global-batch-size", type=positive_int, default=128,
+        help="samples per optimizer step over all workers (split evenly between them)",
+    )
+    group.add_argument("--lr", type=float, default=0.001, help="Adam learning rate")
+    group.add_argument("--model", choices=sorted(MODELS), default="resnet18")
+    group.add_argument(
+        "--dataset", choices=DATASETS, default="mnist",
+        help="mnist downloads real MNIST (needs internet once per node); "
+        "synthetic generates digit-like data offline",
+    )
+    group.add_argument(
+        "--data-dir", default=os.environ.get("RTJOB_DATA_DIR"),
+        help="MNIST download dir, shared by the workers of a node "
+        "(env RTJOB_DATA_DIR, else ~/.cache/rtjob/data on each worker)",
+    )
+    group.add_argument("--train-size", type=positive_int, help="limit the training set (default: all / synthetic 2048)")
+    group.add_argument("--val-size", type=positive_int, help="limit the validation set (default: all / synthetic 512)")
+    group.add_argument("--seed", type=int, default=0)
+
+
+def add_ray_args(parser: argparse.ArgumentParser) -> None:
+    """Scaling and run-storage flags for entrypoints that run on Ray Train."""
+    group = parser.add_argument_group("ray")
+    group.add_argument(
+        "--num-workers", type=positive_int, default=env_int("RTJOB_NUM_WORKERS", 2),
+        help="training workers (env RTJOB_NUM_WORKERS, default 2)",
+    )
+    group.add_argument(
+        "--use-gpu", action=argparse.BooleanOptionalAction, default=env_bool("RTJOB_USE_GPU", False),
+        help="one GPU per worker (env RTJOB_USE_GPU=1/0, default off)",
+    )
+    group.add_argument(
+        "--cpus-per-worker", type=float, default=env_float("RTJOB_CPUS_PER_WORKER", 1.0),
+        help="CPUs reserved per worker (env RTJOB_CPUS_PER_WORKER, default 1)",
+    )
+    group.add_argument(
+        "--storage-path", default=os.environ.get("RTJOB_STORAGE_PATH"),
+        help="local dir or URI (s3://...) for checkpoints and results; must be shared "
+        "storage on multi-node clusters (env RTJOB_STORAGE_PATH, default ~/ray_results)",
+    )
+    group.add_argument(
+        "--run-name", default=os.environ.get("RTJOB_RUN_NAME"),
+        help="run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME)",
+    )
+    group.add_argument(
+        "--max-failures", type=int, default=env_int("RTJOB_MAX_FAILURES", 0),
+        help="worker-group restarts from the latest checkpoint (env RTJOB_MAX_FAILURES, "
+        "default 0, -1 = unlimited)",
+    )
+    group.add_argument(
+        "--keep-checkpoints", type=positive_int, default=3,
+        help="most recent checkpoints kept in storage",
+    )
+
+
+def resolve_storage_path(path: str | None) -> str | None:
+    """Ray needs an absolute local path; URIs (s3://, gs://, ...) pass through unchanged."""
+    if path is None or "://" in path:
+        return path
+    return os.path.abspath(os.path.expanduser(path))

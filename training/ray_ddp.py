@@ -1,0 +1,152 @@
+"""Ray Train DDP entrypoint: ``python -m training.ray_ddp [flags]`` from the project root.
+
+The driver turns flags / ``RTJOB_*`` environment variables into a TorchTrainer; each
+worker trains a replicated model with DDP (via ``prepare_model``) on its shard of the
+data, rank 0 checkpoints every epoch, and a run restarted with the same storage path
+and run name resumes at the next epoch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+
+import ray.train
+import ray.train.torch
+import torch
+from torch.utils.data import DataLoader
+
+from training import checkpoint, data, loop, options
+from training.models import build_model
+
+# Worker output goes through logging, not print: Ray Train V2 patches print() in workers
+# to write both to stdout and to its logger, so every printed line reached the job log
+# twice. Its root logger (INFO, console + train log file) emits each record once.
+log = logging.getLogger(__name__)
+
+
+def train_loop_per_worker(config: dict) -> None:
+    # One intra-op thread per worker: several workers share a node's cores, and
+    # oversubscription makes CPU training much slower, not faster.
+    torch.set_num_threads(1)
+    context = ray.train.get_context()
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    torch.manual_seed(config["seed"])  # same initial weights everywhere (DDP broadcasts anyway)
+
+    train_set, val_set = data.load_datasets(
+        config["dataset"], config["data_dir"], config["train_size"], config["val_size"], config["seed"]
+    )
+    batch_size = max(1, config["global_batch_size"] // world_size)
+    if rank == 0:
+        log.info(data.describe(config["dataset"], len(train_set), len(val_set), config["data_dir"]))
+        log.info(f"DATA: {world_size} workers x batch {batch_size} per step")
+
+    # prepare_data_loader swaps in a DistributedSampler (world_size > 1) and moves batches
+    # to the worker's device. Validation gets an exact, unpadded shard per rank instead.
+    train_loader = ray.train.torch.prepare_data_loader(
+        DataLoader(train_set, batch_size=batch_size, shuffle=True)
+    )
+    val_loader = ray.train.torch.prepare_data_loader(
+        DataLoader(data.eval_shard(val_set, rank, world_size), batch_size=batch_size),
+        add_dist_sampler=False,
+    )
+
+    device = ray.train.torch.get_device()
+    model = ray.train.torch.prepare_model(
+        build_model(config["model"], in_channels=data.IN_CHANNELS, num_classes=data.NUM_CLASSES)
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    last_epoch, history = checkpoint.restore(model, optimizer, device)
+    epochs = config["epochs"]
+    if rank == 0 and last_epoch:
+        todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
+        log.info(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}")
+
+    for epoch in range(last_epoch + 1, epochs + 1):
+        # Ray's prepare_data_loader does NOT call set_epoch (checked in Ray 2.60 source);
+        # without it every epoch would see the same shuffle order.
+        if world_size > 1:
+            train_loader.sampler.set_epoch(epoch)
+        start = time.perf_counter()
+        train_stats = loop.train_epoch(model, train_loader, optimizer, device)
+        val_stats = loop.evaluate(model, val_loader, device)
+        seconds = time.perf_counter() - start
+        metrics = {
+            "epoch": epoch, "epoch_time_s": seconds,
+            **train_stats.as_dict("train_"), **val_stats.as_dict("val_"),
+        }
+        history.append(metrics)
+        if rank == 0:
+            log.info(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+        checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.ray_ddp", description="Ray Train DDP (ResNet18, MNIST or synthetic digits)"
+    )
+    options.add_training_args(parser)
+    options.add_ray_args(parser)
+    args = parser.parse_args(argv)
+    args.storage_path = options.resolve_storage_path(args.storage_path)
+    args.run_name = args.run_name or f"rtjob-ddp-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return args
+
+
+def build_trainer(args: argparse.Namespace) -> ray.train.torch.TorchTrainer:
+    config = {
+        key: getattr(args, key)
+        for key in ("epochs", "global_batch_size", "lr", "model", "dataset", "data_dir",
+                    "train_size", "val_size", "seed")
+    }
+    return ray.train.torch.TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=config,
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=args.num_workers,
+            use_gpu=args.use_gpu,
+            resources_per_worker={"CPU": args.cpus_per_worker},
+        ),
+        run_config=ray.train.RunConfig(
+            name=args.run_name,
+            storage_path=args.storage_path,  # None: Ray's default, ~/ray_results
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=args.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
+        ),
+    )
+
+
+def failure_summary(error: BaseException) -> str:
+    """One line per distinct root cause, instead of a wall of nested worker tracebacks."""
+    failures = getattr(error, "worker_failures", None) or {}
+    causes: dict[str, list[int]] = {}
+    for rank, exc in sorted(failures.items()):
+        lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+        causes.setdefault(lines[-1] if lines else type(exc).__name__, []).append(rank)
+    if not causes:
+        return f"{type(error).__name__}: {' '.join(str(error).split())}"
+    return "; ".join(f"rank {','.join(map(str, ranks))}: {cause}" for cause, ranks in causes.items())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(f"RUN: name={args.run_name} storage={args.storage_path or '~/ray_results'} "
+          f"workers={args.num_workers} use_gpu={args.use_gpu} cpus_per_worker={args.cpus_per_worker} "
+          f"dataset={args.dataset} epochs={args.epochs} global_batch_size={args.global_batch_size}",
+          flush=True)
+    try:
+        result = build_trainer(args).fit()
+    except ray.train.TrainingFailedError as error:
+        print(f"ERROR: training failed: {failure_summary(error)}", file=sys.stderr, flush=True)
+        return 1
+    print(f"RESULT: metrics={json.dumps(result.metrics, sort_keys=True)}", flush=True)
+    print(f"RESULT: checkpoint={result.checkpoint.path if result.checkpoint else None}", flush=True)
+    print(f"RESULT: run_dir={result.path}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
