@@ -80,6 +80,17 @@ def _env(token_path: str) -> dict[str, str]:
     return env
 
 
+def _node_ports() -> list[str]:
+    """Free ports for one node's agents: Ray's fixed defaults (52365, ...) collide between the nodes of
+    one machine and with any other Ray cluster on it."""
+    return [
+        "--dashboard-agent-listen-port", str(_free_port()),
+        "--dashboard-agent-grpc-port", str(_free_port()),
+        "--runtime-env-agent-port", str(_free_port()),
+        "--metrics-export-port", str(_free_port()),
+    ]
+
+
 def _run_ray(args: list[str], token_path: str, what: str) -> None:
     proc = subprocess.run(
         [*_ray_executable(), *args], env=_env(token_path), capture_output=True, text=True, timeout=180
@@ -154,7 +165,7 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:
                 "start", "--head", "--port", str(gcs_port), "--dashboard-host", "127.0.0.1",
                 "--dashboard-port", str(dash_port), "--ray-client-server-port", str(client_port),
                 "--num-cpus", str(cpus_per_node), "--num-gpus", "0", "--temp-dir", temp_dir,
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats",
+                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats", *_node_ports(),
             ],
             str(token_path),
             "start the embedded Ray cluster",
@@ -169,7 +180,7 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:
             [
                 "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node), "--num-gpus", "0",
                 "--object-store-memory", str(OBJECT_STORE_BYTES), "--include-log-monitor", "false",
-                "--disable-usage-stats",
+                "--disable-usage-stats", *_node_ports(),
             ],
             cluster.token_path,
             f"add node {index + 1} to the embedded cluster",

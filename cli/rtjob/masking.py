@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping
 
 MASK = "****"
 _SECRET_NAME = re.compile(
-    r"(SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY|AUTH|SESSION|COOKIE|_KEY$|^KEY$)",
+    r"(SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API[-_]?KEY|ACCESS[-_]?KEY|AUTH|SESSION|COOKIE|[-_]KEY$|^KEY$)",
     re.I,
 )
 # Values that are secrets whatever their name: AWS access key ids, bearer tokens, GitHub/Slack/Anyscale tokens.

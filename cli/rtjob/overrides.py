@@ -11,7 +11,17 @@ from .errors import BadInput
 from .spec import ENV_NAME_RE
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|d)?\s*$", re.I)
+_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
+# Characters of a key path (--set, --env) and of an HTTP header name (RFC 9110 token).
+_KEY_CHARS = r"A-Za-z0-9_.\-"
+_HEADER_CHARS = r"A-Za-z0-9!#$%&'*+.^_`|~\-"
 _UNIT_S = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, None: 1}
+
+
+def _leading(item: str, chars: str) -> str:
+    """The name-like start of a malformed item: an error must not echo a value (it may be a secret)."""
+    match = re.match(f"[{chars}]*", item.strip())
+    return match.group() if match and match.group() else item.strip()[:1]
 
 
 def parse_duration(text: str, flag: str = "--timeout") -> float:
@@ -32,7 +42,7 @@ def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, 
         key, sep, raw = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise BadInput(f"--set {item!r}: expected KEY.PATH=VALUE, e.g. --set args.epochs=5")
+            raise BadInput(f"--set {_leading(item, _KEY_CHARS)!r}: expected KEY.PATH=VALUE, e.g. --set args.epochs=5")
         parts = key.split(".")
         if any(not p for p in parts):
             raise BadInput(f"--set {item!r}: empty segment in key path {key!r}")
@@ -40,6 +50,8 @@ def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, 
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
+        if isinstance(value, str) and _FLOAT.match(raw.strip()):
+            value = float(value)  # PyYAML (YAML 1.1) reads '1e-3' as a string; YAML 1.2 as a float
         out.append((parts, value, item))
     return out
 
@@ -63,7 +75,7 @@ def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep:
-            raise BadInput(f"--env {item!r}: expected NAME=VALUE, e.g. --env WANDB_MODE=offline")
+            raise BadInput(f"--env {_leading(item, _KEY_CHARS)!r}: expected NAME=VALUE, e.g. --env WANDB_MODE=offline")
         if not ENV_NAME_RE.match(key):
             raise BadInput(f"--env {key!r}: not a valid environment variable name (letters, digits, _)")
         env[key] = value
@@ -78,6 +90,6 @@ def parse_headers(items: tuple[str, ...] | list[str], source: str = "--header") 
         if not sep:
             name, sep, value = item.partition("=")
         if not sep or not name.strip() or not re.match(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", name.strip()):
-            raise BadInput(f"{source} {name.strip() or item!r}: expected 'Name: value', e.g. --header 'X-Team: ml'")
+            raise BadInput(f"{source} {_leading(item, _HEADER_CHARS)!r}: expected 'Name: value', e.g. --header 'X-Team: ml'")
         headers[name.strip()] = value.strip()
     return headers

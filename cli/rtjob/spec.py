@@ -18,6 +18,8 @@ from .yamlsrc import Located
 Scalar = str | int | float | bool | None
 ArgValue = Scalar | list[str | int | float]
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# Environment values are strings; a YAML number (`OMP_NUM_THREADS: 4`) is taken as its text.
+EnvValue = Annotated[str, Field(coerce_numbers_to_str=True)]
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -37,7 +39,7 @@ class LocalProfile(_Strict):
     """Overrides applied only on the embedded local cluster (no GPU, maybe no internet)."""
 
     args: dict[str, ArgValue] = Field(default_factory=dict)
-    env_vars: dict[str, str] = Field(default_factory=dict)
+    env_vars: dict[str, EnvValue] = Field(default_factory=dict)
     cpus_per_node: Annotated[int, Field(ge=1, le=64)] = 1
 
 
@@ -62,7 +64,7 @@ class JobSpec(_Strict):
     working_dir: str = "."
     excludes: list[str] = Field(default_factory=list)
     requirements: list[str] | None = None
-    env_vars: dict[str, str] = Field(default_factory=dict)
+    env_vars: dict[str, EnvValue] = Field(default_factory=dict)
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[int, Field(gt=0)] | None = None
     tags: dict[str, str] = Field(default_factory=dict)
@@ -151,7 +153,8 @@ def describe_validation_error(
     ``where`` is a Located (for YAML) or a callable(loc) -> str (for flags).
     """
     errors = exc.errors(include_url=False)
-    err = errors[0]
+    # An unknown key first: a typo ('entrypont') also makes the real key look missing.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained-"))))
     # Union members show up as extra loc parts (e.g. 'str', 'list[str]'); drop type names.
     loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "int", "float", "bool"})))

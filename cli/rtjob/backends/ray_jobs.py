@@ -185,13 +185,22 @@ class RayJobsBackend:
             client = JobSubmissionClient(
                 self.address, headers=self.api.headers, verify=self.api.verify, create_cluster_if_needed=False
             )
-            client.submit_job(
-                entrypoint=request.entrypoint,
-                submission_id=request.submission_id,
-                runtime_env=request.runtime_env,
-                metadata=request.metadata,
-                entrypoint_num_cpus=request.entrypoint_num_cpus,
-            )
+            # A cluster that just started answers 500 "No available agent" until its job agent is up.
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.submit_job(
+                        entrypoint=request.entrypoint,
+                        submission_id=request.submission_id,
+                        runtime_env=request.runtime_env,
+                        metadata=request.metadata,
+                        entrypoint_num_cpus=request.entrypoint_num_cpus,
+                    )
+                    break
+                except RuntimeError as exc:
+                    if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
         except ConnectionError as exc:
             raise Unreachable(f"cannot reach the Ray cluster at {self.address}: {str(exc).splitlines()[0][:200]}") from None
         except RuntimeError as exc:
