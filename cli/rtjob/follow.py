@@ -9,6 +9,7 @@ full log is read once more to print any line the stream never delivered.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Callable
@@ -86,10 +87,8 @@ async def _follow(
         if tail_task is not None:
             done.set()
             tail_task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await tail_task
-            except (asyncio.CancelledError, Exception):  # noqa: BLE001
-                pass
     if printer is not None:
         # Whatever the stream did not deliver (its last lines, a final line without newline).
         text = await asyncio.to_thread(backend.logs, run_id)

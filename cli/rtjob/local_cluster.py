@@ -6,6 +6,7 @@ processes: `ray stop` would end every Ray process on the machine, other people's
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -216,16 +217,12 @@ def _stop_processes(cluster: LocalCluster, grace: float = 10.0) -> int:
 
     procs = _our_processes(cluster)
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=5)
     shutil.rmtree(cluster.temp_dir, ignore_errors=True)
     return len(procs)

@@ -199,9 +199,10 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     timeout_s = _parse_timeout(timeout)
     settings = _settings(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
     resolved = _resolve(job, settings, nodes, sets, envs, name, storage, submission_id)
+    offline = get_backend(settings, offline=True)
+    planned = offline.plan(resolved)  # every check that needs no cluster, before one is started
     if dry_run:
-        be = get_backend(settings, offline=True)
-        _print_render(be, be.plan(resolved), resolved, settings, output, explain, [])
+        _print_render(offline, planned, resolved, settings, output, explain, [])
         return EXIT_SUCCEEDED
     be = get_backend(settings, start_local=True, nodes=resolved.nodes, cpus_per_node=resolved.spec.local.cpus_per_node)
     request = be.plan(resolved)
@@ -377,7 +378,7 @@ def jobs(output: str) -> int:
     from .yamlsrc import load_yaml
 
     root = find_root()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in job_names(root):
         path, shown = find_job_file(name, root)
         try:

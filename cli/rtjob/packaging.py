@@ -22,14 +22,14 @@ class WorkingDirSize:
     largest: list[tuple[int, str]]
 
 
-def _spec_from(lines: list[str]) -> pathspec.PathSpec:
-    return pathspec.PathSpec.from_lines("gitwildmatch", lines)
+def _spec_from(lines: list[str]) -> pathspec.GitIgnoreSpec:
+    return pathspec.GitIgnoreSpec.from_lines(lines)
 
 
 def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
     """Walk ``root`` honouring excludes, .gitignore and .rayignore files (at any depth), as Ray does."""
     top = _spec_from(DEFAULT_EXCLUDES + list(excludes))
-    nested: list[tuple[str, pathspec.PathSpec]] = []
+    nested: list[tuple[str, pathspec.GitIgnoreSpec]] = []
     total, count = 0, 0
     sizes: list[tuple[int, str]] = []
     for dirpath, dirnames, filenames in os.walk(root):
@@ -45,10 +45,7 @@ def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
             probe = rel + "/" if is_dir else rel
             if top.match_file(probe):
                 return True
-            for base, spec in nested:
-                if probe.startswith(base) and spec.match_file(probe[len(base):]):
-                    return True
-            return False
+            return any(probe.startswith(base) and spec.match_file(probe[len(base):]) for base, spec in nested)
 
         dirnames[:] = [d for d in dirnames if not ignored(rel_dir + d, True)]
         for name in filenames:

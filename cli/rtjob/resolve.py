@@ -16,7 +16,14 @@ from . import catalog
 from .errors import BadInput
 from .overrides import apply_set, parse_env, parse_set
 from .project import Settings, find_compute_config_file, find_job_file
-from .spec import ComputeConfig, JobSpec, WorkerGroup, describe_validation_error, validate_compute_config, validate_job
+from .spec import (
+    ComputeConfig,
+    JobSpec,
+    WorkerGroup,
+    describe_validation_error,
+    validate_compute_config,
+    validate_job,
+)
 from .yamlsrc import Located, load_yaml
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import json
 import shlex
 import time
@@ -86,6 +85,8 @@ class RayJobsBackend:
 
     # -- plan / render -------------------------------------------------------------------------
     def plan(self, job: ResolvedJob) -> RayJobRequest:
+        # A working dir Ray would refuse (over 100 MiB) is refused here, before anything is sent.
+        check_upload(job.working_dir, job.spec.excludes, job.job_file)
         entrypoint = job.entrypoint
         if job.spec.timeout_s:
             # Ray Jobs has no run limit of its own: coreutils' timeout enforces the spec's timeout_s.
@@ -170,8 +171,6 @@ class RayJobsBackend:
         existing = self.api.job(request.submission_id)
         if existing is not None:
             return SubmitResult(self._info(existing), created=False)
-        if request.job is not None:
-            check_upload(request.job.working_dir, request.job.spec.excludes, request.job.job_file)
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError:
@@ -271,13 +270,15 @@ class RayJobsBackend:
 
         url = self.api.ws_url(f"/api/jobs/{run_id}/logs/tail")
         ssl: Any = None if self.api.verify else False
-        async with aiohttp.ClientSession(headers=self.api.headers) as session:
-            async with session.ws_connect(url, ssl=ssl, heartbeat=20) as ws:
-                async for msg in ws:
-                    if msg.type == aiohttp.WSMsgType.TEXT:
-                        yield msg.data
-                    elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
-                        break
+        async with (
+            aiohttp.ClientSession(headers=self.api.headers) as session,
+            session.ws_connect(url, ssl=ssl, heartbeat=20) as ws,
+        ):
+            async for msg in ws:
+                if msg.type == aiohttp.WSMsgType.TEXT:
+                    yield msg.data
+                elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                    break
 
 
 def _stderr(message: str) -> None:
