@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from typing import Any
 
 import ray.train
 import torch
@@ -78,11 +79,11 @@ def restore(
     return int(state["epoch"]), history
 
 
-def _write_json(path: str, obj) -> None:
+def _write_json(path: str, obj: object) -> None:
     with open(path, "w") as f:
         json.dump(obj, f, indent=1)
 
 
-def _read_json(path: str):
+def _read_json(path: str) -> Any:
     with open(path) as f:
         return json.load(f)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from filelock import FileLock
-from torch.utils.data import Dataset, Subset, TensorDataset
+from torch.utils.data import Subset, TensorDataset
 
 DATASETS = ("mnist", "synthetic")
 NUM_CLASSES = 10
@@ -64,7 +65,7 @@ def load_datasets(
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
-def eval_shard(dataset: Dataset, rank: int, world_size: int) -> Subset:
+def eval_shard(dataset: TensorDataset, rank: int, world_size: int) -> Subset:
     """Rank ``rank``'s share of ``dataset``: every sample exactly once over all ranks.
 
     Unlike ``DistributedSampler`` this does not pad the last ranks with repeated samples,
@@ -91,7 +92,9 @@ def load_mnist(
             train = MNIST(data_dir, train=True, download=True)
             val = MNIST(data_dir, train=False, download=True)
         except Exception as exc:  # torchvision raises RuntimeError/URLError/OSError here
-            reason = " ".join(str(exc).split())[:300]
+            # torchvision lists every mirror it tried; the last line is the actual cause.
+            lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+            reason = (lines[-1] if lines else type(exc).__name__)[:200]
             raise DatasetUnavailable(
                 f"MNIST is not in {data_dir} and could not be downloaded ({reason}); "
                 "pass --dataset synthetic to train offline on generated digit-like data"
@@ -99,7 +102,7 @@ def load_mnist(
     return _to_tensors(train, train_size), _to_tensors(val, val_size)
 
 
-def _to_tensors(mnist, size: int | None) -> TensorDataset:
+def _to_tensors(mnist: Any, size: int | None) -> TensorDataset:  # a torchvision MNIST
     # Normalise the whole uint8 tensor once instead of running PIL transforms per sample.
     images, labels = mnist.data[:size], mnist.targets[:size]
     x = images.unsqueeze(1).float().div_(255.0)
@@ -154,7 +157,7 @@ def _render(segments: torch.Tensor, width: torch.Tensor, chunk: int = 2048) -> t
     coords = torch.arange(IMAGE_SIZE, dtype=torch.float32)
     grid = torch.stack(torch.meshgrid(coords, coords, indexing="xy"), dim=-1)  # (H, W, 2)
     out = []
-    for seg, w in zip(segments.split(chunk), width.split(chunk)):  # bounds peak memory
+    for seg, w in zip(segments.split(chunk), width.split(chunk), strict=True):  # bounds peak memory
         a = seg[:, :, None, None, :2]
         ab = seg[:, :, None, None, 2:] - a
         ap = grid - a

@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import resource
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 
 import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
+
+Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
+LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -33,20 +37,23 @@ class EpochStats:
 
 def train_epoch(
     model: nn.Module,
-    loader,
+    loader: Batches,
     optimizer: torch.optim.Optimizer,
     device: torch.device,
-    loss_fn=F.cross_entropy,
+    loss_fn: LossFn = F.cross_entropy,
 ) -> EpochStats:
     return _run_epoch(model, loader, device, loss_fn, optimizer)
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader, device: torch.device, loss_fn=F.cross_entropy) -> EpochStats:
+def evaluate(model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn = F.cross_entropy) -> EpochStats:
     return _run_epoch(model, loader, device, loss_fn, optimizer=None)
 
 
-def _run_epoch(model, loader, device, loss_fn, optimizer) -> EpochStats:
+def _run_epoch(
+    model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn,
+    optimizer: torch.optim.Optimizer | None,
+) -> EpochStats:
     model.train(optimizer is not None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
@@ -87,7 +94,9 @@ def _run_epoch(model, loader, device, loss_fn, optimizer) -> EpochStats:
     )
 
 
-def all_reduce(values: list[float], device: torch.device, op=dist.ReduceOp.SUM) -> list[float]:
+def all_reduce(
+    values: list[float], device: torch.device, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM
+) -> list[float]:
     """Reduce a few scalars over all ranks; identity when not running distributed."""
     if not (dist.is_available() and dist.is_initialized()):
         return [float(v) for v in values]

@@ -9,22 +9,33 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import TypeVar
 
 from training.data import DATASETS
 from training.models import MODELS
 
+_N = TypeVar("_N", int, float)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
 def env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return default if value in (None, "") else int(value)
+    return _env_number(name, default, int)
 
 
 def env_float(name: str, default: float) -> float:
+    return _env_number(name, default, float)
+
+
+def _env_number(name: str, default: _N, kind: Callable[[str], _N]) -> _N:
     value = os.environ.get(name)
-    return default if value in (None, "") else float(value)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a valid {kind.__name__}") from None
 
 
 def env_bool(name: str, default: bool) -> bool:

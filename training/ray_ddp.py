@@ -14,10 +14,11 @@ import logging
 import sys
 import time
 
+import ray
 import ray.train
 import ray.train.torch
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, DistributedSampler
 
 from training import checkpoint, data, loop, options
 from training.models import build_model
@@ -66,9 +67,9 @@ def train_loop_per_worker(config: dict) -> None:
         log.info(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}")
 
     for epoch in range(last_epoch + 1, epochs + 1):
-        # Ray's prepare_data_loader does NOT call set_epoch (checked in Ray 2.60 source);
-        # without it every epoch would see the same shuffle order.
-        if world_size > 1:
+        # Ray's prepare_data_loader adds a DistributedSampler (world_size > 1) but never
+        # calls set_epoch (Ray 2.60 source); without it every epoch repeats one order.
+        if isinstance(train_loader.sampler, DistributedSampler):
             train_loader.sampler.set_epoch(epoch)
         start = time.perf_counter()
         train_stats = loop.train_epoch(model, train_loader, optimizer, device)
@@ -88,8 +89,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m training.ray_ddp", description="Ray Train DDP (ResNet18, MNIST or synthetic digits)"
     )
-    options.add_training_args(parser)
-    options.add_ray_args(parser)
+    try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
+        options.add_training_args(parser)
+        options.add_ray_args(parser)
+    except ValueError as exc:
+        parser.error(str(exc))
     args = parser.parse_args(argv)
     args.storage_path = options.resolve_storage_path(args.storage_path)
     args.run_name = args.run_name or f"rtjob-ddp-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -140,8 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result = build_trainer(args).fit()
     except ray.train.TrainingFailedError as error:
+        ray.shutdown()  # flush the workers' forwarded logs first, so ERROR is the last line
         print(f"ERROR: training failed: {failure_summary(error)}", file=sys.stderr, flush=True)
         return 1
+    ray.shutdown()
     print(f"RESULT: metrics={json.dumps(result.metrics, sort_keys=True)}", flush=True)
     print(f"RESULT: checkpoint={result.checkpoint.path if result.checkpoint else None}", flush=True)
     print(f"RESULT: run_dir={result.path}", flush=True)
