@@ -6,7 +6,6 @@ import os
 from pathlib import Path
 
 from conftest import base_env, rtjob
-
 from rtjob.packaging import RAY_UPLOAD_LIMIT, measure
 
 

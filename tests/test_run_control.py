@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import base_env, new_id, popen_rtjob, rtjob, wait_for_status
 from tcp_proxy import DroppingProxy
 

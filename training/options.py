@@ -112,6 +112,10 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
         "--keep-checkpoints", type=positive_int, default=3,
         help="most recent checkpoints kept in storage",
     )
+    group.add_argument(
+        "--train-log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="WARNING",
+        help="level of Ray Train's own log lines (its INFO level repeats every reported metric)",
+    )
 
 
 def resolve_storage_path(path: str | None) -> str | None:

@@ -119,6 +119,7 @@ def build_trainer(args: argparse.Namespace) -> ray.train.torch.TorchTrainer:
             storage_path=args.storage_path,  # None: Ray's default, ~/ray_results
             checkpoint_config=ray.train.CheckpointConfig(num_to_keep=args.keep_checkpoints),
             failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
+            logging_config=ray.train.LoggingConfig(log_level=args.train_log_level),
         ),
     )
 

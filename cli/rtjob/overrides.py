@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import yaml
-
 from .errors import BadInput
-from .spec import ENV_NAME_RE
+
+# yaml and .spec (pydantic) are imported where they are used: `rtjob status/wait/logs` import this
+# module for parse_duration/parse_headers and must not pay for the job schema.
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|d)?\s*$", re.I)
 _FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
@@ -37,6 +37,8 @@ def parse_duration(text: str, flag: str = "--timeout") -> float:
 
 def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, str]]:
     """--set key.path=value → (path, YAML-typed value, original text)."""
+    import yaml
+
     out = []
     for item in items:
         key, sep, raw = item.partition("=")
@@ -71,6 +73,8 @@ def apply_set(data: dict[str, Any], parts: list[str], value: Any, item: str) -> 
 
 
 def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    from .spec import ENV_NAME_RE
+
     env: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
