@@ -125,7 +125,7 @@ CASES = [
     # -- --set / --env / --nodes / --timeout ----------------------------------------------------------------
     pytest.param(flags("--set", "foo", cmd="submit", expect=("--set 'foo'", "KEY.PATH=VALUE")), id="set-without-equals"),
     pytest.param(flags("--set", "args..x=1", expect=("--set", "empty segment", "'args..x'")), id="set-empty-segment"),
-    pytest.param(flags("--set", "nodes=abc", cmd="submit", expect=("--set nodes=abc", "nodes", "valid integer")),
+    pytest.param(flags("--set", "nodes=abc", cmd="submit", expect=("--set nodes=...", "nodes", "valid integer")),
                  id="set-nodes-not-int"),
     pytest.param(flags("--set", "name.x=1", expect=("--set 'name.x=1'", "'name' is not a mapping")),
                  id="set-into-scalar"),

@@ -55,10 +55,18 @@ def load_state() -> LocalCluster | None:
         return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct free ports: the sockets stay bound until all are chosen, so none repeats."""
+    socks = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            socks.append(sock)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for sock in socks:
+            sock.close()
 
 
 def _ray_executable() -> list[str]:
@@ -84,11 +92,12 @@ def _env(token_path: str) -> dict[str, str]:
 def _node_ports() -> list[str]:
     """Free ports for one node's agents: Ray's fixed defaults (52365, ...) collide between the nodes of
     one machine and with any other Ray cluster on it."""
+    listen, grpc, runtime_env, metrics = _free_ports(4)
     return [
-        "--dashboard-agent-listen-port", str(_free_port()),
-        "--dashboard-agent-grpc-port", str(_free_port()),
-        "--runtime-env-agent-port", str(_free_port()),
-        "--metrics-export-port", str(_free_port()),
+        "--dashboard-agent-listen-port", str(listen),
+        "--dashboard-agent-grpc-port", str(grpc),
+        "--runtime-env-agent-port", str(runtime_env),
+        "--metrics-export-port", str(metrics),
     ]
 
 
@@ -149,7 +158,7 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:
         token_path.chmod(0o600)
         # A short private root: Ray's unix socket paths must stay under ~100 characters.
         temp_dir = tempfile.mkdtemp(prefix="rtjob-ray-", dir="/tmp")
-        gcs_port, dash_port, client_port = _free_port(), _free_port(), _free_port()
+        gcs_port, dash_port, client_port = _free_ports(3)
         say(f"starting the embedded Ray cluster (dashboard http://127.0.0.1:{dash_port})")
         cluster = LocalCluster(
             address=f"http://127.0.0.1:{dash_port}",
@@ -195,12 +204,15 @@ def _our_processes(cluster: LocalCluster) -> list[Any]:
     import psutil
 
     found: dict[int, Any] = {}
+    gcs_port = cluster.gcs_address.rsplit(":", 1)[-1]
     for proc in psutil.process_iter(["pid", "cmdline"]):
         try:
             cmdline = " ".join(proc.info["cmdline"] or [])
         except (psutil.Error, TypeError):
             continue
-        if cluster.temp_dir in cmdline:
+        # Ray's client server is daemonised and names only the GCS address, not the temp dir.
+        client_server = "ray.util.client.server" in cmdline and f":{gcs_port} " in cmdline + " "
+        if cluster.temp_dir in cmdline or client_server:
             found[proc.pid] = proc
     for proc in list(found.values()):
         try:

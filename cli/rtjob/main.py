@@ -60,6 +60,7 @@ def _job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--storage", help="Where the run writes checkpoints: s3://bucket/prefix or a path."),
         click.option("--compute-config", help="Compute config name (compute_configs/NAME.yaml) or path."),
         click.option("--submission-id", help="Run id; if a run with this id exists, attach to it instead of submitting again."),
+        click.option("--forward-aws-credentials", is_flag=True, help="Copy this client's AWS credentials (standard chain) into the job's environment, masked everywhere; off by default."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -111,20 +112,30 @@ def cli() -> None:
 
 
 def _resolve(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...],
-             name: str | None, storage: str | None, submission_id: str | None) -> Any:
+             name: str | None, storage: str | None, submission_id: str | None, forward_aws_credentials: bool = False) -> Any:
     from .resolve import Overrides, resolve
 
-    overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id)
+    overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
+                          forward_aws_credentials=forward_aws_credentials)
     return resolve(job, settings, overrides, storage_flag=storage)
 
 
 def _print_render(backend: Backend, request: Any, job: Any, settings: Settings, output: str, explain: bool,
                   warnings: list[str]) -> None:
+    from .cost import job_cost
     from .output import print_json
 
+    if output == "yaml":  # a file for the backend's own CLI (anyscale job submit -f)
+        to_yaml = getattr(backend, "render_yaml", None)
+        if to_yaml is None:
+            raise BadInput(f"--output yaml writes an Anyscale job file; backend {backend.name!r} has none (use json)")
+        click.echo(to_yaml(request), nl=False)
+        return
     rendered = backend.render(request)
+    cost = job_cost(job) if backend.name != "local" else None  # the embedded cluster is this machine
     if output == "json":
         data = dict(rendered)
+        data["cost"] = cost.to_json() if cost else None
         data["run"] = {
             "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
             "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
@@ -142,6 +153,7 @@ def _print_render(backend: Backend, request: Any, job: Any, settings: Settings, 
         f"backend:   {backend.name}  {getattr(backend, 'display_address', backend.address)}",
         f"shape:     {job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}",
         f"compute:   {job.compute_config_name or '-'}",
+        *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",
     ]
@@ -164,16 +176,18 @@ def _print_render(backend: Backend, request: Any, job: Any, settings: Settings, 
 @cli.command(epilog=EXIT_CODES_HELP)
 @_job_options
 @_backend_options
-@_output_option
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
+              help="yaml (--backend anyscale): a job file `anyscale job submit -f` accepts.")
 @click.option("--explain", is_flag=True, help="Show where each effective setting came from.")
 def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
-           storage: str | None, compute_config: str | None, submission_id: str | None, backend: str | None,
-           address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, explain: bool) -> int:
+           storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
+           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
+           explain: bool) -> int:
     """Print the exact request a submit would send (same as submit --dry-run). Sends nothing."""
     from .backends import get_backend
 
     settings = _settings(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
-    resolved = _resolve(job, settings, nodes, sets, envs, name, storage, submission_id)
+    resolved = _resolve(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     be = get_backend(settings, offline=True)
     _print_render(be, be.plan(resolved), resolved, settings, output, explain, [])
     return EXIT_SUCCEEDED
@@ -189,8 +203,8 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 @click.option("--stop-on-interrupt", is_flag=True, help="Ctrl-C stops the job instead of detaching from it.")
 @click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from.")
 def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
-           storage: str | None, compute_config: str | None, submission_id: str | None, backend: str | None,
-           address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
+           storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
+           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
            no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:
     """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome."""
     from .backends import get_backend
@@ -198,7 +212,7 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 
     timeout_s = _parse_timeout(timeout)
     settings = _settings(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
-    resolved = _resolve(job, settings, nodes, sets, envs, name, storage, submission_id)
+    resolved = _resolve(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     offline = get_backend(settings, offline=True)
     planned = offline.plan(resolved)  # every check that needs no cluster, before one is started
     if dry_run:
@@ -219,6 +233,11 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     if created:
         say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.nodes} node(s), "
             f"{resolved.num_workers} worker(s); storage {info.storage_uri or '-'})")
+        from .cost import job_cost
+
+        hourly = job_cost(resolved) if be.name != "local" else None
+        if hourly is not None:
+            say(f"cost: {hourly.text()}")
     else:
         say(f"run {info.id} already exists ({info.status.value}); attaching instead of submitting again")
     if no_wait:
@@ -283,13 +302,16 @@ def _run_backend(backend: str | None, address: str | None, headers: tuple[str, .
 def status(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
            output: str) -> int:
     """Show one run's status (exit 0 when it could be read)."""
+    from .cost import finished_run_cost
     from .output import print_json, run_text
 
-    info = _run_backend(backend, address, headers, no_verify_tls).status(run_id)
+    be = _run_backend(backend, address, headers, no_verify_tls)
+    info = be.status(run_id)
+    cost = finished_run_cost(be, info)  # duration × the rate of its cluster, once it has ended
     if output == "json":
-        print_json(_json(info))
+        print_json({**_json(info), "cost": cost})
     else:
-        click.echo(run_text(info))
+        click.echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else ""))
     return EXIT_SUCCEEDED
 
 
@@ -409,7 +431,7 @@ def jobs(output: str) -> int:
 def validate(refs: tuple[str, ...]) -> int:
     """Validate the given jobs, or every shipped job and compute config (exit 2 on any error)."""
     from .project import compute_config_names, find_root, job_names, load_settings
-    from .resolve import Overrides, load_compute_config, load_job
+    from .resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
     settings = load_settings({}, root)
@@ -418,7 +440,7 @@ def validate(refs: tuple[str, ...]) -> int:
     for ref in targets:
         try:
             spec, shown = load_job(ref, root, "local", Overrides())
-            if spec.compute_config:
+            if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
                 load_compute_config(spec.compute_config, root, f"{shown}: ")
             click.echo(f"ok      {shown}")
         except RtjobError as exc:
@@ -499,6 +521,21 @@ def local_status(output: str) -> int:
     else:
         click.echo(f"address: {cluster.address}\nnodes:   {len(nodes)}\nCPUs:    {cpus:g}\nlogs:    {cluster.temp_dir}")
     return EXIT_SUCCEEDED
+
+
+# ---------------------------------------------------------------------------------------------
+# Anyscale compute configs and schedules (their module imports only click until a command runs)
+
+from .anyscale_commands import compute_config_group, schedule_group  # noqa: E402
+
+cli.add_command(compute_config_group)
+cli.add_command(schedule_group)
+
+# `rtjob pull` and `rtjob results`: a run's storage (s3:// or a folder), independent of the backend
+from .storage_commands import storage_commands  # noqa: E402
+
+for _command in storage_commands(_backend_options, _run_backend):
+    cli.add_command(_command)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,9 @@ from .spec import (
 )
 from .yamlsrc import Located, load_yaml
 
+# `compute_config: anyscale:NAME[:VERSION]` names a compute config registered on Anyscale, not a file.
+REGISTERED_PREFIX = "anyscale:"
+
 
 @dataclass
 class Overrides:
@@ -34,6 +37,7 @@ class Overrides:
     env: tuple[str, ...] = ()
     name: str | None = None
     submission_id: str | None = None
+    forward_aws_credentials: bool = False  # copy the client's AWS credentials into the job (only when asked)
 
 
 @dataclass
@@ -59,6 +63,7 @@ class ResolvedJob:
     storage_root: str | None
     storage_uri: str | None
     notes: list[str] = field(default_factory=list)
+    storage_endpoint: str | None = None  # the S3-compatible endpoint the job writes to (recorded with the run)
 
     @property
     def use_gpu(self) -> bool:
@@ -128,7 +133,8 @@ def load_job(ref: str, root: Path, backend: str, overrides: Overrides) -> tuple[
         data["nodes"] = overrides.nodes
     if overrides.name:
         data["name"] = overrides.name
-    origins = [(parts, f"--set {item}") for parts, _, item in sets]
+    # The flag is named by its key only: its value may be a secret.
+    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]
     if overrides.env:
         origins.append((["env_vars"], "--env"))
     if overrides.nodes is not None:
@@ -193,7 +199,11 @@ def resolve(
     cc_name = cc_name or spec.compute_config or settings.get("compute_config")
     cc: ComputeConfig | None = None
     cc_shown: str | None = None
-    if cc_name:
+    if cc_name and cc_name.startswith(REGISTERED_PREFIX):
+        # A compute config registered on Anyscale (anyscale:NAME[:VERSION]) is used there as it is.
+        if backend == "ray":
+            raise BadInput(f"{shown}: compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
+    elif cc_name:
         cc, cc_shown = load_compute_config(cc_name, root, f"{shown}: ")
 
     rpw = spec.resources_per_worker
@@ -232,10 +242,17 @@ def resolve(
 
     run_id = overrides.submission_id or new_run_id(spec.name)
     storage_root = storage_flag or settings.get("storage") or spec.storage
+    if storage_root and storage_root.startswith("file://"):
+        storage_root = storage_root[len("file://"):]  # Ray Train takes a plain absolute path
     if not storage_root and backend == "local":
         from .project import rtjob_home
 
         storage_root = str(rtjob_home() / "local" / "storage")
+    if storage_root and "://" not in storage_root and not Path(storage_root).is_absolute():
+        # The job runs in a temporary copy of its working dir: a relative path would land there.
+        if backend != "local":
+            raise BadInput(f"storage {storage_root!r}: use a URI (s3://bucket/prefix) or an absolute path on the cluster")
+        storage_root = str(Path(storage_root).resolve())
     storage_root = storage_root.rstrip("/") if storage_root else None
     storage_uri = f"{storage_root}/{spec.name}/{run_id}" if storage_root else None
 
@@ -254,6 +271,11 @@ def resolve(
     }
     if storage_root:
         env["RTJOB_STORAGE_PATH"] = f"{storage_root}/{spec.name}"
+    from .storage import job_storage_env  # S3 endpoint (+ credentials only if asked) for the workers
+
+    storage_env = job_storage_env(storage_root, spec.storage_endpoint, spec.env_vars, overrides.forward_aws_credentials)
+    env.update(storage_env.env)
+    notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
     working_dir = (root / spec.working_dir).resolve()
     if not working_dir.is_dir():
@@ -278,4 +300,5 @@ def resolve(
         storage_root=storage_root,
         storage_uri=storage_uri,
         notes=notes,
+        storage_endpoint=storage_env.endpoint,
     )

@@ -57,6 +57,8 @@ class JobSpec(_Strict):
     resources_per_worker: Resources = Field(default_factory=Resources)
     compute_config: str | None = None
     storage: str | None = None
+    # An S3-compatible endpoint for `storage: s3://...` (MinIO ...); default: the client's AWS_ENDPOINT_URL[_S3].
+    storage_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+")] | None = None
     max_failures: Annotated[int, Field(ge=-1)] = 0
     local: LocalProfile = Field(default_factory=LocalProfile)
     # Anyscale JobConfig fields.

@@ -26,5 +26,7 @@ def get_backend(
             settings, start_local=start_local, offline=offline, nodes=nodes, cpus_per_node=cpus_per_node
         )
     if name == "anyscale":
-        raise BadInput("backend 'anyscale' is not available in this version of rtjob; use --backend local or ray")
+        from .anyscale_jobs import AnyscaleBackend
+
+        return AnyscaleBackend.from_settings(settings, offline=offline)
     raise BadInput(f"unknown backend {name!r}; expected local, ray or anyscale")

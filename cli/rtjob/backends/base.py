@@ -6,9 +6,10 @@ import datetime as dt
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..resolve import ResolvedJob
+if TYPE_CHECKING:  # resolve pulls in pydantic and the job schema: not needed to print a status
+    from ..resolve import ResolvedJob
 
 
 class RunStatus(str, Enum):
@@ -45,6 +46,7 @@ class RunInfo:
     exit_code: int | None = None
     address: str | None = None
     entrypoint: str | None = None
+    storage_endpoint: str | None = None  # the S3-compatible endpoint of storage_uri, if not AWS's (not in JSON)
     # Values to redact from anything printed about this run (never serialised).
     secrets: list[str] = field(default_factory=list, repr=False)
 

@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 
 from .. import precheck
 from ..errors import BadInput, RtjobError, Unreachable
-from ..masking import MASK, mask_mapping, secret_values
-from ..packaging import check_upload
-from ..resolve import ResolvedJob
+from ..masking import MASK, mask_mapping, redact, secret_values
 from .base import RunInfo, RunStatus, SubmitResult, iso_time
 from .ray_http import RayJobsAPI, discover_token
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # resolve (pydantic, the schema) is imported by the commands that resolve a job
     from ..project import Settings
+    from ..resolve import ResolvedJob
 
 META_JOB = "rtjob.job"
 META_STORAGE = "rtjob.storage_uri"
+META_STORAGE_ENDPOINT = "rtjob.storage_endpoint"
 
 
 @dataclass
@@ -85,6 +85,8 @@ class RayJobsBackend:
 
     # -- plan / render -------------------------------------------------------------------------
     def plan(self, job: ResolvedJob) -> RayJobRequest:
+        from ..packaging import check_upload  # pathspec: only when a job is planned
+
         # A working dir Ray would refuse (over 100 MiB) is refused here, before anything is sent.
         check_upload(job.working_dir, job.spec.excludes, job.job_file)
         entrypoint = job.entrypoint
@@ -107,9 +109,16 @@ class RayJobsBackend:
         }
         if job.storage_uri:
             metadata[META_STORAGE] = job.storage_uri
+            if job.storage_endpoint:  # so `rtjob pull ID` finds an S3-compatible server by itself
+                metadata[META_STORAGE_ENDPOINT] = job.storage_endpoint
         for key, value in job.spec.tags.items():
             metadata[f"tag.{key}"] = value
         return RayJobRequest(self.address, job.run_id, entrypoint, runtime_env, metadata, 0, job)
+
+    def _secrets(self, request: RayJobRequest) -> list[str]:
+        """Secret values that may appear inside the entrypoint: secret-looking args and env values."""
+        args = {k: str(v) for k, v in (request.job.spec.args.items() if request.job else [])}
+        return secret_values(args) + secret_values(request.runtime_env.get("env_vars", {}))
 
     def render(self, request: RayJobRequest) -> dict[str, Any]:
         env = dict(request.runtime_env)
@@ -120,7 +129,7 @@ class RayJobsBackend:
             "headers": {**mask_mapping(self._user_headers), **({"Authorization": MASK} if self._has_auth else {})},
             "submit_job": {
                 "submission_id": request.submission_id,
-                "entrypoint": request.entrypoint,
+                "entrypoint": redact(request.entrypoint, self._secrets(request)),
                 "runtime_env": env,
                 "metadata": request.metadata,
                 "entrypoint_num_cpus": request.entrypoint_num_cpus,
@@ -142,7 +151,8 @@ class RayJobsBackend:
         parts += ["--runtime-env-json", json.dumps(rendered["runtime_env"], sort_keys=True)]
         parts += ["--metadata-json", json.dumps(request.metadata, sort_keys=True)]
         parts += ["--entrypoint-num-cpus", f"{request.entrypoint_num_cpus:g}", "--"]
-        return " ".join(shlex.quote(p) if not p.startswith("RAY_AUTH") else p for p in parts) + " " + request.entrypoint
+        entrypoint = redact(request.entrypoint, self._secrets(request))
+        return " ".join(shlex.quote(p) if not p.startswith("RAY_AUTH") else p for p in parts) + " " + entrypoint
 
     # -- checks --------------------------------------------------------------------------------
     def precheck(self, job: ResolvedJob) -> list[str]:
@@ -229,6 +239,7 @@ class RayJobsBackend:
             start_time=iso_time(data.get("start_time")),
             end_time=iso_time(data.get("end_time")),
             storage_uri=meta.get(META_STORAGE),
+            storage_endpoint=meta.get(META_STORAGE_ENDPOINT),
             exit_code=data.get("driver_exit_code"),
             address=self.address,
             entrypoint=data.get("entrypoint"),
@@ -266,19 +277,34 @@ class RayJobsBackend:
         return self.api.logs(run_id)
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
+        """The driver log from its start. Prefers the State API's log stream (polls the file every
+        0.1 s) over the Jobs API websocket (which sleeps about 2 s between bursts); both replay the
+        log from the beginning on every connection."""
         import aiohttp
 
-        url = self.api.ws_url(f"/api/jobs/{run_id}/logs/tail")
         ssl: Any = None if self.api.verify else False
-        async with (
-            aiohttp.ClientSession(headers=self.api.headers) as session,
-            session.ws_connect(url, ssl=ssl, heartbeat=20) as ws,
-        ):
-            async for msg in ws:
-                if msg.type == aiohttp.WSMsgType.TEXT:
-                    yield msg.data
-                elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
-                    break
+        async with aiohttp.ClientSession(headers=self.api.headers) as session:
+            async with session.get(f"{self.address}/api/jobs/{run_id}", ssl=ssl) as resp:
+                node_id = (await resp.json()).get("driver_node_id") if resp.status == 200 else None
+            if node_id:
+                params = {"node_id": node_id, "filename": f"job-driver-{run_id}.log", "lines": "-1",
+                          "interval": "0.1"}
+                async with session.get(f"{self.address}/api/v0/logs/stream", params=params, ssl=ssl,
+                                       timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as resp:
+                    if resp.status == 200:
+                        import codecs
+
+                        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks split characters
+                        async for chunk in resp.content.iter_any():
+                            yield decoder.decode(chunk)
+                        return
+            async with session.ws_connect(self.api.ws_url(f"/api/jobs/{run_id}/logs/tail"), ssl=ssl,
+                                          heartbeat=20) as ws:
+                async for msg in ws:
+                    if msg.type == aiohttp.WSMsgType.TEXT:
+                        yield msg.data
+                    elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        break
 
 
 def _stderr(message: str) -> None:

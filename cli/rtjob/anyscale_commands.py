@@ -1,0 +1,315 @@
+"""`rtjob compute-config ...` and `rtjob schedule ...`: compute configs and schedules on Anyscale, and
+GitHub Actions workflows for scheduled runs. Only click is imported here; the rest when a command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .errors import EXIT_SUCCEEDED, BadInput
+
+if TYPE_CHECKING:
+    from .backends.anyscale_jobs import AnyscaleBackend
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _backend() -> AnyscaleBackend:
+    from .backends.anyscale_jobs import AnyscaleBackend
+
+    return AnyscaleBackend()
+
+
+def _say(message: str) -> None:
+    click.echo(f"rtjob: {message}", err=True)
+
+
+def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
+    import yaml
+
+    click.echo("\n".join(f"# {line}" for line in header))
+    click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100), nl=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# compute configs
+
+
+def _local_compute_config(name: str, nodes: int | None, group_name: str | None) -> tuple[dict[str, Any], str, str]:
+    """(Anyscale-shaped config, file shown, what was pinned) for compute_configs/NAME.yaml or a path."""
+    from .cost import pinned_compute_config
+    from .project import find_root
+    from .resolve import _pick_group, load_compute_config
+
+    cc, shown = load_compute_config(name, find_root())
+    if nodes is None and group_name is None:
+        return cc.model_dump(exclude_none=True), shown, ""
+    group = _pick_group(cc, group_name, shown)
+    if group is None:
+        raise BadInput(f"{shown}: --nodes needs a worker group to pin, and this compute config has none")
+    count = nodes if nodes is not None else group.min_nodes
+    return pinned_compute_config(cc, group, count), shown, f"{group.label} pinned to {count} node(s)"
+
+
+@click.group("compute-config", context_settings=CONTEXT)
+def compute_config_group() -> None:
+    """Compute configs (compute_configs/*.yaml, Anyscale's schema): show them with their cost, register
+    them with Anyscale. A registered one is used as --compute-config anyscale:NAME[:VERSION]."""
+
+
+@compute_config_group.command("show")
+@click.argument("name")
+@click.option("--nodes", type=click.IntRange(1, 1000), help="Pin the GPU worker group to N nodes (min = max = N).")
+@click.option("--group", "group_name", help="The worker group --nodes pins (default: the first GPU group).")
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def compute_config_show(name: str, nodes: int | None, group_name: str | None, output: str) -> int:
+    """Print compute config NAME as Anyscale receives it, with its estimated cost per hour.
+
+    NAME is compute_configs/NAME.yaml (or a path); anyscale:NAME[:VERSION] reads a registered one.
+    """
+    from .backends.anyscale_jobs import REGISTERED_PREFIX, check_with_anyscale
+    from .cost import compute_config_cost
+    from .output import print_json
+
+    if name.startswith(REGISTERED_PREFIX):
+        if nodes is not None or group_name:
+            raise BadInput(f"{name}: a registered compute config is shown as registered (no --nodes/--group)")
+        data, shown, pinned = _backend().registered_compute_config(name[len(REGISTERED_PREFIX):]), name, ""
+        checked = None
+    else:
+        data, shown, pinned = _local_compute_config(name, nodes, group_name)
+        checked = check_with_anyscale("ComputeConfig", data, shown)
+    cost = compute_config_cost(data)
+    if output == "json":
+        print_json({"name": name, "source": shown, "pinned": pinned or None, "compute_config": data,
+                    "cost": cost.to_json() if cost else None, "checked_with": checked})
+        return EXIT_SUCCEEDED
+    header = [f"compute config {name} ({shown}){', ' + pinned if pinned else ''}"]
+    if cost:
+        header.append(f"cost: {cost.text()}")
+    if checked:
+        header.append(f"checked with {checked}")
+    _print_yaml(data, header)
+    return EXIT_SUCCEEDED
+
+
+@compute_config_group.command("apply")
+@click.argument("name")
+@click.option("--name", "registered_name", help="Name to register it under (default: NAME's file name).")
+@click.option("--nodes", type=click.IntRange(1, 1000), help="Pin the GPU worker group to N nodes first.")
+@click.option("--group", "group_name", help="The worker group --nodes pins (default: the first GPU group).")
+def compute_config_apply(name: str, registered_name: str | None, nodes: int | None, group_name: str | None) -> int:
+    """Register compute config NAME with Anyscale (a new version if the name exists); print its name."""
+    from pathlib import Path
+
+    from .backends.anyscale_jobs import check_with_anyscale
+    from .cost import compute_config_cost
+
+    data, shown, pinned = _local_compute_config(name, nodes, group_name)
+    check_with_anyscale("ComputeConfig", data, shown)
+    target = registered_name or Path(name).stem
+    full_name = _backend().register_compute_config(data, target)
+    cost = compute_config_cost(data)
+    _say(f"registered {shown}{' (' + pinned + ')' if pinned else ''} as {full_name}; "
+         f"use it with --compute-config anyscale:{full_name}")
+    if cost:
+        _say(f"cost: {cost.text()}")
+    click.echo(full_name)
+    return EXIT_SUCCEEDED
+
+
+# ---------------------------------------------------------------------------------------------
+# schedules
+
+
+def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.argument("job"),
+        click.option("--cron", required=True, help="When to run: 5 cron fields, e.g. '0 3 * * 1' (Mondays 03:00)."),
+        click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name."),
+        click.option("--name", help="Schedule name (default: the job's name); apply updates a schedule of this name."),
+        click.option("--nodes", type=click.IntRange(1, 1000), help="Nodes of the job's worker group."),
+        click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a job field."),
+        click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="Add or override an environment variable."),
+        click.option("--storage", help="Where runs write checkpoints: s3://bucket/prefix."),
+        click.option("--compute-config", help="Compute config name (compute_configs/NAME.yaml), path or anyscale:NAME."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, nodes: int | None,
+                      sets: tuple[str, ...], envs: tuple[str, ...], storage: str | None,
+                      compute_config: str | None) -> tuple[Any, Any, dict[str, Any], str, str | None]:
+    """Checks first (cron, time zone: nothing is resolved or sent with a bad one), then the schedule."""
+    from .backends.anyscale_jobs import check_with_anyscale
+    from .project import load_settings
+    from .resolve import Overrides, resolve
+    from .schedule import schedule_config, validate_cron, validate_timezone
+
+    cron = validate_cron(cron)
+    timezone = validate_timezone(timezone)
+    settings = load_settings({"backend": "anyscale", "storage": storage, "compute_config": compute_config})
+    resolved = resolve(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage)
+    be = _backend()
+    request = be.plan(resolved)
+    schedule_name = name or resolved.spec.name
+    schedule = schedule_config(request, schedule_name, cron, timezone)
+    checked = check_with_anyscale("ScheduleConfig", schedule, resolved.job_file)
+    return be, resolved, schedule, schedule_name, checked
+
+
+def _print_schedule(resolved: Any, schedule: dict[str, Any], name: str, checked: str | None, output: str) -> None:
+    from .cost import job_cost
+    from .output import print_json
+    from .schedule import masked_schedule, next_runs
+
+    cost = job_cost(resolved)
+    upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
+    if output == "json":
+        print_json({"name": name, "schedule": masked_schedule(schedule), "next_runs": upcoming,
+                    "cost": cost.to_json() if cost else None, "checked_with": checked, "notes": resolved.notes})
+        return
+    header = [
+        f"schedule {name}: cron '{schedule['cron_expression']}' ({schedule['timezone']}); next: {', '.join(upcoming)}",
+        f"job {resolved.spec.name} ({resolved.job_file}): {resolved.nodes} node(s), {resolved.num_workers} worker(s)",
+    ]
+    if cost:
+        header.append(f"cost per hour of a run: {cost.text()}")
+    header += [f"note: {note}" for note in resolved.notes]
+    if checked:
+        header.append(f"checked with {checked}; `anyscale schedule apply -f FILE` accepts this file")
+    _print_yaml(masked_schedule(schedule), header)
+
+
+@click.group("schedule", context_settings=CONTEXT)
+def schedule_group() -> None:
+    """Scheduled runs: Anyscale schedules (apply, list, pause, resume, trigger, delete), and GitHub Actions
+    workflows for Ray clusters (render --github)."""
+
+
+@schedule_group.command("apply")
+@_schedule_job_options
+@click.option("--dry-run", is_flag=True, help="Print the schedule Anyscale would get; send nothing.")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
+                   envs: tuple[str, ...], storage: str | None, compute_config: str | None, dry_run: bool,
+                   output: str) -> int:
+    """Create or update the Anyscale schedule that runs JOB on --cron."""
+    from .output import print_json
+    from .schedule import next_runs
+
+    be, resolved, schedule, schedule_name, checked = _planned_schedule(
+        job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
+    if dry_run:
+        _print_schedule(resolved, schedule, schedule_name, checked, output)
+        return EXIT_SUCCEEDED
+    schedule_id = be.apply_schedule(schedule)
+    upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
+    if output == "json":
+        print_json({"id": schedule_id, "name": schedule_name, "cron": schedule["cron_expression"],
+                    "timezone": schedule["timezone"], "next_runs": upcoming})
+    else:
+        _say(f"schedule {schedule_name} applied ({schedule_id}): {resolved.spec.name} at "
+             f"'{schedule['cron_expression']}' {schedule['timezone']}; next {upcoming[0]}")
+        click.echo(schedule_id)
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("render")
+@_schedule_job_options
+@click.option("--github", is_flag=True, help="A GitHub Actions workflow (cron + manual trigger) instead.")
+@click.option("--backend", type=click.Choice(["ray", "anyscale"]), default="ray", show_default=True,
+              help="With --github: where the workflow submits.")
+@click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
+              help="With --github: how long the workflow follows the job (rtjob submit --timeout).")
+def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
+                    envs: tuple[str, ...], storage: str | None, compute_config: str | None, github: bool,
+                    backend: str, timeout: str) -> int:
+    """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
+    with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
+    succeeds (for Ray-cluster users: --backend ray, the default)."""
+    if not github:
+        _, resolved, schedule, schedule_name, checked = _planned_schedule(
+            job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
+        _print_schedule(resolved, schedule, schedule_name, checked, "text")
+        return EXIT_SUCCEEDED
+    from .project import find_job_file, find_root
+    from .schedule import github_workflow, validate_cron
+    from .spec import validate_job
+    from .yamlsrc import load_yaml
+
+    cron = validate_cron(cron)
+    if timezone != "UTC":
+        raise BadInput(f"--timezone {timezone!r}: GitHub Actions schedules run in UTC; give --cron in UTC")
+    if sets or envs or storage or compute_config or name:
+        raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
+                       "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
+    path, shown = find_job_file(job, find_root())
+    spec = validate_job(load_yaml(path, shown))  # the job must exist and be valid
+    ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
+    sys.stdout.write(github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout))
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("list")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def schedule_list(output: str) -> int:
+    """List your Anyscale schedules."""
+    from .output import print_json
+
+    rows = _backend().schedules()
+    if output == "json":
+        print_json(rows)
+        return EXIT_SUCCEEDED
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "STATE", "CRON", "TIMEZONE", "JOB", "ID"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["name"], row["state"], row["cron"], row["timezone"], row["job"] or "-", row["id"])
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("pause")
+@click.argument("name")
+def schedule_pause(name: str) -> int:
+    """Pause schedule NAME (no new runs until resumed)."""
+    schedule_id = _backend().set_schedule_state(name, enabled=False)
+    _say(f"schedule {name} paused ({schedule_id})")
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("resume")
+@click.argument("name")
+def schedule_resume(name: str) -> int:
+    """Resume schedule NAME."""
+    schedule_id = _backend().set_schedule_state(name, enabled=True)
+    _say(f"schedule {name} resumed ({schedule_id})")
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("trigger")
+@click.argument("name")
+def schedule_trigger(name: str) -> int:
+    """Start a run of schedule NAME now (rtjob list --backend anyscale shows it)."""
+    schedule_id = _backend().trigger_schedule(name)
+    _say(f"schedule {name} triggered ({schedule_id}); rtjob list --backend anyscale shows the run")
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("delete")
+@click.argument("name")
+def schedule_delete(name: str) -> int:
+    """Delete schedule NAME (runs it started are kept)."""
+    schedule_id = _backend().delete_schedule(name)
+    _say(f"schedule {name} deleted ({schedule_id})")
+    return EXIT_SUCCEEDED

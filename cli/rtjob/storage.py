@@ -1,0 +1,509 @@
+"""Run storage: where a run's checkpoints and metrics live (``s3://bucket/prefix`` or a local folder).
+
+Independent of the backend and of Ray (DESIGN: ``storage.pull(run) / results(run)``): the CLI turns a run
+id into its storage URI through the backend's status, then everything here works on the URI alone.
+boto3 / s3transfer are imported only when an S3 location is opened (the light client's ``s3`` extra).
+
+Credentials come from the standard AWS chain (environment, ``~/.aws``, SSO, instance role); an
+S3-compatible server (MinIO, moto, ...) is named by ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` or
+the job's ``storage_endpoint``. Nothing here ever prints a credential.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .errors import BadInput, RtjobError, Unreachable
+
+# The variables an AWS SDK reads for a custom S3 endpoint, most specific first (boto3, pyarrow/AWS C++).
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+_BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
+
+
+@dataclass(frozen=True)
+class Location:
+    """A storage location: ``s3`` (bucket + key prefix) or ``file`` (an absolute local path)."""
+
+    scheme: str
+    bucket: str
+    path: str  # s3: key prefix without surrounding '/' ('' = the whole bucket); file: absolute path
+
+    @property
+    def uri(self) -> str:
+        if self.scheme == "s3":
+            return f"s3://{self.bucket}/{self.path}" if self.path else f"s3://{self.bucket}"
+        return self.path
+
+    @property
+    def name(self) -> str:
+        """The last path segment (a run's id for a run's location)."""
+        tail = self.path.rstrip("/").rsplit("/", 1)[-1]
+        return tail or self.bucket or "storage"
+
+
+def parse_location(text: str) -> Location:
+    """``s3://bucket/prefix``, ``file:///abs/path`` or a local path; anything else is bad input."""
+    text = text.strip()
+    if text.startswith("s3://"):
+        bucket, _, prefix = text[len("s3://"):].partition("/")
+        if not _BUCKET_RE.match(bucket):
+            raise BadInput(f"{text!r} is not an S3 URI: expected s3://bucket/prefix")
+        return Location("s3", bucket, prefix.strip("/"))
+    if text.startswith("file://"):
+        path = text[len("file://"):]
+        if not path.startswith("/"):
+            raise BadInput(f"{text!r}: a file:// URI needs an absolute path (file:///path)")
+        return Location("file", "", os.path.normpath(path))
+    if "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise BadInput(f"{text!r}: rtjob reads run storage from s3://bucket/prefix or a local path, not {scheme}://")
+    if not text:
+        raise BadInput("an empty storage location")
+    return Location("file", "", os.path.abspath(os.path.expanduser(text)))
+
+
+def endpoint_from_env(env: Mapping[str, str] | None = None) -> str | None:
+    env = os.environ if env is None else env
+    for var in ENDPOINT_VARS:
+        if env.get(var):
+            return env[var]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# What a job needs to reach its storage (used by resolve: pure, no network)
+
+
+@dataclass
+class JobStorageEnv:
+    env: dict[str, str] = field(default_factory=dict)  # variables to add to the job's environment
+    endpoint: str | None = None  # the S3 endpoint the job will use (recorded with the run)
+    notes: list[str] = field(default_factory=list)
+
+
+def job_storage_env(
+    storage_root: str | None,
+    spec_endpoint: str | None,
+    job_env: Mapping[str, str],
+    forward_credentials: bool = False,
+    client_env: Mapping[str, str] | None = None,
+) -> JobStorageEnv:
+    """The S3 endpoint (and, only when asked, the client's AWS credentials) for the job's environment.
+
+    Precedence for the endpoint: the job's own ``AWS_ENDPOINT_URL[_S3]`` (``env_vars`` / ``--env``), then the
+    spec's ``storage_endpoint``, then this client's ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL``. Credentials
+    are never copied unless ``forward_credentials``; variables the job sets itself always win.
+    """
+    client_env = os.environ if client_env is None else client_env
+    out = JobStorageEnv()
+    if storage_root and storage_root.startswith("s3://"):
+        own = endpoint_from_env(job_env)
+        if own:
+            out.endpoint = own
+        elif spec_endpoint:
+            out.env["AWS_ENDPOINT_URL_S3"] = out.endpoint = spec_endpoint
+        else:
+            for var in ENDPOINT_VARS:
+                if client_env.get(var):
+                    out.env[var] = out.endpoint = client_env[var]
+                    break
+    if forward_credentials:
+        creds, region = client_aws_credentials()
+        for var, value in creds.items():
+            if var in job_env:
+                out.notes.append(f"--forward-aws-credentials: the job sets {var} itself; that value is kept")
+            else:
+                out.env[var] = value
+        if region and not (job_env.get("AWS_REGION") or job_env.get("AWS_DEFAULT_REGION")):
+            out.env["AWS_DEFAULT_REGION"] = region
+        if "AWS_SESSION_TOKEN" in creds:
+            out.notes.append("forwarded AWS credentials are temporary (session token): a run that outlives "
+                             "them cannot write its checkpoints; a cluster role is better for long runs")
+    return out
+
+
+def client_aws_credentials() -> tuple[dict[str, str], str | None]:
+    """This client's credentials from the standard AWS chain, as environment variables (and its region)."""
+    try:
+        import botocore.session
+    except ImportError:
+        raise BadInput("--forward-aws-credentials needs boto3: pip install 'rtjob[s3]'") from None
+    session = botocore.session.get_session()
+    try:
+        credentials = session.get_credentials()
+    except Exception as exc:  # a broken profile, an SSO session that expired ...
+        raise BadInput(f"--forward-aws-credentials: cannot read AWS credentials: {type(exc).__name__}") from None
+    if credentials is None:
+        raise BadInput("--forward-aws-credentials: no AWS credentials found (environment, ~/.aws, SSO or "
+                       "instance role)")
+    frozen = credentials.get_frozen_credentials()
+    env = {"AWS_ACCESS_KEY_ID": frozen.access_key, "AWS_SECRET_ACCESS_KEY": frozen.secret_key}
+    if frozen.token:
+        env["AWS_SESSION_TOKEN"] = frozen.token
+    region = session.get_config_variable("region")
+    return env, region
+
+
+def credential_values(env: Mapping[str, str] | None = None) -> list[str]:
+    """Secrets to redact from anything printed: this process's AWS keys (and botocore's, if loaded)."""
+    env = os.environ if env is None else env
+    values = [env[v] for v in CREDENTIAL_VARS if env.get(v)]
+    return [v for v in values if len(v) >= 4]
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing and reading
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    key: str  # the S3 key, or the source file's absolute path
+    rel: str  # the path under the location, '/'-separated (exactly as stored: may be hostile)
+    size: int
+    etag: str  # the S3 ETag (quoted, as listed); local: "<size>-<mtime_ns>"
+
+
+ProgressFn = Callable[[int], None]
+DoneFn = Callable[["RemoteFile", Path, "BaseException | None"], None]
+
+
+class Store:
+    """One storage location: list it, read small files, download files to temporary paths."""
+
+    location: Location
+    refused: list[tuple[str, str]]  # (key, reason) found while listing (e.g. symlinks)
+
+    def describe(self) -> str:
+        return self.location.uri
+
+    def list_files(self) -> list[RemoteFile]:
+        raise NotImplementedError
+
+    def read(self, item: RemoteFile) -> bytes:
+        raise NotImplementedError
+
+    def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        """Write each file to its path (a temporary name); ``on_done`` once per file, from any thread."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return None
+
+
+def open_store(location: Location, endpoint: str | None = None, concurrency: int = 16) -> Store:
+    if location.scheme == "s3":
+        return S3Store(location, endpoint, concurrency)
+    return LocalStore(location, concurrency)
+
+
+class LocalStore(Store):
+    def __init__(self, location: Location, concurrency: int = 8) -> None:
+        self.location = location
+        self.concurrency = max(1, min(concurrency, 16))
+        self.refused = []
+
+    def list_files(self) -> list[RemoteFile]:
+        root = self.location.path
+        if not os.path.isdir(root):
+            raise BadInput(f"{root}: no such folder")
+        files: list[RemoteFile] = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, root)
+            for name in list(dirnames):
+                if os.path.islink(os.path.join(dirpath, name)):
+                    dirnames.remove(name)  # never follow a link out of the run's folder
+                    self.refused.append((_join(rel_dir, name) + "/", "symbolic link"))
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                rel = _join(rel_dir, name)
+                if os.path.islink(path):
+                    self.refused.append((rel, "symbolic link"))
+                    continue
+                st = os.stat(path)
+                files.append(RemoteFile(path, rel, st.st_size, f"{st.st_size}-{st.st_mtime_ns}"))
+        return files
+
+    def read(self, item: RemoteFile) -> bytes:
+        with open(item.key, "rb") as f:
+            return f.read()
+
+    def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def copy(item: RemoteFile, target: Path) -> None:
+            error: BaseException | None = None
+            try:
+                with open(item.key, "rb") as src, open(target, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                        on_progress(len(chunk))
+            except OSError as exc:
+                error = exc
+            on_done(item, target, error)
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="rtjob-copy") as pool:
+            for future in [pool.submit(copy, item, target) for item, target in jobs]:
+                future.result()
+
+
+def _join(rel_dir: str, name: str) -> str:
+    return name if rel_dir in (".", "") else f"{rel_dir.replace(os.sep, '/')}/{name}"
+
+
+# Transfer settings: parts of 16 MiB above 16 MiB (fewer, larger ranged GETs than the CLI's 8 MiB),
+# many requests in flight (checkpoint trees are hundreds of small files: latency-bound, not bandwidth-bound).
+MULTIPART_THRESHOLD = 16 * 1024 * 1024
+MULTIPART_CHUNKSIZE = 16 * 1024 * 1024
+
+
+class S3Store(Store):
+    def __init__(self, location: Location, endpoint: str | None = None, concurrency: int = 16) -> None:
+        self.location = location
+        self.endpoint = endpoint or endpoint_from_env()
+        self.concurrency = concurrency
+        self.refused = []
+        try:
+            import boto3
+            import botocore.config
+        except ImportError:
+            raise BadInput("S3 storage needs boto3: pip install 'rtjob[s3]'") from None
+        config = botocore.config.Config(
+            max_pool_connections=concurrency + 4,
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=60,
+            user_agent_extra="rtjob",
+        )
+        self.client: Any = boto3.session.Session().client("s3", endpoint_url=endpoint or None, config=config)
+
+    def describe(self) -> str:
+        return f"{self.location.uri}" + (f" at {self.endpoint}" if self.endpoint else "")
+
+    def _prefix(self) -> str:
+        return f"{self.location.path}/" if self.location.path else ""
+
+    def list_files(self) -> list[RemoteFile]:
+        prefix = self._prefix()
+        files: list[RemoteFile] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket, Prefix=prefix
+            ):
+                for obj in page.get("Contents", []) or []:
+                    key = obj["Key"]
+                    files.append(RemoteFile(key, key[len(prefix):], int(obj["Size"]), str(obj.get("ETag", ""))))
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+        return files
+
+    def read(self, item: RemoteFile) -> bytes:
+        try:
+            body = self.client.get_object(Bucket=self.location.bucket, Key=item.key)["Body"]
+            return bytes(body.read())
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+
+    def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        from s3transfer.manager import TransferConfig, TransferManager
+        from s3transfer.subscribers import BaseSubscriber
+
+        class Subscriber(BaseSubscriber):
+            def __init__(self, item: RemoteFile, target: Path) -> None:
+                self.item, self.target = item, target
+
+            def on_queued(self, future: Any, **kwargs: Any) -> None:
+                # Size and ETag from the listing: no HEAD per file, and every ranged GET of a large file
+                # carries If-Match, so a file rewritten mid-pull fails instead of mixing two versions.
+                future.meta.provide_transfer_size(self.item.size)
+                if self.item.etag:
+                    future.meta.provide_object_etag(self.item.etag)
+
+            def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+                on_progress(bytes_transferred)
+
+            def on_done(self, future: Any, **kwargs: Any) -> None:
+                error: BaseException | None = None
+                try:
+                    future.result()
+                except BaseException as exc:  # reported per file; the pull goes on with the rest
+                    error = exc
+                on_done(self.item, self.target, error)
+
+        config = TransferConfig(
+            multipart_threshold=MULTIPART_THRESHOLD,
+            multipart_chunksize=MULTIPART_CHUNKSIZE,
+            max_request_concurrency=self.concurrency,
+            max_submission_concurrency=4,
+            max_io_queue_size=1000,
+            io_chunksize=256 * 1024,
+            num_download_attempts=3,
+        )
+        manager = TransferManager(self.client, config)
+        futures = []
+        try:
+            for item, target in jobs:
+                futures.append(manager.download(self.location.bucket, item.key, str(target),
+                                                subscribers=[Subscriber(item, target)]))
+            for future in futures:
+                with contextlib.suppress(Exception):  # already reported through on_done
+                    future.result()
+        except BaseException:
+            manager.shutdown(cancel=True)
+            raise
+        manager.shutdown()
+
+
+_DENIED = {"AccessDenied", "AllAccessDisabled", "403", "Forbidden"}
+_AUTH = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+         "InvalidClientTokenId", "AuthorizationHeaderMalformed"}
+
+
+def s3_error(exc: BaseException, store: S3Store) -> RtjobError:
+    """One line, exit 3 for storage that cannot be reached or read; never a credential in it."""
+    import botocore.exceptions as bex
+
+    where = store.describe()
+    if isinstance(exc, RtjobError):
+        return exc
+    if isinstance(exc, bex.NoCredentialsError):
+        return Unreachable(f"{where}: no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                           "AWS_PROFILE, or use an instance role)")
+    if isinstance(exc, bex.ClientError):
+        error = exc.response.get("Error", {}) or {}
+        code = str(error.get("Code", ""))
+        message = _one_line(str(error.get("Message") or code))
+        if code == "NoSuchBucket":
+            return Unreachable(f"bucket {store.location.bucket!r} does not exist"
+                               + (f" at {store.endpoint}" if store.endpoint else ""))
+        if code in _DENIED:
+            return Unreachable(f"access denied to {where}: {message}")
+        if code in _AUTH:
+            return Unreachable(f"authentication failed for {where} ({code}): {message}")
+        return Unreachable(f"{where}: {code}: {message}")
+    if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
+        return Unreachable(f"cannot reach the S3 endpoint {store.endpoint or 'of AWS'} ({where})")
+    if isinstance(exc, bex.BotoCoreError):
+        return Unreachable(f"{where}: {_one_line(str(exc))}")
+    if isinstance(exc, OSError):
+        return Unreachable(f"{where}: {_one_line(str(exc))}")
+    return RtjobError(f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+
+
+def describe_error(exc: BaseException) -> str:
+    """A short, credential-free description of a per-file transfer error."""
+    import botocore.exceptions as bex
+
+    if isinstance(exc, bex.ClientError):
+        error = exc.response.get("Error", {}) or {}
+        return f"{error.get('Code', 'error')}: {_one_line(str(error.get('Message', '')))}"
+    return f"{type(exc).__name__}: {_one_line(str(exc))}"
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return (lines[0] if lines else "")[:300]
+
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint folders and their metrics
+
+
+CHECKPOINT_PREFIX = "checkpoint_"
+METRICS_FILE = "metrics.json"
+DEFAULT_METRIC = "val_loss"
+# Metrics that are better when larger, for `best:METRIC` without an explicit min|max.
+_MAX_WORDS = ("acc", "accuracy", "f1", "precision", "recall", "auc", "samples_per_s", "throughput", "score")
+
+
+def natural_key(name: str) -> list[Any]:
+    """checkpoint_epoch_0009 < checkpoint_epoch_0010; timestamps sort as text."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
+
+
+def checkpoint_of(rel: str) -> str | None:
+    """The checkpoint folder a file belongs to (its first segment, if that is ``checkpoint_*``)."""
+    head, sep, _ = rel.partition("/")
+    return head if sep and head.startswith(CHECKPOINT_PREFIX) else None
+
+
+def default_mode(metric: str) -> str:
+    return "max" if any(word in metric.lower() for word in _MAX_WORDS) else "min"
+
+
+@dataclass(frozen=True)
+class CheckpointChoice:
+    kind: str  # latest | best | all
+    metric: str = DEFAULT_METRIC
+    mode: str = "min"
+
+    def text(self) -> str:
+        return f"best:{self.metric}:{self.mode}" if self.kind == "best" else self.kind
+
+
+def parse_checkpoint_choice(text: str) -> CheckpointChoice:
+    parts = text.strip().split(":")
+    kind = parts[0].lower()
+    if kind in ("latest", "all") and len(parts) == 1:
+        return CheckpointChoice(kind)
+    if kind == "best" and len(parts) <= 3:
+        metric = parts[1] if len(parts) > 1 and parts[1] else DEFAULT_METRIC
+        mode = parts[2].lower() if len(parts) > 2 else default_mode(metric)
+        if mode not in ("min", "max"):
+            raise BadInput(f"--checkpoint {text}: the mode must be min or max, not {mode!r}")
+        return CheckpointChoice("best", metric, mode)
+    raise BadInput(f"--checkpoint {text!r}: expected latest, all or best[:METRIC[:min|max]] (e.g. best:val_loss:min)")
+
+
+def last_metrics(data: Any) -> dict[str, Any] | None:
+    """A checkpoint's own metrics from its metrics.json: the last entry of the history (or the object)."""
+    if isinstance(data, list) and data and isinstance(data[-1], dict):
+        return data[-1]
+    if isinstance(data, dict):
+        return data
+    return None
+
+
+def read_json_files(store: Store, items: Iterable[RemoteFile]) -> dict[str, Any]:
+    """Small JSON files read concurrently: rel → parsed value (unreadable or invalid ones are left out)."""
+    import json
+    from concurrent.futures import ThreadPoolExecutor
+
+    items = list(items)
+    out: dict[str, Any] = {}
+    lock = threading.Lock()
+
+    def one(item: RemoteFile) -> None:
+        try:
+            value = json.loads(store.read(item))
+        except (ValueError, UnicodeDecodeError):
+            return
+        with lock:
+            out[item.rel] = value
+
+    if items:
+        with ThreadPoolExecutor(min(8, len(items)), thread_name_prefix="rtjob-read") as pool:
+            for future in [pool.submit(one, item) for item in items]:
+                future.result()
+    return out
+
+
+def find_history(files: Iterable[RemoteFile]) -> RemoteFile | None:
+    """The file holding a run's whole metrics history: a run-level metrics.json, else the newest checkpoint's."""
+    by_ckpt: dict[str, RemoteFile] = {}
+    for item in files:
+        if item.rel == METRICS_FILE:
+            return item
+        ckpt = checkpoint_of(item.rel)
+        if ckpt and item.rel == f"{ckpt}/{METRICS_FILE}":
+            by_ckpt[ckpt] = item
+    if not by_ckpt:
+        return None
+    return by_ckpt[max(by_ckpt, key=natural_key)]
