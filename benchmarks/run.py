@@ -651,6 +651,34 @@ def guarded(names: list[str], func: Callable[[Context], list[Row]], ctx: Context
     return rows
 
 
+def _rows(dicts: list[dict[str, str]] | list[tuple[str, ...]]) -> list[Row]:
+    return [Row(**d) if isinstance(d, dict) else Row(*d) for d in dicts]
+
+
+def bench_fsdp_memory(ctx: Context) -> list[Row]:
+    """Issue 3: FSDP2 vs DDP parameter + optimizer memory per rank (benchmarks/training_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.training_bench import fsdp_vs_ddp_memory
+
+    return _rows(fsdp_vs_ddp_memory())
+
+
+def bench_train_throughput(ctx: Context) -> list[Row]:
+    """Issue 3: Ray Train DDP vs torchrun DDP on the same model and batch (benchmarks/ddp_vs_torchrun.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.ddp_vs_torchrun import bench_ddp_vs_torchrun
+
+    return _rows(bench_ddp_vs_torchrun(python=PYTHON))
+
+
+def bench_pull(ctx: Context) -> list[Row]:
+    """Issue 4: `rtjob pull` vs the peer on a checkpoint tree served by a loopback S3 server."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.pull_bench import run_pull_bench
+
+    return _rows(run_pull_bench(notes=ctx.notes))
+
+
 def machine() -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
@@ -754,6 +782,9 @@ def main() -> int:
                 for name in names:
                     if name not in done:
                         rows.append(Row(name, f"failed: embedded cluster: {exc}", "—", "—", "—", "**FAILED**"))
+        rows += guarded(["5. FSDP2 vs DDP memory per rank"], bench_fsdp_memory, ctx)
+        rows += guarded(["6. Ray Train DDP vs torchrun DDP in-loop samples/s"], bench_train_throughput, ctx)
+        rows += guarded(["7. `rtjob pull` vs `aws s3 cp --recursive`"], bench_pull, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows.sort(key=lambda r: r.measurement)  # 1, 2, 3, 4a.. whatever order they ran in

@@ -20,6 +20,8 @@ from torch.nn import functional as F
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# Backward pass + optimizer step for one batch's loss, for engines that own both (DeepSpeed).
+StepFn = Callable[[torch.Tensor], None]
 
 
 @dataclass(frozen=True)
@@ -38,23 +40,38 @@ class EpochStats:
 def train_epoch(
     model: nn.Module,
     loader: Batches,
-    optimizer: torch.optim.Optimizer,
+    optimizer: torch.optim.Optimizer | None,
     device: torch.device,
     loss_fn: LossFn = F.cross_entropy,
+    step: StepFn | None = None,
 ) -> EpochStats:
-    return _run_epoch(model, loader, device, loss_fn, optimizer)
+    """``optimizer`` steps after ``loss.backward()``; or pass ``optimizer=None, step=fn``."""
+    if step is None:
+        if optimizer is None:
+            raise ValueError("train_epoch needs an optimizer or a step function")
+        step = _optimizer_step(optimizer)
+    return _run_epoch(model, loader, device, loss_fn, step)
+
+
+def _optimizer_step(optimizer: torch.optim.Optimizer) -> StepFn:
+    def step(loss: torch.Tensor) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+
+    return step
 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn = F.cross_entropy) -> EpochStats:
-    return _run_epoch(model, loader, device, loss_fn, optimizer=None)
+    return _run_epoch(model, loader, device, loss_fn, step=None)
 
 
 def _run_epoch(
     model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn,
-    optimizer: torch.optim.Optimizer | None,
+    step: StepFn | None,
 ) -> EpochStats:
-    model.train(optimizer is not None)
+    model.train(step is not None)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # Accumulate on the device so the loop never forces a host sync per batch.
@@ -67,10 +84,8 @@ def _run_epoch(
         targets = targets.to(device, non_blocking=True)
         outputs = model(inputs)
         loss = loss_fn(outputs, targets)  # batch mean, used for the gradient
-        if optimizer is not None:
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
+        if step is not None:
+            step(loss)
         batch = targets.size(0)
         loss_sum += loss.detach().double() * batch
         correct += (outputs.argmax(dim=1) == targets).sum()

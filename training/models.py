@@ -6,9 +6,11 @@ from collections.abc import Callable
 
 from torch import nn
 
+from training.vit import DEFAULT_VIT_SIZE, vit
+
 
 def resnet18(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
-    """torchvision ResNet18 with its stem rebuilt for ``in_channels`` (1 for MNIST)."""
+    """torchvision ResNet18 with its stem rebuilt for ``in_channels`` (1 for MNIST, 3 for CIFAR-10)."""
     from torchvision.models import resnet18 as tv_resnet18
 
     model = tv_resnet18(weights=None, num_classes=num_classes)
@@ -16,12 +18,18 @@ def resnet18(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
     return model
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18}
+MODELS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18, "vit": vit}
 
 
-def build_model(name: str = "resnet18", in_channels: int = 1, num_classes: int = 10) -> nn.Module:
+def build_model(
+    name: str = "resnet18", in_channels: int = 1, num_classes: int = 10, *,
+    image_size: int = 28, vit_size: str = DEFAULT_VIT_SIZE,
+) -> nn.Module:
+    """``image_size`` and ``vit_size`` shape the ViT; ResNet18 adapts to any image size."""
     try:
         factory = MODELS[name]
     except KeyError:
         raise ValueError(f"unknown model {name!r}; choose one of {', '.join(MODELS)}") from None
+    if name == "vit":
+        return factory(in_channels=in_channels, num_classes=num_classes, image_size=image_size, size=vit_size)
     return factory(in_channels=in_channels, num_classes=num_classes)

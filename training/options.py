@@ -14,6 +14,7 @@ from typing import TypeVar
 
 from training.data import DATASETS
 from training.models import MODELS
+from training.vit import DEFAULT_VIT_SIZE, VIT_SIZES
 
 _N = TypeVar("_N", int, float)
 _TRUE = {"1", "true", "yes", "on"}
@@ -65,9 +66,14 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--lr", type=float, default=0.001, help="Adam learning rate")
     group.add_argument("--model", choices=sorted(MODELS), default="resnet18")
     group.add_argument(
+        "--vit-size", choices=list(VIT_SIZES), default=DEFAULT_VIT_SIZE,
+        help="ViT size for --model vit: tiny (0.08M params), small (1.8M), base (14.3M, the "
+        "workshop's CIFAR-10 ViT), large (85M)",
+    )
+    group.add_argument(
         "--dataset", choices=DATASETS, default="mnist",
-        help="mnist downloads real MNIST (needs internet once per node); "
-        "synthetic generates digit-like data offline",
+        help="mnist / fashionmnist / cifar10 download the real dataset (needs internet once per "
+        "node); synthetic (1x28x28 digit-like) and synthetic-cifar10 (3x32x32) are generated offline",
     )
     group.add_argument(
         "--data-dir", default=os.environ.get("RTJOB_DATA_DIR"),

@@ -13,6 +13,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 
 import ray
 import ray.train
@@ -56,9 +57,7 @@ def train_loop_per_worker(config: dict) -> None:
     )
 
     device = ray.train.torch.get_device()
-    model = ray.train.torch.prepare_model(
-        build_model(config["model"], in_channels=data.IN_CHANNELS, num_classes=data.NUM_CLASSES)
-    )
+    model = ray.train.torch.prepare_model(model_for(config))
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     last_epoch, history = checkpoint.restore(model, optimizer, device)
     epochs = config["epochs"]
@@ -85,29 +84,48 @@ def train_loop_per_worker(config: dict) -> None:
         checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.ray_ddp", description="Ray Train DDP (ResNet18, MNIST or synthetic digits)"
+def model_for(config: dict) -> torch.nn.Module:
+    """The config's model, shaped for its dataset's images (1x28x28 or 3x32x32)."""
+    channels, image_size = data.input_shape(config["dataset"])
+    return build_model(
+        config["model"], in_channels=channels, num_classes=data.NUM_CLASSES,
+        image_size=image_size, vit_size=config.get("vit_size", "base"),
     )
+
+
+def parse_args(
+    argv: list[str] | None = None, *, prog: str = "python -m training.ray_ddp",
+    description: str = "Ray Train DDP (ResNet18 or ViT; MNIST, FashionMNIST, CIFAR-10 or synthetic data)",
+    add_strategy_args: Callable[[argparse.ArgumentParser], None] | None = None, kind: str = "ddp",
+) -> argparse.Namespace:
+    """Flags of a Ray Train entrypoint; other strategies add theirs with ``add_strategy_args``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
     try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
         options.add_training_args(parser)
         options.add_ray_args(parser)
     except ValueError as exc:
         parser.error(str(exc))
+    if add_strategy_args is not None:
+        add_strategy_args(parser)
     args = parser.parse_args(argv)
     args.storage_path = options.resolve_storage_path(args.storage_path)
-    args.run_name = args.run_name or f"rtjob-ddp-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    args.run_name = args.run_name or f"rtjob-{kind}-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
     return args
 
 
-def build_trainer(args: argparse.Namespace) -> ray.train.torch.TorchTrainer:
+def build_trainer(
+    args: argparse.Namespace, train_loop: Callable[[dict], None] = train_loop_per_worker,
+    extra_config: dict | None = None,
+) -> ray.train.torch.TorchTrainer:
+    """A TorchTrainer for ``train_loop`` (other strategies pass theirs, plus their own config)."""
     config = {
         key: getattr(args, key)
-        for key in ("epochs", "global_batch_size", "lr", "model", "dataset", "data_dir",
+        for key in ("epochs", "global_batch_size", "lr", "model", "vit_size", "dataset", "data_dir",
                     "train_size", "val_size", "seed")
     }
+    config.update(extra_config or {})
     return ray.train.torch.TorchTrainer(
-        train_loop_per_worker,
+        train_loop,
         train_loop_config=config,
         scaling_config=ray.train.ScalingConfig(
             num_workers=args.num_workers,
@@ -138,12 +156,18 @@ def failure_summary(error: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    return fit(args, build_trainer(args))
+
+
+def fit(args: argparse.Namespace, trainer: ray.train.torch.TorchTrainer) -> int:
+    """Run ``trainer``; print the run, a one-line failure or the result. Returns the exit code."""
     print(f"RUN: name={args.run_name} storage={args.storage_path or '~/ray_results'} "
           f"workers={args.num_workers} use_gpu={args.use_gpu} cpus_per_worker={args.cpus_per_worker} "
-          f"dataset={args.dataset} epochs={args.epochs} global_batch_size={args.global_batch_size}",
+          f"model={args.model} dataset={args.dataset} epochs={args.epochs} "
+          f"global_batch_size={args.global_batch_size}",
           flush=True)
     try:
-        result = build_trainer(args).fit()
+        result = trainer.fit()
     except ray.train.TrainingFailedError as error:
         ray.shutdown()  # flush the workers' forwarded logs first, so ERROR is the last line
         print(f"ERROR: training failed: {failure_summary(error)}", file=sys.stderr, flush=True)

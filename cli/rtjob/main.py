@@ -246,7 +246,7 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
         else:
             click.echo(info.id)
         return EXIT_SUCCEEDED
-    return _follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True)
+    return _follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True, request=request)
 
 
 def _json(info: RunInfo) -> dict[str, Any]:
@@ -256,14 +256,17 @@ def _json(info: RunInfo) -> dict[str, Any]:
 
 
 def _follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | None, stop_on_interrupt: bool,
-                       logs: bool) -> int:
+                       logs: bool, request: Any = None) -> int:
     from .follow import follow
     from .output import duration, print_json, say
+    from .retries import follow_with_retries
 
     log_out = (sys.stdout if output == "text" else sys.stderr) if logs else None
     try:
-        info = follow(be, run_id, out=log_out, timeout_s=timeout_s,
-                      on_status=lambda i: say(f"{i.id}: {i.status.value}") if not i.status.terminal else None)
+        # Ray: a run whose driver was lost is resubmitted while the job's max_retries allows (retries.py).
+        info = follow_with_retries(
+            be, run_id, follow=follow, out=log_out, timeout_s=timeout_s, say=say, local=request,
+            on_status=lambda i: say(f"{i.id}: {i.status.value}") if not i.status.terminal else None)
     except KeyboardInterrupt:
         if stop_on_interrupt:
             say(f"interrupted: stopping {run_id} ...")
@@ -308,11 +311,31 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     be = _run_backend(backend, address, headers, no_verify_tls)
     info = be.status(run_id)
     cost = finished_run_cost(be, info)  # duration × the rate of its cluster, once it has ended
+    attempts, attempts_text = _attempts(be, run_id)
     if output == "json":
-        print_json({**_json(info), "cost": cost})
+        print_json({**_json(info), "cost": cost, **attempts})
     else:
-        click.echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else ""))
+        line = f"\nattempts:    {attempts_text}" if attempts_text else ""
+        click.echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
+
+
+def _attempts(be: Backend, run_id: str) -> tuple[dict[str, Any], str | None]:
+    """Ray: the run's attempts (rtjob's job-level retries) as JSON fields and a text line; none elsewhere."""
+    from . import retries
+
+    if not retries.supports_retries(be):
+        return {}, None
+    chain = retries.attempts(be, run_id)  # type: ignore[arg-type]
+    data = be.api.job(run_id) or {}  # type: ignore[attr-defined]
+    allowed = retries.max_retries_of(data)
+    meta = data.get("metadata") or {}
+    fields = {
+        "attempt": int(meta.get(retries.META_ATTEMPT, 1)),
+        "parent": meta.get(retries.META_PARENT),
+        "attempts": [a.to_json() for a in chain],
+    }
+    return fields, retries.describe(chain, allowed) if len(chain) > 1 or allowed else None
 
 
 @cli.command(name="list", epilog=EXIT_CODES_HELP)

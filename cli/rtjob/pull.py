@@ -26,9 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import BadInput, RtjobError
+from .errors import BadInput, RtjobError, Unreachable
 from .storage import (
+    MANIFEST,
     METRICS_FILE,
+    PARTIAL_SUFFIX,
     CheckpointChoice,
     Location,
     RemoteFile,
@@ -37,14 +39,12 @@ from .storage import (
     checkpoint_of,
     describe_error,
     find_history,
+    is_denial,
     last_metrics,
     natural_key,
     open_store,
     read_json_files,
 )
-
-PARTIAL_SUFFIX = ".rtjob-partial"
-MANIFEST = ".rtjob-pull.jsonl"
 
 
 def unsafe_reason(rel: str) -> str | None:
@@ -463,17 +463,17 @@ def _execute(plan: PullPlan, dest: Path, progress: Progress | None) -> PullRepor
 
     def on_done(file: RemoteFile, tmp: Path, error: BaseException | None) -> None:
         item, target = by_tmp[tmp]
-        problem = describe_error(error) if error is not None else None
+        code, problem = describe_error(error) if error is not None else ("", None)
         if problem is None:
             try:
                 size = os.path.getsize(tmp)
                 if size != file.size:
-                    problem = f"size mismatch: got {size} bytes, the listing says {file.size}"
+                    code, problem = "SizeMismatch", f"size mismatch: got {size} bytes, the listing says {file.size}"
                 else:
                     os.replace(tmp, target)
                     manifest.record(item, os.stat(target))
             except OSError as exc:
-                problem = f"{type(exc).__name__}: {exc.strerror or exc}"
+                code, problem = type(exc).__name__, f"{type(exc).__name__}: {exc.strerror or exc}"
         if problem is not None:
             with contextlib.suppress(OSError):
                 os.remove(tmp)
@@ -482,7 +482,7 @@ def _execute(plan: PullPlan, dest: Path, progress: Progress | None) -> PullRepor
                 report.downloaded += 1
                 report.bytes_downloaded += file.size
             else:
-                report.failed.append({"key": printable(file.key), "error": problem})
+                report.failed.append({"key": printable(file.key), "error": problem, "code": code})
 
     if jobs:
         if progress is not None:
@@ -506,6 +506,11 @@ def _execute(plan: PullPlan, dest: Path, progress: Progress | None) -> PullRepor
                     tmp.unlink()
     else:
         manifest.close(dest)
+    if report.failed and not report.downloaded and all(is_denial(f.get("code", "")) for f in report.failed):
+        # Listing was allowed but reading is not: that is a denial, not a flaky transfer (one line, exit 3).
+        first = report.failed[0]
+        raise Unreachable(f"access denied reading {store.describe()} ({len(report.failed)} file(s)): "
+                          f"{first['error']}")
     return report
 
 

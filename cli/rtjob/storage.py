@@ -25,6 +25,9 @@ from .errors import BadInput, RtjobError, Unreachable
 # The variables an AWS SDK reads for a custom S3 endpoint, most specific first (boto3, pyarrow/AWS C++).
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+# rtjob pull's own bookkeeping in a destination folder (never taken from storage).
+PARTIAL_SUFFIX = ".rtjob-partial"
+MANIFEST = ".rtjob-pull.jsonl"
 _BUCKET_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 
 
@@ -213,7 +216,7 @@ class LocalStore(Store):
     def list_files(self) -> list[RemoteFile]:
         root = self.location.path
         if not os.path.isdir(root):
-            raise BadInput(f"{root}: no such folder")
+            raise BadInput(f"{root}: no such folder" if not os.path.exists(root) else f"{root}: not a folder")
         files: list[RemoteFile] = []
         for dirpath, dirnames, filenames in os.walk(root):
             rel_dir = os.path.relpath(dirpath, root)
@@ -222,6 +225,8 @@ class LocalStore(Store):
                     dirnames.remove(name)  # never follow a link out of the run's folder
                     self.refused.append((_join(rel_dir, name) + "/", "symbolic link"))
             for name in filenames:
+                if name == MANIFEST or PARTIAL_SUFFIX in name:
+                    continue  # a folder rtjob pulled into: its bookkeeping is not part of the run
                 path = os.path.join(dirpath, name)
                 rel = _join(rel_dir, name)
                 if os.path.islink(path):
@@ -397,14 +402,22 @@ def s3_error(exc: BaseException, store: S3Store) -> RtjobError:
     return RtjobError(f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
 
 
-def describe_error(exc: BaseException) -> str:
-    """A short, credential-free description of a per-file transfer error."""
-    import botocore.exceptions as bex
-
+def describe_error(exc: BaseException) -> tuple[str, str]:
+    """(code, short credential-free description) of a per-file transfer error."""
+    try:
+        import botocore.exceptions as bex
+    except ImportError:  # local storage: an OSError
+        return type(exc).__name__, f"{type(exc).__name__}: {_one_line(str(exc))}"
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {}) or {}
-        return f"{error.get('Code', 'error')}: {_one_line(str(error.get('Message', '')))}"
-    return f"{type(exc).__name__}: {_one_line(str(exc))}"
+        code = str(error.get("Code", "error"))
+        return code, f"{code}: {_one_line(str(error.get('Message', '')))}"
+    return type(exc).__name__, f"{type(exc).__name__}: {_one_line(str(exc))}"
+
+
+def is_denial(code: str) -> bool:
+    """An error code that means these credentials may not read this storage."""
+    return code in _DENIED or code in _AUTH
 
 
 def _one_line(text: str) -> str:

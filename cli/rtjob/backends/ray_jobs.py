@@ -111,6 +111,8 @@ class RayJobsBackend:
             metadata[META_STORAGE] = job.storage_uri
             if job.storage_endpoint:  # so `rtjob pull ID` finds an S3-compatible server by itself
                 metadata[META_STORAGE_ENDPOINT] = job.storage_endpoint
+        if job.spec.max_retries:  # rtjob resubmits a run whose driver was lost (cli/rtjob/retries.py)
+            metadata["rtjob.max_retries"] = str(job.spec.max_retries)
         for key, value in job.spec.tags.items():
             metadata[f"tag.{key}"] = value
         return RayJobRequest(self.address, job.run_id, entrypoint, runtime_env, metadata, 0, job)

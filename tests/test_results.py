@@ -1,0 +1,160 @@
+"""`rtjob results`: the metrics history the training entrypoints write, as a table, JSON, a plot, and several
+runs side by side; from a pulled folder, a run folder in storage, or s3:// (moto on loopback). No cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import base_env, rtjob
+from s3_server import S3Server, threaded_server
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def history(val_losses: list[float], speed: float = 400.0) -> list[dict[str, float]]:
+    return [{"epoch": e, "epoch_time_s": 10.0 + e, "train_loss": 2.0 / e, "train_accuracy": 0.3 + e / 10,
+             "train_samples_per_s": speed + e, "val_loss": v, "val_accuracy": 0.5 + e / 10}
+            for e, v in enumerate(val_losses, start=1)]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    return base_env(tmp_path / "home", AWS_EC2_METADATA_DISABLED="true")
+
+
+def pulled(root: Path, name: str, rows: list[dict[str, float]]) -> Path:
+    """The layout `rtjob pull` leaves: DIR/metrics.json + the checkpoint folder."""
+    run = root / name
+    (run / "checkpoint_epoch_0003").mkdir(parents=True)
+    (run / "metrics.json").write_text(json.dumps(rows))
+    (run / "checkpoint_epoch_0003" / "metrics.json").write_text(json.dumps(rows))
+    return run
+
+
+def stored(root: Path, name: str, rows: list[dict[str, float]]) -> Path:
+    """The layout in storage: only checkpoint_*/metrics.json, each with the history so far."""
+    run = root / name
+    for epoch in range(1, len(rows) + 1):
+        ckpt = run / f"checkpoint_epoch_{epoch:04d}"
+        ckpt.mkdir(parents=True)
+        (ckpt / "metrics.json").write_text(json.dumps(rows[:epoch]))
+    return run
+
+
+def test_one_run_as_a_table_json_and_plot(env, tmp_path):
+    rows = history([0.9, 0.45, 0.5])
+    run = pulled(tmp_path, "run-a", rows)
+    proc = rtjob("results", str(run), env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    for title in ("EPOCH", "TRAIN LOSS", "VAL LOSS", "ACCURACY", "SAMPLES/S", "TIME"):
+        assert title in out
+    assert "0.4500" in out and "401.0" in out and "13.0s" in out and "1.0000" in out  # train loss 2/2
+    assert "best val loss 0.4500 at epoch 2" in out
+
+    proc = rtjob("results", str(run), "--output", "json", env=env)
+    data = json.loads(proc.stdout)
+    assert data[0]["history"] == rows and data[0]["label"] == "run-a"
+    assert data[0]["summary"]["best_epoch"] == 2 and data[0]["summary"]["epochs"] == 3
+
+    for suffix in ("png", "svg"):
+        plot = tmp_path / f"curves.{suffix}"
+        proc = rtjob("results", str(run), "--plot", str(plot), env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert f"plot: {plot}" in proc.stderr
+        head = plot.read_bytes()[:100]
+        assert head.startswith(PNG) if suffix == "png" else b"<svg" in plot.read_bytes()[:2000]
+
+
+def test_several_runs_side_by_side_from_pulled_and_stored_layouts(env, tmp_path):
+    a = pulled(tmp_path / "pulled", "run-a", history([0.9, 0.45, 0.5]))
+    b = stored(tmp_path / "storage", "run-b", history([0.8, 0.6, 0.35, 0.3], speed=800.0))
+    plot = tmp_path / "compare.png"
+    proc = rtjob("results", str(a), str(b), "--plot", str(plot), env=env)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "run-a" in out and "run-b" in out and "summary" in out
+    assert "0.4500 (2)" in out and "0.3000 (4)" in out  # best val loss (epoch) per run
+    assert "0.4500 / 0.7000" in out  # epoch 2 of run-a: val loss / accuracy
+    epoch4 = next(line for line in out.splitlines() if line.strip().startswith("4 "))
+    assert "-" in epoch4 and "0.3000 / 0.9000" in epoch4  # run-a had no epoch 4
+    assert plot.read_bytes()[:8] == PNG
+
+    # The stored layout: the newest checkpoint holds the whole history.
+    data = json.loads(rtjob("results", str(b), "--output", "json", env=env).stdout)
+    assert [row["epoch"] for row in data[0]["history"]] == [1, 2, 3, 4]
+    # The same folder twice gets distinct labels.
+    data = json.loads(rtjob("results", str(a), str(a), "--output", "json", env=env).stdout)
+    assert [d["label"] for d in data] == ["run-a", "run-a (2)"]
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with threaded_server() as server:
+        server.client().create_bucket(Bucket="results-tests")
+        yield server
+
+
+def test_results_read_from_s3_without_pulling(s3, env):
+    rows = history([0.7, 0.5])
+    client = s3.client()
+    for epoch in (1, 2):
+        client.put_object(Bucket="results-tests", Key=f"runs/job/r1/checkpoint_epoch_{epoch:04d}/metrics.json",
+                          Body=json.dumps(rows[:epoch]).encode())
+        client.put_object(Bucket="results-tests", Key=f"runs/job/r1/checkpoint_epoch_{epoch:04d}/model.pt",
+                          Body=b"w" * 1000)
+    env = {**env, **s3.env()}
+    proc = rtjob("results", "s3://results-tests/runs/job/r1", "--output", "json", env=env)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)[0]
+    assert data["history"] == rows and data["label"] == "r1"
+    assert data["source"] == "s3://results-tests/runs/job/r1/checkpoint_epoch_0002/metrics.json"
+    assert s3.secret_key not in proc.stdout + proc.stderr
+
+
+def test_bad_inputs_are_one_line_exit_2(env, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = pulled(tmp_path, "run", history([0.5]))
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "metrics.json").write_text("{not json")
+    cases = [
+        (("results", str(empty)), "no metrics history"),
+        (("results", str(broken)), "cannot read the metrics history"),
+        (("results", str(run), "--plot", str(tmp_path / "plot.txt")), "must end in"),
+        (("results", str(run), "--plot", str(tmp_path / "nowhere" / "p.png")), "does not exist"),
+        (("results", "gs://bucket/run"), "gs://"),
+    ]
+    for args, words in cases:
+        proc = rtjob(*args, env=env)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and words in lines[0], (args, proc.stderr)
+    assert rtjob("results", env=env).returncode == 2  # at least one run
+
+
+def test_the_training_history_has_the_columns_results_reads():
+    """training/ writes what `rtjob results` reads: EpochStats fields with train_/val_ prefixes + epoch_time_s."""
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO))
+    from rtjob.results import COLUMNS
+
+    from training.loop import EpochStats
+
+    fields = {f.name for f in dataclasses.fields(EpochStats)}
+    written = {"epoch", "epoch_time_s"} | {f"train_{f}" for f in fields} | {f"val_{f}" for f in fields}
+    assert {key for key, _, _ in COLUMNS} <= written
+    # Every entrypoint that keeps a history builds its rows the same way (epoch, epoch_time_s, train_*, val_*).
+    writers = [p for p in (REPO / "training").glob("*.py") if "history.append(" in p.read_text()]
+    assert any(p.name == "ray_ddp.py" for p in writers)
+    for path in writers:
+        source = path.read_text()
+        assert '"epoch_time_s"' in source and 'as_dict("train_")' in source and 'as_dict("val_")' in source, path

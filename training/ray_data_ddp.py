@@ -1,0 +1,361 @@
+"""Ray Train DDP fed by Ray Data: ``python -m training.ray_data_ddp [flags]`` from the project root.
+
+Instead of every worker loading the whole dataset and keeping its ``DistributedSampler``
+share (``training.ray_ddp``), the driver builds one Ray Dataset and Ray Train streams a
+shard of it to each worker (``ray.train.get_dataset_shard``), batched by
+``iter_torch_batches``. Sources:
+
+* ``--dataset mnist|synthetic`` (default): the torchvision download (once, on the driver's
+  node) or the offline synthetic digits, turned into an in-memory Ray Dataset;
+* ``--data-uri URI``: a local path or ``s3://`` location of Parquet files or of an image folder
+  (``<class>/<image>.png``; the class folder name is the label). Parquet needs a ``label`` column
+  and an ``image`` column holding encoded images (PNG/JPEG bytes, or Hugging Face's
+  ``{bytes, path}`` struct) or pixel arrays (uint8 0-255 are normalised like MNIST, floats are
+  taken as normalised). If the location has ``train/`` and ``val/`` sub-folders they are the two
+  splits; otherwise ``--val-fraction`` of it is held out for validation.
+
+Training shards are equal (every worker runs the same number of steps, as DDP requires);
+validation shards are not padded or trimmed, so every validation row is counted exactly once.
+Checkpoints, resume and metrics are those of ``training.ray_ddp``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import ray
+import ray.train
+import ray.train.torch
+import torch
+
+from training import checkpoint, data, loop, options
+from training.models import build_model
+from training.ray_ddp import failure_summary
+
+log = logging.getLogger(__name__)  # worker lines via logging: Ray Train V2 doubles print() (see ray_ddp)
+
+IMAGE, LABEL = "image", "label"
+BLOCKS = 8  # blocks of an in-memory dataset: enough to split and stream, few enough to be cheap
+
+
+class SplitConfig(ray.train.DataConfig):
+    """Train: equal shards (same number of steps on every worker, or DDP hangs). Val: every row once."""
+
+    def configure(self, datasets: dict, world_size: int, worker_handles: Any, worker_node_ids: Any,
+                  **kwargs: Any) -> list[dict]:
+        output: list[dict] = [{} for _ in range(world_size)]
+        for name, ds in datasets.items():
+            ds = ds.copy(ds)
+            ds.context.execution_options = self._resolve_execution_options(name)
+            hints = worker_node_ids if self._enable_shard_locality else None
+            for i, split in enumerate(ds.streaming_split(world_size, equal=(name == "train"), locality_hints=hints)):
+                output[i][name] = split
+        return output
+
+
+# --- building the datasets (driver) ------------------------------------------------
+
+
+def from_tensors(dataset: torch.utils.data.TensorDataset) -> ray.data.Dataset:
+    """An in-memory TensorDataset of normalised images as a Ray Dataset (image tensor + label columns)."""
+    import pyarrow as pa
+    from ray.data.extensions import ArrowTensorArray
+
+    x, y = dataset.tensors
+    tables = []
+    for xs, ys in zip(np.array_split(x.numpy(), BLOCKS), np.array_split(y.numpy(), BLOCKS), strict=True):
+        tables.append(pa.table({IMAGE: ArrowTensorArray.from_numpy(np.ascontiguousarray(xs)), LABEL: pa.array(ys)}))
+    return ray.data.from_arrow(tables)
+
+
+def _normalise(pixels: np.ndarray) -> np.ndarray:
+    """(N, 28, 28) / (N, 784) / (N, 1, 28, 28) pixels -> (N, 1, 28, 28) float32, MNIST-normalised."""
+    images = pixels.reshape(len(pixels), data.IN_CHANNELS, data.IMAGE_SIZE, data.IMAGE_SIZE)
+    if images.dtype == np.uint8:
+        return ((images.astype(np.float32) / 255.0 - data.MNIST_MEAN) / data.MNIST_STD).astype(np.float32)
+    return images.astype(np.float32)
+
+
+def _decode(encoded: bytes) -> np.ndarray:
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(encoded)).convert("L")
+    if image.size != (data.IMAGE_SIZE, data.IMAGE_SIZE):
+        image = image.resize((data.IMAGE_SIZE, data.IMAGE_SIZE))
+    return np.asarray(image, dtype=np.uint8)
+
+
+def decode_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Parquet rows -> normalised image tensors and int64 labels."""
+    column = batch[IMAGE]
+    first = column[0] if len(column) else None
+    if isinstance(first, dict):  # Hugging Face image feature: {"bytes": ..., "path": ...}
+        pixels = np.stack([_decode(item["bytes"]) for item in column])
+    elif isinstance(first, (bytes, bytearray)):
+        pixels = np.stack([_decode(item) for item in column])
+    elif column.dtype == object:  # variable-length lists of pixel values
+        pixels = np.stack([np.asarray(item) for item in column])
+    else:
+        pixels = column
+    return {IMAGE: _normalise(np.asarray(pixels)), LABEL: np.asarray(batch[LABEL], dtype=np.int64)}
+
+
+def label_from_folder(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    labels = [int(os.path.basename(os.path.dirname(path))) for path in batch["path"]]
+    return {IMAGE: _normalise(np.asarray(batch[IMAGE])), LABEL: np.asarray(labels, dtype=np.int64)}
+
+
+def _filesystem(uri: str) -> tuple[Any, str]:
+    import pyarrow.fs as pafs
+
+    if "://" in uri:
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+
+
+def _format_of(uri: str) -> str:
+    """'parquet' if any *.parquet file lies under ``uri``, else 'images'."""
+    import pyarrow.fs as pafs
+
+    fs, path = _filesystem(uri)
+    infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
+    if not infos:
+        raise FileNotFoundError(f"--data-uri {uri}: nothing there")
+    return "parquet" if any(i.path.endswith(".parquet") for i in infos) else "images"
+
+
+def read_location(uri: str, fmt: str) -> ray.data.Dataset:
+    fmt = _format_of(uri) if fmt == "auto" else fmt
+    if fmt == "parquet":
+        parquet = ray.data.read_parquet(uri).select_columns([IMAGE, LABEL])
+        return parquet.map_batches(decode_batch, batch_format="numpy")
+    images = ray.data.read_images(uri, mode="L", size=(data.IMAGE_SIZE, data.IMAGE_SIZE), include_paths=True)
+    return images.map_batches(label_from_folder, batch_format="numpy")
+
+
+def split_locations(uri: str) -> tuple[str, str | None]:
+    """``(train, val)``: ``uri/train`` and ``uri/val`` if both exist, else ``(uri, None)``."""
+    import pyarrow.fs as pafs
+
+    fs, path = _filesystem(uri)
+    sub = {name: fs.get_file_info(f"{path.rstrip('/')}/{name}").type for name in ("train", "val")}
+    if all(kind == pafs.FileType.Directory for kind in sub.values()):
+        base = uri.rstrip("/")
+        return f"{base}/train", f"{base}/val"
+    return uri, None
+
+
+def build_datasets(args: argparse.Namespace) -> tuple[ray.data.Dataset, ray.data.Dataset, str]:
+    """``(train, val, description)`` on the driver."""
+    if args.data_uri is None:
+        train_set, val_set = data.load_datasets(args.dataset, args.data_dir, args.train_size, args.val_size, args.seed)
+        return (from_tensors(train_set), from_tensors(val_set),
+                data.describe(args.dataset, len(train_set), len(val_set), args.data_dir))
+    train_uri, val_uri = split_locations(args.data_uri)
+    train = read_location(train_uri, args.data_format)
+    if val_uri is not None:
+        val = read_location(val_uri, args.data_format)
+    else:
+        train, val = train.train_test_split(test_size=args.val_fraction, shuffle=True, seed=args.seed)
+    if args.train_size:
+        train = train.limit(args.train_size)
+    if args.val_size:
+        val = val.limit(args.val_size)
+    where = f"{train_uri} + {val_uri}" if val_uri else f"{train_uri} ({args.val_fraction:g} held out for validation)"
+    return train, val, f"DATA: Ray Data from {where}"
+
+
+# --- the workers --------------------------------------------------------------------
+
+
+def _batches(iterator: Any, batch_size: int, seed: int | None = None, shuffle: int | None = None) -> Iterator:
+    for batch in iterator.iter_torch_batches(
+        batch_size=batch_size, dtypes={IMAGE: torch.float32, LABEL: torch.int64},
+        local_shuffle_buffer_size=shuffle, local_shuffle_seed=seed,
+    ):
+        yield batch[IMAGE], batch[LABEL]
+
+
+def evaluate_shard(model: torch.nn.Module, batches: Iterator, device: torch.device) -> loop.EpochStats:
+    """Evaluate this rank's validation shard, which may be any size, even empty.
+
+    A DDP module's forward can be a collective (it broadcasts buffers such as BatchNorm's
+    running statistics from rank 0), so ranks with different batch counts would hang. Instead
+    every rank takes rank 0's buffers once and evaluates the plain module.
+    """
+    module = checkpoint.unwrap(model)
+    if torch.distributed.is_initialized():
+        for buffer in module.buffers():
+            torch.distributed.broadcast(buffer, src=0)
+    return loop.evaluate(module, batches, device)
+
+
+def train_loop_per_worker(config: dict) -> None:
+    torch.set_num_threads(1)  # workers share a node's cores (see training.ray_ddp)
+    context = ray.train.get_context()
+    rank, world_size = context.get_world_rank(), context.get_world_size()
+    torch.manual_seed(config["seed"])
+    batch_size = max(1, config["global_batch_size"] // world_size)
+    if rank == 0:
+        log.info(config["describe"])
+        log.info(f"DATA: {world_size} workers x batch {batch_size} per step, streamed by Ray Data "
+                 "(get_dataset_shard + iter_torch_batches)")
+    train_shard = ray.train.get_dataset_shard("train")
+    val_shard = ray.train.get_dataset_shard("val")
+
+    device = ray.train.torch.get_device()
+    model = ray.train.torch.prepare_model(
+        build_model(config["model"], in_channels=data.IN_CHANNELS, num_classes=data.NUM_CLASSES)
+    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    last_epoch, history = checkpoint.restore(model, optimizer, device)
+    epochs = config["epochs"]
+    if rank == 0 and last_epoch:
+        todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
+        log.info(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}")
+
+    for epoch in range(last_epoch + 1, epochs + 1):
+        start = time.perf_counter()
+        # A different local shuffle every epoch (and per rank), reproducible from the seed.
+        seed = config["seed"] * 1000 + epoch * 10 + rank
+        train_stats = loop.train_epoch(
+            model, _batches(train_shard, batch_size, seed, config["shuffle_buffer"]), optimizer, device
+        )
+        val_stats = evaluate_shard(model, _batches(val_shard, batch_size), device)
+        seconds = time.perf_counter() - start
+        metrics = {
+            "epoch": epoch, "epoch_time_s": seconds,
+            **train_stats.as_dict("train_"), **val_stats.as_dict("val_"),
+        }
+        history.append(metrics)
+        if rank == 0:
+            log.info(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+        checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
+
+
+# --- driver -------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.ray_data_ddp",
+        description="Ray Train DDP fed by Ray Data (ResNet18; MNIST, synthetic digits, Parquet or an image folder)",
+    )
+    try:
+        options.add_training_args(parser)
+        options.add_ray_args(parser)
+        group = parser.add_argument_group("ray data")
+        group.add_argument("--data-uri", help="Parquet files or an image folder (local path or s3://); "
+                           "default: --dataset through Ray Data")
+        group.add_argument("--data-format", choices=["auto", "parquet", "images"], default="auto")
+        group.add_argument("--val-fraction", type=float, default=0.1,
+                           help="held out for validation when --data-uri has no train/ and val/ folders")
+        group.add_argument("--shuffle-buffer", type=options.positive_int, default=256,
+                           help="rows in each worker's local shuffle buffer")
+        group.add_argument("--materialize", action=argparse.BooleanOptionalAction, default=None,
+                           help="read and decode all data before training starts instead of streaming it "
+                           "(default: only when the training workers take every CPU of the cluster, which "
+                           "would leave Ray Data's read tasks none and hang)")
+    except ValueError as exc:
+        parser.error(str(exc))
+    args = parser.parse_args(argv)
+    args.storage_path = options.resolve_storage_path(args.storage_path)
+    args.run_name = args.run_name or f"rtjob-data-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return args
+
+
+def must_materialize(args: argparse.Namespace) -> bool:
+    """Streaming reads need a CPU beside the training workers; without one, read everything first."""
+    if args.materialize is not None:
+        return bool(args.materialize)
+    spare = ray.cluster_resources().get("CPU", 0.0) - args.num_workers * args.cpus_per_worker
+    if args.data_uri is not None and spare < 1:
+        print(f"DATA: the {args.num_workers} training workers take every CPU of the cluster, leaving Ray Data "
+              "none to read with while they train: reading and decoding the data first (--materialize)", flush=True)
+        return True
+    return False
+
+
+def build_trainer(args: argparse.Namespace) -> ray.train.torch.TorchTrainer:
+    train, val, describe = build_datasets(args)
+    if must_materialize(args):
+        train, val = train.materialize(), val.materialize()
+    config = {key: getattr(args, key) for key in ("epochs", "global_batch_size", "lr", "model", "seed",
+                                                   "shuffle_buffer")}
+    config["describe"] = describe
+    return ray.train.torch.TorchTrainer(
+        train_loop_per_worker,
+        train_loop_config=config,
+        datasets={"train": train, "val": val},
+        dataset_config=SplitConfig(),
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=args.num_workers, use_gpu=args.use_gpu, resources_per_worker={"CPU": args.cpus_per_worker},
+        ),
+        run_config=ray.train.RunConfig(
+            name=args.run_name,
+            storage_path=args.storage_path,
+            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=args.keep_checkpoints),
+            failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
+            logging_config=ray.train.LoggingConfig(log_level=args.train_log_level),
+        ),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    source = args.data_uri or args.dataset
+    print(f"RUN: name={args.run_name} storage={args.storage_path or '~/ray_results'} workers={args.num_workers} "
+          f"use_gpu={args.use_gpu} cpus_per_worker={args.cpus_per_worker} data={source} epochs={args.epochs} "
+          f"global_batch_size={args.global_batch_size} max_failures={args.max_failures}", flush=True)
+    ray.init(log_to_driver=True)
+    context = ray.data.DataContext.get_current()
+    context.enable_progress_bars = False  # one line per epoch, not progress bars
+    context.print_on_execution_start = False  # nor two lines per dataset execution
+    try:
+        result = build_trainer(args).fit()
+    except (data.DatasetUnavailable, FileNotFoundError) as error:
+        ray.shutdown()
+        print(f"ERROR: {error}", file=sys.stderr, flush=True)
+        return 1
+    except ray.train.TrainingFailedError as error:
+        ray.shutdown()
+        print(f"ERROR: training failed: {failure_summary(error)}", file=sys.stderr, flush=True)
+        return 1
+    ray.shutdown()
+    print(f"RESULT: metrics={json.dumps(result.metrics, sort_keys=True)}", flush=True)
+    print(f"RESULT: checkpoint={result.checkpoint.path if result.checkpoint else None}", flush=True)
+    print(f"RESULT: run_dir={result.path}", flush=True)
+    return 0
+
+
+def export_parquet(dataset: torch.utils.data.TensorDataset, folder: str, rows_per_file: int = 512) -> None:
+    """Write a normalised TensorDataset as Parquet (PNG bytes + label), the layout --data-uri reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    os.makedirs(folder, exist_ok=True)
+    x, y = dataset.tensors
+    pixels = ((x * data.MNIST_STD + data.MNIST_MEAN).clamp(0, 1) * 255).round().to(torch.uint8).squeeze(1).numpy()
+    for part, start in enumerate(range(0, len(pixels), rows_per_file)):
+        encoded = []
+        for image in pixels[start:start + rows_per_file]:
+            buffer = io.BytesIO()
+            Image.fromarray(image, mode="L").save(buffer, format="PNG")
+            encoded.append(buffer.getvalue())
+        table = pa.table({IMAGE: pa.array(encoded, pa.binary()),
+                          LABEL: pa.array(y[start:start + rows_per_file].numpy(), pa.int64())})
+        pq.write_table(table, os.path.join(folder, f"part-{part:05d}.parquet"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
