@@ -198,6 +198,35 @@ def test_repull_skips_unchanged_files_and_fetches_changed_ones(s3, cli, tmp_path
     assert fifth["downloaded"] == 1 and target.read_bytes() == files["checkpoint_epoch_0001/model.pt"]
 
 
+def test_a_file_rewritten_between_listing_and_download_fails_instead_of_mixing_versions(s3, env, tmp_path,
+                                                                                          monkeypatch):
+    """Every GET carries the listed ETag (If-Match), on both paths: one GET per small file (rtjob's pool) and
+    ranged GETs of a large one (s3transfer). A file rewritten after the listing is reported, not written."""
+    from rtjob import storage
+    from rtjob.pull import pull
+
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    prefix = "runs/ddp/r-rewritten"
+    big = storage.MULTIPART_THRESHOLD + 1024
+    files = {"checkpoint_epoch_0001/model.pt": os.urandom(1000), "checkpoint_epoch_0001/big.bin": os.urandom(big),
+             "checkpoint_epoch_0001/state.json": b'{"epoch": 1}'}
+    upload(s3, prefix, files)
+    client = s3.client()
+
+    def rewrite(plan: Any) -> None:  # after the listing, before any GET
+        for rel in ("checkpoint_epoch_0001/model.pt", "checkpoint_epoch_0001/big.bin"):
+            client.put_object(Bucket=BUCKET, Key=f"{prefix}/{rel}", Body=os.urandom(len(files[rel])))
+
+    dest = tmp_path / "dest"
+    report = pull(storage.parse_location(f"s3://{BUCKET}/{prefix}"), dest, storage.parse_checkpoint_choice("all"),
+                  on_plan=rewrite)
+    failed = sorted(item["key"].rsplit("/", 1)[-1] for item in report.failed)
+    assert failed == ["big.bin", "model.pt"], report.failed
+    assert report.exit_code == 1 and report.downloaded == 1
+    assert local_files(dest) == {"checkpoint_epoch_0001/state.json": b'{"epoch": 1}'} and not partials(dest)
+
+
 def test_multipart_etags_are_checked_without_a_record(s3, tmp_path):
     """Objects uploaded in parts have ETag md5(part md5s)-N: a local copy is still recognised."""
     from boto3.s3.transfer import TransferConfig

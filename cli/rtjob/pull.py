@@ -1,7 +1,9 @@
 """``rtjob pull``: a run's checkpoints and its metrics history from storage into a local folder.
 
-- Concurrent: s3transfer (boto3's transfer manager) with sizes and ETags from the listing (no HEAD per file);
-  local storage is copied by a thread pool.
+- Concurrent: large files through s3transfer (boto3's transfer manager, concurrent ranged GETs), small ones by
+  one GET each on a thread pool beside it; sizes and ETags come from the listing (no HEAD per file) and every
+  GET carries the listed ETag (If-Match), so a file rewritten mid-pull fails instead of landing half-old.
+  Local storage is copied by a thread pool.
 - Resumable: every finished file is recorded in ``DIR/.rtjob-pull.jsonl`` (key, size, ETag, local mtime), so a
   re-pull skips it without reading it; a file with no record is skipped when its size and content hash (the
   S3 ETag, or a byte comparison for local storage) match. A download is written to ``NAME.rtjob-partial`` and
