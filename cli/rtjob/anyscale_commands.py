@@ -279,37 +279,23 @@ def schedule_list(output: str) -> int:
     return EXIT_SUCCEEDED
 
 
-@schedule_group.command("pause")
-@click.argument("name")
-def schedule_pause(name: str) -> int:
-    """Pause schedule NAME (no new runs until resumed)."""
-    schedule_id = _backend().set_schedule_state(name, enabled=False)
-    _say(f"schedule {name} paused ({schedule_id})")
-    return EXIT_SUCCEEDED
+def _schedule_action(command: str, doc: str, act: Callable[[Any, str], str], done: str) -> None:
+    """``rtjob schedule COMMAND NAME``: one backend call on the schedule, then one line (``done``)."""
+
+    @schedule_group.command(command, help=doc)
+    @click.argument("name")
+    def action(name: str) -> int:
+        schedule_id = act(_backend(), name)
+        _say(f"schedule {name} " + done.format(id=schedule_id))
+        return EXIT_SUCCEEDED
 
 
-@schedule_group.command("resume")
-@click.argument("name")
-def schedule_resume(name: str) -> int:
-    """Resume schedule NAME."""
-    schedule_id = _backend().set_schedule_state(name, enabled=True)
-    _say(f"schedule {name} resumed ({schedule_id})")
-    return EXIT_SUCCEEDED
-
-
-@schedule_group.command("trigger")
-@click.argument("name")
-def schedule_trigger(name: str) -> int:
-    """Start a run of schedule NAME now (rtjob list --backend anyscale shows it)."""
-    schedule_id = _backend().trigger_schedule(name)
-    _say(f"schedule {name} triggered ({schedule_id}); rtjob list --backend anyscale shows the run")
-    return EXIT_SUCCEEDED
-
-
-@schedule_group.command("delete")
-@click.argument("name")
-def schedule_delete(name: str) -> int:
-    """Delete schedule NAME (runs it started are kept)."""
-    schedule_id = _backend().delete_schedule(name)
-    _say(f"schedule {name} deleted ({schedule_id})")
-    return EXIT_SUCCEEDED
+_schedule_action("pause", "Pause schedule NAME (no new runs until resumed).",
+                 lambda backend, name: backend.set_schedule_state(name, enabled=False), "paused ({id})")
+_schedule_action("resume", "Resume schedule NAME.",
+                 lambda backend, name: backend.set_schedule_state(name, enabled=True), "resumed ({id})")
+_schedule_action("trigger", "Start a run of schedule NAME now (rtjob list --backend anyscale shows it).",
+                 lambda backend, name: backend.trigger_schedule(name),
+                 "triggered ({id}); rtjob list --backend anyscale shows the run")
+_schedule_action("delete", "Delete schedule NAME (runs it started are kept).",
+                 lambda backend, name: backend.delete_schedule(name), "deleted ({id})")
