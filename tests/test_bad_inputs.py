@@ -122,6 +122,16 @@ CASES = [
     pytest.param(job("name: x\nentrypoint: y\ncompute_config: g5-4xlarge\nresources_per_worker:\n  gpus: 2\n",
                      "--backend", "ray", "--address", NOWHERE, expect=("jobs/bad.yaml", "GPU=2", "g5.4xlarge")),
                  id="worker-can-never-fit"),
+    # A bad name is blamed on where it came from (the flag, the variable), not on the job file.
+    pytest.param(flags("--compute-config", "g5-4xlarg", expect=(
+        "error: flag --compute-config: unknown compute config 'g5-4xlarg'", "did you mean 'g5-4xlarge'?")),
+        id="compute-config-flag-missing"),
+    pytest.param(flags(env={"RTJOB_COMPUTE_CONFIG": "nope"}, expect=(
+        "error: env RTJOB_COMPUTE_CONFIG: unknown compute config 'nope'", "g5-4xlarge")),
+        id="compute-config-env-missing"),
+    pytest.param(flags("--compute-config", "anyscale:big-gpus", expect=(
+        "error: flag --compute-config: compute config 'anyscale:big-gpus' is registered on Anyscale",
+        "--backend anyscale")), id="registered-compute-config-off-anyscale"),
     # -- --set / --env / --nodes / --timeout ----------------------------------------------------------------
     pytest.param(flags("--set", "foo", cmd="submit", expect=("--set 'foo'", "KEY.PATH=VALUE")), id="set-without-equals"),
     pytest.param(flags("--set", "args..x=1", expect=("--set", "empty segment", "'args..x'")), id="set-empty-segment"),

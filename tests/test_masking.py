@@ -42,6 +42,7 @@ PUBLIC = {"WANDB_PROJECT": "visible-project-name", "WANDB_MODE": "offline"}
 HEADER_TOKEN = "xyz"  # --header 'Authorization: Bearer xyz'
 API_KEY_HEADER = "hdr-api-key-31337"
 RAY_TOKEN = "ray-auth-token-from-env-0badc0de"
+URL_PASSWORD = "url-pass-word-5e5e5e"  # --address http://alice:URL_PASSWORD@127.0.0.1:9
 
 SECRET_JOB = "\n".join([
     "name: secretive",
@@ -55,7 +56,7 @@ SECRET_JOB = "\n".join([
 ])
 PLAIN_JOB = "name: plain\nentrypoint: python train.py\n"
 ALL_SECRETS = [*YAML_SECRETS.values(), LOCAL_PROFILE_SECRET[1], *FLAG_SECRETS.values(), API_KEY_HEADER, RAY_TOKEN,
-               "Bearer xyz", "hunter2", "hunter3"]
+               "Bearer xyz", "hunter2", "hunter3", URL_PASSWORD]
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +79,11 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
         "flag-text": (["render", "plain", *flag_env, *ray, *headers], env),
         "flag-json": (["render", "plain", *flag_env, *ray, *headers, "--output", "json"], env),
         "token-text": (["render", "plain", *ray], {**env, "RAY_AUTH_TOKEN": RAY_TOKEN}),
+        "url-text": (["render", "plain", *ray, "--address", f"http://alice:{URL_PASSWORD}@127.0.0.1:9"], env),
+        "url-json": (["render", "plain", *ray, "--address", f"http://alice:{URL_PASSWORD}@127.0.0.1:9",
+                      "--output", "json"], env),
+        "url-unreachable": (["status", "some-run", "--backend", "ray",
+                             "--address", f"http://alice:{URL_PASSWORD}@127.0.0.1:9"], env),
         # Malformed flags must not echo the value they carry.
         "bad-header": (["render", "plain", "--header", f"Authorization Bearer {HEADER_TOKEN}"], env),
         "bad-env": (["render", "plain", "--env", f"DB_PASSWORD {FLAG_SECRETS['DB_PASSWORD']}"], env),
@@ -108,7 +114,8 @@ def _equivalent(text: str) -> list[str]:
     return shlex.split(line)
 
 
-@pytest.mark.parametrize("name", ["yaml-text", "yaml-json", "flag-text", "flag-json", "token-text"])
+@pytest.mark.parametrize("name", ["yaml-text", "yaml-json", "flag-text", "flag-json", "token-text", "url-text",
+                                  "url-json"])
 def test_no_secret_anywhere_in_render_output(out, name: str):
     stdout = _ok(out[name])
     assert PUBLIC["WANDB_PROJECT"] in stdout  # non-secret values are shown
@@ -201,6 +208,34 @@ def test_public_values_and_empty_values():
     assert not is_secret("HARMLESS", "AKIA-not-a-key")
     assert not is_secret("HARMLESS", "mnist")
     assert mask_mapping({"MY_TOKEN": ""}) == {"MY_TOKEN": ""}  # nothing to hide
+
+
+def test_a_password_in_the_address_becomes_a_masked_basic_auth_header(out):
+    """user:password@ in --address: sent as 'Authorization: Basic', shown nowhere (render, JSON, --explain,
+    the equivalent command, an error line)."""
+    import base64
+
+    text = _ok(out["url-text"])
+    assert "backend:   ray  http://127.0.0.1:9\n" in text
+    assert f"http://alice:{MASK}@127.0.0.1:9" in text  # --explain shows where the address came from, masked
+    command = _equivalent(text)
+    assert command[command.index("--address") + 1] == NOWHERE
+    assert json.loads(command[command.index("--headers") + 1]) == {"Authorization": MASK}
+    data = json.loads(_ok(out["url-json"]))
+    assert data["address"] == NOWHERE and data["headers"] == {"Authorization": MASK}
+    assert data["explain"]["address"]["value"] == f"http://alice:{MASK}@127.0.0.1:9"
+    failed = out["url-unreachable"]
+    assert failed.returncode == 3 and failed.stderr.count("\n") == 1, failed.stderr
+    _assert_no_secret(failed)
+    assert base64.b64encode(f"alice:{URL_PASSWORD}".encode()).decode() not in str(out)
+
+    from rtjob.backends.ray_http import split_credentials
+    from rtjob.masking import mask_url
+
+    assert split_credentials("http://bob:p%40ss@head:8265") == (
+        "http://head:8265", "Basic " + base64.b64encode(b"bob:p@ss").decode())
+    assert split_credentials("head:8265") == ("head:8265", None)
+    assert mask_url("see https://u:pw@h:1/x and http://h:2") == f"see https://u:{MASK}@h:1/x and http://h:2"
 
 
 def test_secret_values_and_redact():

@@ -92,9 +92,13 @@ def test_shipped_jobs_validate():
         validate_compute_config(parse_yaml(path.read_text(), path.name))
 
 
-def test_env_var_numbers_are_taken_as_text_but_mappings_are_not():
-    spec = validate_job(parse_yaml("name: a\nentrypoint: b\nenv_vars:\n  OMP_NUM_THREADS: 4\n  RATIO: 0.5\n", "j.yaml"))
+def test_env_var_and_tag_numbers_are_taken_as_text_but_mappings_are_not():
+    spec = validate_job(parse_yaml("name: a\nentrypoint: b\nenv_vars:\n  OMP_NUM_THREADS: 4\n  RATIO: 0.5\n"
+                                   "tags:\n  priority: 1\n  team: ml\n", "j.yaml"))
     assert spec.env_vars == {"OMP_NUM_THREADS": "4", "RATIO": "0.5"}
+    assert spec.tags == {"priority": "1", "team": "ml"}
+    with pytest.raises(BadInput, match=r"j\.yaml:4: tags\.owner"):
+        validate_job(parse_yaml("name: a\nentrypoint: b\ntags:\n  owner: [a, b]\n", "j.yaml"))
     with pytest.raises(BadInput, match=r"j\.yaml:4: env_vars\.B"):
         validate_job(parse_yaml("name: a\nentrypoint: b\nenv_vars:\n  B:\n    c: 1\n", "j.yaml"))
 

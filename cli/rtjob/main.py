@@ -120,6 +120,14 @@ def _resolve(job: str, settings: Settings, nodes: int | None, sets: tuple[str, .
     return resolve(job, settings, overrides, storage_flag=storage)
 
 
+def _shown_setting(key: str, value: Any) -> Any:
+    from .masking import mask_url
+
+    if key == "headers":
+        return "(masked)"
+    return mask_url(value) if isinstance(value, str) else value
+
+
 def _print_render(backend: Backend, request: Any, job: Any, settings: Settings, output: str, explain: bool,
                   warnings: list[str]) -> None:
     from .cost import job_cost
@@ -142,7 +150,7 @@ def _print_render(backend: Backend, request: Any, job: Any, settings: Settings, 
             "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
         }
         if explain:
-            data["explain"] = {k: {"value": s.value if k != "headers" else "(masked)", "source": s.source}
+            data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
                                for k, s in settings.values.items()}
         data["notes"] = job.notes + warnings
         print_json(data)
@@ -162,7 +170,7 @@ def _print_render(backend: Backend, request: Any, job: Any, settings: Settings, 
     if explain:
         lines.append("settings:")
         for key, setting in settings.values.items():
-            value = "(masked)" if key == "headers" else setting.value
+            value = _shown_setting(key, setting.value)
             lines.append(f"  {key:<15} {value!s:<40} from {setting.source}")
     import json
 

@@ -33,6 +33,14 @@ def secret_values(values: Mapping[str, str]) -> list[str]:
     return [str(v) for k, v in values.items() if v and len(str(v)) >= 4 and is_secret(k, str(v))]
 
 
+_URL_PASSWORD = re.compile(r"(://[^/@\s:]*:)[^/@\s]*@")
+
+
+def mask_url(text: str) -> str:
+    """``http://user:pass@host`` → ``http://user:****@host`` (a password in an address is shown nowhere)."""
+    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text)
+
+
 def redact(text: str, secrets: Iterable[str]) -> str:
     for secret in sorted(set(secrets), key=len, reverse=True):
         if secret:

@@ -195,16 +195,25 @@ def resolve(
     spec, shown = load_job(ref, root, backend, overrides)
     notes: list[str] = []
 
-    cc_name = settings.get("compute_config") if settings.source("compute_config").startswith("flag") else None
-    cc_name = cc_name or spec.compute_config or settings.get("compute_config")
+    # Precedence: --compute-config > the job's compute_config > RTJOB_COMPUTE_CONFIG / [tool.rtjob]; an error
+    # names where the name came from (the flag, the job file, the variable), not always the job file.
+    cc_source = settings.source("compute_config")
+    cc_name = settings.get("compute_config") if cc_source.startswith("flag") else None
+    if cc_name:
+        referrer = f"{cc_source}: "
+    elif spec.compute_config:
+        cc_name, referrer = spec.compute_config, f"{shown}: "
+    else:
+        cc_name = settings.get("compute_config")
+        referrer = f"{cc_source}: " if cc_name else ""
     cc: ComputeConfig | None = None
     cc_shown: str | None = None
     if cc_name and cc_name.startswith(REGISTERED_PREFIX):
         # A compute config registered on Anyscale (anyscale:NAME[:VERSION]) is used there as it is.
-        if backend == "ray":
-            raise BadInput(f"{shown}: compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
+        if backend != "anyscale":
+            raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
     elif cc_name:
-        cc, cc_shown = load_compute_config(cc_name, root, f"{shown}: ")
+        cc, cc_shown = load_compute_config(cc_name, root, referrer)
 
     rpw = spec.resources_per_worker
     group: WorkerGroup | None = None

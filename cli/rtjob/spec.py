@@ -69,7 +69,7 @@ class JobSpec(_Strict):
     env_vars: dict[str, EnvValue] = Field(default_factory=dict)
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[int, Field(gt=0)] | None = None
-    tags: dict[str, str] = Field(default_factory=dict)
+    tags: dict[str, EnvValue] = Field(default_factory=dict)
     cloud: str | None = None
     project: str | None = None
 

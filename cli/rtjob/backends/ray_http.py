@@ -31,6 +31,24 @@ def normalize_address(address: str) -> str:
     return address
 
 
+def split_credentials(address: str) -> tuple[str, str | None]:
+    """``http://user:pass@host:8265`` → (``http://host:8265``, an ``Authorization: Basic`` value).
+
+    A dashboard behind a proxy with basic auth: the credentials travel as a header, so the address that
+    rtjob prints (in errors, render, the equivalent command) never holds them."""
+    from urllib.parse import unquote, urlsplit, urlunsplit
+
+    parts = urlsplit(address if "://" in address else f"http://{address}")
+    if "@" not in parts.netloc:
+        return address, None
+    import base64
+
+    userinfo, host = parts.netloc.rsplit("@", 1)
+    user, _, password = userinfo.partition(":")
+    basic = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
+    return urlunsplit(parts._replace(netloc=host)), f"Basic {basic}"
+
+
 def discover_token() -> str | None:
     """Ray's token sources, in Ray's order: RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token."""
     token = os.environ.get("RAY_AUTH_TOKEN")

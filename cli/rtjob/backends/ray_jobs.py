@@ -13,7 +13,7 @@ from .. import precheck
 from ..errors import BadInput, RtjobError, Unreachable
 from ..masking import MASK, mask_mapping, redact, secret_values
 from .base import RunInfo, RunStatus, SubmitResult, iso_time
-from .ray_http import RayJobsAPI, discover_token
+from .ray_http import RayJobsAPI, discover_token, split_credentials
 
 if TYPE_CHECKING:  # resolve (pydantic, the schema) is imported by the commands that resolve a job
     from ..project import Settings
@@ -77,6 +77,11 @@ class RayJobsBackend:
         address = settings.get("address")
         if not address:
             raise BadInput("backend 'ray' needs an address: --address, RAY_ADDRESS or [tool.rtjob] address")
+        address, basic = split_credentials(address)
+        if basic is not None:
+            if any(k.lower() == "authorization" for k in headers):
+                raise BadInput("the address holds user:password@ and an Authorization header is set too: give one")
+            headers["Authorization"] = basic
         if not any(k.lower() == "authorization" for k in headers):
             token = discover_token()
             if token:
@@ -145,11 +150,15 @@ class RayJobsBackend:
     def equivalent_command(self, request: RayJobRequest) -> str:
         rendered = self.render(request)["submit_job"]
         parts = []
-        if self._has_auth:
+        auth = next((v for k, v in self.api.headers.items() if k.lower() == "authorization"), "")
+        headers = mask_mapping(self._user_headers)
+        if auth.startswith("Bearer "):
             parts.append(f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN={MASK}")
+        elif auth:  # e.g. basic auth from user:password@ in the address: Ray takes it as a header
+            headers["Authorization"] = MASK
         parts += ["ray", "job", "submit", "--address", request.address, "--submission-id", request.submission_id]
-        if self._user_headers:
-            parts += ["--headers", json.dumps(mask_mapping(self._user_headers))]
+        if headers:
+            parts += ["--headers", json.dumps(headers)]
         parts += ["--runtime-env-json", json.dumps(rendered["runtime_env"], sort_keys=True)]
         parts += ["--metadata-json", json.dumps(request.metadata, sort_keys=True)]
         parts += ["--entrypoint-num-cpus", f"{request.entrypoint_num_cpus:g}", "--"]
