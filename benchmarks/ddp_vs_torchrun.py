@@ -44,7 +44,7 @@ EPOCH = re.compile(r"epoch (\d+)/\d+ train_loss=([\d.]+) .*? samples/s=([\d.]+)"
 
 
 class BenchRow(NamedTuple):
-    """The columns of benchmarks/results.md (``Row(*row)`` in benchmarks/run.py)."""
+    """One row of benchmarks/results.md (``Row`` in benchmarks/run.py, which every benchmark's rows become)."""
 
     measurement: str
     rtjob: str

@@ -20,16 +20,16 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from s3_server import process_server  # noqa: E402  (the tests' moto server, as its own process)
 
 VENV_BIN = Path(sys.executable).parent
 RTJOB = [sys.executable, "-m", "rtjob.main"]
@@ -52,37 +52,6 @@ for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=p
         os.makedirs(os.path.dirname(target), exist_ok=True)
         s3.download_file(bucket, obj["Key"], target)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@contextmanager
-def _moto_server() -> Any:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the moto S3 server did not start") from None
-                time.sleep(0.1)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def make_tree(small_files: int, large_files: int, large_mb: int) -> dict[str, bytes]:
@@ -155,21 +124,13 @@ def run_pull_bench(
 
 def _run(work: Path, small_files: int, large_files: int, large_mb: int, repeats: int,
          notes: list[str]) -> list[dict[str, str]]:
-    import boto3
-
     tree = make_tree(small_files, large_files, large_mb)
     expected = _digest(tree)
     total_mb = sum(len(v) for v in tree.values()) / 1e6
-    with _moto_server() as endpoint:
-        env = {
-            **os.environ,
-            "AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "bench", "AWS_SECRET_ACCESS_KEY": "bench-secret",
-            "AWS_DEFAULT_REGION": "us-east-1", "AWS_CONFIG_FILE": "/dev/null",
-            "AWS_SHARED_CREDENTIALS_FILE": "/dev/null", "AWS_EC2_METADATA_DISABLED": "true",
-            "RTJOB_HOME": str(work / "home"), "PYTHONUNBUFFERED": "1",
-        }
-        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
-                              aws_access_key_id="bench", aws_secret_access_key="bench-secret")
+    with process_server() as (server, _proc):
+        env = {**os.environ, **server.env(), "AWS_EC2_METADATA_DISABLED": "true",
+               "RTJOB_HOME": str(work / "home"), "PYTHONUNBUFFERED": "1"}
+        client = server.client()
         client.create_bucket(Bucket=BUCKET)
         from boto3.s3.transfer import TransferConfig
 

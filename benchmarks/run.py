@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
+# One row of results.md (run as a script, this folder is on sys.path; ddp_vs_torchrun imports only the stdlib).
+from ddp_vs_torchrun import BenchRow as Row  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results.md"
 # The venv the project installs into; fall back to the interpreter running us (e.g. an activated venv).
@@ -73,16 +76,6 @@ LINE_RE = re.compile(rb"BENCHLINE (\d+) (\d+\.\d+)")
 
 class BenchError(Exception):
     """A measurement could not be taken; its message is the reason shown in the table."""
-
-
-@dataclass
-class Row:
-    measurement: str
-    rtjob: str
-    peer: str
-    ratio: str
-    goal: str
-    met: str
 
 
 @dataclass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +16,7 @@ RAY_UPLOAD_LIMIT = 100 * 1024**2
 DEFAULT_EXCLUDES = [".git", ".venv", "venv", "__pycache__"]
 
 
-@dataclass
+@dataclass(frozen=True)
 class WorkingDirSize:
     total_bytes: int
     files: int
@@ -24,6 +25,12 @@ class WorkingDirSize:
 
 def _spec_from(lines: list[str]) -> pathspec.GitIgnoreSpec:
     return pathspec.GitIgnoreSpec.from_lines(lines)
+
+
+@functools.lru_cache(maxsize=8)
+def _measured(root: Path, excludes: tuple[str, ...]) -> WorkingDirSize:
+    # submit plans twice (offline checks first, then against the started cluster): walk the tree once.
+    return measure(root, list(excludes))
 
 
 def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
@@ -64,7 +71,7 @@ def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
 
 
 def check_upload(root: Path, excludes: list[str], where: str) -> WorkingDirSize:
-    size = measure(root, excludes)
+    size = _measured(root.resolve(), tuple(excludes))
     if size.total_bytes > RAY_UPLOAD_LIMIT:
         biggest = ", ".join(f"{rel} ({n / 1024**2:.1f} MiB)" for n, rel in size.largest[:3])
         raise BadInput(
