@@ -93,6 +93,15 @@ def test_torchrun_resume_continues_at_next_epoch(torchrun_run):
 # --- the torchrun launcher's commands (no cluster) ----------------------------------------------------
 
 
+def test_torchrun_ddp_shapes_the_model_for_a_3_channel_dataset(tmp_path):
+    """--model vit --dataset synthetic-cifar10 under torchrun: a 3x32x32 model, not the MNIST-shaped default."""
+    proc = torchrun("--epochs", "1", "--model", "vit", "--vit-size", "tiny", "--dataset", "synthetic-cifar10",
+                    "--train-size", "64", "--val-size", "32", storage=tmp_path)
+    assert [e for e, *_ in epochs_of(proc.output)] == [1], proc.output[-3000:]
+    state = torch.load(tmp_path / "tr" / "checkpoint_epoch_0001" / "model.pt", map_location="cpu")
+    assert state["conv_proj.weight"].shape[1] == 3  # the ViT's patch projection takes 3 channels
+
+
 def test_torchrun_launcher_builds_one_command_per_node_and_passes_flags_on(monkeypatch):
     from training import torchrun_launcher as launcher
 

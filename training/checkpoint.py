@@ -51,9 +51,7 @@ def save_and_report(
     with tempfile.TemporaryDirectory(prefix="rtjob-ckpt-") as tmp:
         torch.save(unwrap(model).state_dict(), os.path.join(tmp, MODEL_FILE))
         torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_FILE))
-        state = {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size()}
-        _write_json(os.path.join(tmp, STATE_FILE), state)
-        _write_json(os.path.join(tmp, METRICS_FILE), history)
+        write_run_state(tmp, {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size()}, history)
         # Synchronous upload: the temp dir may be removed as soon as report returns.
         ray.train.report(
             metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name
@@ -74,9 +72,19 @@ def restore(
     with checkpoint.as_directory() as path:
         unwrap(model).load_state_dict(torch.load(os.path.join(path, MODEL_FILE), map_location=device))
         optimizer.load_state_dict(torch.load(os.path.join(path, OPTIMIZER_FILE), map_location=device))
-        state = _read_json(os.path.join(path, STATE_FILE))
-        history = _read_json(os.path.join(path, METRICS_FILE))
-    return int(state["epoch"]), history
+        return read_run_state(path)
+
+
+def write_run_state(directory: str, state: dict, history: list[dict]) -> None:
+    """Rank 0's part of any checkpoint: ``state.json`` (the epoch, the layout) and the metrics history."""
+    _write_json(os.path.join(directory, STATE_FILE), state)
+    _write_json(os.path.join(directory, METRICS_FILE), history)
+
+
+def read_run_state(directory: str) -> tuple[int, list[dict]]:
+    """``(last finished epoch, history)`` of a checkpoint folder."""
+    state = _read_json(os.path.join(directory, STATE_FILE))
+    return int(state["epoch"]), _read_json(os.path.join(directory, METRICS_FILE))
 
 
 def _write_json(path: str, obj: object) -> None:

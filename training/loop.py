@@ -134,3 +134,34 @@ def format_epoch_line(epoch: int, epochs: int, train: EpochStats, val: EpochStat
         f"val_acc={val.accuracy:.4f} samples/s={train.samples_per_s:.1f} time={seconds:.1f}s "
         f"peak_mem={train.peak_mem_mb:.0f}MB"
     )
+
+
+def resume_line(last_epoch: int, epochs: int, where: str = "") -> str:
+    """The RESUME line every entrypoint logs after restoring the checkpoint of ``last_epoch``."""
+    todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
+    return f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}{f' ({where})' if where else ''}"
+
+
+# One epoch's training and validation, given the epoch number (1-based).
+OneEpoch = Callable[[int], tuple[EpochStats, EpochStats]]
+# Called after each epoch with its number and metrics (already appended to the history): checkpoint/report.
+AfterEpoch = Callable[[int, dict], None]
+
+
+def run_epochs(
+    first: int, epochs: int, history: list[dict], one_epoch: OneEpoch, after_epoch: AfterEpoch,
+    log: Callable[[str], None] | None,
+) -> dict:
+    """Epochs ``first``..``epochs``: time each, append its metrics to ``history``, log its line
+    (``log`` is None on ranks that stay quiet), then hand it to ``after_epoch``. Returns the last metrics."""
+    metrics: dict = {}
+    for epoch in range(first, epochs + 1):
+        start = time.perf_counter()
+        train_stats, val_stats = one_epoch(epoch)
+        seconds = time.perf_counter() - start
+        metrics = {"epoch": epoch, "epoch_time_s": seconds, **train_stats.as_dict("train_"), **val_stats.as_dict("val_")}
+        history.append(metrics)
+        if log is not None:
+            log(format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+        after_epoch(epoch, metrics)
+    return metrics

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from torch import nn
 
+from training import data
 from training.vit import DEFAULT_VIT_SIZE, vit
 
 
@@ -33,3 +34,12 @@ def build_model(
     if name == "vit":
         return factory(in_channels=in_channels, num_classes=num_classes, image_size=image_size, size=vit_size)
     return factory(in_channels=in_channels, num_classes=num_classes)
+
+
+def model_for(config: dict) -> nn.Module:
+    """``config``'s model (``model``, ``vit_size``) shaped for its ``dataset``'s images (1x28x28 or 3x32x32)."""
+    channels, image_size = data.input_shape(config["dataset"])
+    return build_model(
+        config["model"], in_channels=channels, num_classes=data.NUM_CLASSES,
+        image_size=image_size, vit_size=config.get("vit_size") or DEFAULT_VIT_SIZE,
+    )

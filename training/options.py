@@ -124,6 +124,20 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_file_run_args(group: argparse._ArgumentGroup, run_name_help: str = "") -> None:
+    """Run-storage flags of the entrypoints that checkpoint without Ray Train (``training.file_checkpoint``)."""
+    group.add_argument(
+        "--storage-path", default=os.environ.get("RTJOB_STORAGE_PATH") or "~/ray_results",
+        help="local dir or URI (s3://...) for checkpoints; shared storage across nodes "
+        "(env RTJOB_STORAGE_PATH, default ~/ray_results)",
+    )
+    group.add_argument(
+        "--run-name", default=os.environ.get("RTJOB_RUN_NAME"),
+        help=f"run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME{run_name_help})",
+    )
+    group.add_argument("--keep-checkpoints", type=positive_int, default=3, help="most recent checkpoints kept")
+
+
 def resolve_storage_path(path: str | None) -> str | None:
     """Ray needs an absolute local path; URIs (s3://, gs://, ...) pass through unchanged."""
     if path is None or "://" in path:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
 import logging
 import os
 import sys
@@ -37,9 +36,8 @@ import ray.train
 import ray.train.torch
 import torch
 
-from training import checkpoint, data, loop, options
-from training.models import build_model
-from training.ray_ddp import failure_summary
+from training import checkpoint, data, loop, options, ray_ddp
+from training.models import model_for
 
 log = logging.getLogger(__name__)  # worker lines via logging: Ray Train V2 doubles print() (see ray_ddp)
 
@@ -213,33 +211,23 @@ def train_loop_per_worker(config: dict) -> None:
     val_shard = ray.train.get_dataset_shard("val")
 
     device = ray.train.torch.get_device()
-    model = ray.train.torch.prepare_model(
-        build_model(config["model"], in_channels=data.IN_CHANNELS, num_classes=data.NUM_CLASSES)
-    )
+    model = ray.train.torch.prepare_model(model_for(config))
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     last_epoch, history = checkpoint.restore(model, optimizer, device)
-    epochs = config["epochs"]
     if rank == 0 and last_epoch:
-        todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
-        log.info(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}")
+        log.info(loop.resume_line(last_epoch, config["epochs"]))
 
-    for epoch in range(last_epoch + 1, epochs + 1):
-        start = time.perf_counter()
+    def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
         # A different local shuffle every epoch (and per rank), reproducible from the seed.
         seed = config["seed"] * 1000 + epoch * 10 + rank
-        train_stats = loop.train_epoch(
-            model, _batches(train_shard, batch_size, seed, config["shuffle_buffer"]), optimizer, device
-        )
-        val_stats = evaluate_shard(model, _batches(val_shard, batch_size), device)
-        seconds = time.perf_counter() - start
-        metrics = {
-            "epoch": epoch, "epoch_time_s": seconds,
-            **train_stats.as_dict("train_"), **val_stats.as_dict("val_"),
-        }
-        history.append(metrics)
-        if rank == 0:
-            log.info(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+        train_batches = _batches(train_shard, batch_size, seed, config["shuffle_buffer"])
+        train_stats = loop.train_epoch(model, train_batches, optimizer, device)
+        return train_stats, evaluate_shard(model, _batches(val_shard, batch_size), device)
+
+    def report(epoch: int, metrics: dict) -> None:
         checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
+
+    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
 
 
 # --- driver -------------------------------------------------------------------------
@@ -289,52 +277,27 @@ def build_trainer(args: argparse.Namespace) -> ray.train.torch.TorchTrainer:
     train, val, describe = build_datasets(args)
     if must_materialize(args):
         train, val = train.materialize(), val.materialize()
-    config = {key: getattr(args, key) for key in ("epochs", "global_batch_size", "lr", "model", "seed",
-                                                   "shuffle_buffer")}
-    config["describe"] = describe
-    return ray.train.torch.TorchTrainer(
-        train_loop_per_worker,
-        train_loop_config=config,
-        datasets={"train": train, "val": val},
-        dataset_config=SplitConfig(),
-        scaling_config=ray.train.ScalingConfig(
-            num_workers=args.num_workers, use_gpu=args.use_gpu, resources_per_worker={"CPU": args.cpus_per_worker},
-        ),
-        run_config=ray.train.RunConfig(
-            name=args.run_name,
-            storage_path=args.storage_path,
-            checkpoint_config=ray.train.CheckpointConfig(num_to_keep=args.keep_checkpoints),
-            failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
-            logging_config=ray.train.LoggingConfig(log_level=args.train_log_level),
-        ),
-    )
+    # --data-uri images are decoded as 1x28x28 grayscale (see _decode / read_location): an MNIST-shaped model.
+    shape_of = args.dataset if args.data_uri is None else "mnist"
+    extra = {"shuffle_buffer": args.shuffle_buffer, "describe": describe, "dataset": shape_of}
+    return ray_ddp.build_trainer(args, train_loop_per_worker, extra, datasets={"train": train, "val": val},
+                                 dataset_config=SplitConfig())
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    source = args.data_uri or args.dataset
-    print(f"RUN: name={args.run_name} storage={args.storage_path or '~/ray_results'} workers={args.num_workers} "
-          f"use_gpu={args.use_gpu} cpus_per_worker={args.cpus_per_worker} data={source} epochs={args.epochs} "
-          f"global_batch_size={args.global_batch_size} max_failures={args.max_failures}", flush=True)
     ray.init(log_to_driver=True)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False  # one line per epoch, not progress bars
     context.print_on_execution_start = False  # nor two lines per dataset execution
+    print(f"DATA: source={args.data_uri or args.dataset}", flush=True)
     try:
-        result = build_trainer(args).fit()
+        trainer = build_trainer(args)
     except (data.DatasetUnavailable, FileNotFoundError) as error:
         ray.shutdown()
         print(f"ERROR: {error}", file=sys.stderr, flush=True)
         return 1
-    except ray.train.TrainingFailedError as error:
-        ray.shutdown()
-        print(f"ERROR: training failed: {failure_summary(error)}", file=sys.stderr, flush=True)
-        return 1
-    ray.shutdown()
-    print(f"RESULT: metrics={json.dumps(result.metrics, sort_keys=True)}", flush=True)
-    print(f"RESULT: checkpoint={result.checkpoint.path if result.checkpoint else None}", flush=True)
-    print(f"RESULT: run_dir={result.path}", flush=True)
-    return 0
+    return ray_ddp.fit(args, trainer)
 
 
 def export_parquet(dataset: torch.utils.data.TensorDataset, folder: str, rows_per_file: int = 512) -> None:

@@ -14,15 +14,16 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 import ray
 import ray.train
 import ray.train.torch
 import torch
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from training import checkpoint, data, loop, options
-from training.models import build_model
+from training.models import model_for
 
 # Worker output goes through logging, not print: Ray Train V2 patches print() in workers
 # to write both to stdout and to its logger, so every printed line reached the job log
@@ -37,14 +38,7 @@ def train_loop_per_worker(config: dict) -> None:
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     torch.manual_seed(config["seed"])  # same initial weights everywhere (DDP broadcasts anyway)
-
-    train_set, val_set = data.load_datasets(
-        config["dataset"], config["data_dir"], config["train_size"], config["val_size"], config["seed"]
-    )
-    batch_size = max(1, config["global_batch_size"] // world_size)
-    if rank == 0:
-        log.info(data.describe(config["dataset"], len(train_set), len(val_set), config["data_dir"]))
-        log.info(f"DATA: {world_size} workers x batch {batch_size} per step")
+    train_set, val_set, batch_size = worker_data(config, rank, world_size)
 
     # prepare_data_loader swaps in a DistributedSampler (world_size > 1) and moves batches
     # to the worker's device. Validation gets an exact, unpadded shard per rank instead.
@@ -60,37 +54,36 @@ def train_loop_per_worker(config: dict) -> None:
     model = ray.train.torch.prepare_model(model_for(config))
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
     last_epoch, history = checkpoint.restore(model, optimizer, device)
-    epochs = config["epochs"]
     if rank == 0 and last_epoch:
-        todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
-        log.info(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}")
+        log.info(loop.resume_line(last_epoch, config["epochs"]))
 
-    for epoch in range(last_epoch + 1, epochs + 1):
-        # Ray's prepare_data_loader adds a DistributedSampler (world_size > 1) but never
-        # calls set_epoch (Ray 2.60 source); without it every epoch repeats one order.
-        if isinstance(train_loader.sampler, DistributedSampler):
-            train_loader.sampler.set_epoch(epoch)
-        start = time.perf_counter()
-        train_stats = loop.train_epoch(model, train_loader, optimizer, device)
-        val_stats = loop.evaluate(model, val_loader, device)
-        seconds = time.perf_counter() - start
-        metrics = {
-            "epoch": epoch, "epoch_time_s": seconds,
-            **train_stats.as_dict("train_"), **val_stats.as_dict("val_"),
-        }
-        history.append(metrics)
-        if rank == 0:
-            log.info(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+    def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
+        set_sampler_epoch(train_loader, epoch)
+        return loop.train_epoch(model, train_loader, optimizer, device), loop.evaluate(model, val_loader, device)
+
+    def report(epoch: int, metrics: dict) -> None:
         checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
 
+    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
 
-def model_for(config: dict) -> torch.nn.Module:
-    """The config's model, shaped for its dataset's images (1x28x28 or 3x32x32)."""
-    channels, image_size = data.input_shape(config["dataset"])
-    return build_model(
-        config["model"], in_channels=channels, num_classes=data.NUM_CLASSES,
-        image_size=image_size, vit_size=config.get("vit_size", "base"),
+
+def worker_data(config: dict, rank: int, world_size: int) -> tuple[Dataset, Dataset, int]:
+    """``(train set, validation set, per-worker batch size)`` of a Ray Train worker; rank 0 logs them."""
+    train_set, val_set = data.load_datasets(
+        config["dataset"], config["data_dir"], config["train_size"], config["val_size"], config["seed"]
     )
+    batch_size = max(1, config["global_batch_size"] // world_size)
+    if rank == 0:
+        log.info(data.describe(config["dataset"], len(train_set), len(val_set), config["data_dir"]))
+        log.info(f"DATA: {world_size} workers x batch {batch_size} per step")
+    return train_set, val_set, batch_size
+
+
+def set_sampler_epoch(loader: DataLoader, epoch: int) -> None:
+    # Ray's prepare_data_loader adds a DistributedSampler (world_size > 1) but never
+    # calls set_epoch (Ray 2.60 source); without it every epoch repeats one order.
+    if isinstance(loader.sampler, DistributedSampler):
+        loader.sampler.set_epoch(epoch)
 
 
 def parse_args(
@@ -115,9 +108,10 @@ def parse_args(
 
 def build_trainer(
     args: argparse.Namespace, train_loop: Callable[[dict], None] = train_loop_per_worker,
-    extra_config: dict | None = None,
+    extra_config: dict | None = None, **trainer_kwargs: Any,
 ) -> ray.train.torch.TorchTrainer:
-    """A TorchTrainer for ``train_loop`` (other strategies pass theirs, plus their own config)."""
+    """A TorchTrainer for ``train_loop`` (other strategies pass theirs, their own config and, like
+    Ray Data's ``datasets``/``dataset_config``, more TorchTrainer arguments)."""
     config = {
         key: getattr(args, key)
         for key in ("epochs", "global_batch_size", "lr", "model", "vit_size", "dataset", "data_dir",
@@ -139,6 +133,7 @@ def build_trainer(
             failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
             logging_config=ray.train.LoggingConfig(log_level=args.train_log_level),
         ),
+        **trainer_kwargs,
     )
 
 

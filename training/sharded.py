@@ -19,12 +19,10 @@ A strategy supplies the module to call, the backward+step, and its checkpoint sa
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -33,10 +31,11 @@ import ray.train.torch
 import torch
 from torch import nn
 from torch.nn import functional as F
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from training import checkpoint, data, loop
-from training.ray_ddp import model_for
+from training.models import model_for
+from training.ray_ddp import set_sampler_epoch, worker_data
 
 log = logging.getLogger(__name__)
 FULL_MODEL_FILE = checkpoint.MODEL_FILE  # model.pt: the plain model's full state dict
@@ -104,13 +103,7 @@ def train_loop(config: dict, make_strategy: StrategyFactory) -> None:
     rank, world_size = context.get_world_rank(), context.get_world_size()
     torch.manual_seed(config["seed"])  # identical initial weights: each rank keeps its shard of them
 
-    train_set, val_set = data.load_datasets(
-        config["dataset"], config["data_dir"], config["train_size"], config["val_size"], config["seed"]
-    )
-    batch_size = max(1, config["global_batch_size"] // world_size)
-    if rank == 0:
-        log.info(data.describe(config["dataset"], len(train_set), len(val_set), config["data_dir"]))
-        log.info(f"DATA: {world_size} workers x batch {batch_size} per step")
+    train_set, val_set, batch_size = worker_data(config, rank, world_size)
     # DistributedSampler pads the training set to equal shards: equal batch counts per rank.
     train_loader = ray.train.torch.prepare_data_loader(
         DataLoader(train_set, batch_size=batch_size, shuffle=True)
@@ -120,28 +113,20 @@ def train_loop(config: dict, make_strategy: StrategyFactory) -> None:
     params = sum(p.numel() for p in model.parameters())
     strategy = make_strategy(model, config, device)
     last_epoch, history = restore(strategy)
-    epochs = config["epochs"]
     if rank == 0:
         log.info(f"MODEL: {config['model']} ({params / 1e6:.2f}M parameters), {strategy.summary}")
         if last_epoch:
-            todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
-            log.info(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo}")
+            log.info(loop.resume_line(last_epoch, config["epochs"]))
 
-    for epoch in range(last_epoch + 1, epochs + 1):
-        if isinstance(train_loader.sampler, DistributedSampler):
-            train_loader.sampler.set_epoch(epoch)  # Ray never calls it (see ray_ddp)
-        start = time.perf_counter()
+    def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
+        set_sampler_epoch(train_loader, epoch)
         train_stats = loop.train_epoch(strategy.module, train_loader, None, device, loss_fn, step=strategy.step)
-        val_stats = lockstep_eval(strategy.module, val_set, rank, world_size, batch_size, device)
-        seconds = time.perf_counter() - start
-        metrics = {
-            "epoch": epoch, "epoch_time_s": seconds,
-            **train_stats.as_dict("train_"), **val_stats.as_dict("val_"),
-        }
-        history.append(metrics)
-        if rank == 0:
-            log.info(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+        return train_stats, lockstep_eval(strategy.module, val_set, rank, world_size, batch_size, device)
+
+    def report(epoch: int, metrics: dict) -> None:
         save_and_report(metrics, strategy=strategy, epoch=epoch, history=history)
+
+    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
 
 
 def save_and_report(metrics: dict, *, strategy: Strategy, epoch: int, history: list[dict]) -> None:
@@ -156,8 +141,7 @@ def save_and_report(metrics: dict, *, strategy: Strategy, epoch: int, history: l
                 torch.save(full, os.path.join(tmp, FULL_MODEL_FILE))
             state = {"epoch": epoch, "world_size": context.get_world_size(), "strategy": strategy.name,
                      "full_model": FULL_MODEL_FILE if full is not None else None, **layout}
-            _write_json(os.path.join(tmp, checkpoint.STATE_FILE), state)
-            _write_json(os.path.join(tmp, checkpoint.METRICS_FILE), history)
+            checkpoint.write_run_state(tmp, state, history)
         ray.train.report(
             metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
             checkpoint_dir_name=checkpoint.checkpoint_dir_name(epoch),
@@ -171,16 +155,4 @@ def restore(strategy: Strategy) -> tuple[int, list[dict]]:
         return 0, []
     with ckpt.as_directory() as path:
         strategy.load(path)
-        state = _read_json(os.path.join(path, checkpoint.STATE_FILE))
-        history = _read_json(os.path.join(path, checkpoint.METRICS_FILE))
-    return int(state["epoch"]), history
-
-
-def _write_json(path: str, obj: object) -> None:
-    with open(path, "w") as f:
-        json.dump(obj, f, indent=1)
-
-
-def _read_json(path: str) -> Any:
-    with open(path) as f:
-        return json.load(f)
+        return checkpoint.read_run_state(path)

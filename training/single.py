@@ -16,14 +16,13 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
-import os
 import sys
 import time
 
 import torch
 
 from training import data, file_checkpoint, loop, options
-from training.models import build_model
+from training.models import model_for
 
 
 def log(message: str) -> None:
@@ -51,15 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             default=options.env_int("RTJOB_CPUS_PER_WORKER", 0) or None,
             help="intra-op CPU threads (env RTJOB_CPUS_PER_WORKER; default: torch's)",
         )
-        group.add_argument(
-            "--storage-path", default=os.environ.get("RTJOB_STORAGE_PATH") or "~/ray_results",
-            help="local dir or URI (s3://...) for checkpoints (env RTJOB_STORAGE_PATH, default ~/ray_results)",
-        )
-        group.add_argument(
-            "--run-name", default=os.environ.get("RTJOB_RUN_NAME"),
-            help="run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME)",
-        )
-        group.add_argument("--keep-checkpoints", type=options.positive_int, default=3)
+        options.add_file_run_args(group)
     except ValueError as exc:
         parser.error(str(exc))
     args = parser.parse_args(argv)
@@ -88,11 +79,7 @@ def train(config: dict) -> dict:
     train_loader = torch.utils.data.DataLoader(train_set, batch_size=batch_size, shuffle=True)
     val_loader = torch.utils.data.DataLoader(val_set, batch_size=batch_size)
 
-    channels, image_size = data.input_shape(config["dataset"])
-    model = build_model(
-        config["model"], in_channels=channels, num_classes=data.NUM_CLASSES,
-        image_size=image_size, vit_size=config["vit_size"],
-    ).to(device)
+    model = model_for(config).to(device)
     params = sum(p.numel() for p in model.parameters())
     log(f"MODEL: {config['model']} ({params / 1e6:.2f}M parameters), 1 process, device {device.type}, "
         f"batch {batch_size}, {torch.get_num_threads()} CPU threads")
@@ -100,24 +87,19 @@ def train(config: dict) -> dict:
 
     storage = file_checkpoint.RunStorage(config["storage_path"], config["run_name"])
     last_epoch, history, path = file_checkpoint.restore(storage, model, optimizer, device)
-    epochs = config["epochs"]
     if last_epoch:
-        todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
-        log(f"RESUME: loaded the checkpoint of epoch {last_epoch} ({path}); {todo}")
+        log(loop.resume_line(last_epoch, config["epochs"], path or ""))
 
-    metrics: dict = {}
-    for epoch in range(last_epoch + 1, epochs + 1):
-        start = time.perf_counter()
-        train_stats = loop.train_epoch(model, train_loader, optimizer, device)
-        val_stats = loop.evaluate(model, val_loader, device)
-        seconds = time.perf_counter() - start
-        metrics = {"epoch": epoch, "epoch_time_s": seconds, **train_stats.as_dict("train_"), **val_stats.as_dict("val_")}
-        history.append(metrics)
-        log(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+    def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
+        return loop.train_epoch(model, train_loader, optimizer, device), loop.evaluate(model, val_loader, device)
+
+    def save(epoch: int, metrics: dict) -> None:
         file_checkpoint.save(  # prints its own CHECKPOINT line
             storage, model=model, optimizer=optimizer, epoch=epoch, history=history,
             world_size=1, keep=config["keep_checkpoints"],
         )
+
+    metrics = loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, save, log)
     return metrics
 
 

@@ -26,7 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 from training import data, file_checkpoint, loop, options
-from training.models import build_model
+from training.models import model_for
 
 
 def log(message: str, *, all_ranks: bool = False) -> None:
@@ -38,7 +38,7 @@ def log(message: str, *, all_ranks: bool = False) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="torchrun --nproc-per-node N -m training.torchrun_ddp",
-        description="Vanilla PyTorch DDP under torchrun (ResNet18, MNIST or synthetic digits)",
+        description="Vanilla PyTorch DDP under torchrun (ResNet18 or ViT; MNIST, FashionMNIST, CIFAR-10 or synthetic)",
     )
     try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
         options.add_training_args(parser)
@@ -48,17 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             default=options.env_bool("RTJOB_USE_GPU", torch.cuda.is_available()),
             help="one GPU per process, nccl (env RTJOB_USE_GPU; default: if CUDA is available)",
         )
-        group.add_argument(
-            "--storage-path", default=os.environ.get("RTJOB_STORAGE_PATH") or "~/ray_results",
-            help="local dir or URI (s3://...) for checkpoints; shared storage across nodes "
-            "(env RTJOB_STORAGE_PATH, default ~/ray_results)",
+        options.add_file_run_args(
+            group, "; required with more than one process, so that every rank agrees"
         )
-        group.add_argument(
-            "--run-name", default=os.environ.get("RTJOB_RUN_NAME"),
-            help="run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME; "
-            "required with more than one process, so that every rank agrees)",
-        )
-        group.add_argument("--keep-checkpoints", type=options.positive_int, default=3)
     except ValueError as exc:
         parser.error(str(exc))
     args = parser.parse_args(argv)
@@ -124,36 +116,31 @@ def _train(
     # Validation: every sample exactly once over all ranks (no padding), so the means are exact.
     val_loader = DataLoader(data.eval_shard(val_set, rank, world_size), batch_size=batch_size, pin_memory=pin)
 
-    model = build_model(args.model, in_channels=data.IN_CHANNELS, num_classes=data.NUM_CLASSES).to(device)
+    model = model_for(vars(args)).to(device)
     if distributed:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
 
     storage = file_checkpoint.RunStorage(args.storage_path, args.run_name)
     last_epoch, history, restored = file_checkpoint.restore(storage, model, optimizer, device)
-    epochs = args.epochs
     if last_epoch:
-        todo = f"continuing at epoch {last_epoch + 1}/{epochs}" if last_epoch < epochs else "nothing left to train"
-        log(f"RESUME: loaded the checkpoint of epoch {last_epoch}; {todo} ({restored})")
+        log(loop.resume_line(last_epoch, args.epochs, restored or ""))
+
+    def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
+        sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
+        return loop.train_epoch(model, train_loader, optimizer, device), loop.evaluate(model, val_loader, device)
 
     path = restored
-    for epoch in range(last_epoch + 1, epochs + 1):
-        sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
-        start = time.perf_counter()
-        train_stats = loop.train_epoch(model, train_loader, optimizer, device)
-        val_stats = loop.evaluate(model, val_loader, device)
-        seconds = time.perf_counter() - start
-        metrics = {
-            "epoch": epoch, "epoch_time_s": seconds,
-            **train_stats.as_dict("train_"), **val_stats.as_dict("val_"),
-        }
-        history.append(metrics)
-        log(loop.format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))
+
+    def save(epoch: int, metrics: dict) -> None:
+        nonlocal path
         if rank == 0:
             path = file_checkpoint.save(storage, model=model, optimizer=optimizer, epoch=epoch,
                                         history=history, world_size=world_size, keep=args.keep_checkpoints)
         if distributed:
             dist.barrier()  # nobody starts the next epoch (or exits) before the checkpoint exists
+
+    loop.run_epochs(last_epoch + 1, args.epochs, history, one_epoch, save, log)
     return {"metrics": history[-1] if history else {}, "checkpoint": path, "run_dir": storage.display}
 
 
