@@ -26,7 +26,6 @@ import io
 import logging
 import os
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -37,7 +36,6 @@ import ray.train.torch
 import torch
 
 from training import checkpoint, data, loop, options, ray_ddp
-from training.models import model_for
 
 log = logging.getLogger(__name__)  # worker lines via logging: Ray Train V2 doubles print() (see ray_ddp)
 
@@ -210,12 +208,7 @@ def train_loop_per_worker(config: dict) -> None:
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val")
 
-    device = ray.train.torch.get_device()
-    model = ray.train.torch.prepare_model(model_for(config))
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    last_epoch, history = checkpoint.restore(model, optimizer, device)
-    if rank == 0 and last_epoch:
-        log.info(loop.resume_line(last_epoch, config["epochs"]))
+    device, model, optimizer, last_epoch, history = ray_ddp.replicated_model(config, rank)
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
         # A different local shuffle every epoch (and per rank), reproducible from the seed.
@@ -233,32 +226,26 @@ def train_loop_per_worker(config: dict) -> None:
 # --- driver -------------------------------------------------------------------------
 
 
+def add_data_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("ray data")
+    group.add_argument("--data-uri", help="Parquet files or an image folder (local path or s3://); "
+                       "default: --dataset through Ray Data")
+    group.add_argument("--data-format", choices=["auto", "parquet", "images"], default="auto")
+    group.add_argument("--val-fraction", type=float, default=0.1,
+                       help="held out for validation when --data-uri has no train/ and val/ folders")
+    group.add_argument("--shuffle-buffer", type=options.positive_int, default=256,
+                       help="rows in each worker's local shuffle buffer")
+    group.add_argument("--materialize", action=argparse.BooleanOptionalAction, default=None,
+                       help="read and decode all data before training starts instead of streaming it "
+                       "(default: only when the training workers take every CPU of the cluster, which "
+                       "would leave Ray Data's read tasks none and hang)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.ray_data_ddp",
+    return ray_ddp.parse_args(
+        argv, prog="python -m training.ray_data_ddp", kind="data", add_strategy_args=add_data_args,
         description="Ray Train DDP fed by Ray Data (ResNet18; MNIST, synthetic digits, Parquet or an image folder)",
     )
-    try:
-        options.add_training_args(parser)
-        options.add_ray_args(parser)
-        group = parser.add_argument_group("ray data")
-        group.add_argument("--data-uri", help="Parquet files or an image folder (local path or s3://); "
-                           "default: --dataset through Ray Data")
-        group.add_argument("--data-format", choices=["auto", "parquet", "images"], default="auto")
-        group.add_argument("--val-fraction", type=float, default=0.1,
-                           help="held out for validation when --data-uri has no train/ and val/ folders")
-        group.add_argument("--shuffle-buffer", type=options.positive_int, default=256,
-                           help="rows in each worker's local shuffle buffer")
-        group.add_argument("--materialize", action=argparse.BooleanOptionalAction, default=None,
-                           help="read and decode all data before training starts instead of streaming it "
-                           "(default: only when the training workers take every CPU of the cluster, which "
-                           "would leave Ray Data's read tasks none and hang)")
-    except ValueError as exc:
-        parser.error(str(exc))
-    args = parser.parse_args(argv)
-    args.storage_path = options.resolve_storage_path(args.storage_path)
-    args.run_name = args.run_name or f"rtjob-data-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return args
 
 
 def must_materialize(args: argparse.Namespace) -> bool:

@@ -50,12 +50,7 @@ def train_loop_per_worker(config: dict) -> None:
         add_dist_sampler=False,
     )
 
-    device = ray.train.torch.get_device()
-    model = ray.train.torch.prepare_model(model_for(config))
-    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    last_epoch, history = checkpoint.restore(model, optimizer, device)
-    if rank == 0 and last_epoch:
-        log.info(loop.resume_line(last_epoch, config["epochs"]))
+    device, model, optimizer, last_epoch, history = replicated_model(config, rank)
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
         set_sampler_epoch(train_loader, epoch)
@@ -65,6 +60,19 @@ def train_loop_per_worker(config: dict) -> None:
         checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
 
     loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
+
+
+def replicated_model(
+    config: dict, rank: int
+) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, int, list[dict]]:
+    """The DDP-wrapped model, its Adam optimizer and the restored checkpoint (``last_epoch``, ``history``)."""
+    device = ray.train.torch.get_device()
+    model = ray.train.torch.prepare_model(model_for(config))
+    optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    last_epoch, history = checkpoint.restore(model, optimizer, device)
+    if rank == 0 and last_epoch:
+        log.info(loop.resume_line(last_epoch, config["epochs"]))
+    return device, model, optimizer, last_epoch, history
 
 
 def worker_data(config: dict, rank: int, world_size: int) -> tuple[Dataset, Dataset, int]:

@@ -26,7 +26,6 @@ import json
 import os
 import sys
 import tempfile
-import time
 from typing import Any
 
 import ray
@@ -75,27 +74,23 @@ class TrialLines(tune.Callback):
         print(f"TRIAL {self._name(trial)}: FAILED", flush=True)
 
 
+def add_sweep_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("sweep")
+    group.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3], help="lr grid")
+    group.add_argument("--batch-sizes", type=options.positive_int, nargs="+",
+                       help="global batch size grid (default: --global-batch-size only)")
+    group.add_argument("--metric", default="val_loss", help="what picks the best trial (last report)")
+    group.add_argument("--mode", choices=["min", "max"], default="min")
+    group.add_argument("--max-concurrent-trials", type=options.positive_int, default=1,
+                       help="trials at once (each needs --num-workers x --cpus-per-worker CPUs)")
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.tune_sweep",
+    args = ray_ddp.parse_args(
+        argv, prog="python -m training.tune_sweep", kind="tune", add_strategy_args=add_sweep_args,
         description="Ray Tune sweep over lr and batch size of Ray Train DDP runs (ResNet18)",
     )
-    try:
-        options.add_training_args(parser)
-        options.add_ray_args(parser)
-        group = parser.add_argument_group("sweep")
-        group.add_argument("--lrs", type=float, nargs="+", default=[3e-4, 1e-3, 3e-3], help="lr grid")
-        group.add_argument("--batch-sizes", type=options.positive_int, nargs="+",
-                           help="global batch size grid (default: --global-batch-size only)")
-        group.add_argument("--metric", default="val_loss", help="what picks the best trial (last report)")
-        group.add_argument("--mode", choices=["min", "max"], default="min")
-        group.add_argument("--max-concurrent-trials", type=options.positive_int, default=1,
-                           help="trials at once (each needs --num-workers x --cpus-per-worker CPUs)")
-    except ValueError as exc:
-        parser.error(str(exc))
-    args = parser.parse_args(argv)
-    args.storage_path = options.resolve_storage_path(args.storage_path) or os.path.expanduser("~/ray_results")
-    args.run_name = args.run_name or f"rtjob-tune-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
+    args.storage_path = args.storage_path or os.path.expanduser("~/ray_results")  # Tune needs a real folder
     args.batch_sizes = args.batch_sizes or [args.global_batch_size]
     return args
 
