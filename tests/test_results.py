@@ -139,7 +139,8 @@ def test_bad_inputs_are_one_line_exit_2(env, tmp_path):
 
 
 def test_the_training_history_has_the_columns_results_reads():
-    """training/ writes what `rtjob results` reads: EpochStats fields with train_/val_ prefixes + epoch_time_s."""
+    """training/ writes what `rtjob results` reads: loop.run_epochs builds every history row, and every
+    entrypoint that keeps a history goes through it."""
     import sys
 
     from conftest import REPO
@@ -147,14 +148,18 @@ def test_the_training_history_has_the_columns_results_reads():
     sys.path.insert(0, str(REPO))
     from rtjob.results import COLUMNS
 
-    from training.loop import EpochStats
+    from training import loop
 
-    fields = {f.name for f in dataclasses.fields(EpochStats)}
-    written = {"epoch", "epoch_time_s"} | {f"train_{f}" for f in fields} | {f"val_{f}" for f in fields}
-    assert {key for key, _, _ in COLUMNS} <= written
-    # Every entrypoint that keeps a history builds its rows the same way (epoch, epoch_time_s, train_*, val_*).
-    writers = [p for p in (REPO / "training").glob("*.py") if "history.append(" in p.read_text()]
-    assert any(p.name == "ray_ddp.py" for p in writers)
-    for path in writers:
-        source = path.read_text()
-        assert '"epoch_time_s"' in source and 'as_dict("train_")' in source and 'as_dict("val_")' in source, path
+    train = loop.EpochStats(loss=0.5, accuracy=0.9, samples=64, time_s=2.0, samples_per_s=32.0, peak_mem_mb=100.0)
+    val = dataclasses.replace(train, loss=0.7, accuracy=0.8)
+    rows: list[dict] = []
+    handed: list[int] = []
+    last = loop.run_epochs(2, 3, rows, lambda epoch: (train, val), lambda epoch, m: handed.append(epoch), None)
+    assert [row["epoch"] for row in rows] == [2, 3] == handed and last is rows[-1]
+    assert {key for key, _, _ in COLUMNS} <= set(rows[0])
+    assert rows[0]["train_loss"] == 0.5 and rows[0]["val_loss"] == 0.7 and rows[0]["val_accuracy"] == 0.8
+    # No entrypoint builds rows of its own: the only `history.append(` is loop.py's.
+    sources = {p.name: p.read_text() for p in (REPO / "training").glob("*.py")}
+    assert [name for name, text in sources.items() if "history.append(" in text] == ["loop.py"]
+    for name in ("ray_ddp.py", "ray_data_ddp.py", "sharded.py", "single.py", "torchrun_ddp.py"):
+        assert "loop.run_epochs(" in sources[name], name
