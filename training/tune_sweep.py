@@ -123,10 +123,9 @@ def main(argv: list[str] | None = None) -> int:
           f"global_batch_size={args.batch_sizes} ({trials} trials, {args.max_concurrent_trials} at a time) "
           f"workers={args.num_workers} dataset={args.dataset} epochs={args.epochs} max_failures={args.max_failures}",
           flush=True)
-    # On the embedded cluster a second Ray node on this machine shares the head's runtime_resources folder
-    # and re-unpacks the job's working dir (rmtree + unzip at the same path) when its first worker starts,
-    # which can leave this driver in a deleted folder; Tune lists its results relative to os.getcwd().
-    # Imports still resolve (sys.path holds the absolute path); the driver itself works from a stable folder.
+    # Tune lists its results relative to os.getcwd(): the driver works from a stable folder, not from the
+    # runtime_env's copy of the working dir (which Ray may unpack again when a node's first worker starts).
+    # Imports still resolve (sys.path holds the absolute path).
     if args.data_dir:
         args.data_dir = os.path.abspath(args.data_dir)
     os.chdir(tempfile.gettempdir())

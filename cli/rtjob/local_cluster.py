@@ -184,12 +184,16 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:
     current = alive_nodes(cluster) or []
     for index in range(len(current), nodes):
         say(f"adding node {index + 1}/{nodes} to the embedded cluster")
-        # One log monitor (the head's) already reads the shared session folder; a second would
-        # print every worker line twice.
+        # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
+        # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
+        # running job's working dir, and a second log monitor printed every worker line twice. Under
+        # the cluster's own temp dir, so `down` finds and removes it with the rest.
+        node_dir = os.path.join(cluster.temp_dir, f"n{index + 1}")
+        os.makedirs(node_dir, exist_ok=True)
         _run_ray(
             [
                 "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node), "--num-gpus", "0",
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--include-log-monitor", "false",
+                "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
                 "--disable-usage-stats", *_node_ports(),
             ],
             cluster.token_path,
