@@ -196,7 +196,7 @@ def evaluate_shard(model: torch.nn.Module, batches: Iterator, device: torch.devi
 
 
 def train_loop_per_worker(config: dict) -> None:
-    torch.set_num_threads(1)  # workers share a node's cores (see training.ray_ddp)
+    ray_ddp.setup_worker(config)
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     torch.manual_seed(config["seed"])

@@ -9,6 +9,7 @@ and run name resumes at the next epoch.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import sys
@@ -31,10 +32,21 @@ from training.models import model_for
 log = logging.getLogger(__name__)
 
 
-def train_loop_per_worker(config: dict) -> None:
+def setup_worker(config: dict) -> None:
+    """What every Ray Train worker loop (DDP, Ray Data, FSDP2, DeepSpeed, Tune trials) does first."""
     # One intra-op thread per worker: several workers share a node's cores, and
     # oversubscription makes CPU training much slower, not faster.
     torch.set_num_threads(1)
+    # Ray 2.60 logs every report (the whole metrics dict, from every rank, every epoch) on a logger named by
+    # its file path, outside the "ray.train" logger that LoggingConfig sets: hold it to the same level.
+    with contextlib.suppress(ImportError):
+        from ray.train.v2._internal.execution import context as train_context
+
+        logging.getLogger(train_context.__file__).setLevel(config.get("train_log_level", "WARNING"))
+
+
+def train_loop_per_worker(config: dict) -> None:
+    setup_worker(config)
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     torch.manual_seed(config["seed"])  # same initial weights everywhere (DDP broadcasts anyway)
@@ -123,7 +135,7 @@ def build_trainer(
     config = {
         key: getattr(args, key)
         for key in ("epochs", "global_batch_size", "lr", "model", "vit_size", "dataset", "data_dir",
-                    "train_size", "val_size", "seed")
+                    "train_size", "val_size", "seed", "train_log_level")
     }
     config.update(extra_config or {})
     return ray.train.torch.TorchTrainer(

@@ -35,7 +35,7 @@ from torch.utils.data import DataLoader
 
 from training import checkpoint, data, loop
 from training.models import model_for
-from training.ray_ddp import set_sampler_epoch, worker_data
+from training.ray_ddp import set_sampler_epoch, setup_worker, worker_data
 
 log = logging.getLogger(__name__)
 FULL_MODEL_FILE = checkpoint.MODEL_FILE  # model.pt: the plain model's full state dict
@@ -98,7 +98,7 @@ def lockstep_eval(
 
 def train_loop(config: dict, make_strategy: StrategyFactory) -> None:
     """The body of a Ray Train worker for a sharded strategy."""
-    torch.set_num_threads(1)  # as in ray_ddp: workers share a node's cores
+    setup_worker(config)
     context = ray.train.get_context()
     rank, world_size = context.get_world_rank(), context.get_world_size()
     torch.manual_seed(config["seed"])  # identical initial weights: each rank keeps its shard of them
