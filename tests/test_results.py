@@ -56,6 +56,7 @@ def test_one_run_as_a_table_json_and_plot(env, tmp_path):
         assert title in out
     assert "0.4500" in out and "401.0" in out and "13.0s" in out and "1.0000" in out  # train loss 2/2
     assert "best val loss 0.4500 at epoch 2" in out
+    assert out.splitlines()[0] == f"run-a  ({run / 'metrics.json'})"  # the source whole, on its own line
 
     proc = rtjob("results", str(run), "--output", "json", env=env)
     data = json.loads(proc.stdout)

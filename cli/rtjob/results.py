@@ -145,7 +145,10 @@ def print_tables(runs: list[RunHistory]) -> None:
     console = Console(width=200 if not sys.stdout.isatty() else None)
     if len(runs) == 1:
         run = runs[0]
-        table = Table(title=f"{run.label}  ({run.source})", box=None, header_style="bold", title_justify="left")
+        # The run and its source on a line of their own: as the table's title, rich wrapped a long path
+        # to the width of the table.
+        console.print(f"{run.label}  ({run.source})", soft_wrap=True, highlight=False, markup=False)
+        table = Table(box=None, header_style="bold")
         for _, title, _ in COLUMNS:
             table.add_column(title.upper(), justify="right")
         for row in run.rows:
