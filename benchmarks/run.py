@@ -644,8 +644,13 @@ def guarded(names: list[str], func: Callable[[Context], list[Row]], ctx: Context
     return rows
 
 
-def _rows(dicts: list[dict[str, str]] | list[tuple[str, ...]]) -> list[Row]:
-    return [Row(**d) if isinstance(d, dict) else Row(*d) for d in dicts]
+def _rows(dicts: list[dict[str, str]] | list[tuple[str, ...]], number: int | None = None) -> list[Row]:
+    """Rows for the table; with ``number``, labelled 6a., 6b., ... in their order (the table is sorted by label)."""
+    rows = [Row(**d) if isinstance(d, dict) else Row(*d) for d in dicts]
+    if number is None:
+        return rows
+    return [row._replace(measurement=f"{number}{chr(ord('a') + i)}. {re.sub(r'^P[0-9]+b?[.] ', '', row.measurement)}")
+            for i, row in enumerate(rows)]
 
 
 def bench_fsdp_memory(ctx: Context) -> list[Row]:
@@ -661,7 +666,7 @@ def bench_train_throughput(ctx: Context) -> list[Row]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.ddp_vs_torchrun import bench_ddp_vs_torchrun
 
-    return _rows(bench_ddp_vs_torchrun(python=PYTHON))
+    return _rows(bench_ddp_vs_torchrun(python=PYTHON), 6)
 
 
 def bench_pull(ctx: Context) -> list[Row]:
@@ -669,7 +674,7 @@ def bench_pull(ctx: Context) -> list[Row]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.pull_bench import run_pull_bench
 
-    return _rows(run_pull_bench(notes=ctx.notes))
+    return _rows(run_pull_bench(notes=ctx.notes), 7)
 
 
 def machine() -> dict[str, str]:
@@ -712,7 +717,10 @@ def render(rows: list[Row], meta: dict[str, str], notes: list[str]) -> str:
         Times are wall-clock medians (min–max) over interleaved runs after one warm-up of each side. In 3, both
         sides are timed from process spawn until this process, polling `GET /api/jobs/<id>` every 50 ms, sees
         RUNNING; each job is stopped before the next run. In 4, each CLI's stdout is a pseudo-terminal; latency =
-        arrival time − the `time.time()` the job printed on the line.
+        arrival time − the `time.time()` the job printed on the line. 5 DDP (`DistributedDataParallel`) on the same
+        model, seed, steps and optimizer (benchmarks/training_bench.py); 6 `torchrun --standalone` running
+        `training.torchrun_ddp` on the same model, data, seed and batch, at Ray's worker niceness
+        (benchmarks/ddp_vs_torchrun.py); 7 the AWS CLI against the same moto S3 server (benchmarks/pull_bench.py).
         """)
     lines = [
         "# rtjob benchmarks",
