@@ -254,7 +254,7 @@ def _run(work: Path, small_files: int, large_files: int, large_mb: int, repeats:
     notes.append(f"what a re-pull of an unchanged tree costs, whatever the size of its files: interpreter + CLI "
                  f"start (`rtjob --version`) {_spread(start_up)}; botocore's import and S3 client "
                  f"{_spread(list(client_s))}; listing the tree {_spread(list(list_s))} (each in a fresh process); "
-                 "the size/ETag/mtime checks are the rest of P2b")
+                 "the size/ETag/mtime checks are the rest of the time inside `rtjob pull`")
     notes.append("moto answers every ranged GET by reading the whole object under a per-object lock, so a large "
                  "file in fewer, larger ranges costs the server less: rtjob uses 16 MiB ranges, the CLI 8 MiB "
                  "(both within AWS's 8–16 MiB guidance); against real S3 that part of the gap is smaller")
