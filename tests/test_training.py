@@ -101,8 +101,14 @@ def _rank_main(rank: int, world_size: int, tmp: str) -> None:
         # lr=0 keeps the weights fixed, so the training mean must equal the eval mean.
         train = loop.train_epoch(model, loader, torch.optim.SGD(model.parameters(), lr=0.0), cpu)
         local = F.cross_entropy(model(shard.tensors[0]), shard.tensors[1]).item()
+        # Rank 0 comes 1 s late (as when it is still writing a checkpoint): DDP's gradient all-reduce makes
+        # rank 1 wait for it, and that wait must not be counted as an epoch's time.
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(4, 3))
+        if rank == 0:
+            time.sleep(1.0)
+        late = loop.train_epoch(ddp, loader, torch.optim.SGD(ddp.parameters(), lr=0.0), cpu)
         Path(tmp, f"rank{rank}.json").write_text(
-            json.dumps({"val": val.as_dict(), "train": train.as_dict(), "local_mean": local})
+            json.dumps({"val": val.as_dict(), "train": train.as_dict(), "local_mean": local, "late": late.as_dict()})
         )
     finally:
         dist.destroy_process_group()
@@ -126,6 +132,7 @@ def test_epoch_means_are_exact_over_ranks_with_uneven_batches(tmp_path):
             assert stats["loss"] == pytest.approx(expected_loss, abs=1e-6)
             assert stats["accuracy"] == pytest.approx(expected_acc, abs=1e-9)
             assert stats["time_s"] > 0 and stats["peak_mem_mb"] > 0
+        assert result["late"]["time_s"] < 0.5, result["late"]  # the clocks start together
 
 
 # --- Ray Train DDP end to end ---------------------------------------------------------

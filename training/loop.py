@@ -78,6 +78,10 @@ def _run_epoch(
     loss_sum = torch.zeros((), dtype=torch.float64, device=device)
     correct = torch.zeros((), dtype=torch.int64, device=device)
     count = 0
+    if dist.is_available() and dist.is_initialized():
+        # Every rank starts its clock together. Otherwise a rank that went on while rank 0 was still
+        # writing or uploading the last checkpoint counts its wait for rank 0 as training time.
+        dist.barrier()
     start = time.perf_counter()
     for inputs, targets in loader:
         inputs = inputs.to(device, non_blocking=True)  # no-op if the loader already moved them
