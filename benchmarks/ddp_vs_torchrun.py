@@ -188,14 +188,14 @@ def bench_ddp_vs_torchrun(
             f"Ray Train DDP vs torchrun DDP: in-loop samples/s ({shape}; median of {n} epochs after warm-up)",
             f"{ray_sps:.1f} samples/s ({min(steady(ray_runs)):.1f}–{max(steady(ray_runs)):.1f})",
             f"{tr_sps:.1f} samples/s ({min(steady(torchrun_runs)):.1f}–{max(steady(torchrun_runs)):.1f})",
-            f"{ratio:.2f}× (ray/torchrun)", "≥0.9×", "yes" if ratio >= 0.9 else "no",
+            f"{ratio:.3f}× (ray/torchrun)", "≥0.9×", "yes" if ratio >= 0.9 else "no",
         ),
         BenchRow(
             "… per CPU core the training processes actually got (in-loop samples/s ÷ their CPU use over the "
             "steady epochs; what other load on the machine cannot skew)",
             f"{ray_eff:.1f} samples/s per core ({ray_cores:.2f} cores)",
             f"{tr_eff:.1f} samples/s per core ({tr_cores:.2f} cores)",
-            f"{ray_eff / tr_eff:.2f}×", "≥0.9×", "yes" if ray_eff / tr_eff >= 0.9 else "no",
+            f"{ray_eff / tr_eff:.3f}×", "≥0.9×", "yes" if ray_eff / tr_eff >= 0.9 else "no",
         ),
         BenchRow(
             "… wall time of the whole run (process start to exit; Ray starts a local instance and a worker group)",
