@@ -18,20 +18,12 @@ import ray.train
 import torch
 from torch import nn
 
-MODEL_FILE = "model.pt"
-OPTIMIZER_FILE = "optimizer.pt"
-STATE_FILE = "state.json"
-METRICS_FILE = "metrics.json"
+from rtjob_contract import METRICS_FILE, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE, checkpoint_dir_name
 
 
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside a DDP/DataParallel wrapper, so state keys have no 'module.'."""
     return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
-
-
-def checkpoint_dir_name(epoch: int) -> str:
-    # Named by epoch (not Ray's timestamp default) so storage shows one folder per epoch.
-    return f"checkpoint_epoch_{epoch:04d}"
 
 
 def save_and_report(

@@ -18,6 +18,8 @@ import torch
 from filelock import FileLock
 from torch.utils.data import Subset, TensorDataset
 
+import rtjob_contract as contract
+
 DATASETS = ("mnist", "synthetic", "fashionmnist", "cifar10", "synthetic-cifar10")
 NUM_CLASSES = 10
 IMAGE_SIZE = 28
@@ -49,7 +51,7 @@ class DatasetUnavailable(RuntimeError):
 
 
 def default_data_dir() -> str:
-    return os.environ.get("RTJOB_DATA_DIR") or str(Path("~/.cache/rtjob/data").expanduser())
+    return os.environ.get(contract.ENV_DATA_DIR) or str(Path("~/.cache/rtjob/data").expanduser())
 
 
 def input_shape(name: str) -> tuple[int, int]:

@@ -21,9 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from rtjob_contract import EPOCH_CHECKPOINT_PREFIX
 from training import checkpoint
 
-_PREFIX = "checkpoint_epoch_"
+_PREFIX = EPOCH_CHECKPOINT_PREFIX
 
 
 class RunStorage:

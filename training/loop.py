@@ -18,6 +18,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
+import rtjob_contract as contract
+
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # Backward pass + optimizer step for one batch's loss, for engines that own both (DeepSpeed).
@@ -163,7 +165,8 @@ def run_epochs(
         start = time.perf_counter()
         train_stats, val_stats = one_epoch(epoch)
         seconds = time.perf_counter() - start
-        metrics = {"epoch": epoch, "epoch_time_s": seconds, **train_stats.as_dict("train_"), **val_stats.as_dict("val_")}
+        metrics = {contract.METRIC_EPOCH: epoch, contract.METRIC_EPOCH_TIME: seconds, **train_stats.as_dict("train_"),
+                   **val_stats.as_dict("val_")}
         history.append(metrics)
         if log is not None:
             log(format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from typing import TypeVar
 
+import rtjob_contract as contract
 from training.data import DATASETS
 from training.models import MODELS
 from training.vit import DEFAULT_VIT_SIZE, VIT_SIZES
@@ -76,7 +77,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
         "node); synthetic (1x28x28 digit-like) and synthetic-cifar10 (3x32x32) are generated offline",
     )
     group.add_argument(
-        "--data-dir", default=os.environ.get("RTJOB_DATA_DIR"),
+        "--data-dir", default=os.environ.get(contract.ENV_DATA_DIR),
         help="MNIST download dir, shared by the workers of a node "
         "(env RTJOB_DATA_DIR, else ~/.cache/rtjob/data on each worker)",
     )
@@ -89,28 +90,28 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
     """Scaling and run-storage flags for entrypoints that run on Ray Train."""
     group = parser.add_argument_group("ray")
     group.add_argument(
-        "--num-workers", type=positive_int, default=env_int("RTJOB_NUM_WORKERS", 2),
+        "--num-workers", type=positive_int, default=env_int(contract.ENV_NUM_WORKERS, 2),
         help="training workers (env RTJOB_NUM_WORKERS, default 2)",
     )
     group.add_argument(
-        "--use-gpu", action=argparse.BooleanOptionalAction, default=env_bool("RTJOB_USE_GPU", False),
+        "--use-gpu", action=argparse.BooleanOptionalAction, default=env_bool(contract.ENV_USE_GPU, False),
         help="one GPU per worker (env RTJOB_USE_GPU=1/0, default off)",
     )
     group.add_argument(
-        "--cpus-per-worker", type=float, default=env_float("RTJOB_CPUS_PER_WORKER", 1.0),
+        "--cpus-per-worker", type=float, default=env_float(contract.ENV_CPUS_PER_WORKER, 1.0),
         help="CPUs reserved per worker (env RTJOB_CPUS_PER_WORKER, default 1)",
     )
     group.add_argument(
-        "--storage-path", default=os.environ.get("RTJOB_STORAGE_PATH"),
+        "--storage-path", default=os.environ.get(contract.ENV_STORAGE_PATH),
         help="local dir or URI (s3://...) for checkpoints and results; must be shared "
         "storage on multi-node clusters (env RTJOB_STORAGE_PATH, default ~/ray_results)",
     )
     group.add_argument(
-        "--run-name", default=os.environ.get("RTJOB_RUN_NAME"),
+        "--run-name", default=os.environ.get(contract.ENV_RUN_NAME),
         help="run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME)",
     )
     group.add_argument(
-        "--max-failures", type=int, default=env_int("RTJOB_MAX_FAILURES", 0),
+        "--max-failures", type=int, default=env_int(contract.ENV_MAX_FAILURES, 0),
         help="worker-group restarts from the latest checkpoint (env RTJOB_MAX_FAILURES, "
         "default 0, -1 = unlimited)",
     )
@@ -127,12 +128,12 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
 def add_file_run_args(group: argparse._ArgumentGroup, run_name_help: str = "") -> None:
     """Run-storage flags of the entrypoints that checkpoint without Ray Train (``training.file_checkpoint``)."""
     group.add_argument(
-        "--storage-path", default=os.environ.get("RTJOB_STORAGE_PATH") or "~/ray_results",
+        "--storage-path", default=os.environ.get(contract.ENV_STORAGE_PATH) or "~/ray_results",
         help="local dir or URI (s3://...) for checkpoints; shared storage across nodes "
         "(env RTJOB_STORAGE_PATH, default ~/ray_results)",
     )
     group.add_argument(
-        "--run-name", default=os.environ.get("RTJOB_RUN_NAME"),
+        "--run-name", default=os.environ.get(contract.ENV_RUN_NAME),
         help=f"run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME{run_name_help})",
     )
     group.add_argument("--keep-checkpoints", type=positive_int, default=3, help="most recent checkpoints kept")

@@ -21,6 +21,7 @@ import time
 
 import torch
 
+import rtjob_contract as contract
 from training import data, file_checkpoint, loop, options
 from training.models import model_for
 
@@ -42,12 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             help="must be 1: this is the one-process baseline (ddp-vit, fsdp-vit, deepspeed-vit scale out)",
         )
         group.add_argument(
-            "--use-gpu", action=argparse.BooleanOptionalAction, default=options.env_bool("RTJOB_USE_GPU", False),
+            "--use-gpu", action=argparse.BooleanOptionalAction, default=options.env_bool(contract.ENV_USE_GPU, False),
             help="train on one GPU (env RTJOB_USE_GPU=1/0, default off)",
         )
         group.add_argument(
             "--threads", type=options.positive_int,
-            default=options.env_int("RTJOB_CPUS_PER_WORKER", 0) or None,
+            default=options.env_int(contract.ENV_CPUS_PER_WORKER, 0) or None,
             help="intra-op CPU threads (env RTJOB_CPUS_PER_WORKER; default: torch's)",
         )
         options.add_file_run_args(group)

@@ -25,6 +25,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
+import rtjob_contract as contract
 from training import data, file_checkpoint, loop, options
 from training.models import model_for
 
@@ -45,7 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         group = parser.add_argument_group("run")
         group.add_argument(
             "--use-gpu", action=argparse.BooleanOptionalAction,
-            default=options.env_bool("RTJOB_USE_GPU", torch.cuda.is_available()),
+            default=options.env_bool(contract.ENV_USE_GPU, torch.cuda.is_available()),
             help="one GPU per process, nccl (env RTJOB_USE_GPU; default: if CUDA is available)",
         )
         options.add_file_run_args(

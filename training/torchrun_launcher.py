@@ -33,6 +33,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+import rtjob_contract as contract
 from training import options
 
 MARKER = "RTJOB_TORCHRUN_TREE"
@@ -109,15 +110,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "unknown flags go to the training module",
     )
     try:
-        nodes = options.env_int("RTJOB_NODES", 1)
-        workers = options.env_int("RTJOB_NUM_WORKERS", 2 * nodes)
+        nodes = options.env_int(contract.ENV_NODES, 1)
+        workers = options.env_int(contract.ENV_NUM_WORKERS, 2 * nodes)
         parser.add_argument("--nodes", type=options.positive_int, default=nodes,
                             help="nodes, one torchrun each (env RTJOB_NODES, default 1: torchrun --standalone)")
         parser.add_argument("--nproc-per-node", type=options.positive_int, default=max(1, workers // nodes),
                             help="processes per node (default: RTJOB_NUM_WORKERS / RTJOB_NODES)")
-        parser.add_argument("--cpus-per-worker", type=float, default=options.env_float("RTJOB_CPUS_PER_WORKER", 1.0))
-        parser.add_argument("--gpus-per-worker", type=float, default=options.env_float("RTJOB_GPUS_PER_WORKER", 0.0))
-        parser.add_argument("--max-failures", type=int, default=options.env_int("RTJOB_MAX_FAILURES", 0),
+        parser.add_argument("--cpus-per-worker", type=float, default=options.env_float(contract.ENV_CPUS_PER_WORKER, 1.0))
+        parser.add_argument("--gpus-per-worker", type=float, default=options.env_float(contract.ENV_GPUS_PER_WORKER, 0.0))
+        parser.add_argument("--max-failures", type=int, default=options.env_int(contract.ENV_MAX_FAILURES, 0),
                             help="restarts of the whole group from the last checkpoint (env RTJOB_MAX_FAILURES, "
                             "-1 = unlimited)")
         parser.add_argument("--module", default="training.torchrun_ddp", help="the training module torchrun runs")
@@ -129,7 +130,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
     if rest and rest[0] == "--":
         rest = rest[1:]
     # Every node must use the same run folder: pin the name here, not in each process.
-    if not any(a == "--run-name" or a.startswith("--run-name=") for a in rest) and not os.environ.get("RTJOB_RUN_NAME"):
+    if not any(a == "--run-name" or a.startswith("--run-name=") for a in rest) and not os.environ.get(contract.ENV_RUN_NAME):
         rest += ["--run-name", f"rtjob-torchrun-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"]
     return args, rest
 

@@ -1,0 +1,375 @@
+"""The Anyscale backend: the same job spec as an Anyscale JobConfig, sent and followed with the anyscale SDK.
+
+The adapter is thin on purpose. It builds plain JobConfig / ScheduleConfig / ComputeConfig data and calls
+the SDK's public classes (JobSDK, ScheduleSDK, ComputeConfigSDK) with one client. That client is the
+injection point: tests pass the SDK's own FakeAnyscaleClient and FakeTimer; real use builds the SDK's
+default client, which authenticates the SDK's usual way (ANYSCALE_CLI_TOKEN, else
+~/.anyscale/credentials.json). Injecting a client is private API, so `anyscale` is pinned (0.26.112).
+
+It is imported only when a request is validated or sent (importing anyscale takes seconds), so
+`rtjob --help` and the Ray backends never pay for it.
+
+Run ids: an Anyscale job's *name* is rtjob's run id (``rtjob-ddp-resnet-20261122-...`` or the
+``--submission-id``), so `rtjob status/logs/wait/stop RUN_ID` work as on Ray, and a submit with an
+existing id attaches instead of submitting twice. Anyscale's own job ids (``prodjob_...``) work too; runs
+rtjob did not submit (scheduled runs, jobs from the console) are listed under those ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import contextlib
+import datetime as dt
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ...core.errors import BadInput, RtjobError
+from ...core.model import RunInfo, RunStatus, SubmitResult
+from ...core.redact import secret_values
+from ...spec.pricing import HourlyCost, compute_config_cost
+from ..base import Backend, Request
+from . import client as sdk_client
+from .client import _not_found, anyscale_errors, host
+from .request import AnyscaleJobRequest, build, masked_config, masked_names, render_yaml
+
+if TYPE_CHECKING:
+    from ...spec.project import Settings
+    from ...spec.resolve import Placement, ResolvedJob
+
+_STATES = {
+    "STARTING": RunStatus.PENDING,
+    "RUNNING": RunStatus.RUNNING,
+    "SUCCEEDED": RunStatus.SUCCEEDED,
+    "FAILED": RunStatus.FAILED,
+    "TERMINATED": RunStatus.STOPPED,
+    "UNKNOWN": RunStatus.UNKNOWN,
+}
+
+
+def _iso(value: Any) -> str | None:
+    if not value:
+        return None
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if not isinstance(value, dt.datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _recorded_rate(tags: dict[str, Any]) -> dict[str, Any] | None:
+    """The rate rtjob recorded in the job's tags at submit (``LOW`` or ``LOW-HIGH`` USD per hour)."""
+    low, _, high = str(tags.get(contract.TAG_RATE) or "").partition("-")
+    try:
+        return {"usd_per_hour_min": float(low), "usd_per_hour_max": float(high or low),
+                "source": "rate recorded at submit"}
+    except ValueError:
+        return None
+
+
+def _state_name(state: Any) -> str:
+    return str(getattr(state, "value", state) or "UNKNOWN").upper()
+
+
+class AnyscaleBackend(Backend):
+    name = "anyscale"
+    ci_secrets = (("ANYSCALE_CLI_TOKEN", "an Anyscale API key (the SDK reads it; never printed)"),)
+    ci_extra = "anyscale,s3"
+    # Anyscale's API is polled at most this often per run (follow asks every second).
+    status_poll_s = 5.0
+    log_poll_s = 5.0
+    stop_wait_s = 30.0
+    list_limit = 50
+
+    def __init__(self, settings: Settings | None = None, client: Any | None = None, timer: Any | None = None) -> None:
+        """``client``: an AnyscaleClientInterface (tests: the SDK's FakeAnyscaleClient); None builds the
+        SDK's default client from the environment on first use. ``timer``: the SDK's Timer (tests:
+        FakeTimer), used only by the SDK's own waits."""
+        super().__init__(settings)  # type: ignore[arg-type]  # nothing in the settings concerns Anyscale yet
+        self._client = client
+        self._timer = timer
+        self._sdks: dict[str, Any] | None = None
+        self._ids: dict[str, str] = {}  # rtjob run id → Anyscale job id
+        self._cache: dict[str, tuple[float, Any]] = {}  # Anyscale job id → (when, JobStatus)
+        self._address = host()
+
+    @classmethod
+    def placement(cls) -> Placement:
+        from ...spec.resolve import Placement
+
+        # Anyscale takes registered compute configs and pins the worker group to --nodes (min = max).
+        return Placement(cls.name, registered_compute_configs=True, sizes_worker_group=True)
+
+    @property
+    def address(self) -> str:
+        return self._address
+
+    @property
+    def display_address(self) -> str:
+        return f"Anyscale ({self._address})"
+
+    def _sdk(self, kind: str) -> Any:
+        if self._sdks is None:
+            client = self._client if self._client is not None else sdk_client.default_client()
+            from anyscale.cli_logger import BlockLogger
+            from anyscale.compute_config import ComputeConfigSDK
+            from anyscale.job import JobSDK
+            from anyscale.schedule import ScheduleSDK
+
+            logger = BlockLogger(log_output=False)  # rtjob prints what matters itself
+            timer = self._timer or sdk_client.default_timer()
+            self._sdks = {
+                "job": JobSDK(client=client, logger=logger, timer=timer),
+                "schedule": ScheduleSDK(client=client, logger=logger, timer=timer),
+                "compute_config": ComputeConfigSDK(client=client, logger=logger, timer=timer),
+            }
+        return self._sdks[kind]
+
+    # -- plan / render -------------------------------------------------------------------------
+    def plan(self, job: ResolvedJob) -> AnyscaleJobRequest:
+        return build(job)
+
+    def render(self, request: Request) -> dict[str, Any]:
+        assert isinstance(request, AnyscaleJobRequest)
+        return {
+            "backend": self.name,
+            "address": self.address,
+            "job_config": masked_config(request.config),
+            "checked_with": request.checked_with,
+        }
+
+    def render_file(self, request: Request) -> str:
+        assert isinstance(request, AnyscaleJobRequest)
+        return render_yaml(request, self.equivalent_command(request))
+
+    def equivalent_command(self, request: Request) -> str:
+        assert isinstance(request, AnyscaleJobRequest)
+        parts = ["anyscale", "job", "submit", "-f", f"{request.run_id}.yaml"]
+        parts += [f'--env {name}="${name}"' for name in masked_names(request.config)]
+        return " ".join(parts) + "   # the file: this request as `--output yaml`"
+
+    def precheck(self, job: ResolvedJob) -> list[str]:
+        """Anyscale starts the nodes the compute config asks for: nothing to check against a live cluster
+        (resolve already refused a worker that no node of the group can hold)."""
+        del job
+        return []
+
+    # -- run control ---------------------------------------------------------------------------
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:  # noqa: D102
+        return anyscale_errors(what)
+
+    def _lookup(self, run_id: str) -> Any | None:
+        """The JobStatus of a run: by rtjob run id (the job's name, newest first), else by Anyscale job id."""
+        sdk = self._sdk("job")
+        job_id = self._ids.get(run_id)
+        status = None
+        with self._errors(f"reading run {run_id}"):
+            if job_id is None and not run_id.startswith("prodjob_"):
+                matches = [s for s in sdk.list(name=run_id, max_items=20) if s.name == run_id]
+                if matches:
+                    status = max(matches, key=lambda s: _iso(s.created_at) or "")
+            if status is None:
+                try:
+                    status = sdk.status(id=job_id or run_id)
+                except RuntimeError as exc:
+                    if _not_found(exc):
+                        return None
+                    raise
+        self._ids[run_id] = status.id
+        return status
+
+    def _status_model(self, run_id: str, fresh: bool = False) -> Any:
+        job_id = self._ids.get(run_id)
+        cached = self._cache.get(job_id) if job_id else None
+        if cached is not None and not fresh:
+            when, status = cached
+            if _STATES.get(_state_name(status.state), RunStatus.UNKNOWN).terminal or (
+                time.monotonic() - when < self.status_poll_s
+            ):
+                return status
+        status = self._lookup(run_id)
+        if status is None:
+            raise BadInput(f"no run {run_id!r} on Anyscale ({self.address}); rtjob list --backend anyscale shows yours")
+        self._cache[status.id] = (time.monotonic(), status)
+        return status
+
+    def _info(self, status: Any) -> RunInfo:
+        config = status.config
+        env = dict(getattr(config, "env_vars", None) or {})
+        own_run = env.get(contract.ENV_RUN_NAME) == status.name
+        run_id = status.name if own_run else status.id
+        storage = None
+        storage_path = env.get(contract.ENV_STORAGE_PATH)
+        if storage_path:
+            if own_run:
+                storage = f"{storage_path}/{status.name}"
+            elif env.get(contract.ENV_SCHEDULE):  # a scheduled run names its folder after its Anyscale job id
+                storage = f"{storage_path}/{status.id}"
+        state = _state_name(status.state)
+        run_status = _STATES.get(state, RunStatus.UNKNOWN)
+        runs = list(status.runs or [])
+        message = f"Anyscale job {status.id} {state}"
+        if runs:
+            failed = sum(1 for r in runs if _state_name(r.state) == "FAILED")
+            message += f": {len(runs)} attempt(s)" + (f", {failed} failed" if failed else "")
+            if getattr(config, "max_retries", None) is not None:
+                message += f" (max_retries={config.max_retries})"
+        return RunInfo(
+            id=run_id,
+            job=env.get(contract.ENV_JOB_NAME),
+            backend=self.name,
+            status=run_status,
+            message=message,
+            start_time=_iso(status.created_at),
+            end_time=_iso(status.status_updated_at) if run_status.terminal else None,
+            storage_uri=storage,
+            exit_code=None,  # Anyscale does not report the entrypoint's exit code
+            address=f"{self.address}/jobs/{status.id}",
+            entrypoint=getattr(config, "entrypoint", None),
+            secrets=secret_values(env),
+            rate=_recorded_rate(dict(getattr(config, "tags", None) or {})),
+        )
+
+    def submit(self, request: Request) -> SubmitResult:
+        assert isinstance(request, AnyscaleJobRequest)
+        existing = self.find(request.run_id)
+        if existing is not None:
+            return SubmitResult(existing, created=False)
+        from anyscale.job.models import JobConfig
+
+        secrets = secret_values(request.config.get("env_vars") or {})
+        with anyscale_errors(f"submitting {request.run_id}", secrets):
+            job_id = self._sdk("job").submit(JobConfig.from_dict(request.config))
+        self._ids[request.run_id] = job_id
+        return SubmitResult(self._info(self._status_model(request.run_id, fresh=True)), created=True)
+
+    def find(self, run_id: str) -> RunInfo | None:
+        status = self._lookup(run_id)
+        if status is None:
+            return None
+        self._cache[status.id] = (time.monotonic(), status)
+        return self._info(status)
+
+    def status(self, run_id: str) -> RunInfo:
+        return self._info(self._status_model(run_id))
+
+    def list(self) -> list[RunInfo]:
+        with self._errors("listing jobs"):
+            statuses = list(self._sdk("job").list(max_items=self.list_limit))
+        runs = [self._info(s) for s in statuses]
+        return sorted(runs, key=lambda r: r.start_time or "", reverse=True)
+
+    def stop(self, run_id: str) -> RunInfo:
+        status = self._status_model(run_id, fresh=True)
+        if _STATES.get(_state_name(status.state), RunStatus.UNKNOWN).terminal:
+            return self._info(status)
+        from anyscale.job.models import JobState
+
+        sdk = self._sdk("job")
+        with self._errors(f"stopping {run_id}"):
+            sdk.terminate(id=status.id)
+            try:  # the SDK's wait, always with our own limit (its default is 30 minutes)
+                sdk.wait(id=status.id, state=JobState.TERMINATED, timeout_s=self.stop_wait_s)
+            except TimeoutError:
+                pass  # still stopping: report what it is now
+            except RuntimeError as exc:
+                if "terminal state" not in str(exc):  # it ended some other way first (e.g. SUCCEEDED)
+                    raise
+        return self._info(self._status_model(run_id, fresh=True))
+
+    def logs(self, run_id: str) -> str:
+        status = self._status_model(run_id)
+        if not status.runs:  # nothing has started yet: there is no log to read
+            return ""
+        with self._errors(f"reading the log of {run_id}"):
+            text = self._sdk("job").get_logs(id=status.id)
+        return text or ""
+
+    async def tail(self, run_id: str) -> AsyncIterator[str]:
+        """Anyscale has no log stream in the SDK: each 'connection' is one read of the whole log, after
+        which follow reconnects and skips the lines it already printed."""
+        text = await asyncio.to_thread(self.logs, run_id)
+        if text:
+            yield text
+        await asyncio.sleep(self.log_poll_s)
+
+    # -- cost ----------------------------------------------------------------------------------
+    def hourly_cost(self, info: RunInfo) -> HourlyCost | None:
+        """The rate of the cluster the run asked for: its compute config as Anyscale recorded it with the job
+        (a run that Anyscale still knows), else the rate rtjob recorded in its tags at submit."""
+        recorded = super().hourly_cost(info)
+        if recorded is not None:
+            return recorded
+        try:
+            compute = self._status_model(info.id).config.compute_config
+            if isinstance(compute, str):
+                with self._errors(f"reading compute config {compute}"):
+                    compute = self._sdk("compute_config").get(compute).config
+        except RtjobError:
+            return None
+        data = compute.to_dict() if hasattr(compute, "to_dict") else compute
+        if not isinstance(data, dict) or "configs" in data:  # multi-resource configs: not priced
+            return None
+        return compute_config_cost(data)
+
+    # -- compute configs and schedules ---------------------------------------------------------
+    def register_compute_config(self, config: dict[str, Any], name: str) -> str:
+        from anyscale.compute_config.models import compute_config_type_from_dict
+
+        with self._errors(f"registering compute config {name}"):
+            return str(self._sdk("compute_config").create(compute_config_type_from_dict(config), name=name))
+
+    def registered_compute_config(self, name: str) -> dict[str, Any]:
+        with self._errors(f"reading compute config {name}"):
+            version = self._sdk("compute_config").get(name)
+        config = version.config
+        return config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+
+    def apply_schedule(self, schedule: dict[str, Any]) -> str:
+        from anyscale.schedule.models import ScheduleConfig
+
+        secrets = secret_values((schedule.get("job_config") or {}).get("env_vars") or {})
+        name = (schedule.get("job_config") or {}).get("name")
+        with anyscale_errors(f"applying schedule {name}", secrets):
+            return str(self._sdk("schedule").apply(ScheduleConfig.from_dict(schedule)))
+
+    def schedules(self) -> builtins.list[dict[str, Any]]:
+        with self._errors("listing schedules"):
+            found = list(self._sdk("schedule").list(max_items=100))
+        out = []
+        for s in found:
+            job_config = s.config.job_config
+            env = dict(getattr(job_config, "env_vars", None) or {})
+            out.append({
+                "id": s.id,
+                "name": s.name,
+                "state": _state_name(s.state),
+                "cron": s.config.cron_expression,
+                "timezone": s.config.timezone,
+                "job": env.get(contract.ENV_JOB_NAME),
+            })
+        return sorted(out, key=lambda row: row["name"])
+
+    def set_schedule_state(self, name: str, enabled: bool) -> str:
+        from anyscale.schedule.models import ScheduleState
+
+        state = ScheduleState.ENABLED if enabled else ScheduleState.DISABLED
+        with self._errors(f"{'resuming' if enabled else 'pausing'} schedule {name}"):
+            return str(self._sdk("schedule").set_state(name=name, state=state))
+
+    def schedule_state(self, name: str) -> str:
+        with self._errors(f"reading schedule {name}"):
+            return _state_name(self._sdk("schedule").status(name=name).state)
+
+    def trigger_schedule(self, name: str) -> str:
+        with self._errors(f"triggering schedule {name}"):
+            return str(self._sdk("schedule").trigger(name=name))
+
+    def delete_schedule(self, name: str) -> str:
+        with self._errors(f"deleting schedule {name}"):
+            return str(self._sdk("schedule").delete(name=name))

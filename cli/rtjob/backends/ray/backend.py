@@ -1,0 +1,352 @@
+"""The Ray Jobs backend: a Ray cluster at an address ('ray'), or the embedded local cluster ('local')."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import rtjob_contract as contract
+
+from ...core.errors import BadInput, RtjobError, Unreachable
+from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
+from ...core.redact import MASK, mask_mapping, secret_values
+from ..base import Backend, Log, Request, Retry
+from . import precheck
+from .client import RayJobsAPI, discover_token, split_credentials
+from .request import RayJobRequest, build
+
+if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
+    from ...spec.project import Settings
+    from ...spec.resolve import Placement, ResolvedJob
+
+
+class RayJobsBackend(Backend):
+    """A Ray cluster's Jobs API (the dashboard) at an address. Status, list, stop and logs go over plain
+    REST (no Ray import); submit uses Ray's own client for its working-dir packaging."""
+
+    name = "ray"
+    ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = (
+        ("RAY_ADDRESS", "the cluster's dashboard / Jobs API, e.g. https://ray-head.example.com:8265"),
+        ("RAY_AUTH_TOKEN", "the cluster's token, if it uses token authentication"),
+    )
+    ci_extra = "ray"
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__(settings)
+        headers = dict(settings.get("headers") or {})
+        self._user_headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        self._api: RayJobsAPI | None = self._connect_to_address(settings, headers)
+
+    def _connect_to_address(self, settings: Settings, headers: dict[str, str]) -> RayJobsAPI | None:
+        """The Jobs API client for the configured address (no request is sent yet)."""
+        address = settings.get("address")
+        if not address:
+            raise BadInput("backend 'ray' needs an address: --address, RAY_ADDRESS or [tool.rtjob] address")
+        address, basic = split_credentials(address)
+        if basic is not None:
+            if any(k.lower() == "authorization" for k in headers):
+                raise BadInput("the address holds user:password@ and an Authorization header is set too: give one")
+            headers["Authorization"] = basic
+        if not any(k.lower() == "authorization" for k in headers):
+            token = discover_token()
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
+        return RayJobsAPI(address, headers, bool(settings.get("verify_tls")))
+
+    @classmethod
+    def placement(cls) -> Placement:
+        from ...spec.resolve import Placement
+
+        return Placement(cls.name)
+
+    @property
+    def api(self) -> RayJobsAPI:
+        assert self._api is not None
+        return self._api
+
+    @property
+    def address(self) -> str:
+        return self.api.address
+
+    def _auth_scheme(self) -> str | None:
+        """'Bearer', 'Basic' (or another scheme) when requests carry an Authorization header, else None."""
+        auth = next((v for k, v in self.api.headers.items() if k.lower() == "authorization"), "")
+        return auth.split(" ", 1)[0] if auth else None
+
+    # -- plan / render -------------------------------------------------------------------------
+    def plan(self, job: ResolvedJob) -> RayJobRequest:
+        from .packaging import check_upload  # pathspec: only when a job is planned
+
+        # A working dir Ray would refuse (over 100 MiB) is refused here, before anything is sent.
+        check_upload(job.working_dir, job.spec.excludes, job.job_file)
+        return build(job)
+
+    def render(self, request: Request) -> dict[str, Any]:
+        assert isinstance(request, RayJobRequest)
+        auth = {"Authorization": MASK} if self._auth_scheme() else {}
+        return {
+            "backend": self.name,
+            "address": self.address,
+            "headers": {**mask_mapping(self._user_headers), **auth},
+            "submit_job": {
+                "submission_id": request.submission_id,
+                "entrypoint": request.masked_entrypoint(),
+                "runtime_env": request.masked_runtime_env(),
+                "metadata": request.metadata,
+                "entrypoint_num_cpus": request.entrypoint_num_cpus,
+            },
+        }
+
+    def equivalent_command(self, request: Request) -> str:
+        assert isinstance(request, RayJobRequest)
+        parts = []
+        headers = mask_mapping(self._user_headers)
+        scheme = self._auth_scheme()
+        if scheme == "Bearer":
+            parts.append(f"RAY_AUTH_MODE=token RAY_AUTH_TOKEN={MASK}")
+        elif scheme:  # e.g. basic auth from user:password@ in the address: Ray takes it as a header
+            headers["Authorization"] = MASK
+        parts += ["ray", "job", "submit", "--address", self.address, "--submission-id", request.submission_id]
+        if headers:
+            parts += ["--headers", json.dumps(headers)]
+        parts += ["--runtime-env-json", json.dumps(request.masked_runtime_env(), sort_keys=True)]
+        parts += ["--metadata-json", json.dumps(request.metadata, sort_keys=True)]
+        parts += ["--entrypoint-num-cpus", f"{request.entrypoint_num_cpus:g}", "--"]
+        return (" ".join(shlex.quote(p) if not p.startswith("RAY_AUTH") else p for p in parts) + " "
+                + request.masked_entrypoint())
+
+    # -- checks --------------------------------------------------------------------------------
+    def _never_fits(self, job: ResolvedJob, what: str, missing: str) -> list[str]:
+        """A job that does not fit the cluster's nodes: an error, or warnings when nodes may still join."""
+        scaler = self.api.has_autoscaler()
+        if scaler is False:
+            raise BadInput(
+                f"{job.job_file}: {what} can never fit on {self.address} ({missing}) and the cluster has no autoscaler"
+            )
+        if scaler is None:
+            return [f"{what} does not fit the cluster's current nodes ({missing}); it will wait for new nodes"]
+        return [f"{what} needs the autoscaler to add nodes ({missing}); the job will be PENDING until they join"]
+
+    def precheck(self, job: ResolvedJob) -> list[str]:
+        need = job.worker_resources()
+        nodes = [
+            {k: float(v) for k, v in (n.get("resources_total") or {}).items() if not k.startswith("node:")}
+            for n in self.api.nodes()
+        ]
+        if precheck.fits(need, job.num_workers, nodes):
+            return []
+        missing = precheck.shortfall(need, job.num_workers, nodes)
+        return self._never_fits(job, precheck.describe(need, job.num_workers), missing)
+
+    # -- run control ---------------------------------------------------------------------------
+    def submit(self, request: Request) -> SubmitResult:
+        assert isinstance(request, RayJobRequest)
+        existing = self.api.job(request.submission_id)
+        if existing is not None:
+            return SubmitResult(self._info(existing), created=False)
+        try:
+            from ray.job_submission import JobSubmissionClient
+        except ImportError:
+            raise RtjobError("submitting to Ray needs Ray: pip install 'rtjob[ray]'") from None
+        import logging
+
+        # Ray logs every packaging step at INFO/WARNING; rtjob reports what matters itself.
+        for name in ("ray", "ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
+            logging.getLogger(name).setLevel(logging.ERROR)
+        try:
+            client = JobSubmissionClient(
+                self.address, headers=self.api.headers, verify=self.api.verify, create_cluster_if_needed=False
+            )
+            # A cluster that just started answers 500 "No available agent" until its job agent is up.
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    client.submit_job(
+                        entrypoint=request.entrypoint,
+                        submission_id=request.submission_id,
+                        runtime_env=request.runtime_env,
+                        metadata=request.metadata,
+                        entrypoint_num_cpus=request.entrypoint_num_cpus,
+                    )
+                    break
+                except RuntimeError as exc:
+                    if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                        raise
+                    time.sleep(1.0)
+        except ConnectionError as exc:
+            raise Unreachable(f"cannot reach the Ray cluster at {self.address}: {str(exc).splitlines()[0][:200]}") from None
+        except RuntimeError as exc:
+            text = str(exc)
+            if "already exists" in text:  # lost a race with another submit of the same id
+                existing = self.api.job(request.submission_id)
+                if existing is not None:
+                    return SubmitResult(self._info(existing), created=False)
+            if "401" in text or "403" in text or "Unauthorized" in text:
+                raise Unreachable(f"authentication failed at {self.address}: {text.splitlines()[0][:200]}") from None
+            raise RtjobError(f"submit failed: {text.strip().splitlines()[-1][:300]}") from None
+        return SubmitResult(self.status(request.submission_id), created=True)
+
+    def _info(self, data: dict[str, Any]) -> RunInfo:
+        meta = data.get("metadata") or {}
+        rate: dict[str, Any] | None = None
+        with contextlib.suppress(TypeError, ValueError):
+            loaded = json.loads(meta.get(contract.META_RATE) or "null")
+            rate = loaded if isinstance(loaded, dict) else None
+        try:
+            status = RunStatus(data.get("status", "UNKNOWN"))
+        except ValueError:
+            status = RunStatus.UNKNOWN
+        env = ((data.get("runtime_env") or {}).get("env_vars")) or {}
+        return RunInfo(
+            id=data.get("submission_id") or data.get("job_id") or "",
+            job=meta.get(contract.META_JOB),
+            backend=self.name,
+            status=status,
+            message=data.get("message"),
+            start_time=iso_time(data.get("start_time")),
+            end_time=iso_time(data.get("end_time")),
+            storage_uri=meta.get(contract.META_STORAGE),
+            storage_endpoint=meta.get(contract.META_STORAGE_ENDPOINT),
+            exit_code=data.get("driver_exit_code"),
+            address=self.address,
+            entrypoint=data.get("entrypoint"),
+            secrets=secret_values(env),
+            rate=rate,
+        )
+
+    def find(self, run_id: str) -> RunInfo | None:
+        data = self.api.job(run_id)
+        return self._info(data) if data is not None else None
+
+    def status(self, run_id: str) -> RunInfo:
+        data = self.api.job(run_id)
+        if data is None:
+            raise BadInput(f"no run {run_id!r} at {self.address} (rtjob list shows the runs there)")
+        return self._info(data)
+
+    def list(self) -> list[RunInfo]:
+        runs = [self._info(d) for d in self.api.jobs() if d.get("type", "SUBMISSION") == "SUBMISSION"]
+        return sorted(runs, key=lambda r: r.start_time or "", reverse=True)
+
+    def stop(self, run_id: str, wait_s: float = 30.0) -> RunInfo:
+        info = self.status(run_id)
+        if info.status.terminal:
+            return info
+        self.api.stop(run_id)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            info = self.status(run_id)
+            if info.status.terminal:
+                break
+            time.sleep(0.5)
+        return info
+
+    def logs(self, run_id: str) -> str:
+        return self.api.logs(run_id)
+
+    # -- retries (Ray Jobs has none of its own: retries.py) ---------------------------------------
+    def attempts(self, run_id: str) -> Attempts | None:
+        from . import retries
+
+        return retries.attempts_of(self, run_id)
+
+    def retry(self, run_id: str, request: Request | None) -> Retry | None:
+        from . import retries
+
+        return retries.decide_and_resubmit(self, run_id, request if isinstance(request, RayJobRequest) else None)
+
+    async def tail(self, run_id: str) -> AsyncIterator[str]:
+        """The driver log from its start. Prefers the State API's log stream (polls the file every
+        0.1 s) over the Jobs API websocket (which sleeps about 2 s between bursts); both replay the
+        log from the beginning on every connection."""
+        import aiohttp
+
+        ssl: Any = None if self.api.verify else False
+        async with aiohttp.ClientSession(headers=self.api.headers) as session:
+            async with session.get(f"{self.address}/api/jobs/{run_id}", ssl=ssl) as resp:
+                node_id = (await resp.json()).get("driver_node_id") if resp.status == 200 else None
+            if node_id:
+                params = {"node_id": node_id, "filename": f"job-driver-{run_id}.log", "lines": "-1",
+                          "interval": "0.1"}
+                async with session.get(f"{self.address}/api/v0/logs/stream", params=params, ssl=ssl,
+                                       timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as resp:
+                    if resp.status == 200:
+                        import codecs
+
+                        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks split characters
+                        async for chunk in resp.content.iter_any():
+                            yield decoder.decode(chunk)
+                        return
+            async with session.ws_connect(self.api.ws_url(f"/api/jobs/{run_id}/logs/tail"), ssl=ssl,
+                                          heartbeat=20) as ws:
+                async for msg in ws:
+                    if msg.type == aiohttp.WSMsgType.TEXT:
+                        yield msg.data
+                    elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
+                        break
+
+
+class EmbeddedRayBackend(RayJobsBackend):
+    """The embedded cluster: N Ray nodes on this machine that rtjob starts on demand (cluster.py). Runs use
+    the job's `local:` profile, CPU only, and write to local storage unless told otherwise."""
+
+    name = "local"
+    ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = ()  # a CI runner has no embedded cluster to reach
+    ci_extra = ""
+
+    @classmethod
+    def placement(cls) -> Placement:
+        from ...spec.project import rtjob_home
+        from ...spec.resolve import Placement
+
+        return Placement(cls.name, embedded=True, default_storage=str(rtjob_home() / "local" / "storage"))
+
+    def _connect_to_address(self, settings: Settings, headers: dict[str, str]) -> RayJobsAPI | None:
+        return None  # the embedded cluster's address and token are known once it runs (api, prepare)
+
+    def _connect(self, cluster: Any) -> RayJobsAPI:
+        headers = {**self._user_headers, "Authorization": f"Bearer {cluster.token}"}
+        self._api = RayJobsAPI(cluster.address, headers, True)
+        return self._api
+
+    @property
+    def api(self) -> RayJobsAPI:
+        if self._api is None:
+            from . import cluster
+
+            self._connect(cluster.require())
+        assert self._api is not None
+        return self._api
+
+    def _recorded(self) -> Any:
+        from . import cluster
+
+        return cluster.load_state()
+
+    @property
+    def address(self) -> str:
+        if self._api is not None:
+            return self._api.address
+        recorded = self._recorded()  # render and --dry-run read the state file only: nothing is started
+        return recorded.address if recorded is not None else "http://127.0.0.1:8265"
+
+    @property
+    def display_address(self) -> str:
+        if self._api is None and self._recorded() is None:
+            return "embedded cluster (not running; submit starts it)"
+        return self.address
+
+    def _auth_scheme(self) -> str | None:
+        return "Bearer"  # the embedded cluster always runs with token auth
+
+    def prepare(self, job: ResolvedJob, log: Log) -> None:
+        from . import cluster
+
+        self._connect(cluster.up(job.nodes, job.spec.local.cpus_per_node, log=log))
+
+    def _never_fits(self, job: ResolvedJob, what: str, missing: str) -> list[str]:
+        raise BadInput(f"{job.job_file}: {what} can never fit on the embedded cluster ({missing})")

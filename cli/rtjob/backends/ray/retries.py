@@ -1,0 +1,192 @@
+"""Job-level retries on Ray (Ray Jobs has none: ray-project/ray #64104).
+
+While rtjob follows a run (``submit`` without ``--no-wait``, ``wait``, ``logs --follow``) and the job's
+``max_retries`` allows, a run that FAILED because its *driver* was lost is submitted again:
+
+* retried: Ray reports that the job supervisor died (``error_type`` JOB_SUPERVISOR_ACTOR_DIED or
+  JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE: the driver's node was lost or the supervisor crashed), or the
+  entrypoint was killed by SIGKILL or SIGTERM (driver exit code 137/143 through the shell, or -9/-15):
+  the OOM killer, a node shutdown or preemption, someone's ``kill``;
+* not retried: every other outcome: SUCCEEDED; STOPPED (``rtjob stop`` / ``ray job stop``); an ordinary
+  non-zero exit of the user's code (1, 2, a Python traceback, exhausted Ray Train ``max_failures``); a
+  crash by another signal (SIGSEGV, SIGABRT: a bug a retry would repeat); the job's ``timeout_s`` (exit
+  124, or 137 when ``timeout`` had to send SIGKILL at the limit: not retried once the run lasted
+  ``timeout_s``); runtime_env setup failures and a supervisor that could not be scheduled.
+
+A retry is the same job again: same entrypoint, runtime_env (so ``RTJOB_RUN_NAME`` and
+``RTJOB_STORAGE_PATH`` are unchanged and training resumes from its last checkpoint), metadata and
+entrypoint resources; its submission id is ``<id>-retry<N>`` and its metadata adds ``rtjob.attempt``
+(N + 1) and ``rtjob.parent`` (the first attempt's id). The ids are deterministic, so two rtjob processes
+following one run attach to the same retry instead of submitting it twice (Ray rejects a duplicate id).
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ...core.errors import RtjobError
+from ...core.model import Attempt, Attempts, RunInfo
+from ..base import Retry
+from .request import RayJobRequest
+
+if TYPE_CHECKING:
+    from .backend import RayJobsBackend
+
+META_ATTEMPT = contract.META_ATTEMPT
+META_PARENT = contract.META_PARENT
+META_MAX_RETRIES = contract.META_MAX_RETRIES
+SUFFIX = "-retry"
+# Ray's error types that mean the driver's supervisor (and with it, possibly its node) was lost.
+LOST_SUPERVISOR = {"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE"}
+KILL_SIGNALS = {signal.SIGKILL: "SIGKILL", signal.SIGTERM: "SIGTERM"}
+_TIMEOUT_WRAPPER = re.compile(r"^timeout -k \d+ (\d+) ")  # how the Ray backend applies timeout_s
+
+
+def _killed_by(code: int | None) -> str | None:
+    if code is None:
+        return None
+    for sig, name in KILL_SIGNALS.items():
+        if code in (-int(sig), 128 + int(sig)):
+            return name
+    return None
+
+
+def _seconds(data: dict[str, Any]) -> float | None:
+    start, end = data.get("start_time"), data.get("end_time")
+    return (end - start) / 1000 if start and end else None
+
+
+def retry_reason(data: dict[str, Any]) -> str | None:
+    """Why this Ray job (the Jobs API's dict) should be submitted again, or None if it should not."""
+    if data.get("status") != "FAILED":
+        return None
+    error_type = data.get("error_type") or ""
+    message = (data.get("message") or "").strip()
+    if error_type in LOST_SUPERVISOR or message.startswith("Job supervisor actor died"):
+        first = message.splitlines()[0][:160] if message else error_type
+        return f"its driver was lost ({first})"
+    if error_type not in ("", "JOB_ENTRYPOINT_COMMAND_ERROR"):
+        return None
+    code = data.get("driver_exit_code")
+    name = _killed_by(code)
+    if name is None:
+        return None
+    limit = _TIMEOUT_WRAPPER.match(data.get("entrypoint") or "")
+    seconds = _seconds(data)
+    if limit and seconds is not None and seconds >= int(limit.group(1)):
+        return None  # `timeout` killed it at the job's own timeout_s: a retry would time out again
+    return f"its driver was killed by {name} (exit code {code})"
+
+
+def root_id(run_id: str, data: dict[str, Any] | None) -> str:
+    meta = (data or {}).get("metadata") or {}
+    if meta.get(META_PARENT):
+        return str(meta[META_PARENT])
+    return run_id
+
+
+def attempt_id(root: str, attempt: int) -> str:
+    return root if attempt <= 1 else f"{root}{SUFFIX}{attempt - 1}"
+
+
+def max_retries_of(data: dict[str, Any] | None) -> int:
+    try:
+        return int(((data or {}).get("metadata") or {}).get(META_MAX_RETRIES, 0))
+    except ValueError:
+        return 0
+
+
+def chain_of(backend: RayJobsBackend, run_id: str) -> list[Attempt]:
+    """Every attempt of the run ``run_id`` belongs to, in order (probing ``<root>-retryN`` ids)."""
+    first = backend.api.job(run_id)
+    root = root_id(run_id, first)
+    found: list[Attempt] = []
+    n = 1
+    while True:
+        data = first if attempt_id(root, n) == run_id else backend.api.job(attempt_id(root, n))
+        if data is None:
+            break
+        found.append(Attempt(attempt_id(root, n), n, str(data.get("status")), data.get("driver_exit_code"),
+                             retry_reason(data)))
+        n += 1
+    return found
+
+
+def attempts_of(backend: RayJobsBackend, run_id: str) -> Attempts:
+    """The run's attempts, how many retries it allows, and where ``run_id`` stands among them."""
+    chain = chain_of(backend, run_id)
+    data = backend.api.job(run_id) or {}
+    meta = data.get("metadata") or {}
+    try:
+        attempt = int(meta.get(META_ATTEMPT, 1))
+    except ValueError:
+        attempt = 1
+    return Attempts(chain, max_retries_of(data), attempt, meta.get(META_PARENT))
+
+
+def decide_and_resubmit(backend: RayJobsBackend, run_id: str, local: RayJobRequest | None) -> Retry:
+    """After ``run_id`` FAILED: retriable? retries left? then submit (or attach to) the next attempt."""
+    data = backend.api.job(run_id) or {}
+    reason = retry_reason(data)
+    allowed = max_retries_of(data)
+    try:
+        attempt = int((data.get("metadata") or {}).get(META_ATTEMPT, 1))
+    except ValueError:
+        attempt = 1
+    decision = Retry(run_id, reason, attempt, allowed)
+    if reason is not None and attempt <= allowed:
+        decision.next_run, decision.created = resubmit(backend, data, attempt + 1, local)
+    return decision
+
+
+def _working_dir_for_retry(backend: RayJobsBackend, runtime_env: dict[str, Any]) -> dict[str, Any]:
+    """The retry's runtime_env: the uploaded package if the cluster still has it, else this checkout
+    if it packs to exactly the same package (Ray removes a package once no job uses it)."""
+    working_dir = runtime_env.get("working_dir")
+    if not isinstance(working_dir, str) or not working_dir.startswith("gcs://"):
+        return runtime_env
+    name = working_dir[len("gcs://"):]
+    if backend.api.request("GET", f"/api/packages/gcs/{name}").status_code == 200:
+        return runtime_env
+    import os
+
+    from ray._private.runtime_env.packaging import get_uri_for_directory
+
+    from ...spec.project import find_root
+
+    root = find_root()
+    include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
+    if get_uri_for_directory(str(root), include_gitignore, excludes=runtime_env.get("excludes") or []) == working_dir:
+        return {**runtime_env, "working_dir": str(root)}
+    raise RtjobError(
+        f"cannot retry: the cluster no longer has the run's code ({working_dir}) and {root} is not the same "
+        "code; submit the job again with --submission-id to resume from its checkpoint"
+    )
+
+
+def resubmit(backend: RayJobsBackend, data: dict[str, Any], attempt: int,
+             local: RayJobRequest | None = None) -> tuple[RunInfo, bool]:
+    """Submit attempt ``attempt`` (2, 3, ...) of the run whose last attempt is ``data``."""
+    root = root_id(str(data.get("submission_id")), data)
+    new_id = attempt_id(root, attempt)
+    existing = backend.find(new_id)
+    if existing is not None:
+        return existing, False
+    metadata = {k: v for k, v in (data.get("metadata") or {}).items() if k not in ("job_submission_id", "job_name")}
+    metadata[META_ATTEMPT] = str(attempt)
+    metadata[META_PARENT] = root
+    # From this rtjob's own request the working dir is re-uploaded if needed; else reuse the job's.
+    runtime_env = dict(local.runtime_env) if local is not None else _working_dir_for_retry(
+        backend, dict(data.get("runtime_env") or {})
+    )
+    request = RayJobRequest(
+        run_id=new_id, job_file=str(metadata.get(contract.META_JOB_FILE, "")), notes=[],
+        entrypoint=str(data.get("entrypoint")), runtime_env=runtime_env, metadata=metadata,
+        entrypoint_num_cpus=float(data.get("entrypoint_num_cpus") or 0),
+    )
+    result = backend.submit(request)
+    return result.run, result.created

@@ -1,0 +1,57 @@
+"""rtjob's command line: Click only. Each command parses its flags, calls one use case (runs/, storage/,
+a backend's registry entry) and prints through one set of helpers (printing.py). No wire formats here.
+
+Heavy modules (ray, pydantic specs, rich, requests) are imported inside the commands so that
+`rtjob --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from ..core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RtjobError
+from . import project, runs, submit
+from .anyscale import compute_config_group, schedule_group
+from .local import local
+from .options import CONTEXT, EXIT_CODES_HELP
+from .storage import pull, results
+
+
+@click.group(context_settings=CONTEXT, epilog=EXIT_CODES_HELP)
+@click.version_option(package_name="rtjob", prog_name="rtjob")
+def cli() -> None:
+    """Submit PyTorch training jobs to Ray clusters and Anyscale from one job spec.
+
+    \b
+    rtjob submit ddp-resnet --nodes 2          run a job (embedded local cluster by default)
+    rtjob render ddp-resnet --output json      show the exact request, send nothing
+    rtjob wait RUN_ID --timeout 2h             wait with an exit code CI can trust
+    """
+
+
+for _command in [submit.render, submit.submit, *runs.COMMANDS, *project.COMMANDS, local, compute_config_group,
+                 schedule_group, pull, results]:
+    cli.add_command(_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: one line per error, the documented exit codes, never a traceback for bad input."""
+    try:
+        code = cli.main(args=argv, prog_name="rtjob", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        code = exc.exit_code
+    except click.UsageError as exc:
+        cmd = exc.ctx.command_path if exc.ctx else "rtjob"
+        click.echo(f"rtjob: error: {exc.format_message()} (see {cmd} --help)", err=True)
+        code = EXIT_BAD_INPUT
+    except click.Abort:
+        code = EXIT_INTERRUPTED
+    except RtjobError as exc:
+        click.echo(f"rtjob: error: {exc.message}", err=True)
+        code = exc.exit_code
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    sys.exit(code if isinstance(code, int) else 0)
+

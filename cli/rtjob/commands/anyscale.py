@@ -1,0 +1,300 @@
+"""`rtjob compute-config ...` and `rtjob schedule ...`: compute configs and schedules on Anyscale, and
+GitHub Actions workflows for scheduled runs. Only click is imported here; the rest when a command runs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..backends import backend_names
+from ..core.errors import EXIT_SUCCEEDED, BadInput
+from .options import CONTEXT
+from .printing import print_json
+from .printing import say as _say
+
+if TYPE_CHECKING:
+    from ..backends.anyscale.backend import AnyscaleBackend
+    from ..runs.runner import Plan
+
+
+def _backend() -> AnyscaleBackend:
+    from ..backends.anyscale.backend import AnyscaleBackend
+
+    return AnyscaleBackend()
+
+
+def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
+    import yaml
+
+    click.echo("\n".join(f"# {line}" for line in header))
+    click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100), nl=False)
+
+
+# ---------------------------------------------------------------------------------------------
+# compute configs
+
+
+def _local_compute_config(name: str, nodes: int | None, group_name: str | None) -> tuple[dict[str, Any], str, str]:
+    """(Anyscale-shaped config, file shown, what was pinned) for compute_configs/NAME.yaml or a path."""
+    from ..spec.pricing import pinned_compute_config
+    from ..spec.project import find_root
+    from ..spec.resolve import load_compute_config, pick_group
+
+    cc, shown = load_compute_config(name, find_root())
+    if nodes is None and group_name is None:
+        return cc.model_dump(exclude_none=True), shown, ""
+    group = pick_group(cc, group_name, shown)
+    if group is None:
+        raise BadInput(f"{shown}: --nodes needs a worker group to pin, and this compute config has none")
+    count = nodes if nodes is not None else group.min_nodes
+    return pinned_compute_config(cc, group, count), shown, f"{group.label} pinned to {count} node(s)"
+
+
+@click.group("compute-config", context_settings=CONTEXT)
+def compute_config_group() -> None:
+    """Compute configs (compute_configs/*.yaml, Anyscale's schema): show them with their cost, register
+    them with Anyscale. A registered one is used as --compute-config anyscale:NAME[:VERSION]."""
+
+
+@compute_config_group.command("show")
+@click.argument("name")
+@click.option("--nodes", type=click.IntRange(1, 1000), help="Pin the GPU worker group to N nodes (min = max = N).")
+@click.option("--group", "group_name", help="The worker group --nodes pins (default: the first GPU group).")
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+def compute_config_show(name: str, nodes: int | None, group_name: str | None, output: str) -> int:
+    """Print compute config NAME as Anyscale receives it, with its estimated cost per hour.
+
+    NAME is compute_configs/NAME.yaml (or a path); anyscale:NAME[:VERSION] reads a registered one.
+    """
+    from ..backends.anyscale.request import check_with_anyscale
+    from ..spec.pricing import compute_config_cost
+    from ..spec.resolve import REGISTERED_PREFIX
+
+    if name.startswith(REGISTERED_PREFIX):
+        if nodes is not None or group_name:
+            raise BadInput(f"{name}: a registered compute config is shown as registered (no --nodes/--group)")
+        data, shown, pinned = _backend().registered_compute_config(name[len(REGISTERED_PREFIX):]), name, ""
+        checked = None
+    else:
+        data, shown, pinned = _local_compute_config(name, nodes, group_name)
+        checked = check_with_anyscale("ComputeConfig", data, shown)
+    cost = compute_config_cost(data)
+    if output == "json":
+        print_json({"name": name, "source": shown, "pinned": pinned or None, "compute_config": data,
+                    "cost": cost.to_json() if cost else None, "checked_with": checked})
+        return EXIT_SUCCEEDED
+    header = [f"compute config {name} ({shown}){', ' + pinned if pinned else ''}"]
+    if cost:
+        header.append(f"cost: {cost.text()}")
+    if checked:
+        header.append(f"checked with {checked}")
+    _print_yaml(data, header)
+    return EXIT_SUCCEEDED
+
+
+@compute_config_group.command("apply")
+@click.argument("name")
+@click.option("--name", "registered_name", help="Name to register it under (default: NAME's file name).")
+@click.option("--nodes", type=click.IntRange(1, 1000), help="Pin the GPU worker group to N nodes first.")
+@click.option("--group", "group_name", help="The worker group --nodes pins (default: the first GPU group).")
+def compute_config_apply(name: str, registered_name: str | None, nodes: int | None, group_name: str | None) -> int:
+    """Register compute config NAME with Anyscale (a new version if the name exists); print its name."""
+    from pathlib import Path
+
+    from ..backends.anyscale.request import check_with_anyscale
+    from ..spec.pricing import compute_config_cost
+
+    data, shown, pinned = _local_compute_config(name, nodes, group_name)
+    check_with_anyscale("ComputeConfig", data, shown)
+    target = registered_name or Path(name).stem
+    full_name = _backend().register_compute_config(data, target)
+    cost = compute_config_cost(data)
+    _say(f"registered {shown}{' (' + pinned + ')' if pinned else ''} as {full_name}; "
+         f"use it with --compute-config anyscale:{full_name}")
+    if cost:
+        _say(f"cost: {cost.text()}")
+    click.echo(full_name)
+    return EXIT_SUCCEEDED
+
+
+# ---------------------------------------------------------------------------------------------
+# schedules
+
+
+def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    opts = [
+        click.argument("job"),
+        click.option("--cron", required=True, help="When to run: 5 cron fields, e.g. '0 3 * * 1' (Mondays 03:00)."),
+        click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name."),
+        click.option("--name", help="Schedule name (default: the job's name); apply updates a schedule of this name."),
+        click.option("--nodes", type=click.IntRange(1, 1000), help="Nodes of the job's worker group."),
+        click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a job field."),
+        click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="Add or override an environment variable."),
+        click.option("--storage", help="Where runs write checkpoints: s3://bucket/prefix."),
+        click.option("--compute-config", help="Compute config name (compute_configs/NAME.yaml), path or anyscale:NAME."),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, nodes: int | None,
+                      sets: tuple[str, ...], envs: tuple[str, ...], storage: str | None,
+                      compute_config: str | None) -> tuple[Any, Plan, dict[str, Any], str, str | None]:
+    """Checks first (cron, time zone: nothing is resolved or sent with a bad one), then the schedule."""
+    from ..backends import configured
+    from ..backends.anyscale.request import AnyscaleJobRequest, check_with_anyscale
+    from ..backends.anyscale.schedules import schedule_config
+    from ..runs.runner import plan
+    from ..spec.cron import validate_cron, validate_timezone
+    from ..spec.resolve import Overrides
+
+    cron = validate_cron(cron)
+    timezone = validate_timezone(timezone)
+    settings = configured({"backend": "anyscale", "storage": storage, "compute_config": compute_config})
+    planned = plan(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage)
+    request = planned.request
+    assert isinstance(request, AnyscaleJobRequest)
+    schedule_name = name or planned.job.spec.name
+    schedule = schedule_config(request, schedule_name, cron, timezone)
+    checked = check_with_anyscale("ScheduleConfig", schedule, planned.job.job_file)
+    return planned.backend, planned, schedule, schedule_name, checked
+
+
+def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked: str | None, output: str) -> None:
+    from ..backends.anyscale.schedules import masked_schedule
+    from ..spec.cron import next_runs
+    from ..spec.pricing import job_cost
+
+    resolved = planned.job
+    cost = job_cost(resolved)
+    upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
+    if output == "json":
+        print_json({"name": name, "schedule": masked_schedule(schedule), "next_runs": upcoming,
+                    "cost": cost.to_json() if cost else None, "checked_with": checked, "notes": planned.notes})
+        return
+    header = [
+        f"schedule {name}: cron '{schedule['cron_expression']}' ({schedule['timezone']}); next: {', '.join(upcoming)}",
+        f"job {resolved.spec.name} ({resolved.job_file}): {resolved.nodes} node(s), {resolved.num_workers} worker(s)",
+    ]
+    if cost:
+        header.append(f"cost per hour of a run: {cost.text()}")
+    header += [f"note: {note}" for note in planned.notes]
+    if checked:
+        header.append(f"checked with {checked}; `anyscale schedule apply -f FILE` accepts this file")
+    _print_yaml(masked_schedule(schedule), header)
+
+
+@click.group("schedule", context_settings=CONTEXT)
+def schedule_group() -> None:
+    """Scheduled runs: Anyscale schedules (apply, list, pause, resume, trigger, delete), and GitHub Actions
+    workflows for Ray clusters (render --github)."""
+
+
+@schedule_group.command("apply")
+@_schedule_job_options
+@click.option("--dry-run", is_flag=True, help="Print the schedule Anyscale would get; send nothing.")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
+                   envs: tuple[str, ...], storage: str | None, compute_config: str | None, dry_run: bool,
+                   output: str) -> int:
+    """Create or update the Anyscale schedule that runs JOB on --cron."""
+    from ..spec.cron import next_runs
+
+    be, planned, schedule, schedule_name, checked = _planned_schedule(
+        job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
+    if dry_run:
+        _print_schedule(planned, schedule, schedule_name, checked, output)
+        return EXIT_SUCCEEDED
+    schedule_id = be.apply_schedule(schedule)
+    upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
+    if output == "json":
+        print_json({"id": schedule_id, "name": schedule_name, "cron": schedule["cron_expression"],
+                    "timezone": schedule["timezone"], "next_runs": upcoming})
+    else:
+        _say(f"schedule {schedule_name} applied ({schedule_id}): {planned.job.spec.name} at "
+             f"'{schedule['cron_expression']}' {schedule['timezone']}; next {upcoming[0]}")
+        click.echo(schedule_id)
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("render")
+@_schedule_job_options
+@click.option("--github", is_flag=True, help="A GitHub Actions workflow (cron + manual trigger) instead.")
+@click.option("--backend", type=click.Choice(backend_names()), default="ray", show_default=True,
+              help="With --github: where the workflow submits (a cluster: not the embedded one).")
+@click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
+              help="With --github: how long the workflow follows the job (rtjob submit --timeout).")
+def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
+                    envs: tuple[str, ...], storage: str | None, compute_config: str | None, github: bool,
+                    backend: str, timeout: str) -> int:
+    """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
+    with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
+    succeeds (for Ray-cluster users: --backend ray, the default)."""
+    if not github:
+        _, planned, schedule, schedule_name, checked = _planned_schedule(
+            job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
+        _print_schedule(planned, schedule, schedule_name, checked, "text")
+        return EXIT_SUCCEEDED
+    from ..runs.workflow import github_workflow
+    from ..spec.cron import validate_cron
+    from ..spec.project import find_root
+    from ..spec.resolve import load_job_file
+
+    cron = validate_cron(cron)
+    if timezone != "UTC":
+        raise BadInput(f"--timezone {timezone!r}: GitHub Actions schedules run in UTC; give --cron in UTC")
+    if sets or envs or storage or compute_config or name:
+        raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
+                       "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
+    spec, shown = load_job_file(job, find_root())  # the job must exist and be valid
+    ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
+    sys.stdout.write(github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout))
+    return EXIT_SUCCEEDED
+
+
+@schedule_group.command("list")
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+def schedule_list(output: str) -> int:
+    """List your Anyscale schedules."""
+
+    rows = _backend().schedules()
+    if output == "json":
+        print_json(rows)
+        return EXIT_SUCCEEDED
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "STATE", "CRON", "TIMEZONE", "JOB", "ID"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["name"], row["state"], row["cron"], row["timezone"], row["job"] or "-", row["id"])
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    return EXIT_SUCCEEDED
+
+
+def _schedule_action(command: str, doc: str, act: Callable[[Any, str], str], done: str) -> None:
+    """``rtjob schedule COMMAND NAME``: one backend call on the schedule, then one line (``done``)."""
+
+    @schedule_group.command(command, help=doc)
+    @click.argument("name")
+    def action(name: str) -> int:
+        schedule_id = act(_backend(), name)
+        _say(f"schedule {name} " + done.format(id=schedule_id))
+        return EXIT_SUCCEEDED
+
+
+_schedule_action("pause", "Pause schedule NAME (no new runs until resumed).",
+                 lambda backend, name: backend.set_schedule_state(name, enabled=False), "paused ({id})")
+_schedule_action("resume", "Resume schedule NAME.",
+                 lambda backend, name: backend.set_schedule_state(name, enabled=True), "resumed ({id})")
+_schedule_action("trigger", "Start a run of schedule NAME now (rtjob list --backend anyscale shows it).",
+                 lambda backend, name: backend.trigger_schedule(name),
+                 "triggered ({id}); rtjob list --backend anyscale shows the run")
+_schedule_action("delete", "Delete schedule NAME (runs it started are kept).",
+                 lambda backend, name: backend.delete_schedule(name), "deleted ({id})")

@@ -1,0 +1,107 @@
+"""Every print helper of the CLI: progress lines, JSON, runs as text or tables (rich, imported when a table is
+printed), and following a run to its outcome."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
+from ..core.model import RunInfo, RunStatus
+from ..core.redact import redact
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend, Request
+
+
+def say(message: str) -> None:
+    """Progress and outcome lines go to stderr, so stdout carries only logs or JSON."""
+    print(f"rtjob: {message}", file=sys.stderr, flush=True)
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=False, default=str), flush=True)
+
+
+def duration(info: RunInfo) -> str:
+    if not info.start_time:
+        return "-"
+    start = dt.datetime.fromisoformat(info.start_time)
+    end = dt.datetime.fromisoformat(info.end_time) if info.end_time else dt.datetime.now(dt.timezone.utc)
+    seconds = int((end - start).total_seconds())
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def run_text(info: RunInfo) -> str:
+    message = redact(info.message or "", info.secrets)
+    lines = [
+        f"id:          {info.id}",
+        f"job:         {info.job or '-'}",
+        f"backend:     {info.backend} ({info.address})",
+        f"status:      {info.status.value}",
+        f"message:     {message or '-'}",
+        f"started:     {info.start_time or '-'}",
+        f"ended:       {info.end_time or '-'}",
+        f"duration:    {duration(info)}",
+        f"exit code:   {info.exit_code if info.exit_code is not None else '-'}",
+        f"storage:     {info.storage_uri or '-'}",
+    ]
+    return "\n".join(lines)
+
+
+def run_json(info: RunInfo) -> dict[str, Any]:
+    data = info.to_json()
+    if data.get("message"):
+        data["message"] = redact(data["message"], info.secrets)
+    return data
+
+
+def runs_table(runs: list[RunInfo]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("ID", "JOB", "STATUS", "STARTED", "DURATION", "STORAGE"):
+        table.add_column(column, overflow="fold")
+    for run in runs:
+        table.add_row(
+            run.id, run.job or "-", run.status.value, (run.start_time or "-").replace("+00:00", "Z"),
+            duration(run), run.storage_uri or "-",
+        )
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+
+
+def outcome(info: RunInfo) -> int:
+    """The exit code of a run that ended: 0 succeeded, 1 failed or stopped."""
+    return EXIT_SUCCEEDED if info.status == RunStatus.SUCCEEDED else EXIT_FAILED
+
+
+def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | None, stop_on_interrupt: bool,
+                      logs: bool, request: Request | None = None) -> int:
+    """Follow a run (its log to stdout, or stderr with -o json), print its outcome, return its exit code."""
+    from ..runs.runner import follow_run
+
+    log_out = (sys.stdout if output == "text" else sys.stderr) if logs else None
+    try:
+        info = follow_run(
+            be, run_id, out=log_out, timeout_s=timeout_s, say=say, request=request,
+            on_status=lambda i: say(f"{i.id}: {i.status.value}") if not i.status.terminal else None)
+    except KeyboardInterrupt:
+        if stop_on_interrupt:
+            say(f"interrupted: stopping {run_id} ...")
+            info = be.stop(run_id)
+            say(f"{run_id}: {info.status.value}")
+            if output == "json":
+                print_json(run_json(info))
+            return EXIT_FAILED
+        say(f"detached; {run_id} keeps running. Re-attach: rtjob logs {run_id} --follow  (or rtjob wait {run_id})")
+        return EXIT_INTERRUPTED
+    # The first line only: Ray appends the log's tail to a failure message, and it was just printed.
+    first = (info.message or "").strip().splitlines()[0] if info.message else ""
+    message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
+    say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
+    if output == "json":
+        print_json(run_json(info))
+    return outcome(info)

@@ -1,0 +1,153 @@
+"""``rtjob pull`` and ``rtjob results``: a run's storage, found through its id (the backend's status) or
+given as a URI or folder. Only click is imported here; boto3, rich and matplotlib when a command runs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
+from .options import backend_from, backend_options, output_option, settings_from
+from .printing import print_json, say
+
+if TYPE_CHECKING:
+    from ..runs.sources import Source
+
+PULL_EPILOG = """\b
+Exit codes:
+  0  everything selected was pulled (or was already there, unchanged)
+  1  some keys were refused (they would land outside DIR: '..', absolute, empty
+     segments, ...; none is written) or some files failed; the rest was pulled
+  2  bad input: bad URI or --checkpoint, unknown run, a run without storage
+  3  storage unreachable, access denied, missing bucket, no AWS credentials
+"""
+
+RESULTS_EPILOG = """\b
+Exit codes:
+  0  printed (and plotted)
+  2  bad input: unknown run, no metrics history, bad --plot name
+  3  storage unreachable, access denied, missing bucket, no AWS credentials
+"""
+
+def _source(arg: str, endpoint: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
+            no_verify_tls: bool) -> Source:
+    """A run id through its backend's status (else the backend's default local storage); a URI or folder as
+    given."""
+    from ..backends import backend_class
+    from ..runs.sources import resolve_source
+
+    def lookup(run_id: str) -> Any:
+        return backend_from(backend, address, headers, no_verify_tls).status(run_id)
+
+    def default_storage() -> str | None:
+        settings = settings_from(backend, address, headers, no_verify_tls)
+        return backend_class(settings.get("backend")).placement().default_storage
+
+    return resolve_source(arg, endpoint, lookup, default_storage)
+
+
+@click.command(epilog=PULL_EPILOG)
+@click.argument("source", metavar="ID|URI|DIR")
+@click.option("--to", "dest", metavar="DIR", help="Destination folder (default: ./<run id or last segment>).")
+@click.option("--checkpoint", "choice", default="latest", show_default=True,
+              metavar="latest|best[:METRIC[:min|max]]|all",
+              help="Which checkpoint_* folders: the newest, the best by a metric of its metrics.json "
+                   "(default val_loss; min unless the name says accuracy/throughput), or all.")
+@click.option("--concurrency", type=click.IntRange(1, 128), default=16, show_default=True,
+              help="Requests in flight.")
+@click.option("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "
+                                     "else the one the run recorded).")
+@backend_options
+@output_option
+def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_url: str | None,
+         backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
+         output: str) -> int:
+    """Copy a run's checkpoint(s) and metrics history from its storage (s3:// or a folder) into DIR.
+
+    \b
+    ID is a run id (its storage comes from the backend: Ray job metadata or
+    Anyscale tags); URI is s3://bucket/prefix/JOB/RUN, a local path or file://.
+    Resumable: unchanged files (size + ETag) are skipped; downloads go to
+    NAME.rtjob-partial and are renamed only when complete and of the right size.
+    Credentials: the standard AWS chain; they are never printed.
+    """
+    from ..runs.sources import redacted
+    from ..spec.run_env import credential_values
+    from ..storage.layout import parse_checkpoint_choice
+    from ..storage.pull import default_progress, summary_lines
+    from ..storage.pull import pull as do_pull
+
+    secrets = credential_values()
+    try:
+        picked = parse_checkpoint_choice(choice)
+        src = _source(source, endpoint_url, backend, address, headers, no_verify_tls)
+        secrets += src.secrets
+        target = Path(dest) if dest else Path.cwd() / src.location.name
+        report = do_pull(src.location, target, picked, endpoint=src.endpoint, concurrency=concurrency,
+                         progress=default_progress(f"pulling {src.label}"))
+    except RtjobError as exc:
+        raise redacted(exc, secrets) from None
+    from ..core.redact import redact
+
+    if output == "json":
+        print_json(report.to_json())
+    else:
+        click.echo(redact("\n".join(summary_lines(report)), secrets))
+    for item in report.refused:
+        say(redact(f"refused {item['key']}: {item['reason']}", secrets))
+    for item in report.failed:
+        say(redact(f"failed {item['key']}: {item['error']}", secrets))
+    if report.refused:
+        say(f"{len(report.refused)} key(s) refused: nothing was written outside {report.destination}")
+    if report.failed:
+        say(f"{len(report.failed)} file(s) failed; run the same pull again to retry them")
+    return report.exit_code
+
+
+@click.command(epilog=RESULTS_EPILOG)
+@click.argument("sources", nargs=-1, required=True, metavar="ID|DIR|URI...")
+@click.option("--plot", "plot_file", metavar="FILE.png",
+              help="Draw loss and accuracy curves (matplotlib; .png, .svg or .pdf).")
+@click.option("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL).")
+@backend_options
+@output_option
+def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str | None, backend: str | None,
+            address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str) -> int:
+    """Show runs' metrics history: epoch, train/val loss, accuracy, samples/s, time.
+
+    \b
+    rtjob results ID                  one run (reads its history from storage)
+    rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
+    rtjob results A B C               several runs side by side
+    """
+    from ..runs.sources import redacted
+    from ..spec.run_env import credential_values
+    from ..storage import results as res
+
+    secrets = credential_values()
+    target = res.check_plot_path(plot_file) if plot_file else None
+    runs: list[res.RunHistory] = []
+    try:
+        for arg in sources:
+            src = _source(arg, endpoint_url, backend, address, headers, no_verify_tls)
+            secrets += src.secrets
+            rows, where = res.history_from_location(src.location, src.endpoint)
+            label = src.label
+            if not rows:
+                raise BadInput(f"{where}: the metrics history is empty")
+            runs.append(res.RunHistory(label, where, rows))
+    except RtjobError as exc:
+        raise redacted(exc, secrets) from None
+    res.unique_labels(runs)
+    if output == "json":
+        print_json([{**run.to_json(), "summary": res.summary(run)} for run in runs])
+    else:
+        res.print_tables(runs)
+    if target is not None:
+        res.plot(runs, target)
+        say(f"plot: {target}")
+    return EXIT_SUCCEEDED
+

@@ -1,0 +1,37 @@
+"""Errors that map to rtjob's exit codes.
+
+Every error the CLI reports is one of these: the Click front prints its message on one line and exits
+with its code, never a traceback.
+"""
+
+from __future__ import annotations
+
+# Exit codes (README and `rtjob --help` list the same table).
+EXIT_SUCCEEDED = 0
+EXIT_FAILED = 1  # the job failed or was stopped
+EXIT_BAD_INPUT = 2  # usage, validation, unknown job or run, a job that can never fit
+EXIT_UNREACHABLE = 3  # cluster unreachable or authentication failed
+EXIT_WAIT_TIMEOUT = 4  # rtjob stopped following; the job is left running
+EXIT_INTERRUPTED = 130  # Ctrl-C while following: detached, the job is left running
+
+
+class RtjobError(Exception):
+    """An error with a one-line message and an exit code."""
+
+    exit_code = EXIT_FAILED
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class BadInput(RtjobError):
+    exit_code = EXIT_BAD_INPUT
+
+
+class Unreachable(RtjobError):
+    exit_code = EXIT_UNREACHABLE
+
+
+class WaitTimeout(RtjobError):
+    exit_code = EXIT_WAIT_TIMEOUT

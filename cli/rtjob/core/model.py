@@ -1,0 +1,107 @@
+"""The run model every layer shares: a run's status and what a backend reports about it (no backend here)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class RunStatus(str, Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    STOPPED = "STOPPED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED)
+
+
+def iso_time(ms: float | int | None) -> str | None:
+    if not ms:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunInfo:
+    """What every backend reports about one run (the JSON contract of status/list/wait/stop/submit)."""
+
+    id: str
+    job: str | None
+    backend: str
+    status: RunStatus
+    message: str | None = None
+    start_time: str | None = None
+    end_time: str | None = None
+    storage_uri: str | None = None
+    exit_code: int | None = None
+    address: str | None = None
+    entrypoint: str | None = None
+    storage_endpoint: str | None = None  # the S3-compatible endpoint of storage_uri, if not AWS's (not in JSON)
+    # The priced shape recorded at submit (HourlyCost.to_json()), so a finished run is priced without its job
+    # file; None when the run recorded none (not in JSON: status prints the run's cost instead).
+    rate: dict[str, Any] | None = None
+    # Values to redact from anything printed about this run (never serialised).
+    secrets: list[str] = field(default_factory=list, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "job": self.job,
+            "backend": self.backend,
+            "status": self.status.value,
+            "message": self.message,
+            "start_time": self.start_time,
+            "end_time": self.end_time,
+            "storage_uri": self.storage_uri,
+            "exit_code": self.exit_code,
+            "address": self.address,
+        }
+
+
+@dataclass
+class SubmitResult:
+    run: RunInfo
+    created: bool  # False: a run with this id already existed and rtjob attached to it
+
+
+@dataclass
+class Attempt:
+    """One submission of a run that rtjob retried (attempt 1 is the original)."""
+
+    id: str
+    attempt: int
+    status: str
+    exit_code: int | None
+    retry_reason: str | None  # why this attempt was (or would be) retried; None: not retriable
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "attempt": self.attempt, "status": self.status, "exit_code": self.exit_code,
+                "retry_reason": self.retry_reason}
+
+
+@dataclass
+class Attempts:
+    """Every attempt of one run, in order, and how many retries the run allows."""
+
+    chain: list[Attempt]
+    max_retries: int
+    attempt: int  # the attempt number of the id that was asked about
+    parent: str | None  # the first attempt's id, if the id asked about is a retry
+
+    def describe(self) -> str:
+        """``2 (max_retries 1): ID FAILED (why) -> ID-retry1 SUCCEEDED``."""
+        parts = [f"{a.id} {a.status}" + (f" ({a.retry_reason})" if a.retry_reason else "") for a in self.chain]
+        return f"{len(self.chain)} (max_retries {self.max_retries}): " + " -> ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attempt": self.attempt, "parent": self.parent, "attempts": [a.to_json() for a in self.chain]}
+
+    @property
+    def worth_showing(self) -> bool:
+        return len(self.chain) > 1 or self.max_retries > 0

@@ -1,0 +1,99 @@
+"""Command-line overrides (--set, --env, --nodes ...) and duration parsing."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..core.errors import BadInput
+
+# yaml and .spec (pydantic) are imported where they are used: `rtjob status/wait/logs` import this
+# module for parse_duration/parse_headers and must not pay for the job schema.
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|d)?\s*$", re.I)
+_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
+# Characters of a key path (--set, --env) and of an HTTP header name (RFC 9110 token).
+_KEY_CHARS = r"A-Za-z0-9_.\-"
+_HEADER_CHARS = r"A-Za-z0-9!#$%&'*+.^_`|~\-"
+_UNIT_S = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, None: 1}
+
+
+def _leading(item: str, chars: str) -> str:
+    """The name-like start of a malformed item: an error must not echo a value (it may be a secret)."""
+    match = re.match(f"[{chars}]*", item.strip())
+    return match.group() if match and match.group() else item.strip()[:1]
+
+
+def parse_duration(text: str, flag: str = "--timeout") -> float:
+    """'90s', '2h', '15m', '1.5h' or plain seconds → seconds."""
+    match = _DURATION.match(text or "")
+    if not match:
+        raise BadInput(f"{flag} {text!r}: not a duration; use e.g. 90s, 15m, 2h or a number of seconds")
+    value = float(match.group(1)) * _UNIT_S[(match.group(2) or "").lower() or None]
+    if value <= 0:
+        raise BadInput(f"{flag} {text!r}: must be greater than zero")
+    return value
+
+
+def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, str]]:
+    """--set key.path=value → (path, YAML-typed value, original text)."""
+    import yaml
+
+    out = []
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise BadInput(f"--set {_leading(item, _KEY_CHARS)!r}: expected KEY.PATH=VALUE, e.g. --set args.epochs=5")
+        parts = key.split(".")
+        if any(not p for p in parts):
+            raise BadInput(f"--set {item!r}: empty segment in key path {key!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(value, str) and _FLOAT.match(raw.strip()):
+            value = float(value)  # PyYAML (YAML 1.1) reads '1e-3' as a string; YAML 1.2 as a float
+        out.append((parts, value, item))
+    return out
+
+
+def apply_set(data: dict[str, Any], parts: list[str], value: Any, item: str) -> None:
+    node: Any = data
+    for depth, part in enumerate(parts[:-1]):
+        nxt = node.get(part) if isinstance(node, dict) else None
+        if nxt is None:
+            nxt = {}
+            node[part] = nxt
+        elif not isinstance(nxt, dict):
+            where = ".".join(parts[: depth + 1])
+            raise BadInput(f"--set {item!r}: {where!r} is not a mapping, it cannot have sub-keys")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def parse_env(items: tuple[str, ...] | list[str]) -> dict[str, str]:
+    from .schema import ENV_NAME_RE
+
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise BadInput(f"--env {_leading(item, _KEY_CHARS)!r}: expected NAME=VALUE, e.g. --env WANDB_MODE=offline")
+        if not ENV_NAME_RE.match(key):
+            raise BadInput(f"--env {key!r}: not a valid environment variable name (letters, digits, _)")
+        env[key] = value
+    return env
+
+
+def parse_headers(items: tuple[str, ...] | list[str], source: str = "--header") -> dict[str, str]:
+    """'Name: value' or 'Name=value' items, or a JSON object (RAY_JOB_HEADERS)."""
+    headers: dict[str, str] = {}
+    for item in items:
+        name, sep, value = item.partition(":")
+        if not sep:
+            name, sep, value = item.partition("=")
+        if not sep or not name.strip() or not re.match(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", name.strip()):
+            raise BadInput(f"{source} {_leading(item, _HEADER_CHARS)!r}: expected 'Name: value', e.g. --header 'X-Team: ml'")
+        headers[name.strip()] = value.strip()
+    return headers

@@ -1,0 +1,188 @@
+"""Where the project is, which jobs and compute configs it has, and its settings.
+
+Settings come from ``[tool.rtjob]`` in the project's pyproject.toml, then environment variables, then
+flags (each overrides the one before); every value remembers its source for ``render --explain``.
+Which backend names exist is the backend registry's knowledge (``rtjob.backends.configured``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import BadInput
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls")
+# Environment variables per setting, first match wins (rtjob's own first, then Ray's).
+ENV_NAMES: dict[str, tuple[str, ...]] = {
+    "backend": ("RTJOB_BACKEND",),
+    "address": ("RTJOB_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"),
+    "storage": ("RTJOB_STORAGE",),
+    "compute_config": ("RTJOB_COMPUTE_CONFIG",),
+    "headers": ("RAY_JOB_HEADERS",),
+    "verify_tls": ("RTJOB_VERIFY_TLS",),
+}
+
+
+@dataclass
+class Setting:
+    value: Any
+    source: str
+
+
+@dataclass
+class Settings:
+    root: Path
+    values: dict[str, Setting] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        setting = self.values.get(key)
+        return setting.value if setting else None
+
+    def source(self, key: str) -> str:
+        setting = self.values.get(key)
+        return setting.source if setting else "unset"
+
+    def set(self, key: str, value: Any, source: str) -> None:
+        self.values[key] = Setting(value, source)
+
+
+def find_root(start: Path | None = None) -> Path:
+    """The project root: $RTJOB_PROJECT, else the nearest folder up with jobs/ or [tool.rtjob]."""
+    env = os.environ.get("RTJOB_PROJECT")
+    if env:
+        return Path(env).resolve()
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "jobs").is_dir():
+            return folder
+        pyproject = folder / "pyproject.toml"
+        if pyproject.is_file() and "[tool.rtjob]" in pyproject.read_text(encoding="utf-8", errors="ignore"):
+            return folder
+    return here
+
+
+def rtjob_home() -> Path:
+    """Where rtjob keeps its own state (the embedded cluster, its token, local storage)."""
+    return Path(os.environ.get("RTJOB_HOME") or Path.home() / ".rtjob")
+
+
+def _read_tool_table(root: Path) -> dict[str, Any]:
+    pyproject = root / "pyproject.toml"
+    if not pyproject.is_file():
+        return {}
+    try:
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise BadInput(f"{pyproject}: cannot read [tool.rtjob]: {exc}") from None
+    table = data.get("tool", {}).get("rtjob", {})
+    if not isinstance(table, dict):
+        raise BadInput(f"{pyproject}: [tool.rtjob] must be a table")
+    for key in table:
+        if key not in SETTING_KEYS:
+            close = difflib.get_close_matches(key, SETTING_KEYS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(SETTING_KEYS)}"
+            raise BadInput(f"{pyproject}: [tool.rtjob] unknown key {key!r}{hint}")
+    return table
+
+
+def _env_value(key: str, raw: str) -> Any:
+    if key == "verify_tls":
+        return raw.strip().lower() not in {"0", "false", "no", "off"}
+    if key == "headers":
+        import json
+
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            raise BadInput("RAY_JOB_HEADERS: not a JSON object, e.g. '{\"X-Team\": \"ml\"}'") from None
+        if not isinstance(value, dict):
+            raise BadInput("RAY_JOB_HEADERS: must be a JSON object of header names to values")
+        return {str(k): str(v) for k, v in value.items()}
+    return raw
+
+
+def load_settings(flags: dict[str, Any], root: Path | None = None) -> Settings:
+    root = root or find_root()
+    settings = Settings(root=root)
+    settings.set("verify_tls", True, "default")
+    for key, value in _read_tool_table(root).items():
+        settings.set(key, value, f"{root / 'pyproject.toml'} [tool.rtjob]")
+    for key, names in ENV_NAMES.items():
+        for name in names:
+            raw = os.environ.get(name)
+            if raw:
+                settings.set(key, _env_value(key, raw), f"env {name}")
+                break
+    for key, value in flags.items():
+        if value is not None and value != {} and value != ():
+            settings.set(key, value, f"flag --{key.replace('_', '-')}")
+    return settings  # the backend's name is checked and defaulted by the backend registry (backends.configured)
+
+
+def job_names(root: Path) -> list[str]:
+    folder = root / "jobs"
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.iterdir() if p.suffix in {".yaml", ".yml"})
+
+
+def compute_config_names(root: Path) -> list[str]:
+    folder = root / "compute_configs"
+    if not folder.is_dir():
+        return []
+    return sorted(p.stem for p in folder.iterdir() if p.suffix in {".yaml", ".yml"})
+
+
+def _display(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def find_job_file(name_or_path: str, root: Path) -> tuple[Path, str]:
+    """A job name (jobs/NAME.yaml) or a path → (file, how to show it)."""
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} or os.sep in name_or_path:
+        if not candidate.is_file():
+            raise BadInput(f"{name_or_path}: no such job file")
+        return candidate, _display(candidate, root)
+    for suffix in (".yaml", ".yml"):
+        path = root / "jobs" / f"{name_or_path}{suffix}"
+        if path.is_file():
+            return path, _display(path, root)
+    names = job_names(root)
+    close = difflib.get_close_matches(name_or_path, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    known = f" (jobs in {root / 'jobs'}: {', '.join(names)})" if names else f" (no jobs/ folder in {root})"
+    raise BadInput(f"unknown job {name_or_path!r}{hint}{known}")
+
+
+def find_compute_config_file(name_or_path: str, root: Path, referrer: str = "") -> tuple[Path, str]:
+    candidate = Path(name_or_path)
+    if candidate.suffix in {".yaml", ".yml"} or os.sep in name_or_path:
+        if not candidate.is_absolute():
+            candidate = root / candidate
+        if not candidate.is_file():
+            raise BadInput(f"{referrer}compute config {name_or_path!r}: no such file")
+        return candidate, _display(candidate, root)
+    for suffix in (".yaml", ".yml"):
+        path = root / "compute_configs" / f"{name_or_path}{suffix}"
+        if path.is_file():
+            return path, _display(path, root)
+    names = compute_config_names(root)
+    close = difflib.get_close_matches(name_or_path, names, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise BadInput(
+        f"{referrer}unknown compute config {name_or_path!r}{hint} (available: {', '.join(names) or 'none'})"
+    )

@@ -1,0 +1,338 @@
+"""Spec + compute config + overrides → a resolved job: everything a backend needs, nothing of YAML."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import shlex
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+import rtjob_contract as contract
+
+from ..core.errors import BadInput
+from . import catalog
+from .overrides import apply_set, parse_env, parse_set
+from .project import Settings, find_compute_config_file, find_job_file
+from .run_env import job_storage_env
+from .schema import (
+    ComputeConfig,
+    JobSpec,
+    WorkerGroup,
+    describe_validation_error,
+    validate_compute_config,
+    validate_job,
+)
+from .yamlsrc import Located, load_yaml
+
+# `compute_config: anyscale:NAME[:VERSION]` names a compute config registered on Anyscale, not a file.
+REGISTERED_PREFIX = "anyscale:"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What resolving a job needs to know about where it will run. Each backend declares its own
+    (``Backend.placement``), so nothing here tests a backend's name."""
+
+    backend: str
+    # Runs on this machine (the embedded cluster): the job's `local:` profile applies, CPU only, no cost.
+    embedded: bool = False
+    # Takes compute configs registered with the platform (`anyscale:NAME[:VERSION]`), not only files.
+    registered_compute_configs: bool = False
+    # Sizes the worker group to --nodes itself (Anyscale pins min = max = nodes); else a note when --nodes
+    # is above the group's max_nodes.
+    sizes_worker_group: bool = False
+    # Where runs write when the job, the project and the flags set no storage (None: nowhere).
+    default_storage: str | None = None
+
+
+@dataclass
+class Overrides:
+    nodes: int | None = None
+    sets: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    name: str | None = None
+    submission_id: str | None = None
+    forward_aws_credentials: bool = False  # copy the client's AWS credentials into the job (only when asked)
+
+
+@dataclass
+class ResolvedJob:
+    """One run of one job, fully decided. Backends turn this into their wire request."""
+
+    spec: JobSpec
+    job_file: str
+    backend: str
+    run_id: str
+    nodes: int
+    workers_per_node: int
+    num_workers: int
+    cpus_per_worker: float
+    gpus_per_worker: float
+    memory_gb_per_worker: float | None
+    compute_config_name: str | None
+    compute_config: ComputeConfig | None
+    worker_group: WorkerGroup | None
+    entrypoint: str
+    env_vars: dict[str, str]
+    working_dir: Path
+    storage_root: str | None
+    storage_uri: str | None
+    notes: list[str] = field(default_factory=list)
+    storage_endpoint: str | None = None  # the S3-compatible endpoint the job writes to (recorded with the run)
+    embedded: bool = False  # runs on the embedded cluster (this machine: no cost)
+
+    @property
+    def use_gpu(self) -> bool:
+        return self.gpus_per_worker > 0
+
+    def worker_resources(self) -> dict[str, float]:
+        res = {"CPU": self.cpus_per_worker}
+        if self.gpus_per_worker:
+            res["GPU"] = self.gpus_per_worker
+        if self.memory_gb_per_worker:
+            res["memory"] = self.memory_gb_per_worker * 1024**3
+        return res
+
+
+def render_args(args: dict[str, Any]) -> list[str]:
+    """args: {global_batch_size: 128, use_gpu: true} → ['--global-batch-size', '128', '--use-gpu']."""
+    out: list[str] = []
+    for key, value in args.items():
+        flag = "--" + key.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, list):
+            out.extend([flag, *[str(v) for v in value]])
+        else:
+            out.extend([flag, str(value)])
+    return out
+
+
+def new_run_id(job_name: str) -> str:
+    return f"rtjob-{job_name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(2)}"
+
+
+def _validate_with_sets(data: dict[str, Any], located: Located, origins: list[tuple[list[str], str]]) -> JobSpec:
+    """Validate the overridden data; an error in an overridden key names the flag that set it."""
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as exc:
+
+        def where(error_loc: tuple[str | int, ...]) -> str:
+            for parts, label in reversed(origins):
+                n = min(len(parts), len(error_loc))
+                if tuple(parts[:n]) == tuple(error_loc[:n]):
+                    return label
+            return located.where(error_loc)
+
+        raise BadInput(describe_validation_error(exc, JobSpec, where)) from None
+
+
+def load_job_file(ref: str, root: Path) -> tuple[JobSpec, str]:
+    """Find, load and validate one job file (a name in jobs/ or a path): (spec, how to show the file)."""
+    path, shown = find_job_file(ref, root)
+    return validate_job(load_yaml(path, shown)), shown
+
+
+def load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool = False) -> tuple[JobSpec, str]:
+    """Load, validate, apply the local profile (on the embedded cluster) and the command-line overrides."""
+    path, shown = find_job_file(ref, root)
+    located = load_yaml(path, shown)
+    spec = validate_job(located)  # errors point at the file first
+    data: dict[str, Any] = copy.deepcopy(located.data)
+    if local_profile:
+        profile = spec.local
+        data["args"] = {**spec.args, **profile.args}
+        data["env_vars"] = {**spec.env_vars, **profile.env_vars}
+    sets = parse_set(overrides.sets)
+    for parts, value, item in sets:
+        apply_set(data, parts, value, item)
+    if overrides.env:
+        data["env_vars"] = {**data.get("env_vars", {}), **parse_env(overrides.env)}
+    if overrides.nodes is not None:
+        data["nodes"] = overrides.nodes
+    if overrides.name:
+        data["name"] = overrides.name
+    # The flag is named by its key only: its value may be a secret.
+    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]
+    if overrides.env:
+        origins.append((["env_vars"], "--env"))
+    if overrides.nodes is not None:
+        origins.append((["nodes"], f"--nodes {overrides.nodes}"))
+    if overrides.name:
+        origins.append((["name"], f"--name {overrides.name}"))
+    spec = _validate_with_sets(data, located, origins)
+    return spec, shown
+
+
+def load_compute_config(name: str, root: Path, referrer: str = "") -> tuple[ComputeConfig, str]:
+    path, shown = find_compute_config_file(name, root, referrer)
+    return validate_compute_config(load_yaml(path, shown)), shown
+
+
+def pick_group(cc: ComputeConfig, wanted: str | None, where: str) -> WorkerGroup | None:
+    if not cc.worker_nodes:
+        return None
+    if wanted:
+        for group in cc.worker_nodes:
+            if wanted in (group.name, group.instance_type):
+                return group
+        labels = ", ".join(g.label for g in cc.worker_nodes)
+        raise BadInput(f"{where}: worker_group {wanted!r} is not in the compute config (groups: {labels})")
+    for group in cc.worker_nodes:
+        itype = catalog.lookup(group.instance_type)
+        if (group.resources or {}).get("GPU") or (itype and itype.gpus):
+            return group
+    return cc.worker_nodes[0]
+
+
+def _node_offer(group: WorkerGroup | None, cc: ComputeConfig | None, where: str) -> tuple[float, float]:
+    """(CPUs, GPUs) one node of the group offers."""
+    if group is None:
+        head = cc.head_node if cc else None
+        if head is None:
+            return 1.0, 0.0
+        itype_name, resources = head.instance_type, head.resources or {}
+    else:
+        itype_name, resources = group.instance_type, group.resources or {}
+    itype = catalog.lookup(itype_name)
+    if "CPU" in resources or "GPU" in resources:
+        return float(resources.get("CPU", itype.vcpus if itype else 1)), float(resources.get("GPU", 0))
+    if itype is None:
+        known = ", ".join(sorted(catalog.CATALOG))
+        raise BadInput(
+            f"{where}: instance type {itype_name!r} is not in rtjob's catalog; give the group "
+            f"`resources: {{CPU: n, GPU: m}}` or use one of: {known}"
+        )
+    return float(itype.vcpus), float(itype.gpus)
+
+
+def resolve(
+    ref: str, settings: Settings, overrides: Overrides, placement: Placement, storage_flag: str | None = None
+) -> ResolvedJob:
+    root = settings.root
+    backend = placement.backend
+    spec, shown = load_job(ref, root, overrides, local_profile=placement.embedded)
+    notes: list[str] = []
+
+    # Precedence: --compute-config > the job's compute_config > RTJOB_COMPUTE_CONFIG / [tool.rtjob]; an error
+    # names where the name came from (the flag, the job file, the variable), not always the job file.
+    cc_source = settings.source("compute_config")
+    cc_name = settings.get("compute_config") if cc_source.startswith("flag") else None
+    if cc_name:
+        referrer = f"{cc_source}: "
+    elif spec.compute_config:
+        cc_name, referrer = spec.compute_config, f"{shown}: "
+    else:
+        cc_name = settings.get("compute_config")
+        referrer = f"{cc_source}: " if cc_name else ""
+    cc: ComputeConfig | None = None
+    cc_shown: str | None = None
+    if cc_name and cc_name.startswith(REGISTERED_PREFIX):
+        # A compute config registered on Anyscale (anyscale:NAME[:VERSION]) is used there as it is.
+        if not placement.registered_compute_configs:
+            raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
+    elif cc_name:
+        cc, cc_shown = load_compute_config(cc_name, root, referrer)
+
+    rpw = spec.resources_per_worker
+    group: WorkerGroup | None = None
+    if placement.embedded:
+        # The embedded cluster: N Ray nodes on this machine, CPU only.
+        node_cpus, node_gpus = float(spec.local.cpus_per_node), 0.0
+        if cc is not None:
+            notes.append(f"compute config {cc_name} describes the cloud cluster; the embedded cluster uses "
+                         f"{spec.local.cpus_per_node} CPU per node, no GPU")
+        cpus = rpw.cpus or 1.0
+        gpus = rpw.gpus or 0.0
+        per_node = max(1, int(node_cpus // cpus))
+    else:
+        group = pick_group(cc, spec.worker_group, cc_shown or shown) if cc else None
+        if cc is None:
+            node_cpus, node_gpus = (rpw.cpus or 1.0), (rpw.gpus or 0.0)
+        else:
+            node_cpus, node_gpus = _node_offer(group, cc, cc_shown or shown)
+        if node_gpus > 0:
+            gpus = rpw.gpus or 1.0
+            per_node = max(1, int(node_gpus // gpus))
+            cpus = rpw.cpus or 1.0
+        else:
+            gpus = rpw.gpus or 0.0
+            cpus = rpw.cpus or max(1.0, node_cpus - 1)  # leave one CPU per node to Ray itself
+            per_node = max(1, int(node_cpus // cpus))
+        if gpus > node_gpus or cpus > node_cpus:
+            label = group.instance_type if group else "the node"
+            raise BadInput(
+                f"{shown}: one worker needs CPU={cpus:g} GPU={gpus:g} but one {label} offers "
+                f"CPU={node_cpus:g} GPU={node_gpus:g}"
+            )
+        if group is not None and not placement.sizes_worker_group and spec.nodes > group.max_nodes:
+            notes.append(f"--nodes {spec.nodes} is above {group.label}'s max_nodes={group.max_nodes}")
+
+    run_id = overrides.submission_id or new_run_id(spec.name)
+    storage_root = storage_flag or settings.get("storage") or spec.storage
+    if storage_root and storage_root.startswith("file://"):
+        storage_root = storage_root[len("file://"):]  # Ray Train takes a plain absolute path
+    if not storage_root:
+        storage_root = placement.default_storage
+    if storage_root and "://" not in storage_root and not Path(storage_root).is_absolute():
+        # The job runs in a temporary copy of its working dir: a relative path would land there.
+        if not placement.embedded:
+            raise BadInput(f"storage {storage_root!r}: use a URI (s3://bucket/prefix) or an absolute path on the cluster")
+        storage_root = str(Path(storage_root).resolve())
+    storage_root = storage_root.rstrip("/") if storage_root else None
+    storage_uri = f"{storage_root}/{spec.name}/{run_id}" if storage_root else None
+
+    num_workers = spec.nodes * per_node
+    env = {
+        "PYTHONUNBUFFERED": "1",
+        **spec.env_vars,
+        contract.ENV_JOB_NAME: spec.name,
+        contract.ENV_RUN_NAME: run_id,
+        contract.ENV_NODES: str(spec.nodes),
+        contract.ENV_NUM_WORKERS: str(num_workers),
+        contract.ENV_CPUS_PER_WORKER: f"{cpus:g}",
+        contract.ENV_GPUS_PER_WORKER: f"{gpus:g}",
+        contract.ENV_USE_GPU: "1" if gpus > 0 else "0",
+        contract.ENV_MAX_FAILURES: str(spec.max_failures),
+    }
+    if storage_root:
+        env[contract.ENV_STORAGE_PATH] = f"{storage_root}/{spec.name}"
+    # The S3 endpoint (+ credentials only if asked) for the workers.
+    storage_env = job_storage_env(storage_root, spec.storage_endpoint, spec.env_vars, overrides.forward_aws_credentials)
+    env.update(storage_env.env)
+    notes += storage_env.notes
+    entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
+    working_dir = (root / spec.working_dir).resolve()
+    if not working_dir.is_dir():
+        raise BadInput(f"{shown}: working_dir {spec.working_dir!r} is not a folder (resolved to {working_dir})")
+    return ResolvedJob(
+        spec=spec,
+        job_file=shown,
+        backend=backend,
+        run_id=run_id,
+        nodes=spec.nodes,
+        workers_per_node=per_node,
+        num_workers=num_workers,
+        cpus_per_worker=cpus,
+        gpus_per_worker=gpus,
+        memory_gb_per_worker=rpw.memory_gb,
+        compute_config_name=cc_name,
+        compute_config=cc,
+        worker_group=group,
+        entrypoint=entrypoint,
+        env_vars=env,
+        working_dir=working_dir,
+        storage_root=storage_root,
+        storage_uri=storage_uri,
+        notes=notes,
+        storage_endpoint=storage_env.endpoint,
+        embedded=placement.embedded,
+    )

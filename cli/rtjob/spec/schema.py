@@ -1,0 +1,216 @@
+"""The job and compute-config schema (pydantic), and turning validation errors into one line.
+
+A job's fields are a superset of Anyscale's JobConfig; rtjob adds ``args``, ``nodes``, ``worker_group``,
+``resources_per_worker``, ``storage``, ``max_failures`` and the ``local`` profile.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ..core.errors import BadInput
+from .yamlsrc import Located
+
+Scalar = str | int | float | bool | None
+ArgValue = Scalar | list[str | int | float]
+NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+# Environment values are strings; a YAML number (`OMP_NUM_THREADS: 4`) is taken as its text.
+EnvValue = Annotated[str, Field(coerce_numbers_to_str=True)]
+ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class Resources(_Strict):
+    """Resources of one training worker. Unset values come from the compute config's worker group."""
+
+    cpus: Annotated[float, Field(gt=0)] | None = None
+    gpus: Annotated[float, Field(ge=0)] | None = None
+    memory_gb: Annotated[float, Field(gt=0)] | None = None
+
+
+class LocalProfile(_Strict):
+    """Overrides applied only on the embedded local cluster (no GPU, maybe no internet)."""
+
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    env_vars: dict[str, EnvValue] = Field(default_factory=dict)
+    cpus_per_node: Annotated[int, Field(ge=1, le=64)] = 1
+
+
+class JobSpec(_Strict):
+    name: Annotated[str, Field(pattern=NAME_RE)]
+    entrypoint: Annotated[str, Field(min_length=1)]
+    description: str = ""
+    strategy: Literal["single", "torchrun", "ray-ddp", "ray-data", "fsdp2", "deepspeed", "tune", "custom"] = (
+        "custom"
+    )
+    # Rendered after the entrypoint as `--key value` (True → `--key`, False/None → omitted).
+    args: dict[str, ArgValue] = Field(default_factory=dict)
+    nodes: Annotated[int, Field(ge=1, le=1000)] = 1
+    worker_group: str | None = None
+    resources_per_worker: Resources = Field(default_factory=Resources)
+    compute_config: str | None = None
+    storage: str | None = None
+    # An S3-compatible endpoint for `storage: s3://...` (MinIO ...); default: the client's AWS_ENDPOINT_URL[_S3].
+    storage_endpoint: Annotated[str, Field(pattern=r"^https?://[^\s/]+")] | None = None
+    max_failures: Annotated[int, Field(ge=-1)] = 0
+    local: LocalProfile = Field(default_factory=LocalProfile)
+    # Anyscale JobConfig fields.
+    image_uri: str | None = None
+    working_dir: str = "."
+    excludes: list[str] = Field(default_factory=list)
+    requirements: list[str] | None = None
+    env_vars: dict[str, EnvValue] = Field(default_factory=dict)
+    max_retries: Annotated[int, Field(ge=0, le=100)] = 0
+    timeout_s: Annotated[int, Field(gt=0)] | None = None
+    tags: dict[str, EnvValue] = Field(default_factory=dict)
+    cloud: str | None = None
+    project: str | None = None
+
+    @field_validator("env_vars")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not ENV_NAME_RE.match(key):
+                raise ValueError(f"{key!r} is not a valid environment variable name (letters, digits, _)")
+        return value
+
+    @field_validator("args")
+    @classmethod
+    def _arg_names(cls, value: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        for key in value:
+            if not re.match(r"^[A-Za-z][A-Za-z0-9_-]*$", key):
+                raise ValueError(f"{key!r} is not a valid flag name (letters, digits, - and _)")
+        return value
+
+
+class HeadNode(_Strict):
+    instance_type: str
+    resources: dict[str, float] | None = None
+
+
+class WorkerGroup(_Strict):
+    name: str | None = None
+    instance_type: str
+    min_nodes: Annotated[int, Field(ge=0)] = 0
+    max_nodes: Annotated[int, Field(ge=0)] = 10
+    market_type: Literal["ON_DEMAND", "SPOT", "PREFER_SPOT"] = "ON_DEMAND"
+    resources: dict[str, float] | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or self.instance_type
+
+
+class ComputeConfig(_Strict):
+    """Anyscale's compute-config schema (the fields rtjob uses; Anyscale accepts all of them)."""
+
+    cloud: str | None = None
+    head_node: HeadNode | None = None
+    worker_nodes: list[WorkerGroup] = Field(default_factory=list)
+    min_resources: dict[str, float] | None = None
+    max_resources: dict[str, float] | None = None
+    flags: dict[str, Any] = Field(default_factory=dict)
+    auto_select_worker_config: bool = False
+    zones: list[str] | None = None
+    enable_cross_zone_scaling: bool = False
+
+
+def _model_fields(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str]:
+    """The valid keys at ``loc`` inside ``model`` (for did-you-mean suggestions)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = current.model_fields.get(part) if hasattr(current, "model_fields") else None
+        if field is None:
+            return []
+        annotation = field.annotation
+        inner = [a for a in getattr(annotation, "__args__", (annotation,)) if isinstance(a, type)]
+        nested = [a for a in inner if issubclass(a, BaseModel)]
+        if not nested:
+            return []
+        current = nested[0]
+    return list(current.model_fields) if hasattr(current, "model_fields") else []
+
+
+def _loc_text(loc: tuple[str | int, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe_validation_error(
+    exc: ValidationError, model: type[BaseModel], where: Any, what: str = ""
+) -> str:
+    """One line: where (file:line), which key, what is wrong, what would be valid.
+
+    ``where`` is a Located (for YAML) or a callable(loc) -> str (for flags).
+    """
+    errors = exc.errors(include_url=False)
+    # An unknown key first: a typo ('entrypont') also makes the real key look missing.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
+    loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p.startswith(("function-", "constrained-"))))
+    # Union members show up as extra loc parts (e.g. 'str', 'list[str]'); drop type names.
+    loc = tuple(p for p in loc if not (isinstance(p, str) and ("[" in p or p in {"str", "int", "float", "bool"})))
+    place = where.where(loc) if isinstance(where, Located) else where(loc)
+    key = _loc_text(loc) or "(top level)"
+    etype = err["type"]
+    if etype == "extra_forbidden":
+        valid = _model_fields(model, loc[:-1])
+        close = difflib.get_close_matches(str(loc[-1]), valid, n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else (f"; valid keys: {', '.join(valid)}" if valid else "")
+        msg = f"unknown key {key!r}{hint}"
+    elif etype == "missing":
+        msg = f"missing required key {key!r}"
+    elif etype == "literal_error":
+        expected = err.get("ctx", {}).get("expected", "")
+        msg = f"{key}: {err['input']!r} is not valid; expected one of {expected}"
+    elif etype == "model_type" or etype == "dict_type":
+        msg = f"{key}: expected a mapping, got {type(err['input']).__name__}"
+    else:
+        got = err.get("input")
+        shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) else ""
+        msg = f"{key}: {err['msg'][0].lower() + err['msg'][1:]}{shown}"
+    more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+    prefix = f"{what}: " if what else ""
+    return f"{place}: {prefix}{msg}{more}"
+
+
+def validate_job(located: Located) -> JobSpec:
+    if not isinstance(located.data, dict):
+        raise BadInput(f"{located.where(())}: a job must be a YAML mapping with at least 'name' and 'entrypoint'")
+    try:
+        return JobSpec.model_validate(located.data)
+    except ValidationError as exc:
+        raise BadInput(describe_validation_error(exc, JobSpec, located)) from None
+
+
+def validate_compute_config(located: Located) -> ComputeConfig:
+    if not isinstance(located.data, dict):
+        raise BadInput(f"{located.where(())}: a compute config must be a YAML mapping")
+    try:
+        return ComputeConfig.model_validate(located.data)
+    except ValidationError as exc:
+        raise BadInput(describe_validation_error(exc, ComputeConfig, located)) from None
+
+
+def job_json_schema() -> dict[str, Any]:
+    schema = JobSpec.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rtjob job"
+    return schema
+
+
+def compute_config_json_schema() -> dict[str, Any]:
+    schema = ComputeConfig.model_json_schema()
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "rtjob compute config"
+    return schema

@@ -1,0 +1,245 @@
+"""``rtjob results``: a run's metrics history as a table, a plot, or several runs side by side.
+
+The training entrypoints write the history into every checkpoint (``checkpoint_*/metrics.json``: one object
+per finished epoch, the whole run so far); ``rtjob pull`` also puts the newest one at ``DIR/metrics.json``.
+This module reads either a local folder (a pulled run, or a run folder in local storage) or a storage
+location (``s3://...``), never a cluster. rich and matplotlib are imported only when used.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import rtjob_contract as contract
+from rtjob_contract import METRICS_FILE
+
+from ..core.errors import BadInput
+from .layout import find_history, natural_key
+from .location import Location
+from .stores import open_store
+
+# (key in metrics.json, column title, format)
+COLUMNS: list[tuple[str, str, str]] = [
+    (contract.METRIC_EPOCH, "epoch", "{:d}"),
+    (contract.METRIC_TRAIN_LOSS, "train loss", "{:.4f}"),
+    (contract.METRIC_VAL_LOSS, "val loss", "{:.4f}"),
+    (contract.METRIC_VAL_ACCURACY, "accuracy", "{:.4f}"),
+    (contract.METRIC_SAMPLES_PER_S, "samples/s", "{:.1f}"),
+    (contract.METRIC_EPOCH_TIME, "time", "{:.1f}s"),
+]
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+@dataclass
+class RunHistory:
+    label: str
+    source: str
+    rows: list[dict[str, Any]]
+
+    def column(self, key: str) -> list[float | None]:
+        return [_number(row.get(key)) for row in self.rows]
+
+    def epochs(self) -> list[int]:
+        return [int(row.get("epoch", i + 1)) for i, row in enumerate(self.rows)]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"label": self.label, "source": self.source, "history": self.rows}
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _rows(data: Any, where: str) -> list[dict[str, Any]]:
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list):
+        raise BadInput(f"{where}: not a metrics history (expected a list of per-epoch objects)")
+    rows = [row for row in data if isinstance(row, dict)]
+    return sorted(rows, key=lambda r: _number(r.get("epoch")) or 0.0)
+
+
+def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
+    """DIR/metrics.json (a pulled run), else the newest checkpoint_*/metrics.json in DIR."""
+    candidates = [path / METRICS_FILE]
+    ckpts = sorted((p for p in path.glob("checkpoint_*/" + METRICS_FILE) if p.is_file()),
+                   key=lambda p: natural_key(p.parent.name), reverse=True)
+    candidates += ckpts
+    for candidate in candidates:
+        if candidate.is_file():
+            try:
+                data = json.loads(candidate.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise BadInput(f"{candidate}: cannot read the metrics history: {exc}") from None
+            return _rows(data, str(candidate)), str(candidate)
+    raise BadInput(f"{path}: no metrics history ({METRICS_FILE} or checkpoint_*/{METRICS_FILE})")
+
+
+def history_from_location(location: Location, endpoint: str | None = None) -> tuple[list[dict[str, Any]], str]:
+    """The history stored with a run: reads one small file from storage."""
+    if location.scheme == "file":
+        if not os.path.isdir(location.path):
+            raise BadInput(f"{location.path}: no such folder")
+        return history_from_dir(Path(location.path))
+    store = open_store(location, endpoint, concurrency=4)
+    try:
+        item = find_history(store.list_files())
+        if item is None:
+            raise BadInput(f"{store.describe()}: no metrics history ({METRICS_FILE} in a checkpoint_* folder)")
+        try:
+            data = json.loads(store.read(item))
+        except ValueError:
+            raise BadInput(f"{location.uri}/{item.rel}: not valid JSON") from None
+        return _rows(data, f"{location.uri}/{item.rel}"), f"{location.uri}/{item.rel}"
+    finally:
+        store.close()
+
+
+def unique_labels(runs: list[RunHistory]) -> None:
+    seen: dict[str, int] = {}
+    for run in runs:
+        count = seen.get(run.label, 0)
+        seen[run.label] = count + 1
+        if count:
+            run.label = f"{run.label} ({count + 1})"
+
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    number = _number(value)
+    if number is None:
+        return "-"
+    return fmt.format(int(number)) if fmt == "{:d}" else fmt.format(number)
+
+
+def summary(run: RunHistory) -> dict[str, Any]:
+    """Final and best values of one run (for the side-by-side comparison and JSON)."""
+    last = run.rows[-1] if run.rows else {}
+    val = [(v, e) for v, e in zip(run.column("val_loss"), run.epochs(), strict=False) if v is not None]
+    best_val, best_epoch = min(val) if val else (None, None)
+    speeds = [v for v in run.column("train_samples_per_s") if v is not None]
+    times = [v for v in run.column("epoch_time_s") if v is not None]
+    return {
+        "run": run.label,
+        "epochs": len(run.rows),
+        "train_loss": _number(last.get("train_loss")),
+        "val_loss": _number(last.get("val_loss")),
+        "best_val_loss": best_val,
+        "best_epoch": best_epoch,
+        "accuracy": _number(last.get("val_accuracy")),
+        "samples_per_s": sum(speeds) / len(speeds) if speeds else None,
+        "time_s": sum(times) if times else None,
+    }
+
+
+def print_tables(runs: list[RunHistory]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200 if not sys.stdout.isatty() else None)
+    if len(runs) == 1:
+        run = runs[0]
+        # The run and its source on a line of their own: as the table's title, rich wrapped a long path
+        # to the width of the table.
+        console.print(f"{run.label}  ({run.source})", soft_wrap=True, highlight=False, markup=False)
+        table = Table(box=None, header_style="bold")
+        for _, title, _ in COLUMNS:
+            table.add_column(title.upper(), justify="right")
+        for row in run.rows:
+            table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in COLUMNS))
+        console.print(table)
+        best = summary(run)
+        if best["best_val_loss"] is not None:
+            console.print(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
+        return
+    # Several runs: per-epoch validation loss and accuracy side by side, then one summary row per run.
+    table = Table(title="per epoch: val loss / accuracy", box=None, header_style="bold", title_justify="left")
+    table.add_column("EPOCH", justify="right")
+    for run in runs:
+        table.add_column(run.label, justify="right", overflow="fold")
+    epochs = sorted({e for run in runs for e in run.epochs()})
+    for epoch in epochs:
+        cells = [str(epoch)]
+        for run in runs:
+            hit: dict[str, Any] | None = next(
+                (r for r, e in zip(run.rows, run.epochs(), strict=False) if e == epoch), None)
+            cells.append(f"{_fmt(hit.get('val_loss'), '{:.4f}')} / {_fmt(hit.get('val_accuracy'), '{:.4f}')}"
+                         if hit else "-")
+        table.add_row(*cells)
+    console.print(table)
+    console.print()
+    table = Table(title="summary", box=None, header_style="bold", title_justify="left")
+    for title in ("RUN", "EPOCHS", "TRAIN LOSS", "VAL LOSS", "BEST VAL LOSS (EPOCH)", "ACCURACY", "SAMPLES/S",
+                  "TIME"):
+        table.add_column(title, justify="left" if title == "RUN" else "right", overflow="fold")
+    for run in runs:
+        s = summary(run)
+        best_text = f"{_fmt(s['best_val_loss'], '{:.4f}')} ({s['best_epoch'] or '-'})"
+        table.add_row(s["run"], str(s["epochs"]), _fmt(s["train_loss"], "{:.4f}"), _fmt(s["val_loss"], "{:.4f}"),
+                      best_text, _fmt(s["accuracy"], "{:.4f}"), _fmt(s["samples_per_s"], "{:.1f}"),
+                      _fmt(s["time_s"], "{:.1f}s"))
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------------------------
+# Plot
+
+
+def check_plot_path(path: str) -> Path:
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise BadInput(f"--plot {path}: the file name must end in {', '.join(PLOT_SUFFIXES)}")
+    if not target.parent.is_dir():
+        raise BadInput(f"--plot {path}: the folder {target.parent} does not exist")
+    return target
+
+
+def plot(runs: list[RunHistory], path: Path) -> None:
+    """Loss (train dashed, validation solid) and accuracy curves per epoch, one colour per run."""
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise BadInput("--plot needs matplotlib: pip install 'rtjob[plot]'") from None
+    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    for i, run in enumerate(runs):
+        colour = colours[i % len(colours)]
+        epochs = run.epochs()
+        for key, style, what in (("train_loss", "--", "train"), ("val_loss", "-", "val")):
+            xs, ys = _points(epochs, run.column(key))
+            if ys:
+                loss_ax.plot(xs, ys, style, marker="o", color=colour, label=f"{run.label} {what}")
+        for key, style, what in (("train_accuracy", "--", "train"), ("val_accuracy", "-", "val")):
+            xs, ys = _points(epochs, run.column(key))
+            if ys:
+                acc_ax.plot(xs, ys, style, marker="o", color=colour, label=f"{run.label} {what}")
+    for ax, title in ((loss_ax, "loss"), (acc_ax, "accuracy")):
+        ax.set_title(title)
+        ax.set_xlabel("epoch")
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize="small")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _points(epochs: list[int], values: list[float | None]) -> tuple[list[int], list[float]]:
+    pairs = [(e, v) for e, v in zip(epochs, values, strict=False) if v is not None]
+    return [e for e, _ in pairs], [v for _, v in pairs]

@@ -1,0 +1,344 @@
+"""Run storage: where a run's checkpoints and metrics live (``s3://bucket/prefix`` or a local folder).
+
+Independent of the backend and of Ray (DESIGN: ``storage.pull(run) / results(run)``): the CLI turns a run
+id into its storage URI through the backend's status, then everything here works on the URI alone.
+boto3 / s3transfer are imported only when an S3 location is opened (the light client's ``s3`` extra).
+
+Credentials come from the standard AWS chain (environment, ``~/.aws``, SSO, instance role); an
+S3-compatible server (MinIO, moto, ...) is named by ``AWS_ENDPOINT_URL_S3`` / ``AWS_ENDPOINT_URL`` or
+the job's ``storage_endpoint``. Nothing here ever prints a credential.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import BadInput, RtjobError, Unreachable
+from ..spec.run_env import endpoint_from_env
+from .location import Location
+
+# rtjob pull's own bookkeeping in a destination folder (never taken from storage).
+PARTIAL_SUFFIX = ".rtjob-partial"
+MANIFEST = ".rtjob-pull.jsonl"
+
+
+# ---------------------------------------------------------------------------------------------
+# Listing and reading
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    key: str  # the S3 key, or the source file's absolute path
+    rel: str  # the path under the location, '/'-separated (exactly as stored: may be hostile)
+    size: int
+    etag: str  # the S3 ETag (quoted, as listed); local: "<size>-<mtime_ns>"
+
+
+ProgressFn = Callable[[int], None]
+DoneFn = Callable[["RemoteFile", Path, "BaseException | None"], None]
+
+
+class Store:
+    """One storage location: list it, read small files, download files to temporary paths."""
+
+    location: Location
+    refused: list[tuple[str, str]]  # (key, reason) found while listing (e.g. symlinks)
+
+    def describe(self) -> str:
+        return self.location.uri
+
+    def list_files(self) -> list[RemoteFile]:
+        raise NotImplementedError
+
+    def read(self, item: RemoteFile) -> bytes:
+        raise NotImplementedError
+
+    def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        """Write each file to its path (a temporary name); ``on_done`` once per file, from any thread."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return None
+
+
+def open_store(location: Location, endpoint: str | None = None, concurrency: int = 16) -> Store:
+    if location.scheme == "s3":
+        return S3Store(location, endpoint, concurrency)
+    return LocalStore(location, concurrency)
+
+
+class LocalStore(Store):
+    def __init__(self, location: Location, concurrency: int = 8) -> None:
+        self.location = location
+        self.concurrency = max(1, min(concurrency, 16))
+        self.refused = []
+
+    def list_files(self) -> list[RemoteFile]:
+        root = self.location.path
+        if not os.path.isdir(root):
+            raise BadInput(f"{root}: no such folder" if not os.path.exists(root) else f"{root}: not a folder")
+        files: list[RemoteFile] = []
+        for dirpath, dirnames, filenames in os.walk(root):
+            rel_dir = os.path.relpath(dirpath, root)
+            for name in list(dirnames):
+                if os.path.islink(os.path.join(dirpath, name)):
+                    dirnames.remove(name)  # never follow a link out of the run's folder
+                    self.refused.append((_join(rel_dir, name) + "/", "symbolic link"))
+            for name in filenames:
+                if name == MANIFEST or PARTIAL_SUFFIX in name:
+                    continue  # a folder rtjob pulled into: its bookkeeping is not part of the run
+                path = os.path.join(dirpath, name)
+                rel = _join(rel_dir, name)
+                if os.path.islink(path):
+                    self.refused.append((rel, "symbolic link"))
+                    continue
+                st = os.stat(path)
+                files.append(RemoteFile(path, rel, st.st_size, f"{st.st_size}-{st.st_mtime_ns}"))
+        return files
+
+    def read(self, item: RemoteFile) -> bytes:
+        with open(item.key, "rb") as f:
+            return f.read()
+
+    def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        def copy(item: RemoteFile, target: Path) -> None:
+            error: BaseException | None = None
+            try:
+                with open(item.key, "rb") as src, open(target, "wb") as dst:
+                    while chunk := src.read(1 << 20):
+                        dst.write(chunk)
+                        on_progress(len(chunk))
+            except OSError as exc:
+                error = exc
+            on_done(item, target, error)
+
+        with ThreadPoolExecutor(self.concurrency, thread_name_prefix="rtjob-copy") as pool:
+            for future in [pool.submit(copy, item, target) for item, target in jobs]:
+                future.result()
+
+
+def _join(rel_dir: str, name: str) -> str:
+    return name if rel_dir in (".", "") else f"{rel_dir.replace(os.sep, '/')}/{name}"
+
+
+# Transfer settings: parts of 16 MiB above 16 MiB (fewer, larger ranged GETs than the CLI's 8 MiB),
+# many requests in flight (checkpoint trees are hundreds of small files: latency-bound, not bandwidth-bound).
+MULTIPART_THRESHOLD = 16 * 1024 * 1024
+MULTIPART_CHUNKSIZE = 16 * 1024 * 1024
+IO_CHUNK = 1024 * 1024
+DOWNLOAD_ATTEMPTS = 3
+
+
+class S3Store(Store):
+    def __init__(self, location: Location, endpoint: str | None = None, concurrency: int = 16) -> None:
+        self.location = location
+        self.endpoint = endpoint or endpoint_from_env()  # the client's AWS_ENDPOINT_URL[_S3], if any
+        self.concurrency = concurrency
+        self.refused = []
+        try:  # botocore alone: s3transfer needs only its client, and boto3's import costs a re-pull ~0.1 s
+            import botocore.config
+            import botocore.session
+        except ImportError:
+            raise BadInput("S3 storage needs boto3: pip install 'rtjob[s3]'") from None
+        config = botocore.config.Config(
+            max_pool_connections=2 * concurrency + 4,  # small-file GETs and s3transfer's, side by side
+            retries={"max_attempts": 3, "mode": "standard"},
+            connect_timeout=5,
+            read_timeout=60,
+            user_agent_extra="rtjob",
+        )
+        self.client: Any = botocore.session.get_session().create_client(
+            "s3", endpoint_url=endpoint or None, config=config
+        )
+
+    def describe(self) -> str:
+        return f"{self.location.uri}" + (f" at {self.endpoint}" if self.endpoint else "")
+
+    def _prefix(self) -> str:
+        return f"{self.location.path}/" if self.location.path else ""
+
+    def list_files(self) -> list[RemoteFile]:
+        prefix = self._prefix()
+        files: list[RemoteFile] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket, Prefix=prefix
+            ):
+                for obj in page.get("Contents", []) or []:
+                    key = obj["Key"]
+                    files.append(RemoteFile(key, key[len(prefix):], int(obj["Size"]), str(obj.get("ETag", ""))))
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+        return files
+
+    def read(self, item: RemoteFile) -> bytes:
+        try:
+            body = self.client.get_object(Bucket=self.location.bucket, Key=item.key)["Body"]
+            return bytes(body.read())
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+
+    def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        """Large files through s3transfer (concurrent ranged GETs); small ones, most of a checkpoint tree, by one
+        GET each on a thread pool beside it: s3transfer's per-transfer machinery (submission task, IO queue,
+        its own temporary file and rename) cost ~3 ms of CPU per file, a third of the time of a pull of
+        hundreds of small files here (benchmarks/pull_bench.py)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        small = [job for job in jobs if job[0].size < MULTIPART_THRESHOLD]
+        large = [job for job in jobs if job[0].size >= MULTIPART_THRESHOLD]
+        pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="rtjob-get")
+        try:
+            futures = [pool.submit(self._get_small, item, target, on_progress, on_done) for item, target in small]
+            if large:
+                self._transfer(large, on_progress, on_done)
+            for future in futures:
+                future.result()  # _get_small reports its errors through on_done; this re-raises only bugs
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # Ctrl-C: finish only the GETs already running
+            raise
+        pool.shutdown()
+
+    def _get_small(self, item: RemoteFile, target: Path, on_progress: ProgressFn, on_done: DoneFn) -> None:
+        from s3transfer.utils import S3_RETRYABLE_DOWNLOAD_ERRORS
+
+        error: BaseException | None = None
+        for attempt in range(DOWNLOAD_ATTEMPTS):
+            written = 0
+            try:
+                # If-Match: a file rewritten since the listing fails instead of landing with the old size/ETag.
+                extra = {"IfMatch": item.etag} if item.etag else {}
+                body = self.client.get_object(Bucket=self.location.bucket, Key=item.key, **extra)["Body"]
+                with open(target, "wb") as out:
+                    for chunk in body.iter_chunks(IO_CHUNK):
+                        out.write(chunk)
+                        written += len(chunk)
+                        on_progress(len(chunk))
+                error = None
+                break
+            except S3_RETRYABLE_DOWNLOAD_ERRORS as exc:  # the stream broke mid-body: read the file again
+                on_progress(-written)
+                error = exc
+            except BaseException as exc:  # reported per file; the pull goes on with the rest
+                error = exc
+                break
+            if attempt + 1 == DOWNLOAD_ATTEMPTS:
+                break
+        on_done(item, target, error)
+
+    def _transfer(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
+        from s3transfer.manager import TransferConfig, TransferManager
+        from s3transfer.subscribers import BaseSubscriber
+
+        class Subscriber(BaseSubscriber):
+            def __init__(self, item: RemoteFile, target: Path) -> None:
+                self.item, self.target = item, target
+
+            def on_queued(self, future: Any, **kwargs: Any) -> None:
+                # Size and ETag from the listing: no HEAD per file, and every ranged GET of a large file
+                # carries If-Match, so a file rewritten mid-pull fails instead of mixing two versions.
+                future.meta.provide_transfer_size(self.item.size)
+                if self.item.etag:
+                    future.meta.provide_object_etag(self.item.etag)
+
+            def on_progress(self, future: Any, bytes_transferred: int, **kwargs: Any) -> None:
+                on_progress(bytes_transferred)
+
+            def on_done(self, future: Any, **kwargs: Any) -> None:
+                error: BaseException | None = None
+                try:
+                    future.result()
+                except BaseException as exc:  # reported per file; the pull goes on with the rest
+                    error = exc
+                on_done(self.item, self.target, error)
+
+        config = TransferConfig(
+            multipart_threshold=MULTIPART_THRESHOLD,
+            multipart_chunksize=MULTIPART_CHUNKSIZE,
+            max_request_concurrency=self.concurrency,
+            max_submission_concurrency=4,
+            # 1 MiB writes (s3transfer's default is 256 KiB): a quarter of the queue hand-offs, which cost the
+            # client ~15% of its CPU on a 2-core machine; at most 128 chunks (128 MiB) wait for the disk.
+            max_io_queue_size=128,
+            io_chunksize=IO_CHUNK,
+            num_download_attempts=DOWNLOAD_ATTEMPTS,
+        )
+        manager = TransferManager(self.client, config)
+        futures = []
+        try:
+            for item, target in jobs:
+                futures.append(manager.download(self.location.bucket, item.key, str(target),
+                                                subscribers=[Subscriber(item, target)]))
+            for future in futures:
+                with contextlib.suppress(Exception):  # already reported through on_done
+                    future.result()
+        except BaseException:
+            manager.shutdown(cancel=True)
+            raise
+        manager.shutdown()
+
+
+_DENIED = {"AccessDenied", "AllAccessDisabled", "403", "Forbidden"}
+_AUTH = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
+         "InvalidClientTokenId", "AuthorizationHeaderMalformed"}
+
+
+def s3_error(exc: BaseException, store: S3Store) -> RtjobError:
+    """One line, exit 3 for storage that cannot be reached or read; never a credential in it."""
+    import botocore.exceptions as bex
+
+    where = store.describe()
+    if isinstance(exc, RtjobError):
+        return exc
+    if isinstance(exc, bex.NoCredentialsError):
+        return Unreachable(f"{where}: no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                           "AWS_PROFILE, or use an instance role)")
+    if isinstance(exc, bex.ClientError):
+        error = exc.response.get("Error", {}) or {}
+        code = str(error.get("Code", ""))
+        message = _one_line(str(error.get("Message") or code))
+        if code == "NoSuchBucket":
+            return Unreachable(f"bucket {store.location.bucket!r} does not exist"
+                               + (f" at {store.endpoint}" if store.endpoint else ""))
+        if code in _DENIED:
+            return Unreachable(f"access denied to {where}: {message}")
+        if code in _AUTH:
+            return Unreachable(f"authentication failed for {where} ({code}): {message}")
+        return Unreachable(f"{where}: {code}: {message}")
+    if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
+        return Unreachable(f"cannot reach the S3 endpoint {store.endpoint or 'of AWS'} ({where})")
+    if isinstance(exc, bex.BotoCoreError):
+        return Unreachable(f"{where}: {_one_line(str(exc))}")
+    if isinstance(exc, OSError):
+        return Unreachable(f"{where}: {_one_line(str(exc))}")
+    return RtjobError(f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+
+
+def describe_error(exc: BaseException) -> tuple[str, str]:
+    """(code, short credential-free description) of a per-file transfer error."""
+    try:
+        import botocore.exceptions as bex
+    except ImportError:  # local storage: an OSError
+        return type(exc).__name__, f"{type(exc).__name__}: {_one_line(str(exc))}"
+    if isinstance(exc, bex.ClientError):
+        error = exc.response.get("Error", {}) or {}
+        code = str(error.get("Code", "error"))
+        return code, f"{code}: {_one_line(str(error.get('Message', '')))}"
+    return type(exc).__name__, f"{type(exc).__name__}: {_one_line(str(exc))}"
+
+
+def is_denial(code: str) -> bool:
+    """An error code that means these credentials may not read this storage."""
+    return code in _DENIED or code in _AUTH
+
+
+def _one_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return (lines[0] if lines else "")[:300]

@@ -1,0 +1,83 @@
+"""The contract between rtjob (the client) and the code it runs (the cluster): one home, no dependencies.
+
+Both sides import this module: ``cli/rtjob`` (installed with the rtjob wheel) and ``training/`` (which runs
+from the uploaded working dir, where this package sits beside it). It holds only names and layouts:
+
+* the ``RTJOB_*`` environment a job receives (what the client decided: shape, run name, storage);
+* the checkpoint layout a run writes to its storage, which ``rtjob pull`` / ``rtjob results`` read;
+* the keys of a metrics-history row;
+* the metadata (Ray) and tag (Anyscale) keys rtjob records with a run, so a run is understood later
+  without the job file that made it.
+
+Standard library only, and nothing that imports rtjob or training: ``tests/unit/test_contract.py`` fails if
+either side spells one of these values itself, or if this module grows a dependency.
+"""
+
+from __future__ import annotations
+
+# ---------------------------------------------------------------------------------------------
+# The job's environment: set by rtjob at submit, read by the entrypoints (flags' defaults).
+
+ENV_JOB_NAME = "RTJOB_JOB_NAME"  # the job's name (jobs/NAME.yaml's `name:`)
+ENV_RUN_NAME = "RTJOB_RUN_NAME"  # the run id; also the run's folder under the storage path (resume = same name)
+ENV_NODES = "RTJOB_NODES"  # nodes of the job's worker group
+ENV_NUM_WORKERS = "RTJOB_NUM_WORKERS"  # training workers in all (nodes × workers per node)
+ENV_CPUS_PER_WORKER = "RTJOB_CPUS_PER_WORKER"
+ENV_GPUS_PER_WORKER = "RTJOB_GPUS_PER_WORKER"
+ENV_USE_GPU = "RTJOB_USE_GPU"  # "1" or "0"
+ENV_MAX_FAILURES = "RTJOB_MAX_FAILURES"  # worker-group restarts from the latest checkpoint (-1: unlimited)
+ENV_STORAGE_PATH = "RTJOB_STORAGE_PATH"  # <storage root>/<job name>; the run writes <this>/<run name>/
+ENV_DATA_DIR = "RTJOB_DATA_DIR"  # where entrypoints cache datasets (optional)
+ENV_SCHEDULE = "RTJOB_SCHEDULE"  # set on runs an Anyscale schedule starts: the schedule's name
+
+ENV_NAMES = frozenset({
+    ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
+    ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_DATA_DIR, ENV_SCHEDULE,
+})
+
+# ---------------------------------------------------------------------------------------------
+# Checkpoint layout: <storage path>/<run name>/checkpoint_epoch_NNNN/{model.pt, optimizer.pt, state.json,
+# metrics.json}. Any checkpoint_* folder counts as a checkpoint (Ray's own checkpoint_<timestamp> too).
+
+CHECKPOINT_PREFIX = "checkpoint_"
+EPOCH_CHECKPOINT_PREFIX = "checkpoint_epoch_"
+MODEL_FILE = "model.pt"
+OPTIMIZER_FILE = "optimizer.pt"
+STATE_FILE = "state.json"  # written last: a folder without it is an interrupted write
+METRICS_FILE = "metrics.json"  # the whole metrics history so far: a list of rows, one per finished epoch
+
+
+def checkpoint_dir_name(epoch: int) -> str:
+    """The folder of epoch ``epoch``'s checkpoint (by epoch, not Ray's timestamp: one folder per epoch)."""
+    return f"{EPOCH_CHECKPOINT_PREFIX}{epoch:04d}"
+
+
+# Keys of one metrics-history row (what the entrypoints write, what `rtjob results` shows).
+METRIC_EPOCH = "epoch"
+METRIC_TRAIN_LOSS = "train_loss"
+METRIC_VAL_LOSS = "val_loss"
+METRIC_VAL_ACCURACY = "val_accuracy"
+METRIC_SAMPLES_PER_S = "train_samples_per_s"
+METRIC_EPOCH_TIME = "epoch_time_s"
+
+# ---------------------------------------------------------------------------------------------
+# What rtjob records with a run on Ray (job metadata: string values).
+
+META_JOB = "rtjob.job"
+META_JOB_FILE = "rtjob.job_file"
+META_NODES = "rtjob.nodes"
+META_WORKERS = "rtjob.workers"
+META_STORAGE = "rtjob.storage_uri"
+META_STORAGE_ENDPOINT = "rtjob.storage_endpoint"
+META_MAX_RETRIES = "rtjob.max_retries"
+META_ATTEMPT = "rtjob.attempt"  # 2, 3, ... on a retry (rtjob's job-level retries on Ray)
+META_PARENT = "rtjob.parent"  # the first attempt's id, on a retry
+META_RATE = "rtjob.rate"  # the priced shape at submit (JSON): prices a finished run without its job file
+META_TAG_PREFIX = "tag."  # the job's own `tags:`
+
+# ... and on Anyscale (job tags).
+TAG_RUN_ID = "rtjob-run-id"
+TAG_JOB = "rtjob-job"
+TAG_STORAGE = "rtjob-storage"
+TAG_SCHEDULE = "rtjob-schedule"
+TAG_RATE = "rtjob-usd-per-hour"  # "LOW" or "LOW-HIGH": the priced shape at submit

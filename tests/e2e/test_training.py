@@ -1,0 +1,257 @@
+"""Real, tiny tests of the training package: no mocks, CPU only, about 2-3 minutes.
+
+The Ray test runs ``python -m training.ray_ddp`` as a subprocess with its own HOME and
+RAY_TMPDIR, so it starts a private local Ray instance (never touching ~/.ray/auth_token,
+/tmp/ray or other clusters on this machine) and the driver shuts it down on exit. It
+never runs ``ray stop``, which would end every Ray process on the machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+from training import data, loop
+from training.models import build_model
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# --- data ---------------------------------------------------------------------------
+
+
+def test_synthetic_dataset_is_deterministic_and_well_formed():
+    a = data.make_synthetic(300, seed=3, split="train")
+    b = data.make_synthetic(300, seed=3, split="train")
+    x, y = a.tensors
+    assert x.shape == (300, 1, 28, 28) and x.dtype == torch.float32
+    assert y.dtype == torch.int64 and set(y.tolist()) == set(range(10))
+    assert torch.equal(x, b.tensors[0]) and torch.equal(y, b.tensors[1])
+    assert not torch.equal(x, data.make_synthetic(300, seed=4, split="train").tensors[0])
+    assert not torch.equal(x, data.make_synthetic(300, seed=3, split="val").tensors[0])
+
+
+def test_synthetic_dataset_is_learnable_by_resnet18():
+    torch.manual_seed(0)
+    train, val = data.load_datasets("synthetic", train_size=320, val_size=256, seed=0)
+    model = build_model("resnet18", in_channels=1, num_classes=10)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    cpu = torch.device("cpu")
+    before = loop.evaluate(model, DataLoader(val, batch_size=128), cpu)
+    stats = loop.train_epoch(model, DataLoader(train, batch_size=32, shuffle=True), optimizer, cpu)
+    after = loop.evaluate(model, DataLoader(val, batch_size=128), cpu)
+    assert stats.samples == 320 and after.samples == 256
+    # 10 Adam steps reach about 0.5 (seeded); chance is 0.1.
+    assert after.accuracy > 0.3, f"a few steps should beat chance clearly: {after}"
+    assert after.loss < before.loss
+
+
+def test_mnist_download_failure_is_one_clear_error(tmp_path, monkeypatch):
+    from torchvision.datasets import MNIST
+
+    # Port 9 on localhost refuses at once: a real, fast download failure, no network needed.
+    monkeypatch.setattr(MNIST, "mirrors", ["http://127.0.0.1:9/"])
+    with pytest.raises(data.DatasetUnavailable) as info:
+        data.load_datasets("mnist", data_dir=str(tmp_path))
+    message = str(info.value)
+    assert "\n" not in message and "--dataset synthetic" in message
+
+
+# --- epoch means over ranks -----------------------------------------------------------
+
+# Uneven on purpose: rank 0 has 5 samples in batches 2+2+1, rank 1 has 8 in 3+3+2.
+_SPLIT, _BATCH = [5, 8], [2, 3]
+
+
+def _fixture_data() -> tuple[torch.Tensor, torch.Tensor, nn.Module]:
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(sum(_SPLIT), 4, generator=gen)
+    y = torch.randint(0, 3, (sum(_SPLIT),), generator=gen)
+    torch.manual_seed(0)
+    return x, y, nn.Linear(4, 3)
+
+
+def _rank_main(rank: int, world_size: int, tmp: str) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{tmp}/pg", rank=rank, world_size=world_size)
+    try:
+        x, y, model = _fixture_data()
+        start = sum(_SPLIT[:rank])
+        shard = TensorDataset(x[start:start + _SPLIT[rank]], y[start:start + _SPLIT[rank]])
+        loader = DataLoader(shard, batch_size=_BATCH[rank])
+        cpu = torch.device("cpu")
+        val = loop.evaluate(model, loader, cpu)
+        # lr=0 keeps the weights fixed, so the training mean must equal the eval mean.
+        train = loop.train_epoch(model, loader, torch.optim.SGD(model.parameters(), lr=0.0), cpu)
+        local = F.cross_entropy(model(shard.tensors[0]), shard.tensors[1]).item()
+        # Rank 0 comes 1 s late (as when it is still writing a checkpoint): DDP's gradient all-reduce makes
+        # rank 1 wait for it, and that wait must not be counted as an epoch's time.
+        ddp = nn.parallel.DistributedDataParallel(nn.Linear(4, 3))
+        if rank == 0:
+            time.sleep(1.0)
+        late = loop.train_epoch(ddp, loader, torch.optim.SGD(ddp.parameters(), lr=0.0), cpu)
+        Path(tmp, f"rank{rank}.json").write_text(
+            json.dumps({"val": val.as_dict(), "train": train.as_dict(), "local_mean": local, "late": late.as_dict()})
+        )
+    finally:
+        dist.destroy_process_group()
+
+
+def test_epoch_means_are_exact_over_ranks_with_uneven_batches(tmp_path):
+    mp.spawn(_rank_main, args=(2, str(tmp_path)), nprocs=2, join=True)
+    results = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+
+    x, y, model = _fixture_data()
+    with torch.no_grad():
+        logits = model(x)
+    expected_loss = F.cross_entropy(logits, y).item()  # mean over all 13 samples
+    expected_acc = (logits.argmax(1) == y).sum().item() / len(y)
+    naive = sum(r["local_mean"] for r in results) / 2  # mean of rank means: the classic bug
+    assert abs(naive - expected_loss) > 1e-3, "fixture must tell the two apart"
+
+    for result in results:  # every rank gets the same global numbers
+        for stats in (result["val"], result["train"]):
+            assert stats["samples"] == 13
+            assert stats["loss"] == pytest.approx(expected_loss, abs=1e-6)
+            assert stats["accuracy"] == pytest.approx(expected_acc, abs=1e-9)
+            assert stats["time_s"] > 0 and stats["peak_mem_mb"] > 0
+        assert result["late"]["time_s"] < 0.5, result["late"]  # the clocks start together
+
+
+# --- Ray Train DDP end to end ---------------------------------------------------------
+
+EPOCH_LINE = re.compile(
+    r"epoch (\d+)/(\d+) train_loss=([\d.]+) val_loss=([\d.]+) val_acc=([\d.]+) samples/s=([\d.]+) time=([\d.]+)s"
+)
+TINY = ["--num-workers", "2", "--dataset", "synthetic", "--train-size", "512", "--val-size", "256",
+        "--global-batch-size", "32", "--seed", "0"]
+
+
+class RayRun:
+    """Runs the entrypoint in a private Ray sandbox; cleans up only what it started."""
+
+    first: subprocess.CompletedProcess  # the 2-epoch run both tests look at
+
+    def __init__(self) -> None:
+        # Short path: Ray's unix sockets live under RAY_TMPDIR and paths are capped ~107 chars.
+        self.sandbox = Path(tempfile.mkdtemp(prefix="rtddp-", dir="/tmp"))
+        self.storage = self.sandbox / "results"
+        (self.sandbox / "home").mkdir()
+
+    def __call__(self, *flags: str, timeout: int = 240) -> subprocess.CompletedProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RTJOB_"))}
+        env.update(HOME=str(self.sandbox / "home"), RAY_TMPDIR=str(self.sandbox), PYTHONUNBUFFERED="1")
+        cmd = [sys.executable, "-m", "training.ray_ddp", *TINY, "--storage-path", str(self.storage),
+               "--run-name", "ddp-test", *flags]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+        proc.output = proc.stdout + proc.stderr
+        assert proc.returncode == 0, proc.output[-6000:]
+        return proc
+
+    @property
+    def run_dir(self) -> Path:
+        return self.storage / "ddp-test"
+
+    def checkpoints(self) -> list[str]:
+        return sorted(p.name for p in self.run_dir.iterdir() if p.is_dir() and p.name.startswith("checkpoint_"))
+
+    def close(self) -> None:
+        # The driver shuts its Ray instance down on exit; anything still alive that was
+        # started from this sandbox (e.g. after a timeout) is ours to end, by pid.
+        deadline = time.time() + 15
+        while (pids := _pids_mentioning(str(self.sandbox))) and time.time() < deadline:
+            time.sleep(0.5)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        shutil.rmtree(self.sandbox, ignore_errors=True)
+
+
+def _pids_mentioning(marker: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                pass
+    return pids
+
+
+def _epoch_lines(output: str) -> list[tuple[int, int, float, float, float]]:
+    return [(int(m[1]), int(m[2]), float(m[3]), float(m[4]), float(m[5])) for m in EPOCH_LINE.finditer(output)]
+
+
+def _read_json(path: Path):
+    return json.loads(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def ray_run():  # one first run shared by both tests: a Ray start costs ~20-40 s here
+    run = RayRun()
+    try:
+        run.first = run("--epochs", "2")
+        yield run
+    finally:
+        run.close()
+
+
+@pytest.mark.cluster
+def test_ray_ddp_two_workers_learns_and_rank0_checkpoints_each_epoch(ray_run):
+    from training import checkpoint  # imports ray; kept out of the module the gloo children import
+
+    lines = _epoch_lines(ray_run.first.output)
+    assert [(e, n) for e, n, *_ in lines] == [(1, 2), (2, 2)], ray_run.first.output[-4000:]
+    (_, _, loss1, _, _), (_, _, loss2, _, acc2) = lines
+    assert loss2 < loss1, f"train loss should fall: {loss1} -> {loss2}"
+    assert acc2 > 0.2, f"val accuracy should beat chance (0.1): {acc2}"
+    assert "DATA: using SYNTHETIC digit-like data" in ray_run.first.output
+    assert "RESULT: checkpoint=" in ray_run.first.output
+
+    assert ray_run.checkpoints() == ["checkpoint_epoch_0001", "checkpoint_epoch_0002"]
+    for epoch, name in enumerate(ray_run.checkpoints(), start=1):
+        folder = ray_run.run_dir / name
+        files = {checkpoint.MODEL_FILE, checkpoint.OPTIMIZER_FILE, checkpoint.STATE_FILE, checkpoint.METRICS_FILE}
+        assert {p.name for p in folder.iterdir()} == files
+        state = _read_json(folder / checkpoint.STATE_FILE)
+        assert state == {"epoch": epoch, "written_by_rank": 0, "world_size": 2}
+        assert [m["epoch"] for m in _read_json(folder / checkpoint.METRICS_FILE)] == list(range(1, epoch + 1))
+    history = _read_json(ray_run.run_dir / "checkpoint_epoch_0002" / checkpoint.METRICS_FILE)
+    assert [m["train_samples"] for m in history] == [512, 512]  # every sample once per epoch
+    assert [m["val_samples"] for m in history] == [256, 256]
+
+
+@pytest.mark.cluster
+def test_ray_ddp_resume_continues_at_next_epoch(ray_run):
+    from training import checkpoint
+
+    first_history = _read_json(ray_run.run_dir / "checkpoint_epoch_0002" / checkpoint.METRICS_FILE)
+    second = ray_run("--epochs", "3")
+
+    assert "RESUME: loaded the checkpoint of epoch 2; continuing at epoch 3/3" in second.output
+    lines = _epoch_lines(second.output)
+    assert [(e, n) for e, n, *_ in lines] == [(3, 3)], second.output[-4000:]
+    # Started from the trained weights, not from scratch: better than the first epoch.
+    assert lines[0][2] < first_history[0]["train_loss"]
+
+    assert ray_run.checkpoints() == [f"checkpoint_epoch_000{e}" for e in (1, 2, 3)]
+    history = _read_json(ray_run.run_dir / "checkpoint_epoch_0003" / checkpoint.METRICS_FILE)
+    assert history[:2] == first_history and history[2]["epoch"] == 3

@@ -1,0 +1,360 @@
+"""The Anyscale backend, offline: rtjob's real CLI (in-process) → rtjob's adapter → the anyscale SDK as
+shipped → the SDK's own FakeAnyscaleClient and FakeTimer (tests/fake_anyscale.py: its known faults fixed
+the way the real API behaves, each named there). A `Timeline` plays the control plane, moving the job
+through Anyscale's states, adding job runs and their logs; the exit codes, JSON and printed logs are
+rtjob's own.
+
+Logs: the fake serves a job run's log through the SDK's `get_logs` (`add_job_run_logs`), so following is
+tested for real, with one limit: the fake has no log *stream* (neither has the SDK's public API), so each
+poll reads the whole log and rtjob skips the lines it has printed.
+
+A few tests run the CLI as a subprocess (the missing-token path, the dry run of the issue's example), the
+rest in-process: importing anyscale costs seconds per process.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+from rtjob.backends.anyscale import client as anyscale_client
+from rtjob.backends.anyscale.backend import AnyscaleBackend
+from rtjob.main import main
+from rtjob.runs import follow
+from support.cli import REPO, base_env, rtjob
+from support.fake_anyscale import CLOUD, ApiLikeFake, Step, Timeline
+
+SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
+         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
+         "RAY_JOB_HEADERS", "RTJOB_PROJECT", "ANYSCALE_CLI_TOKEN", "ANYSCALE_HOST")
+SECRET = "sk-live-0123456789abcdefghijklmn"
+G5_PINNED_3 = 0.384 + 3 * 1.624  # m5.2xlarge head + 3 × g5.4xlarge, the catalog's us-east-1 prices
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+class Cli:
+    def __init__(self, fake: ApiLikeFake, capsys: pytest.CaptureFixture[str]) -> None:
+        self.fake, self.capsys = fake, capsys
+
+    def __call__(self, *args: str) -> Result:
+        try:
+            main(list(args))
+            code = 0
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        captured = self.capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    def timeline(self, *steps: Step) -> Timeline:
+        return Timeline(self.fake, list(steps))
+
+
+@pytest.fixture(name="cli")
+def cli_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
+    """The rtjob CLI with the Anyscale backend's client injected: the SDK's fake (a fresh org per test)."""
+    from anyscale._private.sdk.timer import FakeTimer
+
+    for name in SCRUB:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.anyscale/credentials.json, no ~/.ray
+    monkeypatch.chdir(REPO)
+    fake = ApiLikeFake()
+    monkeypatch.setattr(anyscale_client, "default_client", lambda: fake)
+    monkeypatch.setattr(anyscale_client, "default_timer", FakeTimer)
+    # Speed only: follow polls every second and the adapter reads Anyscale at most every 5 s.
+    monkeypatch.setattr(follow, "POLL_S", 0.01)
+    monkeypatch.setattr(follow, "RECONNECT_S", 0.01)
+    monkeypatch.setattr(AnyscaleBackend, "status_poll_s", 0.0)
+    monkeypatch.setattr(AnyscaleBackend, "log_poll_s", 0.01)
+    return Cli(fake, capsys)
+
+
+SUBMIT = ("submit", "ddp-resnet", "--backend", "anyscale", "--nodes", "3", "--storage", "s3://bucket/runs")
+LINES = [f"epoch {i}: loss {1.0 / (i + 1):.3f}" for i in range(6)]
+
+
+def _ok_timeline(cli: Cli) -> Timeline:
+    return cli.timeline(
+        Step("PENDING"),
+        Step("AWAITING_CLUSTER_START", minutes=4),
+        Step("RUNNING", "RUNNING", "\n".join(LINES[:2]) + "\n", new_run=True),
+        Step("RUNNING", "RUNNING", "\n".join(LINES[2:5]) + "\n", minutes=10),
+        Step("SUCCESS", "SUCCEEDED", LINES[5], minutes=15),  # the last line has no newline
+    )
+
+
+def test_submit_follows_to_success_with_logs_json_and_the_exact_request(cli: Cli) -> None:
+    _ok_timeline(cli)
+    res = cli(*SUBMIT, "--submission-id", "nightly-1", "--env", f"WANDB_API_KEY={SECRET}", "--output", "json")
+    assert res.code == 0, res.err
+    run = json.loads(res.out)
+    assert run["id"] == "nightly-1" and run["backend"] == "anyscale" and run["status"] == "SUCCEEDED"
+    assert run["job"] == "ddp-resnet" and run["storage_uri"] == "s3://bucket/runs/ddp-resnet/nightly-1"
+    assert run["address"].endswith(f"/jobs/{next(iter(cli.fake._jobs))}")
+    # --output json: the followed log goes to stderr, each line once, in order (the last one too).
+    log = [line for line in res.err.splitlines() if line.startswith("epoch ")]
+    assert log == LINES
+    assert "cost: est. $5.26/h" in res.err and "us-east-1" in res.err
+    assert SECRET not in res.out + res.err
+    # What reached Anyscale: the pinned compute config, explicit retries/timeout, tags, the real secret.
+    sent = cli.fake.submitted_job
+    assert sent.name == "nightly-1"
+    assert sent.config.max_retries == 0 and sent.config.timeout_s == 7200
+    assert sent.config.runtime_env.env_vars["WANDB_API_KEY"] == SECRET
+    assert sent.config.runtime_env.env_vars["RTJOB_NUM_WORKERS"] == "3"
+    assert sent.tags["rtjob-run-id"] == "nightly-1"
+    assert sent.tags["rtjob-storage"] == "s3://bucket/runs/ddp-resnet/nightly-1"
+    compute = cli.fake.get_compute_config(sent.config.compute_config_id).config
+    gpu = [g for g in compute.worker_node_types if g.instance_type == "g5.4xlarge"]
+    assert len(gpu) == 1 and gpu[0].min_workers == 3 and gpu[0].max_workers == 3
+    assert compute.head_node_type.instance_type == "m5.2xlarge"
+    assert cli.fake.uploaded_dirs == [str(REPO)]  # the working dir, packaged by the SDK
+
+
+@pytest.mark.parametrize(("final", "run_status", "status", "code"), [
+    ("SUCCESS", "SUCCEEDED", "SUCCEEDED", 0),
+    ("OUT_OF_RETRIES", "FAILED", "FAILED", 1),
+    ("BROKEN", "FAILED", "FAILED", 1),
+    ("TERMINATED", "FAILED", "STOPPED", 1),
+])
+def test_terminal_states_drive_exit_codes(cli: Cli, final: str, run_status: str, status: str, code: int) -> None:
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "working\n", new_run=True),
+                 Step(final, run_status, minutes=3))
+    res = cli(*SUBMIT, "--submission-id", f"t-{final.lower()}", "--output", "json")
+    assert res.code == code, res.err
+    assert json.loads(res.out)["status"] == status
+    assert f"t-{final.lower()} {status} after" in res.err
+    assert "Traceback" not in res.err
+
+
+def test_retries_are_reported_and_a_retry_in_progress_is_still_running(cli: Cli) -> None:
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "attempt 1\n", new_run=True),
+                 Step("ERRORED", "FAILED"),  # Anyscale: ERRORED with retries left is still RUNNING
+                 Step("RESTARTING", "RUNNING", "attempt 2\n", new_run=True),
+                 Step("SUCCESS", "SUCCEEDED"))
+    res = cli(*SUBMIT, "--submission-id", "retry-1", "--set", "max_retries=1", "--output", "json")
+    assert res.code == 0, res.err
+    run = json.loads(res.out)
+    assert run["status"] == "SUCCEEDED"
+    assert "2 attempt(s), 1 failed (max_retries=1)" in run["message"]
+    assert cli.fake.submitted_job.config.max_retries == 1
+
+
+def test_timeout_exits_4_and_leaves_the_job_running(cli: Cli) -> None:
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "still going\n", new_run=True))
+    res = cli(*SUBMIT, "--submission-id", "slow-1", "--timeout", "0.3s")
+    assert res.code == 4, res.err
+    assert "still RUNNING after the --timeout" in res.err and "rtjob wait slow-1" in res.err
+    assert not cli.fake.terminated
+    # `rtjob wait` with its own timeout: 4 again (never the SDK's 30-minute default).
+    wait = cli("wait", "slow-1", "--backend", "anyscale", "--timeout", "0.2")
+    assert wait.code == 4
+
+
+def test_no_wait_then_status_logs_wait_list_and_cost(cli: Cli) -> None:
+    _ok_timeline(cli)
+    res = cli(*SUBMIT, "--submission-id", "later-1", "--no-wait", "--output", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["status"] in ("PENDING", "RUNNING")
+    wait = cli("wait", "later-1", "--backend", "anyscale", "--timeout", "1m", "--output", "json")
+    assert wait.code == 0, wait.err
+    assert json.loads(wait.out)["status"] == "SUCCEEDED"
+    logs = cli("logs", "later-1", "--backend", "anyscale")
+    assert logs.code == 0 and logs.out.splitlines() == LINES
+    status = cli("status", "later-1", "--backend", "anyscale", "--output", "json")
+    data = json.loads(status.out)
+    assert data["status"] == "SUCCEEDED" and data["end_time"] and data["start_time"]
+    # Duration (submit → SUCCESS: 1 + 4 + 1 + 10 + 15 = 31 minutes of control-plane time) × rate.
+    assert data["cost"]["hours"] == pytest.approx(31 / 60, abs=1e-3)
+    assert data["cost"]["estimated_usd"] == pytest.approx(31 / 60 * G5_PINNED_3, abs=0.01)
+    assert "2025-07" in data["cost"]["rate"]["basis"] and "us-east-1" in data["cost"]["rate"]["basis"]
+    text = cli("status", "later-1", "--backend", "anyscale")
+    assert "cost:        est. $2.72 (0h31m × $5.26/h; AWS on-demand prices, us-east-1" in text.out
+    listed = cli("list", "--backend", "anyscale", "--output", "json")
+    assert [r["id"] for r in json.loads(listed.out)] == ["later-1"]
+    # The Anyscale job id works as a run id too.
+    job_id = next(iter(cli.fake._jobs))
+    assert json.loads(cli("status", job_id, "--backend", "anyscale", "--output", "json").out)["id"] == "later-1"
+
+
+def test_backend_default_from_the_environment(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RTJOB_BACKEND", "anyscale")
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "hi\n", new_run=True), Step("SUCCESS", "SUCCEEDED"))
+    res = cli("submit", "hello", "--submission-id", "env-1", "--output", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["backend"] == "anyscale"
+    assert "no compute config: Anyscale uses the cloud's default one" in res.err
+    assert json.loads(cli("status", "env-1", "--output", "json").out)["status"] == "SUCCEEDED"
+
+
+def test_stop_terminates_and_waits_with_rtjobs_limit(cli: Cli) -> None:
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "busy\n", new_run=True))
+    assert cli(*SUBMIT, "--submission-id", "stop-me", "--no-wait").code == 0
+    res = cli("stop", "stop-me", "--backend", "anyscale", "--output", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["status"] == "STOPPED"
+    assert cli.fake.terminated == [next(iter(cli.fake._jobs))]
+    assert cli("wait", "stop-me", "--backend", "anyscale", "--timeout", "10s").code == 1
+
+
+def test_submit_with_an_existing_id_attaches_instead_of_submitting_twice(cli: Cli) -> None:
+    _ok_timeline(cli)
+    assert cli(*SUBMIT, "--submission-id", "once", "--no-wait").code == 0
+    again = cli(*SUBMIT, "--submission-id", "once", "--output", "json")
+    assert again.code == 0, again.err
+    assert "already exists" in again.err and "attaching" in again.err
+    assert len(cli.fake._jobs) == 1
+
+
+def test_unknown_run_and_compute_config_are_bad_input(cli: Cli) -> None:
+    res = cli("status", "no-such-run", "--backend", "anyscale")
+    assert res.code == 2 and res.err.count("\n") == 1 and "no run 'no-such-run' on Anyscale" in res.err
+    res = cli("render", "ddp-resnet", "--backend", "anyscale", "--compute-config", "g5-4xlarg")
+    assert res.code == 2 and "unknown compute config 'g5-4xlarg'" in res.err and "did you mean" in res.err
+    # A registered name goes to Anyscale as it is; one Anyscale does not know is bad input there.
+    res = cli("render", "ddp-resnet", "--backend", "anyscale", "--compute-config", "anyscale:gpu-a10g:2",
+              "--output", "json")
+    assert res.code == 0, res.err
+    assert json.loads(res.out)["job_config"]["compute_config"] == "gpu-a10g:2"
+    res = cli(*SUBMIT, "--compute-config", "anyscale:gpu-a10g:2")
+    assert res.code == 2 and "compute config 'gpu-a10g:2' does not exist" in res.err
+    res = cli("submit", "hello", "--backend", "anyscale", "--set", "cloud=no-such-cloud")
+    assert res.code == 2 and "Cloud with name 'no-such-cloud' not found" in res.err
+    assert "Traceback" not in res.err and not cli.fake._jobs
+
+
+def test_registered_compute_config_round_trip(cli: Cli) -> None:
+    res = cli("compute-config", "apply", "g5-4xlarge", "--nodes", "2")
+    assert res.code == 0, res.err
+    assert res.out.strip() == "g5-4xlarge:1"
+    assert "--compute-config anyscale:g5-4xlarge:1" in res.err and "$3.63/h" in res.err
+    shown = cli("compute-config", "show", "anyscale:g5-4xlarge:1", "--output", "json")
+    assert shown.code == 0, shown.err
+    data = json.loads(shown.out)
+    gpu = [g for g in data["compute_config"]["worker_nodes"] if g["instance_type"] == "g5.4xlarge"]
+    assert gpu[0]["min_nodes"] == gpu[0]["max_nodes"] == 2
+    assert data["cost"]["usd_per_hour"] == pytest.approx(0.384 + 2 * 1.624)
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "x\n", new_run=True), Step("SUCCESS", "SUCCEEDED"))
+    run = cli(*SUBMIT, "--compute-config", "anyscale:g5-4xlarge:1", "--submission-id", "reg-1", "--output", "json")
+    assert run.code == 0, run.err
+    status = json.loads(cli("status", "reg-1", "--backend", "anyscale", "--output", "json").out)
+    assert status["cost"]["rate"]["usd_per_hour"] == pytest.approx(0.384 + 2 * 1.624)  # read back from Anyscale
+
+
+def test_compute_config_show_pins_nodes_and_is_accepted_by_anyscales_model(cli: Cli) -> None:
+    from anyscale.compute_config.models import ComputeConfig
+
+    res = cli("compute-config", "show", "g5-4xlarge", "--nodes", "3")
+    assert res.code == 0, res.err
+    header = [line for line in res.out.splitlines() if line.startswith("#")]
+    assert any("gpu-workers pinned to 3 node(s)" in line for line in header)
+    assert any("est. $5.26/h" in line and "2025-07" in line for line in header)
+    data = yaml.safe_load(res.out)
+    config = ComputeConfig.from_dict(data)
+    assert config.worker_nodes[0].min_nodes == config.worker_nodes[0].max_nodes == 3
+    assert cli("compute-config", "show", "nope").code == 2
+
+
+def test_render_yaml_is_a_file_anyscale_job_submit_accepts(cli: Cli, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rendered file through Anyscale's own `anyscale job submit -f FILE --env ...` command (its click
+    command, in-process), with its job SDK bound to the same fake: the file parses, the masked secret is
+    supplied the way the file's header says, and the job reaches the fake with the pinned cluster."""
+    from anyscale._private import sdk as anyscale_sdk
+    from anyscale._private.sdk.timer import FakeTimer
+    from anyscale.cli_logger import BlockLogger
+    from anyscale.commands import job_commands
+    from anyscale.job._private.job_sdk import PrivateJobSDK
+    from anyscale.job.commands import _JOB_SDK_SINGLETON_KEY
+    from click.testing import CliRunner
+
+    res = cli("render", "ddp-resnet", "--backend", "anyscale", "--nodes", "3", "--env", f"WANDB_API_KEY={SECRET}",
+              "--output", "yaml", "--submission-id", "from-file")
+    assert res.code == 0, res.err
+    assert SECRET not in res.out and "WANDB_API_KEY: '****'" in res.out
+    assert '--env WANDB_API_KEY="$WANDB_API_KEY"' in res.out
+    path = tmp_path / "job.yaml"
+    path.write_text(res.out)
+    job_commands._check_config_schema(str(path), passed_with_config_flag=True)  # the CLI's own schema check
+    monkeypatch.setitem(anyscale_sdk._LAZY_SDK_SINGLETONS, _JOB_SDK_SINGLETON_KEY,
+                        PrivateJobSDK(client=cli.fake, logger=BlockLogger(log_output=False), timer=FakeTimer()))
+    # The legacy-API controller, unused with -f, authenticates when it is constructed.
+    monkeypatch.setattr(job_commands, "JobController", lambda: None)
+    result = CliRunner().invoke(job_commands.job_cli, ["submit", "-f", str(path), "--env", f"WANDB_API_KEY={SECRET}"])
+    assert result.exit_code == 0, result.output
+    sent = cli.fake.submitted_job
+    assert sent.name == "from-file" and sent.config.runtime_env.env_vars["WANDB_API_KEY"] == SECRET
+    compute = cli.fake.get_compute_config(sent.config.compute_config_id).config
+    assert [(g.min_workers, g.max_workers) for g in compute.worker_node_types] == [(3, 3)]
+
+
+def test_dry_run_of_the_issue_example_through_the_real_cli(tmp_path: Path) -> None:
+    """`rtjob submit ddp-resnet --nodes 3 --backend anyscale --dry-run`: a JobConfig Anyscale's model accepts,
+    the g5.4xlarge group pinned to 3 nodes, and its cost per hour; nothing contacted (no token here)."""
+    from anyscale.job.models import JobConfig
+
+    env = base_env(tmp_path / "home", HOME=str(tmp_path / "userhome"))
+    env.pop("ANYSCALE_CLI_TOKEN", None)
+    text = rtjob("submit", "ddp-resnet", "--nodes", "3", "--backend", "anyscale", "--dry-run", env=env, timeout=120)
+    assert text.returncode == 0, text.stderr
+    assert "cost:      est. $5.26/h = head m5.2xlarge $0.384 + 3 × g5.4xlarge $1.624" in text.stdout
+    assert "us-east-1, as of 2025-07; an estimate" in text.stdout
+    assert '"checked_with": "anyscale 0.26.112 JobConfig"' in text.stdout
+    data = json.loads(text.stdout[text.stdout.index("request:\n") + 9:text.stdout.index("\nequivalent:")])
+    config = JobConfig.from_dict(data["job_config"])
+    groups = [g for g in config.compute_config.worker_nodes if g.instance_type == "g5.4xlarge"]
+    assert len(groups) == 1 and groups[0].min_nodes == groups[0].max_nodes == 3
+    assert config.max_retries == 0 and config.timeout_s == 7200 and config.compute_config.cloud == CLOUD
+    assert not (tmp_path / "home").exists() or not any((tmp_path / "home").iterdir())
+
+
+def test_missing_token_is_one_line_exit_3(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "home", HOME=str(tmp_path / "userhome"))
+    env.pop("ANYSCALE_CLI_TOKEN", None)
+    res = rtjob("submit", "hello", "--backend", "anyscale", env=env, timeout=120)
+    assert res.returncode == 3
+    assert res.stderr.strip().splitlines() == [
+        "rtjob: error: no Anyscale credentials: set ANYSCALE_CLI_TOKEN (in CI, from a secret) or run "
+        "`anyscale login` (it writes ~/.anyscale/credentials.json)"
+    ]
+    assert res.stdout == ""
+
+
+def test_auth_and_network_errors_are_exit_3_without_the_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    import urllib3
+    from anyscale.client.openapi_client.rest import ApiException
+
+    token = "aph0_do-not-print-me-0123456789"
+    monkeypatch.setenv(anyscale_client.CREDENTIALS_ENV, token)
+    err = RuntimeError("Job with ID 'x' was not found.")  # the SDK wraps every lookup error like this
+    err.__cause__ = ApiException(status=401, reason=f"Unauthorized token {token}")
+    translated = anyscale_client.translate(err, "reading run x")
+    assert translated.exit_code == 3 and "authentication failed" in translated.message
+    assert token not in translated.message
+    net = anyscale_client.translate(urllib3.exceptions.MaxRetryError(None, "/api", "refused"), "listing jobs")
+    assert net.exit_code == 3 and "cannot reach Anyscale" in net.message
+    missing = anyscale_client.translate(RuntimeError("Job with ID 'x' was not found."), "reading run x")
+    assert missing.exit_code == 2
+    assert anyscale_client.translate(KeyError("boom"), "submitting").exit_code == 1
+
+
+def test_help_stays_free_of_anyscale(tmp_path: Path) -> None:
+    env = base_env(tmp_path / "home")
+    code = ("import sys, rtjob.main\n"
+            "try:\n    rtjob.main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print('anyscale' in sys.modules, 'pydantic' in sys.modules)")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr
