@@ -1,32 +1,67 @@
-"""Backends: turn a resolved job into a wire request, submit it, and follow the run."""
+"""The backend registry: every backend rtjob knows, by name.
+
+Adding a backend = a new folder under ``backends/`` with a ``Backend`` subclass, plus one line in
+``_REGISTRY`` (docs/ARCHITECTURE.md has the recipe). Every other place takes backend names from here:
+``--backend`` choices, settings, workflow templates. Modules are imported only when a backend is used.
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import importlib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ..errors import BadInput
+from ..core.errors import BadInput
 
 if TYPE_CHECKING:
-    from ..project import Settings
+    from ..spec.project import Settings
     from .base import Backend
 
+_REGISTRY: dict[str, str] = {
+    "local": "rtjob.backends.ray.backend:EmbeddedRayBackend",  # the embedded cluster on this machine
+    "ray": "rtjob.backends.ray.backend:RayJobsBackend",  # a Ray cluster's Jobs API at an address
+    "anyscale": "rtjob.backends.anyscale.backend:AnyscaleBackend",  # Anyscale jobs through its SDK
+}
+# Nothing configured: the embedded cluster. An address but no backend named: a Ray cluster.
+DEFAULT = "local"
+WITH_ADDRESS = "ray"
 
-def get_backend(
-    settings: Settings, *, start_local: bool = False, offline: bool = False, nodes: int = 1, cpus_per_node: int = 1
-) -> Backend:
-    """The backend the settings name.
 
-    ``start_local`` starts (or grows) the embedded cluster; ``offline`` (render, dry-run) contacts nothing.
-    """
+def backend_names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def backend_class(name: str) -> type[Backend]:
+    target = _REGISTRY.get(name)
+    if target is None:
+        raise BadInput(f"unknown backend {name!r}; expected one of {', '.join(_REGISTRY)}")
+    module, _, attr = target.partition(":")
+    cls: type[Backend] = getattr(importlib.import_module(module), attr)
+    return cls
+
+
+def workflow_backends() -> tuple[str, ...]:
+    """The backends a CI workflow can submit to (those that declare the secrets it needs)."""
+    return tuple(name for name in _REGISTRY if backend_class(name).ci_secrets)
+
+
+def configured(flags: dict[str, Any], root: Path | None = None) -> Settings:
+    """Settings ([tool.rtjob] < environment < flags) with the backend checked against the registry and
+    defaulted: an address means a Ray cluster, nothing means the embedded one."""
+    from ..spec.project import load_settings
+
+    settings = load_settings(flags, root)
     name = settings.get("backend")
-    if name in ("ray", "local"):
-        from .ray_jobs import RayJobsBackend
+    if name is not None and name not in _REGISTRY:
+        raise BadInput(f"backend {name!r} ({settings.source('backend')}): expected one of {', '.join(_REGISTRY)}")
+    if name is None:
+        if settings.get("address"):
+            settings.set("backend", WITH_ADDRESS, f"default (an address is set by {settings.source('address')})")
+        else:
+            settings.set("backend", DEFAULT, "default (no address configured)")
+    return settings
 
-        return RayJobsBackend.from_settings(
-            settings, start_local=start_local, offline=offline, nodes=nodes, cpus_per_node=cpus_per_node
-        )
-    if name == "anyscale":
-        from .anyscale_jobs import AnyscaleBackend
 
-        return AnyscaleBackend.from_settings(settings, offline=offline)
-    raise BadInput(f"unknown backend {name!r}; expected local, ray or anyscale")
+def get_backend(settings: Settings) -> Backend:
+    """The backend the settings name, constructed without contacting anything."""
+    return backend_class(settings.get("backend"))(settings)

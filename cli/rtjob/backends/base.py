@@ -1,103 +1,176 @@
-"""The contract every backend keeps (compare TorchX's Scheduler: dryrun → request → schedule ...)."""
+"""The contract every backend keeps: one abstract class that declares every capability.
+
+Compare TorchX's ``Scheduler``: ``submit_dryrun`` → request → ``schedule``, ``describe``, ``list``, ``cancel``,
+``log_iter``. Here: ``plan`` (pure) → a plain request → ``submit``, ``find``/``status``, ``list``, ``stop``,
+``logs``/``tail``; plus what rtjob adds on top (attempts and retries, the hourly rate, a file for the peer's
+own CLI). A capability a backend does not have raises ``NotSupported`` (one line, exit 2) or answers None,
+as its docstring says: callers never probe a backend with ``getattr``.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Protocol
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-if TYPE_CHECKING:  # resolve pulls in pydantic and the job schema: not needed to print a status
-    from ..resolve import ResolvedJob
+from ..core.errors import BadInput
+from ..core.model import Attempts, RunInfo, SubmitResult
 
+if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a status
+    from ..spec.pricing import HourlyCost
+    from ..spec.project import Settings
+    from ..spec.resolve import Placement, ResolvedJob
 
-class RunStatus(str, Enum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"
-    UNKNOWN = "UNKNOWN"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.STOPPED)
+R = TypeVar("R", bound="Request")
 
 
-def iso_time(ms: float | int | None) -> str | None:
-    if not ms:
-        return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
+class NotSupported(BadInput):
+    """The backend has no such capability (exit 2: the request, not the run, is wrong)."""
 
 
 @dataclass
-class RunInfo:
-    """What every backend reports about one run (the JSON contract of status/list/wait/stop/submit)."""
+class Request:
+    """What ``submit`` sends: plain data (no reference back to the job) that round-trips through JSON, so it
+    can be printed (render, --dry-run), stored with the run and compared."""
 
-    id: str
-    job: str | None
-    backend: str
-    status: RunStatus
-    message: str | None = None
-    start_time: str | None = None
-    end_time: str | None = None
-    storage_uri: str | None = None
-    exit_code: int | None = None
-    address: str | None = None
-    entrypoint: str | None = None
-    storage_endpoint: str | None = None  # the S3-compatible endpoint of storage_uri, if not AWS's (not in JSON)
-    # Values to redact from anything printed about this run (never serialised).
-    secrets: list[str] = field(default_factory=list, repr=False)
+    run_id: str
+    job_file: str
+    notes: list[str]  # what the user should know about this request (printed by render and submit)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "job": self.job,
-            "backend": self.backend,
-            "status": self.status.value,
-            "message": self.message,
-            "start_time": self.start_time,
-            "end_time": self.end_time,
-            "storage_uri": self.storage_uri,
-            "exit_code": self.exit_code,
-            "address": self.address,
-        }
+        return {"kind": type(self).__name__, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_json(cls: type[R], data: dict[str, Any]) -> R:
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in fields})
 
 
 @dataclass
-class SubmitResult:
-    run: RunInfo
-    created: bool  # False: a run with this id already existed and rtjob attached to it
+class Retry:
+    """What a backend decided about a FAILED run (``Backend.retry``)."""
+
+    failed_id: str
+    reason: str | None  # why it is retriable; None: it is not (an ordinary failure)
+    attempt: int  # the failed attempt's number (1 = the original submission)
+    max_retries: int
+    next_run: RunInfo | None = None  # the retry, submitted or attached to (None: no retries left / none due)
+    created: bool = False  # False: another rtjob process had submitted this retry already
 
 
-class Backend(Protocol):
-    name: str
-    address: str
+Log = Callable[[str], None]
 
-    def plan(self, job: ResolvedJob) -> Any:
-        """The exact request ``submit`` will send (pure; no I/O to the cluster)."""
 
-    def render(self, request: Any) -> dict[str, Any]:
-        """The request as JSON-able data, secrets masked."""
+class Backend(ABC):
+    """A place runs happen. Constructed from settings without any I/O; the first call that needs the
+    cluster (or ``prepare``) connects."""
 
-    def equivalent_command(self, request: Any) -> str:
+    name: ClassVar[str]
+    # For `rtjob schedule render --github`: the secrets a CI workflow needs for this backend
+    # (name, what it holds) and the rtjob extra it installs; empty: the backend takes no workflows.
+    ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = ()
+    ci_extra: ClassVar[str] = ""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @classmethod
+    @abstractmethod
+    def placement(cls) -> Placement:
+        """What resolving a job needs to know about this backend (embedded?, registered compute configs?,
+        default storage)."""
+
+    # -- where ------------------------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def address(self) -> str:
+        """The endpoint runs are sent to (no credentials in it)."""
+
+    @property
+    def display_address(self) -> str:
+        """The address as people read it (e.g. 'Anyscale (https://...)')."""
+        return self.address
+
+    # -- plan and render (pure) ---------------------------------------------------------------------
+    @abstractmethod
+    def plan(self, job: ResolvedJob) -> Request:
+        """The exact request ``submit`` will send. Pure: no mutation of ``job``, no I/O except reading the
+        job's working dir once (to refuse one the backend would refuse)."""
+
+    @abstractmethod
+    def render(self, request: Request) -> dict[str, Any]:
+        """The request as JSON-able data, secrets masked (render, --dry-run)."""
+
+    @abstractmethod
+    def equivalent_command(self, request: Request) -> str:
         """The peer CLI command that sends the same request (secrets masked)."""
 
+    def render_file(self, request: Request) -> str:
+        """The request as a file the peer's own CLI accepts (render --output yaml)."""
+        raise NotSupported(f"--output yaml: backend {self.name!r} has no job file of its own (use json)")
+
+    # -- before submit ------------------------------------------------------------------------------
+    def prepare(self, job: ResolvedJob, log: Log) -> None:
+        """Make the backend ready to run ``job`` (the embedded cluster starts or grows here)."""
+        del job, log
+
+    @abstractmethod
     def precheck(self, job: ResolvedJob) -> list[str]:
-        """Raise BadInput if the job can never fit; return warnings (e.g. needs the autoscaler)."""
+        """Raise BadInput if the job can never fit; return warnings (e.g. it needs the autoscaler)."""
 
-    def submit(self, request: Any) -> SubmitResult: ...
+    # -- run control --------------------------------------------------------------------------------
+    @abstractmethod
+    def submit(self, request: Request) -> SubmitResult:
+        """Send the request; a run with its id already there is attached to, not submitted again."""
 
-    def find(self, run_id: str) -> RunInfo | None: ...
+    @abstractmethod
+    def find(self, run_id: str) -> RunInfo | None:
+        """The run, or None if the backend does not know it."""
 
-    def status(self, run_id: str) -> RunInfo: ...
+    @abstractmethod
+    def status(self, run_id: str) -> RunInfo:
+        """The run; BadInput if the backend does not know it."""
 
-    def list(self) -> list[RunInfo]: ...
+    @abstractmethod
+    def list(self) -> list[RunInfo]:
+        """The runs the backend knows now, newest first."""
 
-    def stop(self, run_id: str) -> RunInfo: ...
+    @abstractmethod
+    def stop(self, run_id: str) -> RunInfo:
+        """Stop the run and wait a bounded time until it has stopped."""
 
-    def logs(self, run_id: str) -> str: ...
+    @abstractmethod
+    def logs(self, run_id: str) -> str:
+        """The run's whole log so far."""
 
+    @abstractmethod
     def tail(self, run_id: str) -> AsyncIterator[str]:
-        """Chunks of the run's log from its beginning; may end before the run does."""
+        """Chunks of the run's log from its beginning; may end before the run does (follow reconnects)."""
+
+    # -- what rtjob adds -----------------------------------------------------------------------------
+    def attempts(self, run_id: str) -> Attempts | None:
+        """Every attempt of the run when rtjob retries runs on this backend; None when it does not (the
+        platform retries runs itself, or not at all)."""
+        del run_id
+        return None
+
+    def retry(self, run_id: str, request: Request | None) -> Retry | None:
+        """After ``run_id`` FAILED: decide whether it is retried and, if so, submit (or attach to) the retry.
+        ``request`` is this process's own request, if it submitted the run. None: rtjob does not retry
+        runs on this backend."""
+        del run_id, request
+        return None
+
+    def hourly_cost(self, info: RunInfo) -> HourlyCost | None:
+        """The rate of the cluster the run ran on, as recorded with the run at submit (None: unknown or
+        free)."""
+        if not info.rate:
+            return None
+        from ..spec.pricing import HourlyCost
+
+        try:
+            return HourlyCost.from_json(info.rate)
+        except (KeyError, TypeError, ValueError):
+            return None

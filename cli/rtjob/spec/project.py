@@ -129,18 +129,18 @@ def load_settings(flags: dict[str, Any], root: Path | None = None) -> Settings:
     return settings  # the backend's name is checked and defaulted by the backend registry (backends.configured)
 
 
-def job_names(root: Path) -> list[str]:
-    folder = root / "jobs"
+def _yaml_names(folder: Path) -> list[str]:
     if not folder.is_dir():
         return []
     return sorted(p.stem for p in folder.iterdir() if p.suffix in {".yaml", ".yml"})
+
+
+def job_names(root: Path) -> list[str]:
+    return _yaml_names(root / "jobs")
 
 
 def compute_config_names(root: Path) -> list[str]:
-    folder = root / "compute_configs"
-    if not folder.is_dir():
-        return []
-    return sorted(p.stem for p in folder.iterdir() if p.suffix in {".yaml", ".yml"})
+    return _yaml_names(root / "compute_configs")
 
 
 def _display(path: Path, root: Path) -> str:
@@ -150,39 +150,51 @@ def _display(path: Path, root: Path) -> str:
         return str(path)
 
 
+def _is_path(ref: str) -> bool:
+    return Path(ref).suffix in {".yaml", ".yml"} or os.sep in ref
+
+
+def _named(folder: Path, name: str, root: Path) -> tuple[Path, str] | None:
+    """folder/NAME.yaml (or .yml), if it exists: (file, how to show it)."""
+    for suffix in (".yaml", ".yml"):
+        path = folder / f"{name}{suffix}"
+        if path.is_file():
+            return path, _display(path, root)
+    return None
+
+
+def _did_you_mean(name: str, names: list[str]) -> str:
+    close = difflib.get_close_matches(name, names, n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def find_job_file(name_or_path: str, root: Path) -> tuple[Path, str]:
     """A job name (jobs/NAME.yaml) or a path → (file, how to show it)."""
-    candidate = Path(name_or_path)
-    if candidate.suffix in {".yaml", ".yml"} or os.sep in name_or_path:
+    if _is_path(name_or_path):
+        candidate = Path(name_or_path)
         if not candidate.is_file():
             raise BadInput(f"{name_or_path}: no such job file")
         return candidate, _display(candidate, root)
-    for suffix in (".yaml", ".yml"):
-        path = root / "jobs" / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path, _display(path, root)
+    found = _named(root / "jobs", name_or_path, root)
+    if found:
+        return found
     names = job_names(root)
-    close = difflib.get_close_matches(name_or_path, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
     known = f" (jobs in {root / 'jobs'}: {', '.join(names)})" if names else f" (no jobs/ folder in {root})"
-    raise BadInput(f"unknown job {name_or_path!r}{hint}{known}")
+    raise BadInput(f"unknown job {name_or_path!r}{_did_you_mean(name_or_path, names)}{known}")
 
 
 def find_compute_config_file(name_or_path: str, root: Path, referrer: str = "") -> tuple[Path, str]:
-    candidate = Path(name_or_path)
-    if candidate.suffix in {".yaml", ".yml"} or os.sep in name_or_path:
+    """A compute config name (compute_configs/NAME.yaml) or a path (relative to the project) → (file, shown)."""
+    if _is_path(name_or_path):
+        candidate = Path(name_or_path)
         if not candidate.is_absolute():
             candidate = root / candidate
         if not candidate.is_file():
             raise BadInput(f"{referrer}compute config {name_or_path!r}: no such file")
         return candidate, _display(candidate, root)
-    for suffix in (".yaml", ".yml"):
-        path = root / "compute_configs" / f"{name_or_path}{suffix}"
-        if path.is_file():
-            return path, _display(path, root)
+    found = _named(root / "compute_configs", name_or_path, root)
+    if found:
+        return found
     names = compute_config_names(root)
-    close = difflib.get_close_matches(name_or_path, names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else ""
-    raise BadInput(
-        f"{referrer}unknown compute config {name_or_path!r}{hint} (available: {', '.join(names) or 'none'})"
-    )
+    raise BadInput(f"{referrer}unknown compute config {name_or_path!r}{_did_you_mean(name_or_path, names)} "
+                   f"(available: {', '.join(names) or 'none'})")

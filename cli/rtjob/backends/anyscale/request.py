@@ -1,0 +1,139 @@
+"""The Anyscale request: a JobConfig as plain data, checked with Anyscale's own model when the SDK is here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ...core.redact import MASK, is_secret, mask_mapping
+from ...spec.pricing import job_cost, pinned_compute_config
+from ...spec.resolve import REGISTERED_PREFIX
+from ..base import Request
+from ..ray.packaging import DEFAULT_EXCLUDES  # Anyscale packages a working dir as Ray does
+from .client import ANYSCALE_VERSION, anyscale_errors
+
+if TYPE_CHECKING:
+    from ...spec.resolve import ResolvedJob
+
+
+def job_config(job: ResolvedJob) -> dict[str, Any]:
+    """Exactly the JobConfig rtjob sends for a resolved job (secrets in the clear: render masks them)."""
+    compute: dict[str, Any] | str | None = None
+    if job.compute_config is not None:
+        compute = pinned_compute_config(job.compute_config, job.worker_group, job.nodes)
+    elif job.compute_config_name and job.compute_config_name.startswith(REGISTERED_PREFIX):
+        compute = job.compute_config_name[len(REGISTERED_PREFIX):]
+    tags = {**job.spec.tags, contract.TAG_JOB: job.spec.name, contract.TAG_RUN_ID: job.run_id}
+    if job.storage_uri:
+        tags[contract.TAG_STORAGE] = job.storage_uri
+    rate = job_cost(job)
+    if rate is not None:  # the priced shape, so the finished run is priced without its job file
+        tags[contract.TAG_RATE] = f"{rate.low:.4f}" if rate.fixed else f"{rate.low:.4f}-{rate.high:.4f}"
+    config: dict[str, Any] = {
+        "name": job.run_id,
+        "entrypoint": job.entrypoint,  # Anyscale enforces timeout_s itself: no `timeout` wrapper as on Ray
+        "image_uri": job.spec.image_uri,  # None: the cloud's default image
+        "compute_config": compute,  # None: the cloud's default compute config
+        "working_dir": str(job.working_dir),
+        "excludes": [*DEFAULT_EXCLUDES, *(e for e in job.spec.excludes if e not in DEFAULT_EXCLUDES)],
+        "requirements": list(job.spec.requirements or []),
+        "env_vars": dict(job.env_vars),
+        "max_retries": job.spec.max_retries,  # explicit: unset, the SDK defaults to 1 (and warns)
+        "timeout_s": job.spec.timeout_s,
+        "tags": tags,
+    }
+    if job.spec.cloud:
+        config["cloud"] = job.spec.cloud
+    if job.spec.project:
+        config["project"] = job.spec.project
+    return config
+
+
+def masked_config(config: dict[str, Any]) -> dict[str, Any]:
+    out = dict(config)
+    out["env_vars"] = mask_mapping(config.get("env_vars") or {})
+    return out
+
+
+def masked_names(config: dict[str, Any]) -> list[str]:
+    env = config.get("env_vars") or {}
+    return [k for k, v in env.items() if v and is_secret(k, str(v))]
+
+
+def check_with_anyscale(kind: str, data: dict[str, Any], where: str) -> str | None:
+    """Validate ``data`` with Anyscale's own model (JobConfig, ScheduleConfig or ComputeConfig).
+
+    Returns what checked it, or None when the SDK is not installed; raises BadInput if the model
+    rejects the data.
+    """
+    try:
+        if kind == "JobConfig":
+            from anyscale.job.models import JobConfig as model
+        elif kind == "ScheduleConfig":
+            from anyscale.schedule.models import ScheduleConfig as model
+        else:
+            from anyscale.compute_config.models import compute_config_type_from_dict
+
+            with anyscale_errors(f"{where}: Anyscale's ComputeConfig rejects it"):
+                compute_config_type_from_dict(data)
+            return f"anyscale {ANYSCALE_VERSION} ComputeConfig"
+    except ImportError:
+        return None
+    with anyscale_errors(f"{where}: Anyscale's {kind} rejects it"):
+        model.from_dict(data)
+    return f"anyscale {ANYSCALE_VERSION} {kind}"
+
+
+def _yaml(data: dict[str, Any]) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+
+
+@dataclass
+class AnyscaleJobRequest(Request):
+    """What submit sends: the JobConfig fields (as plain data) for one run."""
+
+    config: dict[str, Any]
+    checked_with: str | None = None  # "anyscale 0.26.112 JobConfig" once its model accepted the config
+
+
+def build(job: ResolvedJob) -> AnyscaleJobRequest:
+    """The request for one resolved job, checked with Anyscale's JobConfig model when the SDK is installed,
+    with what the user should know about it as notes (pure: the job is not changed)."""
+    config = job_config(job)
+    checked = check_with_anyscale("JobConfig", config, job.job_file)
+    notes = []
+    if not checked:
+        notes.append("anyscale is not installed: the JobConfig was not checked with its model "
+                     "(pip install 'rtjob[anyscale]')")
+    group = job.worker_group
+    if group is not None and job.nodes > group.max_nodes:
+        notes.append(f"--nodes {job.nodes} raises {group.label}'s max_nodes from {group.max_nodes} to {job.nodes}")
+    if config["compute_config"] is None:
+        notes.append("no compute config: Anyscale uses the cloud's default one (its cost is not estimated)")
+    elif isinstance(config["compute_config"], str):
+        notes.append(f"compute config {config['compute_config']!r} is used as registered on Anyscale: its own "
+                     "node counts apply (rtjob compute-config show shows it)")
+    if not job.storage_uri:
+        notes.append("no storage set: checkpoints stay on the cluster and end with it; set storage: "
+                     "s3://bucket/prefix (or RTJOB_STORAGE, --storage)")
+    if job.spec.timeout_s is None:
+        notes.append("no timeout_s: the run has no time limit on Anyscale (set timeout_s in the job)")
+    return AnyscaleJobRequest(job.run_id, job.job_file, notes, config, checked)
+
+
+def render_yaml(request: AnyscaleJobRequest, equivalent: str) -> str:
+    """The request as a file `anyscale job submit -f FILE` accepts (secret values masked)."""
+    where = f" ({request.job_file})" if request.job_file else ""
+    lines = [
+        f"# Anyscale job config for rtjob run {request.run_id}{where}, rendered by rtjob.",
+        f"# Submit it with: {equivalent}",
+    ]
+    if masked_names(request.config):
+        lines.append(f"# Masked values ({MASK}): pass them at submit time with --env NAME=value, as above.")
+    if request.checked_with:
+        lines.append(f"# Checked with {request.checked_with}.")
+    return "\n".join(lines) + "\n" + _yaml(masked_config(request.config))

@@ -1,0 +1,80 @@
+"""The Ray Jobs request: exactly the arguments of ``JobSubmissionClient.submit_job``, as plain data."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ...core.redact import MASK, mask_mapping, redact, secret_arg_values, secret_values
+from ..base import Request
+
+if TYPE_CHECKING:
+    from ...spec.resolve import ResolvedJob
+
+
+@dataclass
+class RayJobRequest(Request):
+    entrypoint: str = ""
+    runtime_env: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, str] = field(default_factory=dict)
+    entrypoint_num_cpus: float = 0
+
+    @property
+    def submission_id(self) -> str:
+        return self.run_id
+
+    def secrets(self) -> list[str]:
+        """Secret values inside the request: secret env values, and secret args inside the entrypoint."""
+        return secret_values(self.runtime_env.get("env_vars") or {}) + secret_arg_values(self.entrypoint)
+
+    def masked_runtime_env(self) -> dict[str, Any]:
+        env = dict(self.runtime_env)
+        env["env_vars"] = mask_mapping(env.get("env_vars") or {})
+        return env
+
+    def masked_entrypoint(self) -> str:
+        return redact(self.entrypoint, self.secrets())
+
+
+def build(job: ResolvedJob) -> RayJobRequest:
+    """The request for one resolved job (pure)."""
+    from ...spec.pricing import job_cost
+
+    entrypoint = job.entrypoint
+    if job.spec.timeout_s:
+        # Ray Jobs has no run limit of its own: coreutils' timeout enforces the spec's timeout_s.
+        entrypoint = f"timeout -k 30 {job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
+    runtime_env: dict[str, Any] = {
+        "working_dir": str(job.working_dir),
+        "env_vars": dict(job.env_vars),
+    }
+    if job.spec.excludes:
+        runtime_env["excludes"] = list(job.spec.excludes)
+    if job.spec.requirements:
+        runtime_env["pip"] = list(job.spec.requirements)
+    metadata = {
+        contract.META_JOB: job.spec.name,
+        contract.META_JOB_FILE: job.job_file,
+        contract.META_NODES: str(job.nodes),
+        contract.META_WORKERS: str(job.num_workers),
+    }
+    if job.storage_uri:
+        metadata[contract.META_STORAGE] = job.storage_uri
+        if job.storage_endpoint:  # so `rtjob pull ID` finds an S3-compatible server by itself
+            metadata[contract.META_STORAGE_ENDPOINT] = job.storage_endpoint
+    if job.spec.max_retries:  # rtjob resubmits a run whose driver was lost (backends/ray/retries.py)
+        metadata[contract.META_MAX_RETRIES] = str(job.spec.max_retries)
+    rate = job_cost(job)
+    if rate is not None:  # the priced shape, so the finished run is priced without its job file
+        rate.source = f"shape of {job.compute_config_name} at submit, {job.nodes} node(s)"
+        metadata[contract.META_RATE] = json.dumps(rate.to_json(), separators=(",", ":"))
+    for key, value in job.spec.tags.items():
+        metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
+    return RayJobRequest(job.run_id, job.job_file, [], entrypoint, runtime_env, metadata, 0)
+
+
+__all__ = ["MASK", "RayJobRequest", "build"]

@@ -1,0 +1,51 @@
+"""`rtjob local up|down|status`: the embedded Ray cluster (the 'local' backend starts it on demand)."""
+
+from __future__ import annotations
+
+import click
+
+from ..core.errors import EXIT_SUCCEEDED
+from .options import output_option
+from .printing import print_json, say
+
+
+@click.group()
+def local() -> None:
+    """The embedded local Ray cluster (started on demand by submit)."""
+
+
+@local.command("up")
+@click.option("--nodes", type=click.IntRange(1, 16), default=1, show_default=True, help="Ray nodes (raylets) to run.")
+@click.option("--cpus-per-node", type=click.IntRange(1, 64), default=1, show_default=True)
+def local_up(nodes: int, cpus_per_node: int) -> int:
+    """Start the embedded cluster (or grow it to NODES nodes)."""
+    from ..backends.ray import cluster
+
+    running = cluster.describe(cluster.up(nodes, cpus_per_node, log=say))
+    say(f"embedded cluster up: {running['nodes']} node(s), dashboard {running['address']}")
+    return EXIT_SUCCEEDED
+
+
+@local.command("down")
+def local_down() -> int:
+    """Stop the embedded cluster (only the processes rtjob started)."""
+    from ..backends.ray import cluster
+
+    count = cluster.down()
+    say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
+    return EXIT_SUCCEEDED
+
+
+@local.command("status")
+@output_option
+def local_status(output: str) -> int:
+    """Show the embedded cluster's nodes and resources (exit 3 if it is not running)."""
+    from ..backends.ray import cluster
+
+    running = cluster.describe(cluster.require())
+    if output == "json":
+        print_json(running)
+    else:
+        click.echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
+                   f"logs:    {running['temp_dir']}")
+    return EXIT_SUCCEEDED

@@ -1,0 +1,95 @@
+"""Options declared once, shared by every command: where to run, which job, how to print."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..backends import backend_names
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..spec.project import Settings
+
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  the run succeeded (or the command did what it was asked)
+  1  the run failed or was stopped
+  2  bad input: usage, validation, unknown job or run, a job that can never fit
+  3  cluster unreachable or authentication failed
+  4  wait timed out (--timeout); the job is left running
+  130  interrupted while following (Ctrl-C); the job is left running
+"""
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+F = Callable[..., Any]
+
+
+def _apply(func: F, opts: list[Callable[[F], F]]) -> F:
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def backend_options(func: F) -> F:
+    return _apply(func, [
+        click.option("--backend", type=click.Choice(backend_names()),
+                     help="Where to run (default: local unless an address is set)."),
+        click.option("--address", help="Ray dashboard / Jobs API address, e.g. http://head:8265 (env RAY_ADDRESS)."),
+        click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
+                     help="Extra HTTP header for the Jobs API (repeatable; env RAY_JOB_HEADERS as JSON)."),
+        click.option("--no-verify-tls", is_flag=True, help="Do not verify the cluster's TLS certificate."),
+    ])
+
+
+def job_options(func: F) -> F:
+    return _apply(func, [
+        click.argument("job"),
+        click.option("--nodes", type=click.IntRange(1, 1000),
+                     help="Nodes of the job's worker group (workers = nodes × GPUs per node)."),
+        click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
+                     help="Override a job field, typed by the schema, e.g. --set args.epochs=5."),
+        click.option("--env", "envs", multiple=True, metavar="NAME=VALUE",
+                     help="Add or override an environment variable of the job."),
+        click.option("--name", help="Override the job's name."),
+        click.option("--storage", help="Where the run writes checkpoints: s3://bucket/prefix or a path."),
+        click.option("--compute-config", help="Compute config name (compute_configs/NAME.yaml) or path."),
+        click.option("--submission-id",
+                     help="Run id; if a run with this id exists, attach to it instead of submitting again."),
+        click.option("--forward-aws-credentials", is_flag=True,
+                     help="Copy this client's AWS credentials (standard chain) into the job's environment, "
+                          "masked everywhere; off by default."),
+    ])
+
+
+def output_option(func: F) -> F:
+    return click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)(func)
+
+
+def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
+                  **extra: Any) -> Settings:
+    """[tool.rtjob] < environment < these flags, with the backend settled by the registry."""
+    from ..backends import configured
+    from ..spec.overrides import parse_headers
+
+    flags: dict[str, Any] = {"backend": backend, "address": address, **extra}
+    if headers:
+        flags["headers"] = parse_headers(headers)
+    if no_verify_tls:
+        flags["verify_tls"] = False
+    return configured(flags)
+
+
+def backend_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool) -> Backend:
+    from ..backends import get_backend
+
+    return get_backend(settings_from(backend, address, headers, no_verify_tls))
+
+
+def parse_timeout(timeout: str | None) -> float | None:
+    from ..spec.overrides import parse_duration
+
+    return parse_duration(timeout) if timeout is not None else None

@@ -1,0 +1,97 @@
+"""The project's own files: `rtjob jobs`, `validate`, `schema`."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from ..core.errors import EXIT_BAD_INPUT, EXIT_SUCCEEDED, BadInput, RtjobError
+from .options import output_option
+from .printing import print_json
+
+
+@click.command()
+@output_option
+def jobs(output: str) -> int:
+    """List the named jobs of this project (jobs/*.yaml)."""
+    from ..spec.project import find_root, job_names
+    from ..spec.resolve import load_job_file
+
+    root = find_root()
+    rows: list[dict[str, Any]] = []
+    for name in job_names(root):
+        try:
+            spec, shown = load_job_file(name, root)
+            rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
+                         "nodes": spec.nodes, "compute_config": spec.compute_config, "file": shown, "error": None})
+        except RtjobError as exc:
+            rows.append({"name": name, "description": "", "strategy": "-", "nodes": None, "compute_config": None,
+                         "file": _job_file_shown(name, root), "error": exc.message})
+    if output == "json":
+        print_json(rows)
+        return EXIT_SUCCEEDED
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("JOB", "STRATEGY", "NODES", "COMPUTE", "DESCRIPTION"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        desc = f"INVALID: {row['error']}" if row["error"] else row["description"]
+        table.add_row(row["name"], row["strategy"], str(row["nodes"] or "-"), row["compute_config"] or "-", desc)
+    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    return EXIT_SUCCEEDED
+
+
+def _job_file_shown(name: str, root: Any) -> str:
+    from ..spec.project import find_job_file
+
+    return find_job_file(name, root)[1]
+
+
+@click.command()
+@click.argument("refs", nargs=-1, metavar="[JOB...]")
+def validate(refs: tuple[str, ...]) -> int:
+    """Validate the given jobs, or every shipped job and compute config (exit 2 on any error)."""
+    from ..spec.project import compute_config_names, find_root, job_names
+    from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
+
+    root = find_root()
+    errors = 0
+    targets = list(refs) or job_names(root)
+    for ref in targets:
+        try:
+            spec, shown = load_job(ref, root, Overrides(), local_profile=True)
+            if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
+                load_compute_config(spec.compute_config, root, f"{shown}: ")
+            click.echo(f"ok      {shown}")
+        except RtjobError as exc:
+            errors += 1
+            click.echo(f"error   {exc.message}", err=True)
+    if not refs:
+        for name in compute_config_names(root):
+            try:
+                _, shown = load_compute_config(name, root)
+                click.echo(f"ok      {shown}")
+            except RtjobError as exc:
+                errors += 1
+                click.echo(f"error   {exc.message}", err=True)
+    if not targets and not refs:
+        raise BadInput(f"no jobs found in {root / 'jobs'}")
+    return EXIT_BAD_INPUT if errors else EXIT_SUCCEEDED
+
+
+@click.command()
+@click.option("--compute-config", "which", flag_value="compute", help="The compute-config schema instead.")
+@click.option("--job", "which", flag_value="job", default=True, help="The job schema (default).")
+def schema(which: str) -> int:
+    """Print the JSON Schema of job (or compute-config) YAML files, for editor completion."""
+    from ..spec.schema import compute_config_json_schema, job_json_schema
+
+    print_json(compute_config_json_schema() if which == "compute" else job_json_schema())
+    return EXIT_SUCCEEDED
+
+
+COMMANDS = [jobs, validate, schema]

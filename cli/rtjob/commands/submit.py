@@ -1,0 +1,143 @@
+"""`rtjob submit` and `rtjob render`: one plan, printed exactly (render, --dry-run) or sent and followed."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..core.errors import EXIT_SUCCEEDED
+from .options import EXIT_CODES_HELP, backend_options, job_options, parse_timeout, settings_from
+from .printing import follow_and_report, print_json, run_json, say
+
+if TYPE_CHECKING:
+    from ..runs.runner import Plan
+    from ..spec.project import Settings
+
+
+def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...],
+          name: str | None, storage: str | None, submission_id: str | None, forward_aws_credentials: bool) -> Plan:
+    from ..runs.runner import plan
+    from ..spec.resolve import Overrides
+
+    overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
+                          forward_aws_credentials=forward_aws_credentials)
+    return plan(job, settings, overrides, storage_flag=storage)
+
+
+def _shown_setting(key: str, value: Any) -> Any:
+    from ..core.redact import mask_url
+
+    if key == "headers":
+        return "(masked)"
+    return mask_url(value) if isinstance(value, str) else value
+
+
+def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
+    """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
+    from ..spec.pricing import job_cost
+
+    backend, job, request = planned.backend, planned.job, planned.request
+    if output == "yaml":  # a file for the backend's own CLI (anyscale job submit -f)
+        click.echo(backend.render_file(request), nl=False)
+        return
+    rendered = backend.render(request)
+    cost = job_cost(job)
+    if output == "json":
+        data = dict(rendered)
+        data["cost"] = cost.to_json() if cost else None
+        data["run"] = {
+            "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
+            "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
+            "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
+        }
+        if explain:
+            data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
+                               for k, s in settings.values.items()}
+        data["notes"] = planned.notes
+        print_json(data)
+        return
+    res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
+    lines = [
+        f"job:       {job.spec.name}  ({job.job_file})",
+        f"backend:   {backend.name}  {backend.display_address}",
+        f"shape:     {job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}",
+        f"compute:   {job.compute_config_name or '-'}",
+        *([f"cost:      {cost.text()}"] if cost else []),
+        f"run id:    {job.run_id}",
+        f"storage:   {job.storage_uri or '-'}",
+    ]
+    lines += [f"note:      {note}" for note in planned.notes]
+    if explain:
+        lines.append("settings:")
+        for key, setting in settings.values.items():
+            value = _shown_setting(key, setting.value)
+            lines.append(f"  {key:<15} {value!s:<40} from {setting.source}")
+    lines.append("request:")
+    lines.append(json.dumps(rendered, indent=2))
+    lines.append("equivalent:")
+    lines.append("  " + backend.equivalent_command(request))
+    click.echo("\n".join(lines))
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@job_options
+@backend_options
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
+              help="yaml (--backend anyscale): a job file `anyscale job submit -f` accepts.")
+@click.option("--explain", is_flag=True, help="Show where each effective setting came from.")
+def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
+           storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
+           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
+           explain: bool) -> int:
+    """Print the exact request a submit would send (same as submit --dry-run). Sends nothing."""
+    settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
+    planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
+    print_render(planned, settings, output, explain)
+    return EXIT_SUCCEEDED
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@job_options
+@backend_options
+@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--dry-run", is_flag=True, help="Print the exact request and send nothing (= rtjob render).")
+@click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted.")
+@click.option("--timeout", metavar="DURATION", help="Stop following after this long (90s, 15m, 2h); exit 4, job left running.")
+@click.option("--stop-on-interrupt", is_flag=True, help="Ctrl-C stops the job instead of detaching from it.")
+@click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from.")
+def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
+           storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
+           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
+           no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:
+    """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome."""
+    from ..runs import runner
+    from ..spec.pricing import job_cost
+
+    timeout_s = parse_timeout(timeout)
+    settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
+    # Planned once, before anything starts: every check that needs no cluster fails here first.
+    planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
+    if dry_run:
+        print_render(planned, settings, output, explain)
+        return EXIT_SUCCEEDED
+    done = runner.submit(planned, attach=submission_id is not None, say=say)
+    info, resolved, be = done.run, planned.job, planned.backend
+    for note in planned.notes:
+        say(f"note: {note}")
+    if done.created:
+        say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.nodes} node(s), "
+            f"{resolved.num_workers} worker(s); storage {info.storage_uri or '-'})")
+        hourly = job_cost(resolved)
+        if hourly is not None:
+            say(f"cost: {hourly.text()}")
+    else:
+        say(f"run {info.id} already exists ({info.status.value}); attaching instead of submitting again")
+    if no_wait:
+        if output == "json":
+            print_json(run_json(info))
+        else:
+            click.echo(info.id)
+        return EXIT_SUCCEEDED
+    return follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True, request=planned.request)

@@ -1,0 +1,106 @@
+"""Plan once, attach-or-submit, follow with retries: one run's life as the CLI drives it (no Click here)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TextIO
+
+from ..backends import get_backend
+from ..core.errors import WaitTimeout
+from ..core.model import RunInfo, RunStatus
+from .follow import follow
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend, Request
+    from ..spec.project import Settings
+    from ..spec.resolve import Overrides, ResolvedJob
+
+Say = Callable[[str], None]
+
+
+@dataclass
+class Plan:
+    """One run, fully decided and planned: the job, its backend and the exact request (planned once)."""
+
+    backend: Backend
+    job: ResolvedJob
+    request: Request
+    notes: list[str] = field(default_factory=list)
+
+
+def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: str | None = None) -> Plan:
+    """YAML → validated, resolved job → the backend's request. Pure: nothing is started or sent."""
+    from ..spec.resolve import resolve
+
+    backend = get_backend(settings)
+    job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag)
+    request = backend.plan(job)
+    notes = list(job.notes) + [n for n in request.notes if n not in job.notes]
+    return Plan(backend, job, request, notes)
+
+
+@dataclass
+class Submitted:
+    run: RunInfo
+    created: bool  # False: a run with this id existed, and this is an attach
+
+
+def submit(planned: Plan, *, attach: bool, say: Say) -> Submitted:
+    """Make the backend ready (the embedded cluster starts here), attach to the run if ``attach`` and it
+    exists, else check that the job can fit and submit the planned request."""
+    backend = planned.backend
+    backend.prepare(planned.job, say)
+    existing = backend.find(planned.job.run_id) if attach else None
+    if existing is not None:
+        return Submitted(existing, created=False)
+    for warning in backend.precheck(planned.job):
+        say(f"warning: {warning}")
+    result = backend.submit(planned.request)
+    return Submitted(result.run, result.created)
+
+
+def follow_run(
+    backend: Backend,
+    run_id: str,
+    *,
+    out: TextIO | None,
+    timeout_s: float | None,
+    on_status: Callable[[RunInfo], None] | None,
+    say: Say,
+    request: Request | None = None,
+) -> RunInfo:
+    """Follow ``run_id`` (its latest attempt, if it was retried already) until it ends; a FAILED run that
+    the backend retries is followed into its next attempt. The outcome comes from the run's status."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    current = run_id
+
+    def remaining() -> float | None:
+        if deadline is None:
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(f"run {current} is still running after the --timeout; it was left running "
+                              f"(rtjob wait {current} to keep waiting, rtjob stop {current} to stop it)")
+        return left
+
+    known = backend.attempts(run_id)
+    if known is not None and known.chain and known.chain[-1].id != run_id and any(a.id == run_id for a in known.chain):
+        current = known.chain[-1].id
+        say(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
+    while True:
+        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=on_status)
+        if info.status != RunStatus.FAILED:
+            return info
+        decision = backend.retry(current, request)
+        if decision is None or decision.reason is None:
+            return info
+        if decision.next_run is None:
+            if decision.max_retries:
+                say(f"{current} FAILED: {decision.reason}; no retries left (max_retries {decision.max_retries})")
+            return info
+        verb = "submitted" if decision.created else "attaching to"
+        say(f"{current} FAILED: {decision.reason}; retry {decision.attempt}/{decision.max_retries}: {verb} "
+            f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
+        current = decision.next_run.id

@@ -1,0 +1,91 @@
+"""Where a run's results are: a run id (through its backend's status), a storage URI, or a folder."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import BadInput, RtjobError
+from ..storage.location import Location, parse_location
+
+
+@dataclass
+class Source:
+    """Where one run's results are: a storage location (+ endpoint) and how to call the run."""
+
+    location: Location
+    endpoint: str | None
+    label: str
+    run_id: str | None = None
+    secrets: list[str] = field(default_factory=list)
+
+
+def _looks_like_path(arg: str) -> bool:
+    return "/" in arg or os.sep in arg or arg.startswith("~") or arg in (".", "..")
+
+
+def resolve_source(arg: str, endpoint: str | None, lookup: Callable[[str], Any],
+                   default_storage: Callable[[], str | None]) -> Source:
+    """ID → the run's recorded storage (through the backend's status); a URI or a path as given.
+
+    A bare name is a run id first; if no backend knows it, an existing folder of that name, then a run folder
+    in the embedded cluster's local storage (the embedded cluster forgets its runs when it stops).
+    """
+    if "://" in arg or _looks_like_path(arg):
+        location = parse_location(arg)
+        return Source(location, endpoint, location.name)
+    try:
+        info = lookup(arg)
+    except RtjobError:
+        if os.path.isdir(arg):
+            location = parse_location(arg)
+            return Source(location, endpoint, location.name)
+        found = _run_dir_in(default_storage(), arg)
+        if found is None:
+            raise
+        return Source(parse_location(str(found)), endpoint, arg, arg)
+    if not info.storage_uri:
+        raise BadInput(f"run {arg} recorded no storage (it ran without `storage:` / --storage)")
+    location = parse_location(info.storage_uri)
+    if location.scheme == "file" and not os.path.isdir(location.path):
+        if not _on_this_machine(info.backend):
+            raise BadInput(f"run {arg} wrote to {location.path} on the cluster's own disk, which this machine "
+                           "cannot read; use s3:// storage to pull it")
+        raise BadInput(f"run {arg}: its storage folder {location.path} does not exist (yet)")
+    recorded = info.storage_endpoint
+    return Source(location, endpoint or _env_endpoint() or recorded, arg, arg, list(info.secrets))
+
+
+def _env_endpoint() -> str | None:
+    from ..spec.run_env import endpoint_from_env
+
+    return endpoint_from_env()
+
+
+def _run_dir_in(storage_root: str | None, run_id: str) -> Path | None:
+    """The run's folder in a backend's default local storage (``<root>/<job>/<run id>``), if it has one:
+    the embedded cluster forgets its runs when it stops, its storage does not."""
+    if not storage_root or "://" in storage_root or "/" in run_id or run_id in (".", ".."):
+        return None
+    matches = [p for p in Path(storage_root).glob(f"*/{run_id}") if p.is_dir()]
+    return matches[0] if len(matches) == 1 else None
+
+
+def _on_this_machine(backend: str) -> bool:
+    """Does a run of ``backend`` write its local paths on this machine (the embedded cluster)?"""
+    from ..backends import backend_class
+
+    try:
+        return backend_class(backend).placement().embedded
+    except RtjobError:
+        return False
+
+
+def redacted(exc: RtjobError, secrets: list[str]) -> RtjobError:
+    from ..core.redact import redact
+
+    exc.message = redact(exc.message, secrets)
+    return exc
