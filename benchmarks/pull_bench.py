@@ -29,7 +29,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from s3_server import process_server  # noqa: E402  (the tests' moto server, as its own process)
+from support.s3_server import process_server  # noqa: E402  (the tests' moto server, as its own process)
 
 VENV_BIN = Path(sys.executable).parent
 RTJOB = [sys.executable, "-m", "rtjob.main"]

@@ -1,0 +1,52 @@
+"""The real rtjob CLI as a subprocess, in a private RTJOB_HOME, scrubbed of settings that point elsewhere."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RTJOB = [sys.executable, "-m", "rtjob.main"]
+# Variables that would point rtjob or Ray somewhere else than the test's own cluster.
+_SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
+          "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_JOB_HEADERS", "RTJOB_PROJECT")
+
+
+def base_env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env["RTJOB_HOME"] = str(home)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+def rtjob(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RTJOB, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+
+
+def popen_rtjob(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.Popen[str]:
+    return subprocess.Popen([*RTJOB, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, bufsize=1)
+
+
+def new_id(prefix: str) -> str:
+    return f"t-{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def wait_for_status(env: dict[str, str], run_id: str, wanted: set[str], timeout: float = 60) -> str:
+    import json
+
+    deadline = time.monotonic() + timeout
+    status = ""
+    while time.monotonic() < deadline:
+        proc = rtjob("status", run_id, "--output", "json", env=env, timeout=30)
+        if proc.returncode == 0:
+            status = json.loads(proc.stdout)["status"]
+            if status in wanted:
+                return status
+        time.sleep(0.5)
+    raise AssertionError(f"{run_id} never reached {wanted} (last: {status})")
