@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-unit test-e2e lint bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -18,13 +18,23 @@ install: $(STAMP)
 demo: install
 	$(BIN)/rtjob submit ddp-resnet --nodes 2; rc=$$?; $(BIN)/rtjob local down; exit $$rc
 
+# Lint, types, and the layer rules (import-linter contracts in pyproject.toml; see docs/ARCHITECTURE.md).
 lint: install
-	$(BIN)/ruff check cli training tests benchmarks
+	$(BIN)/ruff check cli rtjob_contract training tests benchmarks
 	$(BIN)/mypy cli/rtjob
+	$(BIN)/lint-imports --no-logo
 
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
+# The fast tests first (no cluster, under a minute), then the real cluster and S3 server ones.
 test: lint
-	$(BIN)/python -m pytest -q -ra --durations=15
+	$(BIN)/python -m pytest -q -ra tests/unit
+	$(BIN)/python -m pytest -q -ra --durations=15 tests/e2e
+
+test-unit: install
+	$(BIN)/python -m pytest -q tests/unit
+
+test-e2e: install
+	$(BIN)/python -m pytest -q -ra --durations=15 tests/e2e
 
 bench: install
 	$(BIN)/python benchmarks/run.py
