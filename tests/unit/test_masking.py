@@ -182,7 +182,8 @@ def test_malformed_flags_do_not_echo_their_value(out, name: str, flag_name: str)
 
 
 @pytest.mark.parametrize("name", ["AWS_SECRET_ACCESS_KEY", "AWS_ACCESS_KEY_ID", "MY_TOKEN", "DB_PASSWORD",
-                                  "WANDB_API_KEY", "HF_TOKEN", "GITHUB_PAT_TOKEN", "SSH_PRIVATE_KEY", "KEY",
+                                  "WANDB_API_KEY", "HF_TOKEN", "GITHUB_PAT_TOKEN", "SSH_PRIVATE_KEY", "DB_PASS", "MYSQL_PWD",
+                                  "SENTRY_DSN", "AWS_ACCESS_KEY_ID", "apiKey", "api-key",
                                   "Authorization", "Proxy-Authorization", "X-Api-Key", "X-Auth-Token", "Cookie",
                                   "db_passwd", "SESSION_ID", "SIGNING_KEY"])
 def test_secret_names(name: str):
@@ -191,7 +192,8 @@ def test_secret_names(name: str):
 
 
 @pytest.mark.parametrize("name", ["WANDB_PROJECT", "WANDB_MODE", "PYTHONUNBUFFERED", "RTJOB_NUM_WORKERS",
-                                  "NCCL_DEBUG", "X-Team", "KEYBOARD_LAYOUT", "MONKEY_COUNT"])
+                                  "NCCL_DEBUG", "X-Team", "KEYBOARD_LAYOUT", "MONKEY_COUNT",
+                                  "TOKENIZERS_PARALLELISM", "AUTHOR", "SORT_KEY", "KEY", "PWD", "PASSAGE_COUNT"])
 def test_public_names(name: str):
     assert not is_secret_name(name)
     assert mask_mapping({name: "visible"}) == {name: "visible"}
@@ -240,7 +242,8 @@ def test_a_password_in_the_address_becomes_a_masked_basic_auth_header(out):
 
 def test_secret_values_and_redact():
     values = {"MY_TOKEN": "abcdefgh", "SHORT_TOKEN": "abc", "WANDB_PROJECT": "proj", "X": "Bearer qq"}
-    assert sorted(secret_values(values)) == ["Bearer qq", "abcdefgh"]
+    # Structured fields mask every secret value; free text hunts only those of 6+ characters.
+    assert sorted(secret_values(values)) == ["Bearer qq", "abc", "abcdefgh"]
     text = "token abcdefgh then Bearer qq in proj"
     assert redact(text, secret_values(values)) == f"token {MASK} then {MASK} in proj"
     # Longest first, so a secret containing another is masked whole.

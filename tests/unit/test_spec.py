@@ -116,7 +116,7 @@ def test_env_var_and_tag_numbers_are_taken_as_text_but_mappings_are_not():
     [
         ('args:\n  "bad flag": 1\n', r"^j\.yaml:3: args: value error, 'bad flag' is not a valid flag name"),
         ("env_vars:\n  1BAD: x\n", r"^j\.yaml:3: env_vars: value error, '1BAD' is not a valid environment variable"),
-        ("timeout_s: 0\n", r"^j\.yaml:3: timeout_s: input should be greater than 0 \(got 0\)"),
+        ("timeout_s: 0\n", r"^j\.yaml:3: timeout_s: input should be greater than 0$"),
         ("local:\n  cpus_per_node: 0\n", r"^j\.yaml:4: local\.cpus_per_node: input should be greater than or equal"),
         ("local:\n  arg: {}\n", r"^j\.yaml:4: unknown key 'local\.arg'; did you mean 'args'\?"),
     ],
@@ -187,7 +187,7 @@ worker_nodes:
     instance_type: g5.4xlarge
     market_type: CHEAP
 """
-    with pytest.raises(BadInput, match=r"^cc\.yaml:6: worker_nodes\[1\]\.market_type: 'CHEAP' is not valid"):
+    with pytest.raises(BadInput, match=r"^cc\.yaml:6: worker_nodes\[1\]\.market_type: not a valid value; expected one of"):
         validate_compute_config(parse_yaml(text, "cc.yaml"))
 
 

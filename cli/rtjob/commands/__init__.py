@@ -16,6 +16,7 @@ from . import project, runs, submit
 from .anyscale import compute_config_group, schedule_group
 from .local import local
 from .options import CONTEXT, EXIT_CODES_HELP
+from .printing import echo, learn_secrets_from_environment, report_crash
 from .storage import pull, results
 
 
@@ -37,21 +38,27 @@ for _command in [submit.render, submit.submit, *runs.COMMANDS, *project.COMMANDS
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: one line per error, the documented exit codes, never a traceback for bad input."""
+    """Entry point: one line per error, the documented exit codes, never a traceback on the terminal.
+
+    A failure of rtjob itself (an unexpected exception) exits 70, which CI must not read as the job's
+    outcome; its traceback is written to a file (RTJOB_DEBUG=1 prints it too), redacted like everything else."""
+    learn_secrets_from_environment()
     try:
         code = cli.main(args=argv, prog_name="rtjob", standalone_mode=False)
     except click.exceptions.Exit as exc:
         code = exc.exit_code
     except click.UsageError as exc:
         cmd = exc.ctx.command_path if exc.ctx else "rtjob"
-        click.echo(f"rtjob: error: {exc.format_message()} (see {cmd} --help)", err=True)
+        echo(f"rtjob: error: {exc.format_message()} (see {cmd} --help)", err=True)
         code = EXIT_BAD_INPUT
     except click.Abort:
         code = EXIT_INTERRUPTED
     except RtjobError as exc:
-        click.echo(f"rtjob: error: {exc.message}", err=True)
+        echo(f"rtjob: error: {exc.message}", err=True)
         code = exc.exit_code
     except KeyboardInterrupt:
         code = EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and exit 70, not a traceback
+        code = report_crash(exc)
     sys.exit(code if isinstance(code, int) else 0)
 

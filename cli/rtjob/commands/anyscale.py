@@ -4,7 +4,6 @@ GitHub Actions workflows for scheduled runs. Only click is imported here; the re
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -13,7 +12,7 @@ import click
 from ..backends import backend_names
 from ..core.errors import EXIT_SUCCEEDED, BadInput
 from .options import CONTEXT
-from .printing import print_json
+from .printing import echo, print_json, print_rich
 from .printing import say as _say
 
 if TYPE_CHECKING:
@@ -30,8 +29,8 @@ def _backend() -> AnyscaleBackend:
 def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
     import yaml
 
-    click.echo("\n".join(f"# {line}" for line in header))
-    click.echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100), nl=False)
+    echo("\n".join(f"# {line}" for line in header))
+    echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100), nl=False)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +116,7 @@ def compute_config_apply(name: str, registered_name: str | None, nodes: int | No
          f"use it with --compute-config anyscale:{full_name}")
     if cost:
         _say(f"cost: {cost.text()}")
-    click.echo(full_name)
+    echo(full_name)
     return EXIT_SUCCEEDED
 
 
@@ -149,12 +148,15 @@ def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, node
     from ..backends import configured
     from ..backends.anyscale.request import AnyscaleJobRequest, check_with_anyscale
     from ..backends.anyscale.schedules import schedule_config
+    from ..core.model import check_run_id
     from ..runs.runner import plan
     from ..spec.cron import validate_cron, validate_timezone
     from ..spec.resolve import Overrides
 
     cron = validate_cron(cron)
     timezone = validate_timezone(timezone)
+    if name is not None:  # pasted into the schedule's shell entrypoint and Anyscale's names
+        check_run_id(name, "--name")
     settings = configured({"backend": "anyscale", "storage": storage, "compute_config": compute_config})
     planned = plan(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage)
     request = planned.request
@@ -218,7 +220,7 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
     else:
         _say(f"schedule {schedule_name} applied ({schedule_id}): {planned.job.spec.name} at "
              f"'{schedule['cron_expression']}' {schedule['timezone']}; next {upcoming[0]}")
-        click.echo(schedule_id)
+        echo(schedule_id)
     return EXIT_SUCCEEDED
 
 
@@ -253,7 +255,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
                        "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
     spec, shown = load_job_file(job, find_root())  # the job must exist and be valid
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
-    sys.stdout.write(github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout))
+    echo(github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout), nl=False)
     return EXIT_SUCCEEDED
 
 
@@ -266,7 +268,6 @@ def schedule_list(output: str) -> int:
     if output == "json":
         print_json(rows)
         return EXIT_SUCCEEDED
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
@@ -274,7 +275,7 @@ def schedule_list(output: str) -> int:
         table.add_column(column, overflow="fold")
     for row in rows:
         table.add_row(row["name"], row["state"], row["cron"], row["timezone"], row["job"] or "-", row["id"])
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    print_rich(table)
     return EXIT_SUCCEEDED
 
 

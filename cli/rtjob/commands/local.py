@@ -6,7 +6,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED
 from .options import output_option
-from .printing import print_json, say
+from .printing import echo, print_json, say
 
 
 @click.group()
@@ -46,6 +46,6 @@ def local_status(output: str) -> int:
     if output == "json":
         print_json(running)
     else:
-        click.echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
+        echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
                    f"logs:    {running['temp_dir']}")
     return EXIT_SUCCEEDED

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..backends import backend_names
+from ..core.redact import REDACTOR, url_password
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -18,8 +19,9 @@ Exit codes:
   0  the run succeeded (or the command did what it was asked)
   1  the run failed or was stopped
   2  bad input: usage, validation, unknown job or run, a job that can never fit
-  3  cluster unreachable or authentication failed
+  3  cluster unreachable, not a Ray dashboard, or authentication failed
   4  wait timed out (--timeout); the job is left running
+  70  internal error in rtjob itself (not the run's outcome); traceback saved, RTJOB_DEBUG=1 prints it
   130  interrupted while following (Ctrl-C); the job is left running
 """
 
@@ -65,6 +67,17 @@ def job_options(func: F) -> F:
     ])
 
 
+def _run_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    from ..core.model import check_run_id
+
+    return check_run_id(value, "RUN_ID")
+
+
+def run_id_argument(func: F) -> F:
+    """RUN_ID, checked before it reaches a URL or a path."""
+    return click.argument("run_id", callback=_run_id)(func)
+
+
 def output_option(func: F) -> F:
     return click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)(func)
 
@@ -80,7 +93,11 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
         flags["headers"] = parse_headers(headers)
     if no_verify_tls:
         flags["verify_tls"] = False
-    return configured(flags)
+    settings = configured(flags)
+    # Header values and a password in the address are secrets of this process from here on.
+    REDACTOR.add_mapping(settings.get("headers") or {})
+    REDACTOR.add([url_password(str(settings.get("address") or ""))])
+    return settings
 
 
 def backend_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool) -> Backend:

@@ -1,5 +1,6 @@
-"""Every print helper of the CLI: progress lines, JSON, runs as text or tables (rich, imported when a table is
-printed), and following a run to its outcome."""
+"""Every print helper of the CLI, and so the one redaction boundary: progress lines, plain output, JSON, rich
+tables, and following a run to its outcome all pass ``REDACTOR`` (core/redact.py), which knows every secret
+value of this run. Nothing in commands/ prints any other way (tests/unit/test_redaction.py checks)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
+from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SUCCEEDED
 from ..core.model import RunInfo, RunStatus
-from ..core.redact import redact
+from ..core.redact import REDACTOR, redact
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request
@@ -18,11 +19,67 @@ if TYPE_CHECKING:
 
 def say(message: str) -> None:
     """Progress and outcome lines go to stderr, so stdout carries only logs or JSON."""
-    print(f"rtjob: {message}", file=sys.stderr, flush=True)
+    print(f"rtjob: {REDACTOR.text(message)}", file=sys.stderr, flush=True)
+
+
+def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
+    """Plain output (stdout, or stderr with ``err``)."""
+    stream = sys.stderr if err else sys.stdout
+    stream.write(REDACTOR.text(text) + ("\n" if nl else ""))
+    stream.flush()
 
 
 def print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=False, default=str), flush=True)
+    print(json.dumps(REDACTOR.data(json.loads(json.dumps(data, default=str))), indent=2, sort_keys=False),
+          flush=True)
+
+
+def print_rich(*renderables: Any) -> None:
+    """Rich tables and lines, rendered to text first so that they pass the redactor too."""
+    import io
+
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    tty = sys.stdout.isatty()
+    console = Console(file=buffer, width=None if tty else 200, force_terminal=tty, color_system="auto" if tty else None)
+    for renderable in renderables:
+        console.print(renderable, soft_wrap=isinstance(renderable, str), highlight=False, markup=False)
+    echo(buffer.getvalue(), nl=False)
+
+
+def learn_secrets_from_environment() -> None:
+    """This client's own secrets (AWS keys, RAY_AUTH_TOKEN, ANYSCALE_CLI_TOKEN, any *_TOKEN/*_PASSWORD/...):
+    never printed, whatever path they would take (an error body, a log line, a rendered file)."""
+    import os
+
+    REDACTOR.add_mapping(dict(os.environ))
+
+
+def report_crash(exc: BaseException) -> int:
+    """An unexpected exception: one line, the traceback in a file (and on stderr with RTJOB_DEBUG=1), exit 70."""
+    import os
+    import time
+    import traceback
+
+    from ..spec.project import rtjob_home
+
+    text = REDACTOR.text("".join(traceback.format_exception(exc)))
+    where = "not saved"
+    try:
+        folder = rtjob_home() / "crash"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.txt"
+        path.write_text(text, encoding="utf-8")
+        where = str(path)
+    except OSError as err:
+        where = f"not saved: {err.strerror}"
+    if os.environ.get("RTJOB_DEBUG") == "1":
+        sys.stderr.write(text)
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    echo(f"rtjob: internal error (a bug in rtjob, not the run's outcome): {type(exc).__name__}"
+         f"{': ' + first if first else ''}; traceback {where} (RTJOB_DEBUG=1 prints it)", err=True)
+    return EXIT_INTERNAL
 
 
 def duration(info: RunInfo) -> str:
@@ -59,7 +116,6 @@ def run_json(info: RunInfo) -> dict[str, Any]:
 
 
 def runs_table(runs: list[RunInfo]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
@@ -70,7 +126,7 @@ def runs_table(runs: list[RunInfo]) -> None:
             run.id, run.job or "-", run.status.value, (run.start_time or "-").replace("+00:00", "Z"),
             duration(run), run.storage_uri or "-",
         )
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    print_rich(table)
 
 
 def outcome(info: RunInfo) -> int:

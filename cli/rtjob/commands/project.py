@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
 
 import click
 
 from ..core.errors import EXIT_BAD_INPUT, EXIT_SUCCEEDED, BadInput, RtjobError
 from .options import output_option
-from .printing import print_json
+from .printing import echo, print_json, print_rich
 
 
 @click.command()
@@ -32,7 +31,6 @@ def jobs(output: str) -> int:
     if output == "json":
         print_json(rows)
         return EXIT_SUCCEEDED
-    from rich.console import Console
     from rich.table import Table
 
     table = Table(box=None, header_style="bold")
@@ -41,7 +39,7 @@ def jobs(output: str) -> int:
     for row in rows:
         desc = f"INVALID: {row['error']}" if row["error"] else row["description"]
         table.add_row(row["name"], row["strategy"], str(row["nodes"] or "-"), row["compute_config"] or "-", desc)
-    Console(width=200 if not sys.stdout.isatty() else None).print(table)
+    print_rich(table)
     return EXIT_SUCCEEDED
 
 
@@ -66,18 +64,18 @@ def validate(refs: tuple[str, ...]) -> int:
             spec, shown = load_job(ref, root, Overrides(), local_profile=True)
             if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
                 load_compute_config(spec.compute_config, root, f"{shown}: ")
-            click.echo(f"ok      {shown}")
+            echo(f"ok      {shown}")
         except RtjobError as exc:
             errors += 1
-            click.echo(f"error   {exc.message}", err=True)
+            echo(f"error   {exc.message}", err=True)
     if not refs:
         for name in compute_config_names(root):
             try:
                 _, shown = load_compute_config(name, root)
-                click.echo(f"ok      {shown}")
+                echo(f"ok      {shown}")
             except RtjobError as exc:
                 errors += 1
-                click.echo(f"error   {exc.message}", err=True)
+                echo(f"error   {exc.message}", err=True)
     if not targets and not refs:
         raise BadInput(f"no jobs found in {root / 'jobs'}")
     return EXIT_BAD_INPUT if errors else EXIT_SUCCEEDED

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import sys
-
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
-from .options import EXIT_CODES_HELP, backend_from, backend_options, output_option, parse_timeout
-from .printing import follow_and_report, print_json, run_json, run_text, runs_table, say
+from .options import (
+    EXIT_CODES_HELP,
+    backend_from,
+    backend_options,
+    output_option,
+    parse_timeout,
+    run_id_argument,
+)
+from .printing import echo, follow_and_report, print_json, run_json, run_text, runs_table, say
 
 
 @click.command(epilog=EXIT_CODES_HELP)
-@click.argument("run_id")
+@run_id_argument
 @backend_options
 @output_option
 def status(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
@@ -28,7 +33,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         print_json({**run_json(info), "cost": cost, **(attempts.to_json() if attempts else {})})
     else:
         line = f"\nattempts:    {attempts.describe()}" if attempts and attempts.worth_showing else ""
-        click.echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
+        echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 
 
@@ -52,7 +57,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
 
 
 @click.command(epilog=EXIT_CODES_HELP)
-@click.argument("run_id")
+@run_id_argument
 @backend_options
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the run ends; exit with its outcome.")
 @click.option("--timeout", metavar="DURATION", help="With --follow: give up after this long (exit 4).")
@@ -66,12 +71,12 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     if follow:
         return follow_and_report(be, run_id, "text", timeout_s, False, logs=True)
     info = be.status(run_id)
-    sys.stdout.write(redact(be.logs(run_id), info.secrets))
+    echo(redact(be.logs(run_id), info.secrets), nl=False)
     return EXIT_SUCCEEDED
 
 
 @click.command(epilog=EXIT_CODES_HELP)
-@click.argument("run_id")
+@run_id_argument
 @backend_options
 @output_option
 @click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running.")
@@ -84,7 +89,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
 
 @click.command(epilog=EXIT_CODES_HELP)
-@click.argument("run_id")
+@run_id_argument
 @backend_options
 @output_option
 def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,

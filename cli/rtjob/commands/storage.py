@@ -11,7 +11,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
 from .options import backend_from, backend_options, output_option, settings_from
-from .printing import print_json, say
+from .printing import echo, print_json, say
 
 if TYPE_CHECKING:
     from ..runs.sources import Source
@@ -95,7 +95,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     if output == "json":
         print_json(report.to_json())
     else:
-        click.echo(redact("\n".join(summary_lines(report)), secrets))
+        echo(redact("\n".join(summary_lines(report)), secrets))
     for item in report.refused:
         say(redact(f"refused {item['key']}: {item['reason']}", secrets))
     for item in report.failed:

@@ -9,7 +9,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED
 from .options import EXIT_CODES_HELP, backend_options, job_options, parse_timeout, settings_from
-from .printing import follow_and_report, print_json, run_json, say
+from .printing import echo, follow_and_report, print_json, run_json, say
 
 if TYPE_CHECKING:
     from ..runs.runner import Plan
@@ -40,7 +40,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
 
     backend, job, request = planned.backend, planned.job, planned.request
     if output == "yaml":  # a file for the backend's own CLI (anyscale job submit -f)
-        click.echo(backend.render_file(request), nl=False)
+        echo(backend.render_file(request), nl=False)
         return
     rendered = backend.render(request)
     cost = job_cost(job)
@@ -78,7 +78,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
     lines.append(json.dumps(rendered, indent=2))
     lines.append("equivalent:")
     lines.append("  " + backend.equivalent_command(request))
-    click.echo("\n".join(lines))
+    echo("\n".join(lines))
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -138,6 +138,6 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
         if output == "json":
             print_json(run_json(info))
         else:
-            click.echo(info.id)
+            echo(info.id)
         return EXIT_SUCCEEDED
     return follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True, request=planned.request)

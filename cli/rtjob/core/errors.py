@@ -12,6 +12,7 @@ EXIT_FAILED = 1  # the job failed or was stopped
 EXIT_BAD_INPUT = 2  # usage, validation, unknown job or run, a job that can never fit
 EXIT_UNREACHABLE = 3  # cluster unreachable or authentication failed
 EXIT_WAIT_TIMEOUT = 4  # rtjob stopped following; the job is left running
+EXIT_INTERNAL = 70  # rtjob itself failed (a bug, not the run's outcome): sysexits' EX_SOFTWARE
 EXIT_INTERRUPTED = 130  # Ctrl-C while following: detached, the job is left running
 
 
@@ -19,6 +20,7 @@ class RtjobError(Exception):
     """An error with a one-line message and an exit code."""
 
     exit_code = EXIT_FAILED
+    retriable = False  # True: a fault that may pass (a follower retries it, with a bound, before giving up)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)

@@ -3,9 +3,23 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+# A run id becomes a URL path segment (/api/jobs/ID) and a storage folder (<storage>/<job>/ID).
+RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def check_run_id(run_id: str, what: str = "run id") -> str:
+    """``run_id`` if it is safe as a path segment and in a URL; else one line of bad input."""
+    from .errors import BadInput
+
+    if not RUN_ID_RE.match(run_id or "") or ".." in run_id:
+        raise BadInput(f"{what}: not a valid run id; use 1-128 letters, digits, '.', '_' or '-', starting with a "
+                       "letter or digit (e.g. rtjob-ddp-resnet-20261123-0210-ab12)")
+    return run_id
 
 
 class RunStatus(str, Enum):
@@ -48,6 +62,11 @@ class RunInfo:
     rate: dict[str, Any] | None = None
     # Values to redact from anything printed about this run (never serialised).
     secrets: list[str] = field(default_factory=list, repr=False)
+
+    def __post_init__(self) -> None:
+        from .redact import REDACTOR
+
+        REDACTOR.add(self.secrets)  # whatever prints this run's log or message never shows them
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,57 +1,114 @@
-"""Keep secrets out of everything rtjob prints: rendered requests, JSON, logs, errors."""
+"""Keep secrets out of everything rtjob prints: rendered requests, JSON, logs, errors.
+
+Two kinds of masking, one boundary:
+
+* **Structured fields** (an env value, an arg, a tag, a header, a token) are masked *whole* when their name
+  says secret (on word boundaries: ``DB_PASS``, ``MYSQL_PWD``, ``SENTRY_DSN``, ``WANDB_API_KEY``; not
+  ``TOKENIZERS_PARALLELISM``, ``AUTHOR``, ``SORT_KEY``), when their value has a secret's shape (AWS key id,
+  JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``), or when it is a URL with a password.
+* **Free text** (logs, messages, JSON strings, rendered files) passes ``REDACTOR``, the process-wide redactor
+  that every secret value of this run is fed to as it becomes known. It replaces those values as whole tokens
+  (never inside a longer word), hunts only values of ``HUNT_MIN`` or more characters (``false``, ``1``,
+  ``alice`` are never masked), and masks secret shapes and URL passwords wherever they stand.
+
+``commands/printing.py`` sends every byte rtjob prints through ``REDACTOR``.
+"""
 
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 MASK = "****"
-_SECRET_NAME = re.compile(
-    r"(SECRET|TOKEN|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|PRIVATE|API[-_]?KEY|ACCESS[-_]?KEY|AUTH|SESSION|COOKIE|[-_]KEY$|^KEY$)",
-    re.I,
-)
-# Values that are secrets whatever their name: AWS access key ids, bearer tokens, GitHub/Slack/Anyscale tokens.
-_SECRET_VALUE = re.compile(
-    r"^(AKIA|ASIA)[0-9A-Z]{16}$|^Bearer\s|^gh[pousr]_[A-Za-z0-9]{20,}|^xox[abpr]-|^aph0_|^sk-[A-Za-z0-9]{20,}"
-)
+HUNT_MIN = 6  # shorter values are masked in structured fields only: in free text they would hit ordinary words
+
+# Name words that make a value secret wherever they stand in the name.
+_SECRET_WORDS = frozenset({
+    "SECRET", "SECRETS", "TOKEN", "TOKENS", "PASSWORD", "PASSWORDS", "PASSWD", "PASS", "PASSPHRASE",
+    "CREDENTIAL", "CREDENTIALS", "CREDS", "DSN", "AUTH", "AUTHORIZATION", "SESSION", "COOKIE", "COOKIES",
+    "PRIVATE", "APIKEY", "ACCESSKEY", "SECRETKEY", "PRIVATEKEY", "SIGNATURE", "OTP",
+})
+# KEY is secret only with one of these before it (API_KEY, SECRET_KEY, ...) or as *_KEY_ID; SORT_KEY is not.
+_KEY_QUALIFIERS = frozenset({"API", "SECRET", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION", "MASTER", "CLIENT",
+                             "LICENSE", "SSH", "GPG", "PGP", "SERVICE", "ACCOUNT", "WEBHOOK"})
+_WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
+
+# Secret shapes, whole values (structured fields) and tokens in free text.
+_SHAPES = [
+    r"(?:AKIA|ASIA)[0-9A-Z]{16}",  # AWS access key ids
+    r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*",  # JWTs
+    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub tokens
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"xox[abprse]-[A-Za-z0-9-]{6,}",  # Slack
+    r"sk-[A-Za-z0-9_-]{20,}",  # OpenAI-style keys
+    r"aph0_[A-Za-z0-9_-]{10,}",  # Anyscale
+]
+_SHAPE_VALUE = re.compile(r"^(?:(?:Bearer|Basic)\s+\S+|" + "|".join(_SHAPES) + r")$")
+_SHAPE_TEXT = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(_SHAPES) + r")(?![A-Za-z0-9_])")
+_AUTH_TEXT = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}")
+# scheme://user:password@host — the password may hold '/', '#' or '@': it ends at the last '@' of the token.
+_URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(\S+)@(?=[A-Za-z0-9\[])")
+
+
+def _words(name: str) -> list[str]:
+    return [w.upper() for part in re.split(r"[^A-Za-z0-9]+", name) for w in _WORD.findall(part)]
 
 
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name))
+    """Does a variable/flag/header/tag name say its value is secret (on word boundaries)?"""
+    words = _words(name)
+    for i, word in enumerate(words):
+        if word in _SECRET_WORDS:
+            return True
+        if word == "PWD" and i > 0:  # MYSQL_PWD, DB_PWD; the shell's own PWD is the working directory
+            return True
+        if word == "KEY" and i > 0 and (words[i - 1] in _KEY_QUALIFIERS or words[i + 1:i + 2] == ["ID"]):
+            return True
+    return False
+
+
+def url_password(value: str) -> str | None:
+    match = _URL_USERINFO.search(value or "")
+    return match.group(2) if match else None
 
 
 def is_secret(name: str, value: str) -> bool:
-    return is_secret_name(name) or bool(_SECRET_VALUE.search(value or ""))
+    """A secret by its name, by its shape, or a URL that carries a password (``DATABASE_URL=postgres://u:p@h``)."""
+    value = value or ""
+    return is_secret_name(name) or bool(_SHAPE_VALUE.match(value.strip())) or url_password(value) is not None
 
 
-def mask_mapping(values: Mapping[str, str]) -> dict[str, str]:
-    return {k: (MASK if v and is_secret(k, str(v)) else v) for k, v in values.items()}
+def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A mapping with every secret value masked whole (env vars, tags, args)."""
+    return {k: (MASK if v not in (None, "") and is_secret(k, _text(v)) else v) for k, v in values.items()}
 
 
-def secret_values(values: Mapping[str, str]) -> list[str]:
-    """The values of ``values`` that must never be shown (long enough to redact safely)."""
-    return [str(v) for k, v in values.items() if v and len(str(v)) >= 4 and is_secret(k, str(v))]
+def _text(value: Any) -> str:
+    return " ".join(str(v) for v in value) if isinstance(value, (list, tuple)) else str(value)
 
 
-_URL_PASSWORD = re.compile(r"(://[^/@\s:]*:)[^/@\s]*@")
-
-
-def mask_url(text: str) -> str:
-    """``http://user:pass@host`` → ``http://user:****@host`` (a password in an address is shown nowhere)."""
-    return _URL_PASSWORD.sub(rf"\g<1>{MASK}@", text)
-
-
-def redact(text: str, secrets: Iterable[str]) -> str:
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        if secret:
-            text = text.replace(secret, MASK)
-    return text
+def secret_values(values: Mapping[str, Any]) -> list[str]:
+    """The values in ``values`` that must never be shown: each secret value (each item of a list), and the
+    password inside a URL."""
+    found: list[str] = []
+    for key, value in values.items():
+        if value in (None, "") or not is_secret(key, _text(value)):
+            continue
+        items = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        for item in items:
+            found.append(item)
+            password = url_password(item)
+            if password:
+                found.append(password)
+    return [v for v in found if v]
 
 
 def secret_arg_values(command: str) -> list[str]:
-    """Values of secret flags inside a command line (``--api-key VALUE``, ``--token=VALUE``), also inside a
-    wrapped ``bash -c '...'`` payload, and flag values with a secret's shape whatever the flag's name."""
-    import shlex
+    """Values of secret flags inside a command line (``--api-key VALUE``, ``--token=VALUE``, every value of a
+    list flag ``--tokens A B``), also inside a wrapped ``bash -c '...'`` payload; and values with a secret's
+    shape whatever the flag."""
 
     def tokens(text: str, depth: int = 0) -> list[str]:
         try:
@@ -60,22 +117,91 @@ def secret_arg_values(command: str) -> list[str]:
             parts = text.split()
         out: list[str] = []
         for part in parts:
-            if depth < 2 and " " in part:
-                out += tokens(part, depth + 1)
-            else:
-                out.append(part)
+            out += tokens(part, depth + 1) if depth < 2 and " " in part else [part]
         return out
 
     found: list[str] = []
-    words = tokens(command)
-    for index, word in enumerate(words):
-        if not word.startswith("--"):
+    secret_flag = False
+    for word in tokens(command):
+        if word.startswith("--"):
+            name, eq, value = word[2:].partition("=")
+            secret_flag = is_secret_name(name)
+            if eq and value and is_secret(name, value):
+                found.append(value)
+            if eq:
+                secret_flag = False
             continue
-        name, eq, value = word[2:].partition("=")
-        if not eq:
-            if index + 1 >= len(words) or words[index + 1].startswith("--"):
-                continue
-            value = words[index + 1]
-        if len(value) >= 4 and is_secret(name, value):
-            found.append(value)
+        if (secret_flag or is_secret("", word)) and word:
+            found.append(word)
     return found
+
+
+def mask_command(command: str) -> str:
+    """A command line with every secret arg value masked whole, however short (a structured field), then
+    through the process-wide redactor."""
+    for value in sorted(set(secret_arg_values(command)), key=len, reverse=True):
+        command = re.sub(rf"(?<=[\s='\"]){re.escape(value)}(?=[\s'\"]|$)", MASK, command)
+    return REDACTOR.text(command)
+
+
+def mask_url(text: str) -> str:
+    """``http://user:pass@host`` → ``http://user:****@host`` (a password in an address is shown nowhere)."""
+    return _URL_USERINFO.sub(rf"\g<1>{MASK}@", text)
+
+
+class Redactor:
+    """Masks known secret values (whole tokens) and secret shapes in free text and in JSON-able data."""
+
+    def __init__(self) -> None:
+        self._values: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+
+    def add(self, values: Iterable[str | None]) -> None:
+        """Secret values to hunt from now on (shorter than HUNT_MIN: masked in structured fields only)."""
+        for value in values:
+            for piece in {value or "", (value or "").strip()}:
+                if len(piece) >= HUNT_MIN and piece not in self._values:
+                    self._values.add(piece)
+                    self._pattern = None
+
+    def add_mapping(self, values: Mapping[str, Any]) -> None:
+        self.add(secret_values(values))
+
+    def _compiled(self) -> re.Pattern[str] | None:
+        if self._pattern is None and self._values:
+            alternatives = "|".join(re.escape(v) for v in sorted(self._values, key=len, reverse=True))
+            # A whole token: never the middle of a longer word ("falsetto" keeps its "false").
+            self._pattern = re.compile(rf"(?<![A-Za-z0-9_])(?:{alternatives})(?![A-Za-z0-9_])")
+        return self._pattern
+
+    def text(self, text: str, extra: Iterable[str] = ()) -> str:
+        extra = [v for v in extra if v and len(v) >= HUNT_MIN and v not in self._values]
+        if extra:
+            scoped = Redactor()
+            scoped._values = self._values | set(extra)
+            return scoped.text(text)
+        pattern = self._compiled()
+        if pattern is not None:
+            text = pattern.sub(MASK, text)
+        text = _URL_USERINFO.sub(rf"\g<1>{MASK}@", text)
+        text = _AUTH_TEXT.sub(rf"\g<1>\g<2>{MASK}", text)
+        return _SHAPE_TEXT.sub(MASK, text)
+
+    def data(self, value: Any) -> Any:
+        """JSON-able data with every string (keys included) redacted."""
+        if isinstance(value, str):
+            return self.text(value)
+        if isinstance(value, dict):
+            return {self.data(k) if isinstance(k, str) else k: self.data(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [self.data(v) for v in value]
+        return value
+
+
+# The process-wide boundary: every secret value rtjob learns is added here; printing passes through it.
+REDACTOR = Redactor()
+
+
+def redact(text: str, secrets: Iterable[str] = ()) -> str:
+    """Free text through the process-wide redactor, with ``secrets`` hunted too."""
+    return REDACTOR.text(text, secrets)

@@ -13,15 +13,56 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable
-from typing import TextIO
+from typing import TextIO, TypeVar
 
 from ..backends.base import Backend
-from ..core.errors import WaitTimeout
+from ..core.errors import RtjobError, WaitTimeout
 from ..core.model import RunInfo
 from ..core.redact import redact
 
+T = TypeVar("T")
 POLL_S = 1.0
 RECONNECT_S = 0.5
+# How long a follower keeps trying through faults that may pass (502s, resets, time-outs, a proxy's page)
+# before it gives up with exit 3; the run itself is never touched. RTJOB_FOLLOW_GRACE_S overrides it.
+GRACE_S = 300.0
+BACKOFF_MAX_S = 10.0
+
+
+class Patience:
+    """Retries a call through retriable faults with backoff, within one grace period per outage."""
+
+    def __init__(self, notice: Callable[[str], None] | None) -> None:
+        import os
+
+        self.grace_s = float(os.environ.get("RTJOB_FOLLOW_GRACE_S") or GRACE_S)
+        self.notice = notice or (lambda _: None)
+        self.outage_since: float | None = None
+        self.faults = 0
+
+    async def call(self, func: Callable[[], T]) -> T:
+        delay = POLL_S
+        while True:
+            try:
+                result = await asyncio.to_thread(func)
+            except RtjobError as exc:
+                if not exc.retriable:
+                    raise
+                now = time.monotonic()
+                self.faults += 1
+                if self.outage_since is None:
+                    self.outage_since = now
+                    self.notice(f"lost contact ({exc.message}); retrying for up to {self.grace_s:.0f}s, "
+                                "the run is not affected")
+                if now - self.outage_since >= self.grace_s:
+                    raise
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, BACKOFF_MAX_S)
+                continue
+            if self.outage_since is not None:
+                self.notice(f"contact restored after {time.monotonic() - self.outage_since:.0f}s")
+                self.outage_since = None
+            return result
 
 
 class LinePrinter:
@@ -64,8 +105,10 @@ async def _follow(
     out: TextIO | None,
     deadline: float | None,
     on_status: Callable[[RunInfo], None] | None,
+    notice: Callable[[str], None] | None,
 ) -> RunInfo:
-    info = await asyncio.to_thread(backend.status, run_id)
+    patience = Patience(notice)
+    info = await patience.call(lambda: backend.status(run_id))
     printer = LinePrinter(out, info.secrets) if out is not None else None
     done = asyncio.Event()
     tail_task = asyncio.create_task(_tail_forever(backend, run_id, printer, done)) if printer else None
@@ -83,7 +126,7 @@ async def _follow(
                     f"(rtjob wait {run_id} to keep waiting, rtjob stop {run_id} to stop it)"
                 )
             await asyncio.sleep(POLL_S)
-            info = await asyncio.to_thread(backend.status, run_id)
+            info = await patience.call(lambda: backend.status(run_id))
     finally:
         if tail_task is not None:
             done.set()
@@ -92,7 +135,7 @@ async def _follow(
                 await tail_task
     if printer is not None:
         # Whatever the stream did not deliver (its last lines, a final line without newline).
-        text = await asyncio.to_thread(backend.logs, run_id)
+        text = await patience.call(lambda: backend.logs(run_id))
         lines = text.split("\n")
         if lines and lines[-1] == "":
             lines.pop()
@@ -108,7 +151,9 @@ def follow(
     out: TextIO | None = sys.stdout,
     timeout_s: float | None = None,
     on_status: Callable[[RunInfo], None] | None = None,
+    notice: Callable[[str], None] | None = None,
 ) -> RunInfo:
-    """Follow until the run ends (printing its log to ``out`` unless None). Raises WaitTimeout."""
+    """Follow until the run ends (printing its log to ``out`` unless None). Raises WaitTimeout; faults that
+    may pass are retried (``notice`` hears about them) for a grace period, then raised."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
-    return asyncio.run(_follow(backend, run_id, out, deadline, on_status))
+    return asyncio.run(_follow(backend, run_id, out, deadline, on_status, notice))

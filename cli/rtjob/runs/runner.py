@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, TextIO
 from ..backends import get_backend
 from ..core.errors import WaitTimeout
 from ..core.model import RunInfo, RunStatus
+from ..core.redact import REDACTOR, secret_arg_values
 from .follow import follow
 
 if TYPE_CHECKING:
@@ -36,6 +37,10 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
 
     backend = get_backend(settings)
     job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag)
+    # Every secret of this run is hunted in whatever is printed from here on (env, args, tags).
+    REDACTOR.add_mapping(job.env_vars)
+    REDACTOR.add_mapping(job.spec.tags)
+    REDACTOR.add(secret_arg_values(job.entrypoint))
     request = backend.plan(job)
     notes = list(job.notes) + [n for n in request.notes if n not in job.notes]
     return Plan(backend, job, request, notes)
@@ -90,7 +95,7 @@ def follow_run(
         current = known.chain[-1].id
         say(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
     while True:
-        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=on_status)
+        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=on_status, notice=say)
         if info.status != RunStatus.FAILED:
             return info
         decision = backend.retry(current, request)

@@ -47,7 +47,7 @@ def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, 
             raise BadInput(f"--set {_leading(item, _KEY_CHARS)!r}: expected KEY.PATH=VALUE, e.g. --set args.epochs=5")
         parts = key.split(".")
         if any(not p for p in parts):
-            raise BadInput(f"--set {item!r}: empty segment in key path {key!r}")
+            raise BadInput(f"--set {key!r}=...: empty segment in the key path; expected KEY.PATH=VALUE, e.g. args.epochs=5")
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
@@ -67,7 +67,7 @@ def apply_set(data: dict[str, Any], parts: list[str], value: Any, item: str) -> 
             node[part] = nxt
         elif not isinstance(nxt, dict):
             where = ".".join(parts[: depth + 1])
-            raise BadInput(f"--set {item!r}: {where!r} is not a mapping, it cannot have sub-keys")
+            raise BadInput(f"--set {'.'.join(parts)}=...: {where!r} is not a mapping, it cannot have sub-keys")
         node = nxt
     node[parts[-1]] = value
 
@@ -95,5 +95,8 @@ def parse_headers(items: tuple[str, ...] | list[str], source: str = "--header") 
             name, sep, value = item.partition("=")
         if not sep or not name.strip() or not re.match(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", name.strip()):
             raise BadInput(f"{source} {_leading(item, _HEADER_CHARS)!r}: expected 'Name: value', e.g. --header 'X-Team: ml'")
+        if any(ord(c) < 32 or ord(c) == 127 for c in value.strip()):  # a newline would split the HTTP request
+            raise BadInput(f"{source} {name.strip()!r}: the value holds a control character (a newline?); "
+                           "header values are one line of printable text")
         headers[name.strip()] = value.strip()
     return headers

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 import rtjob_contract as contract
 
 from ..core.errors import BadInput
+from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
 from .project import Settings, find_compute_config_file, find_job_file
@@ -276,7 +277,7 @@ def resolve(
         if group is not None and not placement.sizes_worker_group and spec.nodes > group.max_nodes:
             notes.append(f"--nodes {spec.nodes} is above {group.label}'s max_nodes={group.max_nodes}")
 
-    run_id = overrides.submission_id or new_run_id(spec.name)
+    run_id = check_run_id(overrides.submission_id, "--submission-id") if overrides.submission_id else new_run_id(spec.name)
     storage_root = storage_flag or settings.get("storage") or spec.storage
     if storage_root and storage_root.startswith("file://"):
         storage_root = storage_root[len("file://"):]  # Ray Train takes a plain absolute path

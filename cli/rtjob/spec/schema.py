@@ -172,12 +172,13 @@ def describe_validation_error(
         msg = f"missing required key {key!r}"
     elif etype == "literal_error":
         expected = err.get("ctx", {}).get("expected", "")
-        msg = f"{key}: {err['input']!r} is not valid; expected one of {expected}"
+        msg = f"{key}: not a valid value; expected one of {expected}"
     elif etype == "model_type" or etype == "dict_type":
         msg = f"{key}: expected a mapping, got {type(err['input']).__name__}"
     else:
+        # Never the value itself: it may be a secret (a token in a requirement URL, a password).
         got = err.get("input")
-        shown = f" (got {got!r})" if isinstance(got, (str, int, float, bool)) else ""
+        shown = f" (got {type(got).__name__})" if got is not None and etype.endswith("_type") else ""
         msg = f"{key}: {err['msg'][0].lower() + err['msg'][1:]}{shown}"
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     prefix = f"{what}: " if what else ""

@@ -65,10 +65,34 @@ def _index_lines(node: yaml.Node, prefix: tuple[str | int, ...], out: dict[tuple
             _index_lines(item, loc, out)
 
 
+# A small file must not expand into millions of nodes through aliases ("billion laughs"): everything that
+# walks the data afterwards (the line index, validation, overrides) would take as long.
+MAX_NODES = 100_000
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int], depth: int = 0) -> int:
+    """How many nodes ``node`` stands for once every alias is expanded (linear time: shared nodes are
+    counted once and multiplied, never walked again)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    if depth > 200:
+        return MAX_NODES + 1  # nesting this deep is no job file either
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(k, memo, depth + 1) + _expanded_size(v, memo, depth + 1) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, memo, depth + 1) for item in node.value)
+    memo[id(node)] = min(size, MAX_NODES + 1)
+    return memo[id(node)]
+
+
 def parse_yaml(text: str, path: str) -> Located:
     """Parse one YAML document; malformed YAML becomes a one-line BadInput with file:line."""
     try:
         node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        if node is not None and _expanded_size(node, {}) > MAX_NODES:
+            raise BadInput(f"{path}: the YAML expands to more than {MAX_NODES:,} values (through aliases or "
+                           "nesting); a job or compute config is a few dozen keys")
         data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -77,6 +101,8 @@ def parse_yaml(text: str, path: str) -> Located:
         raise BadInput(f"{path}{line}: invalid YAML: {problem}") from None
     except yaml.YAMLError as exc:
         raise BadInput(f"{path}: invalid YAML: {str(exc).splitlines()[0]}") from None
+    except RecursionError:
+        raise BadInput(f"{path}: invalid YAML: nested too deeply") from None
     lines: dict[tuple[str | int, ...], int] = {}
     if node is not None:
         lines[()] = node.start_mark.line + 1

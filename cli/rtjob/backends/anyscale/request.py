@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ...core.redact import MASK, is_secret, mask_mapping
+from ...core.redact import MASK, is_secret, mask_command, mask_mapping
 from ...spec.pricing import job_cost, pinned_compute_config
 from ...spec.resolve import REGISTERED_PREFIX
 from ..base import Request
@@ -52,8 +52,12 @@ def job_config(job: ResolvedJob) -> dict[str, Any]:
 
 
 def masked_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The JobConfig as printed: secret env values, tags and args masked whole (as the Ray render does)."""
     out = dict(config)
     out["env_vars"] = mask_mapping(config.get("env_vars") or {})
+    out["tags"] = mask_mapping(config.get("tags") or {})
+    if isinstance(config.get("entrypoint"), str):
+        out["entrypoint"] = mask_command(config["entrypoint"])
     return out
 
 

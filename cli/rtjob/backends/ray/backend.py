@@ -9,11 +9,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import requests
+
 import rtjob_contract as contract
 
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
-from ...core.redact import MASK, mask_mapping, secret_values
+from ...core.redact import MASK, REDACTOR, mask_mapping, secret_values
 from ..base import Backend, Log, Request, Retry
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
@@ -22,6 +24,37 @@ from .request import RayJobRequest, build
 if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
     from ...spec.project import Settings
     from ...spec.resolve import Placement, ResolvedJob
+
+
+def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit starts
+    """How long one submit (packaging, upload and the request) may take: Ray's client has no time-out of its
+    own (RTJOB_SUBMIT_TIMEOUT_S overrides the default)."""
+    import os
+
+    return float(os.environ.get("RTJOB_SUBMIT_TIMEOUT_S") or 600)
+
+
+def _within(seconds: float, address: str, call: Any) -> None:
+    """Run ``call`` in a daemon thread and give up after ``seconds`` (the thread dies with the process)."""
+    import threading
+
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, name="rtjob-submit", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        raise Unreachable(f"the Ray cluster at {address} did not accept the submission within {seconds:.0f}s "
+                          "(RTJOB_SUBMIT_TIMEOUT_S); check the run with rtjob list before submitting again")
+    if outcome[0] is not None:
+        raise outcome[0]
 
 
 class RayJobsBackend(Backend):
@@ -54,6 +87,7 @@ class RayJobsBackend(Backend):
         if not any(k.lower() == "authorization" for k in headers):
             token = discover_token()
             if token:
+                REDACTOR.add([token])
                 headers["Authorization"] = f"Bearer {token}"
         return RayJobsAPI(address, headers, bool(settings.get("verify_tls")))
 
@@ -96,7 +130,7 @@ class RayJobsBackend(Backend):
                 "submission_id": request.submission_id,
                 "entrypoint": request.masked_entrypoint(),
                 "runtime_env": request.masked_runtime_env(),
-                "metadata": request.metadata,
+                "metadata": mask_mapping(request.metadata),
                 "entrypoint_num_cpus": request.entrypoint_num_cpus,
             },
         }
@@ -114,7 +148,7 @@ class RayJobsBackend(Backend):
         if headers:
             parts += ["--headers", json.dumps(headers)]
         parts += ["--runtime-env-json", json.dumps(request.masked_runtime_env(), sort_keys=True)]
-        parts += ["--metadata-json", json.dumps(request.metadata, sort_keys=True)]
+        parts += ["--metadata-json", json.dumps(mask_mapping(request.metadata), sort_keys=True)]
         parts += ["--entrypoint-num-cpus", f"{request.entrypoint_num_cpus:g}", "--"]
         return (" ".join(shlex.quote(p) if not p.startswith("RAY_AUTH") else p for p in parts) + " "
                 + request.masked_entrypoint())
@@ -158,37 +192,48 @@ class RayJobsBackend(Backend):
         for name in ("ray", "ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
             logging.getLogger(name).setLevel(logging.ERROR)
         try:
-            client = JobSubmissionClient(
-                self.address, headers=self.api.headers, verify=self.api.verify, create_cluster_if_needed=False
-            )
-            # A cluster that just started answers 500 "No available agent" until its job agent is up.
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    client.submit_job(
-                        entrypoint=request.entrypoint,
-                        submission_id=request.submission_id,
-                        runtime_env=request.runtime_env,
-                        metadata=request.metadata,
-                        entrypoint_num_cpus=request.entrypoint_num_cpus,
-                    )
-                    break
-                except RuntimeError as exc:
-                    if "No available agent" not in str(exc) or time.monotonic() > deadline:
-                        raise
-                    time.sleep(1.0)
-        except ConnectionError as exc:
-            raise Unreachable(f"cannot reach the Ray cluster at {self.address}: {str(exc).splitlines()[0][:200]}") from None
+            _within(SUBMIT_TIMEOUT_S(), self.address, lambda: self._send(JobSubmissionClient, request))
+        except (ConnectionError, requests.exceptions.RequestException) as exc:
+            raise Unreachable(f"cannot reach the Ray cluster at {self.address} to submit: {type(exc).__name__}") from None
         except RuntimeError as exc:
             text = str(exc)
+            if type(exc).__name__ == "AuthenticationError":
+                raise Unreachable(f"authentication failed at {self.address} while submitting: the cluster wants "
+                                  "a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from None
             if "already exists" in text:  # lost a race with another submit of the same id
                 existing = self.api.job(request.submission_id)
                 if existing is not None:
                     return SubmitResult(self._info(existing), created=False)
             if "401" in text or "403" in text or "Unauthorized" in text:
-                raise Unreachable(f"authentication failed at {self.address}: {text.splitlines()[0][:200]}") from None
+                raise Unreachable(f"authentication failed at {self.address} while submitting") from None
             raise RtjobError(f"submit failed: {text.strip().splitlines()[-1][:300]}") from None
+        except Exception as exc:
+            if type(exc).__name__ == "AuthenticationError":  # ray.exceptions.AuthenticationError (401/403)
+                raise Unreachable(f"authentication failed at {self.address} while submitting: the cluster wants "
+                                  "a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from None
+            raise
         return SubmitResult(self.status(request.submission_id), created=True)
+
+    def _send(self, client_class: Any, request: RayJobRequest) -> None:
+        """Ray's own client: it packages and uploads the working dir, then submits."""
+        client = client_class(self.address, headers=self.api.headers, verify=self.api.verify,
+                              create_cluster_if_needed=False)
+        # A cluster that just started answers 500 "No available agent" until its job agent is up.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                client.submit_job(
+                    entrypoint=request.entrypoint,
+                    submission_id=request.submission_id,
+                    runtime_env=request.runtime_env,
+                    metadata=request.metadata,
+                    entrypoint_num_cpus=request.entrypoint_num_cpus,
+                )
+                return
+            except RuntimeError as exc:
+                if "No available agent" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
 
     def _info(self, data: dict[str, Any]) -> RunInfo:
         meta = data.get("metadata") or {}
@@ -309,6 +354,7 @@ class EmbeddedRayBackend(RayJobsBackend):
         return None  # the embedded cluster's address and token are known once it runs (api, prepare)
 
     def _connect(self, cluster: Any) -> RayJobsAPI:
+        REDACTOR.add([cluster.token])
         headers = {**self._user_headers, "Authorization": f"Bearer {cluster.token}"}
         self._api = RayJobsAPI(cluster.address, headers, True)
         return self._api

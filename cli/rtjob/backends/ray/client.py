@@ -15,19 +15,35 @@ import requests
 
 from ...core.errors import BadInput, Unreachable
 
-TIMEOUT_S = 15.0
+# Every request has both: a dead host fails in seconds, a slow dashboard gets its time.
+CONNECT_TIMEOUT_S = 5.0
+READ_TIMEOUT_S = 30.0
+TRANSIENT_STATUS = frozenset({502, 503, 504})
 
 
 def normalize_address(address: str) -> str:
+    """``head:8265`` → ``http://head:8265``; anything that is not an http(s) URL with a host and a valid port is
+    one line of bad input (before any request is made)."""
+    from urllib.parse import urlsplit
+
     address = address.strip().rstrip("/")
+    expected = "expected http://host:port or https://host:port, e.g. http://head:8265"
     if address.startswith(("ray://", "auto")):
-        raise BadInput(
-            f"address {address!r}: rtjob talks to the Ray dashboard (Jobs API), e.g. http://head:8265"
-        )
+        raise BadInput(f"address {address!r}: rtjob talks to the Ray dashboard (Jobs API), e.g. http://head:8265")
+    if any(ord(c) < 33 or ord(c) == 127 for c in address):
+        raise BadInput(f"the address holds a space or a control character; {expected}")
     if "://" not in address:
         address = f"http://{address}"
     if not address.startswith(("http://", "https://")):
-        raise BadInput(f"address {address!r}: expected http://host:port or https://host:port")
+        raise BadInput(f"address {address!r}: {expected}")
+    try:
+        parts = urlsplit(address)
+        port = parts.port  # ValueError when out of range or not a number
+    except ValueError:
+        raise BadInput(f"address {address!r}: not a valid URL (a port outside 1-65535, or an unclosed [IPv6]); "
+                       f"{expected}") from None
+    if not parts.hostname or (port is not None and not 0 < port < 65536):
+        raise BadInput(f"address {address!r}: {expected}")
     return address
 
 
@@ -36,17 +52,19 @@ def split_credentials(address: str) -> tuple[str, str | None]:
 
     A dashboard behind a proxy with basic auth: the credentials travel as a header, so the address that
     rtjob prints (in errors, render, the equivalent command) never holds them."""
-    from urllib.parse import unquote, urlsplit, urlunsplit
-
-    parts = urlsplit(address if "://" in address else f"http://{address}")
-    if "@" not in parts.netloc:
-        return address, None
     import base64
+    from urllib.parse import unquote
 
-    userinfo, host = parts.netloc.rsplit("@", 1)
+    scheme, sep, rest = address.strip().partition("://")
+    if not sep:
+        scheme, rest = "http", address.strip()
+    if "@" not in rest:
+        return address, None
+    # The password may hold '/', '#' or '@' unescaped: the credentials end at the last '@' of the address.
+    userinfo, host = rest.rsplit("@", 1)
     user, _, password = userinfo.partition(":")
     basic = base64.b64encode(f"{unquote(user)}:{unquote(password)}".encode()).decode("ascii")
-    return urlunsplit(parts._replace(netloc=host)), f"Basic {basic}"
+    return f"{scheme}://{host}", f"Basic {basic}"
 
 
 def discover_token() -> str | None:
@@ -66,6 +84,18 @@ def discover_token() -> str | None:
     return None
 
 
+class NotADashboard(Unreachable):
+    """The address answered, but not as Ray's dashboard does (an HTML page, a wrong shape)."""
+
+    retriable = True  # while following: a proxy's hiccup; a one-shot command reports it (exit 3)
+
+
+class Transient(Unreachable):
+    """A fault that may pass: connection refused or reset, a time-out, HTTP 502/503/504."""
+
+    retriable = True
+
+
 class RayJobsAPI:
     def __init__(self, address: str, headers: dict[str, str], verify: bool = True) -> None:
         self.address = normalize_address(address)
@@ -77,13 +107,16 @@ class RayJobsAPI:
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         url = f"{self.address}{path}"
         try:
-            resp = self._session.request(method, url, timeout=TIMEOUT_S, verify=self.verify, **kwargs)
+            resp = self._session.request(method, url, timeout=(CONNECT_TIMEOUT_S, READ_TIMEOUT_S), verify=self.verify,
+                                         **kwargs)
         except requests.exceptions.SSLError as exc:
             raise Unreachable(f"TLS error talking to {self.address}: {_short(exc)} (--no-verify-tls skips the check)") from None
         except requests.exceptions.ConnectionError:
-            raise Unreachable(f"cannot reach the Ray cluster at {self.address}: connection refused or no route") from None
+            raise Transient(f"cannot reach the Ray cluster at {self.address}: connection refused, reset or no route") from None
         except requests.exceptions.Timeout:
-            raise Unreachable(f"the Ray cluster at {self.address} did not answer within {TIMEOUT_S:.0f}s") from None
+            raise Transient(f"the Ray cluster at {self.address} did not answer within {READ_TIMEOUT_S:.0f}s") from None
+        except requests.exceptions.RequestException as exc:
+            raise Unreachable(f"cannot talk to {self.address}: {type(exc).__name__}") from None
         if resp.status_code == 401:
             raise Unreachable(
                 f"authentication failed at {self.address}: the cluster wants a token; set RAY_AUTH_TOKEN or "
@@ -91,53 +124,70 @@ class RayJobsAPI:
             )
         if resp.status_code == 403:
             raise Unreachable(f"authentication failed at {self.address}: the token was rejected")
+        if resp.status_code in TRANSIENT_STATUS:
+            raise Transient(f"{self.address}: HTTP {resp.status_code} (the dashboard or a proxy in front of it is "
+                            "restarting or overloaded)")
         return resp
 
-    def get_json(self, path: str, **kwargs: Any) -> Any:
-        resp = self.request("GET", path, **kwargs)
+    def _json(self, resp: requests.Response, path: str, shape: type) -> Any:
+        """The answer's JSON if it has the expected shape; else one line (exit 3) naming what came back."""
         if resp.status_code >= 400:
-            raise Unreachable(f"{self.address}{path}: HTTP {resp.status_code}: {resp.text.strip()[:200]}")
+            raise Unreachable(f"{self.address}{path}: HTTP {resp.status_code}")
         try:
-            return resp.json()
+            data = resp.json()
         except ValueError:
-            raise Unreachable(f"{self.address}{path}: not a Ray dashboard (the answer is not JSON)") from None
+            kind = (resp.headers.get("content-type") or "no content type").split(";")[0]
+            raise NotADashboard(f"{self.address}{path}: not a Ray dashboard (the answer is {kind}, not JSON); "
+                                "check the address, or sign in to the proxy in front of it") from None
+        if not isinstance(data, shape):
+            raise NotADashboard(f"{self.address}{path}: not a Ray dashboard (unexpected answer: a JSON "
+                                f"{type(data).__name__}, expected a {shape.__name__})")
+        return data
+
+    def get_json(self, path: str, **kwargs: Any) -> Any:
+        return self._json(self.request("GET", path, **kwargs), path, object)
 
     def job(self, submission_id: str) -> dict[str, Any] | None:
-        resp = self.request("GET", f"/api/jobs/{submission_id}")
+        path = f"/api/jobs/{submission_id}"
+        resp = self.request("GET", path)
         if resp.status_code == 404:
             return None
-        if resp.status_code >= 400:
-            raise Unreachable(f"{self.address}: HTTP {resp.status_code} for job {submission_id}: {resp.text[:200]}")
-        return dict(resp.json())
+        data: dict[str, Any] = self._json(resp, path, dict)
+        return data
 
     def jobs(self) -> list[dict[str, Any]]:
-        return list(self.get_json("/api/jobs/"))
+        data = self._json(self.request("GET", "/api/jobs/"), "/api/jobs/", list)
+        return [d for d in data if isinstance(d, dict)]
 
     def stop(self, submission_id: str) -> bool:
-        resp = self.request("POST", f"/api/jobs/{submission_id}/stop")
+        path = f"/api/jobs/{submission_id}/stop"
+        resp = self.request("POST", path)
         if resp.status_code == 404:
             raise BadInput(f"no run {submission_id!r} at {self.address}")
-        if resp.status_code >= 400:
-            raise Unreachable(f"{self.address}: HTTP {resp.status_code} stopping {submission_id}: {resp.text[:200]}")
-        return bool(resp.json().get("stopped"))
+        return bool(self._json(resp, path, dict).get("stopped"))
 
     def logs(self, submission_id: str) -> str:
-        resp = self.request("GET", f"/api/jobs/{submission_id}/logs")
+        path = f"/api/jobs/{submission_id}/logs"
+        resp = self.request("GET", path)
         if resp.status_code == 404:
             raise BadInput(f"no run {submission_id!r} at {self.address}")
-        if resp.status_code >= 400:
-            raise Unreachable(f"{self.address}: HTTP {resp.status_code} reading logs: {resp.text[:200]}")
-        return str(resp.json().get("logs", ""))
+        logs = self._json(resp, path, dict).get("logs", "")
+        return logs if isinstance(logs, str) else ""
 
     def nodes(self) -> list[dict[str, Any]]:
-        data = self.get_json("/api/v0/nodes", params={"detail": "1", "limit": "10000"})
-        return [n for n in data["data"]["result"]["result"] if n.get("state") == "ALIVE"]
+        path = "/api/v0/nodes"
+        data = self._json(self.request("GET", path, params={"detail": "1", "limit": "10000"}), path, dict)
+        try:
+            found = data["data"]["result"]["result"]
+        except (KeyError, TypeError):
+            raise NotADashboard(f"{self.address}{path}: not a Ray dashboard (no node list in the answer)") from None
+        return [n for n in found if isinstance(n, dict) and n.get("state") == "ALIVE"]
 
     def has_autoscaler(self) -> bool | None:
         """True if the cluster can add worker nodes, False if not, None if it cannot tell."""
         try:
             data = self.get_json("/api/cluster_status")["data"]
-        except (Unreachable, KeyError, TypeError):
+        except (Unreachable, KeyError, TypeError, AttributeError):
             return None
         text = data.get("autoscalingStatus") or ""
         if "Worker node types:" not in text:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ...core.redact import MASK, mask_mapping, redact, secret_arg_values, secret_values
+from ...core.redact import MASK, mask_command, mask_mapping, secret_arg_values, secret_values
 from ..base import Request
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class RayJobRequest(Request):
         return env
 
     def masked_entrypoint(self) -> str:
-        return redact(self.entrypoint, self.secrets())
+        return mask_command(self.entrypoint)
 
 
 def build(job: ResolvedJob) -> RayJobRequest:

@@ -40,6 +40,7 @@ META_ATTEMPT = contract.META_ATTEMPT
 META_PARENT = contract.META_PARENT
 META_MAX_RETRIES = contract.META_MAX_RETRIES
 SUFFIX = "-retry"
+MAX_ATTEMPTS = 101  # the schema caps max_retries at 100
 # Ray's error types that mean the driver's supervisor (and with it, possibly its node) was lost.
 LOST_SUPERVISOR = {"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE"}
 KILL_SIGNALS = {signal.SIGKILL: "SIGKILL", signal.SIGTERM: "SIGTERM"}
@@ -104,15 +105,17 @@ def chain_of(backend: RayJobsBackend, run_id: str) -> list[Attempt]:
     """Every attempt of the run ``run_id`` belongs to, in order (probing ``<root>-retryN`` ids)."""
     first = backend.api.job(run_id)
     root = root_id(run_id, first)
+    root_data = first if root == run_id else backend.api.job(root)
+    # Bounded: a run has at most 1 + max_retries attempts (and never more than MAX_ATTEMPTS), so a server
+    # that answers every id cannot make status or wait probe forever.
+    limit = min(MAX_ATTEMPTS, 1 + max(max_retries_of(root_data), max_retries_of(first)))
     found: list[Attempt] = []
-    n = 1
-    while True:
+    for n in range(1, limit + 1):
         data = first if attempt_id(root, n) == run_id else backend.api.job(attempt_id(root, n))
         if data is None:
             break
         found.append(Attempt(attempt_id(root, n), n, str(data.get("status")), data.get("driver_exit_code"),
                              retry_reason(data)))
-        n += 1
     return found
 
 
