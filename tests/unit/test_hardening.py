@@ -1,0 +1,282 @@
+"""Hardening without a cluster: the redaction boundary (property-based), exit codes CI can trust (70 for
+rtjob's own failures), and a dashboard address that answers wrongly (HTML, wrong shapes, 502s, every id).
+
+The misbehaving servers are real HTTP servers on loopback (tests/support/http_faults.py): they stand in for
+what really sits at a wrong address, an auth proxy's sign-in page or a broken gateway."""
+
+from __future__ import annotations
+
+import ast
+import json
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from rtjob.core.errors import BadInput, RtjobError
+from rtjob.core.redact import MASK, Redactor, is_secret, is_secret_name, mask_command, secret_arg_values
+from rtjob.spec.overrides import parse_env, parse_headers, parse_set
+from rtjob.spec.schema import validate_job
+from rtjob.spec.yamlsrc import parse_yaml
+from support.cli import REPO, base_env
+from support.http_faults import HTML, StandIn, json_body
+
+RTJOB = [sys.executable, "-m", "rtjob.main"]
+# Derandomized: the same examples on every run (CI must be deterministic), still 100 of them per property.
+FAST = settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+SECRET_CHARS = string.ascii_letters + string.digits + "/+=#@!%-_.~"
+secrets_st = st.text(SECRET_CHARS, min_size=6, max_size=40).filter(lambda s: s.strip() == s and s[0].isalnum()
+                                                                  and s[-1].isalnum())
+words_st = st.lists(st.text(string.ascii_letters + string.digits + ".,:;()[]'\"", min_size=0, max_size=12),
+                    max_size=20)
+
+
+# -- the redactor ----------------------------------------------------------------------------------------------
+
+@FAST
+@given(secret=secrets_st, before=words_st, after=words_st, glue=st.sampled_from([" ", "=", ": ", "'", '"', "\n",
+                                                                                 "(", ", "]))
+def test_a_known_secret_never_survives_as_a_token(secret: str, before: list[str], after: list[str], glue: str) -> None:
+    redactor = Redactor()
+    redactor.add([secret])
+    text = " ".join(before) + glue + secret + glue + " ".join(after)
+    out = redactor.text(text)
+    assert secret not in out.replace(MASK, " ")
+
+
+@FAST
+@given(text=st.text(max_size=300), short=st.lists(st.text(min_size=1, max_size=5), max_size=5))
+def test_short_values_are_never_hunted_in_free_text(text: str, short: list[str]) -> None:
+    """`false`, `1`, `alice`: structured fields mask them, free text never does (no '****' out of a word)."""
+    redactor = Redactor()
+    redactor.add(short)
+    assert redactor.text(text) == Redactor().text(text)
+
+
+@FAST
+@given(name=st.text(max_size=40), value=st.text(max_size=60), text=st.text(max_size=200))
+def test_redaction_never_raises(name: str, value: str, text: str) -> None:
+    is_secret(name, value)
+    is_secret_name(name)
+    mask_command(text)
+    secret_arg_values(text)
+    redactor = Redactor()
+    redactor.add([value])
+    redactor.data({"a": [text, {name: value}]})
+
+
+def test_ordinary_words_are_not_masked_and_secret_words_are() -> None:
+    redactor = Redactor()
+    redactor.add_mapping({"TOKENIZERS_PARALLELISM": "false", "AUTHOR": "alice", "SORT_KEY": "created_at_desc",
+                          "DB_PASSWORD": "false-but-long-pw", "MYSQL_PWD": "hunter22"})
+    text = "--tag falsetto false alice created_at_desc TOKENIZERS_PARALLELISM=false pw=hunter22 x=false-but-long-pw"
+    assert redactor.text(text) == (f"--tag falsetto false alice created_at_desc TOKENIZERS_PARALLELISM=false "
+                                   f"pw={MASK} x={MASK}")
+
+
+@pytest.mark.parametrize("text,hidden", [
+    ("DATABASE_URL=postgres://app:p@ss/w#rd@db.internal:5432/prod", "p@ss/w#rd"),
+    ("SENTRY_DSN=https://abcdef0123456789@o1.ingest.sentry.io/5", None),
+    ("key sk-" + "A" * 30 + " end", "sk-" + "A" * 30),
+    ("gh ghp_" + "b" * 36, "ghp_" + "b" * 36),
+    ("gh github_pat_" + "c" * 40, "github_pat_" + "c" * 40),
+    ("slack xoxb-1234567890-abcdef", "xoxb-1234567890-abcdef"),
+    ("aws AKIAIOSFODNN7EXAMPLE and ASIAIOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"),
+    ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
+    ("Authorization: Bearer abc.def-ghi_jkl", "abc.def-ghi_jkl"),
+])
+def test_secret_shapes_are_masked_in_free_text_whatever_their_name(text: str, hidden: str | None) -> None:
+    out = Redactor().text(text)
+    assert MASK in out
+    if hidden:
+        assert hidden not in out
+
+
+def test_secret_args_are_masked_whole_however_short_quoted_or_listed() -> None:
+    command = ("timeout -k 30 60 bash -c 'python train.py --api-key abc --tokens t0k1 t0k2 --password "
+               "'\"'\"'it is:#@/'\"'\"' --epochs 5 --lr 0.1'")
+    masked = mask_command(command)
+    for value in ("abc", "t0k1", "t0k2", "it is:#@/"):
+        assert value not in masked.replace("--api-key", "").replace("--tokens", "")
+    assert "--epochs 5 --lr 0.1" in masked
+
+
+# -- parsers: bad input is BadInput, never another exception, never the value ---------------------------------
+
+@FAST
+@given(items=st.lists(st.text(max_size=40), max_size=4))
+def test_overrides_raise_bad_input_or_parse(items: list[str]) -> None:
+    for parse in (parse_set, parse_env, parse_headers):
+        try:
+            parse(items)
+        except BadInput as exc:
+            assert "\n" not in exc.message
+
+
+@FAST
+@given(key=st.text(string.ascii_letters + "._", min_size=1, max_size=20), secret=secrets_st)
+def test_override_errors_never_echo_the_value(key: str, secret: str) -> None:
+    assume(secret not in key)
+    for parse, item in ((parse_set, f"{key}..x={secret}"), (parse_env, f"{key} {secret}"),
+                        (parse_headers, f"{key} {secret}")):
+        try:
+            parse([item])
+        except BadInput as exc:
+            assert secret not in exc.message
+
+
+@FAST
+@given(text=st.text(max_size=400))
+def test_spec_loading_raises_bad_input_or_validates(text: str) -> None:
+    try:
+        validate_job(parse_yaml(text, "j.yaml"))
+    except BadInput as exc:
+        assert "\n" not in exc.message and exc.message.startswith("j.yaml")
+
+
+@FAST
+@given(yaml_text=st.text(max_size=120), secret=secrets_st)
+def test_schema_errors_never_echo_a_value(yaml_text: str, secret: str) -> None:
+    for field in ("nodes", "max_retries", "strategy", "name", "timeout_s", "storage_endpoint"):
+        try:
+            validate_job(parse_yaml(f"name: x\nentrypoint: y\n{field}: {json.dumps(secret)}\n", "j.yaml"))
+        except RtjobError as exc:
+            assert secret not in exc.message
+
+
+# -- one boundary: commands print only through printing.py ----------------------------------------------------
+
+def test_commands_print_only_through_the_redacting_helpers() -> None:
+    """click.echo, print, sys.stdout/stderr.write or a rich Console anywhere in commands/ but printing.py
+    would bypass the redactor."""
+    found = []
+    for path in sorted((REPO / "cli" / "rtjob" / "commands").glob("*.py")):
+        if path.name == "printing.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = ast.unparse(node.func)
+            if name in ("print", "click.echo", "click.secho", "sys.stdout.write", "sys.stderr.write", "Console"):
+                found.append(f"{path.name}:{node.lineno}: {name}")
+    assert not found, "\n".join(found)
+
+
+# -- exit codes CI can trust ----------------------------------------------------------------------------------
+
+def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_an_internal_error_exits_70_with_one_line_and_a_saved_redacted_traceback(tmp_path: Path) -> None:
+    """A bug in rtjob (here: a command that raises ValueError, added to the real CLI) is not "the job
+    failed": exit 70, one line that says where the traceback went; the client's secrets are not in either."""
+    secret = "aws-secret-canary-0123456789"
+    script = ("import rtjob.commands as c\n"
+              "@c.cli.command('boom')\n"
+              "def boom():\n"
+              f"    raise ValueError('went wrong near {secret}')\n"
+              "c.main()\n")
+    env = base_env(tmp_path / "home", AWS_SECRET_ACCESS_KEY=secret)
+    proc = _run([sys.executable, "-c", script, "boom"], env)
+    assert proc.returncode == 70, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rtjob: internal error") and "ValueError" in lines[0], lines
+    assert "Traceback" not in proc.stderr and secret not in proc.stderr
+    saved = list((tmp_path / "home" / "crash").glob("*.txt"))
+    assert len(saved) == 1 and str(saved[0]) in lines[0]
+    text = saved[0].read_text()
+    assert "Traceback" in text and "ValueError" in text and secret not in text and MASK in text
+    debug = _run([sys.executable, "-c", script, "boom"], {**env, "RTJOB_DEBUG": "1"})
+    assert debug.returncode == 70 and "Traceback" in debug.stderr and secret not in debug.stderr
+
+
+def test_exit_code_tables_list_70() -> None:
+    help_text = _run([*RTJOB, "status", "--help"], base_env(REPO / ".rtjob-unused")).stdout
+    assert "70  internal error in rtjob itself" in help_text
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    assert "| 70 |" in readme
+
+
+# -- a dashboard address that answers wrongly -----------------------------------------------------------------
+
+def _job(run_id: str, **extra: object) -> dict[str, object]:
+    return {"submission_id": run_id, "job_id": None, "type": "SUBMISSION", "status": "SUCCEEDED",
+            "entrypoint": "python x.py", "message": "done", "start_time": 1_700_000_000_000,
+            "end_time": 1_700_000_060_000, "metadata": {}, "runtime_env": {}, **extra}
+
+
+ANSWERS = {
+    "html-sign-in-page": ((200, "text/html; charset=utf-8", HTML), "not a Ray dashboard (the answer is text/html"),
+    "json-list-not-object": ((200, "application/json", b"[1, 2]"), "unexpected answer: a JSON list"),
+    "json-string": ((200, "application/json", b'"ok"'), "unexpected answer: a JSON str"),
+    "bad-gateway": ((502, "text/plain", b"upstream down"), "HTTP 502"),
+    "server-error": ((500, "text/plain", b"boom"), "HTTP 500"),
+}
+
+
+@pytest.mark.parametrize("command,name", [*(("status", name) for name in ANSWERS),
+                                          ("logs", "html-sign-in-page"), ("wait", "bad-gateway"),
+                                          ("stop", "json-list-not-object")])
+def test_a_wrong_answer_is_one_line_exit_3(command: str, name: str, tmp_path: Path) -> None:
+    answer, expect = ANSWERS[name]
+
+    def respond(method: str, path: str) -> tuple[int, str, bytes]:
+        return answer
+
+    with StandIn(respond) as server:
+        env = base_env(tmp_path / "home", RTJOB_FOLLOW_GRACE_S="2")
+        proc = _run([*RTJOB, command, "some-run", "--backend", "ray", "--address", server.address], env)
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" not in proc.stderr and lines[-1].startswith("rtjob: error: ") and expect in lines[-1], lines
+
+
+def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_path: Path) -> None:
+    """Attempt ids are probed up to the run's own max_retries (+1), however many ids the server knows."""
+    def respond(method: str, path: str) -> tuple[int, str, bytes]:
+        run_id = path.rsplit("/", 1)[-1]
+        return 200, "application/json", json_body(_job(run_id, metadata={"rtjob.max_retries": "3"}))
+
+    with StandIn(respond) as server:
+        proc = _run([*RTJOB, "status", "r1", "--backend", "ray", "--address", server.address, "-o", "json"],
+                    base_env(tmp_path / "home"))
+        probes = [r for r in server.requests if "-retry" in r]
+    assert proc.returncode == 0, proc.stderr
+    assert len(json.loads(proc.stdout)["attempts"]) == 4 and len(probes) <= 6, probes
+
+
+def test_the_client_environment_secrets_never_print(tmp_path: Path) -> None:
+    """A server that echoes the request's Authorization header in an error body: the token stays masked."""
+    token = "ray-token-canary-7f7f7f7f"
+
+    def respond(method: str, path: str) -> tuple[int, str, bytes]:
+        return 404, "text/plain", f"no such job; you sent Bearer {token}".encode()
+
+    with StandIn(respond) as server:
+        proc = _run([*RTJOB, "status", "r1", "--backend", "ray", "--address", server.address],
+                    base_env(tmp_path / "home", RAY_AUTH_TOKEN=token))
+    assert proc.returncode == 2 and token not in proc.stdout + proc.stderr, proc.stderr
+
+
+def test_render_masks_tags_args_and_urls_the_same_on_ray_and_anyscale(tmp_path: Path) -> None:
+    project = tmp_path / "p"
+    (project / "jobs").mkdir(parents=True)
+    (project / "jobs" / "j.yaml").write_text(
+        "name: j\nentrypoint: python x.py\nargs:\n  api_key: k1\n  tokens: [tokA1, tokB2]\n  note: falsetto\n"
+        "tags:\n  owner: alice\n  deploy_token: tagsecret9\n"
+        "env_vars:\n  TOKENIZERS_PARALLELISM: 'false'\n  DATABASE_URL: postgres://u:dbpass/1@db:5432/x\n")
+    env = base_env(tmp_path / "home", RTJOB_PROJECT=str(project), HOME=str(tmp_path / "user"))
+    outs = []
+    for backend in (["--backend", "ray", "--address", "http://127.0.0.1:9"], ["--backend", "anyscale"]):
+        for output in ("text", "json"):
+            proc = _run([*RTJOB, "render", "j", *backend, "-o", output], env, cwd=project)
+            assert proc.returncode == 0, proc.stderr
+            outs.append(proc.stdout + proc.stderr)
+    for out in outs:
+        for secret in ("--api-key k1", "tokA1", "tokB2", "tagsecret9", "dbpass/1"):
+            assert secret not in out, (secret, out)
+        assert "--api-key ****" in out and "--note falsetto" in out and "alice" in out and "false" in out
