@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cli import base_env, rtjob
+from support.cli import CAPTURED, PLANTED, base_env, rtjob
 
 
 @pytest.fixture(scope="session")
@@ -23,3 +23,13 @@ def cluster_env() -> Iterator[dict[str, str]]:
     finally:
         rtjob("local", "down", env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_planted_secret_in_any_output() -> Iterator[None]:
+    """After the whole session (each xdist worker: its own share): grep every captured rtjob output for every
+    secret the tests planted. A leak anywhere fails the run, even in a test that did not look for it."""
+    yield
+    leaks = sorted({secret for secret in PLANTED for out in CAPTURED if secret in out})
+    assert not leaks, f"planted secrets found in rtjob output: {leaks}"
+    assert not PLANTED or CAPTURED, "secrets were planted but no output was captured"

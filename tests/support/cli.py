@@ -16,6 +16,22 @@ _SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKE
           "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_JOB_HEADERS", "RTJOB_PROJECT")
 
 
+# Suite-wide secret check: every output a test captures from rtjob is recorded here, every secret a test plants
+# is registered; tests/conftest.py fails the session (at teardown) if any planted value shows up in any output.
+PLANTED: set[str] = set()
+CAPTURED: list[str] = []
+
+
+def plant(value: str) -> str:
+    """A secret this test hands to rtjob (env, args, tags, tokens): it must appear in no output of the suite."""
+    PLANTED.add(value)
+    return value
+
+
+def record(*texts: str | None) -> None:
+    CAPTURED.extend(t for t in texts if t)
+
+
 def base_env(home: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
     env["RTJOB_HOME"] = str(home)
@@ -25,7 +41,9 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
 
 
 def rtjob(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*RTJOB, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([*RTJOB, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    record(proc.stdout, proc.stderr)
+    return proc
 
 
 def popen_rtjob(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.Popen[str]:

@@ -83,17 +83,19 @@ def json_body(data: Any) -> bytes:
 
 
 class FaultProxy(_Running):
-    """A reverse proxy to ``target`` (host, port) that injects faults into the requests ``hit(path)`` selects,
+    """A reverse proxy to ``target`` (host, port) that injects faults into the requests ``hit(path, user agent)``
+    selects,
     one per request in the order of ``plan`` ("ok", "502", "503", "504", "html", "reset", "stall"), cycling; and
     can be "down" for a while (every connection reset, every path). Streams (the log tail) pass through."""
 
-    def __init__(self, target: tuple[str, int], plan: list[str], hit: Callable[[str], bool],
+    def __init__(self, target: tuple[str, int], plan: list[str], hit: Callable[[str, str], bool],
                  stall_s: float = 2.0) -> None:
         self.target = target
         self.plan = plan
         self.hit = hit
         self.stall_s = stall_s
         self.injected: dict[str, int] = {}
+        self.seen: list[str] = []  # "METHOD path -> what happened", for failure messages
         self._count = 0
         self._down_until = 0.0
         self._lock = threading.Lock()
@@ -106,7 +108,8 @@ class FaultProxy(_Running):
                 pass
 
             def _handle(self) -> None:
-                fault = outer._fault_for(self.path)
+                fault = outer._fault_for(self.path, self.headers.get("user-agent") or "")
+                outer.seen.append(f"{self.command} {self.path.split('?')[0]} -> {fault}")
                 if fault == "reset":
                     with contextlib.suppress(OSError):
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
@@ -134,11 +137,11 @@ class FaultProxy(_Running):
         with self._lock:
             self._down_until = time.monotonic() + seconds
 
-    def _fault_for(self, path: str) -> str:
+    def _fault_for(self, path: str, agent: str) -> str:
         with self._lock:
             if time.monotonic() < self._down_until:
                 fault = "reset"
-            elif not self.hit(path):
+            elif not self.hit(path, agent):
                 return "ok"
             else:
                 fault = self.plan[self._count % len(self.plan)]
@@ -155,6 +158,7 @@ class FaultProxy(_Running):
         try:
             upstream.request(handler.command, handler.path, body=body, headers=headers)
             resp = upstream.getresponse()
+            self.seen.append(f"  {handler.path.split('?')[0]} upstream {resp.status}")
             handler.send_response(resp.status)
             for key, value in resp.getheaders():
                 if key.lower() not in _HOP:

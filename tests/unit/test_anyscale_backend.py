@@ -346,7 +346,7 @@ def test_auth_and_network_errors_are_exit_3_without_the_token(monkeypatch: pytes
     assert net.exit_code == 3 and "cannot reach Anyscale" in net.message
     missing = anyscale_client.translate(RuntimeError("Job with ID 'x' was not found."), "reading run x")
     assert missing.exit_code == 2
-    assert anyscale_client.translate(KeyError("boom"), "submitting").exit_code == 1
+    assert anyscale_client.translate(KeyError("boom"), "submitting").exit_code == 3  # not "the job failed"
 
 
 def test_help_stays_free_of_anyscale(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from support.cli import plant, record
 
 REPO = Path(__file__).resolve().parents[2]
 RTJOB = [sys.executable, "-m", "rtjob.main"]
@@ -64,7 +65,7 @@ def flags(*args: str, expect: tuple[str, ...], cmd: str = "render", env: dict[st
     return Case((cmd, "hello", *args), expect, {}, env or {}, absent)
 
 
-SECRET = "tok-9f8e7d6c5b4a-secret"  # a value that must never be echoed by an error
+SECRET = plant("tok-9f8e7d6c5b4a-secret")  # a value that must never be echoed by an error
 ALIAS_BOMB = "name: x\nentrypoint: y\nargs:\n  a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
     f"  {chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
 
@@ -197,6 +198,9 @@ CASES = [
                  id="address-unclosed-ipv6"),
     pytest.param(flags("--backend", "ray", "--address", "http://127.0.0.1:9", "--header", "X-Team: a\nInjected: b",
                        expect=("--header 'X-Team'", "control character")), id="header-value-newline"),
+    pytest.param(flags("--backend", "ray", "--address", "http://127.0.0.1:9",
+                       env={"RAY_JOB_HEADERS": '{"X-Team": "a\\r\\nX-Evil: 1"}'},
+                       expect=("RAY_JOB_HEADERS 'X-Team'", "control character")), id="env-header-value-newline"),
     pytest.param(flags("--backend", "ray", "--address", f"http://bob:pa/ss#{SECRET}@127.0.0.1:99999",
                        expect=("1-65535",), absent=(SECRET, "pa/ss")), id="address-password-with-slash-not-echoed"),
     pytest.param(Case(("schedule", "apply", "hello", "--cron", "0 3 * * *", "--name", 'x"; $(curl evil)'),
@@ -216,7 +220,9 @@ def _run_case(case: Case, base: Path) -> subprocess.CompletedProcess[str]:
         (project / rel).write_text(text, encoding="utf-8")
     env = cli_env(home, RTJOB_PROJECT=str(project), **case.env)
     try:
-        return subprocess.run([*RTJOB, *case.args], cwd=project, env=env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([*RTJOB, *case.args], cwd=project, env=env, capture_output=True, text=True, timeout=60)
+        record(proc.stdout, proc.stderr)
+        return proc
     finally:
         if (home / "local" / "cluster.json").exists():  # a regression started a cluster: stop exactly that one
             subprocess.run([*RTJOB, "local", "down"], cwd=project, env=env, capture_output=True, timeout=120)

@@ -21,7 +21,7 @@ from rtjob.core.redact import MASK, Redactor, is_secret, is_secret_name, mask_co
 from rtjob.spec.overrides import parse_env, parse_headers, parse_set
 from rtjob.spec.schema import validate_job
 from rtjob.spec.yamlsrc import parse_yaml
-from support.cli import REPO, base_env
+from support.cli import REPO, base_env, plant, record
 from support.http_faults import HTML, StandIn, json_body
 
 RTJOB = [sys.executable, "-m", "rtjob.main"]
@@ -168,13 +168,15 @@ def test_commands_print_only_through_the_redacting_helpers() -> None:
 # -- exit codes CI can trust ----------------------------------------------------------------------------------
 
 def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
+    record(proc.stdout, proc.stderr)
+    return proc
 
 
 def test_an_internal_error_exits_70_with_one_line_and_a_saved_redacted_traceback(tmp_path: Path) -> None:
     """A bug in rtjob (here: a command that raises ValueError, added to the real CLI) is not "the job
     failed": exit 70, one line that says where the traceback went; the client's secrets are not in either."""
-    secret = "aws-secret-canary-0123456789"
+    secret = plant("aws-secret-canary-0123456789")
     script = ("import rtjob.commands as c\n"
               "@c.cli.command('boom')\n"
               "def boom():\n"
@@ -251,7 +253,7 @@ def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_pat
 
 def test_the_client_environment_secrets_never_print(tmp_path: Path) -> None:
     """A server that echoes the request's Authorization header in an error body: the token stays masked."""
-    token = "ray-token-canary-7f7f7f7f"
+    token = plant("ray-token-canary-7f7f7f7f")
 
     def respond(method: str, path: str) -> tuple[int, str, bytes]:
         return 404, "text/plain", f"no such job; you sent Bearer {token}".encode()

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from rtjob.core.redact import MASK, is_secret, is_secret_name, mask_mapping, redact, secret_values
+from support.cli import plant, record
 
 RTJOB = [sys.executable, "-m", "rtjob.main"]
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
@@ -90,7 +91,12 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
     }
 
     def run(args: list[str], run_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*RTJOB, *args], cwd=project, env=run_env, capture_output=True, text=True, timeout=60)
+        proc = subprocess.run([*RTJOB, *args], cwd=project, env=run_env, capture_output=True, text=True, timeout=60)
+        record(proc.stdout, proc.stderr)
+        return proc
+
+    for secret in ALL_SECRETS:  # the suite-wide check looks for them in every output, not only here
+        plant(secret)
 
     with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) + 1))) as pool:
         futures = {name: pool.submit(run, *call) for name, call in calls.items()}

@@ -17,14 +17,21 @@ EXIT_INTERRUPTED = 130  # Ctrl-C while following: detached, the job is left runn
 
 
 class RtjobError(Exception):
-    """An error with a one-line message and an exit code."""
+    """An error with a one-line message and an exit code. Unclassified, it is rtjob's own failure (70): only
+    RunFailed says "the run failed" (1), so CI never mistakes a tool problem for the job's outcome."""
 
-    exit_code = EXIT_FAILED
+    exit_code = EXIT_INTERNAL
     retriable = False  # True: a fault that may pass (a follower retries it, with a bound, before giving up)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class RunFailed(RtjobError):
+    """The run's outcome is a failure that rtjob reports as such (e.g. a retry that cannot be made)."""
+
+    exit_code = EXIT_FAILED
 
 
 class BadInput(RtjobError):

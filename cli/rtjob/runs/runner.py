@@ -58,12 +58,14 @@ def submit(planned: Plan, *, attach: bool, say: Say) -> Submitted:
     exists, else check that the job can fit and submit the planned request."""
     backend = planned.backend
     backend.prepare(planned.job, say)
-    existing = backend.find(planned.job.run_id) if attach else None
+    # Faults that may pass are waited out here too: the existence check makes a repeated submit an attach.
+    patience = Patience(say)
+    existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
     if existing is not None:
         return Submitted(existing, created=False)
-    for warning in backend.precheck(planned.job):
+    for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
         say(f"warning: {warning}")
-    result = backend.submit(planned.request)
+    result = patience.call_sync(lambda: backend.submit(planned.request))
     return Submitted(result.run, result.created)
 
 

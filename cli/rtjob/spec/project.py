@@ -107,7 +107,9 @@ def _env_value(key: str, raw: str) -> Any:
             raise BadInput("RAY_JOB_HEADERS: not a JSON object, e.g. '{\"X-Team\": \"ml\"}'") from None
         if not isinstance(value, dict):
             raise BadInput("RAY_JOB_HEADERS: must be a JSON object of header names to values")
-        return {str(k): str(v) for k, v in value.items()}
+        from .overrides import parse_headers  # the same checks as --header (names, no control characters)
+
+        return parse_headers([f"{k}: {v}" for k, v in value.items()], source="RAY_JOB_HEADERS")
     return raw
 
 

@@ -318,7 +318,7 @@ def s3_error(exc: BaseException, store: S3Store) -> RtjobError:
         return Unreachable(f"{where}: {_one_line(str(exc))}")
     if isinstance(exc, OSError):
         return Unreachable(f"{where}: {_one_line(str(exc))}")
-    return RtjobError(f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+    return Unreachable(f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
 
 
 def describe_error(exc: BaseException) -> tuple[str, str]:

@@ -29,7 +29,7 @@ import rtjob_contract as contract
 
 from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
-from ...core.redact import secret_values
+from ...core.redact import secret_arg_values, secret_values
 from ...spec.pricing import HourlyCost, compute_config_cost
 from ..base import Backend, Request
 from . import client as sdk_client
@@ -231,7 +231,7 @@ class AnyscaleBackend(Backend):
             exit_code=None,  # Anyscale does not report the entrypoint's exit code
             address=f"{self.address}/jobs/{status.id}",
             entrypoint=getattr(config, "entrypoint", None),
-            secrets=secret_values(env),
+            secrets=secret_values(env) + secret_arg_values(str(getattr(config, "entrypoint", "") or "")),
             rate=_recorded_rate(dict(getattr(config, "tags", None) or {})),
         )
 

@@ -80,7 +80,7 @@ def translate(exc: BaseException, what: str, secrets: Iterable[str] = ()) -> Rtj
         return BadInput(f"{what}: {text}")
     if isinstance(exc, RuntimeError) and "not found" in text.lower():
         return BadInput(text)
-    return RtjobError(f"Anyscale: {what} failed: {text}")
+    return Unreachable(f"Anyscale: {what} failed: {text}")
 
 
 @contextlib.contextmanager
@@ -118,7 +118,7 @@ def default_client() -> Any:
     try:
         from anyscale._private.anyscale_client import AnyscaleClient
     except ImportError:
-        raise RtjobError(f"the Anyscale backend needs the anyscale SDK: pip install 'rtjob[anyscale]' "
+        raise BadInput(f"the Anyscale backend needs the anyscale SDK: pip install 'rtjob[anyscale]' "
                          f"(anyscale=={ANYSCALE_VERSION})") from None
     with anyscale_errors("authenticating"):
         return AnyscaleClient()

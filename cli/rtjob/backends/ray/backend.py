@@ -15,7 +15,7 @@ import rtjob_contract as contract
 
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
-from ...core.redact import MASK, REDACTOR, mask_mapping, secret_values
+from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
 from ..base import Backend, Log, Request, Retry
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
@@ -185,7 +185,7 @@ class RayJobsBackend(Backend):
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError:
-            raise RtjobError("submitting to Ray needs Ray: pip install 'rtjob[ray]'") from None
+            raise BadInput("submitting to Ray needs Ray: pip install 'rtjob[ray]'") from None
         import logging
 
         # Ray logs every packaging step at INFO/WARNING; rtjob reports what matters itself.
@@ -206,13 +206,23 @@ class RayJobsBackend(Backend):
                     return SubmitResult(self._info(existing), created=False)
             if "401" in text or "403" in text or "Unauthorized" in text:
                 raise Unreachable(f"authentication failed at {self.address} while submitting") from None
-            raise RtjobError(f"submit failed: {text.strip().splitlines()[-1][:300]}") from None
+            raise Unreachable(f"the Ray cluster at {self.address} refused the submission: "
+                              f"{text.strip().splitlines()[-1][:300]}") from None
         except Exception as exc:
             if type(exc).__name__ == "AuthenticationError":  # ray.exceptions.AuthenticationError (401/403)
                 raise Unreachable(f"authentication failed at {self.address} while submitting: the cluster wants "
                                   "a token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token)") from None
             raise
-        return SubmitResult(self.status(request.submission_id), created=True)
+        try:
+            return SubmitResult(self.status(request.submission_id), created=True)
+        except RtjobError as exc:
+            if not exc.retriable:
+                raise
+            # Sent, but the status read hit a fault that may pass: report it as submitted (the follower
+            # retries its reads); submitting again would only attach to it.
+            return SubmitResult(RunInfo(id=request.submission_id, job=request.metadata.get(contract.META_JOB),
+                                        backend=self.name, status=RunStatus.PENDING, address=self.address,
+                                        storage_uri=request.metadata.get(contract.META_STORAGE)), created=True)
 
     def _send(self, client_class: Any, request: RayJobRequest) -> None:
         """Ray's own client: it packages and uploads the working dir, then submits."""
@@ -259,7 +269,7 @@ class RayJobsBackend(Backend):
             exit_code=data.get("driver_exit_code"),
             address=self.address,
             entrypoint=data.get("entrypoint"),
-            secrets=secret_values(env),
+            secrets=secret_values(env) + secret_arg_values(str(data.get("entrypoint") or "")),
             rate=rate,
         )
 
@@ -308,26 +318,35 @@ class RayJobsBackend(Backend):
         """The driver log from its start. Prefers the State API's log stream (polls the file every
         0.1 s) over the Jobs API websocket (which sleeps about 2 s between bursts); both replay the
         log from the beginning on every connection."""
+        import asyncio
+
         import aiohttp
 
-        ssl: Any = None if self.api.verify else False
-        async with aiohttp.ClientSession(headers=self.api.headers) as session:
-            async with session.get(f"{self.address}/api/jobs/{run_id}", ssl=ssl) as resp:
-                node_id = (await resp.json()).get("driver_node_id") if resp.status == 200 else None
-            if node_id:
-                params = {"node_id": node_id, "filename": f"job-driver-{run_id}.log", "lines": "-1",
-                          "interval": "0.1"}
-                async with session.get(f"{self.address}/api/v0/logs/stream", params=params, ssl=ssl,
-                                       timeout=aiohttp.ClientTimeout(total=None, sock_read=None)) as resp:
-                    if resp.status == 200:
-                        import codecs
+        from .client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
 
-                        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks split characters
-                        async for chunk in resp.content.iter_any():
-                            yield decoder.decode(chunk)
-                        return
-            async with session.ws_connect(self.api.ws_url(f"/api/jobs/{run_id}/logs/tail"), ssl=ssl,
-                                          heartbeat=20) as ws:
+        ssl: Any = None if self.api.verify else False
+        quick = aiohttp.ClientTimeout(total=READ_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S)
+        streaming = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=None)
+        async with aiohttp.ClientSession(headers=self.api.headers) as session:
+            async with session.get(f"{self.address}/api/jobs/{run_id}", ssl=ssl, timeout=quick) as resp:
+                node_id = (await resp.json()).get("driver_node_id") if resp.status == 200 else None
+            if not node_id:  # the driver has not started yet (or that was not the dashboard): ask again soon
+                await asyncio.sleep(1.0)
+                return
+            params = {"node_id": node_id, "filename": f"job-driver-{run_id}.log", "lines": "-1", "interval": "0.1"}
+            async with session.get(f"{self.address}/api/v0/logs/stream", params=params, ssl=ssl,
+                                   timeout=streaming) as resp:
+                if resp.status == 200:
+                    import codecs
+
+                    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks split characters
+                    async for chunk in resp.content.iter_any():
+                        yield decoder.decode(chunk)
+                    return
+            # A dashboard without the State API stream: the Jobs API websocket (its handshake bounded too).
+            ws = await asyncio.wait_for(session.ws_connect(self.api.ws_url(f"/api/jobs/{run_id}/logs/tail"),
+                                                           ssl=ssl, heartbeat=20), READ_TIMEOUT_S)
+            async with ws:
                 async for msg in ws:
                     if msg.type == aiohttp.WSMsgType.TEXT:
                         yield msg.data

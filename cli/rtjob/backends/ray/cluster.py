@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ...core.errors import RtjobError, Unreachable
+from ...core.errors import BadInput, Unreachable
 from ...spec.project import rtjob_home
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
@@ -76,7 +76,7 @@ def _ray_executable() -> list[str]:
     found = shutil.which("ray")
     if found:
         return [found]
-    raise RtjobError("the embedded cluster needs Ray: pip install 'rtjob[ray]' (or 'rtjob[train]' to train locally)")
+    raise BadInput("the embedded cluster needs Ray: pip install 'rtjob[ray]' (or 'rtjob[train]' to train locally)")
 
 
 def _env(token_path: str) -> dict[str, str]:
@@ -107,7 +107,7 @@ def _run_ray(args: list[str], token_path: str, what: str) -> None:
     )
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise RtjobError(f"could not {what}: {' | '.join(tail)}")
+        raise Unreachable(f"could not {what}: {' | '.join(tail)}")
 
 
 def _nodes(cluster: LocalCluster, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -140,7 +140,7 @@ def _wait_nodes(cluster: LocalCluster, count: int, timeout: float = 60.0) -> Non
         if nodes is not None and len(nodes) >= count:
             return
         time.sleep(0.5)
-    raise RtjobError(f"the embedded cluster did not reach {count} node(s) within {timeout:.0f}s")
+    raise Unreachable(f"the embedded cluster did not reach {count} node(s) within {timeout:.0f}s")
 
 
 def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ...core.errors import RtjobError
+from ...core.errors import RunFailed
 from ...core.model import Attempt, Attempts, RunInfo
 from ..base import Retry
 from .request import RayJobRequest
@@ -165,7 +165,7 @@ def _working_dir_for_retry(backend: RayJobsBackend, runtime_env: dict[str, Any])
     include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
     if get_uri_for_directory(str(root), include_gitignore, excludes=runtime_env.get("excludes") or []) == working_dir:
         return {**runtime_env, "working_dir": str(root)}
-    raise RtjobError(
+    raise RunFailed(
         f"cannot retry: the cluster no longer has the run's code ({working_dir}) and {root} is not the same "
         "code; submit the job again with --submission-id to resume from its checkpoint"
     )
