@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 MASK = "****"
 _SECRET_NAME = re.compile(
@@ -79,3 +80,16 @@ def secret_arg_values(command: str) -> list[str]:
         if len(value) >= 4 and is_secret(name, value):
             found.append(value)
     return found
+
+
+def redact_data(value: Any, secrets: Iterable[str]) -> Any:
+    """``redact`` through JSON-shaped data (strings, list items, keys and values), before it is serialised:
+    JSON escaping would otherwise hide a secret from a search of the text."""
+    secrets = list(secrets)
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [redact_data(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {redact_data(k, secrets): redact_data(v, secrets) for k, v in value.items()}
+    return value
