@@ -164,3 +164,75 @@ def test_the_training_history_has_the_columns_results_reads():
     assert [name for name, text in sources.items() if "history.append(" in text] == ["loop.py"]
     for name in ("ray_ddp.py", "ray_data_ddp.py", "sharded.py", "single.py", "torchrun_ddp.py"):
         assert "loop.run_epochs(" in sources[name], name
+
+
+# Hostile or broken metrics.json: one validator for `results` and `pull --checkpoint best`; each is one line,
+# exit 2, never a traceback. (name, file content, words in the line)
+DEEP = b"[" * 200_000 + b"]" * 200_000
+BAD_HISTORIES = [
+    ("deep", DEEP, "nested deeper than 16 levels"),
+    ("deep-in-a-row", json.dumps([{"epoch": 1, "x": [[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]}]).encode(),
+     "nested deeper than 16 levels"),
+    ("huge", b'[{"epoch": 1, "note": "' + b"x" * (17 * 1024 * 1024) + b'"}]', "larger than 16 MiB"),
+    ("string-loss", b'[{"epoch": 1, "val_loss": "0.5"}]', "entry 1: 'val_loss' is a string, not a number"),
+    ("bool-accuracy", b'[{"epoch": 1, "val_accuracy": true}]', "'val_accuracy' is a boolean, not a number"),
+    ("word-epoch", b'[{"epoch": "one", "val_loss": 0.5}]', "'epoch' is a string, not a number"),
+    ("nan-epoch", b'[{"epoch": NaN, "val_loss": 0.5}]', "'epoch' is nan, not a whole number"),
+    ("half-epoch", b'[{"epoch": 1.5, "val_loss": 0.5}]', "'epoch' is 1.5, not a whole number"),
+    ("giant-epoch", b'[{"epoch": 1' + b"0" * 400 + b', "val_loss": 0.5}]', "too large"),
+    ("not-objects", b"[1, 2, 3]", "entry 1 is a number, not an object"),
+    ("mixed", b'[{"epoch": 1}, "two"]', "entry 2 is a string, not an object"),
+    ("a-string", b'"history"', "expected a list of per-epoch objects, not a string"),
+    ("not-json", b"{not json", "not valid JSON"),
+]
+
+
+@pytest.mark.parametrize("name,content,words", BAD_HISTORIES, ids=[case[0] for case in BAD_HISTORIES])
+def test_a_hostile_metrics_history_is_one_line_exit_2_never_a_traceback(env, tmp_path, name, content, words):
+    run = tmp_path / name
+    (run / "checkpoint_epoch_0001").mkdir(parents=True)
+    (run / "checkpoint_epoch_0001" / "metrics.json").write_bytes(content)
+    proc = rtjob("results", str(run), env=env, timeout=120)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert "cannot read the metrics history" in lines[0] and words in lines[0], lines[0]
+
+
+def test_nan_and_null_metrics_still_read_as_no_value(env, tmp_path):
+    run = tmp_path / "nan"
+    (run / "checkpoint_epoch_0002").mkdir(parents=True)
+    (run / "checkpoint_epoch_0002" / "metrics.json").write_text(
+        '[{"epoch": 1, "val_loss": NaN, "train_loss": null, "note": "any text"}, {"epoch": 2, "val_loss": 0.5}]')
+    proc = rtjob("results", str(run), env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "best val loss 0.5000 at epoch 2" in proc.stdout
+
+
+def test_results_and_pull_best_read_storage_through_the_same_validator(s3, env, tmp_path):
+    """From s3://, `results` and `pull --checkpoint best` refuse the same histories with the same line; the
+    16 MiB limit is checked against the listing, before the GET."""
+    env = {**env, **s3.env()}
+    client = s3.client()
+    for name, content, words in BAD_HISTORIES:
+        if name not in ("deep", "huge", "string-loss", "word-epoch", "not-objects"):
+            continue
+        prefix = f"runs/bad/{name}"
+        good = json.dumps(history([0.5])).encode()
+        for epoch, body in ((1, good), (2, content)):
+            client.put_object(Bucket="results-tests", Key=f"{prefix}/checkpoint_epoch_{epoch:04d}/metrics.json",
+                              Body=body)
+        uri = f"s3://results-tests/{prefix}"
+        for args in (("results", uri), ("pull", uri, "--checkpoint", "best", "--to", str(tmp_path / name))):
+            proc = rtjob(*args, env=env, timeout=120)
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1, (args, proc.stderr[-3000:])
+            assert f"{uri}/checkpoint_epoch_0002/metrics.json: cannot read the metrics history" in lines[0], lines
+            assert words in lines[0] and s3.secret_key not in proc.stdout + proc.stderr, lines
+    # `best` by a metric of the run's own naming: a string where it should be a number is refused too.
+    prefix = "runs/bad/own-metric"
+    for epoch, f1 in ((1, 0.5), (2, "high")):
+        client.put_object(Bucket="results-tests", Key=f"{prefix}/checkpoint_epoch_{epoch:04d}/metrics.json",
+                          Body=json.dumps([{"epoch": epoch, "f1": f1}]).encode())
+    proc = rtjob("pull", f"s3://results-tests/{prefix}", "--checkpoint", "best:f1", "--to", str(tmp_path / "f1"),
+                 env=env, timeout=120)
+    assert proc.returncode == 2 and "'f1' is a string, not a number" in proc.stderr, proc.stderr

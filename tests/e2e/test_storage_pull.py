@@ -5,19 +5,22 @@ no secret in any output. No Ray cluster: these run in seconds.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.cli import RTJOB, base_env, popen_rtjob, rtjob
 from support.s3_server import S3Server, process_server, threaded_server
+from support.tcp_proxy import DroppingProxy
 
 BUCKET = "pull-tests"
 
@@ -97,9 +100,12 @@ def put_raw(key: str, data: bytes) -> None:
     s3_backends[DEFAULT_ACCOUNT_ID]["aws"].put_object(BUCKET, key, data)
 
 
+BOOKKEEPING = (".rtjob-pull.jsonl", ".rtjob-pull.lock")  # rtjob pull's own files in DIR: not the run's
+
+
 def local_files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and p.name != ".rtjob-pull.jsonl"}
+            if p.is_file() and p.name not in BOOKKEEPING}
 
 
 def partials(root: Path) -> list[Path]:
@@ -259,7 +265,8 @@ def test_a_pull_killed_mid_transfer_leaves_no_partial_file_and_reruns_to_identic
     deadline = time.monotonic() + 60
     seen_partial: list[Path] = []
     while time.monotonic() < deadline and proc.poll() is None:
-        seen_partial = [p for p in partials(dest) if p.stat().st_size > 0] if dest.exists() else []
+        # A shard's partial file (a small file's may be renamed before the kill lands); it may vanish as we look.
+        seen_partial = [p for p in partials(dest) if "shard_" in p.name and _size(p) > 0] if dest.exists() else []
         if seen_partial:
             proc.send_signal(signal.SIGKILL)  # no chance to clean up
             break
@@ -272,7 +279,7 @@ def test_a_pull_killed_mid_transfer_leaves_no_partial_file_and_reruns_to_identic
     # No file under its real name is partial: each is complete or absent; the rest are temporary names.
     finished = 0
     for path in dest.rglob("*"):
-        if not path.is_file() or path.name == ".rtjob-pull.jsonl":
+        if not path.is_file() or path.name in BOOKKEEPING:
             continue
         rel = path.relative_to(dest).as_posix()
         if ".rtjob-partial" in path.name:
@@ -348,6 +355,215 @@ def test_hostile_keys_are_refused_and_never_written_outside_the_destination(s3, 
     assert not any("escaped" in w or "owned" in w for w in written)
     assert not list(Path("/etc").glob("escaped-*"))
     assert all(b"owned" not in (sandbox / w).read_bytes() for w in written)
+
+
+# Keys that read differently from what they are (C1 controls, bidi overrides and isolates, LRM/RLM, zero-width
+# and BOM, line separators), rtjob's own names in another case, and names equal but for case or normalisation.
+HIDDEN = {
+    "checkpoint_epoch_0003/\u202egnp.pt": "U+202E", "x\u202ay": "U+202A", "x\u2066y": "U+2066",
+    "x\u2069y": "U+2069", "x\u200ey": "U+200E", "x\u200fy": "U+200F", "x\u200by": "U+200B", "\ufeffx": "U+FEFF",
+    "x\u2028y": "U+2028", "x\u0085y": "control character", "x\u009by": "control character",
+    ".RTJOB-PULL.JSONL": "reserved name", "m.Rtjob-Partial": "reserved name", ".rtjob-pull.lock": "reserved name",
+}
+CASE_TWINS = ["Case/x.bin", "case/x.bin", "checkpoint_epoch_0003/MODEL.PT", "caf\u00e9.txt", "cafe\u0301.txt"]
+
+
+def test_hidden_characters_and_names_that_differ_only_in_case_are_refused(s3, cli, tmp_path):
+    prefix = "runs/ddp/r-hidden"
+    files = run_tree()
+    upload(s3, prefix, files)
+    for rel in [*HIDDEN, *CASE_TWINS]:
+        put_raw(f"{prefix}/{rel}", b"owned")
+    put_raw(f"{prefix}/\u202e{s3.secret_key}", b"owned")  # a refused key is printed: never with a secret in it
+    dest = tmp_path / "dest"
+
+    for output in ("json", "text"):
+        proc = cli("pull", f"s3://{BUCKET}/{prefix}", "--to", str(dest), "--output", output)
+        assert proc.returncode == 1, proc.stderr
+    report = json.loads(cli("pull", f"s3://{BUCKET}/{prefix}", "--to", str(dest), "--output", "json").stdout)
+    refused = {item["key"].removeprefix(f"{prefix}/"): item["reason"] for item in report["refused"]}
+    for rel, words in HIDDEN.items():
+        shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in rel)
+        assert words in refused.pop(shown), (rel, report["refused"])
+    for rel in [*CASE_TWINS, "checkpoint_epoch_0003/model.pt"]:  # the twin that is part of the run goes too
+        shown = "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode() for ch in rel)
+        assert "case-insensitive filesystem" in refused.pop(shown)
+    assert refused.pop("\\u202e****") == "invisible or bidirectional formatting character (U+202E) in the name"
+    assert refused == {}
+    # The rest of the run came; no refused key became a file.
+    got = local_files(dest)
+    assert "checkpoint_epoch_0003/model.pt" not in got
+    assert got["checkpoint_epoch_0003/state.json"] == files["checkpoint_epoch_0003/state.json"]
+    wanted = {k for k in files if k.startswith("checkpoint_epoch_0003/") and not k.endswith(("/", "model.pt"))}
+    assert set(got) == wanted | {"checkpoint_manager_snapshot.json", ".validate_storage_marker", "metrics.json"}
+    assert not any(b"owned" in data for data in got.values())
+
+
+@pytest.mark.parametrize("rel,reason", [
+    ("a\u202eb", "invisible or bidirectional formatting character (U+202E) in the name"),
+    ("a/\u2067b", "invisible or bidirectional formatting character (U+2067) in the name"),
+    ("a\u200fb", "invisible or bidirectional formatting character (U+200F) in the name"),
+    ("a\u0085b", "control character in the name"), ("\x7f", "control character in the name"),
+    ("A/.RTJOB-PULL.JSONL", "reserved name (rtjob's own bookkeeping)"),
+    ("a/.rtjob-pull.lock", "reserved name (rtjob's own bookkeeping)"),
+    ("caf\u00e9/na\u00efve \u4e2d\u6587.pt", None),
+])
+def test_unsafe_reason_for_hidden_characters_and_reserved_names(rel, reason):
+    from rtjob.storage.pull import unsafe_reason
+
+    assert unsafe_reason(rel) == reason
+
+
+# ---------------------------------------------------------------------------------------------
+# hostile destinations: links under rtjob's own names, a second pull
+
+
+@pytest.mark.parametrize("planted", [".rtjob-pull.jsonl", ".rtjob-pull.lock",
+                                     "checkpoint_epoch_0003/model.pt.rtjob-partial"])
+@pytest.mark.parametrize("victim_exists", [True, False])
+def test_a_link_planted_under_rtjobs_own_names_is_refused_and_nothing_is_written_through_it(
+        s3, cli, tmp_path, planted, victim_exists):
+    prefix = "runs/ddp/r-planted"
+    upload(s3, prefix, run_tree())
+    sandbox = tmp_path / "sandbox"
+    dest, outside = sandbox / "dest", sandbox / "outside"
+    outside.mkdir(parents=True)
+    victim = outside / "victim"
+    if victim_exists:
+        victim.write_bytes(b"precious")
+    (dest / planted).parent.mkdir(parents=True)
+    (dest / planted).symlink_to(victim)
+
+    line = one_line(cli("pull", f"s3://{BUCKET}/{prefix}", "--to", str(dest)), 2, "symbolic link",
+                    str(dest / planted))
+    assert "never writes through a link" in line
+    assert (victim.read_bytes() == b"precious") if victim_exists else not victim.exists()
+    assert list(outside.iterdir()) == ([victim] if victim_exists else [])
+    assert (dest / planted).is_symlink()  # left for the user to look at
+
+
+@pytest.mark.parametrize("kind", ["local", "s3", "manifest"])
+def test_writes_never_follow_a_link_planted_after_the_checks(s3, tmp_path, monkeypatch, kind):
+    """The race a check cannot close: a link planted between the check and the write. The write itself
+    (O_NOFOLLOW) fails with ELOOP, reported for that file; what the link points to is untouched."""
+    from rtjob.storage import location, stores
+    from rtjob.storage.pull import Manifest, PullItem
+
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    data = os.urandom(5000)
+    if kind == "s3":
+        upload(s3, "runs/ddp/r-race", {"model.pt": data})
+        uri = f"s3://{BUCKET}/runs/ddp/r-race"
+    else:
+        (tmp_path / "src").mkdir()
+        (tmp_path / "src" / "model.pt").write_bytes(data)
+        uri = str(tmp_path / "src")
+    victim = tmp_path / "outside" / "victim"
+    victim.parent.mkdir()
+    victim.write_bytes(b"precious")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    store = stores.open_store(location.parse_location(uri))
+    [item] = store.list_files()
+    if kind == "manifest":
+        manifest = Manifest(dest)
+        (dest / ".rtjob-pull.jsonl").symlink_to(victim)
+        with pytest.raises(OSError) as caught:
+            manifest.record(PullItem(item, "model.pt"), victim.stat())
+        errors = [caught.value]
+    else:
+        (dest / "model.pt.rtjob-partial").symlink_to(victim)
+        errors = []
+        store.download([(item, dest / "model.pt.rtjob-partial")], lambda n: None,
+                       lambda f, t, e: errors.append(e))
+    store.close()
+    assert len(errors) == 1 and isinstance(errors[0], OSError) and errors[0].errno == errno.ELOOP, errors
+    assert victim.read_bytes() == b"precious"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[str], what: str, timeout: float = 60) -> None:
+    """Poll a condition while ``proc`` runs (no fixed sleep: the test goes on the moment it holds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, f"the pull ended before {what}: {proc.communicate()}"
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.01)
+
+
+def test_a_second_pull_into_the_same_folder_exits_2_at_once_and_leaves_the_first_alone(s3, cli, env, tmp_path):
+    prefix = "runs/ddp/r-locked"
+    files = {"checkpoint_epoch_0001/model.pt": os.urandom(8 * 1024 * 1024),  # one GET, below the multipart size
+             "checkpoint_epoch_0001/state.json": b'{"epoch": 1}'}
+    upload(s3, prefix, files)
+    uri, dest = f"s3://{BUCKET}/{prefix}", tmp_path / "dest"
+    host, port = s3.endpoint.removeprefix("http://").rsplit(":", 1)
+    proxy = DroppingProxy(host, int(port))
+    proxy.rate = 128 * 1024  # the first pull trickles (a minute for the model) until the test lets it go
+    first = popen_rtjob("pull", uri, "--to", str(dest), "--output", "json",
+                        env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
+    try:
+        partial = dest / "checkpoint_epoch_0001" / "model.pt.rtjob-partial"
+        wait_until(lambda: (dest / ".rtjob-pull.lock").exists() and _size(partial) > 0, first,
+                   "the first pull is writing its partial file")
+        start = time.monotonic()
+        second = cli("pull", uri, "--to", str(dest))  # straight to the server: it would finish first
+        line = one_line(second, 2, "another rtjob pull is writing into this folder", str(dest))
+        assert time.monotonic() - start < 30, line  # at once, not after the first one
+        assert first.poll() is None and _size(partial) > 0  # the first one's partial file is still there
+        proxy.rate = None
+        out, err = first.communicate(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.communicate()
+        proxy.close()
+    assert first.returncode == 0, err
+    assert json.loads(out)["downloaded"] == 2 and local_files(dest) == files and partials(dest) == []
+    # The lock is released with the pull: the next one goes ahead.
+    assert cli.json("pull", uri, "--to", str(dest))["skipped"] == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# special files in local storage
+
+
+def test_fifos_and_sockets_in_local_storage_are_skipped_listed_and_never_opened(cli, tmp_path):
+    run = tmp_path / "run"
+    files = {k: v for k, v in run_tree().items() if not k.endswith("/")}
+    for rel, data in files.items():
+        (run / rel).parent.mkdir(parents=True, exist_ok=True)
+        (run / rel).write_bytes(data)
+    os.mkfifo(run / "checkpoint_epoch_0003" / "pipe")  # opening it to read would block until a writer comes
+    (run / "checkpoint_epoch_0004").mkdir()
+    os.mkfifo(run / "checkpoint_epoch_0004" / "metrics.json")  # a checkpoint whose metrics are a FIFO
+    sock = socket.socket(socket.AF_UNIX)
+    sock_path = run / "checkpoint_epoch_0003" / "sock"
+    assert len(str(sock_path)) < 100
+    sock.bind(str(sock_path))
+    skipped = [{"key": "checkpoint_epoch_0003/pipe", "kind": "FIFO"},
+               {"key": "checkpoint_epoch_0003/sock", "kind": "socket"},
+               {"key": "checkpoint_epoch_0004/metrics.json", "kind": "FIFO"}]
+    try:
+        for choice in ("all", "best", "latest"):
+            report = cli.json("pull", str(run), "--to", str(tmp_path / choice), "--checkpoint", choice)
+            assert sorted(report["special_skipped"], key=lambda s: s["key"]) == skipped
+            assert report["refused"] == [] and report["failed"] == []
+        assert report["checkpoints"] == ["checkpoint_epoch_0003"]  # the FIFO-only folder is no checkpoint
+        assert local_files(tmp_path / "all") == {**files, "metrics.json": files["checkpoint_epoch_0003/metrics.json"]}
+        text = cli("pull", str(run), "--to", str(tmp_path / "text"), "--checkpoint", "all")
+        assert text.returncode == 0
+        assert "skipped checkpoint_epoch_0003/pipe: a FIFO, not a file (never opened)" in text.stderr
+        assert "skipped checkpoint_epoch_0003/sock: a socket" in text.stderr
+    finally:
+        sock.close()
 
 
 # ---------------------------------------------------------------------------------------------

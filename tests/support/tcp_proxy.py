@@ -1,10 +1,12 @@
-"""A loopback TCP proxy whose connections can be cut on demand: a real dropped log stream."""
+"""A loopback TCP proxy whose connections can be cut on demand (a real dropped log stream) or slowed down (a
+real slow link: a transfer that is still under way when a test looks at it)."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 
 
 class DroppingProxy:
@@ -19,6 +21,7 @@ class DroppingProxy:
         self._lock = threading.Lock()
         self._closed = False
         self.drops = 0
+        self.rate: float | None = None  # bytes per second from the server to its clients; None: full speed
         threading.Thread(target=self._accept, daemon=True).start()
 
     def _accept(self) -> None:
@@ -35,14 +38,15 @@ class DroppingProxy:
             upstream.settimeout(None)
             with self._lock:
                 self._conns += [client, upstream]
-            for src, dst in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+            for src, dst, down in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(target=self._pipe, args=(src, dst, down), daemon=True).start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket, down: bool) -> None:
         try:
-            while data := src.recv(65536):
+            while data := src.recv(16384 if down and self.rate else 65536):
                 dst.sendall(data)
+                if down and self.rate:
+                    time.sleep(len(data) / self.rate)  # the link's speed, changed at any time through .rate
         except OSError:
             pass
         finally:

@@ -18,17 +18,23 @@ if TYPE_CHECKING:
 
 PULL_EPILOG = """\b
 Exit codes:
-  0  everything selected was pulled (or was already there, unchanged)
+  0  everything selected was pulled (or was already there, unchanged); FIFOs,
+     sockets and devices in local storage are skipped and listed, never opened
   1  some keys were refused (they would land outside DIR: '..', absolute, empty
-     segments, ...; none is written) or some files failed; the rest was pulled
-  2  bad input: bad URI or --checkpoint, unknown run, a run without storage
+     segments, control or bidi characters, names that differ only in case, ...;
+     none is written) or some files failed; the rest was pulled
+  2  bad input: bad URI or --checkpoint, unknown run, a run without storage,
+     an invalid metrics.json for best:, another pull writing into DIR, a
+     symbolic link where rtjob keeps its own files in DIR
   3  storage unreachable, access denied, missing bucket, no AWS credentials
 """
 
 RESULTS_EPILOG = """\b
 Exit codes:
   0  printed (and plotted)
-  2  bad input: unknown run, no metrics history, bad --plot name
+  2  bad input: unknown run, no metrics history or an invalid one (not a list
+     of objects, strings where numbers belong, over 16 MiB, nested too deep),
+     bad --plot name
   3  storage unreachable, access denied, missing bucket, no AWS credentials
 """
 
@@ -90,12 +96,14 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
                          progress=default_progress(f"pulling {src.label}"))
     except RtjobError as exc:
         raise redacted(exc, secrets) from None
-    from ..core.redact import redact
+    from ..core.redact import redact, redact_data
 
     if output == "json":
-        print_json(report.to_json())
+        print_json(redact_data(report.to_json(), secrets))
     else:
         echo(redact("\n".join(summary_lines(report)), secrets))
+    for item in report.special_skipped:
+        say(redact(f"skipped {item['key']}: a {item['kind']}, not a file (never opened)", secrets))
     for item in report.refused:
         say(redact(f"refused {item['key']}: {item['reason']}", secrets))
     for item in report.failed:
@@ -141,9 +149,13 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
             runs.append(res.RunHistory(label, where, rows))
     except RtjobError as exc:
         raise redacted(exc, secrets) from None
+    from ..core.redact import redact, redact_data
+
     res.unique_labels(runs)
+    for run in runs:  # what the table prints besides numbers
+        run.label, run.source = redact(run.label, secrets), redact(run.source, secrets)
     if output == "json":
-        print_json([{**run.to_json(), "summary": res.summary(run)} for run in runs])
+        print_json(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets))
     else:
         res.print_tables(runs)
     if target is not None:

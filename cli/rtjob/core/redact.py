@@ -209,3 +209,16 @@ REDACTOR = Redactor()
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """Free text through the process-wide redactor, with ``secrets`` hunted too."""
     return REDACTOR.text(text, secrets)
+
+
+def redact_data(value: Any, secrets: Iterable[str]) -> Any:
+    """``redact`` through JSON-shaped data (strings, list items, keys and values), before it is serialised:
+    JSON escaping would otherwise hide a secret from a search of the text."""
+    secrets = list(secrets)
+    if isinstance(value, str):
+        return redact(value, secrets)
+    if isinstance(value, list):
+        return [redact_data(item, secrets) for item in value]
+    if isinstance(value, dict):
+        return {redact_data(k, secrets): redact_data(v, secrets) for k, v in value.items()}
+    return value

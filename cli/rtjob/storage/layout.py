@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +13,7 @@ import rtjob_contract as contract
 from rtjob_contract import CHECKPOINT_PREFIX, METRICS_FILE
 
 from ..core.errors import BadInput
-from .stores import RemoteFile, Store
+from .stores import RemoteFile, Store, TooLarge
 
 DEFAULT_METRIC = contract.METRIC_VAL_LOSS
 # Metrics that are better when larger, for `best:METRIC` without an explicit min|max.
@@ -59,31 +59,102 @@ def parse_checkpoint_choice(text: str) -> CheckpointChoice:
     raise BadInput(f"--checkpoint {text!r}: expected latest, all or best[:METRIC[:min|max]] (e.g. best:val_loss:min)")
 
 
-def last_metrics(data: Any) -> dict[str, Any] | None:
-    """A checkpoint's own metrics from its metrics.json: the last entry of the history (or the object)."""
-    if isinstance(data, list) and data and isinstance(data[-1], dict):
-        return data[-1]
-    if isinstance(data, dict):
-        return data
+# A metrics history is a few KB (one small object per epoch): these bound what a hostile file can cost.
+MAX_HISTORY_BYTES = 16 * 1024 * 1024
+MAX_HISTORY_DEPTH = 16
+# Row keys that must be numbers where present (null, NaN and infinities read as "no value", as always).
+NUMERIC_METRICS = (contract.METRIC_EPOCH, contract.METRIC_TRAIN_LOSS, contract.METRIC_VAL_LOSS,
+                   contract.METRIC_VAL_ACCURACY, contract.METRIC_SAMPLES_PER_S, contract.METRIC_EPOCH_TIME,
+                   "train_accuracy")
+_JSON_TYPES = {str: "a string", bool: "a boolean", list: "a list", dict: "an object"}
+
+
+def parse_history(raw: bytes, where: str, numeric: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """The one validator of a metrics.json (``rtjob results`` and ``pull --checkpoint best``): a list of per-epoch
+    objects (one object reads as a one-row history) whose metrics are numbers. Anything else is one line of bad
+    input, never a traceback; rows are returned as stored."""
+    import json
+
+    def bad(problem: str) -> BadInput:
+        return unreadable(where, problem)
+
+    if len(raw) > MAX_HISTORY_BYTES:
+        raise bad(f"larger than {MAX_HISTORY_BYTES // (1024 * 1024)} MiB")
+    try:
+        data = json.loads(raw)
+    except RecursionError:  # the parser's own recursion limit (~1000 levels)
+        raise bad(f"nested deeper than {MAX_HISTORY_DEPTH} levels") from None
+    except ValueError as exc:
+        raise bad(f"not valid JSON ({str(exc).splitlines()[0][:200]})") from None
+    if _too_deep(data, MAX_HISTORY_DEPTH):
+        raise bad(f"nested deeper than {MAX_HISTORY_DEPTH} levels")
+    rows = [data] if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise bad(f"expected a list of per-epoch objects, not {_kind(data)}")
+    keys = (*NUMERIC_METRICS, *numeric)
+    for number, row in enumerate(rows, start=1):
+        if not isinstance(row, dict):
+            raise bad(f"entry {number} is {_kind(row)}, not an object")
+        for key in keys:
+            problem = _metric_problem(key, row.get(key))
+            if problem:
+                raise bad(f"entry {number}: {key!r} is {problem}")
+    return rows
+
+
+def load_history(read: Callable[[int], bytes], where: str, numeric: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Read a metrics.json with ``read(limit)`` (a store's or a file's) and validate it (parse_history)."""
+    try:
+        raw = read(MAX_HISTORY_BYTES)
+    except TooLarge:
+        raise unreadable(where, f"larger than {MAX_HISTORY_BYTES // (1024 * 1024)} MiB") from None
+    return parse_history(raw, where, numeric)
+
+
+def unreadable(where: str, problem: str) -> BadInput:
+    return BadInput(f"{where}: cannot read the metrics history: {problem}")
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether containers nest more than ``limit`` levels (level by level: no recursion of our own)."""
+    level = [value]
+    for _ in range(limit):
+        level = [child for item in level
+                 for child in (item.values() if isinstance(item, dict) else item if isinstance(item, list) else ())]
+        if not level:
+            return False
+    return True
+
+
+def _metric_problem(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"{_kind(value)}, not a number"
+    if isinstance(value, int) and abs(value) >= 2**1023:
+        return "a number too large to compare"  # float(value) would overflow
+    if key == contract.METRIC_EPOCH and not (isinstance(value, int) or value.is_integer()):
+        return f"{value}, not a whole number"
     return None
 
 
-def read_json_files(store: Store, items: Iterable[RemoteFile]) -> dict[str, Any]:
-    """Small JSON files read concurrently: rel → parsed value (unreadable or invalid ones are left out)."""
-    import json
+def _kind(value: Any) -> str:
+    return _JSON_TYPES.get(type(value), "a number" if isinstance(value, (int, float)) else "null")
+
+
+def read_histories(store: Store, items: Iterable[RemoteFile], numeric: Iterable[str] = ()
+                   ) -> dict[str, list[dict[str, Any]]]:
+    """metrics.json files read concurrently and validated: rel → rows. A file that fails is bad input."""
     from concurrent.futures import ThreadPoolExecutor
 
-    items = list(items)
-    out: dict[str, Any] = {}
+    items, numeric = list(items), tuple(numeric)
+    out: dict[str, list[dict[str, Any]]] = {}
     lock = threading.Lock()
 
     def one(item: RemoteFile) -> None:
-        try:
-            value = json.loads(store.read(item))
-        except (ValueError, UnicodeDecodeError):
-            return
+        rows = load_history(lambda limit: store.read(item, limit), f"{store.location.uri}/{item.rel}", numeric)
         with lock:
-            out[item.rel] = value
+            out[item.rel] = rows
 
     if items:
         with ThreadPoolExecutor(min(8, len(items)), thread_name_prefix="rtjob-read") as pool:

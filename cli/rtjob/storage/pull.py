@@ -10,7 +10,10 @@
   renamed only once complete and of the listed size: a killed pull leaves no truncated file under a real name,
   and the next pull removes the leftovers.
 - Safe: a key that would land outside DIR (``..``, ``.``, absolute, empty segments, backslashes, control
-  characters) or on a reserved name is refused and reported; zero-byte folder markers are skipped.
+  characters, invisible/bidi formatting characters) or on a reserved name, and keys that differ only in case
+  (they would overwrite each other on macOS or Windows), are refused and reported; zero-byte folder markers are
+  skipped, and so are FIFOs, sockets and devices in local storage (listed, never opened). rtjob's own files in
+  DIR are never written through a symbolic link, and one pull at a time writes into DIR (``.rtjob-pull.lock``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,8 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+import unicodedata
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -31,15 +35,18 @@ from typing import Any, Protocol
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput, RtjobError, Unreachable
-from .layout import CheckpointChoice, checkpoint_of, find_history, last_metrics, natural_key, read_json_files
+from .layout import CheckpointChoice, checkpoint_of, find_history, natural_key, read_histories
 from .location import Location
 from .stores import (
+    LOCK,
     MANIFEST,
     PARTIAL_SUFFIX,
     RemoteFile,
     S3Store,
     Store,
+    create_file,
     describe_error,
+    is_bookkeeping,
     is_denial,
     open_store,
 )
@@ -53,8 +60,11 @@ def unsafe_reason(rel: str) -> str | None:
         return "absolute path"
     if "\\" in rel:
         return "backslash in the name"
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in rel):
+    if any(unicodedata.category(ch) == "Cc" for ch in rel):  # C0, DEL and C1
         return "control character in the name"
+    hidden = next((ch for ch in rel if unicodedata.category(ch) in _HIDDEN), None)
+    if hidden is not None:  # a name that reads differently from what is written (U+202E flips the text)
+        return f"invisible or bidirectional formatting character (U+{ord(hidden):04X}) in the name"
     parts = rel.split("/")
     for part in parts:
         if part == "":
@@ -65,9 +75,18 @@ def unsafe_reason(rel: str) -> str | None:
             return "'.' segment"
         if len(part.encode("utf-8", "surrogateescape")) > 255:
             return "name longer than 255 bytes"
-    if rel == MANIFEST or any(PARTIAL_SUFFIX in part for part in parts):
+    if any(is_bookkeeping(part) for part in parts):
         return "reserved name (rtjob's own bookkeeping)"
     return None
+
+
+# Format characters (bidi overrides and isolates, LRM/RLM, zero-width ones) and line/paragraph separators.
+_HIDDEN = ("Cf", "Zl", "Zp")
+
+
+def fold(rel: str) -> str:
+    """A name as a case-insensitive, normalising filesystem (macOS, Windows) compares it."""
+    return unicodedata.normalize("NFC", rel).casefold()
 
 
 def printable(text: str) -> str:
@@ -92,13 +111,14 @@ class PullPlan:
     markers: int
     choice: CheckpointChoice
     best: dict[str, Any] | None = None
+    special: list[tuple[str, str]] = field(default_factory=list)
 
 
 def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
     """List the location and decide what to pull (pure but for the listing and, for best, metrics reads)."""
     files = store.list_files()
     refused: list[tuple[str, str]] = list(store.refused)
-    if not files and not refused:
+    if not files and not refused and not store.special:
         raise BadInput(f"nothing stored at {store.describe()}")
     good: list[RemoteFile] = []
     markers = 0
@@ -111,9 +131,9 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
             refused.append((item.key, reason))
         else:
             good.append(item)
-    # A name that is both a file and a folder ("a" and "a/b") cannot be written as both.
-    folders = {item.rel.rsplit("/", i)[0] for item in good for i in range(1, item.rel.count("/") + 1)}
-    conflicts = {item.rel for item in good if item.rel in folders}
+    # A name that is both a file and a folder ("a" and "a/b", or "A/b" on macOS) cannot be written as both.
+    folders = {fold(item.rel.rsplit("/", i)[0]) for item in good for i in range(1, item.rel.count("/") + 1)}
+    conflicts = {item.rel for item in good if fold(item.rel) in folders}
     for item in good:
         if item.rel in conflicts:
             refused.append((item.key, "both a file and a folder"))
@@ -146,18 +166,33 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
         history_rel = METRICS_FILE
         if history.rel != METRICS_FILE:  # the newest checkpoint's history, also as DIR/metrics.json
             items.append(PullItem(history, METRICS_FILE))
-    return PullPlan(store, items, chosen, names, history_rel, refused, markers, choice, best)
+    collisions = case_collisions([item.rel for item in items])
+    refused += [(item.file.key, f"same name as {printable(collisions[item.rel])!r} on a case-insensitive "
+                                "filesystem (one would overwrite the other)")
+                for item in items if item.rel in collisions]
+    items = [item for item in items if item.rel not in collisions]
+    return PullPlan(store, items, chosen, names, history_rel, refused, markers, choice, best, list(store.special))
+
+
+def case_collisions(rels: list[str]) -> dict[str, str]:
+    """Landing paths that differ only in case or Unicode normalisation ("A/x" and "a/x"): on macOS or Windows
+    one would silently overwrite the other, so all of them are refused. rel → another one it collides with."""
+    groups: dict[str, list[str]] = {}
+    for rel in dict.fromkeys(rels):
+        groups.setdefault(fold(rel), []).append(rel)
+    return {rel: next(other for other in group if other != rel)
+            for group in groups.values() if len(group) > 1 for rel in group}
 
 
 def _best(store: Store, by_ckpt: dict[str, list[RemoteFile]], names: list[str],
           choice: CheckpointChoice) -> tuple[list[str], dict[str, Any]]:
     wanted = {f"{name}/{METRICS_FILE}": name for name in names}
     metric_files = [item for name in names for item in by_ckpt[name] if item.rel in wanted]
-    values = read_json_files(store, metric_files)
+    values = read_histories(store, metric_files, numeric=[choice.metric])
     scores: list[tuple[float, int, str]] = []
     seen: set[str] = set()
-    for rel, data in values.items():
-        metrics = last_metrics(data) or {}
+    for rel, rows in values.items():
+        metrics = rows[-1] if rows else {}  # the checkpoint's own epoch: the last of its history
         seen.update(metrics)
         value = metrics.get(choice.metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
@@ -216,8 +251,8 @@ class Manifest:
         with self._lock:
             self.entries[item.rel] = entry
             if self._fh is None:
-                self._fh = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (closed in close())
-            self._fh.write(json.dumps(entry) + "\n")
+                self._fh = create_file(self.path, append=True)
+            self._fh.write((json.dumps(entry) + "\n").encode())
             self._fh.flush()
 
     def close(self, dest: Path) -> None:
@@ -237,23 +272,57 @@ class Manifest:
             if not keep and not self.path.exists():
                 return
             tmp = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.writelines(json.dumps(entry) + "\n" for entry in keep)
+            with create_file(tmp) as f:
+                f.writelines((json.dumps(entry) + "\n").encode() for entry in keep)
             os.replace(tmp, self.path)
 
 
 def remove_partials(dest: Path) -> int:
-    """Delete leftovers of an interrupted pull (ours: NAME.rtjob-partial, s3transfer's: NAME.rtjob-partial.XXXX)."""
+    """Delete leftovers of an interrupted pull (ours: NAME.rtjob-partial, s3transfer's: NAME.rtjob-partial.XXXX);
+    a link under such a name is refused (see refuse_link). Call it holding the destination's lock: another
+    pull's partial files are not leftovers."""
     removed = 0
-    for dirpath, _dirs, filenames in os.walk(dest):
-        for name in filenames:
-            if PARTIAL_SUFFIX in name:
-                try:
-                    os.remove(os.path.join(dirpath, name))
+    for dirpath, dirnames, filenames in os.walk(dest):
+        for name in filenames + dirnames:  # a link to a folder is listed among the folders
+            if PARTIAL_SUFFIX not in name:
+                continue
+            path = Path(dirpath, name)
+            refuse_link(path)
+            if name in filenames:  # a real folder of that name is not a leftover of ours
+                with contextlib.suppress(OSError):
+                    path.unlink()
                     removed += 1
-                except OSError:
-                    pass
     return removed
+
+
+def refuse_link(path: Path) -> None:
+    """rtjob writes its own names in DIR (manifest, lock, partial files): a symbolic link planted under one is
+    refused with one clear line (the writes themselves use O_NOFOLLOW, so a link planted later fails them)."""
+    if path.is_symlink():
+        raise BadInput(f"{path} is a symbolic link where rtjob keeps its own file; remove it and pull again "
+                       "(rtjob never writes through a link)")
+
+
+@contextlib.contextmanager
+def destination_lock(dest: Path) -> Iterator[None]:
+    """One pull at a time per destination: a second one fails at once (and leaves the first one's partial
+    files alone) instead of waiting behind it or racing it for the same files."""
+    import filelock
+
+    path = dest / LOCK
+    refuse_link(path)  # filelock before 3.13 follows a link (and truncates what it points to)
+    lock = filelock.FileLock(str(path), timeout=0)
+    try:
+        lock.acquire()
+    except filelock.Timeout:
+        raise BadInput(f"{dest}: another rtjob pull is writing into this folder; wait for it to finish "
+                       "or pull somewhere else") from None
+    except OSError as exc:
+        raise BadInput(f"{dest}: cannot lock the folder for the pull: {exc.strerror or exc}") from None
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def etag_matches(path: Path, size: int, etag: str) -> bool:
@@ -374,6 +443,7 @@ class PullReport:
     partials_removed: int = 0
     refused: list[dict[str, str]] = field(default_factory=list)
     failed: list[dict[str, str]] = field(default_factory=list)
+    special_skipped: list[dict[str, str]] = field(default_factory=list)  # not files: exit 0 all the same
 
     @property
     def exit_code(self) -> int:
@@ -388,6 +458,7 @@ class PullReport:
             "bytes_total": self.bytes_total, "bytes_downloaded": self.bytes_downloaded,
             "seconds": round(self.seconds, 3), "history": self.history, "markers_skipped": self.markers_skipped,
             "partials_removed": self.partials_removed, "refused": self.refused, "failed": self.failed,
+            "special_skipped": self.special_skipped,
         }
 
 
@@ -423,9 +494,19 @@ def _execute(plan: PullPlan, dest: Path, progress: Progress | None) -> PullRepor
         markers_skipped=plan.markers,
     )
     report.refused = [{"key": printable(key), "reason": reason} for key, reason in plan.refused]
+    report.special_skipped = [{"key": printable(key), "kind": kind} for key, kind in plan.special]
     if dest.exists() and not dest.is_dir():
         raise BadInput(f"--to {dest}: exists and is not a folder")
     dest.mkdir(parents=True, exist_ok=True)
+    refuse_link(dest / MANIFEST)
+    with destination_lock(dest):
+        _fill(plan, dest, progress, report)
+    return report
+
+
+def _fill(plan: PullPlan, dest: Path, progress: Progress | None, report: PullReport) -> None:
+    """The pull into DIR, holding its lock: what is there already, then what is missing or changed."""
+    store = plan.store
     root = os.path.realpath(dest)
     report.partials_removed = remove_partials(dest)
     manifest = Manifest(dest)
@@ -509,7 +590,6 @@ def _execute(plan: PullPlan, dest: Path, progress: Progress | None) -> PullRepor
         first = report.failed[0]
         raise Unreachable(f"access denied reading {store.describe()} ({len(report.failed)} file(s)): "
                           f"{first['error']}")
-    return report
 
 
 def _ignore(_: int) -> None:

@@ -8,11 +8,12 @@ location (``s3://...``), never a cluster. rich and matplotlib are imported only 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,9 @@ import rtjob_contract as contract
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput
-from .layout import find_history, natural_key
+from .layout import find_history, load_history, natural_key, unreadable
 from .location import Location
-from .stores import open_store
+from .stores import open_regular, open_store, read_capped
 
 # (key in metrics.json, column title, format)
 COLUMNS: list[tuple[str, str, str]] = [
@@ -46,7 +47,7 @@ class RunHistory:
         return [_number(row.get(key)) for row in self.rows]
 
     def epochs(self) -> list[int]:
-        return [int(row.get("epoch", i + 1)) for i, row in enumerate(self.rows)]
+        return [int(epoch) if epoch is not None else i + 1 for i, epoch in enumerate(self.column("epoch"))]
 
     def to_json(self) -> dict[str, Any]:
         return {"label": self.label, "source": self.source, "history": self.rows}
@@ -58,13 +59,16 @@ def _number(value: Any) -> float | None:
     return float(value)
 
 
-def _rows(data: Any, where: str) -> list[dict[str, Any]]:
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list):
-        raise BadInput(f"{where}: not a metrics history (expected a list of per-epoch objects)")
-    rows = [row for row in data if isinstance(row, dict)]
-    return sorted(rows, key=lambda r: _number(r.get("epoch")) or 0.0)
+def _rows(read: Callable[[int], bytes], where: str) -> list[dict[str, Any]]:
+    return sorted(load_history(read, where), key=lambda r: _number(r.get("epoch")) or 0.0)
+
+
+def _read_file(path: Path, limit: int) -> bytes:
+    try:
+        with open_regular(path, follow=True) as f:  # a link is the user's own here; a FIFO never is a history
+            return read_capped(f, limit, str(path))
+    except OSError as exc:
+        raise unreadable(str(path), exc.strerror or str(exc)) from None
 
 
 def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
@@ -75,11 +79,7 @@ def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
     candidates += ckpts
     for candidate in candidates:
         if candidate.is_file():
-            try:
-                data = json.loads(candidate.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise BadInput(f"{candidate}: cannot read the metrics history: {exc}") from None
-            return _rows(data, str(candidate)), str(candidate)
+            return _rows(partial(_read_file, candidate), str(candidate)), str(candidate)
     raise BadInput(f"{path}: no metrics history ({METRICS_FILE} or checkpoint_*/{METRICS_FILE})")
 
 
@@ -94,11 +94,8 @@ def history_from_location(location: Location, endpoint: str | None = None) -> tu
         item = find_history(store.list_files())
         if item is None:
             raise BadInput(f"{store.describe()}: no metrics history ({METRICS_FILE} in a checkpoint_* folder)")
-        try:
-            data = json.loads(store.read(item))
-        except ValueError:
-            raise BadInput(f"{location.uri}/{item.rel}: not valid JSON") from None
-        return _rows(data, f"{location.uri}/{item.rel}"), f"{location.uri}/{item.rel}"
+        where = f"{location.uri}/{item.rel}"
+        return _rows(lambda limit: store.read(item, limit), where), where
     finally:
         store.close()
 

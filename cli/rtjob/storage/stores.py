@@ -12,11 +12,13 @@ the job's ``storage_endpoint``. Nothing here ever prints a credential.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..core.errors import BadInput, RtjobError, Unreachable
 from ..spec.run_env import endpoint_from_env
@@ -25,6 +27,59 @@ from .location import Location
 # rtjob pull's own bookkeeping in a destination folder (never taken from storage).
 PARTIAL_SUFFIX = ".rtjob-partial"
 MANIFEST = ".rtjob-pull.jsonl"
+LOCK = ".rtjob-pull.lock"
+
+
+def is_bookkeeping(name: str) -> bool:
+    """One of rtjob pull's own names (case-insensitively: on macOS ``.RTJOB-PULL.JSONL`` is the manifest)."""
+    name = name.casefold()
+    return name in (MANIFEST, LOCK) or PARTIAL_SUFFIX in name
+
+
+def create_file(path: Path | str, append: bool = False) -> BinaryIO:
+    """Open a file rtjob writes in a destination, never through a symbolic link planted under its name
+    (O_NOFOLLOW: the open fails with ELOOP instead of writing wherever the link points)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_APPEND if append else os.O_TRUNC)
+    return os.fdopen(os.open(path, flags, 0o666), "ab" if append else "wb")
+
+
+def open_regular(path: Path | str, follow: bool = False) -> BinaryIO:
+    """Open a file to read it only if it is a regular file: O_NONBLOCK so that a FIFO cannot block the open
+    (a FIFO swapped in after the listing would hang the pull), O_NOFOLLOW unless links are welcome."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return os.fdopen(fd, "rb")
+
+
+def read_capped(stream: Any, limit: int, where: str) -> bytes:
+    """At most ``limit`` bytes of a stream; more is bad input (a hostile file must not fill memory)."""
+    data = bytes(stream.read(limit + 1))
+    if len(data) > limit:
+        raise too_large(where, limit)
+    return data
+
+
+class TooLarge(BadInput):
+    """A file larger than rtjob reads (the caller says what it was for)."""
+
+
+def too_large(where: str, limit: int) -> TooLarge:
+    return TooLarge(f"{where}: larger than {limit // (1024 * 1024)} MiB")
+
+
+# What a special file in local storage is, for the report (it is never opened).
+_SPECIAL_KINDS = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "character device"),
+                  (stat.S_ISBLK, "block device"))
+
+
+def special_kind(mode: int) -> str:
+    return next((kind for test, kind in _SPECIAL_KINDS if test(mode)), "special file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -48,6 +103,7 @@ class Store:
 
     location: Location
     refused: list[tuple[str, str]]  # (key, reason) found while listing (e.g. symlinks)
+    special: list[tuple[str, str]]  # (key, kind) of FIFOs, sockets, devices in local storage: skipped, never opened
 
     def describe(self) -> str:
         return self.location.uri
@@ -55,7 +111,8 @@ class Store:
     def list_files(self) -> list[RemoteFile]:
         raise NotImplementedError
 
-    def read(self, item: RemoteFile) -> bytes:
+    def read(self, item: RemoteFile, limit: int) -> bytes:
+        """A small file's bytes; more than ``limit`` is bad input."""
         raise NotImplementedError
 
     def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
@@ -77,6 +134,7 @@ class LocalStore(Store):
         self.location = location
         self.concurrency = max(1, min(concurrency, 16))
         self.refused = []
+        self.special = []
 
     def list_files(self) -> list[RemoteFile]:
         root = self.location.path
@@ -90,20 +148,22 @@ class LocalStore(Store):
                     dirnames.remove(name)  # never follow a link out of the run's folder
                     self.refused.append((_join(rel_dir, name) + "/", "symbolic link"))
             for name in filenames:
-                if name == MANIFEST or PARTIAL_SUFFIX in name:
+                if is_bookkeeping(name):
                     continue  # a folder rtjob pulled into: its bookkeeping is not part of the run
                 path = os.path.join(dirpath, name)
                 rel = _join(rel_dir, name)
-                if os.path.islink(path):
+                st = os.lstat(path)
+                if stat.S_ISLNK(st.st_mode):
                     self.refused.append((rel, "symbolic link"))
-                    continue
-                st = os.stat(path)
-                files.append(RemoteFile(path, rel, st.st_size, f"{st.st_size}-{st.st_mtime_ns}"))
+                elif not stat.S_ISREG(st.st_mode):
+                    self.special.append((rel, special_kind(st.st_mode)))  # opening a FIFO would block
+                else:
+                    files.append(RemoteFile(path, rel, st.st_size, f"{st.st_size}-{st.st_mtime_ns}"))
         return files
 
-    def read(self, item: RemoteFile) -> bytes:
-        with open(item.key, "rb") as f:
-            return f.read()
+    def read(self, item: RemoteFile, limit: int) -> bytes:
+        with open_regular(item.key) as f:
+            return read_capped(f, limit, item.key)
 
     def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -111,7 +171,7 @@ class LocalStore(Store):
         def copy(item: RemoteFile, target: Path) -> None:
             error: BaseException | None = None
             try:
-                with open(item.key, "rb") as src, open(target, "wb") as dst:
+                with open_regular(item.key) as src, create_file(target) as dst:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
                         on_progress(len(chunk))
@@ -142,6 +202,7 @@ class S3Store(Store):
         self.endpoint = endpoint or endpoint_from_env()  # the client's AWS_ENDPOINT_URL[_S3], if any
         self.concurrency = concurrency
         self.refused = []
+        self.special = []
         try:  # botocore alone: s3transfer needs only its client, and boto3's import costs a re-pull ~0.1 s
             import botocore.config
             import botocore.session
@@ -178,10 +239,13 @@ class S3Store(Store):
             raise s3_error(exc, self) from None
         return files
 
-    def read(self, item: RemoteFile) -> bytes:
+    def read(self, item: RemoteFile, limit: int) -> bytes:
+        where = f"{self.location.uri}/{item.rel}"
+        if item.size > limit:  # refused before the GET: the listing says how big it is
+            raise too_large(where, limit)
         try:
             body = self.client.get_object(Bucket=self.location.bucket, Key=item.key)["Body"]
-            return bytes(body.read())
+            return read_capped(body, limit, where)
         except Exception as exc:
             raise s3_error(exc, self) from None
 
@@ -216,7 +280,7 @@ class S3Store(Store):
                 # If-Match: a file rewritten since the listing fails instead of landing with the old size/ETag.
                 extra = {"IfMatch": item.etag} if item.etag else {}
                 body = self.client.get_object(Bucket=self.location.bucket, Key=item.key, **extra)["Body"]
-                with open(target, "wb") as out:
+                with create_file(target) as out:
                     for chunk in body.iter_chunks(IO_CHUNK):
                         out.write(chunk)
                         written += len(chunk)
@@ -274,6 +338,8 @@ class S3Store(Store):
         futures = []
         try:
             for item, target in jobs:
+                # s3transfer writes a randomly named temporary file and renames it onto the target: a rename
+                # replaces a link planted there, it never writes through it.
                 futures.append(manager.download(self.location.bucket, item.key, str(target),
                                                 subscribers=[Subscriber(item, target)]))
             for future in futures:
