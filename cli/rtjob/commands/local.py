@@ -31,7 +31,7 @@ def local_down() -> int:
     """Stop the embedded cluster (only the processes rtjob started)."""
     from ..backends.ray import cluster
 
-    count = cluster.down()
+    count = cluster.down(log=say)
     say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
     return EXIT_SUCCEEDED
 

@@ -390,7 +390,10 @@ class EmbeddedRayBackend(RayJobsBackend):
     def _recorded(self) -> Any:
         from . import cluster
 
-        return cluster.load_state()
+        try:
+            return cluster.load_state()
+        except cluster.DamagedState:
+            return None  # render and --dry-run only show an address: submit and status report the damage
 
     @property
     def address(self) -> str:

@@ -2,6 +2,15 @@
 
 rtjob records what it started (a private temp dir, ports, a token file) and stops exactly those
 processes: `ray stop` would end every Ray process on the machine, other people's clusters included.
+
+Safety rules (the hardening issue, part 4):
+- one file lock (``<RTJOB_HOME>/local/cluster.lock``) around start, reuse and stop, so a second rtjob waits
+  for a first one that is still in ``ray start`` and then reuses its cluster;
+- a cluster whose dashboard does not answer but whose GCS still runs is waited for, never killed;
+- the token and the state file are written 0600 from the start (a private temp file, then a rename);
+- ``cluster.json`` is validated before any process is touched, and only processes whose command line
+  carries the recorded temp dir as a path component (or Ray's client server on the recorded GCS port)
+  are ever stopped.
 """
 
 from __future__ import annotations
@@ -9,14 +18,17 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +36,27 @@ from ...core.errors import BadInput, Unreachable
 from ...spec.project import rtjob_home
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
+# A short private root: Ray's unix socket paths must stay under ~100 characters.
+TEMP_ROOT = "/tmp"
+TEMP_PREFIX = "rtjob-ray-"
+# Written into each temp dir rtjob creates: which RTJOB_HOME owns it and its GCS port, so `down` can find
+# its own clusters (client server included) even when cluster.json is damaged or gone.
+OWNER_FILE = "rtjob-owner.json"
+LOCK_WAIT_S = 900.0  # a busy 16-node `up` (~7 s a node) fits well inside; a holder stuck longer is reported
+START_TIMEOUT_ENV, START_TIMEOUT_S = "RTJOB_LOCAL_START_TIMEOUT_S", 180.0  # one `ray start`
+DASHBOARD_WAIT_ENV, DASHBOARD_WAIT_S = "RTJOB_LOCAL_DASHBOARD_WAIT_S", 60.0  # a live cluster's slow dashboard
+
+Log = Callable[[str], None]
+
+
+class DamagedState(Unreachable):
+    """cluster.json cannot be trusted. Exit 3 (unreachable), not 2: the user's command and job are fine,
+    rtjob just cannot reach a cluster it can vouch for; `rtjob local down` clears it."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path} is damaged ({problem}); nothing was stopped: `rtjob local down` stops "
+                         f"this home's own cluster processes and clears it")
+        self.path, self.problem = path, problem
 
 
 @dataclass
@@ -39,6 +72,10 @@ class LocalCluster:
     def token(self) -> str:
         return Path(self.token_path).read_text().strip()
 
+    @property
+    def gcs_port(self) -> int:
+        return int(self.gcs_address.rsplit(":", 1)[1])
+
 
 def state_dir() -> Path:
     return rtjob_home() / "local"
@@ -48,12 +85,151 @@ def _state_file() -> Path:
     return state_dir() / "cluster.json"
 
 
-def load_state() -> LocalCluster | None:
-    try:
-        return LocalCluster(**json.loads(_state_file().read_text()))
-    except (OSError, ValueError, TypeError):
-        return None
+def _token_file() -> Path:
+    return state_dir() / "auth_token"
 
+
+def _owner_id() -> str:
+    return str(state_dir().resolve())
+
+
+def _seconds(env_name: str, default: float) -> float:
+    raw = os.environ.get(env_name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if value <= 0:
+        raise BadInput(f"{env_name} must be a positive number of seconds, not {raw!r}")
+    return value
+
+
+# --- the state file: written privately and atomically, validated before use -----------------------------
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` so that no reader ever sees it half-written or with a wider mode: a
+    0600 temp file (mkstemp uses O_CREAT|O_EXCL, mode 0600) in the same folder, then one rename. A link
+    planted at ``path`` is replaced, never followed."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _make_state_dir() -> None:
+    state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
+
+
+def _temp_dir_problem(temp_dir: object) -> str | None:
+    """Why ``temp_dir`` is not a folder rtjob created and owns, or None. Checked before anything is
+    stopped or removed in its name: the temp dir decides which processes die."""
+    if not isinstance(temp_dir, str) or not temp_dir:
+        return "it records no temp_dir"
+    path = Path(temp_dir)
+    if os.path.normpath(temp_dir) != temp_dir or str(path.parent) != TEMP_ROOT:
+        return f"temp_dir {temp_dir!r} is not a folder directly under {TEMP_ROOT}"
+    if not re.fullmatch(re.escape(TEMP_PREFIX) + r"[A-Za-z0-9_]+", path.name):
+        return f"temp_dir {temp_dir!r} is not named {TEMP_PREFIX}* (rtjob's own)"
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None  # already removed: its processes, if any, still carry the name
+    except OSError as exc:
+        return f"temp_dir {temp_dir!r} cannot be checked ({exc.strerror})"
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return f"temp_dir {temp_dir!r} is a link or not a folder"
+    if info.st_uid != os.getuid():
+        return f"temp_dir {temp_dir!r} belongs to another user (uid {info.st_uid})"
+    owner = _owner_record(path).get("home")
+    if owner is not None and owner != _owner_id():
+        return f"temp_dir {temp_dir!r} belongs to another rtjob home ({owner})"
+    return None
+
+
+def _owner_record(temp_dir: Path) -> dict[str, Any]:
+    """What rtjob wrote into a temp dir it created ({} for one an older rtjob made, or a damaged one)."""
+    try:
+        record = json.loads((temp_dir / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _url_port(value: object, pattern: str) -> bool:
+    match = re.fullmatch(pattern, value) if isinstance(value, str) else None
+    return match is not None and 0 < int(match.group(1)) < 65536
+
+
+def _state_problem(raw: object) -> str | None:
+    """Why a parsed cluster.json cannot be trusted, or None."""
+    names = {f.name for f in fields(LocalCluster)}
+    if not isinstance(raw, dict) or set(raw) != names:
+        return f"it does not hold exactly {', '.join(sorted(names))}"
+    if not _url_port(raw["address"], r"http://127\.0\.0\.1:(\d+)"):
+        return f"address {raw['address']!r} is not a local dashboard URL"
+    if not _url_port(raw["gcs_address"], r"127\.0\.0\.1:(\d+)"):
+        return f"gcs_address {raw['gcs_address']!r} is not a local GCS address"
+    if raw["token_path"] != str(_token_file()):
+        return f"token_path {raw['token_path']!r} is not {_token_file()}"
+    if not isinstance(raw["cpus_per_node"], int) or not isinstance(raw["started_at"], (int, float)):
+        return "cpus_per_node or started_at is not a number"
+    return _temp_dir_problem(raw["temp_dir"])
+
+
+def load_state() -> LocalCluster | None:
+    """The recorded cluster, None if none is recorded; DamagedState if the record cannot be trusted."""
+    path = _state_file()
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise DamagedState(path, f"unreadable: {exc.strerror}") from None
+    try:
+        raw = json.loads(text)
+    except ValueError:
+        raise DamagedState(path, "it is empty" if not text.strip() else "it is not JSON") from None
+    problem = _state_problem(raw)
+    if problem:
+        raise DamagedState(path, problem)
+    return LocalCluster(**raw)
+
+
+# --- one rtjob at a time -----------------------------------------------------------------------------------
+
+@contextlib.contextmanager
+def _locked(say: Log) -> Iterator[None]:
+    """Hold the embedded cluster's lock: a second rtjob waits here while a first one starts, grows or
+    stops the cluster, then sees the finished result instead of racing it."""
+    from filelock import FileLock, Timeout
+
+    _make_state_dir()
+    lock = FileLock(str(state_dir() / "cluster.lock"), mode=0o600)
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        say("another rtjob is starting or stopping the embedded cluster; waiting for it")
+        try:
+            lock.acquire(timeout=LOCK_WAIT_S)
+        except Timeout:
+            raise Unreachable(f"another rtjob has held {lock.lock_file} for over {LOCK_WAIT_S:.0f}s; "
+                              f"is it stuck?") from None
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+# --- starting nodes --------------------------------------------------------------------------------------
 
 def _free_ports(count: int) -> list[int]:
     """``count`` distinct free ports: the sockets stay bound until all are chosen, so none repeats."""
@@ -102,12 +278,20 @@ def _node_ports() -> list[str]:
 
 
 def _run_ray(args: list[str], token_path: str, what: str) -> None:
-    proc = subprocess.run(
-        [*_ray_executable(), *args], env=_env(token_path), capture_output=True, text=True, timeout=180
-    )
+    """One `ray start`; a time-out or a failure is an Unreachable with one line (the caller cleans up)."""
+    timeout = _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+    try:
+        proc = subprocess.run(
+            [*_ray_executable(), *args], env=_env(token_path), capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        raise Unreachable(f"could not {what}: `ray start` did not finish within {timeout:g}s "
+                          f"(set {START_TIMEOUT_ENV} to wait longer)") from None
+    except OSError as exc:
+        raise Unreachable(f"could not {what}: {exc}") from None
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise Unreachable(f"could not {what}: {' | '.join(tail)}")
+        raise Unreachable(f"could not {what}: {' | '.join(tail) or f'ray exited {proc.returncode}'}")
 
 
 def _nodes(cluster: LocalCluster, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -133,43 +317,43 @@ def alive_nodes(cluster: LocalCluster) -> list[dict[str, Any]] | None:
         return None
 
 
-def _wait_nodes(cluster: LocalCluster, count: int, timeout: float = 60.0) -> None:
+def _wait_nodes(cluster: LocalCluster, count: int, timeout: float = 60.0) -> list[dict[str, Any]] | None:
+    """The alive nodes once there are at least ``count``, or None after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while True:
         nodes = alive_nodes(cluster)
         if nodes is not None and len(nodes) >= count:
-            return
+            return nodes
+        if time.monotonic() >= deadline:
+            return None
         time.sleep(0.5)
-    raise Unreachable(f"the embedded cluster did not reach {count} node(s) within {timeout:.0f}s")
 
 
-def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:
-    """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``."""
-    say = log or (lambda msg: None)
-    cluster = load_state()
-    if cluster is not None and alive_nodes(cluster) is None:
-        say("the embedded cluster recorded in state is gone; starting a new one")
-        _stop_processes(cluster)
-        cluster = None
-    if cluster is None:
-        state_dir().mkdir(parents=True, exist_ok=True)
-        token_path = state_dir() / "auth_token"
-        token_path.write_text(secrets.token_hex(32))
-        token_path.chmod(0o600)
-        # A short private root: Ray's unix socket paths must stay under ~100 characters.
-        temp_dir = tempfile.mkdtemp(prefix="rtjob-ray-", dir="/tmp")
-        gcs_port, dash_port, client_port = _free_ports(3)
-        say(f"starting the embedded Ray cluster (dashboard http://127.0.0.1:{dash_port})")
-        cluster = LocalCluster(
-            address=f"http://127.0.0.1:{dash_port}",
-            gcs_address=f"127.0.0.1:{gcs_port}",
-            temp_dir=temp_dir,
-            token_path=str(token_path),
-            cpus_per_node=cpus_per_node,
-            started_at=time.time(),
-        )
-        # Record before starting, so `down` can clean up even a half-started cluster.
-        _state_file().write_text(json.dumps(asdict(cluster), indent=2))
+def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
+    nodes = _wait_nodes(cluster, count)
+    if nodes is None:
+        raise Unreachable(f"the embedded cluster did not reach {count} node(s) within 60s")
+    return nodes
+
+
+def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
+    """A new cluster's head node. Anything that goes wrong on the way stops what was started."""
+    _write_private(_token_file(), secrets.token_hex(32))
+    temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT)
+    gcs_port, dash_port, client_port = _free_ports(3)
+    (Path(temp_dir) / OWNER_FILE).write_text(json.dumps({"home": _owner_id(), "gcs_port": gcs_port}))
+    say(f"starting the embedded Ray cluster (dashboard http://127.0.0.1:{dash_port})")
+    cluster = LocalCluster(
+        address=f"http://127.0.0.1:{dash_port}",
+        gcs_address=f"127.0.0.1:{gcs_port}",
+        temp_dir=temp_dir,
+        token_path=str(_token_file()),
+        cpus_per_node=cpus_per_node,
+        started_at=time.time(),
+    )
+    # Record before starting, so `down` can clean up even a half-started cluster (if this rtjob dies).
+    _write_private(_state_file(), json.dumps(asdict(cluster), indent=2))
+    try:
         _run_ray(
             [
                 "start", "--head", "--port", str(gcs_port), "--dashboard-host", "127.0.0.1",
@@ -177,81 +361,177 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Any = None) -> LocalCluster:
                 "--num-cpus", str(cpus_per_node), "--num-gpus", "0", "--temp-dir", temp_dir,
                 "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats", *_node_ports(),
             ],
-            str(token_path),
+            cluster.token_path,
             "start the embedded Ray cluster",
         )
-        _wait_nodes(cluster, 1)
-    current = alive_nodes(cluster) or []
-    for index in range(len(current), nodes):
-        say(f"adding node {index + 1}/{nodes} to the embedded cluster")
-        # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
-        # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
-        # running job's working dir, and a second log monitor printed every worker line twice. Under
-        # the cluster's own temp dir, so `down` finds and removes it with the rest.
-        node_dir = os.path.join(cluster.temp_dir, f"n{index + 1}")
-        os.makedirs(node_dir, exist_ok=True)
-        _run_ray(
-            [
-                "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node), "--num-gpus", "0",
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
-                "--disable-usage-stats", *_node_ports(),
-            ],
-            cluster.token_path,
-            f"add node {index + 1} to the embedded cluster",
-        )
-    if nodes > len(current):
-        _wait_nodes(cluster, nodes)
+        _require_nodes(cluster, 1)
+    except BaseException:
+        _discard(cluster)
+        raise
     return cluster
 
 
-def _our_processes(cluster: LocalCluster) -> list[Any]:
+def _add_node(cluster: LocalCluster, index: int, nodes: int, cpus_per_node: int, say: Log) -> None:
+    say(f"adding node {index}/{nodes} to the embedded cluster")
+    # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
+    # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
+    # running job's working dir, and a second log monitor printed every worker line twice. Under
+    # the cluster's own temp dir, so `down` finds and removes it with the rest.
+    node_dir = os.path.join(cluster.temp_dir, f"n{index}")
+    os.makedirs(node_dir, exist_ok=True)
+    try:
+        _run_ray(
+            [
+                "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node),
+                "--num-gpus", "0", "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
+                "--disable-usage-stats", *_node_ports(),
+            ],
+            cluster.token_path,
+            f"add node {index} to the embedded cluster",
+        )
+    except BaseException:
+        _stop(_processes_in(node_dir))  # only the half-started node: the rest of the cluster is fine
+        shutil.rmtree(node_dir, ignore_errors=True)
+        raise
+
+
+# --- reusing: alive, slow, or gone -----------------------------------------------------------------------
+
+def _reusable(cluster: LocalCluster | None, say: Log) -> LocalCluster | None:
+    """The recorded cluster if it runs (waiting for a slow dashboard), None if it is gone (then cleared)."""
+    if cluster is None or alive_nodes(cluster) is not None:
+        return cluster
+    if not _head_alive(cluster):
+        say("the embedded cluster recorded in state is gone; starting a new one")
+        _discard(cluster)
+        return None
+    # Its GCS runs: a busy machine or a stopped dashboard, not a dead cluster. Never kill it for that.
+    wait = _seconds(DASHBOARD_WAIT_ENV, DASHBOARD_WAIT_S)
+    say(f"the embedded cluster runs but its dashboard {cluster.address} does not answer; waiting up to {wait:g}s")
+    if _wait_nodes(cluster, 1, timeout=wait) is not None:
+        return cluster
+    raise Unreachable(f"the embedded cluster's dashboard {cluster.address} did not answer within {wait:g}s "
+                      f"while its processes run (nothing was stopped): retry, or `rtjob local down` to stop it")
+
+
+def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None) -> LocalCluster:
+    """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``."""
+    say = log or (lambda msg: None)
+    with _locked(say):
+        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say)
+        # Counted from an answer, never from a missed one: a dashboard that blinks must not add every node again.
+        current = len(_require_nodes(cluster, 1))
+        for index in range(current + 1, nodes + 1):
+            _add_node(cluster, index, nodes, cpus_per_node, say)
+        if nodes > current:
+            _require_nodes(cluster, nodes)
+        return cluster
+
+
+# --- finding and stopping exactly our processes ----------------------------------------------------------
+
+def _carries(args: list[str], temp_dir: str) -> bool:
+    """Whether a command line names ``temp_dir`` as a whole path component (``--log-dir=/tmp/rtjob-ray-x/s``
+    yes; ``/tmp/rtjob-ray-xy`` or a bare ``/tmp`` no)."""
+    pattern = re.compile(r"(?:^|[=:,\s])" + re.escape(temp_dir) + r"(?:/|$|[:,\s])")
+    return any(pattern.search(arg) for arg in args)
+
+
+def _is_client_server(args: list[str], gcs_port: int) -> bool:
+    """Ray's client server is daemonised and names only the GCS address (with the host's IP, not
+    127.0.0.1), not the temp dir: it must be `-m ray.util.client.server` AND on the recorded GCS port."""
+    module = any(a == "-m" and b == "ray.util.client.server" for a, b in zip(args, args[1:], strict=False))
+    on_port = any(re.fullmatch(rf"--address=[^:\s]+:{gcs_port}", arg) for arg in args)
+    return module and on_port
+
+
+def _select(match: Callable[[list[str]], bool]) -> list[Any]:
+    """This user's processes whose command line ``match``es, and their children."""
     import psutil
 
     found: dict[int, Any] = {}
-    gcs_port = cluster.gcs_address.rsplit(":", 1)[-1]
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
         try:
-            cmdline = " ".join(proc.info["cmdline"] or [])
-        except (psutil.Error, TypeError):
+            if proc.info["uids"].real == os.getuid() and match(list(proc.info["cmdline"] or [])):
+                found[proc.pid] = proc
+        except (psutil.Error, AttributeError, TypeError):
             continue
-        # Ray's client server is daemonised and names only the GCS address, not the temp dir.
-        client_server = "ray.util.client.server" in cmdline and f":{gcs_port} " in cmdline + " "
-        if cluster.temp_dir in cmdline or client_server:
-            found[proc.pid] = proc
     for proc in list(found.values()):
-        try:
+        with contextlib.suppress(psutil.Error):
             for child in proc.children(recursive=True):
                 found[child.pid] = child
-        except psutil.Error:
-            pass
     found.pop(os.getpid(), None)
     return list(found.values())
 
 
-def _stop_processes(cluster: LocalCluster, grace: float = 10.0) -> int:
+def _processes_in(temp_dir: str, gcs_port: int | None = None) -> list[Any]:
+    return _select(lambda args: _carries(args, temp_dir)
+                   or (gcs_port is not None and _is_client_server(args, gcs_port)))
+
+
+def _head_alive(cluster: LocalCluster) -> bool:
+    """Whether the head's GCS server still runs: then the cluster lives, whatever its dashboard says."""
+    return bool(_select(lambda args: bool(args) and os.path.basename(args[0]) == "gcs_server"
+                        and _carries(args, cluster.temp_dir)))
+
+
+def _stop(procs: list[Any], grace: float = 10.0) -> int:
     import psutil
 
-    procs = _our_processes(cluster)
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
+            proc.resume()  # a stopped (SIGSTOP) process handles SIGTERM only once it runs again
     _, alive = psutil.wait_procs(procs, timeout=grace)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
     psutil.wait_procs(alive, timeout=5)
-    shutil.rmtree(cluster.temp_dir, ignore_errors=True)
     return len(procs)
 
 
-def down() -> int:
-    """Stop the embedded cluster's processes (only those). Returns how many processes were ended."""
-    cluster = load_state()
-    if cluster is None:
-        return 0
-    count = _stop_processes(cluster)
+def _stop_dir(temp_dir: str, gcs_port: int | None = None) -> int:
+    """Stop one validated cluster temp dir's processes and remove the folder."""
+    count = _stop(_processes_in(temp_dir, gcs_port))
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    return count
+
+
+def _discard(cluster: LocalCluster) -> int:
+    count = _stop_dir(cluster.temp_dir, cluster.gcs_port)
     _state_file().unlink(missing_ok=True)
     return count
+
+
+def _own_temp_dirs() -> list[tuple[str, int | None]]:
+    """(temp dir, GCS port) of each cluster rtjob started for this RTJOB_HOME (its owner file says so),
+    whatever cluster.json says."""
+    found = []
+    for path in sorted(Path(TEMP_ROOT).glob(f"{TEMP_PREFIX}*")):
+        record = _owner_record(path)
+        if record.get("home") == _owner_id() and _temp_dir_problem(str(path)) is None:
+            port = record.get("gcs_port")
+            found.append((str(path), port if isinstance(port, int) else None))
+    return found
+
+
+def down(log: Log | None = None) -> int:
+    """Stop the embedded cluster's processes (only those). Returns how many processes were ended.
+
+    Also stops any other cluster this RTJOB_HOME left behind (its owner file names this home), so a
+    damaged cluster.json is reported and cleared, while what is really rtjob's still stops."""
+    say = log or (lambda msg: None)
+    with _locked(say):
+        try:
+            cluster = load_state()
+        except DamagedState as exc:
+            say(f"{exc.path} is damaged ({exc.problem}); stopping only this home's own clusters")
+            cluster = None
+        count = _discard(cluster) if cluster is not None else 0
+        for temp_dir, gcs_port in _own_temp_dirs():
+            count += _stop_dir(temp_dir, gcs_port)
+        _state_file().unlink(missing_ok=True)
+        return count
 
 
 def require() -> LocalCluster:

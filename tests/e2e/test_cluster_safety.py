@@ -1,0 +1,242 @@
+"""The embedded cluster with concurrent rtjob processes and damaged state (hardening issue, part 4).
+
+Real `ray start`, real processes, each test in its own RTJOB_HOME. A test's cluster is found by the
+RTJOB_HOME in its processes' environment (Ray's daemons inherit it from `ray start`), so a regression that
+leaks a second cluster is still stopped at the end, and nothing of another session's is ever touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from support.cli import base_env, popen_rtjob, rtjob
+
+pytestmark = pytest.mark.cluster
+
+
+def _home_processes(home: Path) -> list[psutil.Process]:
+    """Every process started for this test's RTJOB_HOME (rtjob itself excluded: it has exited by then)."""
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if proc.environ().get("RTJOB_HOME") == str(home) and proc.pid != os.getpid():
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def _gcs(home: Path) -> list[psutil.Process]:
+    found = []
+    for proc in _home_processes(home):
+        try:
+            if os.path.basename(proc.cmdline()[0]) == "gcs_server":
+                found.append(proc)
+        except (psutil.Error, IndexError):
+            continue
+    return found
+
+
+def _ray_process(home: Path, needle: str) -> psutil.Process:
+    for proc in _home_processes(home):
+        try:
+            if needle in " ".join(proc.cmdline()):
+                return proc
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no {needle} process for {home}")
+
+
+def _state(home: Path) -> dict:
+    return json.loads((home / "local" / "cluster.json").read_text())
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    """A private RTJOB_HOME; at the end `rtjob local down`, then a safety net for anything it left."""
+    path = Path(tempfile.mkdtemp(prefix="rtjob-t-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        good = path / "good-cluster.json"
+        if good.exists():  # a test that damaged the state file puts the real one back first
+            (path / "local" / "cluster.json").write_text(good.read_text())
+        rtjob("local", "down", env=base_env(path), timeout=180)
+        leftovers = _home_processes(path)
+        for proc in leftovers:
+            proc.kill()
+        psutil.wait_procs(leftovers, timeout=10)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_two_concurrent_ups_share_one_cluster(home: Path) -> None:
+    """Two `rtjob local up --nodes 2` started together: the second waits on the lock, then reuses."""
+    env = base_env(home)
+    first, second = popen_rtjob("local", "up", "--nodes", "2", env=env), popen_rtjob("local", "up", "--nodes", "2", env=env)
+    outs = [proc.communicate(timeout=300) for proc in (first, second)]
+    assert [first.returncode, second.returncode] == [0, 0], outs
+    stderr = "\n".join(err for _, err in outs)
+    assert stderr.count("starting the embedded Ray cluster") == 1, stderr
+    assert "waiting for it" in stderr, stderr
+
+    state = _state(home)
+    gcs = _gcs(home)
+    assert len(gcs) == 1, [p.cmdline()[:2] for p in gcs]
+    assert any(f"={state['temp_dir']}/" in arg for arg in gcs[0].cmdline()), gcs[0].cmdline()[:2]
+    token = Path(state["token_path"]).read_text()
+    status = rtjob("local", "status", "--output", "json", env=env, timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["nodes"] == 2, status.stderr  # the token works
+
+    again = rtjob("local", "up", "--nodes", "2", env=env, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert "starting" not in again.stderr
+    assert Path(state["token_path"]).read_text() == token
+    assert [p.pid for p in _gcs(home)] == [gcs[0].pid]
+
+
+def test_slow_dashboard_is_waited_for_never_killed(home: Path) -> None:
+    """A stopped (SIGSTOP) dashboard: `up` waits and reuses once it answers, or exits 3 after its bound,
+    and the cluster survives both; a cluster whose processes are all gone is replaced."""
+    env = base_env(home)
+    assert rtjob("local", "up", env=env, timeout=180).returncode == 0
+    temp_dir = _state(home)["temp_dir"]
+    gcs_pid = _gcs(home)[0].pid
+    dashboard = _ray_process(home, "dashboard/dashboard.py")
+
+    dashboard.send_signal(signal.SIGSTOP)
+    try:
+        waiting = popen_rtjob("local", "up", env=base_env(home, RTJOB_LOCAL_DASHBOARD_WAIT_S="90"))
+        time.sleep(9)  # longer than one 5 s dashboard request: today's rtjob has given up by now
+        dashboard.send_signal(signal.SIGCONT)
+        _, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, err
+        assert "does not answer; waiting up to 90s" in err, err
+
+        dashboard.send_signal(signal.SIGSTOP)
+        bounded = rtjob("local", "up", env=base_env(home, RTJOB_LOCAL_DASHBOARD_WAIT_S="3"), timeout=120)
+        assert bounded.returncode == 3, bounded.stderr
+        assert "did not answer within 3s while its processes run (nothing was stopped)" in bounded.stderr
+        assert "Traceback" not in bounded.stderr
+    finally:
+        dashboard.send_signal(signal.SIGCONT)
+    assert dashboard.is_running() and [p.pid for p in _gcs(home)] == [gcs_pid]
+    assert _state(home)["temp_dir"] == temp_dir
+    assert rtjob("local", "status", env=env, timeout=60).returncode == 0
+
+    # Gone (every process of it killed): the next `up` starts a new cluster instead of waiting.
+    procs = _home_processes(home)
+    for proc in procs:
+        proc.kill()
+    psutil.wait_procs(procs, timeout=10)
+    fresh = rtjob("local", "up", env=env, timeout=180)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "is gone; starting a new one" in fresh.stderr
+    assert _state(home)["temp_dir"] != temp_dir and not os.path.exists(temp_dir)
+
+
+def test_token_and_state_are_private_from_the_start(home: Path) -> None:
+    """The token is written into a new 0600 file, never into whatever lay at its path (here a link to a
+    world-readable file), and cluster.json is 0600 too."""
+    local = home / "local"
+    local.mkdir()
+    decoy = home / "decoy.txt"
+    decoy.write_text("decoy\n")
+    decoy.chmod(0o644)
+    (local / "auth_token").symlink_to(decoy)
+
+    up = rtjob("local", "up", env=base_env(home), timeout=180)
+    assert up.returncode == 0, up.stderr
+    assert decoy.read_text() == "decoy\n" and stat.S_IMODE(decoy.stat().st_mode) == 0o644
+    token = local / "auth_token"
+    assert not token.is_symlink() and len(token.read_text()) == 64
+    for path in (token, local / "cluster.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_ray_start_timeout_is_one_line_and_cleans_up(home: Path) -> None:
+    """`ray start` that never finishes (its GCS is stopped with SIGSTOP as soon as it appears) is cut by
+    its time-out: exit 3, one error line, no traceback, nothing of the half-started cluster left."""
+    proc = popen_rtjob("local", "up", env=base_env(home, RTJOB_LOCAL_START_TIMEOUT_S="20"))
+    stopped = []
+    while proc.poll() is None:
+        if not stopped:
+            stopped = _gcs(home)
+            for gcs in stopped:
+                gcs.send_signal(signal.SIGSTOP)
+        time.sleep(0.1)
+    _, err = proc.communicate(timeout=60)
+    assert stopped, "ray start finished before its GCS could be stopped"
+    assert proc.returncode == 3, err
+    errors = [line for line in _lines(err) if line.startswith("rtjob: error:")]
+    assert errors == [_lines(err)[-1]] and "`ray start` did not finish within 20s" in errors[0], err
+    assert "Traceback" not in err
+    assert _home_processes(home) == []
+    assert not (home / "local" / "cluster.json").exists()
+    owners = [p / "rtjob-owner.json" for p in Path("/tmp").glob("rtjob-ray-*")]
+    assert not [o for o in owners if o.exists() and str((home / "local").resolve()) in o.read_text()]
+
+
+def test_damaged_state_kills_nothing_and_down_still_cleans_up(home: Path) -> None:
+    """A damaged cluster.json: `up` and `status` exit 3 with one line and stop nothing (a decoy whose
+    command line carries /tmp survives); `down` reports it and still stops this home's own cluster."""
+    env = base_env(home)
+    assert rtjob("local", "up", env=env, timeout=180).returncode == 0
+    state_file = home / "local" / "cluster.json"
+    good = _state(home)
+    (home / "good-cluster.json").write_text(json.dumps(good))
+    gcs_pid = _gcs(home)[0].pid
+
+    # A harmless decoy whose command line carries /tmp, a folder of its own and a client server's
+    # module on another port, and folders that look like
+    # rtjob's but are not: another user's, and a link to the real temp dir.
+    decoy_dir = Path(tempfile.mkdtemp(prefix="rtjob-decoy-", dir="/tmp"))
+    other = Path(tempfile.mkdtemp(prefix="rtjob-ray-other", dir="/tmp"))
+    link = Path(f"/tmp/rtjob-ray-link{os.getpid()}")
+    link.symlink_to(good["temp_dir"])
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "/tmp", str(decoy_dir),
+                              "-m", "ray.util.client.server", "--address=192.0.2.1:1"])  # another port
+    try:
+        damaged = {"a decoy's folder": str(decoy_dir), "/tmp": "/tmp", "no temp_dir": "", "a link": str(link)}
+        if os.getuid() == 0:  # only root can make a folder that belongs to another user
+            os.chown(other, 65534, 65534)
+            damaged["another user's folder"] = str(other)
+        texts = {what: json.dumps({**good, "temp_dir": value}) for what, value in damaged.items()}
+        texts.update({"empty": "", "not JSON": "{not json"})
+        for what, text in texts.items():
+            state_file.write_text(text)
+            for args in (("local", "up"), ("local", "status")):
+                proc = rtjob(*args, env=env, timeout=120)
+                assert proc.returncode == 3, (what, args, proc.stderr)
+                assert len(_lines(proc.stderr)) == 1 and "cluster.json is damaged" in proc.stderr, (what, proc.stderr)
+            assert decoy.poll() is None and psutil.pid_exists(gcs_pid), what
+            assert decoy_dir.exists() and other.exists() and Path(good["temp_dir"]).exists(), what
+
+        state_file.write_text(json.dumps({**good, "temp_dir": "/tmp"}))
+        down = rtjob("local", "down", env=env, timeout=180)
+        assert down.returncode == 0, down.stderr
+        assert "is damaged" in down.stderr and "processes ended" in down.stderr, down.stderr
+        assert _home_processes(home) == [] and not Path(good["temp_dir"]).exists()
+        assert not state_file.exists()
+        assert decoy.poll() is None and decoy_dir.exists() and other.exists()
+    finally:  # good-cluster.json stays: the fixture puts it back before its own `local down`
+        decoy.kill()
+        decoy.wait(timeout=10)
+        link.unlink(missing_ok=True)
+        shutil.rmtree(decoy_dir, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
