@@ -25,14 +25,14 @@ lint: install
 	$(BIN)/lint-imports --no-logo
 
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
-# The fast tests first (no cluster, under a minute; 3 pytest-xdist workers: most of their time is CLI start-up),
+# The fast tests first (no cluster, under a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
 # then the real cluster and S3 server ones (one shared cluster: one process).
 test: lint
-	$(BIN)/python -m pytest -q -ra -n 3 tests/unit
+	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra --durations=15 tests/e2e
 
 test-unit: install
-	$(BIN)/python -m pytest -q -n 3 tests/unit
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests/unit
 
 test-e2e: install
 	$(BIN)/python -m pytest -q -ra --durations=15 tests/e2e

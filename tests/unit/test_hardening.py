@@ -11,6 +11,7 @@ import json
 import string
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -272,12 +273,14 @@ def test_render_masks_tags_args_and_urls_the_same_on_ray_and_anyscale(tmp_path: 
         "tags:\n  owner: alice\n  deploy_token: tagsecret9\n"
         "env_vars:\n  TOKENIZERS_PARALLELISM: 'false'\n  DATABASE_URL: postgres://u:dbpass/1@db:5432/x\n")
     env = base_env(tmp_path / "home", RTJOB_PROJECT=str(project), HOME=str(tmp_path / "user"))
+    ray = ["--backend", "ray", "--address", "http://127.0.0.1:9"]
+    calls = [[*ray, "-o", "text"], [*ray, "-o", "json"], ["--backend", "anyscale", "-o", "json"]]
+    with ThreadPoolExecutor(max_workers=3) as pool:  # each CLI start costs a second (anyscale's import more)
+        procs = list(pool.map(lambda args: _run([*RTJOB, "render", "j", *args], env, cwd=project), calls))
     outs = []
-    for backend in (["--backend", "ray", "--address", "http://127.0.0.1:9"], ["--backend", "anyscale"]):
-        for output in ("text", "json"):
-            proc = _run([*RTJOB, "render", "j", *backend, "-o", output], env, cwd=project)
-            assert proc.returncode == 0, proc.stderr
-            outs.append(proc.stdout + proc.stderr)
+    for proc in procs:
+        assert proc.returncode == 0, proc.stderr
+        outs.append(proc.stdout + proc.stderr)
     for out in outs:
         for secret in ("--api-key k1", "tokA1", "tokB2", "tagsecret9", "dbpass/1"):
             assert secret not in out, (secret, out)

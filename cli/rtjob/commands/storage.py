@@ -11,7 +11,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
 from .options import backend_from, backend_options, output_option, settings_from
-from .printing import echo, print_json, say
+from .printing import echo, print_json, print_rich, say
 
 if TYPE_CHECKING:
     from ..runs.sources import Source
@@ -80,6 +80,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     NAME.rtjob-partial and are renamed only when complete and of the right size.
     Credentials: the standard AWS chain; they are never printed.
     """
+    from ..core.redact import redact, redact_data
     from ..runs.sources import redacted
     from ..spec.run_env import credential_values
     from ..storage.layout import parse_checkpoint_choice
@@ -93,11 +94,9 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
         secrets += src.secrets
         target = Path(dest) if dest else Path.cwd() / src.location.name
         report = do_pull(src.location, target, picked, endpoint=src.endpoint, concurrency=concurrency,
-                         progress=default_progress(f"pulling {src.label}"))
+                         progress=default_progress(redact(f"pulling {src.label}", secrets)))
     except RtjobError as exc:
         raise redacted(exc, secrets) from None
-    from ..core.redact import redact, redact_data
-
     if output == "json":
         print_json(redact_data(report.to_json(), secrets))
     else:
@@ -157,7 +156,7 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
     if output == "json":
         print_json(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets))
     else:
-        res.print_tables(runs)
+        print_rich(*res.tables(runs))
     if target is not None:
         res.plot(runs, target)
         say(f"plot: {target}")

@@ -170,6 +170,11 @@ class Redactor:
     def add_mapping(self, values: Mapping[str, Any]) -> None:
         self.add(secret_values(values))
 
+    def clear(self) -> None:
+        """Forget every value (a new command run in the same process, as the tests do)."""
+        self._values = set()
+        self._pattern = None
+
     def _compiled(self) -> re.Pattern[str] | None:
         if self._pattern is None and self._values:
             alternatives = "|".join(re.escape(v) for v in sorted(self._values, key=len, reverse=True))

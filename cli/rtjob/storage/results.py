@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -140,26 +139,27 @@ def summary(run: RunHistory) -> dict[str, Any]:
     }
 
 
-def print_tables(runs: list[RunHistory]) -> None:
-    from rich.console import Console
+def tables(runs: list[RunHistory]) -> list[Any]:
+    """What `rtjob results` prints, as rich renderables and lines (the commands layer prints them, through
+    its redactor)."""
     from rich.table import Table
 
-    console = Console(width=200 if not sys.stdout.isatty() else None)
+    out: list[Any] = []
     if len(runs) == 1:
         run = runs[0]
         # The run and its source on a line of their own: as the table's title, rich wrapped a long path
         # to the width of the table.
-        console.print(f"{run.label}  ({run.source})", soft_wrap=True, highlight=False, markup=False)
+        out.append(f"{run.label}  ({run.source})")
         table = Table(box=None, header_style="bold")
         for _, title, _ in COLUMNS:
             table.add_column(title.upper(), justify="right")
         for row in run.rows:
             table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in COLUMNS))
-        console.print(table)
+        out.append(table)
         best = summary(run)
         if best["best_val_loss"] is not None:
-            console.print(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
-        return
+            out.append(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
+        return out
     # Several runs: per-epoch validation loss and accuracy side by side, then one summary row per run.
     table = Table(title="per epoch: val loss / accuracy", box=None, header_style="bold", title_justify="left")
     table.add_column("EPOCH", justify="right")
@@ -174,8 +174,7 @@ def print_tables(runs: list[RunHistory]) -> None:
             cells.append(f"{_fmt(hit.get('val_loss'), '{:.4f}')} / {_fmt(hit.get('val_accuracy'), '{:.4f}')}"
                          if hit else "-")
         table.add_row(*cells)
-    console.print(table)
-    console.print()
+    out += [table, ""]
     table = Table(title="summary", box=None, header_style="bold", title_justify="left")
     for title in ("RUN", "EPOCHS", "TRAIN LOSS", "VAL LOSS", "BEST VAL LOSS (EPOCH)", "ACCURACY", "SAMPLES/S",
                   "TIME"):
@@ -186,7 +185,8 @@ def print_tables(runs: list[RunHistory]) -> None:
         table.add_row(s["run"], str(s["epochs"]), _fmt(s["train_loss"], "{:.4f}"), _fmt(s["val_loss"], "{:.4f}"),
                       best_text, _fmt(s["accuracy"], "{:.4f}"), _fmt(s["samples_per_s"], "{:.1f}"),
                       _fmt(s["time_s"], "{:.1f}s"))
-    console.print(table)
+    out.append(table)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
