@@ -110,6 +110,20 @@ def test_two_concurrent_ups_share_one_cluster(home: Path) -> None:
     assert [p.pid for p in _gcs(home)] == [gcs[0].pid]
 
 
+def test_two_submits_racing_to_start_the_cluster_both_succeed_on_one(home: Path) -> None:
+    """Two `rtjob submit` with no cluster yet: one starts it, the other waits on the lock and reuses it;
+    both runs succeed and print every line."""
+    env = base_env(home)
+    runs = [popen_rtjob("submit", "tests/support/jobs/count.yaml", "--nodes", "2", "--set", "args.lines=5",
+                        env=env) for _ in range(2)]
+    outs = [proc.communicate(timeout=400) for proc in runs]
+    assert [proc.returncode for proc in runs] == [0, 0], outs
+    for out, _ in outs:
+        assert [ln for ln in out.splitlines() if ln.startswith("line ")] == [f"line {i} of 5" for i in range(1, 6)]
+    assert "\n".join(err for _, err in outs).count("starting the embedded Ray cluster") == 1, outs
+    assert len(_gcs(home)) == 1
+
+
 def test_slow_dashboard_is_waited_for_never_killed(home: Path) -> None:
     """A stopped (SIGSTOP) dashboard: `up` waits and reuses once it answers, or exits 3 after its bound,
     and the cluster survives both; a cluster whose processes are all gone is replaced."""

@@ -148,6 +148,21 @@ def test_schema_errors_never_echo_a_value(yaml_text: str, secret: str) -> None:
             assert secret not in exc.message
 
 
+@FAST
+@given(key=st.text(max_size=80))
+def test_key_sanitizing_never_raises_and_keeps_every_accepted_key_inside_the_destination(key: str) -> None:
+    """Any storage key: refused with a reason, or a relative path that stays inside DIR."""
+    import posixpath
+
+    from rtjob.storage.pull import unsafe_reason
+
+    reason = unsafe_reason(key)
+    if reason is None:
+        assert key and not key.startswith("/") and "\\" not in key
+        normal = posixpath.normpath(key)
+        assert normal == key and not normal.startswith("..") and normal != "."
+
+
 # -- one boundary: commands print only through printing.py ----------------------------------------------------
 
 def test_commands_print_only_through_the_redacting_helpers() -> None:

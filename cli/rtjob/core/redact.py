@@ -7,9 +7,9 @@ Two kinds of masking, one boundary:
   ``TOKENIZERS_PARALLELISM``, ``AUTHOR``, ``SORT_KEY``), when their value has a secret's shape (AWS key id,
   JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``), or when it is a URL with a password.
 * **Free text** (logs, messages, JSON strings, rendered files) passes ``REDACTOR``, the process-wide redactor
-  that every secret value of this run is fed to as it becomes known. It replaces those values as whole tokens
-  (never inside a longer word), hunts only values of ``HUNT_MIN`` or more characters (``false``, ``1``,
-  ``alice`` are never masked), and masks secret shapes and URL passwords wherever they stand.
+  that every secret value of this run is fed to as it becomes known. It hunts only values of ``HUNT_MIN`` or
+  more characters (``false``, ``1``, ``alice`` are never masked), those shorter than ``ANYWHERE_MIN`` as whole
+  tokens only (never inside a longer word), and masks secret shapes and URL passwords wherever they stand.
 
 ``commands/printing.py`` sends every byte rtjob prints through ``REDACTOR``.
 """
@@ -23,6 +23,7 @@ from typing import Any
 
 MASK = "****"
 HUNT_MIN = 6  # shorter values are masked in structured fields only: in free text they would hit ordinary words
+ANYWHERE_MIN = 12  # values this long are masked even inside a longer word; shorter ones only as whole tokens
 
 # Name words that make a value secret wherever they stand in the name.
 _SECRET_WORDS = frozenset({
@@ -177,9 +178,14 @@ class Redactor:
 
     def _compiled(self) -> re.Pattern[str] | None:
         if self._pattern is None and self._values:
-            alternatives = "|".join(re.escape(v) for v in sorted(self._values, key=len, reverse=True))
-            # A whole token: never the middle of a longer word ("falsetto" keeps its "false").
-            self._pattern = re.compile(rf"(?<![A-Za-z0-9_])(?:{alternatives})(?![A-Za-z0-9_])")
+            ordered = sorted(self._values, key=len, reverse=True)
+            # Long values anywhere: a 12-character secret inside a longer word is still the secret (an escaped
+            # key such as "\\u202e<secret>"). Shorter ones as whole tokens only: "falsetto" keeps its "false".
+            anywhere = "|".join(re.escape(v) for v in ordered if len(v) >= ANYWHERE_MIN)
+            tokens = "|".join(re.escape(v) for v in ordered if len(v) < ANYWHERE_MIN)
+            parts = [f"(?:{anywhere})"] if anywhere else []
+            parts += [rf"(?<![A-Za-z0-9_])(?:{tokens})(?![A-Za-z0-9_])"] if tokens else []
+            self._pattern = re.compile("|".join(parts))
         return self._pattern
 
     def text(self, text: str, extra: Iterable[str] = ()) -> str:

@@ -110,6 +110,8 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
     from ..backends import backend_class, workflow_backends
     from ..spec.overrides import parse_duration
 
+    if any(ord(c) < 32 or ord(c) == 127 for c in job_ref + timeout):  # pasted into YAML and shell lines
+        raise BadInput("a job reference or --timeout with a control character cannot go into a workflow file")
     if backend not in workflow_backends():
         raise BadInput(f"--backend {backend!r}: a workflow submits to a cluster: use {' or '.join(workflow_backends())}")
     # The backend's own secrets and client extra come from the registry, not from this template; the extras

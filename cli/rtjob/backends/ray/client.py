@@ -103,6 +103,14 @@ class RayJobsAPI:
         self.verify = verify
         self._session = requests.Session()
         self._session.headers.update(headers)
+        self.answered = False  # has the address ever answered? (a wrong address fails at once, a lost one waits)
+
+    def _lost(self, message: str) -> Transient:
+        """No answer at all: a fault that may pass once the cluster has answered; before that, most likely a
+        wrong address or a cluster that is not there, reported at once (exit 3)."""
+        error = Transient(message)
+        error.retriable = self.answered
+        return error
 
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         url = f"{self.address}{path}"
@@ -112,11 +120,13 @@ class RayJobsAPI:
         except requests.exceptions.SSLError as exc:
             raise Unreachable(f"TLS error talking to {self.address}: {_short(exc)} (--no-verify-tls skips the check)") from None
         except requests.exceptions.ConnectionError:
-            raise Transient(f"cannot reach the Ray cluster at {self.address}: connection refused, reset or no route") from None
+            raise self._lost(f"cannot reach the Ray cluster at {self.address}: connection refused, reset or no "
+                             "route") from None
         except requests.exceptions.Timeout:
-            raise Transient(f"the Ray cluster at {self.address} did not answer within {READ_TIMEOUT_S:.0f}s") from None
+            raise self._lost(f"the Ray cluster at {self.address} did not answer within {READ_TIMEOUT_S:.0f}s") from None
         except requests.exceptions.RequestException as exc:
             raise Unreachable(f"cannot talk to {self.address}: {type(exc).__name__}") from None
+        self.answered = True
         if resp.status_code == 401:
             raise Unreachable(
                 f"authentication failed at {self.address}: the cluster wants a token; set RAY_AUTH_TOKEN or "
