@@ -289,9 +289,12 @@ def test_render_masks_tags_args_and_urls_the_same_on_ray_and_anyscale(tmp_path: 
         "env_vars:\n  TOKENIZERS_PARALLELISM: 'false'\n  DATABASE_URL: postgres://u:dbpass/1@db:5432/x\n")
     env = base_env(tmp_path / "home", RTJOB_PROJECT=str(project), HOME=str(tmp_path / "user"))
     ray = ["--backend", "ray", "--address", "http://127.0.0.1:9"]
-    calls = [[*ray, "-o", "text"], [*ray, "-o", "json"], ["--backend", "anyscale", "-o", "json"]]
+    calls = [["render", "j", *ray, "-o", "text"], ["render", "j", *ray, "-o", "json"],
+             ["render", "j", "--backend", "anyscale", "-o", "json"],
+             ["render", "j", "--backend", "anyscale", "-o", "yaml"],  # the file for `anyscale job submit -f`
+             ["schedule", "render", "j", "--cron", "0 3 * * *"]]  # the file for `anyscale schedule apply -f`
     with ThreadPoolExecutor(max_workers=3) as pool:  # each CLI start costs a second (anyscale's import more)
-        procs = list(pool.map(lambda args: _run([*RTJOB, "render", "j", *args], env, cwd=project), calls))
+        procs = list(pool.map(lambda args: _run([*RTJOB, *args], env, cwd=project), calls))
     outs = []
     for proc in procs:
         assert proc.returncode == 0, proc.stderr
@@ -300,3 +303,40 @@ def test_render_masks_tags_args_and_urls_the_same_on_ray_and_anyscale(tmp_path: 
         for secret in ("--api-key k1", "tokA1", "tokB2", "tagsecret9", "dbpass/1"):
             assert secret not in out, (secret, out)
         assert "--api-key ****" in out and "--note falsetto" in out and "alice" in out and "false" in out
+
+
+def _submit_stand_in(on_version: tuple[int, str, bytes], stall_s: float = 0.0) -> StandIn:
+    """Answers like a Ray dashboard up to the submission (no such job yet, one node that fits), then answers
+    Ray's own client (its version check) with ``on_version``, after ``stall_s``."""
+    import time
+
+    node = {"data": {"result": {"result": [{"state": "ALIVE", "resources_total": {"CPU": 4.0}}]}}}
+
+    def respond(method: str, path: str) -> tuple[int, str, bytes]:
+        if path.startswith("/api/v0/nodes"):
+            return 200, "application/json", json_body(node)
+        if path.startswith("/api/version"):
+            time.sleep(stall_s)
+            return on_version
+        return 404, "application/json", json_body({"detail": "not found"})
+
+    return StandIn(respond)
+
+
+def test_ray_refusing_the_token_at_submit_is_one_line_exit_3(tmp_path: Path) -> None:
+    """Ray's client raises its own AuthenticationError on a 401; it was a traceback, exit 1."""
+    with _submit_stand_in((401, "text/plain", b"Unauthorized")) as server:
+        proc = _run([*RTJOB, "submit", "tests/support/jobs/count.yaml", "--backend", "ray", "--address",
+                     server.address], base_env(tmp_path / "home"))
+    assert proc.returncode == 3, proc.stderr
+    assert "authentication failed" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("rtjob: error: ")
+
+
+def test_a_submission_that_hangs_gives_up_after_its_time_out(tmp_path: Path) -> None:
+    """Ray's client has no time-out of its own: a dashboard that never answers the submission was a hang."""
+    with _submit_stand_in((200, "application/json", json_body({"version": "5"})), stall_s=30) as server:
+        proc = _run([*RTJOB, "submit", "tests/support/jobs/count.yaml", "--backend", "ray", "--address",
+                     server.address], base_env(tmp_path / "home", RTJOB_SUBMIT_TIMEOUT_S="3"))
+    assert proc.returncode == 3, proc.stderr
+    assert "did not accept the submission within 3s" in proc.stderr and "Traceback" not in proc.stderr
