@@ -266,8 +266,7 @@ def test_vendored_schema_knows_schedule_timezone() -> None:
     on = github_workflow_schema()["properties"]["on"]
     schedules = [branch["properties"]["schedule"] for branch in on["oneOf"]
                  if "schedule" in branch.get("properties", {})]
-    assert schedules and schedules[0]["items"]["properties"]["timezone"] == {
-        "type": "string", "description": schedules[0]["items"]["properties"]["timezone"]["description"]}
+    assert schedules and schedules[0]["items"]["properties"]["timezone"]["type"] == "string"
     assert schedules[0]["items"]["additionalProperties"] is False  # so a typo in an entry's key is caught
 
 
