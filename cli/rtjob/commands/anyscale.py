@@ -128,7 +128,7 @@ def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.argument("job"),
         click.option("--cron", required=True, help="When to run: 5 cron fields, e.g. '0 3 * * 1' (Mondays 03:00)."),
-        click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name."),
+        click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name (--github: an IANA name)."),
         click.option("--name", help="Schedule name (default: the job's name); apply updates a schedule of this name."),
         click.option("--nodes", type=click.IntRange(1, 1000), help="Nodes of the job's worker group."),
         click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a job field."),
