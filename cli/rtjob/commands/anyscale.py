@@ -128,7 +128,7 @@ def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
         click.argument("job"),
         click.option("--cron", required=True, help="When to run: 5 cron fields, e.g. '0 3 * * 1' (Mondays 03:00)."),
-        click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name."),
+        click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name (--github: an IANA name)."),
         click.option("--name", help="Schedule name (default: the job's name); apply updates a schedule of this name."),
         click.option("--nodes", type=click.IntRange(1, 1000), help="Nodes of the job's worker group."),
         click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a job field."),
@@ -231,31 +231,42 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
               help="With --github: where the workflow submits (a cluster: not the embedded one).")
 @click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
               help="With --github: how long the workflow follows the job (rtjob submit --timeout).")
+@click.option("--out", "out", metavar="FILE",
+              help="With --github: write the workflow to FILE (e.g. .github/workflows/train.yml) once every "
+                   "check passed, instead of printing it; a refused one leaves FILE as it was.")
 def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
                     envs: tuple[str, ...], storage: str | None, compute_config: str | None, github: bool,
-                    backend: str, timeout: str) -> int:
+                    backend: str, timeout: str, out: str | None) -> int:
     """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
     with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
-    succeeds (for Ray-cluster users: --backend ray, the default)."""
+    succeeds (for Ray-cluster users: --backend ray, the default). With --github, --cron is what GitHub
+    runs (POSIX cron, at most every 5 minutes) in --timezone (an IANA name; GitHub's default is UTC)."""
+    if out is not None and not github:
+        raise BadInput("--out writes a --github workflow; the Anyscale schedule file is printed (redirect it)")
     if not github:
         _, planned, schedule, schedule_name, checked = _planned_schedule(
             job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
         _print_schedule(planned, schedule, schedule_name, checked, "text")
         return EXIT_SUCCEEDED
-    from ..runs.workflow import github_workflow
-    from ..spec.cron import validate_cron
+    from ..runs.workflow import github_workflow, write_workflow
+    from ..spec.cron import validate_github_cron, validate_iana_timezone
     from ..spec.project import find_root
     from ..spec.resolve import load_job_file
 
-    cron = validate_cron(cron)
-    if timezone != "UTC":
-        raise BadInput(f"--timezone {timezone!r}: GitHub Actions schedules run in UTC; give --cron in UTC")
+    cron = validate_github_cron(cron)  # every check before anything is written
+    timezone = validate_iana_timezone(timezone)
     if sets or envs or storage or compute_config or name:
         raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
                        "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
     spec, shown = load_job_file(job, find_root())  # the job must exist and be valid
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
-    echo(github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout), nl=False)
+    text = github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout,
+                           timezone=timezone)
+    if out is None:
+        echo(text, nl=False)
+        return EXIT_SUCCEEDED
+    write_workflow(out, text)
+    _say(f"wrote {out}: runs {ref} on '{cron}' ({timezone}) with --backend {backend}; commit it")
     return EXIT_SUCCEEDED
 
 

@@ -27,7 +27,7 @@ name: "train <<JOB>> (<<BACKEND>>)"
 
 on:
   schedule:
-    - cron: "<<CRON>>"  # GitHub Actions schedules are in UTC
+<<SCHEDULE>>
   workflow_dispatch:
     inputs:
       nodes:
@@ -104,11 +104,25 @@ jobs:
 """
 
 
-def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeout: str) -> str:
+def _schedule_entry(cron: str, timezone: str) -> str:
+    """The `on.schedule` entry: UTC (GitHub's default) needs no `timezone:` key, so such files stay as before."""
+    if timezone == "UTC":
+        return f'    - cron: "{cron}"  # GitHub Actions schedules are in UTC'
+    return (f'    - cron: "{cron}"\n'
+            f'      timezone: "{timezone}"  # IANA name; GitHub runs the cron in this time zone (DST included)')
+
+
+def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeout: str,
+                    timezone: str = "UTC") -> str:
     """A GitHub Actions workflow (cron + manual trigger) that runs ``job_ref`` with rtjob and fails unless
-    it succeeds. ``cron`` is UTC (GitHub's schedules are); ``timeout`` is rtjob's --timeout."""
+    it succeeds. ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``timeout`` is
+    rtjob's --timeout. Cron that GitHub does not run and bad names are BadInput: nothing is rendered."""
     from ..backends import backend_class, workflow_backends
+    from ..spec.cron import validate_github_cron, validate_iana_timezone
     from ..spec.overrides import parse_duration
+
+    cron = validate_github_cron(cron)
+    timezone = validate_iana_timezone(timezone)
 
     if any(ord(c) < 32 or ord(c) == 127 for c in job_ref + timeout):  # pasted into YAML and shell lines
         raise BadInput("a job reference or --timeout with a control character cannot go into a workflow file")
@@ -122,6 +136,8 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
     slug = slug.strip("-").lower() or "job"
     command = (f"rtjob schedule render {shlex.quote(job_ref)} --cron {shlex.quote(cron)} --github "
                f"--backend {backend} --nodes {nodes} --timeout {timeout}")
+    if timezone != "UTC":
+        command += f" --timezone {timezone}"
     values = {
         "JOB": slug,
         "JOBREF": shlex.quote(job_ref),
@@ -130,7 +146,7 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
         "NEEDS": "\n".join(f"#   secret {name:<21} {what}" for name, what in cls.ci_secrets),
         "BACKEND_ENV": "\n".join(f"      {name}: ${{{{ secrets.{name} }}}}" for name, _ in cls.ci_secrets),
         "INSTALL": f'".[{cls.ci_extra}]"',
-        "CRON": cron,
+        "SCHEDULE": _schedule_entry(cron, timezone),
         "NODES": str(nodes),
         "TIMEOUT": timeout,
         "SLUG": slug,
@@ -141,3 +157,28 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
     for key, value in values.items():
         text = text.replace(f"<<{key}>>", value)
     return text
+
+
+def write_workflow(path: str, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename, so a
+    failure leaves no half-written workflow and an existing file is replaced only by a complete one."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(path)
+    if target.is_dir():
+        raise BadInput(f"--out {path!r}: a folder; give the workflow file, e.g. .github/workflows/train.yml")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(text)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+    except OSError as exc:
+        raise BadInput(f"--out {path!r}: cannot write it ({exc.strerror or exc}); give a writable file path") from None
