@@ -11,6 +11,15 @@ import pytest
 from support.cli import CAPTURED, PLANTED, base_env, rtjob
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """In-process tests (and subprocesses that inherit os.environ) never see the developer's own rtjob contexts."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+        patch.delenv("RTJOB_CONTEXT", raising=False)
+        yield
+
+
 @pytest.fixture(scope="session")
 def cluster_env() -> Iterator[dict[str, str]]:
     """A real 2-node embedded Ray cluster (token auth on) in a private RTJOB_HOME; stopped at the end."""

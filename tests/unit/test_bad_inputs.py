@@ -21,7 +21,7 @@ RTJOB = [sys.executable, "-m", "rtjob.main"]
 # Anything that would point rtjob or Ray at a real cluster or another project.
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
          "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT")
+         "RAY_JOB_HEADERS", "RTJOB_PROJECT", "RTJOB_CONTEXT", "XDG_CONFIG_HOME")
 # An address nothing listens on (loopback, discard port): if rtjob contacted it, the exit code would be 3.
 NOWHERE = "http://127.0.0.1:9"
 

@@ -45,12 +45,12 @@ def workflow_backends() -> tuple[str, ...]:
     return tuple(name for name in _REGISTRY if backend_class(name).ci_secrets)
 
 
-def configured(flags: dict[str, Any], root: Path | None = None) -> Settings:
-    """Settings ([tool.rtjob] < environment < flags) with the backend checked against the registry and
-    defaulted: an address means a Ray cluster, nothing means the embedded one."""
+def configured(flags: dict[str, Any], root: Path | None = None, context: str | None = None) -> Settings:
+    """Settings (contexts, [tool.rtjob], environment, flags: spec.project.load_settings) with the backend checked
+    against the registry and defaulted: an address means a Ray cluster, nothing means the embedded one."""
     from ..spec.project import load_settings
 
-    settings = load_settings(flags, root)
+    settings = load_settings(flags, root, context)
     name = settings.get("backend")
     if name is not None and name not in _REGISTRY:
         raise BadInput(f"backend {name!r} ({settings.source('backend')}): expected one of {', '.join(_REGISTRY)}")

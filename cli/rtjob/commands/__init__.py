@@ -14,6 +14,7 @@ import click
 from ..core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RtjobError
 from . import project, runs, submit
 from .anyscale import compute_config_group, schedule_group
+from .context import context_group
 from .local import local
 from .options import CONTEXT, EXIT_CODES_HELP
 from .printing import echo, learn_secrets_from_environment, report_crash
@@ -33,7 +34,7 @@ def cli() -> None:
 
 
 for _command in [submit.render, submit.submit, *runs.COMMANDS, *project.COMMANDS, local, compute_config_group,
-                 schedule_group, pull, results]:
+                 schedule_group, pull, results, context_group]:
     cli.add_command(_command)
 
 

@@ -44,7 +44,22 @@ def backend_options(func: F) -> F:
         click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
                      help="Extra HTTP header for the Jobs API (repeatable; env RAY_JOB_HEADERS as JSON)."),
         click.option("--no-verify-tls", is_flag=True, help="Do not verify the cluster's TLS certificate."),
+        context_option,
     ])
+
+
+def _remember_context(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        from ..spec.contexts import check_name
+
+        ctx.meta[_CONTEXT_KEY] = check_name(value, "--context")
+
+
+_CONTEXT_KEY = "rtjob.context"
+# Kept out of the commands' signatures: settings_from reads it from the Click context.
+context_option = click.option(
+    "--context", "context_name", metavar="NAME", expose_value=False, callback=_remember_context,
+    help="Use this context of ~/.config/rtjob/config.toml (rtjob context list); env RTJOB_CONTEXT.")
 
 
 def job_options(func: F) -> F:
@@ -84,7 +99,8 @@ def output_option(func: F) -> F:
 
 def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
                   **extra: Any) -> Settings:
-    """[tool.rtjob] < environment < these flags, with the backend settled by the registry."""
+    """The current context < [tool.rtjob] < environment < the chosen context (--context) < these flags, with the
+    backend settled by the registry."""
     from ..backends import configured
     from ..spec.overrides import parse_headers
 
@@ -93,7 +109,8 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
         flags["headers"] = parse_headers(headers)
     if no_verify_tls:
         flags["verify_tls"] = False
-    settings = configured(flags)
+    click_ctx = click.get_current_context(silent=True)
+    settings = configured(flags, context=click_ctx.meta.get(_CONTEXT_KEY) if click_ctx else None)
     # Header values and a password in the address are secrets of this process from here on.
     REDACTOR.add_mapping(settings.get("headers") or {})
     REDACTOR.add([url_password(str(settings.get("address") or ""))])

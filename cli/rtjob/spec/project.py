@@ -1,7 +1,7 @@
 """Where the project is, which jobs and compute configs it has, and its settings.
 
-Settings come from ``[tool.rtjob]`` in the project's pyproject.toml, then environment variables, then
-flags (each overrides the one before); every value remembers its source for ``render --explain``.
+Settings come from the current context (spec/contexts.py), ``[tool.rtjob]`` in the project's pyproject.toml,
+environment variables, an explicitly chosen context, then flags (each overrides the one before); every value remembers its source for ``render --explain``.
 Which backend names exist is the backend registry's knowledge (``rtjob.backends.configured``).
 """
 
@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls")
+SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project")
 # Environment variables per setting, first match wins (rtjob's own first, then Ray's).
 ENV_NAMES: dict[str, tuple[str, ...]] = {
     "backend": ("RTJOB_BACKEND",),
@@ -30,6 +30,8 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "compute_config": ("RTJOB_COMPUTE_CONFIG",),
     "headers": ("RAY_JOB_HEADERS",),
     "verify_tls": ("RTJOB_VERIFY_TLS",),
+    "cloud": ("RTJOB_ANYSCALE_CLOUD",),  # Anyscale cloud and project when the job names none
+    "project": ("RTJOB_ANYSCALE_PROJECT",),
 }
 
 
@@ -113,10 +115,17 @@ def _env_value(key: str, raw: str) -> Any:
     return raw
 
 
-def load_settings(flags: dict[str, Any], root: Path | None = None) -> Settings:
+def load_settings(flags: dict[str, Any], root: Path | None = None, context: str | None = None) -> Settings:
+    """Lowest first: defaults, the current context, [tool.rtjob], environment, the chosen context (``context``,
+    else $RTJOB_CONTEXT), flags."""
+    from .contexts import context_layers
+
     root = root or find_root()
     settings = Settings(root=root)
     settings.set("verify_tls", True, "default")
+    chosen, current = context_layers(context)
+    for key, value, source in current:
+        settings.set(key, value, source)
     for key, value in _read_tool_table(root).items():
         settings.set(key, value, f"{root / 'pyproject.toml'} [tool.rtjob]")
     for key, names in ENV_NAMES.items():
@@ -125,6 +134,8 @@ def load_settings(flags: dict[str, Any], root: Path | None = None) -> Settings:
             if raw:
                 settings.set(key, _env_value(key, raw), f"env {name}")
                 break
+    for key, value, source in chosen:  # above the environment: a stray RAY_ADDRESS never beats --context
+        settings.set(key, value, source)
     for key, value in flags.items():
         if value is not None and value != {} and value != ():
             settings.set(key, value, f"flag --{key.replace('_', '-')}")

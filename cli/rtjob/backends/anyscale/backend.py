@@ -90,7 +90,7 @@ class AnyscaleBackend(Backend):
         """``client``: an AnyscaleClientInterface (tests: the SDK's FakeAnyscaleClient); None builds the
         SDK's default client from the environment on first use. ``timer``: the SDK's Timer (tests:
         FakeTimer), used only by the SDK's own waits."""
-        super().__init__(settings)  # type: ignore[arg-type]  # nothing in the settings concerns Anyscale yet
+        super().__init__(settings)  # type: ignore[arg-type]  # only cloud/project concern Anyscale
         self._client = client
         self._timer = timer
         self._sdks: dict[str, Any] | None = None
@@ -132,7 +132,8 @@ class AnyscaleBackend(Backend):
 
     # -- plan / render -------------------------------------------------------------------------
     def plan(self, job: ResolvedJob) -> AnyscaleJobRequest:
-        return build(job)
+        settings = self.settings
+        return build(job, settings.get("cloud") if settings else None, settings.get("project") if settings else None)
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, AnyscaleJobRequest)

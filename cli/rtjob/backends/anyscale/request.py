@@ -18,8 +18,9 @@ if TYPE_CHECKING:
     from ...spec.resolve import ResolvedJob
 
 
-def job_config(job: ResolvedJob) -> dict[str, Any]:
-    """Exactly the JobConfig rtjob sends for a resolved job (secrets in the clear: render masks them)."""
+def job_config(job: ResolvedJob, cloud: str | None = None, project: str | None = None) -> dict[str, Any]:
+    """Exactly the JobConfig rtjob sends for a resolved job (secrets in the clear: render masks them).
+    ``cloud``/``project``: the settings' (a context, [tool.rtjob], env), used when the job names none."""
     compute: dict[str, Any] | str | None = None
     if job.compute_config is not None:
         compute = pinned_compute_config(job.compute_config, job.worker_group, job.nodes)
@@ -44,10 +45,10 @@ def job_config(job: ResolvedJob) -> dict[str, Any]:
         "timeout_s": job.spec.timeout_s,
         "tags": tags,
     }
-    if job.spec.cloud:
-        config["cloud"] = job.spec.cloud
-    if job.spec.project:
-        config["project"] = job.spec.project
+    if job.spec.cloud or cloud:
+        config["cloud"] = job.spec.cloud or cloud
+    if job.spec.project or project:
+        config["project"] = job.spec.project or project
     return config
 
 
@@ -104,10 +105,10 @@ class AnyscaleJobRequest(Request):
     checked_with: str | None = None  # "anyscale 0.26.112 JobConfig" once its model accepted the config
 
 
-def build(job: ResolvedJob) -> AnyscaleJobRequest:
+def build(job: ResolvedJob, cloud: str | None = None, project: str | None = None) -> AnyscaleJobRequest:
     """The request for one resolved job, checked with Anyscale's JobConfig model when the SDK is installed,
     with what the user should know about it as notes (pure: the job is not changed)."""
-    config = job_config(job)
+    config = job_config(job, cloud, project)
     checked = check_with_anyscale("JobConfig", config, job.job_file)
     notes = []
     if not checked:
