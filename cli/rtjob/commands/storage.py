@@ -61,7 +61,8 @@ def _source(arg: str, endpoint: str | None, backend: str | None, address: str | 
 @click.option("--checkpoint", "choice", default="latest", show_default=True,
               metavar="latest|best[:METRIC[:min|max]]|all",
               help="Which checkpoint_* folders: the newest, the best by a metric of its metrics.json "
-                   "(default val_loss; min unless the name says accuracy/throughput), or all.")
+                   "(else of Ray Train's checkpoint_manager_snapshot.json; default val_loss; min unless the "
+                   "name says accuracy/throughput), or all.")
 @click.option("--concurrency", type=click.IntRange(1, 128), default=16, show_default=True,
               help="Requests in flight.")
 @click.option("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "
