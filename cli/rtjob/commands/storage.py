@@ -61,7 +61,8 @@ def _source(arg: str, endpoint: str | None, backend: str | None, address: str | 
 @click.option("--checkpoint", "choice", default="latest", show_default=True,
               metavar="latest|best[:METRIC[:min|max]]|all",
               help="Which checkpoint_* folders: the newest, the best by a metric of its metrics.json "
-                   "(default val_loss; min unless the name says accuracy/throughput), or all.")
+                   "(else of Ray Train's checkpoint_manager_snapshot.json; default val_loss; min unless the "
+                   "name says accuracy/throughput), or all.")
 @click.option("--concurrency", type=click.IntRange(1, 128), default=16, show_default=True,
               help="Requests in flight.")
 @click.option("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "
@@ -81,13 +82,14 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     Credentials: the standard AWS chain; they are never printed.
     """
     from ..core.redact import redact, redact_data
-    from ..runs.sources import redacted
+    from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
     from ..storage.layout import parse_checkpoint_choice
     from ..storage.pull import default_progress, summary_lines
     from ..storage.pull import pull as do_pull
 
     secrets = credential_values()
+    src: Source | None = None
     try:
         picked = parse_checkpoint_choice(choice)
         src = _source(source, endpoint_url, backend, address, headers, no_verify_tls)
@@ -96,7 +98,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
         report = do_pull(src.location, target, picked, endpoint=src.endpoint, concurrency=concurrency,
                          progress=default_progress(redact(f"pulling {src.label}", secrets)))
     except RtjobError as exc:
-        raise redacted(exc, secrets) from None
+        raise redacted(explained(exc, src), secrets) from None
     if output == "json":
         print_json(redact_data(report.to_json(), secrets))
     else:
@@ -130,13 +132,14 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
     rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
     rtjob results A B C               several runs side by side
     """
-    from ..runs.sources import redacted
+    from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
     from ..storage import results as res
 
     secrets = credential_values()
     target = res.check_plot_path(plot_file) if plot_file else None
     runs: list[res.RunHistory] = []
+    src: Source | None = None
     try:
         for arg in sources:
             src = _source(arg, endpoint_url, backend, address, headers, no_verify_tls)
@@ -147,7 +150,7 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
                 raise BadInput(f"{where}: the metrics history is empty")
             runs.append(res.RunHistory(label, where, rows))
     except RtjobError as exc:
-        raise redacted(exc, secrets) from None
+        raise redacted(explained(exc, src), secrets) from None
     from ..core.redact import redact, redact_data
 
     res.unique_labels(runs)

@@ -9,6 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput, RtjobError
+from ..core.model import RunStatus
+from ..storage.layout import NothingStored
 from ..storage.location import Location, parse_location
 
 
@@ -21,6 +23,7 @@ class Source:
     label: str
     run_id: str | None = None
     secrets: list[str] = field(default_factory=list)
+    status: RunStatus | None = None  # the run's status when it was looked up (a run id only)
 
 
 def _looks_like_path(arg: str) -> bool:
@@ -48,15 +51,37 @@ def resolve_source(arg: str, endpoint: str | None, lookup: Callable[[str], Any],
             raise
         return Source(parse_location(str(found)), endpoint, arg, arg)
     if not info.storage_uri:
-        raise BadInput(f"run {arg} recorded no storage (it ran without `storage:` / --storage)")
+        raise BadInput(f"run {arg} recorded no storage (the job writes where its script says; "
+                       f"{PASS_THE_FOLDER})")
     location = parse_location(info.storage_uri)
     if location.scheme == "file" and not os.path.isdir(location.path):
         if not _on_this_machine(info.backend):
             raise BadInput(f"run {arg} wrote to {location.path} on the cluster's own disk, which this machine "
                            "cannot read; use s3:// storage to pull it")
-        raise BadInput(f"run {arg}: its storage folder {location.path} does not exist (yet)")
+        raise BadInput(nothing_written(arg, info.status, location.path))
     recorded = info.storage_endpoint
-    return Source(location, endpoint or _env_endpoint() or recorded, arg, arg, list(info.secrets))
+    return Source(location, endpoint or _env_endpoint() or recorded, arg, arg, list(info.secrets), info.status)
+
+
+PASS_THE_FOLDER = "pass the folder or s3:// URI it writes to instead of the run id, e.g. rtjob results PATH"
+
+
+def nothing_written(run_id: str, status: RunStatus | None, uri: str) -> str:
+    """What it means that a run's recorded storage holds nothing: it has not written yet (still running), or it
+    ended without writing there (failed early, or its script chose its own storage_path and run name)."""
+    if status is not None and status.terminal:
+        return (f"the run {run_id} ended ({status.value}) without writing results to {uri} (a script that sets "
+                f"its own RunConfig(storage_path=..., name=...) writes there instead: {PASS_THE_FOLDER})")
+    if status in (RunStatus.PENDING, RunStatus.RUNNING):
+        return f"run {run_id} is {status.value} and has written nothing to {uri} yet"
+    return f"nothing stored at {uri} for run {run_id} (its status: {status.value if status else 'unknown'})"
+
+
+def explained(exc: RtjobError, src: Source | None) -> RtjobError:
+    """Storage's "nothing stored" about a run's own recorded storage, said in terms of the run."""
+    if isinstance(exc, NothingStored) and src is not None and src.run_id and src.status is not None:
+        exc.message = nothing_written(src.run_id, src.status, exc.uri)
+    return exc
 
 
 def _env_endpoint() -> str | None:

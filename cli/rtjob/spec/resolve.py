@@ -19,7 +19,7 @@ from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
 from .project import Settings, find_compute_config_file, find_job_file
-from .run_env import job_storage_env
+from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
     ComputeConfig,
     JobSpec,
@@ -294,6 +294,7 @@ def resolve(
     num_workers = spec.nodes * per_node
     env = {
         "PYTHONUNBUFFERED": "1",
+        **RAY_DEFAULT_ENV,
         **spec.env_vars,
         contract.ENV_JOB_NAME: spec.name,
         contract.ENV_RUN_NAME: run_id,

@@ -9,6 +9,11 @@ from dataclasses import dataclass, field
 
 from ..core.errors import BadInput
 
+# Ray settings every job gets (its own env_vars / --env win). Ray Train V2 moves each worker into a folder of
+# its own under the Ray session dir (WorkingDirectorySetupCallback, unless RAY_CHDIR_TO_TRIAL_DIR=0), so a
+# script's relative paths (the common ./data) would not find the job's working dir.
+RAY_DEFAULT_ENV = {"RAY_CHDIR_TO_TRIAL_DIR": "0"}
+
 # The variables an AWS SDK reads for a custom S3 endpoint, most specific first (boto3, pyarrow/AWS C++).
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 CREDENTIAL_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")

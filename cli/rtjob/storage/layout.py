@@ -73,6 +73,18 @@ def parse_history(raw: bytes, where: str, numeric: Iterable[str] = ()) -> list[d
     """The one validator of a metrics.json (``rtjob results`` and ``pull --checkpoint best``): a list of per-epoch
     objects (one object reads as a one-row history) whose metrics are numbers. Anything else is one line of bad
     input, never a traceback; rows are returned as stored."""
+    def bad(problem: str) -> BadInput:
+        return unreadable(where, problem)
+
+    data = parse_json(raw, where)
+    rows = [data] if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        raise bad(f"expected a list of per-epoch objects, not {_kind(data)}")
+    return check_rows(rows, where, numeric)
+
+
+def parse_json(raw: bytes, where: str) -> Any:
+    """A small JSON file read back from storage, bounded in size and depth (one line of bad input otherwise)."""
     import json
 
     def bad(problem: str) -> BadInput:
@@ -88,27 +100,40 @@ def parse_history(raw: bytes, where: str, numeric: Iterable[str] = ()) -> list[d
         raise bad(f"not valid JSON ({str(exc).splitlines()[0][:200]})") from None
     if _too_deep(data, MAX_HISTORY_DEPTH):
         raise bad(f"nested deeper than {MAX_HISTORY_DEPTH} levels")
-    rows = [data] if isinstance(data, dict) else data
-    if not isinstance(rows, list):
-        raise bad(f"expected a list of per-epoch objects, not {_kind(data)}")
+    return data
+
+
+def check_rows(rows: list[Any], where: str, numeric: Iterable[str] = ()) -> list[dict[str, Any]]:
+    """Per-epoch (or per-checkpoint) metric objects whose known metrics are numbers, as given."""
     keys = (*NUMERIC_METRICS, *numeric)
     for number, row in enumerate(rows, start=1):
         if not isinstance(row, dict):
-            raise bad(f"entry {number} is {_kind(row)}, not an object")
+            raise unreadable(where, f"entry {number} is {_kind(row)}, not an object")
         for key in keys:
             problem = _metric_problem(key, row.get(key))
             if problem:
-                raise bad(f"entry {number}: {key!r} is {problem}")
+                raise unreadable(where, f"entry {number}: {key!r} is {problem}")
     return rows
 
 
-def load_history(read: Callable[[int], bytes], where: str, numeric: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Read a metrics.json with ``read(limit)`` (a store's or a file's) and validate it (parse_history)."""
+def load_history(read: Callable[[int], bytes], where: str, numeric: Iterable[str] = (),
+                 parse: Callable[[bytes, str, Iterable[str]], list[dict[str, Any]]] = parse_history,
+                 ) -> list[dict[str, Any]]:
+    """Read a history file with ``read(limit)`` (a store's or a file's) and validate it with ``parse``
+    (a metrics.json by default; ``raytrain.parse_snapshot_rows`` for Ray Train's own snapshot)."""
     try:
         raw = read(MAX_HISTORY_BYTES)
     except TooLarge:
         raise unreadable(where, f"larger than {MAX_HISTORY_BYTES // (1024 * 1024)} MiB") from None
-    return parse_history(raw, where, numeric)
+    return parse(raw, where, numeric)
+
+
+class NothingStored(BadInput):
+    """A location with no files at all (a run that has not written yet, or wrote somewhere else)."""
+
+    def __init__(self, uri: str, message: str | None = None) -> None:
+        super().__init__(message or f"nothing stored at {uri}")
+        self.uri = uri
 
 
 def unreadable(where: str, problem: str) -> BadInput:

@@ -29,14 +29,24 @@ import time
 import unicodedata
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput, RtjobError, Unreachable
-from .layout import CheckpointChoice, checkpoint_of, find_history, natural_key, read_histories
+from .layout import (
+    CheckpointChoice,
+    NothingStored,
+    checkpoint_of,
+    find_history,
+    load_history,
+    natural_key,
+    read_histories,
+)
 from .location import Location
+from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
 from .stores import (
     LOCK,
     MANIFEST,
@@ -119,7 +129,7 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
     files = store.list_files()
     refused: list[tuple[str, str]] = list(store.refused)
     if not files and not refused and not store.special:
-        raise BadInput(f"nothing stored at {store.describe()}")
+        raise NothingStored(store.describe())
     good: list[RemoteFile] = []
     markers = 0
     for item in files:
@@ -148,6 +158,7 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
         else:
             run_files.append(item)
     names = sorted(by_ckpt, key=natural_key)
+    snapshot = next((item for item in run_files if item.rel == SNAPSHOT_FILE), None)
     best: dict[str, Any] | None = None
     if choice.kind == "all":
         chosen = names
@@ -156,7 +167,7 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
     else:
         if not names:
             raise BadInput(f"--checkpoint {choice.text()}: no checkpoint_* folders at {store.describe()}")
-        chosen, best = _best(store, by_ckpt, names, choice)
+        chosen, best = _best(store, by_ckpt, names, choice, snapshot)
     items = [PullItem(item, item.rel) for item in run_files]
     for name in chosen:
         items += [PullItem(item, item.rel) for item in by_ckpt[name]]
@@ -166,6 +177,8 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
         history_rel = METRICS_FILE
         if history.rel != METRICS_FILE:  # the newest checkpoint's history, also as DIR/metrics.json
             items.append(PullItem(history, METRICS_FILE))
+    elif snapshot is not None:  # a plain Ray Train run: its own record is the history (pulled as a run file)
+        history_rel = SNAPSHOT_FILE
     collisions = case_collisions([item.rel for item in items])
     refused += [(item.file.key, f"same name as {printable(collisions[item.rel])!r} on a case-insensitive "
                                 "filesystem (one would overwrite the other)")
@@ -184,26 +197,37 @@ def case_collisions(rels: list[str]) -> dict[str, str]:
             for group in groups.values() if len(group) > 1 for rel in group}
 
 
-def _best(store: Store, by_ckpt: dict[str, list[RemoteFile]], names: list[str],
-          choice: CheckpointChoice) -> tuple[list[str], dict[str, Any]]:
+def _best(store: Store, by_ckpt: dict[str, list[RemoteFile]], names: list[str], choice: CheckpointChoice,
+          snapshot: RemoteFile | None) -> tuple[list[str], dict[str, Any]]:
+    """The checkpoint with the best value of the metric: from each checkpoint's own metrics.json (rtjob's
+    layout), else from Ray Train's snapshot (a plain Ray Train script). Ties go to the later checkpoint."""
     wanted = {f"{name}/{METRICS_FILE}": name for name in names}
     metric_files = [item for name in names for item in by_ckpt[name] if item.rel in wanted]
-    values = read_histories(store, metric_files, numeric=[choice.metric])
+    reported: list[tuple[str, dict[str, Any]]]  # (checkpoint, its metrics), oldest first
+    if metric_files or snapshot is None:
+        values = read_histories(store, metric_files, numeric=[choice.metric])
+        if not values:
+            raise BadInput(f"--checkpoint {choice.text()}: no checkpoint has a {METRICS_FILE} to choose by")
+        # The checkpoint's own epoch: the last row of its history.
+        reported = sorted(((wanted[rel], rows[-1] if rows else {}) for rel, rows in values.items()),
+                          key=lambda pair: names.index(pair[0]))
+    else:
+        where = f"{store.location.uri}/{snapshot.rel}"
+        rows = load_history(partial(store.read, snapshot), where, [choice.metric], parse=parse_snapshot_rows)
+        reported = [(row[CHECKPOINT_KEY], row) for row in rows if row[CHECKPOINT_KEY] in by_ckpt]
+        if not reported:
+            raise BadInput(f"--checkpoint {choice.text()}: none of the checkpoints in {where} is stored at "
+                           f"{store.describe()}")
     scores: list[tuple[float, int, str]] = []
     seen: set[str] = set()
-    for rel, rows in values.items():
-        metrics = rows[-1] if rows else {}  # the checkpoint's own epoch: the last of its history
+    for order, (name, metrics) in enumerate(reported):
         seen.update(metrics)
         value = metrics.get(choice.metric)
         if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            name = wanted[rel]
-            scores.append((float(value), names.index(name), name))
+            scores.append((float(value), order, name))
     if not scores:
-        if not values:
-            raise BadInput(f"--checkpoint {choice.text()}: no checkpoint has a {METRICS_FILE} to choose by")
-        known = ", ".join(sorted(k for k in seen if k != "epoch")) or "none"
+        known = ", ".join(sorted(k for k in seen if k not in ("epoch", CHECKPOINT_KEY))) or "none"
         raise BadInput(f"--checkpoint {choice.text()}: no checkpoint reports {choice.metric!r} (metrics: {known})")
-    # Ties go to the later checkpoint.
     if choice.mode == "min":
         value, _, name = min(scores, key=lambda s: (s[0], -s[1]))
     else:

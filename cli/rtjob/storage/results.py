@@ -20,8 +20,9 @@ import rtjob_contract as contract
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput
-from .layout import find_history, load_history, natural_key, unreadable
+from .layout import NothingStored, find_history, load_history, natural_key, unreadable
 from .location import Location
+from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
 from .stores import open_regular, open_store, read_capped
 
 # (key in metrics.json, column title, format)
@@ -34,6 +35,8 @@ COLUMNS: list[tuple[str, str, str]] = [
     (contract.METRIC_EPOCH_TIME, "time", "{:.1f}s"),
 ]
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+NO_HISTORY = (f"no metrics history ({METRICS_FILE}, checkpoint_*/{METRICS_FILE} or Ray Train's "
+              f"{SNAPSHOT_FILE})")
 
 
 @dataclass
@@ -62,6 +65,10 @@ def _rows(read: Callable[[int], bytes], where: str) -> list[dict[str, Any]]:
     return sorted(load_history(read, where), key=lambda r: _number(r.get("epoch")) or 0.0)
 
 
+def _snapshot_rows(read: Callable[[int], bytes], where: str) -> list[dict[str, Any]]:
+    return load_history(read, where, parse=parse_snapshot_rows)  # in the order they were reported
+
+
 def _read_file(path: Path, limit: int) -> bytes:
     try:
         with open_regular(path, follow=True) as f:  # a link is the user's own here; a FIFO never is a history
@@ -71,7 +78,8 @@ def _read_file(path: Path, limit: int) -> bytes:
 
 
 def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
-    """DIR/metrics.json (a pulled run), else the newest checkpoint_*/metrics.json in DIR."""
+    """DIR/metrics.json (a pulled run), else the newest checkpoint_*/metrics.json in DIR, else Ray Train's own
+    snapshot (a plain Ray Train script's run folder)."""
     candidates = [path / METRICS_FILE]
     ckpts = sorted((p for p in path.glob("checkpoint_*/" + METRICS_FILE) if p.is_file()),
                    key=lambda p: natural_key(p.parent.name), reverse=True)
@@ -79,7 +87,12 @@ def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
     for candidate in candidates:
         if candidate.is_file():
             return _rows(partial(_read_file, candidate), str(candidate)), str(candidate)
-    raise BadInput(f"{path}: no metrics history ({METRICS_FILE} or checkpoint_*/{METRICS_FILE})")
+    snapshot = path / SNAPSHOT_FILE
+    if snapshot.is_file():
+        return _snapshot_rows(partial(_read_file, snapshot), str(snapshot)), str(snapshot)
+    if not any(path.iterdir()):
+        raise NothingStored(str(path), f"{path}: {NO_HISTORY}")
+    raise BadInput(f"{path}: {NO_HISTORY}")
 
 
 def history_from_location(location: Location, endpoint: str | None = None) -> tuple[list[dict[str, Any]], str]:
@@ -90,11 +103,18 @@ def history_from_location(location: Location, endpoint: str | None = None) -> tu
         return history_from_dir(Path(location.path))
     store = open_store(location, endpoint, concurrency=4)
     try:
-        item = find_history(store.list_files())
-        if item is None:
-            raise BadInput(f"{store.describe()}: no metrics history ({METRICS_FILE} in a checkpoint_* folder)")
-        where = f"{location.uri}/{item.rel}"
-        return _rows(lambda limit: store.read(item, limit), where), where
+        files = store.list_files()
+        item = find_history(files)
+        snapshot = next((f for f in files if f.rel == SNAPSHOT_FILE), None)
+        if item is None and snapshot is None:
+            if not files:
+                raise NothingStored(store.describe())
+            raise BadInput(f"{store.describe()}: {NO_HISTORY}")
+        found = item or snapshot
+        assert found is not None
+        where = f"{location.uri}/{found.rel}"
+        read = partial(store.read, found)
+        return (_rows(read, where), where) if item is not None else (_snapshot_rows(read, where), where)
     finally:
         store.close()
 
@@ -113,10 +133,26 @@ def unique_labels(runs: list[RunHistory]) -> None:
 
 
 def _fmt(value: Any, fmt: str) -> str:
+    if fmt == "{}":  # a name (a checkpoint folder), not a number
+        return str(value) if isinstance(value, str) else "-"
     number = _number(value)
     if number is None:
         return "-"
     return fmt.format(int(number)) if fmt == "{:d}" else fmt.format(number)
+
+
+def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
+    """rtjob's columns for a history that has rtjob's metrics; else the run's own: every metric that is a number
+    somewhere (epoch first), then the checkpoint folder (a Ray Train snapshot's rows)."""
+    if any(row.get(key) is not None for row in rows for key, _, _ in COLUMNS[1:]):
+        return COLUMNS
+    keys = [key for key in dict.fromkeys(k for row in rows for k in row)
+            if key != CHECKPOINT_KEY and any(_number(row.get(key)) is not None for row in rows)]
+    own = [(key, key.replace("_", " "), "{:d}" if key == contract.METRIC_EPOCH else "{:.6g}")
+           for key in sorted(keys, key=lambda k: k != contract.METRIC_EPOCH)]
+    if any(isinstance(row.get(CHECKPOINT_KEY), str) for row in rows):
+        own.append((CHECKPOINT_KEY, CHECKPOINT_KEY, "{}"))
+    return own
 
 
 def summary(run: RunHistory) -> dict[str, Any]:
@@ -151,10 +187,11 @@ def tables(runs: list[RunHistory]) -> list[Any]:
         # to the width of the table.
         out.append(f"{run.label}  ({run.source})")
         table = Table(box=None, header_style="bold")
-        for _, title, _ in COLUMNS:
-            table.add_column(title.upper(), justify="right")
+        columns = columns_for(run.rows)
+        for _, title, fmt in columns:
+            table.add_column(title.upper(), justify="left" if fmt == "{}" else "right")
         for row in run.rows:
-            table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in COLUMNS))
+            table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in columns))
         out.append(table)
         best = summary(run)
         if best["best_val_loss"] is not None:

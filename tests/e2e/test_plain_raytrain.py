@@ -1,0 +1,57 @@
+"""A plain Ray Train script (tests/support/plain_raytrain/train.py: knows nothing of rtjob, picks its own
+RunConfig(storage_path, name), reads ./data through a relative path) through a three-line job file on the real
+embedded cluster: it runs (Ray Train V2 workers stay in the working dir), `rtjob results ID` says the run ended
+without writing to rtjob's storage, and its own run folder works with `rtjob results` and
+`rtjob pull --checkpoint best:loss[:max]` through Ray Train's checkpoint_manager_snapshot.json.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from support.cli import REPO, new_id, rtjob
+
+pytestmark = pytest.mark.cluster
+
+
+def test_a_plain_ray_train_script_runs_and_its_own_run_folder_gives_results_and_the_best_checkpoint(
+    cluster_env, tmp_path
+):
+    storage = tmp_path / "own-storage"
+    job = tmp_path / "plain.yaml"
+    job.write_text(f"name: plain-raytrain\n"
+                   f"entrypoint: python train.py --storage-path {storage} --name plain --epochs 2\n"
+                   f"working_dir: {REPO / 'tests/support/plain_raytrain'}\n")
+    run_id = new_id("plain")
+    submit = rtjob("submit", str(job), "--submission-id", run_id, "--output", "json", env=cluster_env, timeout=600)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    assert json.loads(submit.stdout)["status"] == "SUCCEEDED"  # ./data/points.csv was found by both workers
+
+    # The run id leads to rtjob's storage, where this script wrote nothing: said as what happened.
+    by_id = rtjob("results", run_id, env=cluster_env)
+    lines = by_id.stderr.strip().splitlines()
+    assert by_id.returncode == 2 and len(lines) == 1, by_id.stderr
+    assert f"the run {run_id} ended (SUCCEEDED) without writing results to" in lines[0]
+    assert "(yet)" not in lines[0]
+
+    run = storage / "plain"
+    shown = rtjob("results", str(run), "--output", "json", env=cluster_env)
+    assert shown.returncode == 0, shown.stderr
+    history = json.loads(shown.stdout)[0]["history"]
+    assert [row["epoch"] for row in history] == [1, 2]
+    assert all(row["checkpoint"].startswith("checkpoint_") and row["loss"] > 0 for row in history)
+    table = rtjob("results", str(run), env=cluster_env)
+    assert table.returncode == 0 and "LOSS" in table.stdout and history[1]["checkpoint"] in table.stdout
+
+    by_loss = {row["loss"]: row for row in history}
+    for choice, pick in (("best:loss", min), ("best:loss:max", max)):
+        dest = tmp_path / choice.replace(":", "-")
+        pulled = rtjob("pull", str(run), "--checkpoint", choice, "--to", str(dest), "--output", "json",
+                       env=cluster_env)
+        assert pulled.returncode == 0, pulled.stderr
+        wanted = by_loss[pick(by_loss)]
+        assert json.loads(pulled.stdout)["checkpoints"] == [wanted["checkpoint"]]
+        saved = torch.load(dest / wanted["checkpoint"] / "model.pt", weights_only=True)
+        assert saved["epoch"] == wanted["epoch"]
