@@ -220,3 +220,10 @@ def test_status_list_and_logs_of_a_finished_run(cluster_env):
     assert table.returncode == 0 and run_id in table.stdout
     unknown = rtjob("status", "no-such-run", env=cluster_env)
     assert unknown.returncode == 2 and "no run 'no-such-run'" in unknown.stderr
+    tail = rtjob("logs", run_id, "--tail", "2", env=cluster_env)
+    assert tail.returncode == 0 and tail.stdout == "".join(logs.stdout.splitlines(keepends=True)[-2:]) != ""
+    # Ray's delete_job on the ended run: its record goes, so the run is unknown from then on.
+    deleted = rtjob("delete", run_id, env=cluster_env)
+    assert deleted.returncode == 0 and f"{run_id}: deleted" in deleted.stderr, deleted.stderr
+    gone = rtjob("status", run_id, env=cluster_env)
+    assert gone.returncode == 2 and f"no run '{run_id}'" in gone.stderr
