@@ -208,8 +208,10 @@ def test_a_job_that_can_never_fit_exits_2(cluster_env):
 
 def test_status_list_and_logs_of_a_finished_run(cluster_env):
     run_id = new_id("info")
-    assert rtjob("submit", "tests/support/jobs/count.yaml", "--submission-id", run_id, "--set", "args.lines=3",
-                 env=cluster_env).returncode == 0
+    submitted = rtjob("submit", "tests/support/jobs/count.yaml", "--submission-id", run_id, "--set", "args.lines=3",
+                      env=cluster_env)
+    assert submitted.returncode == 0, submitted.stderr
+    assert re.search(r"uploading working dir \S+/tests/support/jobs/wd \(\d+ files, [\d.]+ KiB\)", submitted.stderr)
     status = json.loads(rtjob("status", run_id, "--output", "json", env=cluster_env).stdout)
     assert status["status"] == "SUCCEEDED" and status["exit_code"] == 0 and status["job"] == "count"
     logs = rtjob("logs", run_id, env=cluster_env)
