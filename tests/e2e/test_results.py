@@ -82,7 +82,7 @@ def test_several_runs_side_by_side_from_pulled_and_stored_layouts(env, tmp_path)
     assert "run-a" in out and "run-b" in out and "summary" in out
     assert "0.4500 (2)" in out and "0.3000 (4)" in out  # best val loss (epoch) per run
     assert "0.4500 / 0.7000" in out  # epoch 2 of run-a: val loss / accuracy
-    epoch4 = next(line for line in out.splitlines() if line.strip().startswith("4 "))
+    epoch4 = next(line for line in out.splitlines() if line.split("\t")[0] == "4")  # piped: tab-separated
     assert "-" in epoch4 and "0.3000 / 0.9000" in epoch4  # run-a had no epoch 4
     assert plot.read_bytes()[:8] == PNG
 

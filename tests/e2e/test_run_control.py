@@ -208,8 +208,10 @@ def test_a_job_that_can_never_fit_exits_2(cluster_env):
 
 def test_status_list_and_logs_of_a_finished_run(cluster_env):
     run_id = new_id("info")
-    assert rtjob("submit", "tests/support/jobs/count.yaml", "--submission-id", run_id, "--set", "args.lines=3",
-                 env=cluster_env).returncode == 0
+    submitted = rtjob("submit", "tests/support/jobs/count.yaml", "--submission-id", run_id, "--set", "args.lines=3",
+                      env=cluster_env)
+    assert submitted.returncode == 0, submitted.stderr
+    assert re.search(r"uploading working dir \S+/tests/support/jobs/wd \(\d+ files, [\d.]+ KiB\)", submitted.stderr)
     status = json.loads(rtjob("status", run_id, "--output", "json", env=cluster_env).stdout)
     assert status["status"] == "SUCCEEDED" and status["exit_code"] == 0 and status["job"] == "count"
     logs = rtjob("logs", run_id, env=cluster_env)
@@ -220,3 +222,10 @@ def test_status_list_and_logs_of_a_finished_run(cluster_env):
     assert table.returncode == 0 and run_id in table.stdout
     unknown = rtjob("status", "no-such-run", env=cluster_env)
     assert unknown.returncode == 2 and "no run 'no-such-run'" in unknown.stderr
+    tail = rtjob("logs", run_id, "--tail", "2", env=cluster_env)
+    assert tail.returncode == 0 and tail.stdout == "".join(logs.stdout.splitlines(keepends=True)[-2:]) != ""
+    # Ray's delete_job on the ended run: its record goes, so the run is unknown from then on.
+    deleted = rtjob("delete", run_id, env=cluster_env)
+    assert deleted.returncode == 0 and f"{run_id}: deleted" in deleted.stderr, deleted.stderr
+    gone = rtjob("status", run_id, env=cluster_env)
+    assert gone.returncode == 2 and f"no run '{run_id}'" in gone.stderr

@@ -73,7 +73,7 @@ class StandIn(_Running):
                 self.end_headers()
                 self.wfile.write(body)
 
-            do_GET = do_POST = do_PUT = _answer  # noqa: N815
+            do_GET = do_POST = do_PUT = do_DELETE = _answer  # noqa: N815
 
         self._start(Handler)
 

@@ -208,6 +208,20 @@ def test_stop_terminates_and_waits_with_rtjobs_limit(cli: Cli) -> None:
     assert cli("wait", "stop-me", "--backend", "anyscale", "--timeout", "10s").code == 1
 
 
+def test_logs_tail_and_delete_through_the_sdk(cli: Cli) -> None:
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "busy\n", new_run=True))
+    assert cli(*SUBMIT, "--submission-id", "busy-1", "--no-wait").code == 0
+    running = cli("delete", "busy-1", "--backend", "anyscale")
+    assert running.code == 2 and "stop it first: rtjob stop busy-1" in running.err and not cli.fake._deleted_jobs
+    _ok_timeline(cli)
+    assert cli(*SUBMIT, "--submission-id", "done-1").code == 0
+    tail = cli("logs", "done-1", "--backend", "anyscale", "--tail", "2")
+    assert tail.code == 0 and tail.out.splitlines() == LINES[-2:], tail.out
+    deleted = cli("delete", "done-1", "--backend", "anyscale")
+    assert deleted.code == 0 and "done-1: deleted" in deleted.err and len(cli.fake._deleted_jobs) == 1
+    assert cli("status", "done-1", "--backend", "anyscale").code == 2
+
+
 def test_submit_with_an_existing_id_attaches_instead_of_submitting_twice(cli: Cli) -> None:
     _ok_timeline(cli)
     assert cli(*SUBMIT, "--submission-id", "once", "--no-wait").code == 0

@@ -2,7 +2,7 @@
 
 Compare TorchX's ``Scheduler``: ``submit_dryrun`` → request → ``schedule``, ``describe``, ``list``, ``cancel``,
 ``log_iter``. Here: ``plan`` (pure) → a plain request → ``submit``, ``find``/``status``, ``list``, ``stop``,
-``logs``/``tail``; plus what rtjob adds on top (attempts and retries, the hourly rate, a file for the peer's
+``logs``/``tail``, ``delete``; plus what rtjob adds on top (attempts and retries, the hourly rate, a file for the peer's
 own CLI). A capability a backend does not have raises ``NotSupported`` (one line, exit 2) or answers None,
 as its docstring says: callers never probe a backend with ``getattr``.
 """
@@ -63,6 +63,12 @@ class Retry:
 Log = Callable[[str], None]
 
 
+def last_lines(text: str, lines: int) -> str:
+    """The last ``lines`` lines of ``text`` (a trailing newline kept, not counted as a line)."""
+    kept = text.splitlines(keepends=True)[-lines:] if lines > 0 else []
+    return "".join(kept)
+
+
 class Backend(ABC):
     """A place runs happen. Constructed from settings without any I/O; the first call that needs the
     cluster (or ``prepare``) connects."""
@@ -120,6 +126,12 @@ class Backend(ABC):
     def precheck(self, job: ResolvedJob) -> list[str]:
         """Raise BadInput if the job can never fit; return warnings (e.g. it needs the autoscaler)."""
 
+    def upload_summary(self, request: Request) -> str | None:
+        """One line for people about what ``submit`` uploads with the request (a working dir: its path,
+        file count and size); None when it uploads nothing."""
+        del request
+        return None
+
     # -- run control --------------------------------------------------------------------------------
     @abstractmethod
     def submit(self, request: Request) -> SubmitResult:
@@ -148,6 +160,15 @@ class Backend(ABC):
     @abstractmethod
     def tail(self, run_id: str) -> AsyncIterator[str]:
         """Chunks of the run's log from its beginning; may end before the run does (follow reconnects)."""
+
+    def last_lines(self, run_id: str, lines: int) -> str:
+        """The last ``lines`` lines of the run's log (``logs --tail``); by default cut from ``logs``."""
+        return last_lines(self.logs(run_id), lines)
+
+    def delete(self, run_id: str) -> None:
+        """Delete an ended run: its record, log and metadata on the backend (never its storage). BadInput
+        when the run is unknown or has not ended yet."""
+        raise NotSupported(f"delete: backend {self.name!r} cannot delete runs")
 
     # -- what rtjob adds -----------------------------------------------------------------------------
     def attempts(self, run_id: str) -> Attempts | None:

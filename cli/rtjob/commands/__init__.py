@@ -14,6 +14,7 @@ import click
 from ..core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RtjobError
 from . import project, runs, submit
 from .anyscale import compute_config_group, schedule_group
+from .completion import completion_command
 from .context import context_group
 from .local import local
 from .options import CONTEXT, EXIT_CODES_HELP
@@ -27,14 +28,15 @@ def cli() -> None:
     """Submit PyTorch training jobs to Ray clusters and Anyscale from one job spec.
 
     \b
-    rtjob submit ddp-resnet --nodes 2          run a job (embedded local cluster by default)
-    rtjob render ddp-resnet --output json      show the exact request, send nothing
-    rtjob wait RUN_ID --timeout 2h             wait with an exit code CI can trust
+    Examples:
+      rtjob submit ddp-resnet --nodes 2          run a job (embedded local cluster by default)
+      rtjob render ddp-resnet --output json      show the exact request, send nothing
+      rtjob wait RUN_ID --timeout 2h             wait with an exit code CI can trust
     """
 
 
 for _command in [submit.render, submit.submit, *runs.COMMANDS, *project.COMMANDS, local, compute_config_group,
-                 schedule_group, pull, results, context_group]:
+                 schedule_group, pull, results, context_group, completion_command]:
     cli.add_command(_command)
 
 

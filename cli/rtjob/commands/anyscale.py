@@ -11,8 +11,8 @@ import click
 
 from ..backends import backend_names
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from .options import CONTEXT
-from .printing import echo, print_json, print_rich
+from .options import CONTEXT, complete_compute_config, complete_job, output_option
+from .printing import echo, print_data, print_json, print_rich
 from .printing import say as _say
 
 if TYPE_CHECKING:
@@ -56,18 +56,31 @@ def _local_compute_config(name: str, nodes: int | None, group_name: str | None) 
 @click.group("compute-config", context_settings=CONTEXT)
 def compute_config_group() -> None:
     """Compute configs (compute_configs/*.yaml, Anyscale's schema): show them with their cost, register
-    them with Anyscale. A registered one is used as --compute-config anyscale:NAME[:VERSION]."""
+    them with Anyscale. A registered one is used as --compute-config anyscale:NAME[:VERSION].
+
+    \b
+    Examples:
+      rtjob compute-config show g5-4xlarge --nodes 2
+      rtjob compute-config apply g5-4xlarge --name team-g5
+    """
 
 
 @compute_config_group.command("show")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_compute_config)
 @click.option("--nodes", type=click.IntRange(1, 1000), help="Pin the GPU worker group to N nodes (min = max = N).")
 @click.option("--group", "group_name", help="The worker group --nodes pins (default: the first GPU group).")
-@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="yaml: the config as a file Anyscale accepts, cost and source as comments; json: all as data.")
 def compute_config_show(name: str, nodes: int | None, group_name: str | None, output: str) -> int:
     """Print compute config NAME as Anyscale receives it, with its estimated cost per hour.
 
     NAME is compute_configs/NAME.yaml (or a path); anyscale:NAME[:VERSION] reads a registered one.
+
+    \b
+    Examples:
+      rtjob compute-config show g5-4xlarge
+      rtjob compute-config show g5-4xlarge --nodes 4 -o json
+      rtjob compute-config show anyscale:team-g5:2
     """
     from ..backends.anyscale.request import check_with_anyscale
     from ..spec.pricing import compute_config_cost
@@ -96,12 +109,18 @@ def compute_config_show(name: str, nodes: int | None, group_name: str | None, ou
 
 
 @compute_config_group.command("apply")
-@click.argument("name")
+@click.argument("name", shell_complete=complete_compute_config)
 @click.option("--name", "registered_name", help="Name to register it under (default: NAME's file name).")
 @click.option("--nodes", type=click.IntRange(1, 1000), help="Pin the GPU worker group to N nodes first.")
 @click.option("--group", "group_name", help="The worker group --nodes pins (default: the first GPU group).")
 def compute_config_apply(name: str, registered_name: str | None, nodes: int | None, group_name: str | None) -> int:
-    """Register compute config NAME with Anyscale (a new version if the name exists); print its name."""
+    """Register compute config NAME with Anyscale (a new version if the name exists); print its name.
+
+    \b
+    Examples:
+      rtjob compute-config apply g5-4xlarge
+      rtjob compute-config apply g5-4xlarge --nodes 2 --name g5-pinned
+    """
     from pathlib import Path
 
     from ..backends.anyscale.request import check_with_anyscale
@@ -126,7 +145,7 @@ def compute_config_apply(name: str, registered_name: str | None, nodes: int | No
 
 def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     opts = [
-        click.argument("job"),
+        click.argument("job", shell_complete=complete_job),
         click.option("--cron", required=True, help="When to run: 5 cron fields, e.g. '0 3 * * 1' (Mondays 03:00)."),
         click.option("--timezone", default="UTC", show_default=True, help="Time zone of --cron: UTC, local or an IANA name (--github: an IANA name)."),
         click.option("--name", help="Schedule name (default: the job's name); apply updates a schedule of this name."),
@@ -134,7 +153,8 @@ def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE", help="Override a job field."),
         click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="Add or override an environment variable."),
         click.option("--storage", help="Where runs write checkpoints: s3://bucket/prefix."),
-        click.option("--compute-config", help="Compute config name (compute_configs/NAME.yaml), path or anyscale:NAME."),
+        click.option("--compute-config", shell_complete=complete_compute_config,
+                     help="Compute config name (compute_configs/NAME.yaml), path or anyscale:NAME."),
     ]
     for opt in reversed(opts):
         func = opt(func)
@@ -175,9 +195,10 @@ def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked:
     resolved = planned.job
     cost = job_cost(resolved)
     upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
-    if output == "json":
-        print_json({"name": name, "schedule": masked_schedule(schedule), "next_runs": upcoming,
-                    "cost": cost.to_json() if cost else None, "checked_with": checked, "notes": planned.notes})
+    if output != "text":
+        print_data({"name": name, "schedule": masked_schedule(schedule), "next_runs": upcoming,
+                    "cost": cost.to_json() if cost else None, "checked_with": checked, "notes": planned.notes},
+                   output)
         return
     header = [
         f"schedule {name}: cron '{schedule['cron_expression']}' ({schedule['timezone']}); next: {', '.join(upcoming)}",
@@ -194,17 +215,30 @@ def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked:
 @click.group("schedule", context_settings=CONTEXT)
 def schedule_group() -> None:
     """Scheduled runs: Anyscale schedules (apply, list, pause, resume, trigger, delete), and GitHub Actions
-    workflows for Ray clusters (render --github)."""
+    workflows for Ray clusters (render --github).
+
+    \b
+    Examples:
+      rtjob schedule apply ddp-resnet --cron '0 3 * * 1'
+      rtjob schedule render ddp-resnet --cron '0 3 * * *' --github > .github/workflows/nightly.yml
+      rtjob schedule list
+    """
 
 
 @schedule_group.command("apply")
 @_schedule_job_options
 @click.option("--dry-run", is_flag=True, help="Print the schedule Anyscale would get; send nothing.")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option
 def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
                    envs: tuple[str, ...], storage: str | None, compute_config: str | None, dry_run: bool,
                    output: str) -> int:
-    """Create or update the Anyscale schedule that runs JOB on --cron."""
+    """Create or update the Anyscale schedule that runs JOB on --cron.
+
+    \b
+    Examples:
+      rtjob schedule apply ddp-resnet --cron '0 3 * * 1' --timezone Europe/Berlin
+      rtjob schedule apply ddp-resnet --cron '0 3 * * *' --dry-run -o json
+    """
     from ..spec.cron import next_runs
 
     be, planned, schedule, schedule_name, checked = _planned_schedule(
@@ -214,9 +248,9 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
         return EXIT_SUCCEEDED
     schedule_id = be.apply_schedule(schedule)
     upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
-    if output == "json":
-        print_json({"id": schedule_id, "name": schedule_name, "cron": schedule["cron_expression"],
-                    "timezone": schedule["timezone"], "next_runs": upcoming})
+    if output != "text":
+        print_data({"id": schedule_id, "name": schedule_name, "cron": schedule["cron_expression"],
+                    "timezone": schedule["timezone"], "next_runs": upcoming}, output)
     else:
         _say(f"schedule {schedule_name} applied ({schedule_id}): {planned.job.spec.name} at "
              f"'{schedule['cron_expression']}' {schedule['timezone']}; next {upcoming[0]}")
@@ -240,7 +274,13 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
     with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
     succeeds (for Ray-cluster users: --backend ray, the default). With --github, --cron is what GitHub
-    runs (POSIX cron, at most every 5 minutes) in --timezone (an IANA name; GitHub's default is UTC)."""
+    runs (POSIX cron, at most every 5 minutes) in --timezone (an IANA name; GitHub's default is UTC).
+
+    \b
+    Examples:
+      rtjob schedule render ddp-resnet --cron '0 3 * * 1' > schedule.yaml   # anyscale schedule apply -f
+      rtjob schedule render ddp-resnet --cron '0 3 * * *' --github --timezone Europe/Berlin --out .github/workflows/train.yml
+    """
     if out is not None and not github:
         raise BadInput("--out writes a --github workflow; the Anyscale schedule file is printed (redirect it)")
     if not github:
@@ -271,13 +311,18 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
 
 
 @schedule_group.command("list")
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@output_option
 def schedule_list(output: str) -> int:
-    """List your Anyscale schedules."""
+    """List your Anyscale schedules.
 
+    \b
+    Examples:
+      rtjob schedule list
+      rtjob schedule list -o yaml
+    """
     rows = _backend().schedules()
-    if output == "json":
-        print_json(rows)
+    if output != "text":
+        print_data(rows, output)
         return EXIT_SUCCEEDED
     from rich.table import Table
 
@@ -293,7 +338,8 @@ def schedule_list(output: str) -> int:
 def _schedule_action(command: str, doc: str, act: Callable[[Any, str], str], done: str) -> None:
     """``rtjob schedule COMMAND NAME``: one backend call on the schedule, then one line (``done``)."""
 
-    @schedule_group.command(command, help=doc)
+    examples = f"\n\n\b\nExamples:\n  rtjob schedule {command} ddp-resnet\n"
+    @schedule_group.command(command, help=doc + examples)
     @click.argument("name")
     def action(name: str) -> int:
         schedule_id = act(_backend(), name)

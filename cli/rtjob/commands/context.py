@@ -11,7 +11,7 @@ import click
 from ..backends import backend_names
 from ..core.errors import EXIT_SUCCEEDED, BadInput
 from .options import CONTEXT, output_option
-from .printing import echo, print_json, print_rich, say
+from .printing import echo, print_data, print_rich, say
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -42,21 +42,26 @@ def context_group() -> None:
       rtjob context add prod --address https://ray-prod:8265 --header-env 'Authorization=PROD_RAY_TOKEN'
       rtjob context add dev --address http://dev-head:8265 --use
       rtjob submit ddp-resnet --context prod
-      rtjob context list
     """
 
 
 @context_group.command("list")
 @output_option
 def list_contexts(output: str) -> int:
-    """List the contexts; * marks the current one."""
+    """List the contexts; * marks the current one.
+
+    \b
+    Examples:
+      rtjob context list
+      rtjob context list -o json
+    """
     from ..spec.contexts import read_config, shown_path
 
     config = read_config()
     rows = [{"name": name, "current": name == config.current, **{k: _shown(v) for k, v in ctx.items()}}
             for name, ctx in sorted(config.contexts.items())]
-    if output == "json":
-        print_json({"config": str(config.path), "current": config.current, "contexts": rows})
+    if output != "text":
+        print_data({"config": str(config.path), "current": config.current, "contexts": rows}, output)
         return EXIT_SUCCEEDED
     if not rows:
         say(f"no contexts in {shown_path(config.path)} (add one: rtjob context add NAME --address URL)")
@@ -77,7 +82,13 @@ def list_contexts(output: str) -> int:
 @click.argument("name", required=False)
 @output_option
 def show_context(name: str | None, output: str) -> int:
-    """Show one context as stored (secrets stay references); default: the current one."""
+    """Show one context as stored (secrets stay references); default: the current one.
+
+    \b
+    Examples:
+      rtjob context show prod
+      rtjob context show -o yaml
+    """
     from ..spec.contexts import read_config, shown_path
 
     config = read_config()
@@ -86,8 +97,9 @@ def show_context(name: str | None, output: str) -> int:
             raise BadInput(f"no current context in {shown_path(config.path)}: name one, or rtjob context use NAME")
         name = config.current
     stored = {k: _shown(v) for k, v in config.get(name, "context show").items()}
-    if output == "json":
-        print_json({"name": name, "current": name == config.current, "config": str(config.path), "settings": stored})
+    if output != "text":
+        print_data({"name": name, "current": name == config.current, "config": str(config.path), "settings": stored},
+                   output)
         return EXIT_SUCCEEDED
     lines = [f"context {name}{' (current)' if name == config.current else ''}  ({shown_path(config.path)})"]
     for key, value in stored.items():
@@ -103,7 +115,13 @@ def show_context(name: str | None, output: str) -> int:
 @click.argument("name", required=False)
 @click.option("--none", "unset", is_flag=True, help="No current context from now on.")
 def use(name: str | None, unset: bool) -> int:
-    """Make NAME the current context (it ranks below the environment and the project config)."""
+    """Make NAME the current context (it ranks below the environment and the project config).
+
+    \b
+    Examples:
+      rtjob context use dev
+      rtjob context use --none
+    """
     from ..spec.contexts import use_context
 
     if (name is None) == (not unset):
@@ -211,7 +229,12 @@ def add(name: str, backend: str | None, address: str | None, address_env: str | 
 @context_group.command("remove")
 @click.argument("name")
 def remove(name: str) -> int:
-    """Remove context NAME (if it was the current one, no context is current afterwards)."""
+    """Remove context NAME (if it was the current one, no context is current afterwards).
+
+    \b
+    Examples:
+      rtjob context remove dev
+    """
     from ..spec.contexts import remove_context
 
     was_current = remove_context(name)

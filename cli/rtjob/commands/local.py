@@ -6,19 +6,32 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED
 from .options import output_option
-from .printing import echo, print_json, say
+from .printing import echo, print_data, say
 
 
 @click.group()
 def local() -> None:
-    """The embedded local Ray cluster (started on demand by submit)."""
+    """The embedded local Ray cluster (started on demand by submit).
+
+    \b
+    Examples:
+      rtjob local up --nodes 2 --cpus-per-node 2
+      rtjob local status -o json
+      rtjob local down
+    """
 
 
 @local.command("up")
 @click.option("--nodes", type=click.IntRange(1, 16), default=1, show_default=True, help="Ray nodes (raylets) to run.")
 @click.option("--cpus-per-node", type=click.IntRange(1, 64), default=1, show_default=True)
 def local_up(nodes: int, cpus_per_node: int) -> int:
-    """Start the embedded cluster (or grow it to NODES nodes)."""
+    """Start the embedded cluster (or grow it to NODES nodes).
+
+    \b
+    Examples:
+      rtjob local up
+      rtjob local up --nodes 2 --cpus-per-node 2
+    """
     from ..backends.ray import cluster
 
     running = cluster.describe(cluster.up(nodes, cpus_per_node, log=say))
@@ -28,7 +41,12 @@ def local_up(nodes: int, cpus_per_node: int) -> int:
 
 @local.command("down")
 def local_down() -> int:
-    """Stop the embedded cluster (only the processes rtjob started)."""
+    """Stop the embedded cluster (only the processes rtjob started).
+
+    \b
+    Examples:
+      rtjob local down
+    """
     from ..backends.ray import cluster
 
     count = cluster.down(log=say)
@@ -39,12 +57,18 @@ def local_down() -> int:
 @local.command("status")
 @output_option
 def local_status(output: str) -> int:
-    """Show the embedded cluster's nodes and resources (exit 3 if it is not running)."""
+    """Show the embedded cluster's nodes and resources (exit 3 if it is not running).
+
+    \b
+    Examples:
+      rtjob local status
+      rtjob local status -o yaml
+    """
     from ..backends.ray import cluster
 
     running = cluster.describe(cluster.require())
-    if output == "json":
-        print_json(running)
+    if output != "text":
+        print_data(running, output)
     else:
         echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
                    f"logs:    {running['temp_dir']}")

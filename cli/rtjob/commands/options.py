@@ -64,7 +64,7 @@ context_option = click.option(
 
 def job_options(func: F) -> F:
     return _apply(func, [
-        click.argument("job"),
+        click.argument("job", shell_complete=complete_job),
         click.option("--nodes", type=click.IntRange(1, 1000),
                      help="Nodes of the job's worker group (workers = nodes × GPUs per node)."),
         click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
@@ -73,7 +73,8 @@ def job_options(func: F) -> F:
                      help="Add or override an environment variable of the job."),
         click.option("--name", help="Override the job's name."),
         click.option("--storage", help="Where the run writes checkpoints: s3://bucket/prefix or a path."),
-        click.option("--compute-config", help="Compute config name (compute_configs/NAME.yaml) or path."),
+        click.option("--compute-config", shell_complete=complete_compute_config,
+                     help="Compute config name (compute_configs/NAME.yaml) or path."),
         click.option("--submission-id",
                      help="Run id; if a run with this id exists, attach to it instead of submitting again."),
         click.option("--forward-aws-credentials", is_flag=True,
@@ -90,11 +91,33 @@ def _run_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
 
 def run_id_argument(func: F) -> F:
     """RUN_ID, checked before it reaches a URL or a path."""
-    return click.argument("run_id", callback=_run_id)(func)
+    return click.argument("run_id", callback=_run_id, shell_complete=complete_run_id)(func)
+
+
+OUTPUT_HELP = "json or yaml: the same data, for scripts (text: for people)."
 
 
 def output_option(func: F) -> F:
-    return click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)(func)
+    return click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text",
+                        show_default=True, help=OUTPUT_HELP)(func)
+
+
+def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from .completion import job_names_starting
+
+    return job_names_starting(incomplete)
+
+
+def complete_compute_config(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from .completion import compute_config_names_starting
+
+    return compute_config_names_starting(incomplete)
+
+
+def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from .completion import run_ids_starting
+
+    return run_ids_starting(ctx, incomplete)
 
 
 def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,

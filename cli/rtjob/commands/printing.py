@@ -29,23 +29,60 @@ def echo(text: str, *, err: bool = False, nl: bool = True) -> None:
     stream.flush()
 
 
+def _plain_data(data: Any) -> Any:
+    """JSON-able data (anything else as its str), every secret masked: what json and yaml print alike."""
+    return REDACTOR.data(json.loads(json.dumps(data, default=str)))
+
+
 def print_json(data: Any) -> None:
-    print(json.dumps(REDACTOR.data(json.loads(json.dumps(data, default=str))), indent=2, sort_keys=False),
-          flush=True)
+    print(json.dumps(_plain_data(data), indent=2, sort_keys=False), flush=True)
+
+
+def print_yaml(data: Any) -> None:
+    """The same data as print_json, as YAML (safe_dump: plain types only, so any YAML parser reads it back)."""
+    import yaml
+
+    text = yaml.safe_dump(_plain_data(data), sort_keys=False, default_flow_style=False, allow_unicode=True,
+                          width=1_000_000)
+    print(text, end="", flush=True)
+
+
+def print_data(data: Any, output: str) -> None:
+    """What a command prints for ``--output json|yaml`` (one function makes the data, this prints it)."""
+    (print_yaml if output == "yaml" else print_json)(data)
 
 
 def print_rich(*renderables: Any) -> None:
-    """Rich tables and lines, rendered to text first so that they pass the redactor too."""
+    """Rich tables and lines, rendered to text first so that they pass the redactor too.
+
+    On a terminal (or with FORCE_COLOR): aligned columns, colour unless NO_COLOR is set. Piped or redirected:
+    tables become plain tab-separated rows (no alignment padding, no trailing spaces) for scripts."""
     import io
+    import os
 
     from rich.console import Console
+    from rich.table import Table
 
+    terminal = sys.stdout.isatty() or bool(os.environ.get("FORCE_COLOR"))
+    if not terminal:
+        echo("".join(_plain_table(r) if isinstance(r, Table) else f"{r}\n" for r in renderables), nl=False)
+        return
     buffer = io.StringIO()
-    tty = sys.stdout.isatty()
-    console = Console(file=buffer, width=None if tty else 200, force_terminal=tty, color_system="auto" if tty else None)
+    # NO_COLOR (https://no-color.org): no escape codes at all, bold headers included.
+    styled = not os.environ.get("NO_COLOR")
+    console = Console(file=buffer, width=None if sys.stdout.isatty() else 200, force_terminal=styled,
+                      color_system="auto" if styled else None, no_color=not styled)
     for renderable in renderables:
         console.print(renderable, soft_wrap=isinstance(renderable, str), highlight=False, markup=False)
     echo(buffer.getvalue(), nl=False)
+
+
+def _plain_table(table: Any) -> str:
+    """A rich Table as text for scripts: its title on a line, then the header and rows, cells tab-separated."""
+    columns = [[str(column.header), *(str(cell) for cell in column.cells)] for column in table.columns]
+    lines = [str(table.title)] if table.title else []
+    lines += ["\t".join(cell.replace("\t", " ").replace("\n", " ") for cell in row) for row in zip(*columns, strict=True)]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def learn_secrets_from_environment() -> None:
@@ -149,8 +186,8 @@ def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | 
             say(f"interrupted: stopping {run_id} ...")
             info = be.stop(run_id)
             say(f"{run_id}: {info.status.value}")
-            if output == "json":
-                print_json(run_json(info))
+            if output != "text":
+                print_data(run_json(info), output)
             return EXIT_FAILED
         say(f"detached; {run_id} keeps running. Re-attach: rtjob logs {run_id} --follow  (or rtjob wait {run_id})")
         return EXIT_INTERRUPTED
@@ -158,6 +195,6 @@ def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | 
     first = (info.message or "").strip().splitlines()[0] if info.message else ""
     message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
     say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
-    if output == "json":
-        print_json(run_json(info))
+    if output != "text":
+        print_data(run_json(info), output)
     return outcome(info)

@@ -5,15 +5,17 @@ from __future__ import annotations
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
+from ..core.model import RunStatus
 from .options import (
     EXIT_CODES_HELP,
     backend_from,
     backend_options,
+    complete_job,
     output_option,
     parse_timeout,
     run_id_argument,
 )
-from .printing import echo, follow_and_report, print_json, run_json, run_text, runs_table, say
+from .printing import echo, follow_and_report, print_data, run_json, run_text, runs_table, say
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -22,15 +24,21 @@ from .printing import echo, follow_and_report, print_json, run_json, run_text, r
 @output_option
 def status(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
            output: str) -> int:
-    """Show one run's status (exit 0 when it could be read)."""
+    """Show one run's status (exit 0 when it could be read).
+
+    \b
+    Examples:
+      rtjob status rtjob-ddp-resnet-20261123-0210-ab12
+      rtjob status RUN_ID --address http://head:8265 -o json
+    """
     from ..runs.cost import finished_run_cost
 
     be = backend_from(backend, address, headers, no_verify_tls)
     info = be.status(run_id)
     cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
     attempts = be.attempts(run_id)  # rtjob's own retries (Ray); None where the platform retries
-    if output == "json":
-        print_json({**run_json(info), "cost": cost, **(attempts.to_json() if attempts else {})})
+    if output != "text":
+        print_data({**run_json(info), "cost": cost, **(attempts.to_json() if attempts else {})}, output)
     else:
         line = f"\nattempts:    {attempts.describe()}" if attempts and attempts.worth_showing else ""
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
@@ -40,17 +48,27 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
 @click.command(name="list", epilog=EXIT_CODES_HELP)
 @backend_options
 @output_option
-@click.option("--job", "job_filter", help="Only runs of this job.")
-@click.option("--limit", type=click.IntRange(1), default=50, show_default=True)
+@click.option("--status", "status_filter", type=click.Choice([s.value for s in RunStatus], case_sensitive=False),
+              help="Only runs in this state.")
+@click.option("--job", "job_filter", metavar="NAME", shell_complete=complete_job, help="Only runs of this job.")
+@click.option("--since", metavar="DURATION", help="Only runs started within this long (90s, 15m, 2h, 7d).")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True, help="At most this many runs.")
 def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
-              job_filter: str | None, limit: int) -> int:
-    """List runs on the cluster, newest first."""
-    runs = backend_from(backend, address, headers, no_verify_tls).list()
-    if job_filter:
-        runs = [r for r in runs if r.job == job_filter]
-    runs = runs[:limit]
-    if output == "json":
-        print_json([run_json(r) for r in runs])
+              status_filter: str | None, job_filter: str | None, since: str | None, limit: int) -> int:
+    """List runs on the cluster, newest first.
+
+    \b
+    Examples:
+      rtjob list --status FAILED --since 1d
+      rtjob list --job ddp-resnet --limit 5 -o json
+      rtjob list --backend anyscale
+    """
+    from ..runs.listing import RunFilter
+
+    wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
+    runs = wanted.apply(backend_from(backend, address, headers, no_verify_tls).list())
+    if output != "text":
+        print_data([run_json(r) for r in runs], output)
     else:
         runs_table(runs)
     return EXIT_SUCCEEDED
@@ -61,17 +79,27 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
 @backend_options
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the run ends; exit with its outcome.")
 @click.option("--timeout", metavar="DURATION", help="With --follow: give up after this long (exit 4).")
+@click.option("--tail", "tail_lines", type=click.IntRange(1), metavar="N", help="Only the last N lines.")
 def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-         follow: bool, timeout: str | None) -> int:
-    """Print a run's log (all of it; --follow keeps streaming)."""
+         follow: bool, timeout: str | None, tail_lines: int | None) -> int:
+    """Print a run's log (all of it; --tail N the end; --follow keeps streaming).
+
+    \b
+    Examples:
+      rtjob logs RUN_ID --tail 50
+      rtjob logs RUN_ID --follow --timeout 30m
+    """
     from ..core.redact import redact
 
     timeout_s = parse_timeout(timeout)
+    if follow and tail_lines:
+        raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
     be = backend_from(backend, address, headers, no_verify_tls)
     if follow:
         return follow_and_report(be, run_id, "text", timeout_s, False, logs=True)
     info = be.status(run_id)
-    echo(redact(be.logs(run_id), info.secrets), nl=False)
+    text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
+    echo(redact(text, info.secrets), nl=False)
     return EXIT_SUCCEEDED
 
 
@@ -82,7 +110,13 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 @click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running.")
 def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
          output: str, timeout: str | None) -> int:
-    """Wait for a run to end; exit 0 succeeded, 1 failed/stopped, 4 timed out."""
+    """Wait for a run to end; exit 0 succeeded, 1 failed/stopped, 4 timed out.
+
+    \b
+    Examples:
+      rtjob wait RUN_ID --timeout 2h
+      rtjob wait RUN_ID -o json > outcome.json
+    """
     timeout_s = parse_timeout(timeout)
     be = backend_from(backend, address, headers, no_verify_tls)
     return follow_and_report(be, run_id, output, timeout_s, False, logs=False)
@@ -94,13 +128,38 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 @output_option
 def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
          output: str) -> int:
-    """Stop a run and wait (up to 30 s) until it has stopped."""
+    """Stop a run and wait (up to 30 s) until it has stopped.
+
+    \b
+    Examples:
+      rtjob stop RUN_ID
+      rtjob stop RUN_ID --backend anyscale -o json
+    """
     info = backend_from(backend, address, headers, no_verify_tls).stop(run_id)
-    if output == "json":
-        print_json(run_json(info))
+    if output != "text":
+        print_data(run_json(info), output)
     else:
         say(f"{info.id}: {info.status.value}")
     return EXIT_SUCCEEDED
 
 
-COMMANDS = [status, list_runs, logs, wait, stop]
+@click.command(epilog=EXIT_CODES_HELP)
+@run_id_argument
+@backend_options
+def delete(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...],
+           no_verify_tls: bool) -> int:
+    """Delete an ended run from the cluster: its record, log and metadata (its storage is kept).
+
+    A run that has not ended is refused (exit 2): stop it first.
+
+    \b
+    Examples:
+      rtjob delete RUN_ID
+      rtjob stop RUN_ID && rtjob delete RUN_ID
+    """
+    backend_from(backend, address, headers, no_verify_tls).delete(run_id)
+    say(f"{run_id}: deleted")
+    return EXIT_SUCCEEDED
+
+
+COMMANDS = [status, list_runs, logs, wait, stop, delete]

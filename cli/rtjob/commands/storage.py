@@ -11,7 +11,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
 from .options import backend_from, backend_options, output_option, settings_from
-from .printing import echo, print_json, print_rich, say
+from .printing import echo, print_data, print_rich, say
 
 if TYPE_CHECKING:
     from ..runs.sources import Source
@@ -80,6 +80,12 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     Resumable: unchanged files (size + ETag) are skipped; downloads go to
     NAME.rtjob-partial and are renamed only when complete and of the right size.
     Credentials: the standard AWS chain; they are never printed.
+
+    \b
+    Examples:
+      rtjob pull RUN_ID                            the newest checkpoint into ./RUN_ID
+      rtjob pull RUN_ID --checkpoint best:val_loss --to ./best
+      rtjob pull s3://bucket/runs/ddp-resnet/RUN_ID --checkpoint all -o json
     """
     from ..core.redact import redact, redact_data
     from ..runs.sources import explained, redacted
@@ -99,8 +105,8 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
                          progress=default_progress(redact(f"pulling {src.label}", secrets)))
     except RtjobError as exc:
         raise redacted(explained(exc, src), secrets) from None
-    if output == "json":
-        print_json(redact_data(report.to_json(), secrets))
+    if output != "text":
+        print_data(redact_data(report.to_json(), secrets), output)
     else:
         echo(redact("\n".join(summary_lines(report)), secrets))
     for item in report.special_skipped:
@@ -128,9 +134,10 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
     """Show runs' metrics history: epoch, train/val loss, accuracy, samples/s, time.
 
     \b
-    rtjob results ID                  one run (reads its history from storage)
-    rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
-    rtjob results A B C               several runs side by side
+    Examples:
+      rtjob results ID                  one run (reads its history from storage)
+      rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
+      rtjob results A B C               several runs side by side
     """
     from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
@@ -156,8 +163,8 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
     res.unique_labels(runs)
     for run in runs:  # what the table prints besides numbers
         run.label, run.source = redact(run.label, secrets), redact(run.source, secrets)
-    if output == "json":
-        print_json(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets))
+    if output != "text":
+        print_data(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets), output)
     else:
         print_rich(*res.tables(runs))
     if target is not None:

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
-from .options import EXIT_CODES_HELP, backend_options, job_options, parse_timeout, settings_from
-from .printing import echo, follow_and_report, print_json, run_json, say
+from .options import EXIT_CODES_HELP, OUTPUT_HELP, backend_options, job_options, parse_timeout, settings_from
+from .printing import echo, follow_and_report, print_data, run_json, say
 
 if TYPE_CHECKING:
     from ..runs.runner import Plan
@@ -34,30 +34,43 @@ def _shown_setting(key: str, value: Any) -> Any:
     return mask_url(value) if isinstance(value, str) else value
 
 
+def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
+    """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
+    from ..spec.pricing import job_cost
+
+    job = planned.job
+    data = dict(planned.backend.render(planned.request))
+    cost = job_cost(job)
+    data["cost"] = cost.to_json() if cost else None
+    data["run"] = {
+        "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
+        "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
+        "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
+    }
+    if explain:
+        data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
+                           for k, s in settings.values.items()}
+    data["notes"] = planned.notes
+    return data
+
+
 def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
     """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
+    from ..backends.base import NotSupported
     from ..spec.pricing import job_cost
 
     backend, job, request = planned.backend, planned.job, planned.request
-    if output == "yaml":  # a file for the backend's own CLI (anyscale job submit -f)
-        echo(backend.render_file(request), nl=False)
+    if output == "yaml":
+        try:  # a file for the backend's own CLI (anyscale job submit -f), where it has one
+            echo(backend.render_file(request), nl=False)
+            return
+        except NotSupported:
+            pass  # else the same data as -o json, as YAML
+    if output != "text":
+        print_data(render_data(planned, settings, explain), output)
         return
     rendered = backend.render(request)
     cost = job_cost(job)
-    if output == "json":
-        data = dict(rendered)
-        data["cost"] = cost.to_json() if cost else None
-        data["run"] = {
-            "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
-            "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
-            "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
-        }
-        if explain:
-            data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
-                               for k, s in settings.values.items()}
-        data["notes"] = planned.notes
-        print_json(data)
-        return
     res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
     lines = [
         f"job:       {job.spec.name}  ({job.job_file})",
@@ -85,13 +98,21 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
 @job_options
 @backend_options
 @click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
-              help="yaml (--backend anyscale): a job file `anyscale job submit -f` accepts.")
+              help="yaml: a job file `anyscale job submit -f` accepts (--backend anyscale), else the json data "
+                   "as YAML.")
 @click.option("--explain", is_flag=True, help="Show where each effective setting came from.")
 def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
            explain: bool) -> int:
-    """Print the exact request a submit would send (same as submit --dry-run). Sends nothing."""
+    """Print the exact request a submit would send (same as submit --dry-run). Sends nothing.
+
+    \b
+    Examples:
+      rtjob render ddp-resnet --nodes 2 --explain
+      rtjob render ddp-resnet --backend anyscale -o yaml > job.yaml   # anyscale job submit -f job.yaml
+      rtjob render jobs/my-job.yaml --set args.epochs=1 -o json
+    """
     settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     print_render(planned, settings, output, explain)
@@ -101,7 +122,8 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 @click.command(epilog=EXIT_CODES_HELP)
 @job_options
 @backend_options
-@click.option("--output", "-o", type=click.Choice(["text", "json"]), default="text", show_default=True)
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
+              help=f"{OUTPUT_HELP} The log goes to stderr with json/yaml.")
 @click.option("--dry-run", is_flag=True, help="Print the exact request and send nothing (= rtjob render).")
 @click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted.")
 @click.option("--timeout", metavar="DURATION", help="Stop following after this long (90s, 15m, 2h); exit 4, job left running.")
@@ -111,7 +133,14 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
            no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:
-    """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome."""
+    """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome.
+
+    \b
+    Examples:
+      rtjob submit ddp-resnet --nodes 2
+      rtjob submit jobs/my-job.yaml --address http://head:8265 --timeout 2h
+      rtjob submit ddp-resnet --no-wait -o json
+    """
     from ..runs import runner
     from ..spec.pricing import job_cost
 
@@ -135,8 +164,8 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     else:
         say(f"run {info.id} already exists ({info.status.value}); attaching instead of submitting again")
     if no_wait:
-        if output == "json":
-            print_json(run_json(info))
+        if output != "text":
+            print_data(run_json(info), output)
         else:
             echo(info.id)
         return EXIT_SUCCEEDED

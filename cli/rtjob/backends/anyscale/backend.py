@@ -31,7 +31,7 @@ from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
 from ...spec.pricing import HourlyCost, compute_config_cost
-from ..base import Backend, Request
+from ..base import Backend, Request, last_lines
 from . import client as sdk_client
 from .client import _not_found, anyscale_errors, host
 from .request import AnyscaleJobRequest, build, masked_config, masked_names, render_yaml
@@ -290,6 +290,22 @@ class AnyscaleBackend(Backend):
         with self._errors(f"reading the log of {run_id}"):
             text = self._sdk("job").get_logs(id=status.id)
         return text or ""
+
+    def last_lines(self, run_id: str, lines: int) -> str:
+        status = self._status_model(run_id)
+        if not status.runs:
+            return ""
+        with self._errors(f"reading the log of {run_id}"):  # the SDK tails on the server
+            text = self._sdk("job").get_logs(id=status.id, mode="TAIL", max_lines=lines)
+        return last_lines(text or "", lines)
+
+    def delete(self, run_id: str) -> None:
+        status = self._status_model(run_id, fresh=True)
+        state = _STATES.get(_state_name(status.state), RunStatus.UNKNOWN)
+        if not state.terminal:
+            raise BadInput(f"run {run_id!r} is {state.value}: stop it first: rtjob stop {run_id}")
+        with self._errors(f"deleting run {run_id}"):
+            self._sdk("job").delete(id=status.id)
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
         """Anyscale has no log stream in the SDK: each 'connection' is one read of the whole log, after

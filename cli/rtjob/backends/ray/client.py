@@ -176,6 +176,19 @@ class RayJobsAPI:
             raise BadInput(f"no run {submission_id!r} at {self.address}")
         return bool(self._json(resp, path, dict).get("stopped"))
 
+    def delete(self, submission_id: str) -> None:
+        """DELETE /api/jobs/{id} (Ray's delete_job): Ray deletes only a run that has ended."""
+        path = f"/api/jobs/{submission_id}"
+        resp = self.request("DELETE", path)
+        if resp.status_code == 404:
+            raise BadInput(f"no run {submission_id!r} at {self.address}")
+        # Not ended (a race with the caller's own status check): the job agent refuses, the dashboard
+        # passes its RuntimeError on as a 500 (or a 400) with a traceback.
+        if resp.status_code in (400, 500) and "non-terminal state" in resp.text:
+            raise BadInput(f"run {submission_id!r} has not ended: stop it first: rtjob stop {submission_id}")
+        if not self._json(resp, path, dict).get("deleted"):
+            raise BadInput(f"{self.address} did not delete run {submission_id!r}")
+
     def logs(self, submission_id: str) -> str:
         path = f"/api/jobs/{submission_id}/logs"
         resp = self.request("GET", path)
