@@ -293,3 +293,30 @@ def test_the_closing_line_says_the_time_limit_fired(code, seconds, expected):
     backend = _ray_backend(FakeAPI())
     info = backend._info({**data, "status": "FAILED", "message": "Job entrypoint command failed with exit code 124"})
     assert (info.message == expected) if expected else info.message.startswith("Job entrypoint")
+
+
+@pytest.mark.parametrize("running_nodes,asked,noted", [
+    (1, (1, 4), True),  # 1 node × 1 CPU running, the job wants 4 CPUs: said, nothing restarted
+    (2, (1, 2), False),  # 2 nodes × 1 CPU already offer the 2 CPUs asked for
+    (1, (1, 1), False),
+])
+def test_a_running_embedded_cluster_smaller_than_asked_is_said_not_restarted(monkeypatch, tmp_path, running_nodes,
+                                                                            asked, noted):
+    import contextlib
+
+    from rtjob.backends.ray import cluster
+
+    running = cluster.LocalCluster(address="http://127.0.0.1:1", gcs_address="127.0.0.1:2", temp_dir=str(tmp_path),
+                                   token_path=str(tmp_path / "t"), cpus_per_node=1, started_at=0.0)
+    monkeypatch.setattr(cluster, "_locked", lambda say: contextlib.nullcontext())
+    monkeypatch.setattr(cluster, "load_state", lambda: running)
+    monkeypatch.setattr(cluster, "_reusable", lambda found, say: found)
+    monkeypatch.setattr(cluster, "_require_nodes", lambda found, count: [{}] * running_nodes)
+    monkeypatch.setattr(cluster, "_start_head", lambda *a: pytest.fail("a running cluster was replaced"))
+    monkeypatch.setattr(cluster, "_add_node", lambda *a: pytest.fail("no node should be added"))
+    heard: list[str] = []
+    assert cluster.up(*asked, log=heard.append) is running
+    assert bool(heard) == noted
+    if noted:
+        assert heard == ["the embedded cluster runs with 1 CPU per node, this job asks for 4: `rtjob local down` "
+                         "lets the next submit start it at that size"]
