@@ -60,6 +60,14 @@ class Retry:
     created: bool = False  # False: another rtjob process had submitted this retry already
 
 
+@dataclass
+class Stuck:
+    """A run that waits for resources its cluster does not have (``Backend.stuck``)."""
+
+    reason: str  # what it waits for, e.g. '{GPU: 1} × 2 (placement group) that this cluster does not have (...)'
+    final: bool  # True: no node can join (the embedded cluster, no autoscaler): waiting is in vain
+
+
 Log = Callable[[str], None]
 
 
@@ -169,6 +177,13 @@ class Backend(ABC):
         """Delete an ended run: its record, log and metadata on the backend (never its storage). BadInput
         when the run is unknown or has not ended yet."""
         raise NotSupported(f"delete: backend {self.name!r} cannot delete runs")
+
+    def stuck(self, run_id: str) -> Stuck | None:
+        """What the running run waits for that the cluster cannot give it now, or None (also: the backend
+        cannot tell). Followers poll it, so a script that asks for more than the cluster has ends instead of
+        waiting for ever."""
+        del run_id
+        return None
 
     # -- what rtjob adds -----------------------------------------------------------------------------
     def attempts(self, run_id: str) -> Attempts | None:

@@ -202,7 +202,7 @@ def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked:
         return
     header = [
         f"schedule {name}: cron '{schedule['cron_expression']}' ({schedule['timezone']}); next: {', '.join(upcoming)}",
-        f"job {resolved.spec.name} ({resolved.job_file}): {resolved.nodes} node(s), {resolved.num_workers} worker(s)",
+        f"job {resolved.spec.name} ({resolved.job_file}): {resolved.shape_summary()}",
     ]
     if cost:
         header.append(f"cost per hour of a run: {cost.text()}")

@@ -18,7 +18,8 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0  the run succeeded (or the command did what it was asked)
   1  the run failed or was stopped
-  2  bad input: usage, validation, unknown job or run, a job that can never fit
+  2  bad input: usage, validation, unknown job or run, a job that can never fit (also a
+     run stopped while following because it waited for resources the cluster does not have)
   3  cluster unreachable, not a Ray dashboard, or authentication failed
   4  wait timed out (--timeout); the job is left running
   70  internal error in rtjob itself (not the run's outcome); traceback saved, RTJOB_DEBUG=1 prints it

@@ -47,6 +47,9 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
         "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
         "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
     }
+    if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
+        data["run"].update({"nodes": None, "workers": None, "resources_per_worker": None,
+                            "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
     if explain:
         data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
                            for k, s in settings.values.items()}
@@ -72,10 +75,16 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
     rendered = backend.render(request)
     cost = job_cost(job)
     res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
+    if job.shape_declared:
+        shape = f"{job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}"
+    else:
+        shape = "set by the entrypoint (the job declares no nodes, resources or compute config)"
+        if job.local_cpus_per_node is not None:
+            shape += f"; the embedded cluster offers {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
     lines = [
         f"job:       {job.spec.name}  ({job.job_file})",
         f"backend:   {backend.name}  {backend.display_address}",
-        f"shape:     {job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}",
+        f"shape:     {shape}",
         f"compute:   {job.compute_config_name or '-'}",
         *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
@@ -156,8 +165,8 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     for note in planned.notes:
         say(f"note: {note}")
     if done.created:
-        say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.nodes} node(s), "
-            f"{resolved.num_workers} worker(s); storage {info.storage_uri or '-'})")
+        say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.shape_summary()}; "
+            f"storage {info.storage_uri or '-'})")
         hourly = job_cost(resolved)
         if hourly is not None:
             say(f"cost: {hourly.text()}")

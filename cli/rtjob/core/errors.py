@@ -9,7 +9,7 @@ from __future__ import annotations
 # Exit codes (README and `rtjob --help` list the same table).
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1  # the job failed or was stopped
-EXIT_BAD_INPUT = 2  # usage, validation, unknown job or run, a job that can never fit
+EXIT_BAD_INPUT = 2  # usage, validation, unknown job or run, a job that can never fit (or a run that waits in vain)
 EXIT_UNREACHABLE = 3  # cluster unreachable or authentication failed
 EXIT_WAIT_TIMEOUT = 4  # rtjob stopped following; the job is left running
 EXIT_INTERNAL = 70  # rtjob itself failed (a bug, not the run's outcome): sysexits' EX_SOFTWARE

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from typing import TextIO, TypeVar
 
 from ..backends.base import Backend
-from ..core.errors import RtjobError, WaitTimeout
-from ..core.model import RunInfo
+from ..core.errors import BadInput, RtjobError, WaitTimeout
+from ..core.model import RunInfo, RunStatus
 from ..core.redact import redact
 
 T = TypeVar("T")
@@ -27,6 +27,61 @@ RECONNECT_S = 0.5
 # before it gives up with exit 3; the run itself is never touched. RTJOB_FOLLOW_GRACE_S overrides it.
 GRACE_S = 300.0
 BACKOFF_MAX_S = 10.0
+# How often a follower asks whether the run waits for resources the cluster does not have, and how long such
+# a wait lasts before the run is stopped (RTJOB_STUCK_GRACE_S): longer than a node takes to join.
+STUCK_POLL_S = 5.0
+STUCK_GRACE_S = 60.0
+
+
+class NeverFits(BadInput):
+    """The run waited for resources its cluster can never give it, and was stopped (exit 2)."""
+
+
+class StuckWatch:
+    """Asks the backend, now and then, whether a running run waits in vain; stops it after a grace period.
+
+    A wait counts from when it is first seen and ends the run only if the demand is still unmet when the grace
+    period is over (Ray Train drops and re-creates its worker group between attempts: a gap is not progress).
+    On a cluster that can grow (an autoscaler), it is reported once and the run is left alone."""
+
+    def __init__(self, backend: Backend, run_id: str, notice: Callable[[str], None] | None) -> None:
+        import os
+
+        self.backend = backend
+        self.run_id = run_id
+        self.notice = notice or (lambda _: None)
+        self.grace_s = float(os.environ.get("RTJOB_STUCK_GRACE_S") or STUCK_GRACE_S)
+        self.next_check = time.monotonic() + STUCK_POLL_S
+        self.since: float | None = None
+        self.warned = False
+
+    async def check(self, info: RunInfo) -> None:
+        now = time.monotonic()
+        if info.status != RunStatus.RUNNING or now < self.next_check:
+            return
+        self.next_check = now + STUCK_POLL_S
+        try:
+            stuck = await asyncio.to_thread(self.backend.stuck, self.run_id)
+        except RtjobError:
+            return  # a fault reading the cluster's state is not a verdict on the run
+        if stuck is None:
+            return
+        if not stuck.final:
+            if not self.warned:
+                self.notice(f"{self.run_id} waits for {stuck.reason}; waiting for the cluster to add nodes")
+                self.warned = True
+            return
+        if self.since is None:
+            self.since = now
+            self.notice(f"{self.run_id} waits for {stuck.reason}; stopping it in {self.grace_s:.0f}s "
+                        "unless that changes")
+            return
+        if now - self.since < self.grace_s:
+            return
+        self.notice(f"stopping {self.run_id}: it has waited {now - self.since:.0f}s for resources that will not come")
+        await asyncio.to_thread(self.backend.stop, self.run_id)
+        raise NeverFits(f"run {self.run_id} was stopped: it waited for {stuck.reason}; ask for what the cluster "
+                        "has (fewer workers, no GPU) or run it on a cluster that has it")
 
 
 class Patience:
@@ -131,6 +186,7 @@ async def _follow(
     printer = LinePrinter(out, info.secrets) if out is not None else None
     done = asyncio.Event()
     tail_task = asyncio.create_task(_tail_forever(backend, run_id, printer, done)) if printer else None
+    watch = StuckWatch(backend, run_id, notice)
     last_status = None
     try:
         while True:
@@ -144,6 +200,7 @@ async def _follow(
                     f"run {run_id} is still {info.status.value} after the --timeout; it was left running "
                     f"(rtjob wait {run_id} to keep waiting, rtjob stop {run_id} to stop it)"
                 )
+            await watch.check(info)
             await asyncio.sleep(POLL_S)
             info = await patience.call(lambda: backend.status(run_id))
     finally:

@@ -86,6 +86,16 @@ class ResolvedJob:
     notes: list[str] = field(default_factory=list)
     storage_endpoint: str | None = None  # the S3-compatible endpoint the job writes to (recorded with the run)
     embedded: bool = False  # runs on the embedded cluster (this machine: no cost)
+    # False: the job declares no shape (no compute config, nodes, resources_per_worker or local.cpus_per_node):
+    # its entrypoint decides how many workers it runs, so rtjob neither shows nor exports a worker count.
+    shape_declared: bool = True
+    local_cpus_per_node: int | None = None  # the embedded cluster's node size (None: not the embedded cluster)
+
+    def shape_summary(self) -> str:
+        """'2 node(s), 4 worker(s)', or what rtjob knows when the entrypoint sets its own shape."""
+        if self.shape_declared:
+            return f"{self.nodes} node(s), {self.num_workers} worker(s)"
+        return "shape set by the entrypoint"
 
     @property
     def use_gpu(self) -> bool:
@@ -215,6 +225,26 @@ def _node_offer(group: WorkerGroup | None, cc: ComputeConfig | None, where: str)
     return float(itype.vcpus), float(itype.gpus)
 
 
+def declares_shape(spec: JobSpec, cc_name: str | None) -> bool:
+    """Whether the job (or a flag: --nodes, --set, --compute-config) says how big it is."""
+    return bool(
+        cc_name
+        or "nodes" in spec.model_fields_set
+        or spec.resources_per_worker.model_fields_set
+        or "cpus_per_node" in spec.local.model_fields_set
+    )
+
+
+def machine_cpus() -> int:
+    """The CPUs this process may use (its affinity mask where the platform has one)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
 def resolve(
     ref: str, settings: Settings, overrides: Overrides, placement: Placement, storage_flag: str | None = None
 ) -> ResolvedJob:
@@ -245,12 +275,16 @@ def resolve(
 
     rpw = spec.resources_per_worker
     group: WorkerGroup | None = None
+    shape_declared = declares_shape(spec, cc_name)
+    local_cpus: int | None = None
     if placement.embedded:
-        # The embedded cluster: N Ray nodes on this machine, CPU only.
-        node_cpus, node_gpus = float(spec.local.cpus_per_node), 0.0
+        # The embedded cluster: N Ray nodes on this machine, CPU only. A job that declares no shape gets the
+        # machine's CPUs on one node: its script asks Ray for what it needs, rtjob cannot know how much.
+        local_cpus = spec.local.cpus_per_node if shape_declared else machine_cpus()
+        node_cpus, node_gpus = float(local_cpus), 0.0
         if cc is not None:
             notes.append(f"compute config {cc_name} describes the cloud cluster; the embedded cluster uses "
-                         f"{spec.local.cpus_per_node} CPU per node, no GPU")
+                         f"{local_cpus} CPU per node, no GPU")
         cpus = rpw.cpus or 1.0
         gpus = rpw.gpus or 0.0
         per_node = max(1, int(node_cpus // cpus))
@@ -261,8 +295,10 @@ def resolve(
         else:
             node_cpus, node_gpus = _node_offer(group, cc, cc_shown or shown)
         if node_gpus > 0:
-            gpus = rpw.gpus or 1.0
-            per_node = max(1, int(node_gpus // gpus))
+            # An explicit 0 (`--set resources_per_worker.gpus=0`) wins: the same layout, one worker per GPU
+            # slot, without GPUs (so a GPU job runs on a CPU-only cluster with that flag alone).
+            gpus = rpw.gpus if rpw.gpus is not None else 1.0
+            per_node = max(1, int(node_gpus // gpus)) if gpus > 0 else max(1, int(node_gpus))
             cpus = rpw.cpus or 1.0
         else:
             gpus = rpw.gpus or 0.0
@@ -298,13 +334,16 @@ def resolve(
         **spec.env_vars,
         contract.ENV_JOB_NAME: spec.name,
         contract.ENV_RUN_NAME: run_id,
-        contract.ENV_NODES: str(spec.nodes),
-        contract.ENV_NUM_WORKERS: str(num_workers),
-        contract.ENV_CPUS_PER_WORKER: f"{cpus:g}",
-        contract.ENV_GPUS_PER_WORKER: f"{gpus:g}",
-        contract.ENV_USE_GPU: "1" if gpus > 0 else "0",
-        contract.ENV_MAX_FAILURES: str(spec.max_failures),
     }
+    if shape_declared:  # never an invented shape: a script that sets its own would be told something false
+        env.update({
+            contract.ENV_NODES: str(spec.nodes),
+            contract.ENV_NUM_WORKERS: str(num_workers),
+            contract.ENV_CPUS_PER_WORKER: f"{cpus:g}",
+            contract.ENV_GPUS_PER_WORKER: f"{gpus:g}",
+            contract.ENV_USE_GPU: "1" if gpus > 0 else "0",
+        })
+    env[contract.ENV_MAX_FAILURES] = str(spec.max_failures)
     if storage_root:
         env[contract.ENV_STORAGE_PATH] = f"{storage_root}/{spec.name}"
     # The S3 endpoint (+ credentials only if asked) for the workers.
@@ -337,4 +376,6 @@ def resolve(
         notes=notes,
         storage_endpoint=storage_env.endpoint,
         embedded=placement.embedded,
+        shape_declared=shape_declared,
+        local_cpus_per_node=local_cpus,
     )

@@ -16,10 +16,10 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, Log, Request, Retry
+from ..base import Backend, Log, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
-from .request import RayJobRequest, build
+from .request import RayJobRequest, build, time_limit_message
 
 if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
     from ...spec.project import Settings
@@ -183,6 +183,8 @@ class RayJobsBackend(Backend):
         return [f"{what} needs the autoscaler to add nodes ({missing}); the job will be PENDING until they join"]
 
     def precheck(self, job: ResolvedJob) -> list[str]:
+        if not job.shape_declared:
+            return []  # its entrypoint asks Ray for what it needs: the follower watches for what never comes
         need = job.worker_resources()
         nodes = [
             {k: float(v) for k, v in (n.get("resources_total") or {}).items() if not k.startswith("node:")}
@@ -192,6 +194,20 @@ class RayJobsBackend(Backend):
             return []
         missing = precheck.shortfall(need, job.num_workers, nodes)
         return self._never_fits(job, precheck.describe(need, job.num_workers), missing)
+
+    def _final_shortage(self) -> bool:
+        """Whether resources the cluster lacks now can never come (no autoscaler to add nodes)."""
+        return self.api.has_autoscaler() is False
+
+    def stuck(self, run_id: str) -> Stuck | None:
+        from . import stuck
+
+        data = self.api.job(run_id)
+        job_id = (data or {}).get("job_id")
+        if not job_id or (data or {}).get("status") != "RUNNING":
+            return None
+        missing = stuck.waits_for(self.api, str(job_id))
+        return Stuck(missing, self._final_shortage()) if missing else None
 
     # -- run control ---------------------------------------------------------------------------
     def submit(self, request: Request) -> SubmitResult:
@@ -278,12 +294,12 @@ class RayJobsBackend(Backend):
             job=meta.get(contract.META_JOB),
             backend=self.name,
             status=status,
-            message=data.get("message"),
             start_time=iso_time(data.get("start_time")),
             end_time=iso_time(data.get("end_time")),
             storage_uri=meta.get(contract.META_STORAGE),
             storage_endpoint=meta.get(contract.META_STORAGE_ENDPOINT),
             exit_code=data.get("driver_exit_code"),
+            message=time_limit_message(data) or data.get("message"),
             address=self.address,
             entrypoint=data.get("entrypoint"),
             secrets=secret_values(env) + secret_arg_values(str(data.get("entrypoint") or "")),
@@ -437,7 +453,10 @@ class EmbeddedRayBackend(RayJobsBackend):
     def prepare(self, job: ResolvedJob, log: Log) -> None:
         from . import cluster
 
-        self._connect(cluster.up(job.nodes, job.spec.local.cpus_per_node, log=log))
+        self._connect(cluster.up(job.nodes, job.local_cpus_per_node or 1, log=log))
+
+    def _final_shortage(self) -> bool:
+        return True  # no autoscaler adds nodes to the embedded cluster while a run waits
 
     def _never_fits(self, job: ResolvedJob, what: str, missing: str) -> list[str]:
         raise BadInput(f"{job.job_file}: {what} can never fit on the embedded cluster ({missing})")

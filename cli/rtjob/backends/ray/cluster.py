@@ -421,6 +421,10 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None) -> LocalC
         cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say)
         # Counted from an answer, never from a missed one: a dashboard that blinks must not add every node again.
         current = len(_require_nodes(cluster, 1))
+        if cluster.cpus_per_node < cpus_per_node and cluster.cpus_per_node * current < cpus_per_node * nodes:
+            # A running cluster is never restarted under runs that may be using it.
+            say(f"the embedded cluster runs with {cluster.cpus_per_node} CPU per node, this job asks for "
+                f"{cpus_per_node}: `rtjob local down` lets the next submit start it at that size")
         for index in range(current + 1, nodes + 1):
             _add_node(cluster, index, nodes, cpus_per_node, say)
         if nodes > current:

@@ -40,14 +40,32 @@ class RayJobRequest(Request):
         return mask_command(self.entrypoint)
 
 
+# Ray Jobs has no run limit of its own: coreutils' timeout enforces the spec's timeout_s (TERM, KILL 30 s later).
+TIME_LIMIT_PREFIX = "timeout -k 30 "
+
+
+def time_limit_message(data: dict[str, Any]) -> str | None:
+    """'stopped by its time limit timeout_s=N' when the Ray job (the Jobs API's dict) ended because its time
+    limit fired: `timeout` exits 124 after TERM, 137 (128+KILL) when it had to kill; 137 counts only when the
+    run lasted its limit (an out-of-memory kill is not a time limit)."""
+    entrypoint, code = data.get("entrypoint"), data.get("driver_exit_code")
+    if not isinstance(entrypoint, str) or not entrypoint.startswith(TIME_LIMIT_PREFIX) or code not in (124, 137):
+        return None
+    limit = entrypoint[len(TIME_LIMIT_PREFIX):].split(" ", 1)[0]
+    if code == 137:
+        start, end = data.get("start_time"), data.get("end_time")
+        if not (limit.isdigit() and start and end and (end - start) / 1000 >= int(limit)):
+            return None
+    return f"stopped by its time limit timeout_s={limit} (exit code {code})"
+
+
 def build(job: ResolvedJob) -> RayJobRequest:
     """The request for one resolved job (pure)."""
     from ...spec.pricing import job_cost
 
     entrypoint = job.entrypoint
     if job.spec.timeout_s:
-        # Ray Jobs has no run limit of its own: coreutils' timeout enforces the spec's timeout_s.
-        entrypoint = f"timeout -k 30 {job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
+        entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
     runtime_env: dict[str, Any] = {
         "working_dir": str(job.working_dir),
         "env_vars": dict(job.env_vars),
@@ -59,9 +77,10 @@ def build(job: ResolvedJob) -> RayJobRequest:
     metadata = {
         contract.META_JOB: job.spec.name,
         contract.META_JOB_FILE: job.job_file,
-        contract.META_NODES: str(job.nodes),
-        contract.META_WORKERS: str(job.num_workers),
     }
+    if job.shape_declared:  # a job without a shape leaves it to its entrypoint: nothing invented is recorded
+        metadata[contract.META_NODES] = str(job.nodes)
+        metadata[contract.META_WORKERS] = str(job.num_workers)
     if job.storage_uri:
         metadata[contract.META_STORAGE] = job.storage_uri
         if job.storage_endpoint:  # so `rtjob pull ID` finds an S3-compatible server by itself
