@@ -83,17 +83,19 @@ def output_option(func: F) -> F:
 
 
 def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-                  **extra: Any) -> Settings:
-    """[tool.rtjob] < environment < these flags, with the backend settled by the registry."""
+                  job: str | None = None, **extra: Any) -> Settings:
+    """[tool.rtjob] < environment < these flags, with the backend settled by the registry. With ``job``: the
+    settings of that job's project (a job file's own project, wherever rtjob runs)."""
     from ..backends import configured
     from ..spec.overrides import parse_headers
+    from ..spec.project import project_of
 
     flags: dict[str, Any] = {"backend": backend, "address": address, **extra}
     if headers:
         flags["headers"] = parse_headers(headers)
     if no_verify_tls:
         flags["verify_tls"] = False
-    settings = configured(flags)
+    settings = configured(flags, project_of(job) if job else None)
     # Header values and a password in the address are secrets of this process from here on.
     REDACTOR.add_mapping(settings.get("headers") or {})
     REDACTOR.add([url_password(str(settings.get("address") or ""))])

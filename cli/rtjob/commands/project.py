@@ -53,7 +53,7 @@ def _job_file_shown(name: str, root: Any) -> str:
 @click.argument("refs", nargs=-1, metavar="[JOB...]")
 def validate(refs: tuple[str, ...]) -> int:
     """Validate the given jobs, or every shipped job and compute config (exit 2 on any error)."""
-    from ..spec.project import compute_config_names, find_root, job_names
+    from ..spec.project import compute_config_names, find_root, job_names, project_of
     from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
@@ -63,7 +63,7 @@ def validate(refs: tuple[str, ...]) -> int:
         try:
             spec, shown = load_job(ref, root, Overrides(), local_profile=True)
             if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
-                load_compute_config(spec.compute_config, root, f"{shown}: ")
+                load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
             echo(f"ok      {shown}")
         except RtjobError as exc:
             errors += 1

@@ -34,6 +34,14 @@ def _shown_setting(key: str, value: Any) -> Any:
     return mask_url(value) if isinstance(value, str) else value
 
 
+def _upload_text(planned: Plan) -> str:
+    upload = planned.upload
+    if upload is None:
+        return "-"
+    size = f"{upload.bytes / 1024**2:.1f} MiB" if upload.bytes >= 1024**2 else f"{upload.bytes / 1024:.1f} KiB"
+    return f"{upload.working_dir}  ({upload.files} file(s), {size})"
+
+
 def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
     """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
     from ..spec.pricing import job_cost
@@ -51,6 +59,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
             "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
             "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
             "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
+            "upload": planned.upload.to_json() if planned.upload else None,
         }
         if explain:
             data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
@@ -67,6 +76,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
         *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",
+        f"upload:    {_upload_text(planned)}",
     ]
     lines += [f"note:      {note}" for note in planned.notes]
     if explain:
@@ -92,7 +102,8 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
            explain: bool) -> int:
     """Print the exact request a submit would send (same as submit --dry-run). Sends nothing."""
-    settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
+    settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
+                             compute_config=compute_config)
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     print_render(planned, settings, output, explain)
     return EXIT_SUCCEEDED
@@ -116,7 +127,8 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     from ..spec.pricing import job_cost
 
     timeout_s = parse_timeout(timeout)
-    settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
+    settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
+                             compute_config=compute_config)
     # Planned once, before anything starts: every check that needs no cluster fails here first.
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     if dry_run:
