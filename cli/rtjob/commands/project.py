@@ -15,14 +15,14 @@ from .printing import echo, print_json, print_rich
 @output_option
 def jobs(output: str) -> int:
     """List the named jobs of this project (jobs/*.yaml)."""
-    from ..spec.project import find_root, job_names
+    from ..spec.project import find_root, job_file_of, job_names
     from ..spec.resolve import load_job_file
 
     root = find_root()
     rows: list[dict[str, Any]] = []
     for name in job_names(root):
-        try:
-            spec, shown = load_job_file(name, root)
+        try:  # by its file: a `name:` elsewhere that equals this file name must not make it ambiguous here
+            spec, shown = load_job_file(str(job_file_of(name, root)), root)
             rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
                          "nodes": spec.nodes, "compute_config": spec.compute_config, "file": shown, "error": None})
         except RtjobError as exc:
@@ -44,9 +44,9 @@ def jobs(output: str) -> int:
 
 
 def _job_file_shown(name: str, root: Any) -> str:
-    from ..spec.project import find_job_file
+    from ..spec.project import find_job_file, job_file_of
 
-    return find_job_file(name, root)[1]
+    return find_job_file(str(job_file_of(name, root)), root)[1]
 
 
 @click.command()

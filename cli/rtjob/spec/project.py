@@ -217,6 +217,14 @@ def _named(folder: Path, name: str, root: Path) -> tuple[Path, str] | None:
     return None
 
 
+def job_file_of(name: str, root: Path) -> Path:
+    """The file of one of ``job_names(root)``: jobs/NAME.yaml (or .yml)."""
+    found = _named(root / "jobs", name, root)
+    if found is None:
+        raise BadInput(f"unknown job {name!r} (no jobs/{name}.yaml in {root})")
+    return found[0]
+
+
 def _did_you_mean(name: str, names: list[str]) -> str:
     close = difflib.get_close_matches(name, names, n=1)
     return f"; did you mean {close[0]!r}?" if close else ""
@@ -252,12 +260,15 @@ def _jobs_named(jobs: Path, name: str) -> list[Path]:
 def find_job_file(name_or_path: str, root: Path) -> tuple[Path, str]:
     """A path, or a job name: jobs/NAME.yaml or the file in jobs/ whose `name:` is NAME → (file, how to show it).
 
-    A path is shown relative to the current folder when it is under it (as typed), else in full."""
+    A path is shown relative to the current folder when it is under it (as typed), else relative to the
+    project ``root`` when it is under that, else in full."""
     if _is_path(name_or_path):
         candidate = Path(name_or_path)
         if not candidate.is_file():
             raise BadInput(f"{name_or_path}: no such job file")
-        return candidate, _display(candidate, Path.cwd().resolve())
+        cwd = Path.cwd().resolve()
+        inside_cwd = candidate.resolve().is_relative_to(cwd)
+        return candidate, _display(candidate, cwd if inside_cwd else root)
     by_file = _named(root / "jobs", name_or_path, root)
     found: dict[Path, str] = {by_file[0].resolve(): f"{by_file[1]} (file name)"} if by_file else {}
     for path in _jobs_named(root / "jobs", name_or_path):

@@ -59,11 +59,15 @@ class WorkingDirSize:
 
 
 Matcher = Callable[[Path], bool]
+try:  # what Ray's "gitwildmatch" is since pathspec 1.0 (that name now warns on every pattern)
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern as _PATTERN
+except ImportError:  # pragma: no cover - pathspec < 1.0
+    _PATTERN = "gitwildmatch"  # type: ignore[assignment,misc]
 
 
 def _matcher(base: Path, lines: list[str]) -> Matcher:
     """Ray's matcher for one set of patterns: the path relative to ``base``, as str(Path) (no trailing /)."""
-    spec = pathspec.PathSpec.from_lines("gitwildmatch", lines)
+    spec = pathspec.PathSpec.from_lines(_PATTERN, lines)
     return lambda path: spec.match_file(str(path.relative_to(base)))
 
 
@@ -84,7 +88,7 @@ def _outside(link: Path, target: Path, root_real: Path) -> str:
             "points at; add it to the job's `excludes:` (or .gitignore), or copy the data into the working dir")
 
 
-def _walk(root: Path, excludes: list[str]) -> list[tuple[int, str]]:
+def uploaded_files(root: Path, excludes: list[str]) -> list[tuple[int, str]]:
     """(size, relative path) of every file Ray would zip from ``root`` with ``excludes`` (request + Ray's)."""
     root = root.absolute()
     root_real = Path(os.path.realpath(root))
@@ -126,7 +130,7 @@ def _measured(root: Path, excludes: tuple[str, ...], environ: tuple[str | None, 
 def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
     """What Ray would zip from ``root`` with the request's ``excludes``: bytes, file count, largest files.
     Raises BadInput for a symlink that leaves ``root`` or loops."""
-    files = _walk(root, excludes)
+    files = uploaded_files(root, excludes)
     return WorkingDirSize(sum(n for n, _ in files), len(files), sorted(files, reverse=True)[:5])
 
 
