@@ -249,10 +249,11 @@ def _declared_names(files: tuple[tuple[Path, int, int], ...]) -> dict[Path, str 
 
 
 def _jobs_named(jobs: Path, name: str) -> list[Path]:
-    """Job files in ``jobs`` whose `name:` is ``name``."""
+    """Job files in ``jobs`` whose `name:` is ``name`` (only files that mention it are parsed)."""
     if not jobs.is_dir():
         return []
-    files = sorted(p for p in jobs.iterdir() if p.suffix in {".yaml", ".yml"} and p.is_file())
+    files = sorted(p for p in jobs.iterdir() if p.suffix in {".yaml", ".yml"} and p.is_file()
+                   and name in p.read_text(encoding="utf-8", errors="ignore"))
     stats = tuple((p, p.stat().st_mtime_ns, p.stat().st_size) for p in files)
     return [path for path, declared in _declared_names(stats).items() if declared == name]
 
