@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rtjob.spec.project import PULLED_RUNS_DIR
 from support.cli import RTJOB, base_env, popen_rtjob, rtjob
 from support.s3_server import S3Server, process_server, threaded_server
 from support.tcp_proxy import DroppingProxy
@@ -158,11 +159,11 @@ def test_pull_latest_best_and_all_from_s3(s3, cli, tmp_path):
     assert text.returncode == 0 and text.stderr == ""
     assert "checkpoint: latest → checkpoint_epoch_0003" in text.stdout and "history:" in text.stdout
 
-    # The default destination is ./<last segment of the URI>.
+    # The default destination is ./rtjob-runs/<last segment of the URI> (never uploaded by a submit).
     proc = subprocess.run([*RTJOB, "pull", uri], env=cli.env, cwd=tmp_path, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert (tmp_path / "r-select" / "checkpoint_epoch_0003" / "model.pt").is_file()
+    assert (tmp_path / PULLED_RUNS_DIR / "r-select" / "checkpoint_epoch_0003" / "model.pt").is_file()
 
     unknown = cli("pull", uri, "--to", str(tmp_path / "x"), "--checkpoint", "best:no_such_metric")
     assert unknown.returncode == 2 and "no checkpoint reports 'no_such_metric'" in unknown.stderr

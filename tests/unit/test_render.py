@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import yaml
+from rtjob.backends.ray.packaging import RTJOB_EXCLUDES, measure
+from rtjob.spec.project import PULLED_RUNS_DIR
 
 REPO = Path(__file__).resolve().parents[2]
 RTJOB = [sys.executable, "-m", "rtjob.main"]
@@ -101,6 +103,11 @@ def _text_sections(text: str) -> tuple[dict[str, Any], str]:
     return json.loads(request), equivalent.strip()
 
 
+def measured_upload(root: Path, excludes: list[str]) -> dict[str, Any]:
+    size = measure(root, excludes)
+    return {"working_dir": str(root), "files": size.files, "bytes": size.total_bytes}
+
+
 def _ddp_yaml() -> dict[str, Any]:
     """The shipped job, read independently of rtjob (expectations follow the file if it is edited)."""
     data: dict[str, Any] = yaml.safe_load((REPO / "jobs" / "ddp-resnet.yaml").read_text())
@@ -135,9 +142,11 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
     assert spec["local"]["args"] and local_args != spec["args"]
     assert shlex.split(argv[6]) == [*shlex.split(spec["entrypoint"]), *_flags(local_args)]
     runtime_env = job["runtime_env"]
-    assert set(runtime_env) == {"working_dir", "env_vars"} | ({"excludes"} if spec.get("excludes") else set())
+    assert set(runtime_env) == {"working_dir", "env_vars", "excludes"}
     assert runtime_env["working_dir"] == str(REPO)
-    assert runtime_env.get("excludes") == spec.get("excludes")
+    # rtjob's default excludes (secrets, its state, pulled runs), then the job's own.
+    assert runtime_env["excludes"] == [*RTJOB_EXCLUDES, *spec.get("excludes", [])]
+    assert ".env" in RTJOB_EXCLUDES and f"{PULLED_RUNS_DIR}/" in RTJOB_EXCLUDES
     storage_uri = f"{repo_home}/local/storage/ddp-resnet/{RUN_ID}"
     assert runtime_env["env_vars"] == {
         "PYTHONUNBUFFERED": "1",
@@ -162,10 +171,14 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
         "rtjob.storage_uri": storage_uri,
         **{f"tag.{k}": v for k, v in spec.get("tags", {}).items()},
     }
+    upload = data["run"].pop("upload")
     assert data["run"] == {
         "id": RUN_ID, "job": "ddp-resnet", "job_file": "jobs/ddp-resnet.yaml", "nodes": 2, "workers": 2,
         "resources_per_worker": {"CPU": 1.0}, "compute_config": spec["compute_config"], "storage_uri": storage_uri,
     }
+    # What is uploaded: the project root, measured as Ray packs it (tests/ excluded by the job).
+    assert upload["working_dir"] == str(REPO) and upload["files"] > 0 and upload["bytes"] > 0
+    assert upload == measured_upload(REPO, runtime_env["excludes"])
 
 
 def test_render_on_ray_uses_the_compute_config_and_not_the_local_profile(out):

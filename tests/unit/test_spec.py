@@ -84,7 +84,7 @@ def test_minimal_job_validates_with_defaults():
     assert spec.strategy == "custom"
     assert spec.args == {} and spec.env_vars == {} and spec.tags == {} and spec.excludes == []
     assert spec.max_failures == 0 and spec.max_retries == 0 and spec.timeout_s is None
-    assert spec.working_dir == "." and spec.compute_config is None and spec.storage is None
+    assert spec.working_dir is None and spec.compute_config is None and spec.storage is None
     assert spec.worker_group is None and spec.requirements is None and spec.image_uri is None
     assert (spec.resources_per_worker.cpus, spec.resources_per_worker.gpus) == (None, None)
     assert spec.local.args == {} and spec.local.env_vars == {} and spec.local.cpus_per_node == 1

@@ -48,6 +48,18 @@ class Request:
         return cls(**{k: v for k, v in data.items() if k in fields})
 
 
+@dataclass(frozen=True)
+class Upload:
+    """What a submit uploads from this machine: the job's working dir, as the platform packs it."""
+
+    working_dir: str
+    files: int
+    bytes: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 @dataclass
 class Retry:
     """What a backend decided about a FAILED run (``Backend.retry``)."""
@@ -124,6 +136,13 @@ class Backend(ABC):
     def render_file(self, request: Request) -> str:
         """The request as a file the peer's own CLI accepts (render --output yaml)."""
         raise NotSupported(f"--output yaml: backend {self.name!r} has no job file of its own (use json)")
+
+    def upload(self, job: ResolvedJob) -> Upload | None:
+        """What submitting ``job`` uploads from this machine (its working dir, measured as the platform packs
+        it; render shows it). Raises BadInput for a working dir the platform would refuse or that would
+        ship files from outside it. None: nothing is uploaded."""
+        del job
+        return None
 
     # -- before submit ------------------------------------------------------------------------------
     def prepare(self, job: ResolvedJob, log: Log) -> None:

@@ -171,13 +171,15 @@ def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, node
     from ..core.model import check_run_id
     from ..runs.runner import plan
     from ..spec.cron import validate_cron, validate_timezone
+    from ..spec.project import project_of
     from ..spec.resolve import Overrides
 
     cron = validate_cron(cron)
     timezone = validate_timezone(timezone)
     if name is not None:  # pasted into the schedule's shell entrypoint and Anyscale's names
         check_run_id(name, "--name")
-    settings = configured({"backend": "anyscale", "storage": storage, "compute_config": compute_config})
+    settings = configured({"backend": "anyscale", "storage": storage, "compute_config": compute_config},
+                          project_of(job))
     planned = plan(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage)
     request = planned.request
     assert isinstance(request, AnyscaleJobRequest)

@@ -122,11 +122,13 @@ def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str)
 
 
 def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-                  **extra: Any) -> Settings:
-    """The current context < [tool.rtjob] < environment < the chosen context (--context) < these flags, with the
-    backend settled by the registry."""
+                  job: str | None = None, **extra: Any) -> Settings:
+    """The current context < project config < environment < the chosen context (--context) < these flags, with
+    the backend settled by the registry. With ``job``: the project config of that job's project (a job file's own
+    project, wherever rtjob runs)."""
     from ..backends import configured
     from ..spec.overrides import parse_headers
+    from ..spec.project import project_of
 
     flags: dict[str, Any] = {"backend": backend, "address": address, **extra}
     if headers:
@@ -134,7 +136,8 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
     if no_verify_tls:
         flags["verify_tls"] = False
     click_ctx = click.get_current_context(silent=True)
-    settings = configured(flags, context=click_ctx.meta.get(_CONTEXT_KEY) if click_ctx else None)
+    settings = configured(flags, project_of(job) if job else None,
+                          context=click_ctx.meta.get(_CONTEXT_KEY) if click_ctx else None)
     # Header values and a password in the address are secrets of this process from here on.
     REDACTOR.add_mapping(settings.get("headers") or {})
     REDACTOR.add([url_password(str(settings.get("address") or ""))])

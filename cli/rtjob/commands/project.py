@@ -21,14 +21,14 @@ def jobs(output: str) -> int:
       rtjob jobs
       rtjob jobs -o yaml
     """
-    from ..spec.project import find_root, job_names
+    from ..spec.project import find_root, job_file_of, job_names
     from ..spec.resolve import load_job_file
 
     root = find_root()
     rows: list[dict[str, Any]] = []
     for name in job_names(root):
-        try:
-            spec, shown = load_job_file(name, root)
+        try:  # by its file: a `name:` elsewhere that equals this file name must not make it ambiguous here
+            spec, shown = load_job_file(str(job_file_of(name, root)), root)
             rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
                          "nodes": spec.nodes, "compute_config": spec.compute_config, "file": shown, "error": None})
         except RtjobError as exc:
@@ -50,9 +50,9 @@ def jobs(output: str) -> int:
 
 
 def _job_file_shown(name: str, root: Any) -> str:
-    from ..spec.project import find_job_file
+    from ..spec.project import find_job_file, job_file_of
 
-    return find_job_file(name, root)[1]
+    return find_job_file(str(job_file_of(name, root)), root)[1]
 
 
 @click.command()
@@ -67,7 +67,7 @@ def validate(refs: tuple[str, ...], output: str) -> int:
       rtjob validate ddp-resnet jobs/my-job.yaml
       rtjob validate -o json
     """
-    from ..spec.project import compute_config_names, find_root, job_names
+    from ..spec.project import compute_config_names, find_root, job_names, project_of
     from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
@@ -77,7 +77,7 @@ def validate(refs: tuple[str, ...], output: str) -> int:
         try:
             spec, shown = load_job(ref, root, Overrides(), local_profile=True)
             if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
-                load_compute_config(spec.compute_config, root, f"{shown}: ")
+                load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
             checked.append({"kind": "job", "ref": ref, "file": shown, "ok": True, "error": None})
         except RtjobError as exc:
             checked.append({"kind": "job", "ref": ref, "file": None, "ok": False, "error": exc.message})

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
+from ..spec.project import PULLED_RUNS_DIR  # stdlib only: one home for the pull destination
 from .options import backend_from, backend_options, output_option, settings_from
 from .printing import echo, print_data, print_rich, say
 
@@ -57,7 +58,8 @@ def _source(arg: str, endpoint: str | None, backend: str | None, address: str | 
 
 @click.command(epilog=PULL_EPILOG)
 @click.argument("source", metavar="ID|URI|DIR")
-@click.option("--to", "dest", metavar="DIR", help="Destination folder (default: ./<run id or last segment>).")
+@click.option("--to", "dest", metavar="DIR", help=f"Destination folder (default: ./{PULLED_RUNS_DIR}/<run id or last segment>, which no submit "
+                   "uploads).")
 @click.option("--checkpoint", "choice", default="latest", show_default=True,
               metavar="latest|best[:METRIC[:min|max]]|all",
               help="Which checkpoint_* folders: the newest, the best by a metric of its metrics.json "
@@ -91,7 +93,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
     from ..storage.layout import parse_checkpoint_choice
-    from ..storage.pull import default_progress, summary_lines
+    from ..storage.pull import default_destination, default_progress, summary_lines
     from ..storage.pull import pull as do_pull
 
     secrets = credential_values()
@@ -100,7 +102,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
         picked = parse_checkpoint_choice(choice)
         src = _source(source, endpoint_url, backend, address, headers, no_verify_tls)
         secrets += src.secrets
-        target = Path(dest) if dest else Path.cwd() / src.location.name
+        target = Path(dest) if dest else default_destination(src.location.name)
         report = do_pull(src.location, target, picked, endpoint=src.endpoint, concurrency=concurrency,
                          progress=default_progress(redact(f"pulling {src.label}", secrets)))
     except RtjobError as exc:

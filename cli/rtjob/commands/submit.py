@@ -34,6 +34,14 @@ def _shown_setting(key: str, value: Any) -> Any:
     return mask_url(value) if isinstance(value, str) else value
 
 
+def _upload_text(planned: Plan) -> str:
+    upload = planned.upload
+    if upload is None:
+        return "-"
+    size = f"{upload.bytes / 1024**2:.1f} MiB" if upload.bytes >= 1024**2 else f"{upload.bytes / 1024:.1f} KiB"
+    return f"{upload.working_dir}  ({upload.files} file(s), {size})"
+
+
 def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
     from ..spec.pricing import job_cost
@@ -46,6 +54,7 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
         "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
         "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
         "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
+        "upload": planned.upload.to_json() if planned.upload else None,
     }
     if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
         data["run"].update({"nodes": None, "workers": None, "resources_per_worker": None,
@@ -89,6 +98,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
         *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",
+        f"upload:    {_upload_text(planned)}",
     ]
     lines += [f"note:      {note}" for note in planned.notes]
     if explain:
@@ -122,7 +132,8 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
       rtjob render ddp-resnet --backend anyscale -o yaml > job.yaml   # anyscale job submit -f job.yaml
       rtjob render jobs/my-job.yaml --set args.epochs=1 -o json
     """
-    settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
+    settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
+                             compute_config=compute_config)
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     print_render(planned, settings, output, explain)
     return EXIT_SUCCEEDED
@@ -154,7 +165,8 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     from ..spec.pricing import job_cost
 
     timeout_s = parse_timeout(timeout)
-    settings = settings_from(backend, address, headers, no_verify_tls, storage=storage, compute_config=compute_config)
+    settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
+                             compute_config=compute_config)
     # Planned once, before anything starts: every check that needs no cluster fails here first.
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
     if dry_run:

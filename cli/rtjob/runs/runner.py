@@ -15,7 +15,7 @@ from ..core.redact import REDACTOR, secret_arg_values
 from .follow import Patience, follow
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend, Request
+    from ..backends.base import Backend, Request, Upload
     from ..spec.project import Settings
     from ..spec.resolve import Overrides, ResolvedJob
 
@@ -30,6 +30,7 @@ class Plan:
     job: ResolvedJob
     request: Request
     notes: list[str] = field(default_factory=list)
+    upload: Upload | None = None  # what the submit uploads from this machine (render shows it)
 
 
 def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: str | None = None) -> Plan:
@@ -44,7 +45,7 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
     REDACTOR.add(secret_arg_values(job.entrypoint))
     request = backend.plan(job)
     notes = list(job.notes) + [n for n in request.notes if n not in job.notes]
-    return Plan(backend, job, request, notes)
+    return Plan(backend, job, request, notes, backend.upload(job))
 
 
 @dataclass

@@ -18,7 +18,7 @@ from ..core.errors import BadInput
 from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
-from .project import Settings, find_compute_config_file, find_job_file
+from .project import Settings, find_compute_config_file, find_job_file, job_file_root
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
     ComputeConfig,
@@ -245,6 +245,24 @@ def machine_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def job_working_dir(spec: JobSpec, job_file: Path, shown: str) -> Path:
+    """The folder uploaded for the job: `working_dir` relative to the job file's folder, or without one the
+    job's project root (``job_file_root``), whatever folder rtjob runs in. Never the home folder or /."""
+    if spec.working_dir is None:
+        working_dir = job_file_root(job_file)
+    else:
+        working_dir = (job_file.resolve().parent / Path(spec.working_dir).expanduser()).resolve()
+        if not working_dir.is_dir():
+            raise BadInput(f"{shown}: working_dir {spec.working_dir!r} is not a folder (resolved to {working_dir}; "
+                           "a relative working_dir is relative to the job file's folder)")
+    home = Path.home().resolve()
+    if working_dir == home or working_dir in home.parents:
+        raise BadInput(f"{shown}: the working dir would be {working_dir}, which holds your home folder; rtjob "
+                       "does not upload it: put the job file in a project folder (with rtjob.toml, .git or "
+                       "jobs/) or set working_dir to the folder your code is in")
+    return working_dir
+
+
 def resolve(
     ref: str, settings: Settings, overrides: Overrides, placement: Placement, storage_flag: str | None = None
 ) -> ResolvedJob:
@@ -351,9 +369,7 @@ def resolve(
     env.update(storage_env.env)
     notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
-    working_dir = (root / spec.working_dir).resolve()
-    if not working_dir.is_dir():
-        raise BadInput(f"{shown}: working_dir {spec.working_dir!r} is not a folder (resolved to {working_dir})")
+    working_dir = job_working_dir(spec, find_job_file(ref, root)[0], shown)
     return ResolvedJob(
         spec=spec,
         job_file=shown,

@@ -63,7 +63,13 @@ class JobSpec(_Strict):
     local: LocalProfile = Field(default_factory=LocalProfile)
     # Anyscale JobConfig fields.
     image_uri: str | None = None
-    working_dir: str = "."
+    working_dir: str | None = Field(
+        default=None,
+        description="The folder uploaded as the job's working dir. Unset: the job's project root (the nearest "
+        "folder up from the job file with rtjob.toml, [tool.rtjob] in pyproject.toml or .git, or the folder "
+        "holding jobs/). A relative path is relative to the job file's own folder (jobs/x.yaml: `..` is the "
+        "project root). Never the home folder or /.",
+    )
     excludes: list[str] = Field(default_factory=list)
     requirements: list[str] | None = None
     env_vars: dict[str, EnvValue] = Field(default_factory=dict)

@@ -36,6 +36,7 @@ from typing import Any, Protocol
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput, RtjobError, Unreachable
+from ..spec.project import PULLED_RUNS_DIR
 from .layout import (
     CheckpointChoice,
     NothingStored,
@@ -60,6 +61,12 @@ from .stores import (
     is_denial,
     open_store,
 )
+
+
+def default_destination(name: str) -> Path:
+    """Where a pull lands without --to: ./rtjob-runs/NAME, a folder no working dir upload includes
+    (spec.project.PULLED_RUNS_DIR), so pulled checkpoints never ride along with the next submit."""
+    return Path.cwd() / PULLED_RUNS_DIR / name
 
 
 def unsafe_reason(rel: str) -> str | None:

@@ -31,7 +31,7 @@ from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
 from ...spec.pricing import HourlyCost, compute_config_cost
-from ..base import Backend, Request, last_lines
+from ..base import Backend, Request, Upload, last_lines
 from . import client as sdk_client
 from .client import _not_found, anyscale_errors, host
 from .request import AnyscaleJobRequest, build, masked_config, masked_names, render_yaml
@@ -132,8 +132,17 @@ class AnyscaleBackend(Backend):
 
     # -- plan / render -------------------------------------------------------------------------
     def plan(self, job: ResolvedJob) -> AnyscaleJobRequest:
+        self.upload(job)  # a link out of the working dir is refused before anything is sent
         settings = self.settings
         return build(job, settings.get("cloud") if settings else None, settings.get("project") if settings else None)
+
+    def upload(self, job: ResolvedJob) -> Upload:
+        from ..ray.packaging import check_upload
+        from .request import job_config
+
+        # Anyscale packs the working dir as Ray does, with the excludes of the JobConfig; no 100 MiB limit.
+        size = check_upload(job.working_dir, job_config(job)["excludes"], job.job_file, limit=None)
+        return Upload(str(job.working_dir), size.files, size.total_bytes)
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, AnyscaleJobRequest)

@@ -16,7 +16,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, Log, Request, Retry, Stuck
+from ..base import Backend, Log, Request, Retry, Stuck, Upload
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
@@ -117,11 +117,15 @@ class RayJobsBackend(Backend):
 
     # -- plan / render -------------------------------------------------------------------------
     def plan(self, job: ResolvedJob) -> RayJobRequest:
-        from .packaging import check_upload  # pathspec: only when a job is planned
-
-        # A working dir Ray would refuse (over 100 MiB) is refused here, before anything is sent.
-        check_upload(job.working_dir, job.spec.excludes, job.job_file)
+        # A working dir Ray would refuse (over 100 MiB, a link out of it) is refused here, before anything is sent.
+        self.upload(job)
         return build(job)
+
+    def upload(self, job: ResolvedJob) -> Upload:
+        from .packaging import check_upload, sent_excludes  # pathspec: only when a job is planned
+
+        size = check_upload(job.working_dir, sent_excludes(job.spec.excludes), job.job_file)
+        return Upload(str(job.working_dir), size.files, size.total_bytes)
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, RayJobRequest)

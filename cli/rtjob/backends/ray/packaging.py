@@ -1,19 +1,54 @@
-"""What Ray will upload as the working dir, measured before we send it (Ray's limit is 100 MiB)."""
+"""What Ray will upload as the working dir, measured before we send it (Ray's limit is 100 MiB).
+
+The walk mirrors Ray 2.60's own (``ray._private.runtime_env.packaging._dir_travel`` and ``_zip_files``):
+each path, relative to the working dir and without a trailing slash, is tested against one gitwildmatch
+PathSpec of Ray's default excludes plus the request's ``excludes``, and against the .gitignore (unless
+RAY_RUNTIME_ENV_IGNORE_GITIGNORE=1) and .rayignore of every folder above it, each relative to its own folder;
+an excluded folder is not entered. Ray follows symlinks (a link to a folder is zipped as the folder, a link to
+a file as the file's content), so a link that leaves the working dir would ship what it points at: rtjob
+refuses it (exit 2) instead; a link inside the working dir is counted as Ray zips it, once per path.
+"""
 
 from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pathspec
 
 from ...core.errors import BadInput
+from ...spec.project import PULLED_RUNS_DIR
 
 RAY_UPLOAD_LIMIT = 100 * 1024**2
-# Ray's own default excludes for working_dir uploads.
-DEFAULT_EXCLUDES = [".git", ".venv", "venv", "__pycache__"]
+# Ray's own default excludes for working_dir uploads (ray_constants.RAY_RUNTIME_ENV_DEFAULT_EXCLUDES), which
+# the client's Ray adds to every request; RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES replaces them.
+RAY_DEFAULT_EXCLUDES = [".git", ".venv", "venv", "__pycache__"]
+# What rtjob adds to every job's `excludes:` (a job re-includes one with `!PATTERN`): secrets, which have no
+# business on a cluster, rtjob's own state, and the runs `rtjob pull` writes by default.
+RTJOB_EXCLUDES = [
+    ".env", ".env.*", ".envrc",  # dotenv files
+    ".aws/", ".ssh/", ".gnupg/", ".kube/", ".docker/", ".azure/", ".config/gcloud/",  # credential folders
+    "credentials", "credentials.json", ".netrc", "_netrc", ".git-credentials", ".pypirc", ".npmrc",
+    "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore",  # keys and certificates with keys
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",  # SSH keys
+    ".rtjob/", f"{PULLED_RUNS_DIR}/",
+]
+# Everything excluded from a working dir by default (Anyscale packs it as Ray does and is sent all of it).
+DEFAULT_EXCLUDES = [*RAY_DEFAULT_EXCLUDES, *RTJOB_EXCLUDES]
+
+
+def sent_excludes(job_excludes: list[str]) -> list[str]:
+    """The `excludes` of a Ray request: rtjob's defaults, then the job's own (Ray adds its defaults itself)."""
+    return [*RTJOB_EXCLUDES, *(e for e in job_excludes if e not in RTJOB_EXCLUDES)]
+
+
+def ray_default_excludes() -> list[str]:
+    """Ray's default excludes as the client's Ray computes them (ray_constants.get_runtime_env_default_excludes)."""
+    value = os.environ.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES", ",".join(RAY_DEFAULT_EXCLUDES))
+    return [x.strip() for x in value.split(",") if x.strip()]
 
 
 @dataclass(frozen=True)
@@ -23,56 +58,91 @@ class WorkingDirSize:
     largest: list[tuple[int, str]]
 
 
-def _spec_from(lines: list[str]) -> pathspec.GitIgnoreSpec:
-    return pathspec.GitIgnoreSpec.from_lines(lines)
+Matcher = Callable[[Path], bool]
+try:  # what Ray's "gitwildmatch" is since pathspec 1.0 (that name now warns on every pattern)
+    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern as _PATTERN
+except ImportError:  # pragma: no cover - pathspec < 1.0
+    _PATTERN = "gitwildmatch"  # type: ignore[assignment,misc]
+
+
+def _matcher(base: Path, lines: list[str]) -> Matcher:
+    """Ray's matcher for one set of patterns: the path relative to ``base``, as str(Path) (no trailing /)."""
+    spec = pathspec.PathSpec.from_lines(_PATTERN, lines)
+    return lambda path: spec.match_file(str(path.relative_to(base)))
+
+
+def _ignore_files(folder: Path) -> list[Matcher]:
+    names = [".rayignore"]
+    if os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1":
+        names.insert(0, ".gitignore")
+    found = []
+    for name in names:
+        path = folder / name
+        if path.is_file():
+            found.append(_matcher(folder, path.read_text(encoding="utf-8", errors="ignore").splitlines()))
+    return found
+
+
+def _outside(link: Path, target: Path, root_real: Path) -> str:
+    return (f"{link} is a symlink to {target}, outside the working dir {root_real}: Ray would upload what it "
+            "points at; add it to the job's `excludes:` (or .gitignore), or copy the data into the working dir")
+
+
+def uploaded_files(root: Path, excludes: list[str]) -> list[tuple[int, str]]:
+    """(size, relative path) of every file Ray would zip from ``root`` with ``excludes`` (request + Ray's)."""
+    root = root.absolute()
+    root_real = Path(os.path.realpath(root))
+    top = _matcher(root, [*ray_default_excludes(), *excludes])
+    files: list[tuple[int, str]] = []
+
+    def travel(path: Path, matchers: list[Matcher], real_parents: tuple[Path, ...]) -> None:
+        real = real_parents
+        if path.is_dir():
+            matchers = matchers + _ignore_files(path)
+        if any(match(path) for match in matchers):
+            return
+        if path.is_symlink():
+            target = Path(os.path.realpath(path))
+            if not path.exists():
+                return  # a dangling link: Ray skips it
+            if target != root_real and root_real not in target.parents:
+                raise BadInput(_outside(path.relative_to(root), target, root_real))
+            if path.is_dir() and target in real_parents:
+                raise BadInput(f"{path.relative_to(root)} is a symlink to {target}, a folder that holds it: Ray "
+                               "would follow it forever; add it to the job's `excludes:` or remove it")
+        if path.is_dir():
+            real = (*real_parents, Path(os.path.realpath(path)))
+            for child in sorted(path.iterdir()):
+                travel(child, matchers, real)
+        elif path.is_file():
+            files.append((path.stat().st_size, str(path.relative_to(root))))
+
+    travel(root, [top], ())
+    return files
 
 
 @functools.lru_cache(maxsize=8)
-def _measured(root: Path, excludes: tuple[str, ...]) -> WorkingDirSize:
+def _measured(root: Path, excludes: tuple[str, ...], environ: tuple[str | None, str | None]) -> WorkingDirSize:
     # submit plans twice (offline checks first, then against the started cluster): walk the tree once.
     return measure(root, list(excludes))
 
 
 def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
-    """Walk ``root`` honouring excludes, .gitignore and .rayignore files (at any depth), as Ray does."""
-    top = _spec_from(DEFAULT_EXCLUDES + list(excludes))
-    nested: list[tuple[str, pathspec.GitIgnoreSpec]] = []
-    total, count = 0, 0
-    sizes: list[tuple[int, str]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        rel_dir = "" if rel_dir == "." else rel_dir + "/"
-        for ignore_name in (".gitignore", ".rayignore"):
-            ignore_file = Path(dirpath) / ignore_name
-            if ignore_file.is_file():
-                lines = ignore_file.read_text(encoding="utf-8", errors="ignore").splitlines()
-                nested.append((rel_dir, _spec_from(lines)))
-
-        def ignored(rel: str, is_dir: bool) -> bool:
-            probe = rel + "/" if is_dir else rel
-            if top.match_file(probe):
-                return True
-            return any(probe.startswith(base) and spec.match_file(probe[len(base):]) for base, spec in nested)
-
-        dirnames[:] = [d for d in dirnames if not ignored(rel_dir + d, True)]
-        for name in filenames:
-            rel = rel_dir + name
-            if ignored(rel, False):
-                continue
-            try:
-                size = os.path.getsize(os.path.join(dirpath, name))
-            except OSError:
-                continue
-            total += size
-            count += 1
-            sizes.append((size, rel))
-    sizes.sort(reverse=True)
-    return WorkingDirSize(total, count, sizes[:5])
+    """What Ray would zip from ``root`` with the request's ``excludes``: bytes, file count, largest files.
+    Raises BadInput for a symlink that leaves ``root`` or loops."""
+    files = uploaded_files(root, excludes)
+    return WorkingDirSize(sum(n for n, _ in files), len(files), sorted(files, reverse=True)[:5])
 
 
-def check_upload(root: Path, excludes: list[str], where: str) -> WorkingDirSize:
-    size = _measured(root.resolve(), tuple(excludes))
-    if size.total_bytes > RAY_UPLOAD_LIMIT:
+def check_upload(root: Path, excludes: list[str], where: str, limit: int | None = RAY_UPLOAD_LIMIT) -> WorkingDirSize:
+    """Measure the upload of a request with these ``excludes``; refuse one above ``limit`` (Ray's)."""
+    environ = (os.environ.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"),
+               os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE"))
+    try:
+        size = _measured(root.resolve(), tuple(excludes), environ)
+    except BadInput as exc:
+        raise BadInput(f"{where}: {exc.message}") from None
+    if limit is not None and size.total_bytes > limit:
         biggest = ", ".join(f"{rel} ({n / 1024**2:.1f} MiB)" for n, rel in size.largest[:3])
         raise BadInput(
             f"{where}: working_dir {root} is {size.total_bytes / 1024**2:.1f} MiB, above Ray's 100 MiB upload "

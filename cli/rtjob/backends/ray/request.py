@@ -11,6 +11,7 @@ import rtjob_contract as contract
 
 from ...core.redact import MASK, mask_command, mask_mapping, secret_arg_values, secret_values
 from ..base import Request
+from .packaging import sent_excludes
 
 if TYPE_CHECKING:
     from ...spec.resolve import ResolvedJob
@@ -70,8 +71,7 @@ def build(job: ResolvedJob) -> RayJobRequest:
         "working_dir": str(job.working_dir),
         "env_vars": dict(job.env_vars),
     }
-    if job.spec.excludes:
-        runtime_env["excludes"] = list(job.spec.excludes)
+    runtime_env["excludes"] = sent_excludes(job.spec.excludes)  # secrets, rtjob's state and pulled runs stay here
     if job.spec.requirements:
         runtime_env["pip"] = list(job.spec.requirements)
     metadata = {
