@@ -11,6 +11,7 @@ import functools
 from typing import Any
 
 _STR_TAG = "tag:yaml.org,2002:str"
+_UNICODE_BREAKS = "\x85\u2028\u2029"  # NEL, LS, PS: line breaks to a YAML reader
 
 
 @functools.cache
@@ -35,6 +36,8 @@ def _dumper() -> Any:
 
     def represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
         style = "'" if _plain_is_not_a_string_in_yaml12(value) else None
+        if any(c in value for c in _UNICODE_BREAKS):
+            style = '"'  # PyYAML writes them raw in other styles, where readers fold them into spaces
         return dumper.represent_scalar(_STR_TAG, value, style=style)
 
     Dumper.add_representer(str, represent_str)

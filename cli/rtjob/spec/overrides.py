@@ -36,7 +36,7 @@ def parse_duration(text: str, flag: str = "--timeout") -> float:
 
 
 def _is_args(parts: list[str]) -> bool:
-    """A key path whose value is the script's command-line text (args, local.args)."""
+    """A key path whose value ends up as text (args, env_vars, tags: see yamlsrc.AS_WRITTEN)."""
     return any(tuple(parts[: len(prefix)]) == prefix for prefix in AS_WRITTEN)
 
 

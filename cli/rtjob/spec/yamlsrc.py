@@ -1,9 +1,9 @@
 """YAML loading that remembers where every key came from, so errors can say file:line.
 
 YAML 1.2 (ruamel.yaml), so values stay as written: `on`, `NO` and `010` are strings, only true/false are
-booleans. Numbers under ``args`` (and ``local.args``) end up on the script's command line, so one that Python
-would print differently (`version: 1.10`, `tag: 010`, `lr: 1e-3`) is kept as its text ("1.10", "010", "1e-3");
-`epochs: 5` stays the int 5.
+booleans. Numbers under ``args`` end up on the script's command line (and those under ``env_vars`` and
+``tags`` in its environment and run tags), so one that Python would print differently (`version: 1.10`,
+`tag: 010`, `lr: 1e-3`) is kept as its text ("1.10", "010", "1e-3"); `epochs: 5` stays the int 5.
 """
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
 # ruamel.yaml is imported where a file is parsed: `rtjob --help` and the commands that read no YAML skip it.
 
-# Key paths whose numbers keep their source text (the script's command line): str(value) is what was written.
-AS_WRITTEN: tuple[tuple[str, ...], ...] = (("args",), ("local", "args"))
+# Key paths whose values end up as text (the script's command line, its environment, run tags): a number
+# there keeps its source text where str(value) would differ from what was written.
+AS_WRITTEN: tuple[tuple[str, ...], ...] = (("args",), ("local", "args"), ("env_vars",), ("local", "env_vars"),
+                                           ("tags",))
 
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
