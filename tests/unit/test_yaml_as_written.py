@@ -24,7 +24,7 @@ from rtjob.spec.resolve import render_args
 from rtjob.spec.schema import validate_job
 from rtjob.spec.yamlsrc import MAX_NODES, parse_yaml
 from ruamel.yaml import YAML
-from support.cli import base_env
+from support.cli import base_env, record
 
 REPO = Path(__file__).resolve().parents[2]
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
@@ -83,6 +83,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     with pytest.raises(SystemExit) as exit_:
         main(list(args))
     out = capsys.readouterr()
+    record(out.out, out.err)  # scanned for planted secrets with every other output of the suite
     return int(exit_.value.code or 0), out.out, out.err
 
 
@@ -168,11 +169,11 @@ def _plain(value: Any) -> bool:
 
 def test_loaded_data_is_plain_python_with_lines() -> None:
     text = ("base: &base\n  cpus: 2\n  when: 2024-01-01\nresources_per_worker:\n  <<: *base\n  gpus: 1\n"
-            "list: [!!str 5, 0o10, .inf, ~]\n")
+            "list: [!!str 5, 0o10, .inf, ~, =, <<]\n")
     located = parse_yaml(text, "j.yaml")
     assert located.data == {"base": {"cpus": 2, "when": "2024-01-01"},
                             "resources_per_worker": {"cpus": 2, "when": "2024-01-01", "gpus": 1},
-                            "list": ["5", 8, math.inf, None]}
+                            "list": ["5", 8, math.inf, None, "=", "<<"]}
     assert located.where(("resources_per_worker", "gpus")) == "j.yaml:6"
     for path in [*sorted((REPO / "jobs").glob("*.yaml")), *sorted((REPO / "compute_configs").glob("*.yaml")), None]:
         data = parse_yaml(path.read_text(), path.name).data if path else located.data

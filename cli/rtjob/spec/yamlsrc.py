@@ -27,6 +27,8 @@ AS_WRITTEN: tuple[tuple[str, ...], ...] = (("args",), ("local", "args"), ("env_v
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
+# Scalars kept as their text: strings, dates (plain data out), and a lone `=` or `<<` as a value.
+_TEXT_TAGS = (_STR, _TIMESTAMP, "tag:yaml.org,2002:value", _MERGE)
 
 
 @dataclass
@@ -69,7 +71,7 @@ class _Builder:
             return self._mapping(node, path, as_text)
         if isinstance(node, SequenceNode):
             return [self.build(item, (*path, "[]"), as_text) for item in node.value]
-        if node.tag in (_STR, _TIMESTAMP):
+        if node.tag in _TEXT_TAGS:
             return node.value
         value = self._scalars.construct_object(node, deep=True)
         if as_text and isinstance(value, (int, float)) and not isinstance(value, bool) and str(value) != node.value:
