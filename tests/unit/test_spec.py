@@ -205,8 +205,11 @@ def test_malformed_yaml_reports_file_and_line():
     ("item", "expected"),
     [
         ("args.epochs=5", 5),
-        ("args.lr=1e-3", 0.001),
+        ("args.lr=1e-3", "1e-3"),  # a number Python would print differently keeps its text (YAML as written)
+        ("args.version=1.10", "1.10"),
         ("args.lr=0.5", 0.5),
+        ("args.dataset=off", "off"),  # YAML 1.2: only true/false are booleans
+        ("nodes=010", 10),  # outside args: YAML 1.2 numbers (not octal)
         ("args.flag=true", True),
         ("args.flag=false", False),
         ("args.name=resnet", "resnet"),
@@ -236,7 +239,7 @@ def test_set_and_env_through_load_job(project: Path, clean_env: pytest.MonkeyPat
     spec, shown = load_job("train", project, overrides)
     assert shown == "jobs/train.yaml"
     assert spec.args["epochs"] == 5 and type(spec.args["epochs"]) is int
-    assert spec.args["lr"] == pytest.approx(1e-3) and type(spec.args["lr"]) is float
+    assert spec.args["lr"] == "1e-3"  # passed to the script as written
     assert spec.args["flag"] is True
     assert spec.env_vars == {"WANDB_PROJECT": "other", "OMP_NUM_THREADS": "4"}
 

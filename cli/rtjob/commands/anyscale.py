@@ -27,10 +27,10 @@ def _backend() -> AnyscaleBackend:
 
 
 def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
-    import yaml
+    from ..core.yamlout import dump_yaml
 
     echo("\n".join(f"# {line}" for line in header))
-    echo(yaml.safe_dump(data, sort_keys=False, default_flow_style=False, width=100), nl=False)
+    echo(dump_yaml(data, allow_unicode=False), nl=False)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,12 +6,12 @@ import re
 from typing import Any
 
 from ..core.errors import BadInput
+from .yamlsrc import AS_WRITTEN, parse_value
 
-# yaml and .spec (pydantic) are imported where they are used: `rtjob status/wait/logs` import this
-# module for parse_duration/parse_headers and must not pay for the job schema.
+# ruamel (inside .yamlsrc) and .schema (pydantic) are imported where they are used: `rtjob status/wait/logs`
+# import this module for parse_duration/parse_headers and must not pay for the job schema.
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|d)?\s*$", re.I)
-_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+$")
 # Characters of a key path (--set, --env) and of an HTTP header name (RFC 9110 token).
 _KEY_CHARS = r"A-Za-z0-9_.\-"
 _HEADER_CHARS = r"A-Za-z0-9!#$%&'*+.^_`|~\-"
@@ -35,10 +35,13 @@ def parse_duration(text: str, flag: str = "--timeout") -> float:
     return value
 
 
-def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, str]]:
-    """--set key.path=value → (path, YAML-typed value, original text)."""
-    import yaml
+def _is_args(parts: list[str]) -> bool:
+    """A key path whose value ends up as text (args, env_vars, tags: see yamlsrc.AS_WRITTEN)."""
+    return any(tuple(parts[: len(prefix)]) == prefix for prefix in AS_WRITTEN)
 
+
+def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, str]]:
+    """--set key.path=value → (path, YAML 1.2-typed value, original text)."""
     out = []
     for item in items:
         key, sep, raw = item.partition("=")
@@ -48,12 +51,11 @@ def parse_set(items: tuple[str, ...] | list[str]) -> list[tuple[list[str], Any, 
         parts = key.split(".")
         if any(not p for p in parts):
             raise BadInput(f"--set {key!r}=...: empty segment in the key path; expected KEY.PATH=VALUE, e.g. args.epochs=5")
+        # YAML 1.2 (`off` stays a string); a value for the script's command line keeps its text (`1.10`).
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
-        except yaml.YAMLError:
+            value = parse_value(raw, _is_args(parts)) if raw.strip() else ""
+        except BadInput:
             value = raw
-        if isinstance(value, str) and _FLOAT.match(raw.strip()):
-            value = float(value)  # PyYAML (YAML 1.1) reads '1e-3' as a string; YAML 1.2 as a float
         out.append((parts, value, item))
     return out
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core.redact import MASK, is_secret, mask_command, mask_mapping
+from ...core.yamlout import dump_yaml
 from ...spec.pricing import job_cost, pinned_compute_config
 from ...spec.resolve import REGISTERED_PREFIX
 from ..base import Request
@@ -91,12 +92,6 @@ def check_with_anyscale(kind: str, data: dict[str, Any], where: str) -> str | No
     return f"anyscale {ANYSCALE_VERSION} {kind}"
 
 
-def _yaml(data: dict[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
-
-
 @dataclass
 class AnyscaleJobRequest(Request):
     """What submit sends: the JobConfig fields (as plain data) for one run."""
@@ -141,4 +136,4 @@ def render_yaml(request: AnyscaleJobRequest, equivalent: str) -> str:
         lines.append(f"# Masked values ({MASK}): pass them at submit time with --env NAME=value, as above.")
     if request.checked_with:
         lines.append(f"# Checked with {request.checked_with}.")
-    return "\n".join(lines) + "\n" + _yaml(masked_config(request.config))
+    return "\n".join(lines) + "\n" + dump_yaml(masked_config(request.config))
