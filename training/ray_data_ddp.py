@@ -35,7 +35,7 @@ import ray.train
 import ray.train.torch
 import torch
 
-from training import checkpoint, data, loop, options, ray_ddp
+from . import checkpoint, data, loop, options, ray_ddp
 
 log = logging.getLogger(__name__)  # worker lines via logging: Ray Train V2 doubles print() (see ray_ddp)
 

@@ -23,8 +23,8 @@ import ray.train.torch
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from training import checkpoint, data, loop, options
-from training.models import model_for
+from . import checkpoint, data, loop, options
+from .models import model_for
 
 # Worker output goes through logging, not print: Ray Train V2 patches print() in workers
 # to write both to stdout and to its logger, so every printed line reached the job log

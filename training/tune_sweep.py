@@ -31,7 +31,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from training import options, ray_ddp
+from . import options, ray_ddp
 
 NAME_KEYS = ("lr", "global_batch_size")
 

@@ -19,6 +19,7 @@ from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
 from .project import Settings, find_compute_config_file, find_job_file
+from .requirements import read_requirements, split_satisfied
 from .run_env import job_storage_env
 from .schema import (
     ComputeConfig,
@@ -86,6 +87,9 @@ class ResolvedJob:
     notes: list[str] = field(default_factory=list)
     storage_endpoint: str | None = None  # the S3-compatible endpoint the job writes to (recorded with the run)
     embedded: bool = False  # runs on the embedded cluster (this machine: no cost)
+    # pip lines to install for the run (None: the job declares none); on the embedded cluster without those
+    # the running environment already satisfies (spec/requirements.py).
+    requirements: list[str] | None = None
 
     @property
     def use_gpu(self) -> bool:
@@ -242,6 +246,9 @@ def resolve(
             raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
     elif cc_name:
         cc, cc_shown = load_compute_config(cc_name, root, referrer)
+    if spec.cloud is None and settings.get("cloud") and not (cc and cc.cloud):
+        # Built-in compute configs name no cloud: the setting's (context, project, RTJOB_CLOUD) is the job's.
+        spec = spec.model_copy(update={"cloud": settings.get("cloud")})
 
     rpw = spec.resources_per_worker
     group: WorkerGroup | None = None
@@ -311,6 +318,11 @@ def resolve(
     env.update(storage_env.env)
     notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
+    requirements = read_requirements(spec.requirements, find_job_file(ref, root)[0], shown)
+    if requirements and placement.embedded:
+        requirements, present = split_satisfied(requirements)
+        if present:
+            notes.append(f"requirements this environment already satisfies are not installed again: {', '.join(present)}")
     working_dir = (root / spec.working_dir).resolve()
     if not working_dir.is_dir():
         raise BadInput(f"{shown}: working_dir {spec.working_dir!r} is not a folder (resolved to {working_dir})")
@@ -336,4 +348,5 @@ def resolve(
         notes=notes,
         storage_endpoint=storage_env.endpoint,
         embedded=placement.embedded,
+        requirements=requirements,
     )

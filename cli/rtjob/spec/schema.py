@@ -65,7 +65,9 @@ class JobSpec(_Strict):
     image_uri: str | None = None
     working_dir: str = "."
     excludes: list[str] = Field(default_factory=list)
-    requirements: list[str] | None = None
+    # What the entrypoint needs beyond the cluster's image: pip lines, or a requirements file (relative to the
+    # job file). `requirements: []` says "nothing"; `rtjob validate` warns when neither this nor image_uri is set.
+    requirements: list[str] | str | None = None
     env_vars: dict[str, EnvValue] = Field(default_factory=dict)
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[int, Field(gt=0)] | None = None

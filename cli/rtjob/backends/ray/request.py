@@ -54,8 +54,12 @@ def build(job: ResolvedJob) -> RayJobRequest:
     }
     if job.spec.excludes:
         runtime_env["excludes"] = list(job.spec.excludes)
-    if job.spec.requirements:
-        runtime_env["pip"] = list(job.spec.requirements)
+    if job.requirements:
+        runtime_env["pip"] = list(job.requirements)
+    notes = []
+    if job.spec.image_uri:
+        notes.append(f"image_uri {job.spec.image_uri} is for Anyscale: a Ray cluster runs the job in its own image "
+                     "(requirements are installed into it)")
     metadata = {
         contract.META_JOB: job.spec.name,
         contract.META_JOB_FILE: job.job_file,
@@ -74,7 +78,7 @@ def build(job: ResolvedJob) -> RayJobRequest:
         metadata[contract.META_RATE] = json.dumps(rate.to_json(), separators=(",", ":"))
     for key, value in job.spec.tags.items():
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
-    return RayJobRequest(job.run_id, job.job_file, [], entrypoint, runtime_env, metadata, 0)
+    return RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)
 
 
 __all__ = ["MASK", "RayJobRequest", "build"]

@@ -1,0 +1,71 @@
+"""A job's pip requirements: read from the job (a list, or a requirements file beside the job file), and on
+the embedded cluster, which runs from this very environment, the ones it already satisfies are dropped.
+
+Why drop them: Ray's pip runtime_env builds a virtualenv that clones the running one (about 6 GB with torch)
+for every distinct requirements set, to install packages that are already there.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from pathlib import Path
+
+from ..core.errors import BadInput
+
+
+def read_requirements(declared: list[str] | str | None, job_file: Path, shown: str) -> list[str] | None:
+    """The job's requirements as pip lines (None: the job declares none). A string is a requirements file,
+    relative to the job file's folder."""
+    if declared is None or isinstance(declared, list):
+        return declared
+    path = Path(declared)
+    if not path.is_absolute():
+        path = job_file.parent / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"{shown}: requirements file {declared!r} cannot be read ({exc.strerror or exc}; "
+                       f"it is relative to the job file's folder)") from None
+    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _satisfied(line: str, depth: int = 0) -> bool:
+    """Whether this environment already has what one requirement line asks for. Anything that is not a plain
+    requirement (pip options, URLs, files) counts as unsatisfied: pip gets it."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(line)
+    except InvalidRequirement:
+        return False
+    if req.url:
+        return False
+    if req.marker is not None and not req.marker.evaluate():
+        return True  # not for this platform: nothing to install
+    try:
+        installed = importlib.metadata.version(req.name)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    if not req.specifier.contains(installed, prereleases=True):
+        return False
+    if req.extras and depth < 3:  # an extra is satisfied when its own requirements are
+        needed = importlib.metadata.requires(req.name) or []
+        for extra in req.extras:
+            for dep in needed:
+                dep_req = Requirement(dep)
+                if dep_req.marker is not None and dep_req.marker.evaluate({"extra": extra}) \
+                        and not dep_req.marker.evaluate({"extra": ""}):
+                    plain = str(dep_req).split(";", 1)[0].strip()
+                    if not _satisfied(plain, depth + 1):
+                        return False
+    return True
+
+
+def split_satisfied(requirements: list[str]) -> tuple[list[str], list[str]]:
+    """(still to install, already satisfied by the running environment)."""
+    missing: list[str] = []
+    present: list[str] = []
+    for line in requirements:
+        (present if _satisfied(line) else missing).append(line)
+    return missing, present
