@@ -30,7 +30,7 @@ RTJOB_VAR = re.compile(r"\bRTJOB_[A-Z0-9_]+\b")
 # The client's own settings and state (never sent to a job), and the torchrun launcher's private marker.
 CLIENT_ONLY = {"RTJOB_HOME", "RTJOB_PROJECT", "RTJOB_DEBUG", "RTJOB_SUBMIT_TIMEOUT_S", "RTJOB_FOLLOW_GRACE_S",
                "RTJOB_LOCAL_DASHBOARD_WAIT_S", "RTJOB_LOCAL_START_TIMEOUT_S", "RTJOB_BACKEND", "RTJOB_ADDRESS", "RTJOB_STORAGE",
-               "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS"}
+               "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RTJOB_CLOUD"}
 TRAINING_ONLY = {"RTJOB_TORCHRUN_TREE"}
 
 

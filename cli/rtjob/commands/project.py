@@ -54,7 +54,8 @@ def _job_file_shown(name: str, root: Any) -> str:
 @click.argument("refs", nargs=-1, metavar="[JOB...]")
 def validate(refs: tuple[str, ...]) -> int:
     """Validate the given jobs, or every shipped job and compute config (exit 2 on any error)."""
-    from ..spec.project import compute_config_names, find_root, job_names
+    from ..spec.project import compute_config_names, find_job_file, find_root, job_names
+    from ..spec.requirements import read_requirements
     from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
@@ -65,6 +66,7 @@ def validate(refs: tuple[str, ...]) -> int:
             spec, shown = load_job(ref, root, Overrides(), local_profile=True)
             if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
                 load_compute_config(spec.compute_config, root, f"{shown}: ")
+            read_requirements(spec.requirements, find_job_file(ref, root)[0], shown)  # a requirements file exists
             echo(f"ok      {shown}")
             if spec.image_uri is None and spec.requirements is None:
                 echo(f"warning {shown}: declares neither image_uri nor requirements: on a stock cluster (Anyscale's "

@@ -15,19 +15,34 @@ from ..core.errors import BadInput
 
 def read_requirements(declared: list[str] | str | None, job_file: Path, shown: str) -> list[str] | None:
     """The job's requirements as pip lines (None: the job declares none). A string is a requirements file,
-    relative to the job file's folder."""
+    relative to the job file's folder; its `-r OTHER` lines are read in (relative to that file), since the
+    cluster installs from a copy of the lines, not from the file."""
     if declared is None or isinstance(declared, list):
         return declared
     path = Path(declared)
-    if not path.is_absolute():
-        path = job_file.parent / path
+    return _read_file(path if path.is_absolute() else job_file.parent / path, declared, shown, set())
+
+
+def _read_file(path: Path, declared: str, shown: str, seen: set[Path]) -> list[str]:
+    if path.resolve() in seen:
+        raise BadInput(f"{shown}: requirements file {path} includes itself (-r)")
+    seen.add(path.resolve())
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{shown}: requirements file {declared!r} cannot be read ({exc.strerror or exc}; "
                        f"it is relative to the job file's folder)") from None
-    lines = (line.split(" #", 1)[0].strip() for line in text.splitlines())
-    return [line for line in lines if line and not line.startswith("#")]
+    lines: list[str] = []
+    for raw in text.splitlines():
+        line = raw.split(" #", 1)[0].strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        if parts[0] in {"-r", "--requirement"} and len(parts) == 2:
+            lines += _read_file(path.parent / parts[1], parts[1], shown, seen)
+        else:
+            lines.append(line)
+    return lines
 
 
 def _satisfied(line: str, depth: int = 0) -> bool:

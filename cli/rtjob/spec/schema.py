@@ -83,6 +83,15 @@ class JobSpec(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name (letters, digits, _)")
         return value
 
+    @field_validator("requirements")
+    @classmethod
+    def _requirements_file(cls, value: list[str] | str | None) -> list[str] | str | None:
+        # A string is a file; a pip line or URL given as one is a likely slip (and may carry a token: not echoed).
+        if isinstance(value, str) and (not value or "://" in value or any(c in value for c in "=<>~!;[ \t")):
+            raise ValueError("a string is a requirements file (relative to the job file); give pip lines as a "
+                             "list, e.g. [torch==2.14.1]")
+        return value
+
     @field_validator("args")
     @classmethod
     def _arg_names(cls, value: dict[str, ArgValue]) -> dict[str, ArgValue]:
