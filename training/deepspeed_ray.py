@@ -156,7 +156,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from . import ray_ddp
 
     return ray_ddp.parse_args(
-        argv, prog="python -m training.deepspeed_ray", kind="deepspeed", add_strategy_args=add_deepspeed_args,
+        argv, prog=f"python -m {__package__}.deepspeed_ray", kind="deepspeed", add_strategy_args=add_deepspeed_args,
         description="DeepSpeed ZeRO-2/3 inside Ray Train, with DeepSpeed checkpoints and resume",
     )
 

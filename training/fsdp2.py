@@ -171,7 +171,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from . import ray_ddp
 
     return ray_ddp.parse_args(
-        argv, prog="python -m training.fsdp2", kind="fsdp2", add_strategy_args=add_fsdp_args,
+        argv, prog=f"python -m {__package__}.fsdp2", kind="fsdp2", add_strategy_args=add_fsdp_args,
         description="FSDP2 (fully_shard per block) inside Ray Train, with DCP checkpoints and resume",
     )
 

@@ -243,7 +243,7 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ray_ddp.parse_args(
-        argv, prog="python -m training.ray_data_ddp", kind="data", add_strategy_args=add_data_args,
+        argv, prog=f"python -m {__package__}.ray_data_ddp", kind="data", add_strategy_args=add_data_args,
         description="Ray Train DDP fed by Ray Data (ResNet18; MNIST, synthetic digits, Parquet or an image folder)",
     )
 

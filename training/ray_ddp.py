@@ -107,7 +107,7 @@ def set_sampler_epoch(loader: DataLoader, epoch: int) -> None:
 
 
 def parse_args(
-    argv: list[str] | None = None, *, prog: str = "python -m training.ray_ddp",
+    argv: list[str] | None = None, *, prog: str = f"python -m {__package__}.ray_ddp",
     description: str = "Ray Train DDP (ResNet18 or ViT; MNIST, FashionMNIST, CIFAR-10 or synthetic data)",
     add_strategy_args: Callable[[argparse.ArgumentParser], None] | None = None, kind: str = "ddp",
 ) -> argparse.Namespace:

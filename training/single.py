@@ -33,7 +33,7 @@ def log(message: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m training.single",
+        prog=f"python -m {__package__}.single",
         description="Single-process baseline (ViT or ResNet18; CIFAR-10, MNIST, FashionMNIST or synthetic)",
     )
     try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash

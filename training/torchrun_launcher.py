@@ -106,7 +106,7 @@ class NodeRunner:
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
-        prog="python -m training.torchrun_launcher",
+        prog=f"python -m {__package__}.torchrun_launcher",
         description="torchrun on N nodes of a Ray cluster (one torchrun per node, no SSH); "
         "unknown flags go to the training module",
     )

@@ -49,6 +49,7 @@ def _satisfied(line: str, depth: int = 0) -> bool:
     """Whether this environment already has what one requirement line asks for. Anything that is not a plain
     requirement (pip options, URLs, files) counts as unsatisfied: pip gets it."""
     from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.utils import canonicalize_name
 
     try:
         req = Requirement(line)
@@ -65,6 +66,9 @@ def _satisfied(line: str, depth: int = 0) -> bool:
     if not req.specifier.contains(installed, prereleases=True):
         return False
     if req.extras and depth < 3:  # an extra is satisfied when its own requirements are
+        provided = {canonicalize_name(e) for e in importlib.metadata.metadata(req.name).get_all("Provides-Extra") or []}
+        if not {canonicalize_name(e) for e in req.extras} <= provided:
+            return False  # pip's to judge (it warns about an extra the package lacks)
         needed = importlib.metadata.requires(req.name) or []
         for extra in req.extras:
             for dep in needed:
