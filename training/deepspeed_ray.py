@@ -135,7 +135,7 @@ class DeepSpeedStrategy:
 
 
 def train_loop_per_worker(config: dict) -> None:
-    from training import sharded
+    from . import sharded
 
     sharded.train_loop(config, DeepSpeedStrategy)
 
@@ -153,23 +153,23 @@ def add_deepspeed_args(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from training import ray_ddp
+    from . import ray_ddp
 
     return ray_ddp.parse_args(
-        argv, prog="python -m training.deepspeed_ray", kind="deepspeed", add_strategy_args=add_deepspeed_args,
+        argv, prog=f"python -m {__package__}.deepspeed_ray", kind="deepspeed", add_strategy_args=add_deepspeed_args,
         description="DeepSpeed ZeRO-2/3 inside Ray Train, with DeepSpeed checkpoints and resume",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training import ray_ddp
+    from . import ray_ddp
 
     args = parse_args(argv)
     offload = " + CPU offload" if args.cpu_offload else ""
     print(f"STRATEGY: deepspeed ZeRO-{args.zero_stage}{offload}", flush=True)
     extra = {"zero_stage": args.zero_stage, "cpu_offload": args.cpu_offload}
     # By reference (not the copy in __main__ under `python -m`): workers import it from the working dir.
-    loop_fn = importlib.import_module("training.deepspeed_ray").train_loop_per_worker
+    loop_fn = importlib.import_module(f"{__package__}.deepspeed_ray").train_loop_per_worker
     return ray_ddp.fit(args, ray_ddp.build_trainer(args, loop_fn, extra))
 
 

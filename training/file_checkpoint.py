@@ -22,7 +22,8 @@ import torch
 from torch import nn
 
 from rtjob_contract import EPOCH_CHECKPOINT_PREFIX
-from training import checkpoint
+
+from . import checkpoint
 
 _PREFIX = EPOCH_CHECKPOINT_PREFIX
 

@@ -146,7 +146,7 @@ class FSDP2Strategy:
 
 
 def train_loop_per_worker(config: dict) -> None:
-    from training import sharded
+    from . import sharded
 
     sharded.train_loop(config, FSDP2Strategy)
 
@@ -168,23 +168,23 @@ def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    from training import ray_ddp
+    from . import ray_ddp
 
     return ray_ddp.parse_args(
-        argv, prog="python -m training.fsdp2", kind="fsdp2", add_strategy_args=add_fsdp_args,
+        argv, prog=f"python -m {__package__}.fsdp2", kind="fsdp2", add_strategy_args=add_fsdp_args,
         description="FSDP2 (fully_shard per block) inside Ray Train, with DCP checkpoints and resume",
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training import ray_ddp
+    from . import ray_ddp
 
     args = parse_args(argv)
     print(f"STRATEGY: fsdp2 ({FSDPOptions(args.mixed_precision, args.cpu_offload, not args.no_reshard).describe()})",
           flush=True)
     extra = {"mixed_precision": args.mixed_precision, "cpu_offload": args.cpu_offload, "no_reshard": args.no_reshard}
     # By reference (not the copy in __main__ under `python -m`): workers import it from the working dir.
-    loop_fn = importlib.import_module("training.fsdp2").train_loop_per_worker
+    loop_fn = importlib.import_module(f"{__package__}.fsdp2").train_loop_per_worker
     return ray_ddp.fit(args, ray_ddp.build_trainer(args, loop_fn, extra))
 
 

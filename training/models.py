@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 from torch import nn
 
-from training import data
-from training.vit import DEFAULT_VIT_SIZE, vit
+from . import data
+from .vit import DEFAULT_VIT_SIZE, vit
 
 
 def resnet18(in_channels: int = 1, num_classes: int = 10) -> nn.Module:

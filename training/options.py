@@ -13,9 +13,10 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import rtjob_contract as contract
-from training.data import DATASETS
-from training.models import MODELS
-from training.vit import DEFAULT_VIT_SIZE, VIT_SIZES
+
+from .data import DATASETS
+from .models import MODELS
+from .vit import DEFAULT_VIT_SIZE, VIT_SIZES
 
 _N = TypeVar("_N", int, float)
 _TRUE = {"1", "true", "yes", "on"}

@@ -35,7 +35,7 @@ import ray.train
 import ray.train.torch
 import torch
 
-from training import checkpoint, data, loop, options, ray_ddp
+from . import checkpoint, data, loop, options, ray_ddp
 
 log = logging.getLogger(__name__)  # worker lines via logging: Ray Train V2 doubles print() (see ray_ddp)
 
@@ -243,7 +243,7 @@ def add_data_args(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return ray_ddp.parse_args(
-        argv, prog="python -m training.ray_data_ddp", kind="data", add_strategy_args=add_data_args,
+        argv, prog=f"python -m {__package__}.ray_data_ddp", kind="data", add_strategy_args=add_data_args,
         description="Ray Train DDP fed by Ray Data (ResNet18; MNIST, synthetic digits, Parquet or an image folder)",
     )
 

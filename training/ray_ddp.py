@@ -23,8 +23,8 @@ import ray.train.torch
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from training import checkpoint, data, loop, options
-from training.models import model_for
+from . import checkpoint, data, loop, options
+from .models import model_for
 
 # Worker output goes through logging, not print: Ray Train V2 patches print() in workers
 # to write both to stdout and to its logger, so every printed line reached the job log
@@ -107,7 +107,7 @@ def set_sampler_epoch(loader: DataLoader, epoch: int) -> None:
 
 
 def parse_args(
-    argv: list[str] | None = None, *, prog: str = "python -m training.ray_ddp",
+    argv: list[str] | None = None, *, prog: str = f"python -m {__package__}.ray_ddp",
     description: str = "Ray Train DDP (ResNet18 or ViT; MNIST, FashionMNIST, CIFAR-10 or synthetic data)",
     add_strategy_args: Callable[[argparse.ArgumentParser], None] | None = None, kind: str = "ddp",
 ) -> argparse.Namespace:

@@ -33,9 +33,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from training import checkpoint, data, loop
-from training.models import model_for
-from training.ray_ddp import set_sampler_epoch, setup_worker, worker_data
+from . import checkpoint, data, loop
+from .models import model_for
+from .ray_ddp import set_sampler_epoch, setup_worker, worker_data
 
 log = logging.getLogger(__name__)
 FULL_MODEL_FILE = checkpoint.MODEL_FILE  # model.pt: the plain model's full state dict

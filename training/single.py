@@ -22,8 +22,9 @@ import time
 import torch
 
 import rtjob_contract as contract
-from training import data, file_checkpoint, loop, options
-from training.models import model_for
+
+from . import data, file_checkpoint, loop, options
+from .models import model_for
 
 
 def log(message: str) -> None:
@@ -32,7 +33,7 @@ def log(message: str) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m training.single",
+        prog=f"python -m {__package__}.single",
         description="Single-process baseline (ViT or ResNet18; CIFAR-10, MNIST, FashionMNIST or synthetic)",
     )
     try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
@@ -114,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         import ray
 
         log("RUN: no GPU in this process; running the loop as one Ray task with 1 GPU")
-        train_fn = importlib.import_module("training.single").train  # by reference, not __main__'s copy
+        train_fn = importlib.import_module(f"{__package__}.single").train  # by reference, not __main__'s copy
         remote = ray.remote(num_gpus=1, num_cpus=1, max_retries=0)(train_fn)
         metrics = ray.get(remote.remote(config))
     else:

@@ -26,8 +26,9 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler
 
 import rtjob_contract as contract
-from training import data, file_checkpoint, loop, options
-from training.models import model_for
+
+from . import data, file_checkpoint, loop, options
+from .models import model_for
 
 
 def log(message: str, *, all_ranks: bool = False) -> None:

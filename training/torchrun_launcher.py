@@ -34,7 +34,8 @@ import uuid
 from collections.abc import Iterator
 
 import rtjob_contract as contract
-from training import options
+
+from . import options
 
 MARKER = "RTJOB_TORCHRUN_TREE"
 
@@ -105,7 +106,7 @@ class NodeRunner:
 
 def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
     parser = argparse.ArgumentParser(
-        prog="python -m training.torchrun_launcher",
+        prog=f"python -m {__package__}.torchrun_launcher",
         description="torchrun on N nodes of a Ray cluster (one torchrun per node, no SSH); "
         "unknown flags go to the training module",
     )
@@ -121,7 +122,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         parser.add_argument("--max-failures", type=int, default=options.env_int(contract.ENV_MAX_FAILURES, 0),
                             help="restarts of the whole group from the last checkpoint (env RTJOB_MAX_FAILURES, "
                             "-1 = unlimited)")
-        parser.add_argument("--module", default="training.torchrun_ddp", help="the training module torchrun runs")
+        parser.add_argument("--module", default=f"{__package__}.torchrun_ddp", help="the training module torchrun runs")
         parser.add_argument("--placement-timeout", type=float, default=600.0,
                             help="seconds to wait for the nodes' resources")
     except ValueError as exc:

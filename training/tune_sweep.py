@@ -31,7 +31,7 @@ from typing import Any
 import ray
 from ray import tune
 
-from training import options, ray_ddp
+from . import options, ray_ddp
 
 NAME_KEYS = ("lr", "global_batch_size")
 
@@ -87,7 +87,7 @@ def add_sweep_args(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = ray_ddp.parse_args(
-        argv, prog="python -m training.tune_sweep", kind="tune", add_strategy_args=add_sweep_args,
+        argv, prog=f"python -m {__package__}.tune_sweep", kind="tune", add_strategy_args=add_sweep_args,
         description="Ray Tune sweep over lr and batch size of Ray Train DDP runs (ResNet18)",
     )
     args.storage_path = args.storage_path or os.path.expanduser("~/ray_results")  # Tune needs a real folder

@@ -121,12 +121,19 @@ def test_overrides_raise_bad_input_or_parse(items: list[str]) -> None:
 @given(key=st.text(string.ascii_letters + "._", min_size=1, max_size=20), secret=secrets_st)
 def test_override_errors_never_echo_the_value(key: str, secret: str) -> None:
     assume(secret not in key)
-    for parse, item in ((parse_set, f"{key}..x={secret}"), (parse_env, f"{key} {secret}"),
-                        (parse_headers, f"{key} {secret}")):
+    # Hypothesis also draws string constants from the loaded modules (e.g. "expect"): a secret may be part of the
+    # message's own words, so it must occur no more often than in the message for another value.
+    neutral = "Qz7Qz7Qz7"
+    for parse, item in ((parse_set, f"{key}..x={{}}"), (parse_env, f"{key} {{}}"), (parse_headers, f"{key} {{}}")):
         try:
-            parse([item])
+            parse([item.format(secret)])
         except BadInput as exc:
-            assert secret not in exc.message
+            try:
+                parse([item.format(neutral)])
+                baseline = ""
+            except BadInput as other:
+                baseline = other.message
+            assert exc.message.count(secret) <= baseline.count(secret)
 
 
 @FAST

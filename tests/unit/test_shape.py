@@ -131,6 +131,7 @@ def test_a_cpu_compute_config_and_nodes_from_the_command_line(render, tmp_path):
     (project / "jobs").mkdir(parents=True)
     (project / "compute_configs").mkdir()
     (project / "jobs" / "ddp-resnet.yaml").write_text((REPO / "jobs" / "ddp-resnet.yaml").read_text())
+    (project / "jobs" / "requirements-train.txt").write_text((REPO / "jobs" / "requirements-train.txt").read_text())
     (project / "compute_configs" / "cpu-only.yaml").write_text(CPU_CONFIG)
     data = render(["ddp-resnet", "--backend", "ray", "--address", "http://127.0.0.1:9",
                    "--compute-config", "cpu-only", "--nodes", "3", "--set", "resources_per_worker.cpus=2"], cwd=project)

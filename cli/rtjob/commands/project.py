@@ -1,4 +1,4 @@
-"""The project's own files: `rtjob jobs`, `validate`, `schema`."""
+"""The project's own files: `rtjob jobs`, `validate`, `schema`, `compute-config list`, `init`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from ..core.errors import EXIT_BAD_INPUT, EXIT_SUCCEEDED, BadInput, RtjobError
+from .anyscale import compute_config_group
 from .options import complete_job, output_option
 from .printing import echo, print_data, print_json, print_rich
 
@@ -67,18 +68,25 @@ def validate(refs: tuple[str, ...], output: str) -> int:
       rtjob validate ddp-resnet jobs/my-job.yaml
       rtjob validate -o json
     """
-    from ..spec.project import compute_config_names, find_root, job_names, project_of
+    from ..spec.project import compute_config_names, find_job_file, find_root, job_names, project_of
+    from ..spec.requirements import read_requirements
     from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
-    checked: list[dict[str, Any]] = []  # {kind, ref, file, ok, error}, in the order checked
+    checked: list[dict[str, Any]] = []  # {kind, ref, file, ok, error[, warning]}, in the order checked
     targets = list(refs) or job_names(root)
     for ref in targets:
         try:
             spec, shown = load_job(ref, root, Overrides(), local_profile=True)
             if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
                 load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
-            checked.append({"kind": "job", "ref": ref, "file": shown, "ok": True, "error": None})
+            read_requirements(spec.requirements, find_job_file(ref, root)[0], shown)  # a requirements file exists
+            warning = None
+            if spec.image_uri is None and spec.requirements is None:
+                warning = (f"{shown}: declares neither image_uri nor requirements: on a stock cluster (Anyscale's "
+                           "default image, a plain Ray cluster) its entrypoint may miss packages (`requirements: []` "
+                           "if it needs none)")
+            checked.append({"kind": "job", "ref": ref, "file": shown, "ok": True, "error": None, "warning": warning})
         except RtjobError as exc:
             checked.append({"kind": "job", "ref": ref, "file": None, "ok": False, "error": exc.message})
     if not refs:
@@ -99,6 +107,8 @@ def validate(refs: tuple[str, ...], output: str) -> int:
                 echo(f"ok      {item['file']}")
             else:
                 echo(f"error   {item['error']}", err=True)
+            if item.get("warning"):
+                echo(f"warning {item['warning']}", err=True)
     return EXIT_SUCCEEDED if all(item["ok"] for item in checked) else EXIT_BAD_INPUT
 
 
@@ -119,4 +129,74 @@ def schema(which: str) -> int:
     return EXIT_SUCCEEDED
 
 
-COMMANDS = [jobs, validate, schema]
+@click.command()
+@click.argument("folder", default=".", type=click.Path(file_okay=False), metavar="[DIR]")
+@click.option("--entrypoint", default="python train.py", show_default=True,
+              help="The command that runs your script, from the project folder.")
+@click.option("--name", help="The starter job's name (default: the script's name).")
+@click.option("--github", is_flag=True, help="Also a scheduled GitHub Actions workflow that runs the job.")
+@click.option("--cron", default="0 3 * * *", show_default=True, help="With --github: when (UTC).")
+def init(folder: str, entrypoint: str, name: str | None, github: bool, cron: str) -> int:
+    """Make DIR (default: here) an rtjob project: a starter job for your script, a compute config to edit,
+    the project config, .gitignore entries, JSON schemas for editors. Existing files are never overwritten.
+
+    \b
+    Examples:
+      rtjob init --entrypoint "python train.py --epochs 2"
+      rtjob init my-project --github
+    """
+    from pathlib import Path
+
+    from ..runs.scaffold import init_project
+
+    target = Path(folder)
+    for step in init_project(target, entrypoint=entrypoint, name=name, github=github, cron=cron):
+        echo(f"{step.action:<9} {target / step.path}")
+    return EXIT_SUCCEEDED
+
+
+@compute_config_group.command("list")
+@output_option
+def compute_config_list(output: str) -> int:
+    """List the compute configs a job can name: the project's own (compute_configs/*.yaml) and the ones built
+    into rtjob (one per catalog instance type); a project's own file overrides a built-in of the same name.
+
+    \b
+    Examples:
+      rtjob compute-config list
+      rtjob compute-config list -o yaml
+    """
+    from ..spec.project import builtin_compute_config_names, compute_config_names, find_root
+    from ..spec.resolve import load_compute_config, pick_group
+
+    root = find_root()
+    own, builtin = set(compute_config_names(root)), set(builtin_compute_config_names())
+    rows: list[dict[str, Any]] = []
+    for name in sorted(own | builtin):
+        origin = "built-in" if name not in own else ("project, overrides built-in" if name in builtin else "project")
+        row: dict[str, Any] = {"name": name, "origin": origin, "worker_group": None, "max_nodes": None,
+                               "file": None, "error": None}
+        try:
+            cc, row["file"] = load_compute_config(name, root)
+            group = pick_group(cc, None, row["file"])
+            if group is not None:
+                row["worker_group"], row["max_nodes"] = group.instance_type, group.max_nodes
+        except RtjobError as exc:
+            row["error"] = exc.message
+        rows.append(row)
+    if output != "text":
+        print_data(rows, output)
+        return EXIT_SUCCEEDED
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "ORIGIN", "WORKERS", "MAX NODES", "FILE"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        workers = f"INVALID: {row['error']}" if row["error"] else (row["worker_group"] or "-")
+        table.add_row(row["name"], row["origin"], workers, str(row["max_nodes"] or "-"), row["file"] or "-")
+    print_rich(table)
+    return EXIT_SUCCEEDED
+
+
+COMMANDS = [jobs, validate, schema, init]

@@ -204,8 +204,19 @@ def job_names(root: Path) -> list[str]:
     return _yaml_names(root / "jobs")
 
 
-def compute_config_names(root: Path) -> list[str]:
-    return _yaml_names(root / "compute_configs")
+# Compute configs shipped with rtjob (package data), one per catalog instance type; a project's own
+# compute_configs/NAME.yaml of the same name wins.
+BUILTIN_COMPUTE_CONFIGS = Path(__file__).parent / "builtin_compute_configs"
+
+
+def compute_config_names(root: Path, include_builtin: bool = False) -> list[str]:
+    """The project's own compute configs (compute_configs/*.yaml), and the built-in ones if asked."""
+    own = _yaml_names(root / "compute_configs")
+    return sorted({*own, *_yaml_names(BUILTIN_COMPUTE_CONFIGS)}) if include_builtin else own
+
+
+def builtin_compute_config_names() -> list[str]:
+    return _yaml_names(BUILTIN_COMPUTE_CONFIGS)
 
 
 def _display(path: Path, root: Path) -> str:
@@ -296,8 +307,12 @@ def find_job_file(name_or_path: str, root: Path) -> tuple[Path, str]:
     raise BadInput(f"unknown job {name_or_path!r}{_did_you_mean(name_or_path, names)}{known}")
 
 
+BUILTIN_SHOWN = "<built-in>"  # how a built-in compute config's file is shown (its folder is inside rtjob)
+
+
 def find_compute_config_file(name_or_path: str, root: Path, referrer: str = "") -> tuple[Path, str]:
-    """A compute config name (compute_configs/NAME.yaml) or a path (relative to the project) → (file, shown)."""
+    """A compute config name (the project's compute_configs/NAME.yaml, else a built-in) or a path (relative to
+    the project) → (file, shown)."""
     if _is_path(name_or_path):
         candidate = Path(name_or_path)
         if not candidate.is_absolute():
@@ -308,6 +323,9 @@ def find_compute_config_file(name_or_path: str, root: Path, referrer: str = "") 
     found = _named(root / "compute_configs", name_or_path, root)
     if found:
         return found
-    names = compute_config_names(root)
+    builtin = _named(BUILTIN_COMPUTE_CONFIGS, name_or_path, root)
+    if builtin:
+        return builtin[0], f"{BUILTIN_SHOWN}/{builtin[0].name}"
+    names = compute_config_names(root, include_builtin=True)
     raise BadInput(f"{referrer}unknown compute config {name_or_path!r}{_did_you_mean(name_or_path, names)} "
                    f"(available: {', '.join(names) or 'none'})")

@@ -19,6 +19,7 @@ from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
 from .project import Settings, find_compute_config_file, find_job_file, job_file_root
+from .requirements import read_requirements, split_satisfied
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
     ComputeConfig,
@@ -96,6 +97,9 @@ class ResolvedJob:
         if self.shape_declared:
             return f"{self.nodes} node(s), {self.num_workers} worker(s)"
         return "shape set by the entrypoint"
+    # pip lines to install for the run (None: the job declares none); on the embedded cluster without those
+    # the running environment already satisfies (spec/requirements.py).
+    requirements: list[str] | None = None
 
     @property
     def use_gpu(self) -> bool:
@@ -290,6 +294,9 @@ def resolve(
             raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
     elif cc_name:
         cc, cc_shown = load_compute_config(cc_name, root, referrer)
+    if spec.cloud is None and settings.get("cloud") and not (cc and cc.cloud):
+        # Built-in compute configs name no cloud: the setting's (context, project, RTJOB_ANYSCALE_CLOUD) is the job's.
+        spec = spec.model_copy(update={"cloud": settings.get("cloud")})
 
     rpw = spec.resources_per_worker
     group: WorkerGroup | None = None
@@ -369,7 +376,13 @@ def resolve(
     env.update(storage_env.env)
     notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
-    working_dir = job_working_dir(spec, find_job_file(ref, root)[0], shown)
+    job_file = find_job_file(ref, root)[0]
+    requirements = read_requirements(spec.requirements, job_file, shown)
+    if requirements and placement.embedded:
+        requirements, present = split_satisfied(requirements)
+        if present:
+            notes.append(f"requirements this environment already satisfies are not installed again: {', '.join(present)}")
+    working_dir = job_working_dir(spec, job_file, shown)
     return ResolvedJob(
         spec=spec,
         job_file=shown,
@@ -394,4 +407,5 @@ def resolve(
         embedded=placement.embedded,
         shape_declared=shape_declared,
         local_cpus_per_node=local_cpus,
+        requirements=requirements,
     )

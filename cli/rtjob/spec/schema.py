@@ -71,7 +71,9 @@ class JobSpec(_Strict):
         "project root). Never the home folder or /.",
     )
     excludes: list[str] = Field(default_factory=list)
-    requirements: list[str] | None = None
+    # What the entrypoint needs beyond the cluster's image: pip lines, or a requirements file (relative to the
+    # job file). `requirements: []` says "nothing"; `rtjob validate` warns when neither this nor image_uri is set.
+    requirements: list[str] | str | None = None
     env_vars: dict[str, EnvValue] = Field(default_factory=dict)
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[int, Field(gt=0)] | None = None
@@ -85,6 +87,15 @@ class JobSpec(_Strict):
         for key in value:
             if not ENV_NAME_RE.match(key):
                 raise ValueError(f"{key!r} is not a valid environment variable name (letters, digits, _)")
+        return value
+
+    @field_validator("requirements")
+    @classmethod
+    def _requirements_file(cls, value: list[str] | str | None) -> list[str] | str | None:
+        # A string is a file; a pip line or URL given as one is a likely slip (and may carry a token: not echoed).
+        if isinstance(value, str) and (not value or "://" in value or any(c in value for c in "=<>~!;[ \t")):
+            raise ValueError("a string is a requirements file (relative to the job file); give pip lines as a "
+                             "list, e.g. [torch==2.14.1]")
         return value
 
     @field_validator("args")

@@ -40,7 +40,7 @@ def job_config(job: ResolvedJob, cloud: str | None = None, project: str | None =
         "compute_config": compute,  # None: the cloud's default compute config
         "working_dir": str(job.working_dir),
         "excludes": [*DEFAULT_EXCLUDES, *(e for e in job.spec.excludes if e not in DEFAULT_EXCLUDES)],
-        "requirements": list(job.spec.requirements or []),
+        "requirements": list(job.requirements or []),
         "env_vars": dict(job.env_vars),
         "max_retries": job.spec.max_retries,  # explicit: unset, the SDK defaults to 1 (and warns)
         "timeout_s": job.spec.timeout_s,
@@ -112,11 +112,16 @@ def build(job: ResolvedJob, cloud: str | None = None, project: str | None = None
     group = job.worker_group
     if group is not None and job.nodes > group.max_nodes:
         notes.append(f"--nodes {job.nodes} raises {group.label}'s max_nodes from {group.max_nodes} to {job.nodes}")
-    if config["compute_config"] is None:
+    compute = config["compute_config"]
+    if compute is None:
         notes.append("no compute config: Anyscale uses the cloud's default one (its cost is not estimated)")
-    elif isinstance(config["compute_config"], str):
-        notes.append(f"compute config {config['compute_config']!r} is used as registered on Anyscale: its own "
+    elif isinstance(compute, str):
+        notes.append(f"compute config {compute!r} is used as registered on Anyscale: its own "
                      "node counts apply (rtjob compute-config show shows it)")
+    # A registered compute config carries its cloud; an inline one (or none) takes the job's, else the default.
+    if not config.get("cloud") and not isinstance(compute, str) and not (compute or {}).get("cloud"):
+        notes.append("no cloud named: Anyscale uses the organization's default cloud (set `cloud` in the project config, "
+                     "RTJOB_ANYSCALE_CLOUD or the job's cloud:)")
     if not job.storage_uri:
         notes.append("no storage set: checkpoints stay on the cluster and end with it; set storage: "
                      "s3://bucket/prefix (or RTJOB_STORAGE, --storage)")

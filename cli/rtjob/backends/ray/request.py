@@ -72,8 +72,12 @@ def build(job: ResolvedJob) -> RayJobRequest:
         "env_vars": dict(job.env_vars),
     }
     runtime_env["excludes"] = sent_excludes(job.spec.excludes)  # secrets, rtjob's state and pulled runs stay here
-    if job.spec.requirements:
-        runtime_env["pip"] = list(job.spec.requirements)
+    if job.requirements:
+        runtime_env["pip"] = list(job.requirements)
+    notes = []
+    if job.spec.image_uri:
+        notes.append(f"image_uri {job.spec.image_uri} is for Anyscale: a Ray cluster runs the job in its own image "
+                     "(requirements are installed into it)")
     metadata = {
         contract.META_JOB: job.spec.name,
         contract.META_JOB_FILE: job.job_file,
@@ -93,7 +97,7 @@ def build(job: ResolvedJob) -> RayJobRequest:
         metadata[contract.META_RATE] = json.dumps(rate.to_json(), separators=(",", ":"))
     for key, value in job.spec.tags.items():
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
-    return RayJobRequest(job.run_id, job.job_file, [], entrypoint, runtime_env, metadata, 0)
+    return RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)
 
 
 __all__ = ["MASK", "RayJobRequest", "build"]
