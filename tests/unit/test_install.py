@@ -253,6 +253,10 @@ def test_init_github_writes_the_scheduled_workflow(cli) -> None:
     assert res.returncode == 0, res.stderr
     workflow = (cli.project / ".github" / "workflows" / "rtjob-train.yml").read_text()
     assert 'cron: "15 4 * * 1"' in workflow and "rtjob submit jobs/train.yaml" in workflow
+    # A user's project installs the released client pinned to this version, never the project itself.
+    from rtjob import __version__
+
+    assert f'pip install "rtjob[ray]=={__version__}"' in workflow and 'pip install ".[' not in workflow
     res = cli("init", "other", "--github", "--cron", "61 * * * *")
     assert res.returncode == 2 and not (cli.project / "other").exists()
 

@@ -300,10 +300,11 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     if sets or envs or storage or compute_config or name:
         raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
                        "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
-    spec, shown = load_job_file(job, find_root())  # the job must exist and be valid
+    root = find_root()
+    spec, shown = load_job_file(job, root)  # the job must exist and be valid
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
     text = github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout,
-                           timezone=timezone)
+                           timezone=timezone, root=root)
     if out is None:
         echo(text, nl=False)
         return EXIT_SUCCEEDED

@@ -162,6 +162,7 @@ def init_project(folder: Path, *, entrypoint: str, name: str | None = None, gith
     if github:
         from .workflow import github_workflow
 
-        workflow = github_workflow(f"jobs/{job_name}.yaml", cron, backend="ray", nodes=1, timeout="2h")
+        workflow = github_workflow(f"jobs/{job_name}.yaml", cron, backend="ray", nodes=1, timeout="2h",
+                                   root=folder)
         steps.append(_write_new(folder, f".github/workflows/rtjob-{job_name}.yml", workflow))
     return steps

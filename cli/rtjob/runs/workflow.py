@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
+from pathlib import Path
 
 from ..core.errors import BadInput
 
@@ -112,11 +113,25 @@ def _schedule_entry(cron: str, timezone: str) -> str:
             f'      timezone: "{timezone}"  # IANA name; GitHub runs the cron in this time zone (DST included)')
 
 
+def client_install(root: Path, extra: str) -> str:
+    """What the workflow pip-installs: rtjob's own checkout in rtjob's repository, else the released client
+    pinned to the version that rendered the workflow (a user's project is not rtjob)."""
+    from .. import __version__
+    from ..spec.project import tomllib
+
+    try:
+        name = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
+    except (OSError, tomllib.TOMLDecodeError):
+        name = None
+    return f'".[{extra}]"' if name == "rtjob" else f'"rtjob[{extra}]=={__version__}"'
+
+
 def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeout: str,
-                    timezone: str = "UTC") -> str:
+                    timezone: str = "UTC", root: Path | None = None) -> str:
     """A GitHub Actions workflow (cron + manual trigger) that runs ``job_ref`` with rtjob and fails unless
     it succeeds. ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``timeout`` is
-    rtjob's --timeout. Cron that GitHub does not run and bad names are BadInput: nothing is rendered."""
+    rtjob's --timeout; ``root`` is the project the workflow lives in (which client it installs). Cron that
+    GitHub does not run and bad names are BadInput: nothing is rendered."""
     from ..backends import backend_class, workflow_backends
     from ..spec.cron import validate_github_cron, validate_iana_timezone
     from ..spec.overrides import parse_duration
@@ -145,7 +160,7 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
         "COMMAND": command,
         "NEEDS": "\n".join(f"#   secret {name:<21} {what}" for name, what in cls.ci_secrets),
         "BACKEND_ENV": "\n".join(f"      {name}: ${{{{ secrets.{name} }}}}" for name, _ in cls.ci_secrets),
-        "INSTALL": f'".[{cls.ci_extra}]"',
+        "INSTALL": client_install(root or Path.cwd(), cls.ci_extra),
         "SCHEDULE": _schedule_entry(cron, timezone),
         "NODES": str(nodes),
         "TIMEOUT": timeout,
