@@ -27,12 +27,16 @@ ENV_GPUS_PER_WORKER = "RTJOB_GPUS_PER_WORKER"
 ENV_USE_GPU = "RTJOB_USE_GPU"  # "1" or "0"
 ENV_MAX_FAILURES = "RTJOB_MAX_FAILURES"  # worker-group restarts from the latest checkpoint (-1: unlimited)
 ENV_STORAGE_PATH = "RTJOB_STORAGE_PATH"  # <storage root>/<job name>; the run writes <this>/<run name>/
+# The run's own folder (<storage path>/<run name>, a path or URI), set when the run has storage: a script that
+# knows nothing else of rtjob writes there (`python train.py --output-dir "$RTJOB_RUN_DIR"`), and `rtjob pull ID` /
+# `rtjob results ID` read it back.
+ENV_RUN_DIR = "RTJOB_RUN_DIR"
 ENV_DATA_DIR = "RTJOB_DATA_DIR"  # where entrypoints cache datasets (optional)
 ENV_SCHEDULE = "RTJOB_SCHEDULE"  # set on runs an Anyscale schedule starts: the schedule's name
 
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
-    ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_DATA_DIR, ENV_SCHEDULE,
+    ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
 })
 
 # ---------------------------------------------------------------------------------------------

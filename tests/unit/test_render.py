@@ -162,6 +162,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
         "RTJOB_USE_GPU": "0",
         "RTJOB_MAX_FAILURES": str(spec.get("max_failures", 0)),
         "RTJOB_STORAGE_PATH": f"{repo_home}/local/storage/ddp-resnet",
+        "RTJOB_RUN_DIR": storage_uri,  # where a script unaware of rtjob writes what pull/results read
     }
     assert job["metadata"] == {
         "rtjob.job": "ddp-resnet",

@@ -245,3 +245,21 @@ def test_out_refuses_a_folder_and_needs_github(cli: Cli, tmp_path: Path) -> None
     assert res.code == 2 and "a folder; give the workflow file" in res.err and list(tmp_path.iterdir()) == []
     res = cli("schedule", "render", "hello", "--cron", "0 3 * * 1", "--out", str(tmp_path / "s.yaml"))
     assert res.code == 2 and "--out writes a --github workflow" in res.err and not (tmp_path / "s.yaml").exists()
+
+
+def test_a_scheduled_run_gets_its_own_run_dir_in_its_storage() -> None:
+    """Every triggered run names its folder at start (ANYSCALE_HA_JOB_ID): RTJOB_RUN_DIR follows it, in a real shell."""
+    import subprocess
+
+    from rtjob.backends.anyscale.request import AnyscaleJobRequest
+    from rtjob.backends.anyscale.schedules import schedule_config
+
+    env = {"RTJOB_RUN_NAME": "rtjob-x-1", "RTJOB_RUN_DIR": "s3://b/runs/x/rtjob-x-1", "RTJOB_STORAGE_PATH": "s3://b/runs/x"}
+    request = AnyscaleJobRequest(run_id="rtjob-x-1", job_file="jobs/x.yaml", notes=[], config={
+        "name": "rtjob-x-1", "entrypoint": 'echo "$RTJOB_RUN_DIR"', "env_vars": env,
+        "tags": {}})
+    job = schedule_config(request, "nightly", "0 3 * * *", "UTC")["job_config"]
+    assert "RTJOB_RUN_DIR" not in job["env_vars"] and "RTJOB_RUN_NAME" not in job["env_vars"]
+    shell_env = {**job["env_vars"], "ANYSCALE_HA_JOB_ID": "prodjob_abc", "PATH": "/usr/bin:/bin"}
+    ran = subprocess.run(["bash", "-c", job["entrypoint"]], env=shell_env, capture_output=True, text=True, check=True)
+    assert ran.stdout.strip() == "s3://b/runs/x/prodjob_abc"

@@ -371,6 +371,7 @@ def resolve(
     env[contract.ENV_MAX_FAILURES] = str(spec.max_failures)
     if storage_root:
         env[contract.ENV_STORAGE_PATH] = f"{storage_root}/{spec.name}"
+        env[contract.ENV_RUN_DIR] = f"{storage_root}/{spec.name}/{run_id}"  # = storage_uri
     # The S3 endpoint (+ credentials only if asked) for the workers.
     storage_env = job_storage_env(storage_root, spec.storage_endpoint, spec.env_vars, overrides.forward_aws_credentials)
     env.update(storage_env.env)

@@ -21,9 +21,13 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
     job["name"] = name
     env = job["env_vars"]
     env.pop(contract.ENV_RUN_NAME, None)
+    env.pop(contract.ENV_RUN_DIR, None)
     env[contract.ENV_SCHEDULE] = name
     run_name = f'"${{ANYSCALE_HA_JOB_ID:-{name}-$(date -u +%Y%m%d-%H%M%S)}}"'
-    job["entrypoint"] = f"export {contract.ENV_RUN_NAME}={run_name}; {job['entrypoint']}"
+    exports = f"export {contract.ENV_RUN_NAME}={run_name}; "
+    if env.get(contract.ENV_STORAGE_PATH):
+        exports += f'export {contract.ENV_RUN_DIR}="${contract.ENV_STORAGE_PATH}/${contract.ENV_RUN_NAME}"; '
+    job["entrypoint"] = exports + job["entrypoint"]
     tags = dict(job.get("tags") or {})
     tags.pop(contract.TAG_RUN_ID, None)
     tags[contract.TAG_SCHEDULE] = name
