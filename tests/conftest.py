@@ -42,3 +42,21 @@ def no_planted_secret_in_any_output() -> Iterator[None]:
     leaks = sorted({secret for secret in PLANTED for out in CAPTURED if secret in out})
     assert not leaks, f"planted secrets found in rtjob output: {leaks}"
     assert not PLANTED or CAPTURED, "secrets were planted but no output was captured"
+
+
+# The adoption test installs the wheel into a fresh venv (about a minute of pip): start that as soon as the test is
+# collected, so it overlaps the tests that run before it, and stop it (by pid) and remove it at the end.
+ADOPTION_MODULE = "test_use_in_a_project.py"
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.path.name == ADOPTION_MODULE for item in session.items):
+        from support import tool_venv
+
+        tool_venv.start()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from support import tool_venv
+
+    tool_venv.stop()

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 from filelock import FileLock
 from support.cli import base_env, record
+from support.tool_venv import source_copy
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,9 +29,6 @@ else:
     import tomli as tomllib
 
 REPO = Path(__file__).resolve().parents[2]
-# Build outputs, caches and local state: not part of the source a wheel is built from.
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
-                                    ".hypothesis", ".rtjob", "data", "results")
 
 
 def _python310() -> str | None:
@@ -80,8 +78,7 @@ def client310(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     "needs one")
     venv = _dependency_venv(python)
     # This checkout's source (not its build outputs), built and installed as a user would: not editable.
-    source = tmp_path_factory.mktemp("src") / "rtjob"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
+    source = source_copy(tmp_path_factory.mktemp("src"))
     _pip(venv, "install", "--no-deps", "--no-build-isolation", "--force-reinstall", str(source))
     _pip(venv, "check")  # every base dependency (and marker, e.g. tomli before 3.11) is satisfied
     return venv

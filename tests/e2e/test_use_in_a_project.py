@@ -1,0 +1,136 @@
+"""Adoption: rtjob as a team would use it. The wheel is built and installed into a fresh venv (not editable, the
+`[ray]` client extra only: no torch), a project is made in a temp folder with a training script that knows
+nothing of rtjob (it takes its output folder from an argument the job passes), then `rtjob init`, `submit
+--nodes 2` on the embedded cluster to SUCCEEDED, `pull` and `results` of its output. Nothing is mocked; the
+tool runs from outside this repository, so it can only use what the wheel carries."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from support import tool_venv
+from support.cli import base_env, record
+
+# The user's own script: Ray core only (the client extra has no torch and no Ray Train), a linear model fitted by
+# gradients from one actor per node (1 CPU each: two actors need both nodes), one checkpoint folder per epoch and
+# a metrics history, in the folder --output-dir names.
+TRAIN_PY = '''\
+import argparse, json, os
+
+import ray
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--output-dir", required=True)
+parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--num-workers", type=int, default=2)
+args = parser.parse_args()
+
+ray.init()
+points = [(i / 100, 3 * (i / 100) + 1) for i in range(100)]
+shards = [points[i::args.num_workers] for i in range(args.num_workers)]
+
+
+@ray.remote(num_cpus=1)
+class Worker:
+    def __init__(self, shard):
+        self.shard = shard
+
+    def gradient(self, w, b):
+        shard = self.shard
+        gw = sum(2 * (w * x + b - y) * x for x, y in shard) / len(shard)
+        gb = sum(2 * (w * x + b - y) for x, y in shard) / len(shard)
+        loss = sum((w * x + b - y) ** 2 for x, y in shard) / len(shard)
+        return gw, gb, loss, ray.get_runtime_context().get_node_id()
+
+
+workers = [Worker.remote(shard) for shard in shards]
+
+
+w = b = 0.0
+history = []
+for epoch in range(1, args.epochs + 1):
+    nodes = set()
+    for _ in range(40):
+        results = ray.get([worker.gradient.remote(w, b) for worker in workers])
+        w -= 0.5 * sum(r[0] for r in results) / len(results)
+        b -= 0.5 * sum(r[1] for r in results) / len(results)
+        nodes |= {r[3] for r in results}
+    loss = sum(r[2] for r in results) / len(results)
+    history.append({"epoch": epoch, "train_loss": loss, "nodes": len(nodes)})
+    folder = os.path.join(args.output_dir, f"checkpoint_epoch_{epoch:04d}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "model.json"), "w") as f:
+        json.dump({"w": w, "b": b}, f)
+    with open(os.path.join(args.output_dir, "metrics.json"), "w") as f:
+        json.dump(history, f)
+    print(f"epoch {epoch} loss {loss:.6f} on {history[-1]['nodes']} node(s)", flush=True)
+'''
+
+
+def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    record(proc.stdout, proc.stderr)
+    return proc
+
+
+@pytest.fixture(scope="module")
+def tool() -> Path:
+    """The installed `rtjob` console script: the wheel in a fresh venv, client extra only (support/tool_venv.py;
+    tests/conftest.py started the install when this test was collected)."""
+    venv = tool_venv.start().wait()
+    no_torch = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
+    assert no_torch.returncode != 0, "the client extra must not pull torch"
+    editable = subprocess.run([str(venv / "bin" / "python"), "-c", "import rtjob; print(rtjob.__file__)"],
+                              capture_output=True, text=True, check=True)
+    assert str(venv) in editable.stdout, f"rtjob must come from the installed wheel: {editable.stdout}"
+    return venv / "bin" / "rtjob"
+
+
+def test_init_submit_pull_results_in_a_fresh_project(tool: Path, tmp_path: Path) -> None:
+    project = tmp_path / "my-project"
+    project.mkdir()
+    (project / "train.py").write_text(TRAIN_PY)
+    env = base_env(tmp_path / "rtjob-home")
+    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
+        env.pop(name, None)  # only what the wheel installed
+    env["PATH"] = f"{tool.parent}{os.pathsep}{env['PATH']}"
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
+    rtjob = str(tool)
+
+    init = _run([rtjob, "init", "--entrypoint", 'python train.py --output-dir "$RTJOB_RUN_DIR"'], env, project)
+    assert init.returncode == 0, init.stderr
+    assert "created" in init.stdout and (project / "jobs" / "train.yaml").is_file()
+    assert (project / "compute_configs").is_dir() and (project / "rtjob.toml").is_file()
+    assert ".env*" in (project / ".gitignore").read_text().splitlines()
+    again = _run([rtjob, "init"], env, project)
+    assert again.returncode == 0 and "created" not in again.stdout, again.stdout  # never overwrites
+
+    validate = _run([rtjob, "validate"], env, project)
+    assert validate.returncode == 0, validate.stdout + validate.stderr
+    run_id = "adoption-run-1"
+    try:
+        submit = _run([rtjob, "submit", "train", "--nodes", "2", "--submission-id", run_id], env, project, timeout=900)
+        out = submit.stdout + submit.stderr
+        assert submit.returncode == 0, out[-4000:]
+        assert "SUCCEEDED" in out and "epoch 2 loss" in out and "on 2 node(s)" in out, out[-4000:]
+        assert "train.py" in out  # the upload notice / log came from this project, not the repository
+
+        pull = _run([rtjob, "pull", run_id], env, project)
+        assert pull.returncode == 0, pull.stdout + pull.stderr
+        (model_file,) = project.glob(f"rtjob-runs/{run_id}/checkpoint_epoch_0002/model.json")
+        model = json.loads(model_file.read_text())
+        assert abs(model["w"] - 3) < 0.05 and abs(model["b"] - 1) < 0.05, model  # it learned y = 3x + 1
+
+        for source in (run_id, f"rtjob-runs/{run_id}"):  # the run's storage, then the pulled copy
+            results = _run([rtjob, "results", source, "-o", "json"], env, project)
+            assert results.returncode == 0, results.stderr
+            (run,) = json.loads(results.stdout)
+            assert [row["epoch"] for row in run["history"]] == [1, 2], results.stdout
+            assert 0 < run["history"][-1]["train_loss"] < run["history"][0]["train_loss"] < 0.1, run["history"]
+    finally:
+        down = _run([rtjob, "local", "down"], env, project, timeout=300)
+        assert down.returncode == 0, down.stderr

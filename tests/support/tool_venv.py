@@ -1,0 +1,91 @@
+"""rtjob as a user installs it: this checkout's source built into a wheel and installed into a fresh venv with the
+`[ray]` client extra (not editable, no torch).
+
+The install takes about a minute of pip, so tests/conftest.py starts it in the background as soon as the adoption
+test is collected (``start``); the test's fixture waits for it (``wait``). Run as a script it does the work:
+``python tool_venv.py SCRATCH`` writes SCRATCH/venv and SCRATCH/done (or leaves the error in SCRATCH/log)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+# Build outputs, caches and local state: not part of the source a wheel is built from (a stale build/lib would
+# put removed modules back into the wheel).
+NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
+                                    ".hypothesis", ".rtjob", "data", "results", "rtjob-runs")
+EXTRA = "ray"
+
+
+def source_copy(dest: Path) -> Path:
+    """This checkout's source files (not its build outputs) under ``dest``/rtjob."""
+    source = dest / "rtjob"
+    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
+    return source
+
+
+def build_wheel(source: Path, out: Path) -> Path:
+    """The wheel of ``source``, built with this interpreter's setuptools (no isolation: offline)."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out),
+                    str(source)], check=True, timeout=300)
+    (wheel,) = out.glob("rtjob-*.whl")
+    return wheel
+
+
+def _main(scratch: Path) -> None:
+    wheel = build_wheel(source_copy(scratch), scratch / "wheels")
+    venv = scratch / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[{EXTRA}]"],
+                   check=True, timeout=900)
+    (scratch / "done").touch()
+
+
+class Background:
+    """The build+install, running beside the other tests; one per session."""
+
+    def __init__(self) -> None:
+        self.scratch = Path(tempfile.mkdtemp(prefix="rtjob-tool-", dir="/tmp"))
+        self._log = (self.scratch / "log").open("w")
+        self.proc = subprocess.Popen([sys.executable, __file__, str(self.scratch)], stdout=self._log,
+                                     stderr=subprocess.STDOUT)
+
+    def wait(self, timeout: float = 1200) -> Path:
+        """The venv, once installed; AssertionError with pip's output if the install failed."""
+        code = self.proc.wait(timeout=timeout)
+        self._log.close()
+        log = (self.scratch / "log").read_text(errors="replace")
+        assert code == 0 and (self.scratch / "done").exists(), f"building/installing the wheel failed:\n{log[-4000:]}"
+        return self.scratch / "venv"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+_STARTED: Background | None = None
+
+
+def start() -> Background:
+    global _STARTED
+    if _STARTED is None:
+        _STARTED = Background()
+    return _STARTED
+
+
+def stop() -> None:
+    global _STARTED
+    if _STARTED is not None:
+        _STARTED.close()
+        _STARTED = None
+
+
+if __name__ == "__main__":
+    _main(Path(sys.argv[1]))
