@@ -8,6 +8,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 RTJOB = [sys.executable, "-m", "rtjob.main"]
@@ -70,3 +71,22 @@ def wait_for_status(env: dict[str, str], run_id: str, wanted: set[str], timeout:
                 return status
         time.sleep(0.5)
     raise AssertionError(f"{run_id} never reached {wanted} (last: {status})")
+
+
+def in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    """rtjob ARGS through the console script's own main, in this process (pytest's ``capsys`` captures it): the
+    exit code, stdout and stderr, recorded for the suite-wide secret check. The redactor starts empty, as in a
+    new process."""
+    from rtjob.commands import main
+    from rtjob.core.redact import REDACTOR
+
+    REDACTOR.clear()
+    capsys.readouterr()
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 0
+    out, err = capsys.readouterr()
+    record(out, err)
+    return subprocess.CompletedProcess(list(args), code, out, err)

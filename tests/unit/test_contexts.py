@@ -17,7 +17,7 @@ import pytest
 from rtjob.core.redact import REDACTOR
 from rtjob.spec import contexts
 from rtjob.spec.project import ENV_NAMES, load_settings
-from support.cli import plant, record
+from support.cli import in_process, plant
 
 CONFIG = """\
 # my clusters (this comment survives rtjob's edits)
@@ -71,18 +71,7 @@ def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[User]:
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
     """The console script's own entry point, in this process; the redactor starts empty as in a new process."""
-    from rtjob.commands import main
-
-    REDACTOR.clear()
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-    out, err = capsys.readouterr()
-    record(out, err)
-    return subprocess.CompletedProcess(list(args), code, out, err)
+    return in_process(capsys, *args)
 
 
 def one_error(proc: subprocess.CompletedProcess[str]) -> str:

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from click.shell_completion import ShellComplete
 from rtjob.commands import cli as root_cli
-from support.cli import REPO, record
+from support.cli import REPO, in_process
 from support.http_faults import StandIn, json_body
 
 import rtjob_contract as contract
@@ -86,20 +86,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def rtjob(project: Path, capsys: pytest.CaptureFixture[str]) -> Callable[..., tuple[int, str, str]]:
     """rtjob ARGS in this process over this repository's project: (exit code, stdout, stderr)."""
-    from rtjob.commands import main
-    from rtjob.core import redact
 
     def run(*args: str) -> tuple[int, str, str]:
-        redact.REDACTOR.clear()
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-        out, err = capsys.readouterr()
-        record(out, err)
-        return code, out, err
+        proc = in_process(capsys, *args)
+        return proc.returncode, proc.stdout, proc.stderr
 
     return run
 

@@ -16,7 +16,7 @@ from rtjob.spec import catalog
 from rtjob.spec.project import BUILTIN_COMPUTE_CONFIGS, builtin_compute_config_names, find_compute_config_file
 from rtjob.spec.requirements import read_requirements, split_satisfied
 from rtjob.spec.resolve import load_compute_config
-from support.cli import REPO, record
+from support.cli import REPO, in_process
 
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
          "RTJOB_COMPUTE_CONFIG", "RTJOB_ANYSCALE_CLOUD", "RAY_JOB_HEADERS", "RTJOB_PROJECT")
@@ -26,8 +26,6 @@ PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 @pytest.fixture
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """rtjob's own entry point, in this process, standing in ``tmp_path/project`` (a folder outside this repo)."""
-    from rtjob.commands import main
-    from rtjob.core import redact
 
     project = tmp_path / "project"
     project.mkdir()
@@ -39,17 +37,9 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
     def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         for key, value in (env or {}).items():
             monkeypatch.setenv(key, value)
-        redact.REDACTOR.clear()
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-        out, err = capsys.readouterr()
-        record(out, err)
+        proc = in_process(capsys, *args)
         assert not (tmp_path / "home" / "local" / "cluster.json").exists()
-        return subprocess.CompletedProcess(list(args), code, out, err)
+        return proc
 
     run.project = project  # type: ignore[attr-defined]
     return run

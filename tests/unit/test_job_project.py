@@ -15,7 +15,7 @@ from rtjob.backends.ray.packaging import RTJOB_EXCLUDES, ray_default_excludes, s
 from rtjob.core.errors import BadInput
 from rtjob.spec.project import PULLED_RUNS_DIR, find_root, job_file_root, load_settings
 from rtjob.storage.pull import default_destination
-from support.cli import record
+from support.cli import in_process
 
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
          "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
@@ -33,8 +33,6 @@ def _write(files: dict[Path, str]) -> None:
 def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
     """rtjob's console entry point in this process, with HOME a temporary folder; call(*args, cwd=...)."""
     from rtjob.backends.ray import packaging
-    from rtjob.commands import main
-    from rtjob.core import redact
 
     home = tmp_path / "user"
     home.mkdir()
@@ -45,17 +43,8 @@ def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureF
 
     def call(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         monkeypatch.chdir(cwd)
-        redact.REDACTOR.clear()
         packaging._measured.cache_clear()  # one process here runs many commands over changing trees
-        capsys.readouterr()
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0
-        out, err = capsys.readouterr()
-        record(out, err)
-        return subprocess.CompletedProcess(list(args), code, out, err)
+        return in_process(capsys, *args)
 
     call.home = home  # type: ignore[attr-defined]
     return call

@@ -22,7 +22,7 @@ from rtjob.storage.pull import plan_pull
 from rtjob.storage.raytrain import SNAPSHOT_FILE, parse_snapshot, parse_snapshot_rows
 from rtjob.storage.results import COLUMNS, columns_for, history_from_dir
 from rtjob.storage.stores import open_store
-from support.cli import REPO, record
+from support.cli import REPO, in_process
 
 SNAPSHOT = REPO / "tests/support/plain_raytrain" / SNAPSHOT_FILE
 FIRST, SECOND = "checkpoint_2026-11-23_05-35-55.203654", "checkpoint_2026-11-23_05-35-55.309728"
@@ -48,18 +48,8 @@ def run_folder(root: Path, data: dict[str, Any] | None = None) -> Path:
 def cli(*args: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
         home: Path) -> subprocess.CompletedProcess[str]:
     """The console script's own main, in this process (nothing here contacts a cluster)."""
-    from rtjob.commands import main
-
     monkeypatch.setenv("RTJOB_HOME", str(home))
-    capsys.readouterr()
-    try:
-        main(list(args))
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-    out, err = capsys.readouterr()
-    record(out, err)
-    return subprocess.CompletedProcess(list(args), code, out, err)
+    return in_process(capsys, *args)
 
 
 def test_the_real_snapshot_parses_to_each_checkpoint_with_its_metrics_in_report_order():
