@@ -338,7 +338,9 @@ def test_missing_token_is_one_line_exit_3(tmp_path: Path) -> None:
     env.pop("ANYSCALE_CLI_TOKEN", None)
     res = rtjob("submit", "hello", "--backend", "anyscale", env=env, timeout=120)
     assert res.returncode == 3
-    assert res.stderr.strip().splitlines() == [
+    lines = res.stderr.strip().splitlines()
+    assert lines[0].startswith("rtjob: uploading working dir ")  # what it was about to upload, then one error
+    assert lines[1:] == [
         "rtjob: error: no Anyscale credentials: set ANYSCALE_CLI_TOKEN (in CI, from a secret) or run "
         "`anyscale login` (it writes ~/.anyscale/credentials.json)"
     ]

@@ -153,7 +153,8 @@ def test_completion_scripts_and_the_words_they_complete(rtjob: Callable[..., tup
 
 
 def test_run_ids_complete_from_the_backend_and_never_print_or_hang(
-        dashboard: Dashboard, project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+        dashboard: Dashboard, project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
     from rtjob.commands import completion
 
     assert sorted(_complete(["status", *_ray(dashboard)], "run-")) == ["run-a", "run-b"]
@@ -162,6 +163,14 @@ def test_run_ids_complete_from_the_backend_and_never_print_or_hang(
     assert _complete(["status", "--backend", "ray", "--address", "http://127.0.0.1:9"], "") == []  # refused
     assert _complete(["status", "--backend", "ray", "--address", "not a url"], "") == []  # bad input
     assert capfd.readouterr() == ("", "")
+
+    # --context on the line: the run ids come from that context's cluster (read in the completion's thread too).
+    config_home = tmp_path / "xdg"
+    (config_home / "rtjob").mkdir(parents=True)
+    (config_home / "rtjob" / "config.toml").write_text(
+        f'[contexts.prod]\nbackend = "ray"\naddress = "{dashboard.server.address}"\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    assert sorted(_complete(["status", "--context", "prod"], "run-")) == ["run-a", "run-b"]
 
     release = threading.Event()
     with StandIn(lambda method, path: (release.wait(30), (200, "application/json", b"[]"))[1]) as stalled:
@@ -279,6 +288,6 @@ def test_submit_says_what_it_uploads(project: Path) -> None:
     from rtjob.spec.resolve import Overrides
 
     planned = plan("ddp-resnet", configured({"backend": "ray", "address": "http://127.0.0.1:9"}, REPO), Overrides())
-    line = planned.backend.upload_summary(planned.request) or ""
-    match = re.fullmatch(r"uploading working dir (\S+) \((\d+) files, [\d.]+ (KiB|MiB)\)", line)
+    line = planned.upload.describe() if planned.upload else ""
+    match = re.fullmatch(r"(\S+) \((\d+) files, [\d.]+ (KiB|MiB)\)", line)
     assert match and Path(match[1]) == REPO and int(match[2]) > 10, line

@@ -103,6 +103,22 @@ def test_a_job_outside_this_repo_uses_a_builtin_and_the_cloud_setting(cli) -> No
     assert config["cloud"] == "own"
     res = cli("render", "t", "--backend", "anyscale", "--compute-config", "g5-4xlarg")
     assert res.returncode == 2 and "did you mean 'g5-4xlarge'?" in res.stderr and "p5-48xlarge" in res.stderr
+    # A compute config that names its cloud (a project's own, or one registered on Anyscale) keeps it: the
+    # setting fills in only where nothing names one.
+    _write(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: mine\n",
+                         "compute_configs/mine.yaml": "cloud: cloud-a\nworker_nodes: [{instance_type: g5.xlarge}]\n"})
+    env = {"RTJOB_ANYSCALE_CLOUD": "cloud-b"}
+    config = json.loads(cli("render", "t", "--backend", "anyscale", "-o", "json", env=env).stdout)["job_config"]
+    assert "cloud" not in config and config["compute_config"]["cloud"] == "cloud-a"
+    # compute-config show/apply (what registers a built-in) take the setting's cloud too; a named one stays.
+    shown = json.loads(cli("compute-config", "show", "g5-4xlarge", "-o", "json", env=env).stdout)
+    assert shown["compute_config"]["cloud"] == "cloud-b", shown
+    shown = json.loads(cli("compute-config", "show", "mine", "-o", "json", env=env).stdout)
+    assert "cloud-b" not in json.dumps(shown), shown
+    res = cli("render", "t", "--backend", "anyscale", "--compute-config", "anyscale:team-g5", "-o", "json", env=env)
+    assert res.returncode == 0, res.stderr
+    config = json.loads(res.stdout)["job_config"]
+    assert "cloud" not in config and config["compute_config"] == "team-g5"
 
 
 # -- requirements -------------------------------------------------------------------------------------------
@@ -192,7 +208,7 @@ def test_init_scaffolds_a_fresh_folder_that_validates(cli) -> None:
     assert job.splitlines()[0] == "# yaml-language-server: $schema=../schemas/job.schema.json"
     assert json.loads((root / "schemas" / "job.schema.json").read_text())["title"] == "rtjob job"
     assert '\nentrypoint: "python src/fit.py --epochs 2"\n' in job
-    assert {".env*", ".rtjob/", "rtjob-*/"} <= set((root / ".gitignore").read_text().splitlines())
+    assert {".env*", ".rtjob/", "rtjob-runs/"} <= set((root / ".gitignore").read_text().splitlines())
     assert tomllib.loads((root / "rtjob.toml").read_text()) == {}  # every key commented out
     (root / "src").mkdir()
     res = cli("validate", env={"RTJOB_PROJECT": str(root)})
@@ -203,7 +219,7 @@ def test_init_scaffolds_a_fresh_folder_that_validates(cli) -> None:
 def test_init_rerun_keeps_every_file(cli) -> None:
     assert cli("init", "--github").returncode == 0
     (cli.project / "jobs" / "train.yaml").write_text("name: train\nentrypoint: python mine.py\n")  # the user's edit
-    (cli.project / ".gitignore").write_text("# mine\n.env*\n.rtjob/\nrtjob-*/\n")
+    (cli.project / ".gitignore").write_text("# mine\n.env*\n.rtjob/\nrtjob-runs/\n")
     before = _files(cli.project)
     res = cli("init", "--github", "--entrypoint", "python other.py", "--name", "train")
     assert res.returncode == 0, res.stderr
@@ -249,6 +265,14 @@ def test_init_github_writes_the_scheduled_workflow(cli) -> None:
     assert f'pip install "rtjob[ray]=={__version__}"' in workflow and 'pip install ".[' not in workflow
     res = cli("init", "other", "--github", "--cron", "61 * * * *")
     assert res.returncode == 2 and not (cli.project / "other").exists()
+    # Cron that GitHub does not run (L, more often than every 5 minutes) is refused before any file is written.
+    for cron in ("0 3 L * *", "*/2 * * * *"):
+        res = cli("init", "other", "--github", "--cron", cron)
+        assert res.returncode == 2 and "GitHub" in res.stderr and not (cli.project / "other").exists(), res.stderr
+    (cli.project / "broken").mkdir()
+    (cli.project / "broken" / "pyproject.toml").write_text("[project\n")
+    res = cli("init", "broken")
+    assert res.returncode == 2 and sorted(p.name for p in (cli.project / "broken").iterdir()) == ["pyproject.toml"]
 
 
 # -- the packaged training entrypoints and the wheel ------------------------------------------------------

@@ -88,7 +88,7 @@ def test_a_job_by_path_belongs_to_its_own_project_from_home_from_a_parent_and_fr
     assert data["run"]["job_file"] == "jobs/train.yaml"  # outside the current folder: within its project
     assert _render(cli, "jobs/train.yaml", project)["run"]["job_file"] == "jobs/train.yaml"
     text = cli("render", str(job), cwd=elsewhere)
-    assert f"upload:    {project}  (3 file(s), " in text.stdout and " KiB)" in text.stdout
+    assert f"upload:    {project} (3 files, " in text.stdout and " KiB)" in text.stdout
 
 
 def test_the_project_root_walks_up_from_the_file_and_never_stops_at_home_or_slash(cli, tmp_path):

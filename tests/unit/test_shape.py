@@ -266,6 +266,34 @@ def test_a_run_that_waits_in_vain_is_stopped_after_the_grace_period(monkeypatch)
     assert heard[0].startswith("r1 waits for {GPU: 1} × 2") and "stopping it in 0s" in heard[0]
 
 
+def test_a_wait_that_ended_does_not_count_towards_a_later_one(monkeypatch):
+    """A run that waited, got its resources and later waits again (Ray Train re-creating its worker group)
+    gets a whole grace period for the new wait."""
+    import asyncio
+
+    from rtjob.runs import follow
+
+    _fast(monkeypatch, "100")
+    backend = StuckBackend(final=True)
+    clock = [1000.0]
+    monkeypatch.setattr(follow.time, "monotonic", lambda: clock[0])
+    watch = follow.StuckWatch(backend, "r1", notice=None)  # type: ignore[arg-type]
+    asyncio.run(watch.check(backend.info))  # waits from t=1000
+    backend.stuck_answer = None
+    clock[0] += 600
+    asyncio.run(watch.check(backend.info))  # got it
+    backend.stuck_answer = StuckBackend(final=True).stuck_answer
+    clock[0] += 10
+    asyncio.run(watch.check(backend.info))  # waits again, from t=1610
+    clock[0] += 50
+    asyncio.run(watch.check(backend.info))  # 50 s into the new wait: within its grace
+    assert backend.stops == 0
+    clock[0] += 60
+    with pytest.raises(follow.NeverFits):
+        asyncio.run(watch.check(backend.info))  # 110 s: past the grace
+    assert backend.stops == 1
+
+
 def test_on_a_cluster_that_can_grow_the_wait_is_reported_once_and_the_run_left_alone(monkeypatch):
     from rtjob.core.model import RunStatus
     from rtjob.runs.follow import follow

@@ -59,6 +59,11 @@ class Upload:
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def describe(self) -> str:
+        """'/path (12 files, 4.5 KiB)': what render shows and submit says before it uploads."""
+        size = f"{self.bytes / 1024**2:.1f} MiB" if self.bytes >= 1024**2 else f"{self.bytes / 1024:.1f} KiB"
+        return f"{self.working_dir} ({self.files} files, {size})"
+
 
 @dataclass
 class Retry:
@@ -152,12 +157,6 @@ class Backend(ABC):
     @abstractmethod
     def precheck(self, job: ResolvedJob) -> list[str]:
         """Raise BadInput if the job can never fit; return warnings (e.g. it needs the autoscaler)."""
-
-    def upload_summary(self, request: Request) -> str | None:
-        """One line for people about what ``submit`` uploads with the request (a working dir: its path,
-        file count and size); None when it uploads nothing."""
-        del request
-        return None
 
     # -- run control --------------------------------------------------------------------------------
     @abstractmethod

@@ -39,18 +39,24 @@ def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
 
 def _local_compute_config(name: str, nodes: int | None, group_name: str | None) -> tuple[dict[str, Any], str, str]:
     """(Anyscale-shaped config, file shown, what was pinned) for compute_configs/NAME.yaml or a path."""
+    from ..backends import configured
     from ..spec.pricing import pinned_compute_config
     from ..spec.project import find_root
     from ..spec.resolve import load_compute_config, pick_group
 
     cc, shown = load_compute_config(name, find_root())
     if nodes is None and group_name is None:
-        return cc.model_dump(exclude_none=True), shown, ""
-    group = pick_group(cc, group_name, shown)
-    if group is None:
-        raise BadInput(f"{shown}: --nodes needs a worker group to pin, and this compute config has none")
-    count = nodes if nodes is not None else group.min_nodes
-    return pinned_compute_config(cc, group, count), shown, f"{group.label} pinned to {count} node(s)"
+        data, pinned = cc.model_dump(exclude_none=True), ""
+    else:
+        group = pick_group(cc, group_name, shown)
+        if group is None:
+            raise BadInput(f"{shown}: --nodes needs a worker group to pin, and this compute config has none")
+        count = nodes if nodes is not None else group.min_nodes
+        data, pinned = pinned_compute_config(cc, group, count), f"{group.label} pinned to {count} node(s)"
+    cloud = configured({"backend": "anyscale"}).get("cloud")
+    if cloud and not data.get("cloud"):  # built-ins name no cloud: the settings' (context, project, env) one
+        data = {"cloud": cloud, **data}
+    return data, shown, pinned
 
 
 @click.group("compute-config", context_settings=CONTEXT)
@@ -292,7 +298,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
         return EXIT_SUCCEEDED
     from ..runs.workflow import github_workflow, write_workflow
     from ..spec.cron import validate_github_cron, validate_iana_timezone
-    from ..spec.project import find_root
+    from ..spec.project import project_of
     from ..spec.resolve import load_job_file
 
     cron = validate_github_cron(cron)  # every check before anything is written
@@ -300,7 +306,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     if sets or envs or storage or compute_config or name:
         raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
                        "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
-    root = find_root()
+    root = project_of(job)  # a job file's own project, wherever rtjob runs
     spec, shown = load_job_file(job, root)  # the job must exist and be valid
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
     text = github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout,

@@ -93,8 +93,14 @@ def run_ids_starting(ctx: click.Context, incomplete: str) -> list[CompletionItem
     params: dict[str, Any] = ctx.params
 
     def listed() -> list[str]:
-        be = backend_from(params.get("backend"), params.get("address"), tuple(params.get("headers") or ()),
-                          bool(params.get("no_verify_tls")))
+        from click.globals import pop_context, push_context
+
+        push_context(ctx)  # this thread's own Click context stack: settings_from reads --context from it
+        try:
+            be = backend_from(params.get("backend"), params.get("address"), tuple(params.get("headers") or ()),
+                              bool(params.get("no_verify_tls")))
+        finally:
+            pop_context()
         return [run.id for run in be.list()]
 
     with _stderr_silenced():

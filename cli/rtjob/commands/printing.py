@@ -39,12 +39,10 @@ def print_json(data: Any) -> None:
 
 
 def print_yaml(data: Any) -> None:
-    """The same data as print_json, as YAML (safe_dump: plain types only, so any YAML parser reads it back)."""
-    import yaml
+    """The same data as print_json, as YAML that YAML 1.1 and 1.2 readers both load back as that data."""
+    from ..core.yamlout import dump_yaml
 
-    text = yaml.safe_dump(_plain_data(data), sort_keys=False, default_flow_style=False, allow_unicode=True,
-                          width=1_000_000)
-    print(text, end="", flush=True)
+    print(dump_yaml(_plain_data(data)), end="", flush=True)
 
 
 def print_data(data: Any, output: str) -> None:

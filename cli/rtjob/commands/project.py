@@ -23,7 +23,7 @@ def jobs(output: str) -> int:
       rtjob jobs -o yaml
     """
     from ..spec.project import find_root, job_file_of, job_names
-    from ..spec.resolve import load_job_file
+    from ..spec.resolve import declares_shape, load_job_file
 
     root = find_root()
     rows: list[dict[str, Any]] = []
@@ -31,7 +31,9 @@ def jobs(output: str) -> int:
         try:  # by its file: a `name:` elsewhere that equals this file name must not make it ambiguous here
             spec, shown = load_job_file(str(job_file_of(name, root)), root)
             rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
-                         "nodes": spec.nodes, "compute_config": spec.compute_config, "file": shown, "error": None})
+                         # a job that declares no shape: its entrypoint decides (never an invented 1)
+                         "nodes": spec.nodes if declares_shape(spec, spec.compute_config) else None,
+                         "compute_config": spec.compute_config, "file": shown, "error": None})
         except RtjobError as exc:
             rows.append({"name": name, "description": "", "strategy": "-", "nodes": None, "compute_config": None,
                          "file": _job_file_shown(name, root), "error": exc.message})

@@ -85,7 +85,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
 
     \b
     Examples:
-      rtjob pull RUN_ID                            the newest checkpoint into ./RUN_ID
+      rtjob pull RUN_ID                            the newest checkpoint into ./rtjob-runs/RUN_ID
       rtjob pull RUN_ID --checkpoint best:val_loss --to ./best
       rtjob pull s3://bucket/runs/ddp-resnet/RUN_ID --checkpoint all -o json
     """

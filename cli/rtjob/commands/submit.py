@@ -34,14 +34,6 @@ def _shown_setting(key: str, value: Any) -> Any:
     return mask_url(value) if isinstance(value, str) else value
 
 
-def _upload_text(planned: Plan) -> str:
-    upload = planned.upload
-    if upload is None:
-        return "-"
-    size = f"{upload.bytes / 1024**2:.1f} MiB" if upload.bytes >= 1024**2 else f"{upload.bytes / 1024:.1f} KiB"
-    return f"{upload.working_dir}  ({upload.files} file(s), {size})"
-
-
 def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
     from ..spec.pricing import job_cost
@@ -98,7 +90,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
         *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",
-        f"upload:    {_upload_text(planned)}",
+        f"upload:    {planned.upload.describe() if planned.upload else '-'}",
     ]
     lines += [f"note:      {note}" for note in planned.notes]
     if explain:

@@ -65,6 +65,7 @@ class StuckWatch:
         except RtjobError:
             return  # a fault reading the cluster's state is not a verdict on the run
         if stuck is None:
+            self.since = None  # it got what it waited for: a later wait (a worker group restarting) starts afresh
             return
         if not stuck.final:
             if not self.warned:

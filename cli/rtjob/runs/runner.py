@@ -66,9 +66,8 @@ def submit(planned: Plan, *, attach: bool, say: Say) -> Submitted:
         return Submitted(existing, created=False)
     for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
         say(f"warning: {warning}")
-    upload = backend.upload_summary(planned.request)
-    if upload:
-        say(upload)
+    if planned.upload is not None:
+        say(f"uploading working dir {planned.upload.describe()}")
     result = patience.call_sync(lambda: backend.submit(planned.request))
     return Submitted(result.run, result.created)
 

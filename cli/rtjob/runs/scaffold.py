@@ -11,28 +11,31 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..core.errors import BadInput
+from ..spec.project import PROJECT_FILE, PULLED_RUNS_DIR
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-PROJECT_FILE = "rtjob.toml"  # the project config when there is no pyproject.toml (same keys as [tool.rtjob])
 SCHEMA_DIR = "schemas"  # JSON schemas for editors, referenced by the job files' yaml-language-server line
 STARTER_COMPUTE_CONFIG = "g5-4xlarge"  # the built-in copied into compute_configs/ as an example to edit
 # What a project keeps out of git and, as Ray and Anyscale honour .gitignore, out of the uploaded working dir:
-# secrets, rtjob's own state, and runs `rtjob pull RUN_ID` writes to ./RUN_ID (run ids start with rtjob-).
-GITIGNORE_LINES = (".env*", ".rtjob/", "rtjob-*/")
+# secrets, rtjob's own state, and the runs `rtjob pull RUN_ID` writes (./rtjob-runs/RUN_ID).
+GITIGNORE_LINES = (".env*", ".rtjob/", f"{PULLED_RUNS_DIR}/")
 
 _SETTINGS = """\
-# rtjob's project settings (flags > environment > these). Uncomment what you need; `rtjob render JOB --explain`
-# shows where each value came from. Keys: backend, address, storage, compute_config, headers, verify_tls, cloud.
+# rtjob's project settings: flags > --context > environment > these > the current context (rtjob context use).
+# Uncomment what you need; `rtjob render JOB --explain` shows where each value came from.
+# Keys: backend, address, storage, compute_config, headers, verify_tls, cloud, project.
 # backend = "ray"                          # ray | local (embedded cluster) | anyscale
 # address = "http://head-node:8265"        # a Ray cluster's dashboard
 # storage = "s3://my-bucket/rtjob"         # where runs write checkpoints and metrics
 # cloud = "my-anyscale-cloud"              # Anyscale: else the organization's default cloud
+# project = "my-anyscale-project"          # Anyscale: else the cloud's default project
 """
 
 _JOB = """\
@@ -86,6 +89,13 @@ def _write_new(folder: Path, rel: str, text: str) -> Step:
     return Step(rel, "created")
 
 
+def _pyproject_data(pyproject: Path) -> dict[str, Any]:
+    try:
+        return tomllib.loads(pyproject.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{pyproject}: not valid TOML ({exc}); fix it, or add [tool.rtjob] yourself") from None
+
+
 def _project_config(folder: Path) -> Step:
     """rtjob.toml, or [tool.rtjob] appended to an existing pyproject.toml that has none."""
     if (folder / PROJECT_FILE).exists():
@@ -94,11 +104,7 @@ def _project_config(folder: Path) -> Step:
     if not pyproject.is_file():
         return _write_new(folder, PROJECT_FILE, _SETTINGS)
     text = pyproject.read_text(encoding="utf-8")
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInput(f"{pyproject}: not valid TOML ({exc}); fix it, or add [tool.rtjob] yourself") from None
-    if "rtjob" in data.get("tool", {}):
+    if "rtjob" in _pyproject_data(pyproject).get("tool", {}):
         return Step("pyproject.toml [tool.rtjob]", "kept")
     separator = "" if text.endswith("\n") or not text else "\n"
     with pyproject.open("a", encoding="utf-8") as out:
@@ -141,10 +147,15 @@ def init_project(folder: Path, *, entrypoint: str, name: str | None = None, gith
     job_name = name or _default_name(words)
     if not re.match(NAME_RE, job_name):
         raise BadInput(f"--name {job_name!r}: letters, digits, '.', '_' and '-', starting with a letter or digit")
+    # Everything that can refuse is checked before the first file is written: nothing half-scaffolded.
+    workflow = None
     if github:
-        from ..spec.cron import validate_cron
+        from .workflow import github_workflow
 
-        cron = validate_cron(cron)
+        workflow = github_workflow(f"jobs/{job_name}.yaml", cron, backend="ray", nodes=1, timeout="2h",
+                                   root=folder)
+    if (folder / "pyproject.toml").is_file():
+        _pyproject_data(folder / "pyproject.toml")
     folder.mkdir(parents=True, exist_ok=True)
     steps = [
         _write_new(folder, f"{SCHEMA_DIR}/job.schema.json", json.dumps(job_json_schema(), indent=2) + "\n"),
@@ -162,10 +173,6 @@ def init_project(folder: Path, *, entrypoint: str, name: str | None = None, gith
                             "it overrides the built-in.\n" + builtin))
     steps.append(_project_config(folder))
     steps.append(_gitignore(folder))
-    if github:
-        from .workflow import github_workflow
-
-        workflow = github_workflow(f"jobs/{job_name}.yaml", cron, backend="ray", nodes=1, timeout="2h",
-                                   root=folder)
+    if workflow is not None:
         steps.append(_write_new(folder, f".github/workflows/rtjob-{job_name}.yml", workflow))
     return steps

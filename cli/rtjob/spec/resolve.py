@@ -294,9 +294,6 @@ def resolve(
             raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
     elif cc_name:
         cc, cc_shown = load_compute_config(cc_name, root, referrer)
-    if spec.cloud is None and settings.get("cloud") and not (cc and cc.cloud):
-        # Built-in compute configs name no cloud: the setting's (context, project, RTJOB_ANYSCALE_CLOUD) is the job's.
-        spec = spec.model_copy(update={"cloud": settings.get("cloud")})
 
     rpw = spec.resources_per_worker
     group: WorkerGroup | None = None

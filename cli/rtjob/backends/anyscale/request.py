@@ -46,8 +46,12 @@ def job_config(job: ResolvedJob, cloud: str | None = None, project: str | None =
         "timeout_s": job.spec.timeout_s,
         "tags": tags,
     }
-    if job.spec.cloud or cloud:
-        config["cloud"] = job.spec.cloud or cloud
+    # The job's own cloud; else a registered compute config's or an inline one's that names one; else the
+    # settings' (built-in compute configs name none); else Anyscale's default.
+    if job.spec.cloud:
+        config["cloud"] = job.spec.cloud
+    elif cloud and not isinstance(compute, str) and not (compute or {}).get("cloud"):
+        config["cloud"] = cloud
     if job.spec.project or project:
         config["project"] = job.spec.project or project
     return config

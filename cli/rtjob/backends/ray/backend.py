@@ -34,10 +34,6 @@ def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit s
     return float(os.environ.get("RTJOB_SUBMIT_TIMEOUT_S") or 600)
 
 
-def _size_text(n: int) -> str:
-    return f"{n / 1024**2:.1f} MiB" if n >= 1024**2 else f"{n / 1024:.1f} KiB"
-
-
 def _within(seconds: float, address: str, call: Any) -> None:
     """Run ``call`` in a daemon thread and give up after ``seconds`` (the thread dies with the process)."""
     import threading
@@ -160,19 +156,6 @@ class RayJobsBackend(Backend):
         parts += ["--entrypoint-num-cpus", f"{request.entrypoint_num_cpus:g}", "--"]
         return (" ".join(shlex.quote(p) if not p.startswith("RAY_AUTH") else p for p in parts) + " "
                 + request.masked_entrypoint())
-
-    def upload_summary(self, request: Request) -> str | None:
-        from pathlib import Path
-
-        from .packaging import check_upload
-
-        assert isinstance(request, RayJobRequest)
-        working_dir = request.runtime_env.get("working_dir")
-        if not working_dir:
-            return None
-        # The measurement plan() made (cached): exactly what Ray zips, .gitignore and excludes applied.
-        size = check_upload(Path(working_dir), list(request.runtime_env.get("excludes") or []), request.job_file)
-        return f"uploading working dir {working_dir} ({size.files} files, {_size_text(size.total_bytes)})"
 
     # -- checks --------------------------------------------------------------------------------
     def _never_fits(self, job: ResolvedJob, what: str, missing: str) -> list[str]:
