@@ -27,10 +27,36 @@ RECONNECT_S = 0.5
 # before it gives up with exit 3; the run itself is never touched. RTJOB_FOLLOW_GRACE_S overrides it.
 GRACE_S = 300.0
 BACKOFF_MAX_S = 10.0
-# How often a follower asks whether the run waits for resources the cluster does not have, and how long such
-# a wait lasts before the run is stopped (RTJOB_STUCK_GRACE_S): longer than a node takes to join.
-STUCK_POLL_S = 5.0
+# How often a follower asks whether the run waits for resources the cluster does not have (Ray's State API:
+# not cheap, and every follower asks), and how long such a wait lasts before the run is stopped
+# (RTJOB_STUCK_GRACE_S): longer than a node takes to join.
+STUCK_POLL_S = 15.0
 STUCK_GRACE_S = 60.0
+
+
+async def _in_daemon_thread(func: Callable[[], T]) -> T:
+    """``func()`` in a daemon thread, awaited: unlike asyncio.to_thread, a slow answer (the State API on a busy
+    cluster) never holds up the process at exit (Ctrl-C, the run's end)."""
+    import threading
+
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def deliver(outcome: Callable[[], None]) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody waits for this answer any more
+            loop.call_soon_threadsafe(outcome)
+
+    def run() -> None:
+        try:
+            result = func()
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+            error = exc  # `exc` is unbound once the except block ends; the callback runs later
+            deliver(lambda: None if future.done() else future.set_exception(error))
+        else:
+            deliver(lambda: None if future.done() else future.set_result(result))
+
+    threading.Thread(target=run, name="rtjob-stuck-check", daemon=True).start()
+    return await future
 
 
 class NeverFits(BadInput):
@@ -61,7 +87,7 @@ class StuckWatch:
             return
         self.next_check = now + STUCK_POLL_S
         try:
-            stuck = await asyncio.to_thread(self.backend.stuck, self.run_id)
+            stuck = await _in_daemon_thread(lambda: self.backend.stuck(self.run_id))
         except RtjobError:
             return  # a fault reading the cluster's state is not a verdict on the run
         if stuck is None:
