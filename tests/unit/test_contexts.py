@@ -349,3 +349,68 @@ def test_concurrent_adds_lose_nothing(user: User) -> None:
             future.result(timeout=120)
     names = set(contexts.read_config(user.config).contexts)
     assert names == {f"{p}{i}" for p in "ab" for i in range(6)}
+
+
+# --- the project config's values: the same checks as a context's (spec.contexts.check_settings) --------------
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ('headers = "x"\n', "headers must be a table"),
+    ("address = 3\n", "address must be a non-empty string"),
+    ("storage = 3\n", "storage must be a non-empty string"),
+    ("compute_config = 3\n", "compute_config must be a non-empty string"),
+    ('verify_tls = "no"\n', "verify_tls must be true or false"),
+    ('headers = {X-Team = 3}\n', "header 'X-Team' must be a string"),
+    ('headers = {"X Team" = "ml"}\n', "'X Team'"),
+    ('headers = {X-Team = "ml\\nInjected: 1"}\n', "control character"),
+    ('address = {env = "VAR"}\n', "address must be a non-empty string"),
+])
+def test_a_wrong_value_in_the_project_config_is_one_line_naming_the_file_and_key(user, capsys, text, expected):
+    (user.project / "rtjob.toml").write_text(text, encoding="utf-8")
+    err = one_error(cli(capsys, "render", "hello", "-o", "json"))
+    assert f"{user.project / 'rtjob.toml'}: " in err and expected in err, err
+
+
+def test_a_wrong_value_in_tool_rtjob_names_the_table(user, capsys):
+    user.project_config("verify_tls = 0\n")
+    err = one_error(cli(capsys, "render", "hello", "-o", "json"))
+    assert f"{user.project / 'pyproject.toml'}: [tool.rtjob]: verify_tls must be true or false" in err, err
+
+
+def test_valid_project_config_values_are_used(user, capsys):
+    (user.project / "rtjob.toml").write_text(
+        'address = "http://head:8265"\nverify_tls = false\nheaders = {X-Team = "ml"}\n', encoding="utf-8")
+    settings = load_settings({}, user.project)
+    assert (settings.get("address"), settings.get("verify_tls"), settings.get("headers")) == \
+        ("http://head:8265", False, {"X-Team": "ml"})
+
+
+# --- a context's references are resolved only when a command reads the setting --------------------------------
+
+UNRESOLVABLE = 'current = "prod"\n[contexts.prod]\naddress = "http://prod:8265"\nheaders = {X-Token = {file = "missing"}}\n'
+
+
+def test_an_unresolvable_reference_that_is_overridden_or_unused_breaks_nothing(user, capsys):
+    user.write(UNRESOLVABLE)
+    proc = cli(capsys, "render", "hello", "-o", "json", "--header", "X-Token: from-flag")
+    assert proc.returncode == 0 and json.loads(proc.stdout)["backend"] == "ray", proc.stderr
+    assert cli(capsys, "context", "list").returncode == 0  # a command that reads no setting at all
+    settings = load_settings({"headers": {"X-Token": "from-flag"}}, user.project)
+    assert settings.get("headers") == {"X-Token": "from-flag"}  # the flag wins: the file is never read
+
+
+def test_an_unresolvable_reference_a_command_needs_is_one_line(user, capsys):
+    user.write(UNRESOLVABLE)
+    err = one_error(cli(capsys, "render", "hello", "-o", "json"))
+    assert "context prod" in err and "X-Token" in err and "cannot read" in err and "missing" in err, err
+
+
+def test_a_resolved_reference_is_fed_to_the_redactor_when_read(user, capsys):
+    secret = plant("s3cr3t-token-value")
+    (user.config.parent).mkdir(parents=True, exist_ok=True)
+    (user.config.parent / "token").write_text(secret, encoding="utf-8")
+    user.write(UNRESOLVABLE.replace('"missing"', '"token"'))
+    settings = load_settings({}, user.project)
+    assert secret not in REDACTOR._values  # not read yet: not resolved
+    assert settings.get("headers") == {"X-Token": secret}
+    assert secret not in REDACTOR.text(f"token {secret}")

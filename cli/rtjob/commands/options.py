@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..backends import backend_names
-from ..core.redact import REDACTOR, url_password
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -138,9 +137,8 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
     click_ctx = click.get_current_context(silent=True)
     settings = configured(flags, project_of(job) if job else None,
                           context=click_ctx.meta.get(_CONTEXT_KEY) if click_ctx else None)
-    # Header values and a password in the address are secrets of this process from here on.
-    REDACTOR.add_mapping(settings.get("headers") or {})
-    REDACTOR.add([url_password(str(settings.get("address") or ""))])
+    # Header values and a password in the address reach the redactor as they are set (spec.project.Settings.set)
+    # or resolved: reading them here would resolve a context reference that this command may never need.
     return settings
 
 

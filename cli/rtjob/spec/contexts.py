@@ -1,9 +1,9 @@
 """Named contexts: where to run, kept once per user in ``$XDG_CONFIG_HOME/rtjob/config.toml``.
 
 A context holds settings (``CONTEXT_KEYS``). Secrets are never stored in clear: a header value (or the
-address) that would hold one is a reference, ``{env = "NAME"}`` or ``{file = "path"}``, resolved only when
-the context is used and handed to the redactor at once. Writes hold a file lock, keep the user's comments
-(tomlkit) and replace the file atomically, readable by its owner only.
+address) that would hold one is a reference, ``{env = "NAME"}`` or ``{file = "path"}``, resolved only when a
+command reads that setting (project.Deferred) and handed to the redactor at once. Writes hold a file lock, keep
+the user's comments (tomlkit) and replace the file atomically, readable by its owner only.
 
     current = "prod"
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import os
 import re
 import tempfile
@@ -26,7 +27,7 @@ from typing import Any
 
 from ..core.errors import BadInput
 from ..core.redact import REDACTOR, is_secret, url_password
-from .project import SETTING_KEYS, tomllib
+from .project import SETTING_KEYS, Deferred, tomllib
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
 CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project
@@ -88,36 +89,55 @@ def _ref_hint(name: str) -> str:
     return f'reference it instead: {name} = {{env = "VAR"}} or {{file = "PATH"}}'
 
 
-def _check_context(where: str, ctx: Any) -> dict[str, Any]:
-    if not isinstance(ctx, dict):
+def _check_header(where: str, name: str, value: str) -> None:
+    """The same checks as --header (spec.overrides.parse_headers): a token name, a one-line value."""
+    from .overrides import parse_headers
+
+    try:
+        valid_name = list(parse_headers([f"{name}: -"])) == [name]  # ':' or a space would split the name
+    except BadInput:
+        valid_name = False
+    if not valid_name:
+        raise BadInput(f"{where}: header name {name!r} is not valid; use letters, digits and -_.!#$%&'*+^`|~, "
+                       "e.g. X-Team")
+    parse_headers([f"{name}: {value}"], source=f"{where}: header")
+
+
+def check_settings(where: str, table: Any, *, references: bool = True) -> dict[str, Any]:
+    """A table of settings (a context, or the project config) checked: known keys, strings where strings are
+    expected, verify_tls a boolean, headers a table of valid names to one-line values. With ``references``
+    (a context) a secret may only be a reference ``{env = "VAR"}`` / ``{file = "PATH"}``, never clear."""
+    if not isinstance(table, dict):
         raise BadInput(f"{where}: must be a table of settings ({', '.join(CONTEXT_KEYS)})")
-    for key, value in ctx.items():
+    for key, value in table.items():
         if key not in CONTEXT_KEYS:
             close = difflib.get_close_matches(key, CONTEXT_KEYS, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(CONTEXT_KEYS)}"
             raise BadInput(f"{where}: unknown key {key!r}; {hint}")
         if key == "verify_tls":
             if not isinstance(value, bool):
-                raise BadInput(f"{where}: verify_tls must be true or false")
+                raise BadInput(f"{where}: verify_tls must be true or false (unquoted)")
         elif key == "headers":
+            example = ', Authorization = {env = "VAR"}' if references else ""
             if not isinstance(value, dict):
-                raise BadInput(f'{where}: headers must be a table, e.g. headers = {{X-Team = "ml", '
-                               f'Authorization = {{env = "VAR"}}}}')
+                raise BadInput(f'{where}: headers must be a table, e.g. headers = {{X-Team = "ml"{example}}}')
             for name, header in value.items():
-                if _is_ref(header):
+                if references and _is_ref(header):
+                    _check_header(where, name, "reference")
                     continue
                 if not isinstance(header, str):
-                    raise BadInput(f"{where}: header {name!r} must be a string or {{env = \"VAR\"}} / "
-                                   "{file = \"PATH\"}")
-                if is_secret(name, header):  # the value is never printed, only its name
+                    refs = ' or {env = "VAR"} / {file = "PATH"}' if references else ""
+                    raise BadInput(f"{where}: header {name!r} must be a string{refs}")
+                _check_header(where, name, header)
+                if references and is_secret(name, header):  # the value is never printed, only its name
                     raise BadInput(f"{where}: header {name!r} holds a secret in clear; {_ref_hint(name)}")
-        elif key == "address" and _is_ref(value):
+        elif key == "address" and references and _is_ref(value):
             continue
         elif not isinstance(value, str) or not value:
             raise BadInput(f"{where}: {key} must be a non-empty string")
-        elif key == "address" and url_password(value):
+        elif key == "address" and references and url_password(value):
             raise BadInput(f"{where}: address holds a password in clear; {_ref_hint('address')}")
-    return ctx
+    return table
 
 
 def parse_config(path: Path, text: str) -> Config:
@@ -135,7 +155,7 @@ def parse_config(path: Path, text: str) -> Config:
         raise BadInput(f"{shown}: contexts must be tables [contexts.NAME]; {valid}")
     for name, ctx in contexts.items():
         check_name(name, f"{shown}: context")
-        _check_context(f"{shown}: [contexts.{name}]", ctx)
+        check_settings(f"{shown}: [contexts.{name}]", ctx)
     current = data.get("current")
     if current is not None and (not isinstance(current, str) or current not in contexts):
         raise BadInput(f"{shown}: current = {current!r} names no context "
@@ -177,20 +197,28 @@ def resolve_ref(ref: dict[str, str], where: str, base: Path) -> str:
     return value
 
 
-def context_settings(config: Config, name: str, source: str) -> Layer:
-    """One context's settings with references resolved, each tagged with ``source``."""
+def _resolved_headers(headers: dict[str, Any], where: str, name: str, base: Path) -> dict[str, str]:
     from .overrides import parse_headers
 
+    values = {h: resolve_ref(v, f"{where} {h!r}", base) if _is_ref(v) else v for h, v in headers.items()}
+    return parse_headers([f"{h}: {v}" for h, v in values.items()], source=f"context {name} header")
+
+
+def context_settings(config: Config, name: str, source: str) -> Layer:
+    """One context's settings, each tagged with ``source``; a setting holding a reference is ``Deferred``:
+    resolved only if a command reads it (an unresolvable reference fails only a command that needs it)."""
     ctx = config.contexts[name]
     base = config.path.parent
     layer: Layer = []
     for key, value in ctx.items():
         where = f"context {name} ({shown_path(config.path)}) {key}"
         if key == "headers":
-            values = {h: resolve_ref(v, f"{where} {h!r}", base) if _is_ref(v) else v for h, v in value.items()}
-            value = parse_headers([f"{h}: {v}" for h, v in values.items()], source=f"context {name} header")
+            if any(_is_ref(v) for v in value.values()):
+                value = Deferred(functools.partial(_resolved_headers, value, where, name, base))
+            else:
+                value = _resolved_headers(value, where, name, base)
         elif _is_ref(value):
-            value = resolve_ref(value, where, base)
+            value = Deferred(functools.partial(resolve_ref, value, where, base))
         layer.append((key, value, source))
     return layer
 
@@ -270,7 +298,7 @@ def add_context(name: str, values: dict[str, Any], *, replace: bool = False, use
 
     check_name(name)
     where = f"context {name}"
-    _check_context(where, values)
+    check_settings(where, values)
     with editing(path) as doc:
         contexts = doc.get("contexts")
         if contexts is None:

@@ -16,11 +16,13 @@ import difflib
 import functools
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput
+from ..core.redact import REDACTOR, url_password
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -46,10 +48,32 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
 }
 
 
-@dataclass
+class Deferred:
+    """A value worked out on first use (a context's secret reference): a command that never reads the setting,
+    or whose setting a higher layer overrides, never needs the reference. ``resolve`` feeds the redactor."""
+
+    def __init__(self, resolve: Callable[[], Any]) -> None:
+        self.resolve = resolve
+
+
 class Setting:
-    value: Any
-    source: str
+    def __init__(self, value: Any, source: str) -> None:
+        self._value = value
+        self.source = source
+
+    @property
+    def value(self) -> Any:
+        if isinstance(self._value, Deferred):
+            self._value = self._value.resolve()
+        return self._value
+
+
+def _protect(key: str, value: Any) -> None:
+    """Header values and a password in the address are secrets of this process from the moment they are set."""
+    if key == "headers" and isinstance(value, dict):
+        REDACTOR.add_mapping(value)
+    elif key == "address" and isinstance(value, str):
+        REDACTOR.add([url_password(value)])
 
 
 @dataclass
@@ -66,6 +90,8 @@ class Settings:
         return setting.source if setting else "unset"
 
     def set(self, key: str, value: Any, source: str) -> None:
+        if not isinstance(value, Deferred):
+            _protect(key, value)
         self.values[key] = Setting(value, source)
 
 
@@ -138,15 +164,9 @@ def _read_tool_table(root: Path) -> dict[str, Any]:
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"{path}: cannot read {table_name}: {exc}") from None
     table = data if own else data.get("tool", {}).get("rtjob", {})
-    if not isinstance(table, dict):
-        raise BadInput(f"{path}: [tool.rtjob] must be a table")
-    prefix = f"{path}:" if own else f"{path}: [tool.rtjob]"
-    for key in table:
-        if key not in SETTING_KEYS:
-            close = difflib.get_close_matches(key, SETTING_KEYS, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; valid keys: {', '.join(SETTING_KEYS)}"
-            raise BadInput(f"{prefix} unknown key {key!r}{hint}")
-    return table
+    from .contexts import check_settings  # the same checks as a context's, less references (not in a project)
+
+    return check_settings(str(path) if own else f"{path}: [tool.rtjob]", table, references=False)
 
 
 def _env_value(key: str, raw: str) -> Any:
