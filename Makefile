@@ -29,13 +29,13 @@ lint: install
 # then the real cluster and S3 server ones (one shared cluster: one process).
 test: lint
 	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests/unit
-	$(BIN)/python -m pytest -q -ra --durations=15 tests/e2e
+	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
 
 test-unit: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests/unit
 
 test-e2e: install
-	$(BIN)/python -m pytest -q -ra --durations=15 tests/e2e
+	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
 
 bench: install
 	$(BIN)/python benchmarks/run.py

@@ -44,19 +44,27 @@ def no_planted_secret_in_any_output() -> Iterator[None]:
     assert not PLANTED or CAPTURED, "secrets were planted but no output was captured"
 
 
-# The adoption test installs the wheel into a fresh venv (about a minute of pip): start that as soon as the test is
-# collected, so it overlaps the tests that run before it, and stop it (by pid) and remove it at the end.
+# The adoption test installs the wheel into a fresh venv, the Python 3.10 test its dependencies into a 3.10 venv
+# (each about a minute of pip): start those as soon as the tests are collected, so they overlap the tests that run
+# before them; the wheel's install is stopped (by pid) and removed at the end.
 ADOPTION_MODULE = "test_use_in_a_project.py"
+PY310_MODULE = "test_python310.py"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    if any(item.path.name == ADOPTION_MODULE for item in session.items):
+    modules = {item.path.name for item in session.items}
+    if ADOPTION_MODULE in modules:
         from support import tool_venv
 
         tool_venv.start()
+    if PY310_MODULE in modules:
+        from support import py310
+
+        py310.prepare()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    from support import tool_venv
+    from support import py310, tool_venv
 
     tool_venv.stop()
+    py310.finish()

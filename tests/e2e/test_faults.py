@@ -100,13 +100,13 @@ def test_the_dashboard_gone_for_a_while_mid_follow(via_proxy) -> None:
     assert "lost contact" in err and "contact restored" in err, err
 
 
-def test_twenty_followers_at_once_all_complete_with_every_line(cluster_env: dict[str, str]) -> None:
+def test_twelve_followers_at_once_all_complete_with_every_line(cluster_env: dict[str, str]) -> None:
     def one(i: int) -> subprocess.CompletedProcess[str]:
         return rtjob("submit", COUNT, "--submission-id", new_id(f"many{i}"), "--set", "args.lines=6",
                      "--set", "args.interval=0.2", env=cluster_env, timeout=400)
 
-    with ThreadPoolExecutor(max_workers=20) as pool:
-        procs = list(pool.map(one, range(20)))
+    with ThreadPoolExecutor(max_workers=12) as pool:
+        procs = list(pool.map(one, range(12)))
     for proc in procs:
         assert proc.returncode == 0, proc.stderr
         _lines(proc.stdout, 6)

@@ -27,10 +27,13 @@ RECONNECT_S = 0.5
 # before it gives up with exit 3; the run itself is never touched. RTJOB_FOLLOW_GRACE_S overrides it.
 GRACE_S = 300.0
 BACKOFF_MAX_S = 10.0
-# How often a follower asks whether the run waits for resources the cluster does not have (Ray's State API:
-# not cheap, and every follower asks), and how long such a wait lasts before the run is stopped
-# (RTJOB_STUCK_GRACE_S): longer than a node takes to join.
-STUCK_POLL_S = 15.0
+# How often a follower asks whether the run waits for resources the cluster does not have: Ray's State API is
+# not cheap (on the embedded cluster it takes CPU from training) and every follower asks, so the checks back off
+# from STUCK_POLL_S to STUCK_POLL_MAX_S while the run waits for nothing (a run is stuck mostly from its start),
+# and come every STUCK_POLL_S again while it waits. A wait lasting RTJOB_STUCK_GRACE_S (longer than a node
+# takes to join) stops the run.
+STUCK_POLL_S = 10.0
+STUCK_POLL_MAX_S = 120.0
 STUCK_GRACE_S = 60.0
 
 
@@ -77,7 +80,8 @@ class StuckWatch:
         self.run_id = run_id
         self.notice = notice or (lambda _: None)
         self.grace_s = float(os.environ.get("RTJOB_STUCK_GRACE_S") or STUCK_GRACE_S)
-        self.next_check = time.monotonic() + STUCK_POLL_S
+        self.interval = STUCK_POLL_S
+        self.next_check = time.monotonic() + self.interval
         self.since: float | None = None
         self.warned = False
 
@@ -85,14 +89,18 @@ class StuckWatch:
         now = time.monotonic()
         if info.status != RunStatus.RUNNING or now < self.next_check:
             return
-        self.next_check = now + STUCK_POLL_S
         try:
             stuck = await _in_daemon_thread(lambda: self.backend.stuck(self.run_id))
-        except RtjobError:
-            return  # a fault reading the cluster's state is not a verdict on the run
+        except RtjobError:  # a fault reading the cluster's state is not a verdict on the run
+            self.next_check = time.monotonic() + self.interval
+            return
         if stuck is None:
             self.since = None  # it got what it waited for: a later wait (a worker group restarting) starts afresh
+            self.interval = min(self.interval * 2, STUCK_POLL_MAX_S)
+            self.next_check = time.monotonic() + self.interval
             return
+        self.interval = STUCK_POLL_S
+        self.next_check = time.monotonic() + self.interval
         if not stuck.final:
             if not self.warned:
                 self.notice(f"{self.run_id} waits for {stuck.reason}; waiting for the cluster to add nodes")
