@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -49,9 +50,15 @@ def rtjob(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path = REP
     return proc
 
 
+def _as_from_a_terminal() -> None:
+    # A test run started in the background of a non-interactive shell (nohup ... &) has SIGINT ignored, and its
+    # children inherit that: give rtjob Ctrl-C as a terminal would, so the tests that send it see it.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def popen_rtjob(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.Popen[str]:
     return subprocess.Popen([*RTJOB, *args], env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, bufsize=1)
+                            text=True, bufsize=1, preexec_fn=_as_from_a_terminal)
 
 
 def new_id(prefix: str) -> str:
