@@ -85,3 +85,17 @@ TAG_JOB = "rtjob-job"
 TAG_STORAGE = "rtjob-storage"
 TAG_SCHEDULE = "rtjob-schedule"
 TAG_RATE = "rtjob-usd-per-hour"  # "LOW" or "LOW-HIGH": the priced shape at submit
+
+# ---------------------------------------------------------------------------------------------
+# What rtjob itself keeps in a run's folder (<storage path>/<run name>/), beside the checkpoints: the run record
+# (what ran, from which commit, how it ended) and the driver log of each attempt, archived when the run ends, so a
+# run outlives its cluster. Training never writes these names.
+
+RUN_RECORD_FILE = "rtjob-run.json"
+RUN_LOGS_DIR = "logs"
+DRIVER_LOG_FILE = "driver.log"  # the run's (last attempt's) driver log: logs/driver.log
+
+
+def attempt_log_name(run_id: str) -> str:
+    """The archived driver log of one attempt (logs/<attempt id>.log)."""
+    return f"{run_id}.log"

@@ -1,0 +1,127 @@
+"""A run record: what rtjob remembers of one run after its cluster is gone (the ledger's rows and
+``<storage>/<job>/<run id>/rtjob-run.json`` hold the same JSON).
+
+Everything in it is already masked when it is made (runs/history.py): a record is written to a bucket a team
+shares, so it never holds a secret, only the names of the secrets a rerun must find again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import BadInput
+from .model import RunInfo, RunStatus
+
+RECORD_SCHEMA = 1  # bump when a field changes meaning; readers refuse a record from a newer rtjob
+
+
+@dataclass
+class RunRecord:
+    """One run: its identity, where it ran, what was sent, how it ended. Plain data, JSON both ways."""
+
+    id: str
+    job: str | None
+    backend: str
+    status: str = RunStatus.UNKNOWN.value
+    address: str | None = None  # masked (no userinfo password)
+    message: str | None = None  # redacted
+    exit_code: int | None = None
+    submitted_at: str | None = None  # ISO 8601 UTC, when this client submitted it (None: seen, not submitted)
+    start_time: str | None = None
+    end_time: str | None = None
+    storage_uri: str | None = None
+    storage_endpoint: str | None = None
+    job_file: str | None = None  # as shown at submit (relative to the project)
+    project_root: str | None = None  # absolute, on the machine that submitted
+    working_dir: str | None = None
+    spec_hash: str | None = None  # sha256 of the resolved spec as recorded (secrets masked)
+    spec: dict[str, Any] | None = None  # what rerun replays: the job document and its overrides (secrets masked)
+    request: dict[str, Any] | None = None  # the exact request as rendered (masked): `render -o json`'s "request"
+    shape: dict[str, Any] | None = None  # nodes, workers, resources per worker, compute config
+    rate: dict[str, Any] | None = None  # the priced shape (HourlyCost.to_json()), None: free or unknown
+    cost: dict[str, Any] | None = None  # the finished run's cost (runs/cost.run_cost)
+    git: dict[str, Any] | None = None  # {"commit", "dirty", "branch"}, None: not a git checkout
+    user: str | None = None
+    host: str | None = None
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # Attempt.to_json() of each attempt
+    metrics: dict[str, Any] | None = None  # summary of the final metrics history (last row, best val_loss)
+    logs: list[str] = field(default_factory=list)  # archived logs, relative to the run's folder
+    archived: bool = False  # the run ended and its logs and final state were saved
+    updated_at: str | None = None
+    schema: int = RECORD_SCHEMA
+
+    @property
+    def run_status(self) -> RunStatus:
+        try:
+            return RunStatus(self.status)
+        except ValueError:
+            return RunStatus.UNKNOWN
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> RunRecord:
+        """A record read back; BadInput (one line, naming ``where``) if it is not one or is from a newer rtjob."""
+        if not isinstance(data, dict) or not isinstance(data.get("id"), str) or not isinstance(data.get("backend"), str):
+            raise BadInput(f"{where}: not an rtjob run record (no id/backend)")
+        schema = data.get("schema", RECORD_SCHEMA)
+        if not isinstance(schema, int) or schema > RECORD_SCHEMA:
+            raise BadInput(f"{where}: a run record of schema {schema}, newer than this rtjob reads "
+                           f"({RECORD_SCHEMA}); upgrade rtjob")
+        names = {f.name for f in dataclasses.fields(cls)}
+        try:
+            return cls(**{k: v for k, v in data.items() if k in names})
+        except TypeError as exc:
+            raise BadInput(f"{where}: not an rtjob run record ({exc})") from None
+
+    @classmethod
+    def loads(cls, text: str | bytes, where: str) -> RunRecord:
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise BadInput(f"{where}: not valid JSON ({exc})") from None
+        return cls.from_json(data, where)
+
+    def to_run_info(self) -> RunInfo:
+        """The record as the RunInfo every command prints (status, list, wait)."""
+        return RunInfo(
+            id=self.id, job=self.job, backend=self.backend, status=self.run_status, message=self.message,
+            start_time=self.start_time or self.submitted_at, end_time=self.end_time, storage_uri=self.storage_uri,
+            exit_code=self.exit_code, address=self.address, storage_endpoint=self.storage_endpoint, rate=self.rate,
+        )
+
+    def observe(self, info: RunInfo) -> bool:
+        """Take what a backend reports now (status, times, exit code, message); True if anything changed."""
+        from .redact import mask_url, redact
+
+        before = self.dumps()
+        self.status = info.status.value
+        self.message = redact(info.message, info.secrets) if info.message is not None else self.message
+        self.address = mask_url(info.address) if info.address else self.address
+        self.exit_code = info.exit_code if info.exit_code is not None else self.exit_code
+        self.start_time = info.start_time or self.start_time
+        self.end_time = info.end_time or self.end_time
+        self.storage_uri = self.storage_uri or info.storage_uri
+        self.storage_endpoint = self.storage_endpoint or info.storage_endpoint
+        self.rate = self.rate or info.rate
+        return self.dumps() != before
+
+    @classmethod
+    def from_run_info(cls, info: RunInfo) -> RunRecord:
+        """A run this client did not submit, as a backend reports it (status, wait, list of another's run)."""
+        record = cls(id=info.id, job=info.job, backend=info.backend)
+        record.observe(info)
+        return record
+
+
+def spec_hash(spec: dict[str, Any]) -> str:
+    """A stable hash of a recorded spec (canonical JSON): equal specs, equal hashes, on any machine."""
+    return hashlib.sha256(json.dumps(spec, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
