@@ -65,7 +65,9 @@ class RunRecord:
         return dataclasses.asdict(self)
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"))
+        # A shallow dict: json.dumps copies nothing, and asdict's deep copy was most of a ledger save's time.
+        shallow = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json.dumps(shallow, sort_keys=True, separators=(",", ":"))
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> RunRecord:
@@ -89,6 +91,20 @@ class RunRecord:
         except (ValueError, UnicodeDecodeError) as exc:
             raise BadInput(f"{where}: not valid JSON ({exc})") from None
         return cls.from_json(data, where)
+
+    def summary(self) -> dict[str, Any]:
+        """The short form `rtjob runs -o json` prints (the ledger stores it beside the record): RunInfo's JSON
+        keys (id, job, backend, status, message, start_time, end_time, storage_uri, exit_code, address), then
+        submitted_at, updated_at, archived, git_commit, git_dirty (None: not a git checkout) and cost_usd (the
+        finished run's estimated cost when its rate is fixed, else None; ``cost`` in the full record)."""
+        git, cost = self.git or {}, self.cost or {}
+        return {
+            "id": self.id, "job": self.job, "backend": self.backend, "status": self.status, "message": self.message,
+            "start_time": self.start_time, "end_time": self.end_time, "storage_uri": self.storage_uri,
+            "exit_code": self.exit_code, "address": self.address, "submitted_at": self.submitted_at,
+            "updated_at": self.updated_at, "archived": self.archived, "git_commit": git.get("commit"),
+            "git_dirty": git.get("dirty"), "cost_usd": cost.get("estimated_usd"),
+        }
 
     def to_run_info(self) -> RunInfo:
         """The record as the RunInfo every command prints (status, list, wait)."""
