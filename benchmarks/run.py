@@ -677,6 +677,15 @@ def bench_pull(ctx: Context) -> list[Row]:
     return _rows(run_pull_bench(notes=ctx.notes), 7)
 
 
+def bench_ledger(ctx: Context) -> list[Row]:
+    """Issue 12: `rtjob runs -o json --limit 10000` over 10,000 ledger entries (benchmarks/ledger_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.ledger_bench import ENTRIES, run_ledger_bench
+
+    argv = [RTJOB, "runs", "-o", "json", "--limit", str(ENTRIES)]
+    return _rows(run_ledger_bench(argv, notes=ctx.notes), 8)
+
+
 def machine() -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
@@ -720,7 +729,8 @@ def render(rows: list[Row], meta: dict[str, str], notes: list[str]) -> str:
         arrival time − the `time.time()` the job printed on the line. 5 DDP (`DistributedDataParallel`) on the same
         model, seed, steps and optimizer (benchmarks/training_bench.py); 6 `torchrun --standalone` running
         `training.torchrun_ddp` on the same model, data, seed and batch, at Ray's worker niceness
-        (benchmarks/ddp_vs_torchrun.py); 7 the AWS CLI against the same moto S3 server (benchmarks/pull_bench.py).
+        (benchmarks/ddp_vs_torchrun.py); 7 the AWS CLI against the same moto S3 server (benchmarks/pull_bench.py);
+        8 none: Ray keeps no history of finished jobs once their cluster is gone (benchmarks/ledger_bench.py).
         """)
     lines = [
         "# rtjob benchmarks",
@@ -786,6 +796,7 @@ def main() -> int:
         rows += guarded(["5. FSDP2 vs DDP memory per rank"], bench_fsdp_memory, ctx)
         rows += guarded(["6. Ray Train DDP vs torchrun DDP in-loop samples/s"], bench_train_throughput, ctx)
         rows += guarded(["7. `rtjob pull` vs `aws s3 cp --recursive`"], bench_pull, ctx)
+        rows += guarded(["8. `rtjob runs -o json` over 10,000 ledger entries"], bench_ledger, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows.sort(key=lambda r: r.measurement)  # 1, 2, 3, 4a.. whatever order they ran in

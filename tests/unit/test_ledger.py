@@ -241,6 +241,21 @@ def test_an_sqlite_database_of_something_else_is_refused_and_left_alone(tmp_path
     refused(path, "not a readable rtjob ledger (an SQLite database of something else)")
 
 
+def test_a_ledger_damaged_inside_is_one_line_when_read_and_left_alone(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.sqlite3"
+    with Ledger(path) as intact:
+        intact.save_many(record(f"r{n:03d}", message="x" * 500) for n in range(300))
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 16384] = b"\xa5" * 16384  # a few pages of the table overwritten
+    path.write_bytes(bytes(data))
+    with Ledger(path) as damaged, pytest.raises(BadInput) as caught:
+        damaged.query(limit=None)
+    message = caught.value.message
+    assert "\n" not in message and message.startswith(f"{path} is not a readable rtjob ledger (")
+    assert path.read_bytes() == data
+
+
 def test_a_ledger_from_a_newer_rtjob_is_refused_and_left_alone(tmp_path: Path) -> None:
     path = tmp_path / "ledger.sqlite3"
     with Ledger(path) as current:

@@ -66,7 +66,7 @@ class RunRecord:
 
     def dumps(self) -> str:
         # A shallow dict: json.dumps copies nothing, and asdict's deep copy was most of a ledger save's time.
-        shallow = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        shallow = {f.name: self.__dict__[f.name] for f in dataclasses.fields(self)}
         return json.dumps(shallow, sort_keys=True, separators=(",", ":"))
 
     @classmethod
