@@ -13,9 +13,11 @@ from support.cli import CAPTURED, PLANTED, base_env, rtjob
 
 @pytest.fixture(scope="session", autouse=True)
 def private_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """In-process tests (and subprocesses that inherit os.environ) never see the developer's own rtjob contexts."""
+    """In-process tests (and subprocesses that inherit os.environ) never see the developer's own rtjob contexts,
+    nor write the developer's run ledger ($RTJOB_HOME/ledger.sqlite3)."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg-config")))
+        patch.setenv("RTJOB_HOME", str(tmp_path_factory.mktemp("rtjob-home")))
         patch.delenv("RTJOB_CONTEXT", raising=False)
         yield
 

@@ -219,7 +219,40 @@ def test_logs_tail_and_delete_through_the_sdk(cli: Cli) -> None:
     assert tail.code == 0 and tail.out.splitlines() == LINES[-2:], tail.out
     deleted = cli("delete", "done-1", "--backend", "anyscale")
     assert deleted.code == 0 and "done-1: deleted" in deleted.err and len(cli.fake._deleted_jobs) == 1
-    assert cli("status", "done-1", "--backend", "anyscale").code == 2
+    # Anyscale no longer knows it; rtjob's run ledger does (its status and its archived log).
+    gone = cli("status", "done-1", "--backend", "anyscale", "--output", "json")
+    assert gone.code == 0 and json.loads(gone.out)["status"] == "SUCCEEDED" and "from the run record" in gone.err
+    assert cli("logs", "done-1", "--backend", "anyscale").out.splitlines() == LINES
+    assert cli("status", "never-1", "--backend", "anyscale").code == 2
+
+
+def test_runs_show_and_rerun_remember_an_anyscale_run(cli: Cli) -> None:
+    _ok_timeline(cli)
+    res = cli(*SUBMIT, "--submission-id", "hist-1", "--env", f"WANDB_API_KEY={SECRET}")
+    assert res.code == 0, res.err
+    runs = json.loads(cli("runs", "--backend", "anyscale", "-o", "json").out)
+    assert [(r["id"], r["status"], r["archived"]) for r in runs] == [("hist-1", "SUCCEEDED", True)]
+    shown = cli("show", "hist-1", "-o", "json")
+    record = json.loads(shown.out)
+    assert record["backend"] == "anyscale" and record["shape"]["nodes"] == 3
+    assert record["cost"]["estimated_usd"] > 0 and record["logs"] == ["logs/driver.log"]
+    assert record["spec"]["document"]["name"] == "ddp-resnet" and record["spec_hash"]
+    assert SECRET not in shown.out + shown.err
+    # The same request again, the secret found in this environment (never in the record).
+    missing = cli("rerun", "hist-1", "--dry-run", "-o", "json")
+    assert missing.code == 2 and "WANDB_API_KEY" in missing.err and missing.err.count("\n") == 1
+    import os
+
+    os.environ["WANDB_API_KEY"] = SECRET
+    try:
+        again = cli("rerun", "hist-1", "--dry-run", "-o", "json", "--submission-id", "hist-2")
+    finally:
+        del os.environ["WANDB_API_KEY"]
+    assert again.code == 0, again.err
+    assert "differs" not in again.err
+    expected = json.loads(json.dumps(record["request"]).replace("hist-1", "hist-2"))
+    rendered = json.loads(again.out)
+    assert {k: rendered[k] for k in expected} == expected
 
 
 def test_submit_with_an_existing_id_attaches_instead_of_submitting_twice(cli: Cli) -> None:

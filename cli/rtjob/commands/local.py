@@ -48,7 +48,17 @@ def local_down() -> int:
       rtjob local down
     """
     from ..backends.ray import cluster
+    from ..runs.history import before_cluster_stops
+    from .options import backend_from
 
+    try:
+        running = cluster.load_state() is not None
+    except cluster.DamagedState:
+        running = False  # down reports the damage and still stops what it finds
+    if running:  # its runs' logs and ends are saved before they are gone
+        archived = before_cluster_stops(backend_from("local", None, (), False), say)
+        if archived:
+            say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
     count = cluster.down(log=say)
     say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
     return EXIT_SUCCEEDED

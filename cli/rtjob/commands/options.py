@@ -148,6 +148,23 @@ def backend_from(backend: str | None, address: str | None, headers: tuple[str, .
     return get_backend(settings_from(backend, address, headers, no_verify_tls))
 
 
+def backend_with_storage(backend: str | None, address: str | None, headers: tuple[str, ...],
+                         no_verify_tls: bool) -> tuple[Backend, str | None]:
+    """The backend, and where a run's record is looked for when the cluster and the ledger do not know it."""
+    from ..backends import get_backend
+
+    settings = settings_from(backend, address, headers, no_verify_tls)
+    return get_backend(settings), storage_root_from(settings)
+
+
+def storage_root_from(settings: Settings) -> str | None:
+    """Where this project's runs write (the storage setting, else the backend's default): a run's record is
+    looked for there when neither the cluster nor the ledger knows the run."""
+    from ..backends import backend_class
+
+    return settings.get("storage") or backend_class(settings.get("backend")).placement().default_storage
+
+
 def parse_timeout(timeout: str | None) -> float | None:
     from ..spec.overrides import parse_duration
 

@@ -4,18 +4,29 @@ from __future__ import annotations
 
 import click
 
-from ..core.errors import EXIT_SUCCEEDED
+from ..core.errors import EXIT_SUCCEEDED, BadInput
 from ..core.model import RunStatus
 from .options import (
     EXIT_CODES_HELP,
     backend_from,
     backend_options,
+    backend_with_storage,
     complete_job,
     output_option,
     parse_timeout,
     run_id_argument,
 )
-from .printing import echo, follow_and_report, print_data, run_json, run_text, runs_table, say
+from .printing import (
+    duration,
+    echo,
+    follow_and_report,
+    outcome,
+    print_data,
+    run_json,
+    run_text,
+    runs_table,
+    say,
+)
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -32,15 +43,24 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
       rtjob status RUN_ID --address http://head:8265 -o json
     """
     from ..runs.cost import finished_run_cost
+    from ..runs.history import lookup
 
-    be = backend_from(backend, address, headers, no_verify_tls)
-    info = be.status(run_id)
-    cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
-    attempts = be.attempts(run_id)  # rtjob's own retries (Ray); None where the platform retries
-    if output != "text":
-        print_data({**run_json(info), "cost": cost, **(attempts.to_json() if attempts else {})}, output)
+    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    info, record = lookup(be, run_id, storage_root, say)
+    if record is not None:  # the cluster no longer knows the run: its record does
+        say(f"{run_id}: from the run record (the cluster at {be.display_address} does not know this run)")
+        cost = record.cost
+        data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
+        attempts_line = " -> ".join(f"{a['id']} {a['status']}" for a in record.attempts) if len(record.attempts) > 1 else ""
     else:
-        line = f"\nattempts:    {attempts.describe()}" if attempts and attempts.worth_showing else ""
+        cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
+        attempts = be.attempts(run_id)  # rtjob's own retries (Ray); None where the platform retries
+        data_attempts = attempts.to_json() if attempts else {}
+        attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
+    if output != "text":
+        print_data({**run_json(info), "cost": cost, **data_attempts}, output)
+    else:
+        line = f"\nattempts:    {attempts_line}" if attempts_line else ""
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 
@@ -63,10 +83,14 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --job ddp-resnet --limit 5 -o json
       rtjob list --backend anyscale
     """
+    from ..runs.history import archive_ended
     from ..runs.listing import RunFilter
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
-    runs = wanted.apply(backend_from(backend, address, headers, no_verify_tls).list())
+    be = backend_from(backend, address, headers, no_verify_tls)
+    listed = be.list()
+    archive_ended(be, listed, say)  # runs submitted with --no-wait that ended since: their records completed
+    runs = wanted.apply(listed)
     if output != "text":
         print_data([run_json(r) for r in runs], output)
     else:
@@ -89,15 +113,23 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob logs RUN_ID --tail 50
       rtjob logs RUN_ID --follow --timeout 30m
     """
+    from ..backends.base import last_lines
     from ..core.redact import redact
+    from ..runs.history import archived_log, lookup
 
     timeout_s = parse_timeout(timeout)
     if follow and tail_lines:
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
-    be = backend_from(backend, address, headers, no_verify_tls)
+    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    info, record = lookup(be, run_id, storage_root, None)
+    if record is not None:  # the cluster no longer knows it: the log archived when the run ended
+        if follow and not info.status.terminal:
+            raise click.UsageError(f"--follow: the cluster no longer knows run {run_id} ({info.message})")
+        text = archived_log(record)
+        echo(redact(last_lines(text, tail_lines) if tail_lines else text, info.secrets), nl=False)
+        return EXIT_SUCCEEDED
     if follow:
         return follow_and_report(be, run_id, "text", timeout_s, False, logs=True)
-    info = be.status(run_id)
     text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
     echo(redact(text, info.secrets), nl=False)
     return EXIT_SUCCEEDED
@@ -117,8 +149,18 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob wait RUN_ID --timeout 2h
       rtjob wait RUN_ID -o json > outcome.json
     """
+    from ..runs.history import lookup
+
     timeout_s = parse_timeout(timeout)
-    be = backend_from(backend, address, headers, no_verify_tls)
+    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    info, record = lookup(be, run_id, storage_root, say)
+    if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
+        if not info.status.terminal:
+            raise BadInput(f"run {run_id}: {info.message}")
+        say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
+        if output != "text":
+            print_data(run_json(info), output)
+        return outcome(info)
     return follow_and_report(be, run_id, output, timeout_s, False, logs=False)
 
 

@@ -11,7 +11,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
 from ..spec.project import PULLED_RUNS_DIR  # stdlib only: one home for the pull destination
-from .options import backend_from, backend_options, output_option, settings_from
+from .options import backend_options, output_option, settings_from, storage_root_from
 from .printing import echo, print_data, print_rich, say
 
 if TYPE_CHECKING:
@@ -43,11 +43,13 @@ def _source(arg: str, endpoint: str | None, backend: str | None, address: str | 
             no_verify_tls: bool) -> Source:
     """A run id through its backend's status (else the backend's default local storage); a URI or folder as
     given."""
-    from ..backends import backend_class
+    from ..backends import backend_class, get_backend
+    from ..runs.history import lookup as remembered
     from ..runs.sources import resolve_source
 
-    def lookup(run_id: str) -> Any:
-        return backend_from(backend, address, headers, no_verify_tls).status(run_id)
+    def lookup(run_id: str) -> Any:  # the cluster, else the run's record (the ledger, the project's storage)
+        settings = settings_from(backend, address, headers, no_verify_tls)
+        return remembered(get_backend(settings), run_id, storage_root_from(settings), say)[0]
 
     def default_storage() -> str | None:
         settings = settings_from(backend, address, headers, no_verify_tls)

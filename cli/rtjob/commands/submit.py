@@ -8,7 +8,16 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
-from .options import EXIT_CODES_HELP, OUTPUT_HELP, backend_options, job_options, parse_timeout, settings_from
+from .options import (
+    EXIT_CODES_HELP,
+    OUTPUT_HELP,
+    backend_options,
+    job_options,
+    parse_timeout,
+    run_id_argument,
+    settings_from,
+    storage_root_from,
+)
 from .printing import echo, follow_and_report, print_data, run_json, say
 
 if TYPE_CHECKING:
@@ -153,19 +162,28 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
       rtjob submit jobs/my-job.yaml --address http://head:8265 --timeout 2h
       rtjob submit ddp-resnet --no-wait -o json
     """
-    from ..runs import runner
-    from ..spec.pricing import job_cost
-
     timeout_s = parse_timeout(timeout)
     settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
                              compute_config=compute_config)
     # Planned once, before anything starts: every check that needs no cluster fails here first.
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
+    return send(planned, settings, output=output, dry_run=dry_run, explain=explain, no_wait=no_wait,
+                timeout_s=timeout_s, stop_on_interrupt=stop_on_interrupt, attach=submission_id is not None)
+
+
+def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
+         timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
+    """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
+    from ..runs import runner
+    from ..runs.history import remember_submitted
+    from ..spec.pricing import job_cost
+
     if dry_run:
         print_render(planned, settings, output, explain)
         return EXIT_SUCCEEDED
-    done = runner.submit(planned, attach=submission_id is not None, say=say)
+    done = runner.submit(planned, attach=attach, say=say)
     info, resolved, be = done.run, planned.job, planned.backend
+    remember_submitted(planned, info, say)  # the ledger and the run's storage: the run outlives its cluster
     for note in planned.notes:
         say(f"note: {note}")
     if done.created:
@@ -183,3 +201,57 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
             echo(info.id)
         return EXIT_SUCCEEDED
     return follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True, request=planned.request)
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@run_id_argument
+@click.option("--nodes", type=click.IntRange(1, 1000), help="Nodes of the job's worker group (else as recorded).")
+@click.option("--set", "sets", multiple=True, metavar="KEY.PATH=VALUE",
+              help="Override a field of the recorded job, e.g. --set args.epochs=5.")
+@click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="Add or override an environment variable.")
+@click.option("--submission-id", help="Run id of the new run (default: a new one).")
+@backend_options
+@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
+              help=f"{OUTPUT_HELP} The log goes to stderr with json/yaml.")
+@click.option("--dry-run", is_flag=True, help="Print the exact request and send nothing.")
+@click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted.")
+@click.option("--timeout", metavar="DURATION", help="Stop following after this long (90s, 15m, 2h); exit 4, job left running.")
+@click.option("--stop-on-interrupt", is_flag=True, help="Ctrl-C stops the job instead of detaching from it.")
+@click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from.")
+def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], submission_id: str | None,
+          backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
+          dry_run: bool, no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:
+    """Submit a recorded run again: the same request with a new run id.
+
+    \b
+    The job, its compute config, overrides, storage and backend come from the
+    run's record (the ledger, else the project's storage), not from the job
+    file as it is now. Secrets are never recorded: they are found again in this
+    environment (an env var of the same name, or --env / --set). The working
+    dir is packed and uploaded again: rerun warns when its git commit or
+    uncommitted changes differ from the recorded run's.
+
+    \b
+    Examples:
+      rtjob rerun RUN_ID
+      rtjob rerun RUN_ID --set args.epochs=20 --dry-run
+    """
+    from ..core.errors import BadInput
+    from ..runs.history import find
+    from ..runs.rerun import plan_rerun, recorded_settings
+
+    timeout_s = parse_timeout(timeout)
+    record = find(run_id, storage_root_from(settings_from(backend, address, headers, no_verify_tls)))
+    if record is None:
+        raise BadInput(f"run {run_id} is not in the run ledger or the project's storage (rtjob runs lists what "
+                       "is; rtjob runs --storage s3://bucket/prefix finds a team's runs)")
+    recorded = recorded_settings(record)
+    job_path = (record.spec or {}).get("job_path")
+    flags = {k: v for k, v in recorded.items() if k not in ("backend", "address")}
+    settings = settings_from(backend or recorded.get("backend"), address or recorded.get("address"), headers,
+                             no_verify_tls, job_path, **flags)
+    planned, warnings = plan_rerun(record, settings, sets, envs, nodes, submission_id)
+    for warning in warnings:
+        say(f"warning: {warning}")
+    return send(planned, settings, output=output, dry_run=dry_run, explain=explain, no_wait=no_wait,
+                timeout_s=timeout_s, stop_on_interrupt=stop_on_interrupt, attach=submission_id is not None)

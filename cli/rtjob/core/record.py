@@ -49,7 +49,8 @@ class RunRecord:
     host: str | None = None
     attempts: list[dict[str, Any]] = field(default_factory=list)  # Attempt.to_json() of each attempt
     metrics: dict[str, Any] | None = None  # summary of the final metrics history (last row, best val_loss)
-    logs: list[str] = field(default_factory=list)  # archived logs, relative to the run's folder
+    logs: list[str] = field(default_factory=list)  # archived logs, relative to log_home
+    log_home: str | None = None  # the folder that holds them: the run's storage, else $RTJOB_HOME/runs/<id>
     archived: bool = False  # the run ended and its logs and final state were saved
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA

@@ -17,7 +17,7 @@ from .follow import Patience, follow
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request, Upload
     from ..spec.project import Settings
-    from ..spec.resolve import Overrides, ResolvedJob
+    from ..spec.resolve import JobSource, Overrides, ResolvedJob
 
 Say = Callable[[str], None]
 
@@ -31,21 +31,27 @@ class Plan:
     request: Request
     notes: list[str] = field(default_factory=list)
     upload: Upload | None = None  # what the submit uploads from this machine (render shows it)
+    # How it was asked for (the run record keeps it: rerun replays it).
+    settings: Settings | None = None
+    overrides: Overrides | None = None
+    storage_flag: str | None = None
 
 
-def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: str | None = None) -> Plan:
-    """YAML → validated, resolved job → the backend's request. Pure: nothing is started or sent."""
+def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: str | None = None,
+         source: JobSource | None = None) -> Plan:
+    """YAML (or a run record's documents: ``source``) → validated, resolved job → the backend's request. Pure:
+    nothing is started or sent."""
     from ..spec.resolve import resolve
 
     backend = get_backend(settings)
-    job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag)
+    job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag, source=source)
     # Every secret of this run is hunted in whatever is printed from here on (env, args, tags).
     REDACTOR.add_mapping(job.env_vars)
     REDACTOR.add_mapping(job.spec.tags)
     REDACTOR.add(secret_arg_values(job.entrypoint))
     request = backend.plan(job)
     notes = list(job.notes) + [n for n in request.notes if n not in job.notes]
-    return Plan(backend, job, request, notes, backend.upload(job))
+    return Plan(backend, job, request, notes, backend.upload(job), settings, overrides, storage_flag)
 
 
 @dataclass

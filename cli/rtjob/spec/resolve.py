@@ -63,6 +63,17 @@ class Overrides:
 
 
 @dataclass
+class JobSource:
+    """Where a job's documents come from: its files (None) or, for `rtjob rerun`, a run record. A recorded job
+    keeps the path of the file it came from: relative paths in it (working_dir, requirements) are relative to it."""
+
+    path: Path  # the job file the document was read from at submit
+    shown: str  # how errors name it
+    document: dict[str, Any]
+    compute_config: tuple[str, dict[str, Any]] | None = None  # (name, document) of the compute config it used
+
+
+@dataclass
 class ResolvedJob:
     """One run of one job, fully decided. Backends turn this into their wire request."""
 
@@ -100,6 +111,10 @@ class ResolvedJob:
     # pip lines to install for the run (None: the job declares none); on the embedded cluster without those
     # the running environment already satisfies (spec/requirements.py).
     requirements: list[str] | None = None
+    # The documents as read, before the local profile and overrides (a run record keeps them for rerun).
+    document: dict[str, Any] = field(default_factory=dict, repr=False)
+    compute_config_document: dict[str, Any] | None = field(default=None, repr=False)
+    job_path: Path | None = None  # the job file, absolute
 
     @property
     def use_gpu(self) -> bool:
@@ -156,10 +171,21 @@ def load_job_file(ref: str, root: Path) -> tuple[JobSpec, str]:
     return validate_job(load_yaml(path, shown)), shown
 
 
-def load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool = False) -> tuple[JobSpec, str]:
+def load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool = False,
+             source: JobSource | None = None) -> tuple[JobSpec, str]:
     """Load, validate, apply the local profile (on the embedded cluster) and the command-line overrides."""
-    path, shown = find_job_file(ref, root)
-    located = load_yaml(path, shown)
+    spec, shown, _ = _load_job(ref, root, overrides, local_profile, source)
+    return spec, shown
+
+
+def _load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool,
+              source: JobSource | None) -> tuple[JobSpec, str, Located]:
+    if source is not None:
+        located = Located(data=copy.deepcopy(source.document), path=source.shown)
+    else:
+        path, shown = find_job_file(ref, root)
+        located = load_yaml(path, shown)
+    shown = located.path
     spec = validate_job(located)  # errors point at the file first
     data: dict[str, Any] = copy.deepcopy(located.data)
     if local_profile:
@@ -184,12 +210,22 @@ def load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool = F
     if overrides.name:
         origins.append((["name"], f"--name {overrides.name}"))
     spec = _validate_with_sets(data, located, origins)
-    return spec, shown
+    return spec, shown, located
 
 
 def load_compute_config(name: str, root: Path, referrer: str = "") -> tuple[ComputeConfig, str]:
-    path, shown = find_compute_config_file(name, root, referrer)
-    return validate_compute_config(load_yaml(path, shown)), shown
+    cc, shown, _ = _load_compute_config(name, root, referrer, None)
+    return cc, shown
+
+
+def _load_compute_config(name: str, root: Path, referrer: str,
+                         source: JobSource | None) -> tuple[ComputeConfig, str, Located]:
+    if source is not None and source.compute_config is not None and source.compute_config[0] == name:
+        located = Located(data=copy.deepcopy(source.compute_config[1]), path=f"{source.shown} (compute config {name})")
+    else:
+        path, shown = find_compute_config_file(name, root, referrer)
+        located = load_yaml(path, shown)
+    return validate_compute_config(located), located.path, located
 
 
 def pick_group(cc: ComputeConfig, wanted: str | None, where: str) -> WorkerGroup | None:
@@ -268,11 +304,13 @@ def job_working_dir(spec: JobSpec, job_file: Path, shown: str) -> Path:
 
 
 def resolve(
-    ref: str, settings: Settings, overrides: Overrides, placement: Placement, storage_flag: str | None = None
+    ref: str, settings: Settings, overrides: Overrides, placement: Placement, storage_flag: str | None = None,
+    source: JobSource | None = None,
 ) -> ResolvedJob:
+    """The job ``ref`` (its file, or ``source``'s recorded documents) as one run on ``placement``."""
     root = settings.root
     backend = placement.backend
-    spec, shown = load_job(ref, root, overrides, local_profile=placement.embedded)
+    spec, shown, located = _load_job(ref, root, overrides, placement.embedded, source)
     notes: list[str] = []
 
     # Precedence: --compute-config > the job's compute_config > RTJOB_COMPUTE_CONFIG / [tool.rtjob]; an error
@@ -288,12 +326,13 @@ def resolve(
         referrer = f"{cc_source}: " if cc_name else ""
     cc: ComputeConfig | None = None
     cc_shown: str | None = None
+    cc_located: Located | None = None
     if cc_name and cc_name.startswith(REGISTERED_PREFIX):
         # A compute config registered on Anyscale (anyscale:NAME[:VERSION]) is used there as it is.
         if not placement.registered_compute_configs:
             raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
     elif cc_name:
-        cc, cc_shown = load_compute_config(cc_name, root, referrer)
+        cc, cc_shown, cc_located = _load_compute_config(cc_name, root, referrer, source)
 
     rpw = spec.resources_per_worker
     group: WorkerGroup | None = None
@@ -374,7 +413,7 @@ def resolve(
     env.update(storage_env.env)
     notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
-    job_file = find_job_file(ref, root)[0]
+    job_file = source.path if source is not None else find_job_file(ref, root)[0]
     requirements = read_requirements(spec.requirements, job_file, shown)
     if requirements and placement.embedded:
         requirements, present = split_satisfied(requirements)
@@ -406,4 +445,7 @@ def resolve(
         shape_declared=shape_declared,
         local_cpus_per_node=local_cpus,
         requirements=requirements,
+        document=located.data,
+        compute_config_document=cc_located.data if cc_located is not None else None,
+        job_path=job_file.resolve(),
     )

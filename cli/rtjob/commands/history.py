@@ -1,0 +1,155 @@
+"""Runs remembered beyond their cluster: `rtjob runs` (the local ledger, or a team's bucket) and `rtjob show ID`."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from ..core.errors import EXIT_SUCCEEDED, BadInput
+from ..core.model import RunStatus
+from .options import (
+    EXIT_CODES_HELP,
+    backend_options,
+    complete_job,
+    output_option,
+    run_id_argument,
+    settings_from,
+    storage_root_from,
+)
+from .printing import echo, print_data, runs_table, say
+
+if TYPE_CHECKING:
+    from ..core.record import RunRecord
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@output_option
+@click.option("--job", "job_filter", metavar="NAME", shell_complete=complete_job, help="Only runs of this job.")
+@click.option("--status", "status_filter", type=click.Choice([s.value for s in RunStatus], case_sensitive=False),
+              help="Only runs in this state.")
+@click.option("--backend", "backend_filter", metavar="NAME", help="Only runs on this backend (local, ray, anyscale).")
+@click.option("--since", metavar="DURATION", help="Only runs started within this long (90s, 15m, 2h, 7d).")
+@click.option("--limit", type=click.IntRange(1), default=50, show_default=True, help="At most this many runs.")
+@click.option("--storage", "storage_uri", metavar="URI",
+              help="List the runs recorded in this storage (s3://bucket/prefix or a folder: a team's runs, by their "
+                   "rtjob-run.json) instead of this machine's ledger; they are remembered here too.")
+@click.option("--endpoint-url", help="With --storage: the S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / "
+                                     "AWS_ENDPOINT_URL).")
+@click.option("--prune", is_flag=True, help="Forget ledger entries of ended runs older than --older-than (storage "
+                                            "is never touched).")
+@click.option("--older-than", metavar="DURATION", default="90d", show_default=True, help="With --prune.")
+def runs(output: str, job_filter: str | None, status_filter: str | None, backend_filter: str | None,
+         since: str | None, limit: int, storage_uri: str | None, endpoint_url: str | None, prune: bool,
+         older_than: str) -> int:
+    """List runs rtjob remembers, newest first: every run this machine submitted or followed, after its cluster
+    is gone (`rtjob list`: what a cluster knows now).
+
+    \b
+    Examples:
+      rtjob runs --status FAILED --since 7d
+      rtjob runs --job ddp-resnet -o json
+      rtjob runs --storage s3://team-bucket/runs      a team's runs, from the bucket alone
+      rtjob runs --prune --older-than 30d
+    """
+    from ..runs import history
+    from ..runs.listing import RunFilter
+
+    wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before anything is read
+    if prune:
+        from ..spec.overrides import parse_duration
+
+        seconds = parse_duration(older_than, "--older-than")
+        forgotten = history.prune(seconds)
+        say(f"forgot {forgotten} ended run(s) older than {older_than} (their storage is untouched)")
+        return EXIT_SUCCEEDED
+    if storage_uri is not None:
+        found, problems = history.from_storage(storage_uri, endpoint_url, job_filter)
+        for line in problems:
+            say(f"warning: {line}")
+        records = [r for r in found if (backend_filter is None or r.backend == backend_filter)
+                   and wanted.keeps(r.to_run_info())][:limit]
+        if output != "text":
+            print_data([r.summary() for r in records], output)
+        else:
+            runs_table([r.to_run_info() for r in records])
+        return EXIT_SUCCEEDED
+    settings = settings_from(None, None, (), False)
+    if output != "text":
+        print_data(history.recorded_summaries(wanted, backend_filter, settings, say), output)
+    else:
+        runs_table([r.to_run_info() for r in history.recorded_runs(wanted, backend_filter, settings, say)])
+    return EXIT_SUCCEEDED
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@run_id_argument
+@backend_options
+@output_option
+@click.option("--storage", "storage_uri", metavar="URI",
+              help="Look for the run's record in this storage (default: the ledger, then the project's storage).")
+def show(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
+         output: str, storage_uri: str | None) -> int:
+    """Show everything rtjob recorded about a run: what ran (job, request, spec hash, git commit), where, how it
+    ended, its cost, metrics, archived logs and the checkpoints in its storage.
+
+    \b
+    Examples:
+      rtjob show RUN_ID
+      rtjob show RUN_ID -o json | jq .git
+    """
+    from ..runs import history
+
+    settings = settings_from(backend, address, headers, no_verify_tls)
+    record = history.find(run_id, storage_uri or storage_root_from(settings))
+    if record is None:
+        raise BadInput(f"run {run_id} is not in the run ledger or the storage searched (rtjob runs lists what is; "
+                       "rtjob runs --storage s3://bucket/prefix finds a team's runs)")
+    record = history.refreshed(settings, record, say)
+    checkpoints = history.checkpoints_of(record, say)
+    if output != "text":
+        print_data({**record.to_json(), "checkpoints": checkpoints}, output)
+        return EXIT_SUCCEEDED
+    echo(_show_text(record, checkpoints))
+    return EXIT_SUCCEEDED
+
+
+def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> str:
+    from .printing import run_text
+
+    info = record.to_run_info()
+    git = record.git or {}
+    lines = [run_text(info)]
+    if git:
+        lines.append(f"git:         {git.get('commit') or '-'}{' (uncommitted changes)' if git.get('dirty') else ''}"
+                     f"{' on ' + git['branch'] if git.get('branch') else ''}")
+    lines += [
+        f"submitted:   {record.submitted_at or '- (seen, not submitted from here)'}"
+        + (f" by {record.user}@{record.host}" if record.user else ""),
+        f"job file:    {record.job_file or '-'}" + (f"  (project {record.project_root})" if record.project_root else ""),
+        f"spec hash:   {record.spec_hash or '-'}",
+    ]
+    shape = record.shape or {}
+    if shape.get("nodes") is not None:
+        lines.append(f"shape:       {shape['nodes']} node(s), {shape['workers']} worker(s)"
+                     + (f", compute config {shape['compute_config']}" if shape.get("compute_config") else ""))
+    if record.cost:
+        lines.append(f"cost:        {record.cost.get('text')}")
+    if len(record.attempts) > 1:
+        lines.append("attempts:    " + " -> ".join(f"{a['id']} {a['status']}" for a in record.attempts))
+    if record.metrics:
+        lines.append("metrics:     " + ", ".join(f"{k}={v}" for k, v in record.metrics.items()
+                                                  if not isinstance(v, (dict, list))))
+    lines.append(f"logs:        {', '.join(record.logs) if record.logs else '- (not archived: rtjob has not seen it end)'}")
+    if checkpoints is not None:
+        lines.append(f"checkpoints: {len(checkpoints) or '-'}")
+        lines += [f"  {c.get('name')}  {c.get('files', '?')} files, {c.get('bytes', 0) / 1024**2:.1f} MiB"
+                  for c in checkpoints]
+    if record.request is not None:
+        lines.append("request:")
+        lines.append(json.dumps(record.request, indent=2))
+    return "\n".join(lines)
+
+
+COMMANDS = [runs, show]

@@ -1,0 +1,103 @@
+"""Runs that outlive their cluster, end to end: a run on a private embedded cluster with S3 storage (moto on
+loopback), another one still running, then `rtjob local down`. Afterwards `runs`, `show`, `status`, `logs`,
+`results`, `pull` and `rerun --dry-run` work from the ledger and the bucket; a second client with an empty ledger
+finds the team's runs from the bucket alone. Real Ray, real S3 protocol, nothing mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from support.cli import base_env, new_id, plant, rtjob, wait_for_status
+from support.s3_server import S3Server, threaded_server
+
+pytestmark = pytest.mark.cluster
+
+BUCKET = "team-runs"
+JOB = "tests/support/jobs/checkpoints.yaml"
+SLOW = "tests/support/jobs/count.yaml"
+
+
+@pytest.fixture(scope="module")
+def s3() -> Iterator[S3Server]:
+    with threaded_server() as server:
+        server.client().create_bucket(Bucket=BUCKET)
+        yield server
+
+
+@pytest.fixture
+def home() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="rtjob-hist-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        rtjob("local", "down", env=base_env(path), timeout=180)  # the test's own cluster, stopped by pid
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def ok(proc) -> str:
+    assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-3000:])
+    return proc.stdout
+
+
+def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, home: Path, tmp_path: Path) -> None:
+    token = plant("wb-" + new_id("tok").replace("-", ""))
+    env = {**base_env(home), **s3.env()}
+    storage = f"s3://{BUCKET}/team"
+    done_id, cut_id = new_id("hist"), new_id("cut")
+
+    # A run that ends (followed to its end: its record and log archived), one left running (--no-wait).
+    submit = rtjob("submit", JOB, "--storage", storage, "--forward-aws-credentials", "--submission-id", done_id,
+                   "--env", f"WANDB_API_KEY={token}", "-o", "json", env=env, timeout=600)
+    assert json.loads(ok(submit))["status"] == "SUCCEEDED"
+    ok(rtjob("submit", SLOW, "--storage", storage, "--submission-id", cut_id, "--no-wait",
+             "--set", "args.lines=100000", "--set", "args.interval=0.05", env=env, timeout=300))
+    wait_for_status(env, cut_id, {"RUNNING"}, timeout=120)
+    record = json.loads(s3.client().get_object(Bucket=BUCKET, Key=f"team/checkpoints/{done_id}/rtjob-run.json")
+                        ["Body"].read())
+    assert record["status"] == "SUCCEEDED" and record["archived"] is True
+    assert record["git"] and len(record["git"]["commit"]) == 40  # the repository's own commit
+    assert record["spec"]["overrides"]["env"] == ["WANDB_API_KEY=<rtjob:secret>"]
+
+    down = rtjob("local", "down", env=env, timeout=180)
+    assert "archived 1 run(s)" in ok(down) + down.stderr
+
+    # This machine, the cluster gone: the ledger and the bucket still answer.
+    listed = {r["id"]: r for r in json.loads(ok(rtjob("runs", "-o", "json", env=env)))}
+    assert listed[done_id]["status"] == "SUCCEEDED" and listed[cut_id]["status"] == "STOPPED"
+    assert listed[cut_id]["archived"] is True
+    status = rtjob("status", done_id, "-o", "json", env=env)
+    assert json.loads(ok(status))["status"] == "SUCCEEDED" and "from the run record" in status.stderr
+    assert "training done" in ok(rtjob("logs", done_id, env=env))
+    assert "line 1 of 100000" in ok(rtjob("logs", cut_id, "--tail", "100000", env=env))
+    shown = json.loads(ok(rtjob("show", done_id, "-o", "json", env=env)))
+    assert [c["name"] for c in shown["checkpoints"]] == ["checkpoint_epoch_0001", "checkpoint_epoch_0002"]
+    assert shown["logs"] and shown["spec_hash"] and shown["request"]["submit_job"]["submission_id"] == done_id
+    assert shown["request"]["submit_job"]["runtime_env"]["env_vars"]["WANDB_API_KEY"] == "****"
+    rows = json.loads(ok(rtjob("results", done_id, "-o", "json", env=env)))
+    assert [r["epoch"] for r in rows[0]["history"]] == [1, 2]
+    pulled = json.loads(ok(rtjob("pull", done_id, "--to", str(tmp_path / "pulled"), "-o", "json", env=env)))
+    assert pulled["checkpoints"] == ["checkpoint_epoch_0002"]
+
+    # rerun: the same request apart from the run id; the secret found again in this environment, never stored.
+    refused = rtjob("rerun", done_id, "--dry-run", "-o", "json", env=env)
+    assert refused.returncode == 2 and "WANDB_API_KEY" in refused.stderr, refused.stderr
+    again = rtjob("rerun", done_id, "--dry-run", "-o", "json", "--submission-id", f"{done_id}-again",
+                  env={**env, "WANDB_API_KEY": token})
+    rendered = json.loads(ok(again))
+    assert "differs" not in again.stderr, again.stderr
+    expected = json.loads(json.dumps(shown["request"]).replace(done_id, f"{done_id}-again"))
+    assert rendered["submit_job"] == expected["submit_job"]
+
+    # A teammate with only the bucket: an empty ledger, no cluster.
+    fresh_home = tmp_path / "fresh-home"
+    fresh = {**base_env(fresh_home), **s3.env()}
+    team = {r["id"]: r for r in json.loads(ok(rtjob("runs", "--storage", storage, "-o", "json", env=fresh)))}
+    assert {done_id, cut_id} <= set(team) and team[done_id]["status"] == "SUCCEEDED"
+    assert "training done" in ok(rtjob("logs", done_id, env=fresh))
+    assert json.loads(ok(rtjob("results", done_id, "-o", "json", env=fresh)))[0]["history"][-1]["epoch"] == 2

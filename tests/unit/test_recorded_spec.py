@@ -1,0 +1,76 @@
+"""What a run record keeps for rerun: secrets out (by name and shape, in the job document and the overrides),
+and put back from this environment, or refused by name; ordinary values kept as they were."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rtjob.core.errors import BadInput
+from rtjob.runs.recorded_spec import SECRET, record_spec, restore
+from rtjob.spec.resolve import Overrides
+
+TOKEN = "hf_" + "Q" * 30
+KEY = "sk-live-" + "7" * 24
+
+
+def _job(document: dict, cc: dict | None = None) -> SimpleNamespace:
+    return SimpleNamespace(document=document, compute_config_document=cc, job_path=Path("/p/jobs/a.yaml"),
+                           job_file="jobs/a.yaml", compute_config_name="g5" if cc else None, backend="ray",
+                           storage_root="s3://b/runs")
+
+
+DOC = {
+    "name": "a",
+    "entrypoint": "python train.py",
+    "args": {"epochs": 3, "hf_token": TOKEN, "model": "resnet18"},
+    "env_vars": {"WANDB_API_KEY": KEY, "LOG_LEVEL": "info"},
+    "tags": {"team": "vision"},
+}
+
+
+def test_secrets_are_taken_out_and_listed_ordinary_values_kept() -> None:
+    overrides = Overrides(nodes=2, sets=("args.epochs=5", f"args.api_key={KEY}"),
+                          env=(f"DB_PASSWORD={KEY}", "MODE=fast"), forward_aws_credentials=True)
+    spec = record_spec(_job(DOC, {"name": "g5", "cloud": "c"}), overrides, {"address": "http://u:pw123456@h:8265"})
+    text = repr(spec)
+    assert TOKEN not in text and KEY not in text and "pw123456" not in text
+    assert spec["document"]["args"] == {"epochs": 3, "hf_token": SECRET, "model": "resnet18"}
+    assert spec["document"]["env_vars"] == {"WANDB_API_KEY": SECRET, "LOG_LEVEL": "info"}
+    assert spec["overrides"]["sets"] == ["args.epochs=5", f"args.api_key={SECRET}"]
+    assert spec["overrides"]["env"] == [f"DB_PASSWORD={SECRET}", "MODE=fast"]
+    assert sorted(spec["secrets"]) == ["--env DB_PASSWORD", "--set args.api_key", "args.hf_token",
+                                       "env_vars.WANDB_API_KEY"]
+    assert spec["settings"]["address"] == "http://u:****@h:8265" and spec["settings"]["storage"] == "s3://b/runs"
+    assert spec["compute_config"] == {"name": "g5", "document": {"name": "g5", "cloud": "c"}}
+
+
+def test_restore_finds_env_secrets_again_and_names_every_missing_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    overrides = Overrides(sets=(f"args.api_key={KEY}",), env=(f"DB_PASSWORD={KEY}",))
+    spec = record_spec(_job(DOC), overrides, {})
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("DB_PASSWORD", raising=False)
+    with pytest.raises(BadInput) as caught:
+        restore(spec, "r1", (), (), None)
+    message = caught.value.message
+    for name in ("env_vars.WANDB_API_KEY", "--env DB_PASSWORD", "--set args.api_key", "args.hf_token"):
+        assert name in message
+    assert KEY not in message and TOKEN not in message
+
+    monkeypatch.setenv("WANDB_API_KEY", KEY)
+    monkeypatch.setenv("DB_PASSWORD", KEY)
+    source, again = restore(spec, "r1", (f"args.api_key={KEY}", f"args.hf_token={TOKEN}"), (), 3)
+    assert source.document["env_vars"]["WANDB_API_KEY"] == KEY
+    assert source.path == Path("/p/jobs/a.yaml") and "r1" in source.shown
+    assert again.env == (f"DB_PASSWORD={KEY}",)
+    assert again.sets == (f"args.api_key={KEY}", f"args.hf_token={TOKEN}")  # the rerun's own, the recorded one dropped
+    assert again.nodes == 3
+
+
+def test_rerun_overrides_come_after_the_recorded_ones() -> None:
+    spec = record_spec(_job({"name": "a", "entrypoint": "x"}), Overrides(nodes=2, sets=("args.epochs=5",),
+                                                                         env=("MODE=fast",)), {})
+    _, again = restore(spec, "r1", ("args.lr=0.1",), ("MODE=slow",), None)
+    assert again.sets == ("args.epochs=5", "args.lr=0.1")
+    assert again.env == ("MODE=slow",) and again.nodes == 2

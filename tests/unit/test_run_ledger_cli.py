@@ -1,0 +1,71 @@
+"""The run ledger through the CLI, offline (in-process, a private RTJOB_HOME): a ledger that is not one, or is from a
+newer rtjob, is one line and exit 2 and is never written; a submit still goes on with a warning; `runs` filters and
+`--prune` forgets only ended runs (never storage)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from rtjob.core.record import RunRecord
+from rtjob.ledger import Ledger
+from support.cli import in_process
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path))
+    for name in ("RTJOB_BACKEND", "RTJOB_STORAGE", "RTJOB_ADDRESS", "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def _record(run_id: str, status: str, days_ago: float, backend: str = "ray", job: str = "a") -> RunRecord:
+    when = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(days=days_ago)).isoformat(timespec="seconds")
+    return RunRecord(id=run_id, job=job, backend=backend, status=status, start_time=when, submitted_at=when,
+                     archived=status in ("SUCCEEDED", "FAILED", "STOPPED"))
+
+
+@pytest.mark.parametrize("damage", ["not a database", "newer schema"])
+def test_a_broken_ledger_is_one_line_exit_2_and_left_as_it_was(home: Path, capsys: pytest.CaptureFixture[str],
+                                                              damage: str) -> None:
+    path = home / "ledger.sqlite3"
+    if damage == "not a database":
+        path.write_bytes(b"this is a text file, not SQLite\n" * 10)
+    else:
+        with Ledger(path) as book:
+            book.save(_record("r1", "SUCCEEDED", 1))
+        with sqlite3.connect(path) as db:
+            db.execute("PRAGMA user_version = 9")
+            db.execute("PRAGMA journal_mode = DELETE")
+        db.close()
+    before = path.read_bytes()
+    res = in_process(capsys, "runs")
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and str(path) in res.stderr and "Traceback" not in res.stderr
+    assert ("newer rtjob" in res.stderr) == (damage == "newer schema")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in home.iterdir()) == ["ledger.sqlite3"]
+
+
+def test_runs_filters_and_prune_forgets_only_old_ended_runs(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with Ledger(home / "ledger.sqlite3") as book:
+        for record in (_record("old-done", "SUCCEEDED", 40), _record("old-running", "RUNNING", 40),
+                       _record("new-failed", "FAILED", 1, backend="anyscale", job="b"),
+                       _record("new-done", "SUCCEEDED", 0.5)):
+            book.save(record)
+    listed = json.loads(in_process(capsys, "runs", "-o", "json", "--backend", "ray").stdout)
+    assert [r["id"] for r in listed] == ["new-done", "old-running", "old-done"]
+    assert [r["id"] for r in json.loads(in_process(capsys, "runs", "-o", "json", "--status", "failed").stdout)] == \
+        ["new-failed"]
+    assert [r["id"] for r in json.loads(in_process(capsys, "runs", "-o", "json", "--since", "2d").stdout)] == \
+        ["new-done", "new-failed"]
+    text = in_process(capsys, "runs", "--job", "b")
+    assert text.returncode == 0 and "new-failed" in text.stdout and "new-done" not in text.stdout
+    pruned = in_process(capsys, "runs", "--prune", "--older-than", "30d")
+    assert pruned.returncode == 0 and "forgot 1 ended run(s)" in pruned.stderr
+    left = [r["id"] for r in json.loads(in_process(capsys, "runs", "-o", "json").stdout)]
+    assert left == ["new-done", "new-failed", "old-running"]  # a run whose end was never seen is kept
