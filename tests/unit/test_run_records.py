@@ -121,11 +121,13 @@ def test_list_records_newest_first_job_filter_and_problems(root: Root) -> None:
     root.put(f"b/corrupt/{RUN_RECORD_FILE}", b"{not json")
     future = record("future", "b", "2026-11-04T08:00:00+00:00").to_json() | {"schema": RECORD_SCHEMA + 1}
     root.put(f"b/future/{RUN_RECORD_FILE}", json.dumps(future).encode())
+    root.put(f"b/back\\slash/{RUN_RECORD_FILE}", record("x", "b", None).dumps().encode())  # no path rtjob names
 
     listed = list_records(root.uri, root.endpoint)
     assert [r.id for r in listed.records] == ["new", "mid", "old"]
     assert listed.without_record == 1 and listed.jobs == 2
-    assert len(listed.problems) == 2
+    assert len(listed.problems) == 3
+    assert f"{root.uri}/b: skipped a folder named 'back\\\\slash' (not a plain folder name)" in listed.problems
     corrupt = next(p for p in listed.problems if "corrupt" in p)
     assert corrupt == f"{root.uri}/b/corrupt/{RUN_RECORD_FILE}: not valid JSON " + corrupt.split("not valid JSON ")[1]
     assert "\n" not in corrupt

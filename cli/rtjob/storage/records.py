@@ -90,12 +90,11 @@ def list_records(root_uri: str, endpoint: str | None, *, job: str | None = None,
     listed = Listed()
     store = open_store(root, endpoint, concurrency)
     try:
-        jobs = [_segment(job, "job")] if job is not None else store.list_dirs()
+        jobs = [_segment(job, "job")] if job is not None else _plain(root, store.list_dirs(), listed)
         listed.jobs = len(jobs)
-        runs = [(name, run) for name, found in zip(jobs, _each(store, jobs, store.list_dirs, concurrency),
-                                                   strict=True)
-                for run in found]
-        raws = _each(store, [f"{name}/{run}/{RUN_RECORD_FILE}" for name, run in runs],
+        runs = [(name, run) for name, found in zip(jobs, _each(jobs, store.list_dirs, concurrency), strict=True)
+                for run in _plain(root, found, listed, name)]
+        raws = _each([f"{name}/{run}/{RUN_RECORD_FILE}" for name, run in runs],
                      lambda rel: _get_record(store, rel), concurrency)
     finally:
         store.close()
@@ -120,9 +119,8 @@ def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, 
     run_id = _segment(run_id, "run id")
     store = open_store(root, endpoint)
     try:
-        jobs = store.list_dirs()
-        raws = _each(store, [f"{job}/{run_id}/{RUN_RECORD_FILE}" for job in jobs],
-                     lambda rel: _get_record(store, rel), 16)
+        jobs = _plain(root, store.list_dirs(), Listed())
+        raws = _each([f"{job}/{run_id}/{RUN_RECORD_FILE}" for job in jobs], lambda rel: _get_record(store, rel), 16)
     finally:
         store.close()
     found: list[tuple[str, RunRecord]] = []
@@ -150,14 +148,32 @@ def _get_record(store: Store, rel: str) -> bytes | BadInput | None:
         return exc
 
 
-def _each(store: Store, items: list[str], call: Callable[[str], T], concurrency: int) -> list[T]:
+def _each(items: list[str], call: Callable[[str], T], concurrency: int) -> list[T]:
     """``call`` on every item, ``concurrency`` at a time (botocore clients are thread-safe), in order."""
     from concurrent.futures import ThreadPoolExecutor
 
     if len(items) <= 1:
         return [call(item) for item in items]
-    with ThreadPoolExecutor(max(1, min(concurrency, len(items))), thread_name_prefix="rtjob-records") as pool:
-        return list(pool.map(call, items))
+    pool = ThreadPoolExecutor(max(1, min(concurrency, len(items))), thread_name_prefix="rtjob-records")
+    try:
+        results = list(pool.map(call, items))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # an error or Ctrl-C: finish only the requests in flight
+        raise
+    pool.shutdown()
+    return results
+
+
+def _plain(root: Location, names: list[str], listed: Listed, parent: str = "") -> list[str]:
+    """The folder names rtjob can address (one plain segment); another is a problem line, not a failure."""
+    kept = []
+    for name in names:
+        try:
+            kept.append(check_rel(name))
+        except BadInput:
+            listed.problems.append(f"{_child(root, parent)}: skipped a folder named {name!r} "
+                                   "(not a plain folder name)")
+    return kept
 
 
 def _segment(name: str, what: str) -> str:
