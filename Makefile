@@ -38,6 +38,7 @@ test-e2e: install
 	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
 
 bench: install
+	$(BIN)/pip install -q -e '.[bench]'  # the storage benchmarks' S3 server (SeaweedFS)
 	$(BIN)/python benchmarks/run.py
 
 clean:

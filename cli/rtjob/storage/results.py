@@ -39,6 +39,10 @@ NO_HISTORY = (f"no metrics history ({METRICS_FILE}, checkpoint_*/{METRICS_FILE} 
               f"{SNAPSHOT_FILE})")
 
 
+class NoHistory(BadInput):
+    """A run folder with files but no metrics history (a run that reports none)."""
+
+
 @dataclass
 class RunHistory:
     label: str
@@ -92,7 +96,7 @@ def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
         return _snapshot_rows(partial(_read_file, snapshot), str(snapshot)), str(snapshot)
     if not any(path.iterdir()):
         raise NothingStored(str(path), f"{path}: {NO_HISTORY}")
-    raise BadInput(f"{path}: {NO_HISTORY}")
+    raise NoHistory(f"{path}: {NO_HISTORY}")
 
 
 def history_from_location(location: Location, endpoint: str | None = None) -> tuple[list[dict[str, Any]], str]:
@@ -109,7 +113,7 @@ def history_from_location(location: Location, endpoint: str | None = None) -> tu
         if item is None and snapshot is None:
             if not files:
                 raise NothingStored(store.describe())
-            raise BadInput(f"{store.describe()}: {NO_HISTORY}")
+            raise NoHistory(f"{store.describe()}: {NO_HISTORY}")
         found = item or snapshot
         assert found is not None
         where = f"{location.uri}/{found.rel}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import os
 import stat
 from collections.abc import Callable
@@ -119,8 +120,30 @@ class Store:
         """Write each file to its path (a temporary name); ``on_done`` once per file, from any thread."""
         raise NotImplementedError
 
+    # Small files rtjob itself keeps in a run's folder (its record, archived logs), by '/'-separated path.
+
+    def put_bytes(self, rel: str, data: bytes) -> None:
+        """Write (or replace) the file at ``rel`` whole: a reader sees the old file or the new one, never half."""
+        raise NotImplementedError
+
+    def get_bytes(self, rel: str, limit: int) -> bytes | None:
+        """The file at ``rel`` (None: there is none); more than ``limit`` bytes is bad input."""
+        raise NotImplementedError
+
+    def list_dirs(self, rel: str = "") -> list[str]:
+        """The names of the folders directly under ``rel`` (S3: one delimiter listing, never every key below)."""
+        raise NotImplementedError
+
     def close(self) -> None:
         return None
+
+
+def check_rel(rel: str) -> str:
+    """A path rtjob names inside a location: '/'-separated plain segments (no '', '.', '..', backslash)."""
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
+        raise BadInput(f"{rel!r}: not a plain relative path in storage")
+    return rel
 
 
 def open_store(location: Location, endpoint: str | None = None, concurrency: int = 16) -> Store:
@@ -184,6 +207,59 @@ class LocalStore(Store):
                 future.result()
 
 
+    def _path(self, rel: str) -> str:
+        return os.path.join(self.location.path, *check_rel(rel).split("/")) if rel else self.location.path
+
+    def put_bytes(self, rel: str, data: bytes) -> None:
+        target = self._path(rel)
+        folder = self.location.path
+        try:
+            os.makedirs(folder, exist_ok=True)
+            for part in rel.split("/")[:-1]:  # folders below the location: made here, never a link followed
+                folder = os.path.join(folder, part)
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(folder)
+                if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                    raise BadInput(f"{folder}: not a folder (a symbolic link is not followed)")
+            # A temporary name pull and listings skip (PARTIAL_SUFFIX), renamed over the target: a link planted
+            # under the target's name is replaced, never written through.
+            tmp = os.path.join(folder, f".{os.path.basename(target)}.{os.urandom(4).hex()}{PARTIAL_SUFFIX}")
+            try:
+                with create_file(tmp) as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+        except OSError as exc:
+            raise BadInput(f"{target}: cannot write ({exc.strerror or exc})") from None
+
+    def get_bytes(self, rel: str, limit: int) -> bytes | None:
+        path = self._path(rel)
+        try:
+            with open_regular(path) as f:
+                return read_capped(f, limit, path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise BadInput(f"{path}: a symbolic link (not followed)") from None
+            raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+    def list_dirs(self, rel: str = "") -> list[str]:
+        path = self._path(rel)
+        try:
+            with os.scandir(path) as entries:
+                return sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise BadInput(f"{path}: cannot list ({exc.strerror or exc})") from None
+
+
 def _join(rel_dir: str, name: str) -> str:
     return name if rel_dir in (".", "") else f"{rel_dir.replace(os.sep, '/')}/{name}"
 
@@ -194,6 +270,16 @@ MULTIPART_THRESHOLD = 16 * 1024 * 1024
 MULTIPART_CHUNKSIZE = 16 * 1024 * 1024
 IO_CHUNK = 1024 * 1024
 DOWNLOAD_ATTEMPTS = 3
+
+
+@functools.cache
+def _data_loader() -> Any:
+    """botocore's service models, loaded once per process: a fresh session re-reads them (~0.1-0.2 s a client),
+    and a command that reads a run's record, logs and checkpoints opens several stores. Only data is shared:
+    each store's session still resolves its own credentials."""
+    import botocore.loaders
+
+    return botocore.loaders.create_loader()
 
 
 class S3Store(Store):
@@ -215,9 +301,9 @@ class S3Store(Store):
             read_timeout=60,
             user_agent_extra="rtjob",
         )
-        self.client: Any = botocore.session.get_session().create_client(
-            "s3", endpoint_url=endpoint or None, config=config
-        )
+        session = botocore.session.get_session()
+        session.register_component("data_loader", _data_loader())
+        self.client: Any = session.create_client("s3", endpoint_url=endpoint or None, config=config)
 
     def describe(self) -> str:
         return f"{self.location.uri}" + (f" at {self.endpoint}" if self.endpoint else "")
@@ -248,6 +334,43 @@ class S3Store(Store):
             return read_capped(body, limit, where)
         except Exception as exc:
             raise s3_error(exc, self) from None
+
+    def _key(self, rel: str) -> str:
+        return self._prefix() + check_rel(rel)
+
+    def put_bytes(self, rel: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.location.bucket, Key=self._key(rel), Body=data)
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+
+    def get_bytes(self, rel: str, limit: int) -> bytes | None:
+        import botocore.exceptions as bex
+
+        try:
+            body = self.client.get_object(Bucket=self.location.bucket, Key=self._key(rel))["Body"]
+            return read_capped(body, limit, f"{self.location.uri}/{rel}")
+        except bex.ClientError as exc:
+            if str((exc.response.get("Error", {}) or {}).get("Code", "")) in ("NoSuchKey", "404"):
+                return None
+            raise s3_error(exc, self) from None
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+
+    def list_dirs(self, rel: str = "") -> list[str]:
+        prefix = self._key(rel) + "/" if rel else self._prefix()
+        names: list[str] = []
+        try:
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.location.bucket, Prefix=prefix, Delimiter="/"
+            ):
+                for common in page.get("CommonPrefixes", []) or []:
+                    name = common["Prefix"][len(prefix):].rstrip("/")
+                    if name:  # "prefix//x" lists an empty folder name: nothing rtjob wrote
+                        names.append(name)
+        except Exception as exc:
+            raise s3_error(exc, self) from None
+        return sorted(names)
 
     def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn, on_done: DoneFn) -> None:
         """Large files through s3transfer (concurrent ranged GETs); small ones, most of a checkpoint tree, by one

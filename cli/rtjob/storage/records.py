@@ -1,0 +1,282 @@
+"""Run records and archived logs in a run's storage (``<root>/<job>/<run id>/rtjob-run.json``, ``.../logs/``), and
+a team's runs listed from a bucket by their records alone.
+
+A run's folder also holds its checkpoints (tens of thousands of keys on a long run), so a listing never walks a
+folder's keys: ``<root>/`` and each ``<root>/<job>/`` are listed with a delimiter (their folders only), then each run
+folder's record is read by one GET, many at once. A run folder without a record (a run of an older rtjob, or one
+still being written) is counted, not an error; a record that cannot be read is one line in ``problems``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from rtjob_contract import EPOCH_CHECKPOINT_PREFIX, RUN_LOGS_DIR, RUN_RECORD_FILE
+
+from ..core.errors import BadInput
+from ..core.record import RunRecord
+from .layout import NothingStored, checkpoint_of, find_history, load_history, natural_key
+from .location import Location, parse_location
+from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
+from .results import NoHistory, RunHistory, history_from_location, summary
+from .stores import Store, check_rel, open_store
+
+MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KB; its request and spec bound the rest
+MAX_LOG_BYTES = 256 * 1024 * 1024  # an archived driver log is read whole (rtjob logs ID)
+
+T = TypeVar("T")
+
+
+@dataclass
+class Listed:
+    """A team's runs as their records say, newest first, and what could not be read."""
+
+    records: list[RunRecord] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # one line each: a corrupt record, one of a newer rtjob
+    without_record: int = 0  # run folders with no record (runs of an older rtjob, or not yet written)
+    jobs: int = 0  # job folders listed
+
+
+# ---------------------------------------------------------------------------------------------
+# One run's record and logs
+
+
+def write_record(run_uri: str, record: RunRecord, endpoint: str | None) -> None:
+    """``<run_uri>/rtjob-run.json``, replaced whole (readers see the old record or the new one)."""
+    data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    _with_store(run_uri, endpoint, lambda store: store.put_bytes(RUN_RECORD_FILE, data))
+
+
+def read_record(run_uri: str, endpoint: str | None) -> RunRecord | None:
+    """The run's record (None: the folder has none); a corrupt or newer one is one line of bad input."""
+    location = parse_location(run_uri)
+    raw = _with_store(run_uri, endpoint, lambda store: store.get_bytes(RUN_RECORD_FILE, MAX_RECORD_BYTES))
+    return None if raw is None else RunRecord.loads(raw, _child(location, RUN_RECORD_FILE))
+
+
+def write_log(run_uri: str, name: str, text: str, endpoint: str | None) -> str:
+    """Archive a log as ``<run_uri>/logs/<name>``; returns its path relative to the run's folder."""
+    rel = _log_rel(name)
+    data = text.encode("utf-8", errors="replace")  # a lone surrogate (undecodable output) becomes '?'
+    _with_store(run_uri, endpoint, lambda store: store.put_bytes(rel, data))
+    return rel
+
+
+def read_log(run_uri: str, name: str, endpoint: str | None) -> str | None:
+    """An archived log (None: not archived), undecodable bytes replaced."""
+    rel = _log_rel(name)
+    raw = _with_store(run_uri, endpoint, lambda store: store.get_bytes(rel, MAX_LOG_BYTES))
+    return None if raw is None else raw.decode("utf-8", errors="replace")
+
+
+def _log_rel(name: str) -> str:
+    if "/" in name:
+        raise BadInput(f"{name!r}: a log's name is one path segment")
+    return check_rel(f"{RUN_LOGS_DIR}/{name}")
+
+
+# ---------------------------------------------------------------------------------------------
+# A team's runs, from the bucket
+
+
+def list_records(root_uri: str, endpoint: str | None, *, job: str | None = None, concurrency: int = 16) -> Listed:
+    """Every run record under ``<root>/<job>/<run id>/`` (only ``job``'s folder when given), newest first."""
+    root = parse_location(root_uri)
+    listed = Listed()
+    store = open_store(root, endpoint, concurrency)
+    try:
+        jobs = [_segment(job, "job")] if job is not None else _plain(root, store.list_dirs(), listed)
+        listed.jobs = len(jobs)
+        runs = [(name, run) for name, found in zip(jobs, _each(jobs, store.list_dirs, concurrency), strict=True)
+                for run in _plain(root, found, listed, name)]
+        raws = _each([f"{name}/{run}/{RUN_RECORD_FILE}" for name, run in runs],
+                     lambda rel: _get_record(store, rel), concurrency)
+    finally:
+        store.close()
+    for (name, run), raw in zip(runs, raws, strict=True):
+        if raw is None:
+            listed.without_record += 1
+        elif isinstance(raw, BadInput):
+            listed.problems.append(raw.message)
+        else:
+            try:
+                listed.records.append(RunRecord.loads(raw, _child(root, name, run, RUN_RECORD_FILE)))
+            except BadInput as exc:
+                listed.problems.append(exc.message)
+    listed.records.sort(key=_newest_first)
+    return listed
+
+
+def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, RunRecord] | None:
+    """The folder and record of run ``run_id`` under any job folder of ``root_uri`` (None: no record of it):
+    one delimiter listing of the root, then one GET per job folder."""
+    root = parse_location(root_uri)
+    run_id = _segment(run_id, "run id")
+    store = open_store(root, endpoint)
+    try:
+        jobs = _plain(root, store.list_dirs(), Listed())
+        raws = _each([f"{job}/{run_id}/{RUN_RECORD_FILE}" for job in jobs], lambda rel: _get_record(store, rel), 16)
+    finally:
+        store.close()
+    found: list[tuple[str, RunRecord]] = []
+    problems: list[BadInput] = []
+    for job, raw in zip(jobs, raws, strict=True):
+        if isinstance(raw, BadInput):
+            problems.append(raw)
+        elif raw is not None:
+            try:
+                found.append((_child(root, job, run_id), RunRecord.loads(raw, _child(root, job, run_id,
+                                                                                     RUN_RECORD_FILE))))
+            except BadInput as exc:
+                problems.append(exc)
+    if not found:
+        if problems:
+            raise problems[0]
+        return None
+    return max(found, key=lambda pair: pair[1].updated_at or "")  # the same id under two jobs: the latest written
+
+
+def _get_record(store: Store, rel: str) -> bytes | BadInput | None:
+    try:
+        return store.get_bytes(rel, MAX_RECORD_BYTES)
+    except BadInput as exc:  # too large, a link, unreadable: this run's problem, not the listing's
+        return exc
+
+
+def _each(items: list[str], call: Callable[[str], T], concurrency: int) -> list[T]:
+    """``call`` on every item, ``concurrency`` at a time (botocore clients are thread-safe), in order."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(items) <= 1:
+        return [call(item) for item in items]
+    pool = ThreadPoolExecutor(max(1, min(concurrency, len(items))), thread_name_prefix="rtjob-records")
+    try:
+        results = list(pool.map(call, items))
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)  # an error or Ctrl-C: finish only the requests in flight
+        raise
+    pool.shutdown()
+    return results
+
+
+def _plain(root: Location, names: list[str], listed: Listed, parent: str = "") -> list[str]:
+    """The folder names rtjob can address (one plain segment); another is a problem line, not a failure."""
+    kept = []
+    for name in names:
+        try:
+            kept.append(check_rel(name))
+        except BadInput:
+            listed.problems.append(f"{_child(root, parent)}: skipped a folder named {name!r} "
+                                   "(not a plain folder name)")
+    return kept
+
+
+def _segment(name: str, what: str) -> str:
+    if not name or "/" in name:
+        raise BadInput(f"{what} {name!r}: expected one folder name")
+    return check_rel(name)
+
+
+def _child(location: Location, *parts: str) -> str:
+    """The URI (or path) of a file or folder below a location."""
+    path = "/".join(p for p in (location.path, *parts) if p)
+    return Location(location.scheme, location.bucket, path).uri
+
+
+def _newest_first(record: RunRecord) -> tuple[int, float, str]:
+    when = record.start_time or record.submitted_at
+    if not when:
+        return (1, 0.0, record.id)  # undated records last
+    try:
+        stamp = dt.datetime.fromisoformat(when)
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=dt.timezone.utc)
+        return (0, -stamp.timestamp(), record.id)
+    except ValueError:
+        return (1, 0.0, record.id)
+
+
+# ---------------------------------------------------------------------------------------------
+# What `rtjob show` adds from the run's folder: its checkpoints and its metrics
+
+
+def checkpoints(run_uri: str, endpoint: str | None) -> list[dict[str, Any]]:
+    """The run's checkpoint folders, oldest first: name, files, bytes, and the metrics of its epoch when the
+    run's history (one small file, read once) has them. Lists the run's folder fully (one run)."""
+    location = parse_location(run_uri)
+    store = open_store(location, endpoint, concurrency=4)
+    try:
+        try:
+            files = store.list_files()
+        except BadInput:  # a local folder that does not exist: no checkpoints
+            return []
+        by_ckpt: dict[str, dict[str, Any]] = {}
+        for item in files:
+            ckpt = checkpoint_of(item.rel)
+            if ckpt:
+                entry = by_ckpt.setdefault(ckpt, {"name": ckpt, "files": 0, "bytes": 0, "metrics": None})
+                entry["files"] += 1
+                entry["bytes"] += item.size
+        rows = _metrics_by_checkpoint(store, files)
+    finally:
+        store.close()
+    out = [by_ckpt[name] for name in sorted(by_ckpt, key=natural_key)]
+    for entry in out:
+        entry["metrics"] = rows.get(entry["name"])
+    return out
+
+
+def _metrics_by_checkpoint(store: Store, files: list[Any]) -> dict[str, dict[str, Any]]:
+    """checkpoint name → its epoch's row: from the newest history (rtjob's layout, by epoch) or Ray Train's
+    snapshot (by folder). A history that cannot be read adds no metrics (show still lists the checkpoints)."""
+    history = find_history(files)
+    snapshot = next((f for f in files if f.rel == SNAPSHOT_FILE), None)
+    found = history or snapshot
+    if found is None:
+        return {}
+    where = f"{store.location.uri}/{found.rel}"
+    try:
+        if history is not None:
+            rows = load_history(lambda limit: store.read(found, limit), where)
+            by_epoch = {row.get("epoch"): row for row in rows}
+            names = {checkpoint_of(f.rel) for f in files} - {None}
+            return {name: by_epoch[_epoch_of(name)] for name in names
+                    if name and _epoch_of(name) in by_epoch}
+        rows = load_history(lambda limit: store.read(found, limit), where, parse=parse_snapshot_rows)
+        return {row[CHECKPOINT_KEY]: row for row in rows}
+    except BadInput:
+        return {}
+
+
+def _epoch_of(name: str) -> int | None:
+    digits = name[len(EPOCH_CHECKPOINT_PREFIX):] if name.startswith(EPOCH_CHECKPOINT_PREFIX) else ""
+    return int(digits) if digits.isdigit() else None
+
+
+def metrics_summary(run_uri: str, endpoint: str | None) -> dict[str, Any] | None:
+    """The run's final metrics (``rtjob results``' summary: last values, best val_loss and its epoch) and the
+    last row as stored; None when the run stored no history. A corrupt history is one line of bad input."""
+    location = parse_location(run_uri)
+    if location.scheme == "file" and not os.path.isdir(location.path):
+        return None
+    try:
+        rows, source = history_from_location(location, endpoint)
+    except (NothingStored, NoHistory):
+        return None
+    if not rows:
+        return None
+    return {**summary(RunHistory(location.name, source, rows)), "last": rows[-1], "source": source}
+
+
+def _with_store(run_uri: str, endpoint: str | None, call: Callable[[Store], T]) -> T:
+    store = open_store(parse_location(run_uri), endpoint, concurrency=1)
+    try:
+        return call(store)
+    finally:
+        store.close()
+
