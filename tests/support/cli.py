@@ -44,6 +44,15 @@ def base_env(home: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def use_env(monkeypatch: Any, env: dict[str, str]) -> None:
+    """This process's environment becomes ``env`` (pytest's ``monkeypatch`` undoes it): what a subprocess given
+    ``env`` would see, for an ``in_process`` run."""
+    for name in set(os.environ) - set(env):
+        monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+
+
 def rtjob(*args: str, env: dict[str, str], timeout: float = 300, cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([*RTJOB, *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     record(proc.stdout, proc.stderr)
