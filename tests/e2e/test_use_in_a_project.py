@@ -2,13 +2,15 @@
 `[ray]` client extra only: no torch), a project is made in a temp folder with a training script that knows
 nothing of rtjob (it takes its output folder from an argument the job passes), then `rtjob init`, `submit
 --nodes 2` on the embedded cluster to SUCCEEDED, `pull` and `results` of its output. Nothing is mocked; the
-tool runs from outside this repository, so it can only use what the wheel carries."""
+tool runs from outside this repository, so it can only use what the wheel carries; what the wheel holds is checked
+too (the one wheel build of the suite)."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -71,6 +73,10 @@ for epoch in range(1, args.epochs + 1):
 '''
 
 
+# Variables that would import rtjob from elsewhere than what the wheel installed (a checkout on PYTHONPATH).
+NOT_THE_WHEEL = ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")
+
+
 def _run(cmd: list[str], env: dict[str, str], cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     record(proc.stdout, proc.stderr)
@@ -82,12 +88,24 @@ def tool() -> Path:
     """The installed `rtjob` console script: the wheel in a fresh venv, client extra only (support/tool_venv.py;
     tests/conftest.py started the install when this test was collected)."""
     venv = tool_venv.start().wait()
-    no_torch = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True)
+    env = {k: v for k, v in os.environ.items() if k not in NOT_THE_WHEEL}
+    no_torch = subprocess.run([str(venv / "bin" / "python"), "-c", "import torch"], capture_output=True, env=env)
     assert no_torch.returncode != 0, "the client extra must not pull torch"
     editable = subprocess.run([str(venv / "bin" / "python"), "-c", "import rtjob; print(rtjob.__file__)"],
-                              capture_output=True, text=True, check=True)
+                              capture_output=True, text=True, check=True, env=env)
     assert str(venv) in editable.stdout, f"rtjob must come from the installed wheel: {editable.stdout}"
     return venv / "bin" / "rtjob"
+
+
+def test_the_wheel_carries_rtjob_the_contract_training_and_builtins(tool: Path) -> None:
+    """What the wheel the tool was installed from holds (built once, for both tests)."""
+    from rtjob.spec import catalog
+
+    names = set(zipfile.ZipFile(tool_venv.start().wheel()).namelist())
+    assert {"rtjob/main.py", "rtjob/py.typed", "rtjob_contract/__init__.py", "rtjob_training/__init__.py",
+            "rtjob_training/ray_ddp.py", "rtjob/spec/builtin_compute_configs/g5-4xlarge.yaml"} <= names
+    assert len([n for n in names if n.startswith("rtjob/spec/builtin_compute_configs/")]) == len(catalog.CATALOG)
+    assert not any(n.startswith(("training/", "tests/", "jobs/")) for n in names)
 
 
 def test_init_submit_pull_results_in_a_fresh_project(tool: Path, tmp_path: Path) -> None:
@@ -95,8 +113,8 @@ def test_init_submit_pull_results_in_a_fresh_project(tool: Path, tmp_path: Path)
     project.mkdir()
     (project / "train.py").write_text(TRAIN_PY)
     env = base_env(tmp_path / "rtjob-home")
-    for name in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME"):
-        env.pop(name, None)  # only what the wheel installed
+    for name in NOT_THE_WHEEL:
+        env.pop(name, None)
     env["PATH"] = f"{tool.parent}{os.pathsep}{env['PATH']}"
     env["XDG_CONFIG_HOME"] = str(tmp_path / "config")
     rtjob = str(tool)

@@ -84,16 +84,44 @@ def in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
     """rtjob ARGS through the console script's own main, in this process (pytest's ``capsys`` captures it): the
     exit code, stdout and stderr, recorded for the suite-wide secret check. The redactor starts empty, as in a
     new process."""
+    capsys.readouterr()
+    code = _main(list(args))
+    out, err = capsys.readouterr()
+    record(out, err)
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+def run_in_process(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """``rtjob(*args, env=env, cwd=cwd)`` without the subprocess (about a second of interpreter and imports
+    each): the console script's own main in this process, with the environment made ``env``, the current folder
+    ``cwd`` and stdout/stderr captured for the call only, all restored after. Needs no capsys (module-scoped
+    fixtures can use it); one call at a time."""
+    import contextlib
+    import io
+
+    import pytest
+
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        for name in set(os.environ) - set(env):
+            patch.delenv(name)
+        for name, value in env.items():
+            patch.setenv(name, value)
+        patch.chdir(cwd)
+        code = _main(list(args))
+    record(out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess(list(args), code, out.getvalue(), err.getvalue())
+
+
+def _main(args: list[str]) -> int:
+    """rtjob's console entry point with ``args``, its exit code returned; the redactor starts empty, as in a
+    new process."""
     from rtjob.commands import main
     from rtjob.core.redact import REDACTOR
 
     REDACTOR.clear()
-    capsys.readouterr()
     try:
-        main(list(args))
-        code = 0
+        main(args)
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 0
-    out, err = capsys.readouterr()
-    record(out, err)
-    return subprocess.CompletedProcess(list(args), code, out, err)
+        return exc.code if isinstance(exc.code, int) else 0
+    return 0

@@ -19,6 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
                                     ".hypothesis", ".rtjob", "data", "results", "rtjob-runs")
 EXTRA = "ray"
+WHEELS = "wheels"  # under the scratch folder
 
 
 def source_copy(dest: Path) -> Path:
@@ -37,7 +38,7 @@ def build_wheel(source: Path, out: Path) -> Path:
 
 
 def _main(scratch: Path) -> None:
-    wheel = build_wheel(source_copy(scratch), scratch / "wheels")
+    wheel = build_wheel(source_copy(scratch), scratch / WHEELS)
     venv = scratch / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--disable-pip-version-check", f"{wheel}[{EXTRA}]"],
@@ -61,6 +62,11 @@ class Background:
         log = (self.scratch / "log").read_text(errors="replace")
         assert code == 0 and (self.scratch / "done").exists(), f"building/installing the wheel failed:\n{log[-4000:]}"
         return self.scratch / "venv"
+
+    def wheel(self) -> Path:
+        """The wheel the venv was installed from (call after ``wait``)."""
+        (wheel,) = (self.scratch / WHEELS).glob("rtjob-*.whl")
+        return wheel
 
     def close(self) -> None:
         if self.proc.poll() is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from rtjob.core.model import RunInfo, RunStatus
 from rtjob.runs.cost import finished_run_cost, run_cost
 from rtjob.spec import catalog
 from rtjob.spec.pricing import BASIS, compute_config_cost
-from support.cli import REPO, base_env, rtjob
+from support.cli import REPO, base_env, run_in_process
 
 HEAD, G5_4X, G5_12X = 0.384, 1.624, 5.672
 
@@ -63,7 +62,7 @@ def test_run_cost_is_duration_times_rate() -> None:
 
 @pytest.fixture(scope="module")
 def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """render --output json on three backends (the CLI as subprocesses, concurrently; nothing is contacted)."""
+    """render --output json on three backends (the CLI in this process; nothing is contacted)."""
 
     backends = ("local", "ray", "anyscale")
     envs = {b: base_env(tmp_path_factory.mktemp("home"), HOME=str(tmp_path_factory.mktemp("userhome")))
@@ -71,11 +70,10 @@ def renders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
 
     def render(backend: str) -> subprocess.CompletedProcess[str]:
         extra = ("--address", "http://127.0.0.1:9") if backend == "ray" else ()
-        return rtjob("render", "ddp-resnet", "--nodes", "3", "--backend", backend, *extra, "--output", "json",
-                     env=envs[backend], cwd=REPO, timeout=120)
+        return run_in_process("render", "ddp-resnet", "--nodes", "3", "--backend", backend, *extra, "--output",
+                              "json", env=envs[backend], cwd=REPO)
 
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        procs = dict(zip(backends, pool.map(render, backends), strict=True))
+    procs = {backend: render(backend) for backend in backends}
     for proc in procs.values():
         assert proc.returncode == 0, proc.stderr
     return {backend: json.loads(proc.stdout) for backend, proc in procs.items()}
@@ -92,7 +90,7 @@ def test_render_shows_cost_per_hour_except_on_the_embedded_cluster(renders: dict
 
 def test_compute_config_show_text_states_price_basis(tmp_path: Path) -> None:
     env = base_env(tmp_path / "home", HOME=str(tmp_path / "userhome"))
-    proc = rtjob("compute-config", "show", "g5-12xlarge", env=env, timeout=120)
+    proc = run_in_process("compute-config", "show", "g5-12xlarge", env=env)
     assert proc.returncode == 0, proc.stderr
     cost_line = next(line for line in proc.stdout.splitlines() if line.startswith("# cost:"))
     assert "$0.38–$11.73/h" in cost_line and "0–2 × g5.12xlarge $5.672" in cost_line

@@ -11,7 +11,6 @@ import json
 import string
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,7 @@ from rtjob.core.redact import MASK, Redactor, is_secret, is_secret_name, mask_co
 from rtjob.spec.overrides import parse_env, parse_headers, parse_set
 from rtjob.spec.schema import validate_job
 from rtjob.spec.yamlsrc import parse_yaml
-from support.cli import REPO, base_env, plant, record
+from support.cli import REPO, base_env, plant, record, run_in_process
 from support.http_faults import HTML, StandIn, json_body
 
 RTJOB = [sys.executable, "-m", "rtjob.main"]
@@ -191,6 +190,8 @@ def test_commands_print_only_through_the_redacting_helpers() -> None:
 # -- exit codes CI can trust ----------------------------------------------------------------------------------
 
 def _run(args: list[str], env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
+    """A real process: for what only a process shows (its environment at start, a thread left hanging, a CLI
+    changed before it starts); the rest runs the CLI in this process (run_in_process), a second faster each."""
     proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=60)
     record(proc.stdout, proc.stderr)
     return proc
@@ -220,7 +221,7 @@ def test_an_internal_error_exits_70_with_one_line_and_a_saved_redacted_traceback
 
 
 def test_exit_code_tables_list_70() -> None:
-    help_text = _run([*RTJOB, "status", "--help"], base_env(REPO / ".rtjob-unused")).stdout
+    help_text = run_in_process("status", "--help", env=base_env(REPO / ".rtjob-unused")).stdout
     assert "70  internal error in rtjob itself" in help_text
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     assert "| 70 |" in readme
@@ -254,7 +255,7 @@ def test_a_wrong_answer_is_one_line_exit_3(command: str, name: str, tmp_path: Pa
 
     with StandIn(respond) as server:
         env = base_env(tmp_path / "home", RTJOB_FOLLOW_GRACE_S="2")
-        proc = _run([*RTJOB, command, "some-run", "--backend", "ray", "--address", server.address], env)
+        proc = run_in_process(command, "some-run", "--backend", "ray", "--address", server.address, env=env)
     assert proc.returncode == 3, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert "Traceback" not in proc.stderr and lines[-1].startswith("rtjob: error: ") and expect in lines[-1], lines
@@ -267,8 +268,8 @@ def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_pat
         return 200, "application/json", json_body(_job(run_id, metadata={"rtjob.max_retries": "3"}))
 
     with StandIn(respond) as server:
-        proc = _run([*RTJOB, "status", "r1", "--backend", "ray", "--address", server.address, "-o", "json"],
-                    base_env(tmp_path / "home"))
+        proc = run_in_process("status", "r1", "--backend", "ray", "--address", server.address, "-o", "json",
+                              env=base_env(tmp_path / "home"))
         probes = [r for r in server.requests if "-retry" in r]
     assert proc.returncode == 0, proc.stderr
     assert len(json.loads(proc.stdout)["attempts"]) == 4 and len(probes) <= 6, probes
@@ -300,8 +301,7 @@ def test_render_masks_tags_args_and_urls_the_same_on_ray_and_anyscale(tmp_path: 
              ["render", "j", "--backend", "anyscale", "-o", "json"],
              ["render", "j", "--backend", "anyscale", "-o", "yaml"],  # the file for `anyscale job submit -f`
              ["schedule", "render", "j", "--cron", "0 3 * * *"]]  # the file for `anyscale schedule apply -f`
-    with ThreadPoolExecutor(max_workers=3) as pool:  # each CLI start costs a second (anyscale's import more)
-        procs = list(pool.map(lambda args: _run([*RTJOB, *args], env, cwd=project), calls))
+    procs = [run_in_process(*args, env=env, cwd=project) for args in calls]
     outs = []
     for proc in procs:
         assert proc.returncode == 0, proc.stderr

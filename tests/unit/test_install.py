@@ -1,5 +1,6 @@
 """rtjob as an installed tool in someone else's project: built-in compute configs, `rtjob init`, jobs that
-declare their requirements (and the embedded cluster that skips what it already has), the wheel's contents."""
+declare their requirements (and the embedded cluster that skips what it already has), what the wheel packages (its
+contents: tests/e2e/test_use_in_a_project.py, which builds it anyway)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ import json
 import re
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,39 +16,16 @@ from rtjob.spec import catalog
 from rtjob.spec.project import BUILTIN_COMPUTE_CONFIGS, builtin_compute_config_names, find_compute_config_file
 from rtjob.spec.requirements import read_requirements, split_satisfied
 from rtjob.spec.resolve import load_compute_config
-from support.cli import REPO, in_process
+from support.cli import REPO
+from support.project import ProjectCli, write_files
 
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_ANYSCALE_CLOUD", "RAY_JOB_HEADERS", "RTJOB_PROJECT")
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
 
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """rtjob's own entry point, in this process, standing in ``tmp_path/project`` (a folder outside this repo)."""
-
-    project = tmp_path / "project"
-    project.mkdir()
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
-    monkeypatch.chdir(project)
-
-    def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        for key, value in (env or {}).items():
-            monkeypatch.setenv(key, value)
-        proc = in_process(capsys, *args)
-        assert not (tmp_path / "home" / "local" / "cluster.json").exists()
-        return proc
-
-    run.project = project  # type: ignore[attr-defined]
-    return run
-
-
-def _write(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> ProjectCli:
+    """rtjob's own entry point, in this process, standing in ``cli.project`` (a folder outside this repo)."""
+    return ProjectCli(tmp_path, monkeypatch, capsys)
 
 
 # -- built-in compute configs ------------------------------------------------------------------------------
@@ -66,14 +43,14 @@ def test_builtins_are_the_catalog_types_and_name_no_cloud(tmp_path: Path) -> Non
 
 
 def test_a_project_compute_config_overrides_the_builtin_of_its_name(tmp_path: Path) -> None:
-    _write(tmp_path, {"compute_configs/g5-4xlarge.yaml": "worker_nodes:\n  - instance_type: g5.4xlarge\n    max_nodes: 9\n"})
+    write_files(tmp_path, {"compute_configs/g5-4xlarge.yaml": "worker_nodes:\n  - instance_type: g5.4xlarge\n    max_nodes: 9\n"})
     path, shown = find_compute_config_file("g5-4xlarge", tmp_path)
     assert path == tmp_path / "compute_configs" / "g5-4xlarge.yaml" and shown == "compute_configs/g5-4xlarge.yaml"
     assert find_compute_config_file("g5-12xlarge", tmp_path)[0] == BUILTIN_COMPUTE_CONFIGS / "g5-12xlarge.yaml"
 
 
 def test_compute_config_list_marks_builtin_and_own(cli) -> None:
-    _write(cli.project, {"compute_configs/g5-4xlarge.yaml": "worker_nodes:\n  - instance_type: g5.4xlarge\n",
+    write_files(cli.project, {"compute_configs/g5-4xlarge.yaml": "worker_nodes:\n  - instance_type: g5.4xlarge\n",
                          "compute_configs/mine.yaml": "worker_nodes:\n  - instance_type: g6.xlarge\n    max_nodes: 2\n"})
     res = cli("compute-config", "list", "-o", "json")
     assert res.returncode == 0, res.stderr
@@ -88,7 +65,7 @@ def test_compute_config_list_marks_builtin_and_own(cli) -> None:
 
 
 def test_a_job_outside_this_repo_uses_a_builtin_and_the_cloud_setting(cli) -> None:
-    _write(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: g5-12xlarge\nrequirements: []\n"})
+    write_files(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: g5-12xlarge\nrequirements: []\n"})
     res = cli("render", "t", "--backend", "anyscale")
     assert res.returncode == 0, res.stderr
     assert "note:      no cloud named: Anyscale uses the organization's default cloud" in res.stdout
@@ -98,14 +75,14 @@ def test_a_job_outside_this_repo_uses_a_builtin_and_the_cloud_setting(cli) -> No
     assert config["cloud"] == "team-cloud" and "cloud" not in config["compute_config"]
     assert config["compute_config"]["worker_nodes"][0]["instance_type"] == "g5.12xlarge"
     # The job's own cloud wins over the setting; an unknown name lists the built-ins.
-    _write(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: g5-12xlarge\ncloud: own\n"})
+    write_files(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: g5-12xlarge\ncloud: own\n"})
     config = json.loads(cli("render", "t", "--backend", "anyscale", "-o", "json").stdout)["job_config"]
     assert config["cloud"] == "own"
     res = cli("render", "t", "--backend", "anyscale", "--compute-config", "g5-4xlarg")
     assert res.returncode == 2 and "did you mean 'g5-4xlarge'?" in res.stderr and "p5-48xlarge" in res.stderr
     # A compute config that names its cloud (a project's own, or one registered on Anyscale) keeps it: the
     # setting fills in only where nothing names one.
-    _write(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: mine\n",
+    write_files(cli.project, {"jobs/t.yaml": "name: t\nentrypoint: python t.py\ncompute_config: mine\n",
                          "compute_configs/mine.yaml": "cloud: cloud-a\nworker_nodes: [{instance_type: g5.xlarge}]\n"})
     env = {"RTJOB_ANYSCALE_CLOUD": "cloud-b"}
     config = json.loads(cli("render", "t", "--backend", "anyscale", "-o", "json", env=env).stdout)["job_config"]
@@ -139,18 +116,18 @@ def test_requirements_this_environment_satisfies_are_split_off() -> None:
 
 
 def test_a_requirements_file_is_read_relative_to_the_job_file_with_its_includes(tmp_path: Path) -> None:
-    _write(tmp_path, {"jobs/base.txt": "# pins\ntorch==2.14.1  # the one the venv has\n\n",
+    write_files(tmp_path, {"jobs/base.txt": "# pins\ntorch==2.14.1  # the one the venv has\n\n",
                       "jobs/extra.txt": "-r base.txt\nrich\n"})
     job = tmp_path / "jobs" / "x.yaml"
     assert read_requirements("extra.txt", job, "jobs/x.yaml") == ["torch==2.14.1", "rich"]
     assert read_requirements(["a"], job, "jobs/x.yaml") == ["a"] and read_requirements(None, job, "x") is None
-    _write(tmp_path, {"jobs/loop.txt": "-r loop.txt\n"})
+    write_files(tmp_path, {"jobs/loop.txt": "-r loop.txt\n"})
     with pytest.raises(Exception, match="includes itself"):
         read_requirements("loop.txt", job, "jobs/x.yaml")
 
 
 def test_render_installs_only_what_the_embedded_cluster_lacks_and_everything_elsewhere(cli) -> None:
-    _write(cli.project, {"jobs/x.yaml": "name: x\nentrypoint: python x.py\nrequirements: req/needs.txt\n",
+    write_files(cli.project, {"jobs/x.yaml": "name: x\nentrypoint: python x.py\nrequirements: req/needs.txt\n",
                          "jobs/req/needs.txt": "torch==2.14.1\nsurely-not-installed-pkg-rtjob==1.0\n"})
     res = cli("render", "x")  # embedded (the default backend): this environment runs the job
     assert res.returncode == 0, res.stderr
@@ -160,15 +137,15 @@ def test_render_installs_only_what_the_embedded_cluster_lacks_and_everything_els
     config = json.loads(cli("render", "x", "--backend", "anyscale", "-o", "json").stdout)["job_config"]
     assert config["requirements"] == ["torch==2.14.1", "surely-not-installed-pkg-rtjob==1.0"]
     # All satisfied: no pip runtime_env at all (Ray would clone the whole virtualenv for it).
-    _write(cli.project, {"jobs/req/needs.txt": "torch==2.14.1\n"})
+    write_files(cli.project, {"jobs/req/needs.txt": "torch==2.14.1\n"})
     assert "pip" not in json.loads(cli("render", "x", "-o", "json").stdout)["submit_job"]["runtime_env"]
-    _write(cli.project, {"jobs/x.yaml": "name: x\nentrypoint: python x.py\nrequirements: gone.txt\n"})
+    write_files(cli.project, {"jobs/x.yaml": "name: x\nentrypoint: python x.py\nrequirements: gone.txt\n"})
     res = cli("render", "x")
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and "requirements file 'gone.txt'" in res.stderr
 
 
 def test_validate_warns_once_per_job_declaring_neither_image_nor_requirements(cli) -> None:
-    _write(cli.project, {"jobs/bare.yaml": "name: bare\nentrypoint: python t.py\n",
+    write_files(cli.project, {"jobs/bare.yaml": "name: bare\nentrypoint: python t.py\n",
                          "jobs/none.yaml": "name: none\nentrypoint: python t.py\nrequirements: []\n",
                          "jobs/image.yaml": "name: image\nentrypoint: python t.py\nimage_uri: my/image:1\n"})
     res = cli("validate")
@@ -275,7 +252,7 @@ def test_init_github_writes_the_scheduled_workflow(cli) -> None:
     assert res.returncode == 2 and sorted(p.name for p in (cli.project / "broken").iterdir()) == ["pyproject.toml"]
 
 
-# -- the packaged training entrypoints and the wheel ------------------------------------------------------
+# -- the packaged training entrypoints and the packages list -----------------------------------------------
 
 
 def test_training_imports_itself_relatively() -> None:
@@ -304,24 +281,3 @@ def test_packages_list_covers_every_rtjob_package() -> None:
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(REPO / "cli").parts) for p in (REPO / "cli" / "rtjob").rglob("__init__.py")}
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
-
-
-def test_the_wheel_carries_rtjob_the_contract_training_and_builtins(tmp_path: Path) -> None:
-    # From a copy of what the build reads (no build/ left in the checkout); no build isolation: the venv's
-    # setuptools, offline; about 10 s.
-    import shutil
-
-    source = tmp_path / "src"
-    source.mkdir()
-    for rel in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / rel, source / rel)
-    for rel in ("cli", "rtjob_contract", "training"):
-        shutil.copytree(REPO / rel, source / rel, ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
-                    str(tmp_path / "dist"), str(source)], check=True, capture_output=True, timeout=240)
-    [wheel] = (tmp_path / "dist").glob("rtjob-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    assert {"rtjob/main.py", "rtjob/py.typed", "rtjob_contract/__init__.py", "rtjob_training/__init__.py",
-            "rtjob_training/ray_ddp.py", "rtjob/spec/builtin_compute_configs/g5-4xlarge.yaml"} <= names
-    assert len([n for n in names if n.startswith("rtjob/spec/builtin_compute_configs/")]) == len(catalog.CATALOG)
-    assert not any(n.startswith(("training/", "tests/", "jobs/")) for n in names)

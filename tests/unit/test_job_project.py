@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import zipfile
 from pathlib import Path
 
@@ -15,48 +14,22 @@ from rtjob.backends.ray.packaging import RTJOB_EXCLUDES, ray_default_excludes, s
 from rtjob.core.errors import BadInput
 from rtjob.spec.project import PULLED_RUNS_DIR, find_root, job_file_root, load_settings
 from rtjob.storage.pull import default_destination
-from support.cli import in_process
-
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT", "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES",
-         "RAY_RUNTIME_ENV_IGNORE_GITIGNORE")
-
-
-def _write(files: dict[Path, str]) -> None:
-    for path, text in files.items():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+from support.project import ProjectCli, scrub, write_files
 
 
 @pytest.fixture
-def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
-    """rtjob's console entry point in this process, with HOME a temporary folder; call(*args, cwd=...)."""
-    from rtjob.backends.ray import packaging
-
-    home = tmp_path / "user"
-    home.mkdir()
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
-
-    def call(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-        monkeypatch.chdir(cwd)
-        packaging._measured.cache_clear()  # one process here runs many commands over changing trees
-        return in_process(capsys, *args)
-
-    call.home = home  # type: ignore[attr-defined]
-    return call
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> ProjectCli:
+    """rtjob's console entry point in this process, with HOME a temporary folder (``cli.home``); call(*args, cwd=...)."""
+    return ProjectCli(tmp_path, monkeypatch, capsys)
 
 
 def _project(root: Path) -> Path:
     """A user's project: its own settings, a job in jobs/, code at the root and a secret next to it."""
-    _write({
-        root / "rtjob.toml": 'storage = "s3://team-bucket/runs"\n',
-        root / "jobs" / "train.yaml": "name: train\nentrypoint: python train.py\n",
-        root / "train.py": "print('train')\n",
-        root / ".env": "WANDB_API_KEY=not-for-the-cluster\n",
+    write_files(root, {
+        "rtjob.toml": 'storage = "s3://team-bucket/runs"\n',
+        "jobs/train.yaml": "name: train\nentrypoint: python train.py\n",
+        "train.py": "print('train')\n",
+        ".env": "WANDB_API_KEY=not-for-the-cluster\n",
     })
     return root
 
@@ -71,7 +44,7 @@ def _render(cli, ref: str, cwd: Path) -> dict:
 
 def test_a_job_by_path_belongs_to_its_own_project_from_home_from_a_parent_and_from_elsewhere(cli, tmp_path):
     home: Path = cli.home
-    _write({home / ".aws" / "credentials": "[default]\naws_secret_access_key=x\n", home / "notes.txt": "x"})
+    write_files(home, {".aws/credentials": "[default]\naws_secret_access_key=x\n", "notes.txt": "x"})
     project = _project(home / "code" / "proj")
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -94,16 +67,15 @@ def test_a_job_by_path_belongs_to_its_own_project_from_home_from_a_parent_and_fr
 def test_the_project_root_walks_up_from_the_file_and_never_stops_at_home_or_slash(cli, tmp_path):
     home: Path = cli.home
     (home / ".git").mkdir()  # a dotfiles repository must not make $HOME a project
-    _write({
-        home / "exp" / "a.yaml": "",
-        home / "jobs" / "b.yaml": "",
-        tmp_path / "toml" / "rtjob.toml": "",
-        tmp_path / "toml" / "deep" / "c.yaml": "",
-        tmp_path / "py" / "pyproject.toml": "[project]\nname='x'\n\n[tool.rtjob]\n",
-        tmp_path / "py" / "cfg" / "d.yaml": "",
-        tmp_path / "git" / "experiments" / "e.yaml": "",
-        tmp_path / "git" / "sub" / "jobs" / "f.yaml": "",
-        tmp_path / "plain" / "g.yaml": "",
+    write_files(home, {"exp/a.yaml": "", "jobs/b.yaml": ""})
+    write_files(tmp_path, {
+        "toml/rtjob.toml": "",
+        "toml/deep/c.yaml": "",
+        "py/pyproject.toml": "[project]\nname='x'\n\n[tool.rtjob]\n",
+        "py/cfg/d.yaml": "",
+        "git/experiments/e.yaml": "",
+        "git/sub/jobs/f.yaml": "",
+        "plain/g.yaml": "",
     })
     (tmp_path / "git" / ".git").write_text("gitdir: elsewhere\n")  # a worktree's .git is a file
     assert job_file_root(home / "exp" / "a.yaml") == home / "exp"
@@ -117,41 +89,40 @@ def test_the_project_root_walks_up_from_the_file_and_never_stops_at_home_or_slas
 
 def test_a_job_file_in_the_home_folder_never_uploads_it(cli, tmp_path):
     home: Path = cli.home
-    _write({home / "job.yaml": "name: h\nentrypoint: python x.py\n", home / ".aws" / "credentials": "x"})
+    write_files(home, {"job.yaml": "name: h\nentrypoint: python x.py\n", ".aws/credentials": "x"})
     proc = cli("render", "job.yaml", cwd=home)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "holds your home folder" in proc.stderr and str(home) in proc.stderr
-    _write({home / "jobs" / "named.yaml": "name: named\nentrypoint: python x.py\nworking_dir: ../..\n"})
+    write_files(home, {"jobs/named.yaml": "name: named\nentrypoint: python x.py\nworking_dir: ../..\n"})
     proc = cli("render", "named", cwd=home)  # by name from $HOME, a working_dir reaching above it
     assert proc.returncode == 2 and "holds your home folder" in proc.stderr
 
 
 def test_relative_paths_in_a_job_file_are_relative_to_the_file(cli, tmp_path):
     project = _project(tmp_path / "proj")
-    _write({project / "src" / "main.py": "", project / "jobs" / "in-src.yaml":
+    write_files(project, {"src/main.py": "", "jobs/in-src.yaml":
             "name: in-src\nentrypoint: python main.py\nworking_dir: ../src\n",
-            project / "jobs" / "here.yaml": "name: here\nentrypoint: python x.py\nworking_dir: .\n"})
+            "jobs/here.yaml": "name: here\nentrypoint: python x.py\nworking_dir: .\n"})
     assert _render(cli, "in-src", project)["submit_job"]["runtime_env"]["working_dir"] == str(project / "src")
     assert _render(cli, "here", project)["submit_job"]["runtime_env"]["working_dir"] == str(project / "jobs")
     elsewhere = tmp_path / "else"
     elsewhere.mkdir()
     data = _render(cli, str(project / "jobs" / "in-src.yaml"), elsewhere)
     assert data["submit_job"]["runtime_env"]["working_dir"] == str(project / "src")
-    _write({project / "jobs" / "gone.yaml": "name: gone\nentrypoint: python x.py\nworking_dir: ../nowhere\n"})
+    write_files(project, {"jobs/gone.yaml": "name: gone\nentrypoint: python x.py\nworking_dir: ../nowhere\n"})
     proc = cli("render", "gone", cwd=project)
     assert proc.returncode == 2 and "relative to the job file's folder" in proc.stderr
 
 
 def test_settings_come_from_rtjob_toml(tmp_path, monkeypatch):
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
-    _write({tmp_path / "rtjob.toml": 'address = "http://head:8265"\n'})
+    scrub(monkeypatch)
+    write_files(tmp_path, {"rtjob.toml": 'address = "http://head:8265"\n'})
     settings = load_settings({}, tmp_path)
     assert settings.get("address") == "http://head:8265"
     assert settings.source("address") == str(tmp_path / "rtjob.toml")
     (tmp_path / "deep" / "er").mkdir(parents=True)
     assert find_root(tmp_path / "deep" / "er") == tmp_path  # rtjob.toml marks the current project too
-    _write({tmp_path / "rtjob.toml": 'adress = "http://head:8265"\n'})
+    write_files(tmp_path, {"rtjob.toml": 'adress = "http://head:8265"\n'})
     with pytest.raises(BadInput, match="rtjob.toml: unknown key 'adress'; did you mean 'address'"):
         load_settings({}, tmp_path)
 
@@ -160,11 +131,11 @@ def test_settings_come_from_rtjob_toml(tmp_path, monkeypatch):
 
 def test_a_job_is_found_by_its_name_and_an_ambiguous_name_lists_both_files(cli, tmp_path):
     project = _project(tmp_path / "proj")
-    _write({project / "jobs" / "whatever.yaml": "name: foo\nentrypoint: python train.py\n"})
+    write_files(project, {"jobs/whatever.yaml": "name: foo\nentrypoint: python train.py\n"})
     data = _render(cli, "foo", project)
     assert data["run"]["job"] == "foo" and data["run"]["job_file"] == "jobs/whatever.yaml"
     assert _render(cli, "whatever", project)["run"]["job"] == "foo"  # the file name still works
-    _write({project / "jobs" / "foo.yaml": "name: other\nentrypoint: python train.py\n"})
+    write_files(project, {"jobs/foo.yaml": "name: other\nentrypoint: python train.py\n"})
     proc = cli("render", "foo", cwd=project)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert "ambiguous" in proc.stderr and "jobs/foo.yaml" in proc.stderr and "jobs/whatever.yaml" in proc.stderr
@@ -182,12 +153,12 @@ SECRETS = [".env", ".env.local", "sub/.env", ".envrc", ".aws/credentials", ".ssh
 
 def test_secrets_rtjob_state_and_pulled_runs_are_not_uploaded(cli, tmp_path):
     project = _project(tmp_path / "proj")
-    _write({project / rel: "secret" for rel in SECRETS})
-    _write({project / "lib" / "keys.py": "code"})
+    write_files(project, {rel: "secret" for rel in SECRETS})
+    write_files(project, {"lib/keys.py": "code"})
     files = sorted(rel for _, rel in uploaded_files(project, sent_excludes([])))
     assert files == ["jobs/train.yaml", "lib/keys.py", "rtjob.toml", "train.py"]
     # A job re-includes one on purpose with a negated pattern.
-    _write({project / ".env.example": "TEMPLATE="})
+    write_files(project, {".env.example": "TEMPLATE="})
     again = [rel for _, rel in uploaded_files(project, sent_excludes(["!.env.example"]))]
     assert ".env.example" in again and ".env" not in again
     # The pull destination is the folder that is excluded: one name for both.
@@ -198,18 +169,18 @@ def test_secrets_rtjob_state_and_pulled_runs_are_not_uploaded(cli, tmp_path):
 def test_a_link_out_of_the_working_dir_is_refused_naming_it_and_the_fix(cli, tmp_path):
     project = _project(tmp_path / "proj")
     outside = tmp_path / "shared-data"
-    _write({outside / "big.bin": "d" * 1000})
+    write_files(outside, {"big.bin": "d" * 1000})
     (project / "data").symlink_to(outside)
     for command in ("render", "submit"):
         proc = cli(command, "train", cwd=project)
         assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
         assert f"data is a symlink to {outside}" in proc.stderr and "excludes" in proc.stderr
     assert not (tmp_path / "rtjob-home" / "local").exists()  # nothing was started
-    _write({project / "jobs" / "train.yaml": "name: train\nentrypoint: python train.py\nexcludes: [data]\n"})
+    write_files(project, {"jobs/train.yaml": "name: train\nentrypoint: python train.py\nexcludes: [data]\n"})
     assert cli("render", "train", cwd=project).returncode == 0
     # A file link out is refused too; a link inside the working dir is uploaded (and counted) as Ray zips it.
     (project / "data").unlink()
-    _write({tmp_path / "user" / ".netrc": "machine x password y"})
+    write_files(tmp_path, {"user/.netrc": "machine x password y"})
     (project / "secret.txt").symlink_to(tmp_path / "user" / ".netrc")
     assert "secret.txt is a symlink" in cli("render", "train", cwd=project).stderr
     (project / "secret.txt").unlink()
@@ -224,18 +195,18 @@ def test_the_size_check_counts_exactly_what_ray_zips(tmp_path):
     """The same tree packed by Ray 2.60's own _zip_files and measured by rtjob: the same files, the same bytes."""
     packaging = pytest.importorskip("ray._private.runtime_env.packaging")
     root = tmp_path / "wd"
-    _write({
-        root / "train.py": "a" * 10,
-        root / ".gitignore": "*.ckpt\nout/\n!keep.ckpt\nbuild\n",
-        root / "model.ckpt": "c" * 100, root / "keep.ckpt": "k" * 7, root / "out" / "x.txt": "o" * 50,
-        root / "build" / "lib.so": "b" * 30,
-        root / "sub" / ".gitignore": "local.bin\n/anchored.txt\n",
-        root / "sub" / "local.bin": "l" * 20, root / "sub" / "anchored.txt": "n" * 3,
-        root / "sub" / "deeper" / "anchored.txt": "m" * 4, root / "sub" / "code.py": "z" * 5,
-        root / "sub" / ".rayignore": "*.tmp\n", root / "sub" / "a.tmp": "t",
-        root / ".venv" / "big": "v" * 1000, root / "__pycache__" / "x.pyc": "p",
-        root / "data" / "d.bin": "d" * 1000, root / ".env": "SECRET=1", root / "nested" / "credentials": "x",
-        root / "docs" / "readme.md": "r" * 9,
+    write_files(root, {
+        "train.py": "a" * 10,
+        ".gitignore": "*.ckpt\nout/\n!keep.ckpt\nbuild\n",
+        "model.ckpt": "c" * 100, "keep.ckpt": "k" * 7, "out/x.txt": "o" * 50,
+        "build/lib.so": "b" * 30,
+        "sub/.gitignore": "local.bin\n/anchored.txt\n",
+        "sub/local.bin": "l" * 20, "sub/anchored.txt": "n" * 3,
+        "sub/deeper/anchored.txt": "m" * 4, "sub/code.py": "z" * 5,
+        "sub/.rayignore": "*.tmp\n", "sub/a.tmp": "t",
+        ".venv/big": "v" * 1000, "__pycache__/x.pyc": "p",
+        "data/d.bin": "d" * 1000, ".env": "SECRET=1", "nested/credentials": "x",
+        "docs/readme.md": "r" * 9,
     })
     (root / "empty").mkdir()
     (root / "docs-link").symlink_to(root / "docs")

@@ -8,13 +8,11 @@ import os
 import shlex
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from rtjob.core.redact import MASK, is_secret, is_secret_name, mask_mapping, redact, secret_values
-from support.cli import plant, record
+from support.cli import plant, run_in_process
 
-RTJOB = [sys.executable, "-m", "rtjob.main"]
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
          "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
          "RAY_JOB_HEADERS", "RTJOB_PROJECT")
@@ -62,7 +60,8 @@ ALL_SECRETS = [*YAML_SECRETS.values(), LOCAL_PROFILE_SECRET[1], *FLAG_SECRETS.va
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.CompletedProcess[str]]:
-    """All CLI calls of this module, run concurrently (the CLI takes about a second to start)."""
+    """All CLI calls of this module, through its console entry point in this process (a subprocess costs a
+    second to start)."""
     project = tmp_path_factory.mktemp("project")
     (project / "jobs").mkdir()
     (project / "jobs" / "secretive.yaml").write_text(SECRET_JOB)
@@ -90,17 +89,9 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
         "bad-env": (["render", "plain", "--env", f"DB_PASSWORD {FLAG_SECRETS['DB_PASSWORD']}"], env),
     }
 
-    def run(args: list[str], run_env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([*RTJOB, *args], cwd=project, env=run_env, capture_output=True, text=True, timeout=60)
-        record(proc.stdout, proc.stderr)
-        return proc
-
     for secret in ALL_SECRETS:  # the suite-wide check looks for them in every output, not only here
         plant(secret)
-
-    with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) + 1))) as pool:
-        futures = {name: pool.submit(run, *call) for name, call in calls.items()}
-        return {name: f.result() for name, f in futures.items()}
+    return {name: run_in_process(*args, env=run_env, cwd=project) for name, (args, run_env) in calls.items()}
 
 
 def _assert_no_secret(proc: subprocess.CompletedProcess[str]) -> None:

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 from rtjob.backends.ray.packaging import RAY_UPLOAD_LIMIT, measure
-from support.cli import base_env, rtjob
+from support.cli import base_env, run_in_process
 
 
 def _sparse(path: Path, size: int) -> None:
@@ -40,12 +40,12 @@ def test_working_dir_over_ray_limit_is_refused_naming_the_largest_files(tmp_path
     _sparse(tmp_path / "weights" / "huge.bin", RAY_UPLOAD_LIMIT + 1024)
     env = base_env(tmp_path / "home", RTJOB_PROJECT=str(tmp_path))
     for command in (["render", "big"], ["submit", "big"]):
-        proc = rtjob(*command, env=env, cwd=tmp_path)
+        proc = run_in_process(*command, env=env, cwd=tmp_path)
         assert proc.returncode == 2, proc.stderr
         assert "weights/huge.bin (100.0 MiB)" in proc.stderr and "100 MiB upload limit" in proc.stderr
         assert proc.stderr.count("\n") == 1
     assert not (tmp_path / "home" / "local").exists()  # nothing was started
     # Excluding it makes the job sendable.
     (tmp_path / "jobs" / "big.yaml").write_text("name: big\nentrypoint: python x.py\nexcludes: ['weights/']\n")
-    assert rtjob("render", "big", env=env, cwd=tmp_path).returncode == 0
+    assert run_in_process("render", "big", env=env, cwd=tmp_path).returncode == 0
     assert os.path.getsize(tmp_path / "weights" / "huge.bin") > RAY_UPLOAD_LIMIT

@@ -8,8 +8,6 @@ import os
 import re
 import shlex
 import subprocess
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +15,9 @@ import pytest
 import yaml
 from rtjob.backends.ray.packaging import RTJOB_EXCLUDES, measure
 from rtjob.spec.project import PULLED_RUNS_DIR
+from support.cli import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
-RTJOB = [sys.executable, "-m", "rtjob.main"]
 SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
          "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
          "RAY_JOB_HEADERS", "RTJOB_PROJECT")
@@ -49,7 +47,8 @@ def repo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory: pytest.TempPathFactory, repo_home: Path) -> dict[str, subprocess.CompletedProcess[str]]:
-    """Every CLI call of this module, run concurrently (the CLI takes about a second to start)."""
+    """Every CLI call of this module, through its console entry point in this process (a subprocess costs a
+    second to start)."""
     project = tmp_path_factory.mktemp("project")
     (project / "jobs").mkdir()
     for name, text in TMP_JOBS.items():
@@ -73,12 +72,7 @@ def out(tmp_path_factory: pytest.TempPathFactory, repo_home: Path) -> dict[str, 
         "quoted": (("render", "quoted", "--output", "json"), project, tmp_env),
     }
 
-    def run(args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*RTJOB, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
-
-    with ThreadPoolExecutor(max_workers=max(2, min(8, (os.cpu_count() or 2) + 1))) as pool:
-        futures = {name: pool.submit(run, *call) for name, call in calls.items()}
-        results = {name: f.result() for name, f in futures.items()}
+    results = {name: run_in_process(*args, env=env, cwd=cwd) for name, (args, cwd, env) in calls.items()}
     for home in (repo_home, tmp_home):  # render and --dry-run leave nothing behind
         assert not (home / "local").exists(), sorted(home.rglob("*"))
     return results

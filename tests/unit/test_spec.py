@@ -7,8 +7,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -21,9 +19,9 @@ from rtjob.spec.resolve import Overrides, ResolvedJob, load_job, render_args
 from rtjob.spec.resolve import resolve as resolve_for
 from rtjob.spec.schema import JobSpec, validate_compute_config, validate_job
 from rtjob.spec.yamlsrc import parse_yaml
+from support.cli import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]
-RTJOB = [sys.executable, "-m", "rtjob.main"]
 SETTING_ENV = sorted({name for names in ENV_NAMES.values() for name in names} | {"RTJOB_PROJECT", "RAY_AUTH_TOKEN"})
 
 TRAIN_JOB = """\
@@ -378,7 +376,7 @@ def test_find_root_from_env_or_nearest_jobs_folder(tmp_path: Path, clean_env: py
     assert find_root(tmp_path) == (tmp_path / "deep").resolve()
 
 
-# -- read-only commands over the shipped project (real CLI, run concurrently) -------------------------------
+# -- read-only commands over the shipped project (the CLI's entry point, in this process) -------------------
 
 REPO_COMMANDS = {
     "schema": ["schema"],
@@ -394,13 +392,7 @@ def repo_cli(tmp_path_factory: pytest.TempPathFactory):
     env = {k: v for k, v in os.environ.items() if k not in SETTING_ENV}
     env["RTJOB_HOME"] = str(home)
 
-    def run(args: list[str]) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*RTJOB, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
-
-    with ThreadPoolExecutor(max_workers=len(REPO_COMMANDS)) as pool:
-        futures: dict[str, Future[subprocess.CompletedProcess[str]]] = {
-            name: pool.submit(run, args) for name, args in REPO_COMMANDS.items()}
-        yield {name: f.result() for name, f in futures.items()}
+    yield {name: run_in_process(*args, env=env, cwd=REPO) for name, args in REPO_COMMANDS.items()}
     assert not any(home.iterdir()), "read-only commands wrote under RTJOB_HOME"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import yaml
-from support.cli import REPO, base_env, rtjob
+from support.cli import REPO, base_env, run_in_process
 
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.y*ml"))
 RUNNER_ENV = {"GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE",
@@ -195,7 +195,7 @@ def _rtjob_contract(job_id: str, job_def: dict[str, Any], data: dict[str, Any], 
 
 
 def _render(*args: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    return rtjob("schedule", "render", *args, env=base_env(tmp_path / "home"), timeout=120)
+    return run_in_process("schedule", "render", *args, env=base_env(tmp_path / "home"))
 
 
 def _rendered(tmp_path: Path, *extra: str) -> str:
@@ -235,7 +235,7 @@ def test_committed_workflow_is_what_render_prints(path: Path, tmp_path: Path) ->
     args = _rendered_by(text)
     if args is None:
         pytest.skip("not rendered by rtjob")
-    proc = rtjob(*args, env=base_env(tmp_path / "home"), timeout=120)
+    proc = run_in_process(*args, env=base_env(tmp_path / "home"))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == text, "stale: re-render it with the command in its header"
 
@@ -257,7 +257,7 @@ def test_rendered_workflow_with_a_timezone(tmp_path: Path) -> None:
                                                       "timezone": "America/New_York"}]
     args = _rendered_by(text)
     assert args is not None and args[args.index("--timezone") + 1] == "America/New_York"
-    assert rtjob(*args, env=base_env(tmp_path / "home"), timeout=120).stdout == text
+    assert run_in_process(*args, env=base_env(tmp_path / "home")).stdout == text
 
 
 def test_vendored_schema_knows_schedule_timezone() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SUCCEEDED
@@ -82,6 +83,26 @@ def print_rich(*renderables: Any) -> None:
     for renderable in renderables:
         console.print(renderable, soft_wrap=isinstance(renderable, str), highlight=False, markup=False)
     echo(buffer.getvalue(), nl=False)
+
+
+Column = tuple[str | Callable[[dict[str, Any]], Any], str]  # (key or function of the row, HEADER)
+
+
+def print_rows(rows: list[dict[str, Any]], columns: Sequence[Column], output: str) -> None:
+    """A list command's rows: the rows themselves for ``-o json|yaml``, else a table of ``columns``, each a
+    (key or function of the row, HEADER); a cell whose value is None prints '-'."""
+    if output != "text":
+        print_data(rows, output)
+        return
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for _, header in columns:
+        table.add_column(header, overflow="fold")
+    for row in rows:
+        values = (row.get(key) if isinstance(key, str) else key(row) for key, _ in columns)
+        table.add_row(*("-" if value is None else str(value) for value in values))
+    print_rich(table)
 
 
 def _plain_table(table: Any) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -9,7 +10,7 @@ import click
 from ..core.errors import EXIT_BAD_INPUT, EXIT_SUCCEEDED, BadInput, RtjobError
 from .anyscale import compute_config_group
 from .options import complete_job, output_option
-from .printing import echo, print_data, print_json, print_rich
+from .printing import echo, print_data, print_json, print_rows
 
 
 @click.command()
@@ -37,19 +38,14 @@ def jobs(output: str) -> int:
         except RtjobError as exc:
             rows.append({"name": name, "description": "", "strategy": "-", "nodes": None, "compute_config": None,
                          "file": _job_file_shown(name, root), "error": exc.message})
-    if output != "text":
-        print_data(rows, output)
-        return EXIT_SUCCEEDED
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for column in ("JOB", "STRATEGY", "NODES", "COMPUTE", "DESCRIPTION"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        desc = f"INVALID: {row['error']}" if row["error"] else row["description"]
-        table.add_row(row["name"], row["strategy"], str(row["nodes"] or "-"), row["compute_config"] or "-", desc)
-    print_rich(table)
+    print_rows(rows, [("name", "JOB"), ("strategy", "STRATEGY"), ("nodes", "NODES"), ("compute_config", "COMPUTE"),
+                      (_invalid_or("description"), "DESCRIPTION")], output)
     return EXIT_SUCCEEDED
+
+
+def _invalid_or(key: str) -> Callable[[dict[str, Any]], Any]:
+    """A table cell: the row's ``key``, or 'INVALID: <why>' for a file that does not load."""
+    return lambda row: f"INVALID: {row['error']}" if row["error"] else row[key]
 
 
 def _job_file_shown(name: str, root: Any) -> str:
@@ -186,18 +182,8 @@ def compute_config_list(output: str) -> int:
         except RtjobError as exc:
             row["error"] = exc.message
         rows.append(row)
-    if output != "text":
-        print_data(rows, output)
-        return EXIT_SUCCEEDED
-    from rich.table import Table
-
-    table = Table(box=None, header_style="bold")
-    for column in ("NAME", "ORIGIN", "WORKERS", "MAX NODES", "FILE"):
-        table.add_column(column, overflow="fold")
-    for row in rows:
-        workers = f"INVALID: {row['error']}" if row["error"] else (row["worker_group"] or "-")
-        table.add_row(row["name"], row["origin"], workers, str(row["max_nodes"] or "-"), row["file"] or "-")
-    print_rich(table)
+    print_rows(rows, [("name", "NAME"), ("origin", "ORIGIN"), (_invalid_or("worker_group"), "WORKERS"),
+                      ("max_nodes", "MAX NODES"), ("file", "FILE")], output)
     return EXIT_SUCCEEDED
 
 

@@ -177,23 +177,15 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
 def write_workflow(path: str, text: str) -> None:
     """Write ``text`` to ``path`` whole or not at all: a temporary file beside it, then a rename, so a
     failure leaves no half-written workflow and an existing file is replaced only by a complete one."""
-    import os
-    import tempfile
     from pathlib import Path
+
+    from ..core.files import write_atomically
 
     target = Path(path)
     if target.is_dir():
         raise BadInput(f"--out {path!r}: a folder; give the workflow file, e.g. .github/workflows/train.yml")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomically(target, text, mode=0o644)
     except OSError as exc:
         raise BadInput(f"--out {path!r}: cannot write it ({exc.strerror or exc}); give a writable file path") from None

@@ -19,13 +19,13 @@ import difflib
 import functools
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput
+from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
 from .project import SETTING_KEYS, Deferred, tomllib
 
@@ -247,24 +247,6 @@ def _plain(value: Any) -> Any:
     """tomlkit's items as plain Python values (dicts, lists, str, bool...)."""
     unwrap = getattr(value, "unwrap", None)
     return unwrap() if unwrap else value
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text``: a private temp file in the same folder, fsynced, then renamed over it,
-    so a reader sees the old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # created 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o600)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 @contextlib.contextmanager

@@ -177,7 +177,7 @@ class RayJobsBackend(Backend):
             {k: float(v) for k, v in (n.get("resources_total") or {}).items() if not k.startswith("node:")}
             for n in self.api.nodes()
         ]
-        if precheck.fits(need, job.num_workers, nodes):
+        if precheck.bundles_fit([need] * job.num_workers, nodes):
             return []
         missing = precheck.shortfall(need, job.num_workers, nodes)
         return self._never_fits(job, precheck.describe(need, job.num_workers), missing)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ...core.errors import BadInput, Unreachable
+from ...core.files import write_atomically
 from ...spec.project import rtjob_home
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
@@ -107,23 +108,6 @@ def _seconds(env_name: str, default: float) -> float:
 
 
 # --- the state file: written privately and atomically, validated before use -----------------------------
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that no reader ever sees it half-written or with a wider mode: a
-    0600 temp file (mkstemp uses O_CREAT|O_EXCL, mode 0600) in the same folder, then one rename. A link
-    planted at ``path`` is replaced, never followed."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
 
 def _make_state_dir() -> None:
     state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -338,7 +322,7 @@ def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
 
 def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
     """A new cluster's head node. Anything that goes wrong on the way stops what was started."""
-    _write_private(_token_file(), secrets.token_hex(32))
+    write_atomically(_token_file(), secrets.token_hex(32))
     temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT)
     gcs_port, dash_port, client_port = _free_ports(3)
     (Path(temp_dir) / OWNER_FILE).write_text(json.dumps({"home": _owner_id(), "gcs_port": gcs_port}))
@@ -352,7 +336,7 @@ def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
         started_at=time.time(),
     )
     # Record before starting, so `down` can clean up even a half-started cluster (if this rtjob dies).
-    _write_private(_state_file(), json.dumps(asdict(cluster), indent=2))
+    write_atomically(_state_file(), json.dumps(asdict(cluster), indent=2))
     try:
         _run_ray(
             [

@@ -34,21 +34,6 @@ def _plain(resources: Mapping[str, Any] | None) -> dict[str, float]:
     return out
 
 
-def _bundles_fit(bundles: list[dict[str, float]], nodes: list[dict[str, float]]) -> bool:
-    """First-fit, largest bundle first: PACK and SPREAD placement can do at least this well (STRICT_* may
-    not, and are then not reported: never a false alarm)."""
-    free = [dict(n) for n in nodes]
-    for bundle in sorted(bundles, key=lambda b: -sum(b.values())):
-        for node in free:
-            if all(node.get(k, 0.0) + 1e-9 >= v for k, v in bundle.items()):
-                for k, v in bundle.items():
-                    node[k] = node.get(k, 0.0) - v
-                break
-        else:
-            return False
-    return True
-
-
 def _describe(bundles: list[dict[str, float]]) -> str:
     """'{GPU: 1, CPU: 1} × 2' (identical bundles counted) or the bundles one after another."""
     shown = [", ".join(f"{k}: {v:g}" for k, v in b.items()) for b in bundles]
@@ -92,7 +77,7 @@ def demands(placement_groups: list[dict[str, Any]], actors: list[dict[str, Any]]
 def never_fitting(pending: list[tuple[str, list[dict[str, float]]]], nodes: list[dict[str, float]]) -> str | None:
     """One line for the first demand the nodes can never hold, or None."""
     for what, bundles in pending:
-        if not _bundles_fit(bundles, nodes):
+        if not precheck.bundles_fit(bundles, nodes):
             return f"{_describe(bundles)} ({what}) that this cluster does not have ({_missing(bundles, nodes)})"
     return None
 

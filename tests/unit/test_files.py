@@ -1,0 +1,36 @@
+"""core/files.write_atomically: the one writer of rtjob's own files (contexts, the embedded cluster's state and
+token, GitHub workflows)."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+from rtjob.core.files import write_atomically
+
+
+def test_the_file_is_replaced_whole_with_its_mode_and_no_temp_file_left(tmp_path: Path) -> None:
+    target = tmp_path / "state.json"
+    target.write_text("old")
+    write_atomically(target, "new ✓")
+    assert target.read_text(encoding="utf-8") == "new ✓" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    write_atomically(target, "shared", mode=0o644)
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["state.json"]
+
+
+def test_a_planted_link_is_replaced_never_followed(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("keep")
+    (tmp_path / "token").symlink_to(victim)
+    write_atomically(tmp_path / "token", "secret")
+    assert not (tmp_path / "token").is_symlink() and victim.read_text() == "keep"
+
+
+def test_a_failed_write_keeps_the_old_file_and_removes_the_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "config.toml"
+    target.write_text("old")
+    with pytest.raises(UnicodeEncodeError):
+        write_atomically(target, "\udc80")  # a lone surrogate: not encodable as UTF-8
+    assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["config.toml"]
