@@ -262,7 +262,8 @@ def test_a_wrong_answer_is_one_line_exit_3(command: str, name: str, tmp_path: Pa
 
 
 def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_path: Path) -> None:
-    """Attempt ids are probed up to the run's own max_retries (+1), however many ids the server knows."""
+    """Attempt ids are probed up to the run's own max_retries (+1), however many ids the server knows (each
+    attempt's status, and its log once: the ended run is archived)."""
     def respond(method: str, path: str) -> tuple[int, str, bytes]:
         run_id = path.rsplit("/", 1)[-1]
         return 200, "application/json", json_body(_job(run_id, metadata={"rtjob.max_retries": "3"}))
@@ -272,7 +273,10 @@ def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_pat
                               env=base_env(tmp_path / "home"))
         probes = [r for r in server.requests if "-retry" in r]
     assert proc.returncode == 0, proc.stderr
-    assert len(json.loads(proc.stdout)["attempts"]) == 4 and len(probes) <= 6, probes
+    status_probes = {p for p in probes if not p.endswith("/logs")}
+    log_probes = [p for p in probes if p.endswith("/logs")]
+    assert len(json.loads(proc.stdout)["attempts"]) == 4 and len(status_probes) <= 6, probes
+    assert sorted(log_probes) == [f"GET /api/jobs/r1-retry{i}/logs" for i in (1, 2, 3)], probes
 
 
 def test_the_client_environment_secrets_never_print(tmp_path: Path) -> None:

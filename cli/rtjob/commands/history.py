@@ -48,8 +48,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
 
     \b
     Examples:
-      rtjob runs --status FAILED --since 7d
-      rtjob runs --job ddp-resnet -o json
+      rtjob runs --status FAILED --since 7d -o json
       rtjob runs --storage s3://team-bucket/runs      a team's runs, from the bucket alone
       rtjob runs --prune --older-than 30d
     """

@@ -68,7 +68,7 @@ class RunRecord:
     def dumps(self) -> str:
         # A shallow dict: json.dumps copies nothing, and asdict's deep copy was most of a ledger save's time.
         shallow = {f.name: self.__dict__[f.name] for f in dataclasses.fields(self)}
-        return json.dumps(shallow, sort_keys=True, separators=(",", ":"))
+        return json.dumps(shallow, separators=(",", ":"))  # key order kept: a job's args are flags in order
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> RunRecord:

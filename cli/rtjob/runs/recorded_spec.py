@@ -142,6 +142,7 @@ def restore(spec: dict[str, Any], run_id: str, sets: tuple[str, ...], env: tuple
     cc = spec.get("compute_config")
     source = JobSource(
         path=Path(spec.get("job_path") or spec.get("job_file") or "job.yaml"),
+        job_file=spec.get("job_file") or "job.yaml",
         shown=f"{spec.get('job_file') or 'job'} (recorded with {run_id})",
         document=document,
         compute_config=(cc["name"], cc["document"]) if isinstance(cc, dict) and cc.get("document") is not None else None,

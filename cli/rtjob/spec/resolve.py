@@ -68,6 +68,7 @@ class JobSource:
     keeps the path of the file it came from: relative paths in it (working_dir, requirements) are relative to it."""
 
     path: Path  # the job file the document was read from at submit
+    job_file: str  # how the run showed (and recorded) it
     shown: str  # how errors name it
     document: dict[str, Any]
     compute_config: tuple[str, dict[str, Any]] | None = None  # (name, document) of the compute config it used
@@ -422,7 +423,7 @@ def resolve(
     working_dir = job_working_dir(spec, job_file, shown)
     return ResolvedJob(
         spec=spec,
-        job_file=shown,
+        job_file=source.job_file if source is not None else shown,
         backend=backend,
         run_id=run_id,
         nodes=spec.nodes,

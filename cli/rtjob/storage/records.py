@@ -48,7 +48,7 @@ class Listed:
 
 def write_record(run_uri: str, record: RunRecord, endpoint: str | None) -> None:
     """``<run_uri>/rtjob-run.json``, replaced whole (readers see the old record or the new one)."""
-    data = json.dumps(record.to_json(), indent=2, sort_keys=True).encode() + b"\n"
+    data = json.dumps(record.to_json(), indent=2).encode() + b"\n"
     _with_store(run_uri, endpoint, lambda store: store.put_bytes(RUN_RECORD_FILE, data))
 
 
