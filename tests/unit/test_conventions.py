@@ -156,13 +156,22 @@ def test_run_ids_complete_from_the_backend_and_never_print_or_hang(
         dashboard: Dashboard, project: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
         tmp_path: Path) -> None:
     from rtjob.commands import completion
+    from rtjob.core.record import RunRecord
+    from rtjob.ledger import Ledger
 
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))  # an empty run ledger
     assert sorted(_complete(["status", *_ray(dashboard)], "run-")) == ["run-a", "run-b"]
     assert _complete(["logs", *_ray(dashboard)], "run-a") == ["run-a"]
     capfd.readouterr()
     assert _complete(["status", "--backend", "ray", "--address", "http://127.0.0.1:9"], "") == []  # refused
     assert _complete(["status", "--backend", "ray", "--address", "not a url"], "") == []  # bad input
     assert capfd.readouterr() == ("", "")
+    # Runs the ledger remembers complete too, their cluster gone or not.
+    with Ledger.default() as book:
+        book.save(RunRecord(id="gone-1", job="a", backend="ray", status="SUCCEEDED"))
+    assert _complete(["status", "--backend", "ray", "--address", "http://127.0.0.1:9"], "") == ["gone-1"]
+    assert sorted(_complete(["logs", *_ray(dashboard)], "")) == ["gone-1", "run-a", "run-b"]
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home2"))  # an empty ledger again
 
     # --context on the line: the run ids come from that context's cluster (read in the completion's thread too).
     config_home = tmp_path / "xdg"

@@ -258,3 +258,43 @@ def test_local_links_are_not_followed(tmp_path: Path) -> None:
     (root / "linked-job").symlink_to(root / "job")
     assert [r.id for r in list_records(str(root), None).records] == ["r1"]
     assert list_records(str(tmp_path / "nothing-here"), None).records == []
+
+
+def test_status_of_anothers_run_keeps_their_record_and_archives_the_log(s3_env: S3Server, tmp_path: Path) -> None:
+    """A teammate asks about a run someone else submitted (a real Ray Jobs API stand-in on loopback, real S3):
+    their record in storage keeps its spec and gains the archived log; a run with no record in storage gets
+    none written there (its log is archived on this machine)."""
+    import json
+
+    from support.cli import base_env, run_in_process
+    from support.http_faults import StandIn, json_body
+
+    theirs = RunRecord(id="r-theirs", job="a", backend="ray", status="RUNNING", spec={"document": {"name": "a"}},
+                       spec_hash="h", submitted_at="2026-11-20T10:00:00+00:00", user="alice")
+    write_record(f"s3://{BUCKET}/team/a/r-theirs", theirs, s3_env.endpoint)
+
+    def respond(method: str, path: str) -> tuple[int, str, bytes]:
+        run_id = path.split("/")[3]
+        if path.endswith("/logs"):
+            return 200, "application/json", json_body({"logs": f"log of {run_id}\n"})
+        return 200, "application/json", json_body({
+            "submission_id": run_id, "job_id": None, "type": "SUBMISSION", "status": "SUCCEEDED",
+            "entrypoint": "python x.py", "message": "done", "start_time": 1_700_000_000_000,
+            "end_time": 1_700_000_060_000, "runtime_env": {},
+            "metadata": {"rtjob.job": "a", "rtjob.storage_uri": f"s3://{BUCKET}/team/a/{run_id}",
+                         "rtjob.storage_endpoint": s3_env.endpoint}})
+
+    env = {**base_env(tmp_path / "home"), **s3_env.env(), "AWS_EC2_METADATA_DISABLED": "true"}
+    with StandIn(respond) as server:
+        for run_id in ("r-theirs", "r-seen"):
+            proc = run_in_process("status", run_id, "--backend", "ray", "--address", server.address, env=env)
+            assert proc.returncode == 0, proc.stderr
+    kept = read_record(f"s3://{BUCKET}/team/a/r-theirs", s3_env.endpoint)
+    assert kept is not None and kept.spec == {"document": {"name": "a"}} and kept.user == "alice"
+    assert kept.status == "SUCCEEDED" and kept.archived and kept.logs == ["logs/driver.log"]
+    assert read_log(f"s3://{BUCKET}/team/a/r-theirs", "driver.log", s3_env.endpoint) == "log of r-theirs\n"
+    assert read_record(f"s3://{BUCKET}/team/a/r-seen", s3_env.endpoint) is None
+    local = tmp_path / "home" / "runs" / "r-seen" / "logs" / "driver.log"
+    assert local.read_text() == "log of r-seen\n"
+    listed = json.loads(run_in_process("runs", "-o", "json", env=env).stdout)
+    assert {r["id"] for r in listed} == {"r-theirs", "r-seen"}

@@ -105,7 +105,16 @@ def run_ids_starting(ctx: click.Context, incomplete: str) -> list[CompletionItem
 
     with _stderr_silenced():
         ids = _within(RUN_ID_TIMEOUT_S, listed)
+        ids += [run_id for run_id in _within(RUN_ID_TIMEOUT_S, remembered) if run_id not in ids]
     return [CompletionItem(run_id) for run_id in ids if run_id.startswith(incomplete)]
+
+
+def remembered() -> list[str]:
+    """The run ledger's newest runs: ids of runs whose cluster is gone complete too."""
+    from ..ledger import Ledger
+
+    with Ledger.default() as book:  # its own connection: this runs on the completion thread
+        return [row["id"] for row in book.summaries(limit=200)]
 
 
 @click.command("completion")

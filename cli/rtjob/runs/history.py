@@ -107,7 +107,9 @@ def log_home(record: RunRecord) -> tuple[str, str | None]:
 
 
 def _write_to_storage(record: RunRecord, say: Say | None) -> None:
-    if not _storage_here(record.backend, record.storage_uri):
+    """Only a record that carries its spec (made by the submit, or read back from storage) goes to the run's
+    folder: a run this client only saw is another's, whose record there must never be replaced by less."""
+    if record.spec is None or not _storage_here(record.backend, record.storage_uri):
         return
     from ..storage.records import write_record
 
@@ -197,8 +199,8 @@ def observe(backend: Backend, info: RunInfo, say: Say | None, run_id: str | None
     try:
         book = ledger()
         record = book.get(key)
-        if record is None:
-            record = RunRecord.from_run_info(info)
+        if record is None:  # submitted elsewhere: its own record in storage, else what the backend says
+            record = _stored(info) or RunRecord.from_run_info(info)
             record.id = key
         elif record.archived:
             return record
@@ -212,6 +214,18 @@ def observe(backend: Backend, info: RunInfo, say: Say | None, run_id: str | None
     if changed or record.updated_at is None:
         _save(record, say, to_storage=False)
     return record
+
+
+def _stored(info: RunInfo) -> RunRecord | None:
+    """The record a run's submitter wrote to its storage, if this machine can read it."""
+    if not _storage_here(info.backend, info.storage_uri):
+        return None
+    from ..storage.records import read_record
+
+    try:
+        return read_record(info.storage_uri or "", info.storage_endpoint)
+    except RtjobError:
+        return None
 
 
 def _observe_retry(record: RunRecord, info: RunInfo) -> bool:
@@ -273,7 +287,7 @@ def _write_logs(record: RunRecord, texts: dict[str, str], warn: Callable[[str], 
     $RTJOB_HOME/runs/<id> on this machine: a log is never lost because the bucket was out of reach."""
     from ..storage.records import write_log
 
-    home, endpoint = log_home(record)
+    home, endpoint = log_home(record) if record.spec is not None else (local_run_dir(record.id), None)
     homes = [(home, endpoint)] + ([(local_run_dir(record.id), None)] if home != local_run_dir(record.id) else [])
     for where, where_endpoint in homes:
         try:
