@@ -257,7 +257,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, say: Say | None,
     attempts = _quiet(lambda: backend.attempts(record.id), warn, "attempts")
     ids = [record.id]
     if attempts is not None:
-        record.attempts = [a.to_json() for a in attempts.chain]
+        record.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
         ids = [a.id for a in attempts.chain] or ids
     texts: dict[str, str] = {}
     for i, attempt_id in enumerate(ids):
