@@ -74,3 +74,31 @@ def test_rerun_overrides_come_after_the_recorded_ones() -> None:
     _, again = restore(spec, "r1", ("args.lr=0.1",), ("MODE=slow",), None)
     assert again.sets == ("args.epochs=5", "args.lr=0.1")
     assert again.env == ("MODE=slow",) and again.nodes == 2
+
+
+def test_rerun_warns_when_the_code_is_not_the_recorded_commit(tmp_path: Path) -> None:
+    """A real git repository: the same commit and a clean tree say nothing; uncommitted changes, then another
+    commit, are each one warning."""
+    import subprocess
+
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.history import git_state
+    from rtjob.runs.rerun import git_differences
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@x", *args],
+                       check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "train.py").write_text("print(1)\n")
+    git("add", ".")
+    git("commit", "-qm", "one")
+    record = RunRecord(id="r1", job="a", backend="ray", git=git_state(tmp_path))
+    assert record.git is not None and record.git["dirty"] is False and len(record.git["commit"]) == 40
+    planned = SimpleNamespace(job=SimpleNamespace(working_dir=tmp_path))
+    assert git_differences(record, planned) == []  # type: ignore[arg-type]
+    (tmp_path / "train.py").write_text("print(2)\n")
+    assert [w for w in git_differences(record, planned) if "uncommitted" in w]  # type: ignore[arg-type]
+    git("commit", "-qam", "two")
+    warnings = git_differences(record, planned)  # type: ignore[arg-type]
+    assert len(warnings) == 1 and record.git["commit"][:12] in warnings[0]
