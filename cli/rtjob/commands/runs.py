@@ -48,7 +48,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     info, record = lookup(be, run_id, storage_root, say)
     if record is not None:  # the cluster no longer knows the run: its record does
-        say(f"{run_id}: from the run record (the cluster at {be.display_address} does not know this run)")
+        say(f"{run_id}: from the run record (backend {be.name!r} does not know this run now)")
         cost = record.cost
         data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
         attempts_line = " -> ".join(f"{a['id']} {a['status']}" for a in record.attempts) if len(record.attempts) > 1 else ""
