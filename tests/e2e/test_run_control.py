@@ -224,8 +224,12 @@ def test_status_list_and_logs_of_a_finished_run(cluster_env):
     assert unknown.returncode == 2 and "no run 'no-such-run'" in unknown.stderr
     tail = rtjob("logs", run_id, "--tail", "2", env=cluster_env)
     assert tail.returncode == 0 and tail.stdout == "".join(logs.stdout.splitlines(keepends=True)[-2:]) != ""
-    # Ray's delete_job on the ended run: its record goes, so the run is unknown from then on.
+    # Ray's delete_job on the ended run: the cluster forgets it; rtjob's run ledger does not (status and the
+    # archived log come from the run's record from then on), and `list` (what the cluster knows) no longer shows it.
     deleted = rtjob("delete", run_id, env=cluster_env)
     assert deleted.returncode == 0 and f"{run_id}: deleted" in deleted.stderr, deleted.stderr
-    gone = rtjob("status", run_id, env=cluster_env)
-    assert gone.returncode == 2 and f"no run '{run_id}'" in gone.stderr
+    gone = rtjob("status", run_id, "--output", "json", env=cluster_env)
+    assert gone.returncode == 0 and json.loads(gone.stdout)["status"] == "SUCCEEDED", gone.stderr
+    assert "from the run record" in gone.stderr
+    assert rtjob("logs", run_id, env=cluster_env).stdout == logs.stdout
+    assert run_id not in rtjob("list", env=cluster_env).stdout
