@@ -298,3 +298,21 @@ def test_status_of_anothers_run_keeps_their_record_and_archives_the_log(s3_env: 
     assert local.read_text() == "log of r-seen\n"
     listed = json.loads(run_in_process("runs", "-o", "json", env=env).stdout)
     assert {r["id"] for r in listed} == {"r-theirs", "r-seen"}
+
+
+def test_a_run_folder_with_only_rtjobs_own_files_has_nothing_stored(tmp_path: Path) -> None:
+    """rtjob writes the record and logs at submit: a run that then wrote nothing is still 'nothing stored'
+    (results and pull say the run ended without writing results, not 'no metrics history')."""
+    from rtjob.storage.layout import NothingStored
+    from rtjob.storage.location import parse_location
+    from rtjob.storage.results import history_from_location
+
+    run = tmp_path / "job" / "r1"
+    write_record(str(run), RunRecord(id="r1", job="job", backend="local"), None)
+    write_log(str(run), DRIVER_LOG_FILE, "hello\n", None)
+    with pytest.raises(NothingStored):
+        history_from_location(parse_location(str(run)))
+    (run / "notes.txt").write_text("the run's own file\n")
+    with pytest.raises(BadInput) as caught:
+        history_from_location(parse_location(str(run)))
+    assert not isinstance(caught.value, NothingStored)

@@ -128,6 +128,16 @@ def load_history(read: Callable[[int], bytes], where: str, numeric: Iterable[str
     return parse(raw, where, numeric)
 
 
+def rtjob_own(rel: str) -> bool:
+    """One of rtjob's own files in a run's folder (its record, its archived logs), not something the run wrote:
+    a folder holding only these has nothing stored by the run."""
+    return rel == contract.RUN_RECORD_FILE or rel.startswith(f"{contract.RUN_LOGS_DIR}/") or rel == contract.RUN_LOGS_DIR
+
+
+def nothing_but_rtjobs_own(rels: Iterable[str]) -> bool:
+    return all(rtjob_own(rel) for rel in rels)
+
+
 class NothingStored(BadInput):
     """A location with no files at all (a run that has not written yet, or wrote somewhere else)."""
 

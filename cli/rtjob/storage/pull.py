@@ -44,6 +44,7 @@ from .layout import (
     find_history,
     load_history,
     natural_key,
+    nothing_but_rtjobs_own,
     read_histories,
 )
 from .location import Location
@@ -135,7 +136,7 @@ def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
     """List the location and decide what to pull (pure but for the listing and, for best, metrics reads)."""
     files = store.list_files()
     refused: list[tuple[str, str]] = list(store.refused)
-    if not files and not refused and not store.special:
+    if nothing_but_rtjobs_own(f.rel for f in files) and not refused and not store.special:
         raise NothingStored(store.describe())
     good: list[RemoteFile] = []
     markers = 0

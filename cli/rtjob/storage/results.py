@@ -20,7 +20,7 @@ import rtjob_contract as contract
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput
-from .layout import NothingStored, find_history, load_history, natural_key, unreadable
+from .layout import NothingStored, find_history, load_history, natural_key, nothing_but_rtjobs_own, unreadable
 from .location import Location
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
 from .stores import open_regular, open_store, read_capped
@@ -94,7 +94,7 @@ def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
     snapshot = path / SNAPSHOT_FILE
     if snapshot.is_file():
         return _snapshot_rows(partial(_read_file, snapshot), str(snapshot)), str(snapshot)
-    if not any(path.iterdir()):
+    if nothing_but_rtjobs_own(p.name for p in path.iterdir()):
         raise NothingStored(str(path), f"{path}: {NO_HISTORY}")
     raise NoHistory(f"{path}: {NO_HISTORY}")
 
@@ -111,7 +111,7 @@ def history_from_location(location: Location, endpoint: str | None = None) -> tu
         item = find_history(files)
         snapshot = next((f for f in files if f.rel == SNAPSHOT_FILE), None)
         if item is None and snapshot is None:
-            if not files:
+            if nothing_but_rtjobs_own(f.rel for f in files):
                 raise NothingStored(store.describe())
             raise NoHistory(f"{store.describe()}: {NO_HISTORY}")
         found = item or snapshot
