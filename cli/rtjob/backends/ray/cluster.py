@@ -35,6 +35,7 @@ from typing import Any
 from ...core.errors import BadInput, Unreachable
 from ...core.files import write_atomically
 from ...spec.project import rtjob_home
+from .tuning import RAY_SETTINGS
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
 # A short private root: Ray's unix socket paths must stay under ~100 characters.
@@ -46,6 +47,8 @@ OWNER_FILE = "rtjob-owner.json"
 LOCK_WAIT_S = 900.0  # a busy 16-node `up` (~7 s a node) fits well inside; a holder stuck longer is reported
 START_TIMEOUT_ENV, START_TIMEOUT_S = "RTJOB_LOCAL_START_TIMEOUT_S", 180.0  # one `ray start`
 DASHBOARD_WAIT_ENV, DASHBOARD_WAIT_S = "RTJOB_LOCAL_DASHBOARD_WAIT_S", 60.0  # a live cluster's slow dashboard
+NODE_POLL_S = 0.2  # how often a start asks the dashboard for its nodes (one small GET)
+PORTS_PER_NODE = 4  # dashboard agent (listen, gRPC), runtime_env agent, metrics export
 
 Log = Callable[[str], None]
 
@@ -244,15 +247,17 @@ def _env(token_path: str) -> dict[str, str]:
     for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN"):
         env.pop(name, None)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token_path, RAY_USAGE_STATS_ENABLED="0")
+    for name, value in RAY_SETTINGS.items():  # what a local run does not need; the user's own value wins
+        env.setdefault(name, value)
     # Jobs run `python ...`: make that the Python rtjob runs in (its venv), as an activated venv would.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 
-def _node_ports() -> list[str]:
-    """Free ports for one node's agents: Ray's fixed defaults (52365, ...) collide between the nodes of
-    one machine and with any other Ray cluster on it."""
-    listen, grpc, runtime_env, metrics = _free_ports(4)
+def _node_ports(ports: list[int] | None = None) -> list[str]:
+    """Ports for one node's agents (four; free ones unless given): Ray's fixed defaults (52365, ...) collide
+    between the nodes of one machine and with any other Ray cluster on it."""
+    listen, grpc, runtime_env, metrics = ports or _free_ports(PORTS_PER_NODE)
     return [
         "--dashboard-agent-listen-port", str(listen),
         "--dashboard-agent-grpc-port", str(grpc),
@@ -261,21 +266,41 @@ def _node_ports() -> list[str]:
     ]
 
 
-def _run_ray(args: list[str], token_path: str, what: str) -> None:
-    """One `ray start`; a time-out or a failure is an Unreachable with one line (the caller cleans up)."""
-    timeout = _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+def _spawn_ray(args: list[str], token_path: str, what: str) -> subprocess.Popen[str]:
+    """Start one `ray start` without waiting for it (``_finish_ray`` waits)."""
     try:
-        proc = subprocess.run(
-            [*_ray_executable(), *args], env=_env(token_path), capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise Unreachable(f"could not {what}: `ray start` did not finish within {timeout:g}s "
-                          f"(set {START_TIMEOUT_ENV} to wait longer)") from None
+        return subprocess.Popen([*_ray_executable(), *args], env=_env(token_path), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     except OSError as exc:
         raise Unreachable(f"could not {what}: {exc}") from None
+
+
+def _finish_ray(proc: subprocess.Popen[str], what: str, deadline: float) -> None:
+    """Wait for one `ray start` until ``deadline`` (monotonic); a time-out or a failure is an Unreachable
+    with one line (the caller cleans up)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        timeout = _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+        raise Unreachable(f"could not {what}: `ray start` did not finish within {timeout:g}s "
+                          f"(set {START_TIMEOUT_ENV} to wait longer)") from None
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        tail = (stderr or stdout).strip().splitlines()[-3:]
         raise Unreachable(f"could not {what}: {' | '.join(tail) or f'ray exited {proc.returncode}'}")
+
+
+def _run_ray(args: list[str], token_path: str, what: str) -> None:
+    """One `ray start`, waited for; a time-out or a failure is an Unreachable with one line."""
+    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+    proc = _spawn_ray(args, token_path, what)
+    try:
+        _finish_ray(proc, what, deadline)
+    finally:
+        if proc.poll() is None:  # interrupted while waiting: `ray start` must not outlive rtjob's cleanup
+            proc.kill()
+            proc.wait()
 
 
 def _nodes(cluster: LocalCluster, timeout: float = 5.0) -> list[dict[str, Any]]:
@@ -310,7 +335,7 @@ def _wait_nodes(cluster: LocalCluster, count: int, timeout: float = 60.0) -> lis
             return nodes
         if time.monotonic() >= deadline:
             return None
-        time.sleep(0.5)
+        time.sleep(NODE_POLL_S)
 
 
 def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
@@ -355,28 +380,58 @@ def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
     return cluster
 
 
-def _add_node(cluster: LocalCluster, index: int, nodes: int, cpus_per_node: int, say: Log) -> None:
-    say(f"adding node {index}/{nodes} to the embedded cluster")
+def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log) -> None:
+    """Add nodes ``first``..``nodes``, all at once: every node's ports are chosen up front (the caller
+    holds the cluster lock, so no other rtjob picks ports meanwhile), every `ray start --address` runs
+    concurrently, and each is waited for. If any fails, the nodes that failed are stopped (the others
+    and the head are fine, as when one node of a sequence failed) and the first failure is reported."""
+    indexes = list(range(first, nodes + 1))
+    say(f"adding node {first}/{nodes} to the embedded cluster" if len(indexes) == 1 else
+        f"adding nodes {first}-{nodes}/{nodes} to the embedded cluster, in parallel")
+    ports = _free_ports(PORTS_PER_NODE * len(indexes))
+    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
     # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
     # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
     # running job's working dir, and a second log monitor printed every worker line twice. Under
     # the cluster's own temp dir, so `down` finds and removes it with the rest.
-    node_dir = os.path.join(cluster.temp_dir, f"n{index}")
-    os.makedirs(node_dir, exist_ok=True)
+    started: dict[int, subprocess.Popen[str]] = {}
+    failed: dict[int, Unreachable] = {}
+    joined: set[int] = set()
     try:
-        _run_ray(
-            [
+        for slot, index in enumerate(indexes):
+            node_dir = os.path.join(cluster.temp_dir, f"n{index}")
+            os.makedirs(node_dir, exist_ok=True)
+            args = [
                 "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node),
                 "--num-gpus", "0", "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
-                "--disable-usage-stats", *_node_ports(),
-            ],
-            cluster.token_path,
-            f"add node {index} to the embedded cluster",
-        )
-    except BaseException:
-        _stop(_processes_in(node_dir))  # only the half-started node: the rest of the cluster is fine
-        shutil.rmtree(node_dir, ignore_errors=True)
+                "--disable-usage-stats", *_node_ports(ports[slot * PORTS_PER_NODE:(slot + 1) * PORTS_PER_NODE]),
+            ]
+            started[index] = _spawn_ray(args, cluster.token_path, f"add node {index} to the embedded cluster")
+        for index, proc in started.items():
+            try:
+                _finish_ray(proc, f"add node {index} to the embedded cluster", deadline)
+                joined.add(index)
+            except Unreachable as exc:
+                failed[index] = exc
+    except BaseException:  # interrupted, or a node could not be spawned: no half-started node stays
+        _stop_nodes(cluster, started, [index for index in indexes if index not in joined])
         raise
+    if failed:
+        _stop_nodes(cluster, started, list(failed))
+        also = f" ({len(failed) - 1} more node(s) failed too)" if len(failed) > 1 else ""
+        raise Unreachable(f"{failed[min(failed)]}{also}")
+
+
+def _stop_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]], indexes: list[int]) -> None:
+    """Stop these nodes' `ray start` (if still running) and every process of theirs; remove their dirs."""
+    for index in indexes:
+        proc = started.get(index)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        node_dir = os.path.join(cluster.temp_dir, f"n{index}")
+        _stop(_processes_in(node_dir))  # only the half-started nodes: the rest of the cluster is fine
+        shutil.rmtree(node_dir, ignore_errors=True)
 
 
 # --- reusing: alive, slow, or gone -----------------------------------------------------------------------
@@ -409,9 +464,8 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None) -> LocalC
             # A running cluster is never restarted under runs that may be using it.
             say(f"the embedded cluster runs with {cluster.cpus_per_node} CPU per node, this job asks for "
                 f"{cpus_per_node}: `rtjob local down` lets the next submit start it at that size")
-        for index in range(current + 1, nodes + 1):
-            _add_node(cluster, index, nodes, cpus_per_node, say)
         if nodes > current:
+            _add_nodes(cluster, current + 1, nodes, cpus_per_node, say)
             _require_nodes(cluster, nodes)
         return cluster
 
