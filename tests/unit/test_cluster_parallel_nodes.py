@@ -14,11 +14,16 @@ from rtjob.backends.ray import cluster
 from rtjob.core.errors import Unreachable
 
 # Each fake `ray start`: write its arguments, wait (up to 30 s) until `expected` such files exist, then fail
-# with "boom" if it is the node named by `fail`.
+# with "boom" if it is the node named by `fail`. A head first writes the log Ray's autoscaler monitor opens
+# once the GCS holds the session name (what rtjob waits for before it starts the other nodes).
 FAKE_RAY_START = """
 import json, os, sys, time
 folder, expected, fail, args = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
-node = os.path.basename(args[args.index("--temp-dir") + 1])
+node = "head" if "--head" in args else os.path.basename(args[args.index("--temp-dir") + 1])
+if node == "head":
+    logs = os.path.join(args[args.index("--temp-dir") + 1], "session_1", "logs")
+    os.makedirs(logs)
+    open(os.path.join(logs, "monitor.out"), "w").close()
 with open(os.path.join(folder, node + ".json"), "w") as f:
     json.dump(args, f)
 deadline = time.monotonic() + 30
@@ -82,3 +87,18 @@ def test_a_node_that_fails_is_named_in_one_line_and_only_it_is_cleaned_up(monkey
     assert str(caught.value) == "could not add node 3 to the embedded cluster: boom"
     assert stopped == [f"{found.temp_dir}/n3"]  # node 2 joined: it stays, as the head does
     assert Path(found.temp_dir, "n2").is_dir() and not Path(found.temp_dir, "n3").exists()
+
+
+def test_a_new_clusters_nodes_start_while_the_head_still_starts(monkeypatch, tmp_path):
+    """The head's fake `ray start` ends only once both other nodes have started: a start that waited for the
+    head first would never finish."""
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
+    cluster._make_state_dir()
+    _patch(monkeypatch, tmp_path, expected=3)
+    monkeypatch.setattr(cluster, "_require_nodes", lambda found, count: [{}] * count)
+    started = cluster._start_head(1, lambda msg: None, nodes=3)
+    try:
+        assert sorted(_started(tmp_path)) == ["head", "n2", "n3"]
+        assert cluster.load_state() == started
+    finally:
+        cluster._discard(started)

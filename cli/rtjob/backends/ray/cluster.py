@@ -48,6 +48,7 @@ LOCK_WAIT_S = 900.0  # a busy 16-node `up` (~7 s a node) fits well inside; a hol
 START_TIMEOUT_ENV, START_TIMEOUT_S = "RTJOB_LOCAL_START_TIMEOUT_S", 180.0  # one `ray start`
 DASHBOARD_WAIT_ENV, DASHBOARD_WAIT_S = "RTJOB_LOCAL_DASHBOARD_WAIT_S", 60.0  # a live cluster's slow dashboard
 NODE_POLL_S = 0.2  # how often a start asks the dashboard for its nodes (one small GET)
+GCS_POLL_S = 0.05  # how often a new cluster's start looks whether the head's GCS can take the other nodes
 PORTS_PER_NODE = 4  # dashboard agent (listen, gRPC), runtime_env agent, metrics export
 
 Log = Callable[[str], None]
@@ -291,18 +292,6 @@ def _finish_ray(proc: subprocess.Popen[str], what: str, deadline: float) -> None
         raise Unreachable(f"could not {what}: {' | '.join(tail) or f'ray exited {proc.returncode}'}")
 
 
-def _run_ray(args: list[str], token_path: str, what: str) -> None:
-    """One `ray start`, waited for; a time-out or a failure is an Unreachable with one line."""
-    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
-    proc = _spawn_ray(args, token_path, what)
-    try:
-        _finish_ray(proc, what, deadline)
-    finally:
-        if proc.poll() is None:  # interrupted while waiting: `ray start` must not outlive rtjob's cleanup
-            proc.kill()
-            proc.wait()
-
-
 def _nodes(cluster: LocalCluster, timeout: float = 5.0) -> list[dict[str, Any]]:
     import requests
 
@@ -345,8 +334,10 @@ def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
     return nodes
 
 
-def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
-    """A new cluster's head node. Anything that goes wrong on the way stops what was started."""
+def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
+    """A new cluster's head node and, with ``nodes`` > 1, its other nodes: those start while the head's
+    `ray start` still brings up its dashboard and raylet, as soon as its GCS can take them
+    (``_gcs_ready``). Anything that goes wrong on the way stops what was started."""
     write_atomically(_token_file(), secrets.token_hex(32))
     temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT)
     gcs_port, dash_port, client_port = _free_ports(3)
@@ -362,8 +353,11 @@ def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
     )
     # Record before starting, so `down` can clean up even a half-started cluster (if this rtjob dies).
     write_atomically(_state_file(), json.dumps(asdict(cluster), indent=2))
+    what = "start the embedded Ray cluster"
+    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+    others: dict[int, subprocess.Popen[str]] = {}
     try:
-        _run_ray(
+        head = _spawn_ray(
             [
                 "start", "--head", "--port", str(gcs_port), "--dashboard-host", "127.0.0.1",
                 "--dashboard-port", str(dash_port), "--ray-client-server-port", str(client_port),
@@ -371,32 +365,59 @@ def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
                 "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats", *_node_ports(),
             ],
             cluster.token_path,
-            "start the embedded Ray cluster",
+            what,
         )
+        try:
+            if nodes > 1:
+                while head.poll() is None and not _gcs_ready(temp_dir) and time.monotonic() < deadline:
+                    time.sleep(GCS_POLL_S)
+                others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say)
+            _finish_ray(head, what, deadline)
+        finally:
+            if head.poll() is None:  # interrupted while waiting: `ray start` must not outlive the cleanup
+                head.kill()
+                head.wait()
         _require_nodes(cluster, 1)
     except BaseException:
-        _discard(cluster)
+        for proc in others.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _discard(cluster)  # the other nodes' folders lie under the head's: they are stopped with it
         raise
+    if others:
+        _join_nodes(cluster, others)
+        _require_nodes(cluster, nodes)  # so that `up` counts them all and adds none again
     return cluster
 
 
+def _gcs_ready(temp_dir: str) -> bool:
+    """Whether the head's GCS already holds the session name a joining node asks it for (a node that asks
+    too early waits in Ray's 2-second retry loop): Ray starts the autoscaler monitor, whose log is
+    ``logs/monitor.out``, right after writing it. If that ever stops being true, nodes start once the
+    head's `ray start` has finished, as before."""
+    return any(Path(temp_dir).glob("session_*/logs/monitor.out"))
+
+
 def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log) -> None:
-    """Add nodes ``first``..``nodes``, all at once: every node's ports are chosen up front (the caller
-    holds the cluster lock, so no other rtjob picks ports meanwhile), every `ray start --address` runs
-    concurrently, and each is waited for. If any fails, the nodes that failed are stopped (the others
-    and the head are fine, as when one node of a sequence failed) and the first failure is reported."""
+    """Add nodes ``first``..``nodes`` to a running cluster, all at once (``_spawn_nodes``, ``_join_nodes``)."""
+    _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say))
+
+
+def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int,
+                 say: Log) -> dict[int, subprocess.Popen[str]]:
+    """Start `ray start --address` for nodes ``first``..``nodes`` together, without waiting for them. Every
+    node's ports are chosen up front (the caller holds the cluster lock, so no other rtjob picks ports
+    meanwhile)."""
     indexes = list(range(first, nodes + 1))
     say(f"adding node {first}/{nodes} to the embedded cluster" if len(indexes) == 1 else
         f"adding nodes {first}-{nodes}/{nodes} to the embedded cluster, in parallel")
     ports = _free_ports(PORTS_PER_NODE * len(indexes))
-    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
     # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
     # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
     # running job's working dir, and a second log monitor printed every worker line twice. Under
     # the cluster's own temp dir, so `down` finds and removes it with the rest.
     started: dict[int, subprocess.Popen[str]] = {}
-    failed: dict[int, Unreachable] = {}
-    joined: set[int] = set()
     try:
         for slot, index in enumerate(indexes):
             node_dir = os.path.join(cluster.temp_dir, f"n{index}")
@@ -407,14 +428,28 @@ def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int
                 "--disable-usage-stats", *_node_ports(ports[slot * PORTS_PER_NODE:(slot + 1) * PORTS_PER_NODE]),
             ]
             started[index] = _spawn_ray(args, cluster.token_path, f"add node {index} to the embedded cluster")
+    except BaseException:  # a node could not be spawned: none of these stays half-started
+        _stop_nodes(cluster, started, indexes)
+        raise
+    return started
+
+
+def _join_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]]) -> None:
+    """Wait for each started node's `ray start`. If any fails, the nodes that failed are stopped (the
+    others and the head are fine, as when one node of a sequence failed) and the first failure is
+    reported in one line."""
+    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+    failed: dict[int, Unreachable] = {}
+    joined: set[int] = set()
+    try:
         for index, proc in started.items():
             try:
                 _finish_ray(proc, f"add node {index} to the embedded cluster", deadline)
                 joined.add(index)
             except Unreachable as exc:
                 failed[index] = exc
-    except BaseException:  # interrupted, or a node could not be spawned: no half-started node stays
-        _stop_nodes(cluster, started, [index for index in indexes if index not in joined])
+    except BaseException:  # interrupted: no half-started node stays
+        _stop_nodes(cluster, started, [index for index in started if index not in joined])
         raise
     if failed:
         _stop_nodes(cluster, started, list(failed))
@@ -457,7 +492,7 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None) -> LocalC
     """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``."""
     say = log or (lambda msg: None)
     with _locked(say):
-        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say)
+        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say, nodes)
         # Counted from an answer, never from a missed one: a dashboard that blinks must not add every node again.
         current = len(_require_nodes(cluster, 1))
         if cluster.cpus_per_node < cpus_per_node and cluster.cpus_per_node * current < cpus_per_node * nodes:
