@@ -666,7 +666,15 @@ def bench_train_throughput(ctx: Context) -> list[Row]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.ddp_vs_torchrun import bench_ddp_vs_torchrun
 
-    return _rows(bench_ddp_vs_torchrun(python=PYTHON), 6)
+    return _rows(bench_ddp_vs_torchrun(python=PYTHON, notes=ctx.notes), 6)
+
+
+def bench_coldstart(ctx: Context) -> list[Row]:
+    """Issue 13: the embedded cluster's cold start and submit → first log line vs by hand (benchmarks/coldstart_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.coldstart_bench import run_coldstart_bench
+
+    return _rows(run_coldstart_bench([RTJOB], notes=ctx.notes), 10)
 
 
 def bench_pull(ctx: Context) -> list[Row]:
@@ -809,6 +817,7 @@ def main() -> int:
         rows += guarded(["7. `rtjob pull` vs `aws s3 cp --recursive`"], bench_pull, ctx)
         rows += guarded(["8. `rtjob runs -o json` over 10,000 ledger entries"], bench_ledger, ctx)
         rows += guarded(["9. `rtjob runs --storage` over 1,000 run records"], bench_records, ctx)
+        rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     rows.sort(key=lambda r: r.measurement)  # 1, 2, 3, 4a.. whatever order they ran in

@@ -6,7 +6,8 @@ a value already in the user's environment wins, so any of them can be turned bac
 the Jobs API, the State API (nodes, the log stream, the pending tasks and actors that stuck.py reads: task
 events stay on), fault tolerance (health checks, job and Train retries) and the log monitors.
 Names checked against Ray 2.60 (the C++ ones: RAY_CONFIG entries in src/ray/common/ray_config_def.h, read as
-RAY_<name>; their strings are in the raylet binary).
+RAY_<name>, their strings are in the raylet binary; the dashboard's in dashboard/consts.py and
+modules/reporter/reporter_consts.py; Ray Train's in train/v2/_internal/constants.py).
 """
 
 from __future__ import annotations
@@ -23,4 +24,11 @@ RAY_SETTINGS: dict[str, str] = {
     "REPORTER_UPDATE_INTERVAL_MS": "60000",
     # The dashboard head's own metrics record (default every 5 s), for the same Grafana panels.
     "METRICS_RECORD_INTERVAL_S": "60",
+    # Ray Train's controller and per-worker metrics callbacks (the workers' run inside the training loop):
+    # with metrics collection off they would record into nothing.
+    "RAY_TRAIN_METRICS_ENABLED": "0",
+    # Ray Train's preemption watcher, one more actor process per run polling Ray Core's drain state every
+    # 5 s: nodes are drained by a cloud autoscaler reclaiming spot machines, never on this machine.
+    # Failed workers are still detected by Train's health checks and retried.
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
 }
