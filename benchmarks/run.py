@@ -750,6 +750,9 @@ def render(rows: list[Row], meta: dict[str, str], notes: list[str]) -> str:
         `training.torchrun_ddp` on the same model, data, seed and batch, at Ray's worker niceness
         (benchmarks/ddp_vs_torchrun.py); 7 the AWS CLI against the same moto S3 server (benchmarks/pull_bench.py);
         8 none: Ray keeps no history of finished jobs once their cluster is gone (benchmarks/ledger_bench.py).
+        10 by hand with Ray's CLI: `ray start --head` + `ray start --address` (1 CPU each, token auth, own temp
+        dirs and agent ports), + `ray job submit` to the job's first line on a terminal (benchmarks/coldstart_bench.py).
+        6e–6f: the same Ray Train run with Ray's defaults, i.e. without rtjob's embedded-cluster settings.
         """)
     lines = [
         "# rtjob benchmarks",
