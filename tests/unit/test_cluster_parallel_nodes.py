@@ -59,6 +59,12 @@ def _started(tmp_path: Path) -> dict[str, list[str]]:
     return {p.stem: json.loads(p.read_text()) for p in (tmp_path / "seen").glob("*.json")}
 
 
+def _agent_ports(started: dict[str, list[str]]) -> list[str]:
+    return [args[args.index(flag) + 1] for args in started.values() for flag in
+            ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+             "--metrics-export-port")]
+
+
 def test_extra_nodes_start_together_each_with_its_own_folder_and_ports(monkeypatch, tmp_path):
     found = _fake_cluster(tmp_path)
     stopped = _patch(monkeypatch, tmp_path, expected=3)
@@ -68,9 +74,7 @@ def test_extra_nodes_start_together_each_with_its_own_folder_and_ports(monkeypat
     assert heard == ["adding nodes 2-4/4 to the embedded cluster, in parallel"]
     started = _started(tmp_path)
     assert sorted(started) == ["n2", "n3", "n4"]
-    ports = [args[args.index(flag) + 1] for args in started.values() for flag in
-             ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
-              "--metrics-export-port")]
+    ports = _agent_ports(started)
     assert len(set(ports)) == 12, ports  # chosen up front, no two nodes share one
     for node, args in started.items():
         assert args[args.index("--temp-dir") + 1] == f"{found.temp_dir}/{node}"
@@ -99,6 +103,7 @@ def test_a_new_clusters_nodes_start_while_the_head_still_starts(monkeypatch, tmp
     started = cluster._start_head(1, lambda msg: None, nodes=3)
     try:
         assert sorted(_started(tmp_path)) == ["head", "n2", "n3"]
+        assert len(set(_agent_ports(_started(tmp_path)))) == 12
         assert cluster.load_state() == started
     finally:
         cluster._discard(started)

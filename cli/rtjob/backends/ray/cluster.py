@@ -255,10 +255,10 @@ def _env(token_path: str) -> dict[str, str]:
     return env
 
 
-def _node_ports(ports: list[int] | None = None) -> list[str]:
-    """Ports for one node's agents (four; free ones unless given): Ray's fixed defaults (52365, ...) collide
+def _node_ports(ports: list[int]) -> list[str]:
+    """The flags giving one node's agents their own four ports: Ray's fixed defaults (52365, ...) collide
     between the nodes of one machine and with any other Ray cluster on it."""
-    listen, grpc, runtime_env, metrics = ports or _free_ports(PORTS_PER_NODE)
+    listen, grpc, runtime_env, metrics = ports
     return [
         "--dashboard-agent-listen-port", str(listen),
         "--dashboard-agent-grpc-port", str(grpc),
@@ -340,7 +340,8 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
     (``_gcs_ready``). Anything that goes wrong on the way stops what was started."""
     write_atomically(_token_file(), secrets.token_hex(32))
     temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT)
-    gcs_port, dash_port, client_port = _free_ports(3)
+    # Every port of every node at once, so no two of them can be the same.
+    gcs_port, dash_port, client_port, *agent_ports = _free_ports(3 + PORTS_PER_NODE * nodes)
     (Path(temp_dir) / OWNER_FILE).write_text(json.dumps({"home": _owner_id(), "gcs_port": gcs_port}))
     say(f"starting the embedded Ray cluster (dashboard http://127.0.0.1:{dash_port})")
     cluster = LocalCluster(
@@ -362,7 +363,8 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
                 "start", "--head", "--port", str(gcs_port), "--dashboard-host", "127.0.0.1",
                 "--dashboard-port", str(dash_port), "--ray-client-server-port", str(client_port),
                 "--num-cpus", str(cpus_per_node), "--num-gpus", "0", "--temp-dir", temp_dir,
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats", *_node_ports(),
+                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats",
+                *_node_ports(agent_ports[:PORTS_PER_NODE]),
             ],
             cluster.token_path,
             what,
@@ -371,7 +373,8 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
             if nodes > 1:
                 while head.poll() is None and not _gcs_ready(temp_dir) and time.monotonic() < deadline:
                     time.sleep(GCS_POLL_S)
-                others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say)
+                if head.poll() in (None, 0):  # a head that failed is reported below, with no node started
+                    others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say, agent_ports[PORTS_PER_NODE:])
             _finish_ray(head, what, deadline)
         finally:
             if head.poll() is None:  # interrupted while waiting: `ray start` must not outlive the cleanup
@@ -404,15 +407,15 @@ def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int
     _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say))
 
 
-def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int,
-                 say: Log) -> dict[int, subprocess.Popen[str]]:
+def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log,
+                 ports: list[int] | None = None) -> dict[int, subprocess.Popen[str]]:
     """Start `ray start --address` for nodes ``first``..``nodes`` together, without waiting for them. Every
-    node's ports are chosen up front (the caller holds the cluster lock, so no other rtjob picks ports
-    meanwhile)."""
+    node's ports are chosen up front (``ports``, or free ones chosen together here; the caller holds the
+    cluster lock, so no other rtjob picks ports meanwhile)."""
     indexes = list(range(first, nodes + 1))
     say(f"adding node {first}/{nodes} to the embedded cluster" if len(indexes) == 1 else
         f"adding nodes {first}-{nodes}/{nodes} to the embedded cluster, in parallel")
-    ports = _free_ports(PORTS_PER_NODE * len(indexes))
+    ports = ports or _free_ports(PORTS_PER_NODE * len(indexes))
     # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
     # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
     # running job's working dir, and a second log monitor printed every worker line twice. Under
