@@ -823,7 +823,8 @@ def main() -> int:
         rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows.sort(key=lambda r: r.measurement)  # 1, 2, 3, 4a.. whatever order they ran in
+    # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)
+    rows.sort(key=lambda r: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r.measurement)])
     meta["runtime"] = f"{time.monotonic() - began:.0f} s"
     text = render(rows, meta, ctx.notes)
     RESULTS.write_text(text)
