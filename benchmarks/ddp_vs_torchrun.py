@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -59,22 +60,56 @@ class Run(NamedTuple):
     losses: list[float]  # train loss per epoch
     wall_s: float
     cores: float  # CPU cores the training processes got, between the first and the last epoch line
+    # CPU seconds per kind of process (``process_kind``) between the first and the last epoch line, and
+    # that window's length: where a side's CPU goes while it trains
+    by_kind: dict[str, float]
+    window_s: float
 
 
-def _training_cpu_s(root: int, marker: str) -> float:
-    """CPU seconds used so far by the training processes (``marker`` in their command line/title) under
-    ``root``: Ray's local instance (and with it its workers) and torchrun's workers are ``root``'s
-    descendants, so other clusters on the machine are never counted."""
+def process_kind(cmdline: list[str]) -> str:
+    """A short name for one process of a training run: Ray's daemons by executable or script, its actors
+    and workers by their process title (``ray::TrainController.run`` → ``ray::TrainController``)."""
+    if not cmdline:
+        return "?"
+    first = cmdline[0]
+    if first.startswith("ray::"):
+        return first.split()[0].split(".")[0]
+    name = os.path.basename(first)
+    if name in ("gcs_server", "raylet"):
+        return name
+    text = " ".join(cmdline)
+    for script in ("dashboard/dashboard.py", "dashboard/agent.py", "runtime_env/agent/main.py",
+                   "_private/log_monitor.py", "autoscaler/_private/monitor.py", "ray.util.client.server"):
+        if script in text:
+            return script.rsplit("/", 1)[-1].removesuffix(".py") if "/" in script else script
+    if name.startswith("ray-dashboard-") or "ray-dashboard-" in text:
+        return "dashboard module"
+    if "torch.distributed.run" in text:
+        return "torchrun launcher"
+    if "training.torchrun_ddp" in text:
+        return "torchrun worker"
+    return "Ray driver" if "training.ray_ddp" in text else name
+
+
+def _cpu_by_pid(root: int) -> dict[int, tuple[tuple[str, ...], float]]:
+    """CPU seconds so far of every process under ``root`` (its kind beside it): Ray's local instance (and
+    with it its workers) and torchrun's workers are ``root``'s descendants, so other clusters on the machine
+    are never counted."""
     import psutil
 
-    total = 0.0
+    found: dict[int, tuple[tuple[str, ...], float]] = {}
     with contextlib.suppress(psutil.Error):
-        for proc in psutil.Process(root).children(recursive=True):
+        top = psutil.Process(root)
+        for proc in [top, *top.children(recursive=True)]:
             with contextlib.suppress(psutil.Error):
-                if marker in " ".join(proc.cmdline()):
-                    times = proc.cpu_times()
-                    total += times.user + times.system
-    return total
+                times = proc.cpu_times()
+                found[proc.pid] = (tuple(proc.cmdline()), times.user + times.system)
+    return found
+
+
+def _window(first: dict[int, tuple[tuple[str, ...], float]], last: dict[int, tuple[tuple[str, ...], float]]) -> dict[int, tuple[tuple[str, ...], float]]:
+    """Per process: CPU seconds used between two snapshots (a process born in between counts from 0)."""
+    return {pid: (cmd, cpu - first[pid][1] if pid in first else 0.0) for pid, (cmd, cpu) in last.items()}
 
 
 def _pids_mentioning(marker: str) -> list[int]:
@@ -94,12 +129,12 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str, marker:
     timer = threading.Timer(timeout, proc.kill)
     timer.start()
     lines: list[str] = []
-    marks: list[tuple[float, float]] = []  # (wall, training CPU seconds) at each epoch line
+    marks: list[tuple[float, dict[int, tuple[tuple[str, ...], float]]]] = []  # (wall, every process's CPU) at each epoch line
     assert proc.stdout is not None
     for line in proc.stdout:
         lines.append(line)
         if EPOCH.search(line):
-            marks.append((time.perf_counter(), _training_cpu_s(proc.pid, marker)))
+            marks.append((time.perf_counter(), _cpu_by_pid(proc.pid)))
     proc.wait()
     timer.cancel()
     wall = time.perf_counter() - start
@@ -116,8 +151,14 @@ def _run(cmd: list[str], env: dict[str, str], timeout: float, what: str, marker:
         raise RuntimeError(f"{what} printed no epoch lines")
     ordered = [epochs[e] for e in sorted(epochs)]
     (t0, c0), (t1, c1) = marks[0], marks[-1]
-    cores = (c1 - c0) / (t1 - t0) if t1 > t0 else float("nan")
-    return Run([s for _, s in ordered], [loss for loss, _ in ordered], wall, cores)
+    used = _window(c0, c1)
+    training = sum(cpu for argv, cpu in used.values() if marker in " ".join(argv))
+    cores = training / (t1 - t0) if t1 > t0 else float("nan")
+    by_kind: dict[str, float] = {}
+    for argv, cpu in used.values():
+        kind = process_kind(list(argv))
+        by_kind[kind] = by_kind.get(kind, 0.0) + cpu
+    return Run([s for _, s in ordered], [loss for loss, _ in ordered], wall, cores, by_kind, t1 - t0)
 
 
 def bench_ddp_vs_torchrun(
@@ -131,13 +172,25 @@ def bench_ddp_vs_torchrun(
     repeats: int = 1,
     timeout_s: float = 600,
     niceness: int = 15,
+    ray_settings: dict[str, str] | None = None,
+    compare_defaults: bool = True,
+    notes: list[str] | None = None,
 ) -> list[BenchRow]:
     """Measure both sides ``repeats`` times (interleaved) and return the table rows.
 
-    Raises RuntimeError (with the reason) if a run fails. About 2 x (20-40 s) on a 2-core machine with the
+    Ray runs with ``ray_settings`` in its environment (default: the settings rtjob gives its embedded
+    cluster, ``rtjob.backends.ray.tuning.RAY_SETTINGS``), and with ``compare_defaults`` once more with Ray's
+    defaults in the same interleaving, for the before/after rows; each side's CPU seconds per kind of
+    process over the training window go to ``notes``.
+
+    Raises RuntimeError (with the reason) if a run fails. About 3 x (20-40 s) on a 2-core machine with the
     defaults: Ray's side adds 15-25 s of worker-group start-up, which the in-loop figure excludes and the
     wall-time row shows.
     """
+    if ray_settings is None:
+        from rtjob.backends.ray.tuning import RAY_SETTINGS
+
+        ray_settings = RAY_SETTINGS
     if epochs < 2:
         raise ValueError("epochs must be >= 2: the first epoch is the warm-up and is not compared")
     sandbox = Path(tempfile.mkdtemp(prefix="rtbench-", dir="/tmp"))  # short: Ray's socket paths are capped
@@ -146,9 +199,13 @@ def bench_ddp_vs_torchrun(
     base.update(PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     common = ["--dataset", "synthetic", "--train-size", str(train_size), "--val-size", str(val_size),
               "--global-batch-size", str(global_batch_size), "--epochs", str(epochs), "--seed", "0"]
-    ray_env = {**base, "HOME": str(sandbox / "home"), "RAY_TMPDIR": str(sandbox)}
+    default_env = {**base, "HOME": str(sandbox / "home"), "RAY_TMPDIR": str(sandbox)}
+    for name in ray_settings:
+        default_env.pop(name, None)
+    ray_env = {**default_env, **ray_settings}
     torchrun_runs: list[Run] = []
     ray_runs: list[Run] = []
+    default_runs: list[Run] = []
     try:
         for i in range(repeats):
             torchrun_runs.append(_run(
@@ -156,10 +213,13 @@ def bench_ddp_vs_torchrun(
                  "-m", "training.torchrun_ddp", *common, "--storage-path", str(sandbox / "results"),
                  "--run-name", f"torchrun-{i}"],
                 base, timeout_s, "torchrun DDP", "training.torchrun_ddp"))
-            ray_runs.append(_run(
-                [python, "-m", "training.ray_ddp", *common, "--num-workers", str(workers), "--cpus-per-worker", "1",
-                 "--storage-path", str(sandbox / "results"), "--run-name", f"ray-{i}"],
-                ray_env, timeout_s, "Ray Train DDP", "ray::RayTrainWorker"))
+            ray_cmd = [python, "-m", "training.ray_ddp", *common, "--num-workers", str(workers), "--cpus-per-worker",
+                       "1", "--storage-path", str(sandbox / "results")]
+            ray_runs.append(_run([*ray_cmd, "--run-name", f"ray-{i}"], ray_env, timeout_s, "Ray Train DDP",
+                                 "ray::RayTrainWorker"))
+            if compare_defaults:
+                default_runs.append(_run([*ray_cmd, "--run-name", f"ray-default-{i}"], default_env, timeout_s,
+                                         "Ray Train DDP (Ray's defaults)", "ray::RayTrainWorker"))
     finally:
         deadline = time.time() + 15  # the Ray driver shuts its instance down; end only what is left of it
         while (pids := _pids_mentioning(str(sandbox))) and time.time() < deadline:
@@ -183,9 +243,13 @@ def bench_ddp_vs_torchrun(
     n = len(steady(ray_runs))
     shape = (f"ResNet18, {workers} CPU workers x 1 thread at niceness {niceness}, global batch "
              f"{global_batch_size}, {train_size} synthetic samples")
-    return [
+    if notes is not None:
+        sides = [("torchrun", torchrun_runs), ("Ray, rtjob's settings", ray_runs), ("Ray, Ray's defaults", default_runs)]
+        notes.append(cpu_table([(name, runs[-1]) for name, runs in sides if runs]))
+    rows = [
         BenchRow(
-            f"Ray Train DDP vs torchrun DDP: in-loop samples/s ({shape}; median of {n} epochs after warm-up)",
+            f"Ray Train DDP (rtjob's embedded-cluster settings) vs torchrun DDP: in-loop samples/s ({shape}; "
+            f"median of {n} epochs after warm-up)",
             f"{ray_sps:.1f} samples/s ({min(steady(ray_runs)):.1f}–{max(steady(ray_runs)):.1f})",
             f"{tr_sps:.1f} samples/s ({min(steady(torchrun_runs)):.1f}–{max(steady(torchrun_runs)):.1f})",
             f"{ratio:.3f}× (ray/torchrun)", "≥0.9×", "yes" if ratio >= 0.9 else "no",
@@ -207,8 +271,51 @@ def bench_ddp_vs_torchrun(
             "yes" if abs(ray_loss - tr_loss) <= 0.01 else "no",
         ),
     ]
+    if default_runs:
+        rows += before_after_rows(ray_runs, default_runs, steady)
+    return rows
+
+
+def overhead_cores(run: Run) -> float:
+    """CPU cores Ray's own processes (all but the training workers and the driver) took while it trained."""
+    own = sum(cpu for kind, cpu in run.by_kind.items() if kind not in ("ray::RayTrainWorker", "Ray driver"))
+    return own / run.window_s if run.window_s > 0 else float("nan")
+
+
+def before_after_rows(tuned: list[Run], default: list[Run], steady: Callable[[list[Run]], list[float]]) -> list[BenchRow]:
+    """The same Ray Train run with rtjob's settings against Ray's defaults, from the same interleaved run."""
+    tuned_sps, default_sps = statistics.median(steady(tuned)), statistics.median(steady(default))
+    tuned_own = statistics.median(overhead_cores(r) for r in tuned)
+    default_own = statistics.median(overhead_cores(r) for r in default)
+    return [
+        BenchRow(
+            "… the same Ray Train run with rtjob's settings vs Ray's defaults (tuning.RAY_SETTINGS), same run: "
+            "in-loop samples/s",
+            f"{tuned_sps:.1f} samples/s", f"{default_sps:.1f} samples/s (Ray's defaults)",
+            f"{tuned_sps / default_sps:.3f}× (settings/defaults)", "—", "—",
+        ),
+        BenchRow(
+            "… Ray's own processes' CPU while it trains (GCS, raylet, dashboard, agents, Train's actors; "
+            "per-process table in the notes)",
+            f"{tuned_own:.3f} cores", f"{default_own:.3f} cores (Ray's defaults)",
+            f"{tuned_own / default_own:.2f}× (settings/defaults)" if default_own else "—", "—", "—",
+        ),
+    ]
+
+
+def cpu_table(sides: list[tuple[str, Run]]) -> str:
+    """Markdown: CPU seconds per kind of process over each side's training window (first to last epoch line)."""
+    kinds = sorted({k for _, run in sides for k in run.by_kind},
+                   key=lambda k: -max(run.by_kind.get(k, 0.0) for _, run in sides))
+    head = "| process | " + " | ".join(f"{name} (CPU s over {run.window_s:.1f} s)" for name, run in sides) + " |"
+    rows = [f"| {kind} | " + " | ".join(f"{run.by_kind[kind]:.2f}" if kind in run.by_kind else "—" for _, run in sides)
+            + " |" for kind in kinds]
+    return "CPU seconds per process kind while training:\n\n" + "\n".join(
+        [head, "|---|" + "---|" * len(sides), *rows])
 
 
 if __name__ == "__main__":
-    for row in bench_ddp_vs_torchrun():
+    found: list[str] = []
+    for row in bench_ddp_vs_torchrun(notes=found):
         print(" | ".join(row))
+    print("\n".join(found))

@@ -666,7 +666,15 @@ def bench_train_throughput(ctx: Context) -> list[Row]:
     sys.path.insert(0, str(ROOT))
     from benchmarks.ddp_vs_torchrun import bench_ddp_vs_torchrun
 
-    return _rows(bench_ddp_vs_torchrun(python=PYTHON), 6)
+    return _rows(bench_ddp_vs_torchrun(python=PYTHON, notes=ctx.notes), 6)
+
+
+def bench_coldstart(ctx: Context) -> list[Row]:
+    """Issue 13: the embedded cluster's cold start and submit → first log line vs by hand (benchmarks/coldstart_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.coldstart_bench import run_coldstart_bench
+
+    return _rows(run_coldstart_bench([RTJOB], notes=ctx.notes), 10)
 
 
 def bench_pull(ctx: Context) -> list[Row]:
@@ -742,6 +750,9 @@ def render(rows: list[Row], meta: dict[str, str], notes: list[str]) -> str:
         `training.torchrun_ddp` on the same model, data, seed and batch, at Ray's worker niceness
         (benchmarks/ddp_vs_torchrun.py); 7 the AWS CLI against the same moto S3 server (benchmarks/pull_bench.py);
         8 none: Ray keeps no history of finished jobs once their cluster is gone (benchmarks/ledger_bench.py).
+        10 by hand with Ray's CLI: `ray start --head` + `ray start --address` (1 CPU each, token auth, own temp
+        dirs and agent ports), + `ray job submit` to the job's first line on a terminal (benchmarks/coldstart_bench.py).
+        6e–6f: the same Ray Train run with Ray's defaults, i.e. without rtjob's embedded-cluster settings.
         """)
     lines = [
         "# rtjob benchmarks",
@@ -809,9 +820,11 @@ def main() -> int:
         rows += guarded(["7. `rtjob pull` vs `aws s3 cp --recursive`"], bench_pull, ctx)
         rows += guarded(["8. `rtjob runs -o json` over 10,000 ledger entries"], bench_ledger, ctx)
         rows += guarded(["9. `rtjob runs --storage` over 1,000 run records"], bench_records, ctx)
+        rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    rows.sort(key=lambda r: r.measurement)  # 1, 2, 3, 4a.. whatever order they ran in
+    # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)
+    rows.sort(key=lambda r: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", r.measurement)])
     meta["runtime"] = f"{time.monotonic() - began:.0f} s"
     text = render(rows, meta, ctx.notes)
     RESULTS.write_text(text)

@@ -254,3 +254,30 @@ def test_damaged_state_kills_nothing_and_down_still_cleans_up(home: Path) -> Non
         link.unlink(missing_ok=True)
         shutil.rmtree(decoy_dir, ignore_errors=True)
         shutil.rmtree(other, ignore_errors=True)
+
+
+def test_three_nodes_start_in_parallel_each_in_its_own_folder_with_rtjobs_ray_settings(home: Path) -> None:
+    """`rtjob local up --nodes 3`: the two extra nodes start together (one `ray start --address` each), all
+    three are alive, each raylet has its own folder under the recorded temp dir and its own agent ports, the
+    Ray settings of backends/ray/tuning.py reach Ray's daemons, and `rtjob local down` leaves nothing."""
+    from rtjob.backends.ray.tuning import RAY_SETTINGS
+
+    env = base_env(home)
+    up = rtjob("local", "up", "--nodes", "3", env=env, timeout=300)
+    assert up.returncode == 0, up.stderr
+    assert "adding nodes 2-3/3 to the embedded cluster, in parallel" in up.stderr, up.stderr
+    status = rtjob("local", "status", "--output", "json", env=env, timeout=60)
+    assert status.returncode == 0 and json.loads(status.stdout)["nodes"] == 3, status.stderr
+
+    temp_dir = _state(home)["temp_dir"]
+    raylets = [p for p in _home_processes(home) if os.path.basename(p.cmdline()[0]) == "raylet"]
+    folders = sorted(next(a.split("=", 1)[1] for a in p.cmdline() if a.startswith("--temp_dir=")) for p in raylets)
+    assert folders == [temp_dir, f"{temp_dir}/n2", f"{temp_dir}/n3"], folders
+    ports = [next(a for a in p.cmdline() if a.startswith("--runtime_env_agent_port=")) for p in raylets]
+    assert len(set(ports)) == 3, ports
+    for proc in raylets:
+        assert {k: proc.environ().get(k) for k in RAY_SETTINGS} == RAY_SETTINGS
+
+    down = rtjob("local", "down", env=env, timeout=180)
+    assert down.returncode == 0, down.stderr
+    assert _home_processes(home) == [] and not Path(temp_dir).exists()

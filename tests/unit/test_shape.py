@@ -342,7 +342,7 @@ def test_a_running_embedded_cluster_smaller_than_asked_is_said_not_restarted(mon
     monkeypatch.setattr(cluster, "_reusable", lambda found, say: found)
     monkeypatch.setattr(cluster, "_require_nodes", lambda found, count: [{}] * running_nodes)
     monkeypatch.setattr(cluster, "_start_head", lambda *a: pytest.fail("a running cluster was replaced"))
-    monkeypatch.setattr(cluster, "_add_node", lambda *a: pytest.fail("no node should be added"))
+    monkeypatch.setattr(cluster, "_add_nodes", lambda *a: pytest.fail("no node should be added"))
     heard: list[str] = []
     assert cluster.up(*asked, log=heard.append) is running
     assert bool(heard) == noted

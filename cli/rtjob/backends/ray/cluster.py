@@ -35,6 +35,7 @@ from typing import Any
 from ...core.errors import BadInput, Unreachable
 from ...core.files import write_atomically
 from ...spec.project import rtjob_home
+from .tuning import RAY_SETTINGS
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
 # A short private root: Ray's unix socket paths must stay under ~100 characters.
@@ -46,6 +47,9 @@ OWNER_FILE = "rtjob-owner.json"
 LOCK_WAIT_S = 900.0  # a busy 16-node `up` (~7 s a node) fits well inside; a holder stuck longer is reported
 START_TIMEOUT_ENV, START_TIMEOUT_S = "RTJOB_LOCAL_START_TIMEOUT_S", 180.0  # one `ray start`
 DASHBOARD_WAIT_ENV, DASHBOARD_WAIT_S = "RTJOB_LOCAL_DASHBOARD_WAIT_S", 60.0  # a live cluster's slow dashboard
+NODE_POLL_S = 0.2  # how often a start asks the dashboard for its nodes (one small GET)
+GCS_POLL_S = 0.05  # how often a new cluster's start looks whether the head's GCS can take the other nodes
+PORTS_PER_NODE = 4  # dashboard agent (listen, gRPC), runtime_env agent, metrics export
 
 Log = Callable[[str], None]
 
@@ -244,15 +248,17 @@ def _env(token_path: str) -> dict[str, str]:
     for name in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_AUTH_TOKEN"):
         env.pop(name, None)
     env.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token_path, RAY_USAGE_STATS_ENABLED="0")
+    for name, value in RAY_SETTINGS.items():  # what a local run does not need; the user's own value wins
+        env.setdefault(name, value)
     # Jobs run `python ...`: make that the Python rtjob runs in (its venv), as an activated venv would.
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
 
 
-def _node_ports() -> list[str]:
-    """Free ports for one node's agents: Ray's fixed defaults (52365, ...) collide between the nodes of
-    one machine and with any other Ray cluster on it."""
-    listen, grpc, runtime_env, metrics = _free_ports(4)
+def _node_ports(ports: list[int]) -> list[str]:
+    """The flags giving one node's agents their own four ports: Ray's fixed defaults (52365, ...) collide
+    between the nodes of one machine and with any other Ray cluster on it."""
+    listen, grpc, runtime_env, metrics = ports
     return [
         "--dashboard-agent-listen-port", str(listen),
         "--dashboard-agent-grpc-port", str(grpc),
@@ -261,20 +267,28 @@ def _node_ports() -> list[str]:
     ]
 
 
-def _run_ray(args: list[str], token_path: str, what: str) -> None:
-    """One `ray start`; a time-out or a failure is an Unreachable with one line (the caller cleans up)."""
-    timeout = _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+def _spawn_ray(args: list[str], token_path: str, what: str) -> subprocess.Popen[str]:
+    """Start one `ray start` without waiting for it (``_finish_ray`` waits)."""
     try:
-        proc = subprocess.run(
-            [*_ray_executable(), *args], env=_env(token_path), capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired:
-        raise Unreachable(f"could not {what}: `ray start` did not finish within {timeout:g}s "
-                          f"(set {START_TIMEOUT_ENV} to wait longer)") from None
+        return subprocess.Popen([*_ray_executable(), *args], env=_env(token_path), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     except OSError as exc:
         raise Unreachable(f"could not {what}: {exc}") from None
+
+
+def _finish_ray(proc: subprocess.Popen[str], what: str, deadline: float) -> None:
+    """Wait for one `ray start` until ``deadline`` (monotonic); a time-out or a failure is an Unreachable
+    with one line (the caller cleans up)."""
+    try:
+        stdout, stderr = proc.communicate(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        timeout = _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+        raise Unreachable(f"could not {what}: `ray start` did not finish within {timeout:g}s "
+                          f"(set {START_TIMEOUT_ENV} to wait longer)") from None
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        tail = (stderr or stdout).strip().splitlines()[-3:]
         raise Unreachable(f"could not {what}: {' | '.join(tail) or f'ray exited {proc.returncode}'}")
 
 
@@ -310,7 +324,7 @@ def _wait_nodes(cluster: LocalCluster, count: int, timeout: float = 60.0) -> lis
             return nodes
         if time.monotonic() >= deadline:
             return None
-        time.sleep(0.5)
+        time.sleep(NODE_POLL_S)
 
 
 def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
@@ -320,11 +334,14 @@ def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
     return nodes
 
 
-def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
-    """A new cluster's head node. Anything that goes wrong on the way stops what was started."""
+def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
+    """A new cluster's head node and, with ``nodes`` > 1, its other nodes: those start while the head's
+    `ray start` still brings up its dashboard and raylet, as soon as its GCS can take them
+    (``_gcs_ready``). Anything that goes wrong on the way stops what was started."""
     write_atomically(_token_file(), secrets.token_hex(32))
     temp_dir = tempfile.mkdtemp(prefix=TEMP_PREFIX, dir=TEMP_ROOT)
-    gcs_port, dash_port, client_port = _free_ports(3)
+    # Every port of every node at once, so no two of them can be the same.
+    gcs_port, dash_port, client_port, *agent_ports = _free_ports(3 + PORTS_PER_NODE * nodes)
     (Path(temp_dir) / OWNER_FILE).write_text(json.dumps({"home": _owner_id(), "gcs_port": gcs_port}))
     say(f"starting the embedded Ray cluster (dashboard http://127.0.0.1:{dash_port})")
     cluster = LocalCluster(
@@ -337,46 +354,122 @@ def _start_head(cpus_per_node: int, say: Log) -> LocalCluster:
     )
     # Record before starting, so `down` can clean up even a half-started cluster (if this rtjob dies).
     write_atomically(_state_file(), json.dumps(asdict(cluster), indent=2))
+    what = "start the embedded Ray cluster"
+    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+    others: dict[int, subprocess.Popen[str]] = {}
     try:
-        _run_ray(
+        head = _spawn_ray(
             [
                 "start", "--head", "--port", str(gcs_port), "--dashboard-host", "127.0.0.1",
                 "--dashboard-port", str(dash_port), "--ray-client-server-port", str(client_port),
                 "--num-cpus", str(cpus_per_node), "--num-gpus", "0", "--temp-dir", temp_dir,
-                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats", *_node_ports(),
+                "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats",
+                *_node_ports(agent_ports[:PORTS_PER_NODE]),
             ],
             cluster.token_path,
-            "start the embedded Ray cluster",
+            what,
         )
+        try:
+            if nodes > 1:
+                while head.poll() is None and not _gcs_ready(temp_dir) and time.monotonic() < deadline:
+                    time.sleep(GCS_POLL_S)
+                if head.poll() in (None, 0):  # a head that failed is reported below, with no node started
+                    others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say, agent_ports[PORTS_PER_NODE:])
+            _finish_ray(head, what, deadline)
+        finally:
+            if head.poll() is None:  # interrupted while waiting: `ray start` must not outlive the cleanup
+                head.kill()
+                head.wait()
         _require_nodes(cluster, 1)
     except BaseException:
-        _discard(cluster)
+        for proc in others.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        _discard(cluster)  # the other nodes' folders lie under the head's: they are stopped with it
         raise
+    if others:
+        _join_nodes(cluster, others)
+        _require_nodes(cluster, nodes)  # so that `up` counts them all and adds none again
     return cluster
 
 
-def _add_node(cluster: LocalCluster, index: int, nodes: int, cpus_per_node: int, say: Log) -> None:
-    say(f"adding node {index}/{nodes} to the embedded cluster")
+def _gcs_ready(temp_dir: str) -> bool:
+    """Whether the head's GCS already holds the session name a joining node asks it for (a node that asks
+    too early waits in Ray's 2-second retry loop): Ray starts the autoscaler monitor, whose log is
+    ``logs/monitor.out``, right after writing it. If that ever stops being true, nodes start once the
+    head's `ray start` has finished, as before."""
+    return any(Path(temp_dir).glob("session_*/logs/monitor.out"))
+
+
+def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log) -> None:
+    """Add nodes ``first``..``nodes`` to a running cluster, all at once (``_spawn_nodes``, ``_join_nodes``)."""
+    _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say))
+
+
+def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log,
+                 ports: list[int] | None = None) -> dict[int, subprocess.Popen[str]]:
+    """Start `ray start --address` for nodes ``first``..``nodes`` together, without waiting for them. Every
+    node's ports are chosen up front (``ports``, or free ones chosen together here; the caller holds the
+    cluster lock, so no other rtjob picks ports meanwhile)."""
+    indexes = list(range(first, nodes + 1))
+    say(f"adding node {first}/{nodes} to the embedded cluster" if len(indexes) == 1 else
+        f"adding nodes {first}-{nodes}/{nodes} to the embedded cluster, in parallel")
+    ports = ports or _free_ports(PORTS_PER_NODE * len(indexes))
     # Each node its own temp dir (Ray >= 2.51 honours --temp-dir on a worker node), as on separate
     # machines: in the head's folder, a second node's runtime_env agent deleted and re-unpacked a
     # running job's working dir, and a second log monitor printed every worker line twice. Under
     # the cluster's own temp dir, so `down` finds and removes it with the rest.
-    node_dir = os.path.join(cluster.temp_dir, f"n{index}")
-    os.makedirs(node_dir, exist_ok=True)
+    started: dict[int, subprocess.Popen[str]] = {}
     try:
-        _run_ray(
-            [
+        for slot, index in enumerate(indexes):
+            node_dir = os.path.join(cluster.temp_dir, f"n{index}")
+            os.makedirs(node_dir, exist_ok=True)
+            args = [
                 "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node),
                 "--num-gpus", "0", "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
-                "--disable-usage-stats", *_node_ports(),
-            ],
-            cluster.token_path,
-            f"add node {index} to the embedded cluster",
-        )
-    except BaseException:
-        _stop(_processes_in(node_dir))  # only the half-started node: the rest of the cluster is fine
-        shutil.rmtree(node_dir, ignore_errors=True)
+                "--disable-usage-stats", *_node_ports(ports[slot * PORTS_PER_NODE:(slot + 1) * PORTS_PER_NODE]),
+            ]
+            started[index] = _spawn_ray(args, cluster.token_path, f"add node {index} to the embedded cluster")
+    except BaseException:  # a node could not be spawned: none of these stays half-started
+        _stop_nodes(cluster, started, indexes)
         raise
+    return started
+
+
+def _join_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]]) -> None:
+    """Wait for each started node's `ray start`. If any fails, the nodes that failed are stopped (the
+    others and the head are fine, as when one node of a sequence failed) and the first failure is
+    reported in one line."""
+    deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
+    failed: dict[int, Unreachable] = {}
+    joined: set[int] = set()
+    try:
+        for index, proc in started.items():
+            try:
+                _finish_ray(proc, f"add node {index} to the embedded cluster", deadline)
+                joined.add(index)
+            except Unreachable as exc:
+                failed[index] = exc
+    except BaseException:  # interrupted: no half-started node stays
+        _stop_nodes(cluster, started, [index for index in started if index not in joined])
+        raise
+    if failed:
+        _stop_nodes(cluster, started, list(failed))
+        also = f" ({len(failed) - 1} more node(s) failed too)" if len(failed) > 1 else ""
+        raise Unreachable(f"{failed[min(failed)]}{also}")
+
+
+def _stop_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]], indexes: list[int]) -> None:
+    """Stop these nodes' `ray start` (if still running) and every process of theirs; remove their dirs."""
+    for index in indexes:
+        proc = started.get(index)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        node_dir = os.path.join(cluster.temp_dir, f"n{index}")
+        _stop(_processes_in(node_dir))  # only the half-started nodes: the rest of the cluster is fine
+        shutil.rmtree(node_dir, ignore_errors=True)
 
 
 # --- reusing: alive, slow, or gone -----------------------------------------------------------------------
@@ -402,16 +495,15 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None) -> LocalC
     """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``."""
     say = log or (lambda msg: None)
     with _locked(say):
-        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say)
+        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say, nodes)
         # Counted from an answer, never from a missed one: a dashboard that blinks must not add every node again.
         current = len(_require_nodes(cluster, 1))
         if cluster.cpus_per_node < cpus_per_node and cluster.cpus_per_node * current < cpus_per_node * nodes:
             # A running cluster is never restarted under runs that may be using it.
             say(f"the embedded cluster runs with {cluster.cpus_per_node} CPU per node, this job asks for "
                 f"{cpus_per_node}: `rtjob local down` lets the next submit start it at that size")
-        for index in range(current + 1, nodes + 1):
-            _add_node(cluster, index, nodes, cpus_per_node, say)
         if nodes > current:
+            _add_nodes(cluster, current + 1, nodes, cpus_per_node, say)
             _require_nodes(cluster, nodes)
         return cluster
 
