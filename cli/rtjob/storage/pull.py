@@ -476,6 +476,7 @@ class PullReport:
     refused: list[dict[str, str]] = field(default_factory=list)
     failed: list[dict[str, str]] = field(default_factory=list)
     special_skipped: list[dict[str, str]] = field(default_factory=list)  # not files: exit 0 all the same
+    engine: str = ""  # what moved the bytes (stores.Store.engine)
 
     @property
     def exit_code(self) -> int:
@@ -490,7 +491,7 @@ class PullReport:
             "bytes_total": self.bytes_total, "bytes_downloaded": self.bytes_downloaded,
             "seconds": round(self.seconds, 3), "history": self.history, "markers_skipped": self.markers_skipped,
             "partials_removed": self.partials_removed, "refused": self.refused, "failed": self.failed,
-            "special_skipped": self.special_skipped,
+            "special_skipped": self.special_skipped, "engine": self.engine,
         }
 
 
@@ -512,6 +513,7 @@ def pull(
         if on_plan is not None:
             on_plan(plan)
         report = _execute(plan, dest, progress)
+        report.engine = store.engine
     finally:
         store.close()
     report.seconds = time.monotonic() - start
@@ -599,7 +601,7 @@ def _fill(plan: PullPlan, dest: Path, progress: Progress | None, report: PullRep
         if progress is not None:
             progress.start(sum(f.size for f, _ in jobs), len(jobs))
         try:
-            store.download(jobs, progress.advance if progress is not None else _ignore, on_done)
+            store.download(jobs, progress.advance if progress is not None else None, on_done)
         except RtjobError:
             raise
         except Exception as exc:
@@ -622,10 +624,6 @@ def _fill(plan: PullPlan, dest: Path, progress: Progress | None, report: PullRep
         first = report.failed[0]
         raise Unreachable(f"access denied reading {store.describe()} ({len(report.failed)} file(s)): "
                           f"{first['error']}")
-
-
-def _ignore(_: int) -> None:
-    return None
 
 
 def _unchanged(item: PullItem, target: Path, manifest: Manifest, store: Store) -> bool:
