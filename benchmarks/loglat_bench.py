@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Where a log line's time goes, print → terminal (rows 4d–4h of `make bench`; 4a–4c are the headline).
 
-    python benchmarks/loglat_bench.py      (starts its own embedded cluster, stopped at the end)
+    python benchmarks/loglat_bench.py      (starts its own embedded cluster, stopped at the end; also prints
+                                            the CPU of steady following, which `make bench` leaves out)
 
 One run of the log job (40 lines 0.1 s apart, each carrying its `time.time()`) followed by `rtjob submit`, and one
 by `ray job submit`, each on a pseudo-terminal; beside each, this process watches the same line at each step:
@@ -226,8 +227,59 @@ def run_loglat_bench(*, rtjob_cmd: list[str], rtjob_env: dict[str, str], rtjob_i
     ]
 
 
+def _cpu_s(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def follow_cpu(b: Any, c: Any, window_s: float = 15.0) -> list[str]:
+    """Steady following's CPU: a job printing a line a second, followed by nobody, `rtjob logs -f` and `ray job
+    logs -f`; the CPU cores the cluster's processes (by kind) and the CLI used over ``window_s``, after start-up."""
+    entry = "python emitter.py 90 1"
+    (Path(c.env["RTJOB_PROJECT"]) / "jobs" / "bench-slow.yaml").write_text(
+        f"name: bench-slow\nstrategy: custom\nentrypoint: {entry}\n")
+    kinds: dict[str, list[int]] = {}
+    for pid in b.our_leftovers(c, c.cluster.temp_dir):
+        command = b.command_of(pid)
+        kind = next((k for k in ("gcs_server", "raylet", "dashboard", "Agent", "log_monitor") if k in command),
+                    "dashboard, agents, workers")
+        kinds.setdefault(kind, []).append(pid)
+    lines = []
+    for who in ("nobody", "rtjob logs -f", "ray job logs -f"):
+        job = f"bench-cpu-{os.urandom(2).hex()}"
+        b.run_checked([b.RTJOB, "submit", "bench-slow", "--submission-id", job, "--no-wait"], c.env)
+        deadline = time.monotonic() + 60
+        while b.job_status(c.cluster, job) != "RUNNING" and time.monotonic() < deadline:
+            time.sleep(0.2)
+        cli = None
+        if who.startswith("rtjob"):
+            cli = subprocess.Popen([b.RTJOB, "logs", job, "--follow"], env=c.env, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        elif who.startswith("ray"):
+            cli = subprocess.Popen([b.RAY, "job", "logs", job, "--follow", "--address", c.cluster.address],
+                                   env=b.ray_env(c), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(6)  # past the CLI's start-up and the replay of the log so far
+        pids = {kind: list(found) for kind, found in kinds.items()}
+        if cli is not None:
+            pids["the CLI"] = [cli.pid]
+        before = {pid: _cpu_s(pid) for found in pids.values() for pid in found}
+        time.sleep(window_s)
+        used = {kind: sum(_cpu_s(pid) - before[pid] for pid in found) / window_s for kind, found in pids.items()}
+        lines.append(f"followed by {who}: " + ", ".join(f"{kind} {cores:.3f}" for kind, cores in used.items())
+                     + f" cores (load {os.getloadavg()[0]:.2f})")
+        if cli is not None:
+            cli.kill()
+            cli.wait(timeout=10)
+        b.stop_and_wait(c.cluster, job)
+    return lines
+
+
 def main() -> int:
-    """Standalone: a private embedded cluster (benchmarks/run.py's), both runs, the rows printed."""
+    """Standalone: a private embedded cluster (benchmarks/run.py's), both runs, the rows printed; then the CPU
+    of steady following (not in `make bench`: it takes a minute)."""
     import tempfile
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -239,9 +291,13 @@ def main() -> int:
     print(f"load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     with bench.embedded_cluster(ctx):
         rows = loglat_rows(bench, ctx)
+        cpu = follow_cpu(bench, ctx)
     print(f"load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     for row in rows:
         print(" | ".join(row.values()))
+    print("\nCPU of steady following (a line a second):")
+    for line in cpu:
+        print(f"- {line}")
     for note in ctx.notes:
         print(f"- {note}")
     return 0
