@@ -341,43 +341,11 @@ class RayJobsBackend(Backend):
         return retries.decide_and_resubmit(self, run_id, request if isinstance(request, RayJobRequest) else None)
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
-        """The driver log from its start. Prefers the State API's log stream (polls the file every
-        0.1 s) over the Jobs API websocket (which sleeps about 2 s between bursts); both replay the
-        log from the beginning on every connection."""
-        import asyncio
+        """The driver log from its start, as it is written: the State API stream (logtail.py)."""
+        from . import logtail
 
-        import aiohttp
-
-        from .client import CONNECT_TIMEOUT_S, READ_TIMEOUT_S
-
-        ssl: Any = None if self.api.verify else False
-        quick = aiohttp.ClientTimeout(total=READ_TIMEOUT_S, sock_connect=CONNECT_TIMEOUT_S)
-        streaming = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=None)
-        async with aiohttp.ClientSession(headers=self.api.headers) as session:
-            async with session.get(f"{self.address}/api/jobs/{run_id}", ssl=ssl, timeout=quick) as resp:
-                node_id = (await resp.json()).get("driver_node_id") if resp.status == 200 else None
-            if not node_id:  # the driver has not started yet (or that was not the dashboard): ask again soon
-                await asyncio.sleep(1.0)
-                return
-            params = {"node_id": node_id, "filename": f"job-driver-{run_id}.log", "lines": "-1", "interval": "0.1"}
-            async with session.get(f"{self.address}/api/v0/logs/stream", params=params, ssl=ssl,
-                                   timeout=streaming) as resp:
-                if resp.status == 200:
-                    import codecs
-
-                    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # chunks split characters
-                    async for chunk in resp.content.iter_any():
-                        yield decoder.decode(chunk)
-                    return
-            # A dashboard without the State API stream: the Jobs API websocket (its handshake bounded too).
-            ws = await asyncio.wait_for(session.ws_connect(self.api.ws_url(f"/api/jobs/{run_id}/logs/tail"),
-                                                           ssl=ssl, heartbeat=20), READ_TIMEOUT_S)
-            async with ws:
-                async for msg in ws:
-                    if msg.type == aiohttp.WSMsgType.TEXT:
-                        yield msg.data
-                    elif msg.type in (aiohttp.WSMsgType.CLOSED, aiohttp.WSMsgType.ERROR):
-                        break
+        async for chunk in logtail.tail(self.api, run_id):
+            yield chunk
 
 
 class EmbeddedRayBackend(RayJobsBackend):
