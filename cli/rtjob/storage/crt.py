@@ -9,8 +9,8 @@ What stays in rtjob (pull.py) and is engine-independent: the listing (botocore),
 ``NAME.rtjob-partial`` + rename, the size check, the resumable manifest. This engine keeps the rest:
 - every GET carries the listed ETag in If-Match (the CRT copies the request's headers onto each ranged part),
   so a file rewritten mid-pull fails with 412 instead of landing half-old;
-- the partial file is created by rtjob first with O_NOFOLLOW (a link planted under its name fails the pull of
-  that file) and only then handed to the CRT, which writes into it;
+- a link planted under a partial file's name fails the pull of that file (the CRT opens its file by name;
+  leftovers of an earlier pull are removed, links refused, before any GET: pull.remove_partials);
 - at most ``IN_FLIGHT`` files are open at a time (macOS allows 256 descriptors by default), and the CRT's
   buffers are capped by ``MEMORY_LIMIT``.
 The endpoint, addressing style and region come from botocore's own rules (one presigned URL for a probe key
@@ -23,6 +23,7 @@ the endpoint (the CRT's S3 client does not read HTTP(S)_PROXY), or with RTJOB_S3
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import xml.etree.ElementTree as ET
@@ -127,8 +128,6 @@ class CrtDownloader:
         Ctrl-C cancels what is in flight and waits for it to stop before it propagates."""
         from awscrt import http, s3
 
-        from .stores import create_file
-
         slots = threading.BoundedSemaphore(IN_FLIGHT)
         idle = threading.Condition()
         running: dict[int, Any] = {}
@@ -145,10 +144,9 @@ class CrtDownloader:
 
         def start(item: Any, target: Path) -> None:
             number = next(counter)
-            try:  # created here without following links; the CRT then writes into this file
-                create_file(target).close()
-            except OSError as exc:
-                finish(number, item, target, exc)
+            if os.path.islink(target):  # the CRT opens its file by name: a link planted there is refused
+                finish(number, item, target, OSError(errno.ELOOP, "a symbolic link where rtjob writes its "
+                                                                  "partial file", str(target)))
                 return
             headers = [("Host", self.host)] + ([("If-Match", item.etag)] if item.etag else [])
             request = http.HttpRequest("GET", self.url_prefix + quote(item.key, safe="/~"),

@@ -546,9 +546,10 @@ def _fill(plan: PullPlan, dest: Path, progress: Progress | None, report: PullRep
     manifest = Manifest(dest)
 
     todo: list[tuple[PullItem, Path]] = []
+    real_dirs: dict[Path, str] = {}  # a folder's real path, resolved once for all the files in it
     for item in plan.items:
         target = dest / item.rel
-        real = os.path.realpath(target)
+        real = _real_path(target, real_dirs)
         if not real.startswith(root + os.sep):  # a link already in DIR would lead out of it
             report.refused.append({"key": printable(item.file.key), "reason": "would land outside the destination"})
             continue
@@ -564,9 +565,12 @@ def _fill(plan: PullPlan, dest: Path, progress: Progress | None, report: PullRep
     lock = threading.Lock()
     by_tmp: dict[Path, tuple[PullItem, Path]] = {}
     jobs: list[tuple[RemoteFile, Path]] = []
+    made: set[Path] = set()
     for item, target in sorted(todo, key=lambda t: -t[0].file.size):  # big files first: they take longest
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.parent not in made:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                made.add(target.parent)
         except OSError as exc:
             report.failed.append({"key": printable(item.file.key), "error": f"cannot create its folder: {exc}"})
             continue
@@ -624,6 +628,17 @@ def _fill(plan: PullPlan, dest: Path, progress: Progress | None, report: PullRep
         first = report.failed[0]
         raise Unreachable(f"access denied reading {store.describe()} ({len(report.failed)} file(s)): "
                           f"{first['error']}")
+
+
+def _real_path(target: Path, real_dirs: dict[Path, str]) -> str:
+    """os.path.realpath(target), with its folder's resolved once per folder (thousands of shards share one)."""
+    folder = target.parent
+    real_dir = real_dirs.get(folder)
+    if real_dir is None:
+        real_dir = real_dirs[folder] = os.path.realpath(folder)
+    if os.path.islink(target):
+        return os.path.realpath(target)
+    return os.path.join(real_dir, target.name)
 
 
 def _unchanged(item: PullItem, target: Path, manifest: Manifest, store: Store) -> bool:
