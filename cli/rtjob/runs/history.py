@@ -83,12 +83,9 @@ def _storage_here(backend_name: str, uri: str | None) -> bool:
         return True
     if "://" in uri:
         return False
-    from ..backends import backend_class
+    from .sources import on_this_machine
 
-    try:
-        return backend_class(backend_name).placement().embedded
-    except RtjobError:
-        return False
+    return on_this_machine(backend_name)
 
 
 def local_run_dir(run_id: str) -> str:
