@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from ..core.model import RunStatus
+from ..core.model import Attempts, RunStatus
 from .options import (
     EXIT_CODES_HELP,
     backend_from,
@@ -51,12 +51,12 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         say(f"{run_id}: from the run record (backend {be.name!r} does not know this run now)")
         cost = record.cost
         data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
-        attempts_line = " -> ".join(f"{a['id']} {a['status']}" for a in record.attempts) if len(record.attempts) > 1 else ""
+        attempts: Attempts | None = Attempts.recorded(record.attempts)
     else:
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
         attempts = be.attempts(run_id)  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
-        attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
+    attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     if output != "text":
         print_data({**run_json(info), "cost": cost, **data_attempts}, output)
     else:
