@@ -205,13 +205,13 @@ def observe(backend: Backend, info: RunInfo, say: Say | None, run_id: str | None
             record.id = key
         elif record.archived:
             return record
-        changed = record.observe(info) if info.id == key else _observe_retry(record, info)
     except RtjobError as exc:
         if say is not None:
             say(f"warning: run ledger not updated: {exc.message}")
         return None
     if info.status.terminal:
-        return archive(backend, record, info, say, attempts_of=attempts_of)
+        return archive(backend, record, info, say, attempts_of=attempts_of)  # which records ``info`` first
+    changed = record.observe(info) if info.id == key else _observe_retry(record, info)
     if changed or record.updated_at is None:
         _save(record, say, to_storage=False)
     return record
