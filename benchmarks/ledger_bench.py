@@ -151,7 +151,6 @@ def run_ledger_bench(runs_argv: list[str] | None = None, *, count: int = ENTRIES
 if __name__ == "__main__":
     lines: list[str] = []
     table = run_ledger_bench(notes=lines)
-    print("| measurement | rtjob | peer | ratio | goal | met? |\n|---|---|---|---|---|---|")
-    for row in table:
-        print("| " + " | ".join(row.values()) + " |")
-    print("\n" + "\n".join(f"- {line}" for line in lines))
+    from table import print_table  # run as a script: this folder is on sys.path
+
+    print_table(table, lines)

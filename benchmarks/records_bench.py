@@ -231,12 +231,9 @@ def main() -> int:
     args = parser.parse_args()
     notes: list[str] = []
     rows = run_records_bench(repeats=args.repeats, notes=notes)
-    print("| measurement | rtjob | peer | ratio | goal | met? |\n|---|---|---|---|---|---|")
-    for row in rows:
-        print(f"| {row['measurement']} | {row['rtjob']} | {row['peer']} | {row['ratio']} | {row['goal']} | {row['met']} |")
-    print()
-    for note in notes:
-        print(f"- {note}")
+    from table import print_table  # run as a script: this folder is on sys.path
+
+    print_table(rows, notes)
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import base_env, rtjob
-from support.s3_server import S3Server, threaded_server
+from support.s3_server import S3Server, bucket_server
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -96,8 +96,7 @@ def test_several_runs_side_by_side_from_pulled_and_stored_layouts(env, tmp_path)
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
-    with threaded_server() as server:
-        server.client().create_bucket(Bucket="results-tests")
+    with bucket_server("results-tests") as server:
         yield server
 
 

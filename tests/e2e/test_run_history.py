@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import base_env, new_id, plant, rtjob, wait_for_status
-from support.s3_server import S3Server, threaded_server
+from support.s3_server import S3Server, bucket_server
 
 pytestmark = pytest.mark.cluster
 
@@ -25,8 +25,7 @@ SLOW = "tests/support/jobs/count.yaml"
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
-    with threaded_server() as server:
-        server.client().create_bucket(Bucket=BUCKET)
+    with bucket_server(BUCKET) as server:
         yield server
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 from support.cli import REPO, new_id, rtjob
-from support.s3_server import S3Server, threaded_server
+from support.s3_server import S3Server, bucket_server
 
 pytestmark = pytest.mark.cluster
 
@@ -23,8 +23,7 @@ BUCKET = "rtjob-runs"
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
-    with threaded_server() as server:
-        server.client().create_bucket(Bucket=BUCKET)
+    with bucket_server(BUCKET) as server:
         yield server
 
 

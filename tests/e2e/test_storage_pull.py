@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from rtjob.spec.project import PULLED_RUNS_DIR
 from support.cli import RTJOB, base_env, popen_rtjob, rtjob
-from support.s3_server import S3Server, process_server, threaded_server
+from support.s3_server import S3Server, bucket_server, process_server
 from support.tcp_proxy import DroppingProxy
 
 BUCKET = "pull-tests"
@@ -28,8 +28,7 @@ BUCKET = "pull-tests"
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
-    with threaded_server() as server:
-        server.client().create_bucket(Bucket=BUCKET)
+    with bucket_server(BUCKET) as server:
         yield server
 
 

@@ -49,7 +49,7 @@ class ProjectCli:
 
     def __call__(self, *args: str, cwd: Path | None = None,
                  env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        from rtjob.backends.ray import packaging
+        from rtjob.backends import packaging
 
         for key, value in (env or {}).items():
             self.monkeypatch.setenv(key, value)

@@ -75,6 +75,14 @@ def threaded_server() -> Iterator[S3Server]:
 
 
 @contextmanager
+def bucket_server(bucket: str) -> Iterator[S3Server]:
+    """A threaded moto server that already holds an empty bucket of that name."""
+    with threaded_server() as server:
+        server.client().create_bucket(Bucket=bucket)
+        yield server
+
+
+@contextmanager
 def process_server() -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
     """moto's server as its own process (its auth switch is process-wide; a benchmark needs its own CPU)."""
     port = free_port()

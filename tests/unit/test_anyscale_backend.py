@@ -226,7 +226,7 @@ def test_logs_tail_and_delete_through_the_sdk(cli: Cli) -> None:
     assert cli("status", "never-1", "--backend", "anyscale").code == 2
 
 
-def test_runs_show_and_rerun_remember_an_anyscale_run(cli: Cli) -> None:
+def test_runs_show_and_rerun_remember_an_anyscale_run(cli: Cli, monkeypatch: pytest.MonkeyPatch) -> None:
     _ok_timeline(cli)
     res = cli(*SUBMIT, "--submission-id", "hist-1", "--env", f"WANDB_API_KEY={SECRET}")
     assert res.code == 0, res.err
@@ -241,13 +241,8 @@ def test_runs_show_and_rerun_remember_an_anyscale_run(cli: Cli) -> None:
     # The same request again, the secret found in this environment (never in the record).
     missing = cli("rerun", "hist-1", "--dry-run", "-o", "json")
     assert missing.code == 2 and "WANDB_API_KEY" in missing.err and missing.err.count("\n") == 1
-    import os
-
-    os.environ["WANDB_API_KEY"] = SECRET
-    try:
-        again = cli("rerun", "hist-1", "--dry-run", "-o", "json", "--submission-id", "hist-2")
-    finally:
-        del os.environ["WANDB_API_KEY"]
+    monkeypatch.setenv("WANDB_API_KEY", SECRET)
+    again = cli("rerun", "hist-1", "--dry-run", "-o", "json", "--submission-id", "hist-2")
     assert again.code == 0, again.err
     assert "differs" not in again.err
     expected = json.loads(json.dumps(record["request"]).replace("hist-1", "hist-2"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from rtjob.backends.ray.packaging import RAY_UPLOAD_LIMIT, measure
+from rtjob.backends.packaging import RAY_UPLOAD_LIMIT, measure
 from support.cli import base_env, run_in_process
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import yaml
-from rtjob.backends.ray.packaging import RTJOB_EXCLUDES, measure
+from rtjob.backends.packaging import RTJOB_EXCLUDES, measure
 from rtjob.spec.project import PULLED_RUNS_DIR
 from support.cli import run_in_process
 

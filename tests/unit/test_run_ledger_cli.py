@@ -69,3 +69,20 @@ def test_runs_filters_and_prune_forgets_only_old_ended_runs(home: Path, capsys: 
     assert pruned.returncode == 0 and "forgot 1 ended run(s)" in pruned.stderr
     left = [r["id"] for r in json.loads(in_process(capsys, "runs", "-o", "json").stdout)]
     assert left == ["new-done", "new-failed", "old-running"]  # a run whose end was never seen is kept
+
+
+def test_show_and_status_of_a_recorded_run_list_its_attempts_as_the_live_status_does(
+        home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    record = _record("r1", "SUCCEEDED", 1, backend="local")
+    record.attempts = [
+        {"id": "r1", "attempt": 1, "status": "FAILED", "exit_code": 137,
+         "retry_reason": "its driver was killed by SIGKILL (exit code 137)"},
+        {"id": "r1-retry1", "attempt": 2, "status": "SUCCEEDED", "exit_code": 0, "retry_reason": None},
+    ]
+    with Ledger(home / "ledger.sqlite3") as book:
+        book.save(record)
+    line = "attempts:    2: r1 FAILED (its driver was killed by SIGKILL (exit code 137)) -> r1-retry1 SUCCEEDED"
+    for command in ("show", "status"):
+        res = in_process(capsys, command, "r1", "--backend", "local")
+        assert res.returncode == 0, res.stderr
+        assert line in res.stdout.splitlines(), res.stdout

@@ -26,7 +26,7 @@ from rtjob.storage.records import (
     write_log,
     write_record,
 )
-from support.s3_server import S3Server, threaded_server
+from support.s3_server import S3Server, bucket_server
 
 from rtjob_contract import DRIVER_LOG_FILE, RUN_RECORD_FILE, attempt_log_name
 
@@ -35,8 +35,7 @@ BUCKET = "records-tests"
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Server]:
-    with threaded_server() as server:
-        server.client().create_bucket(Bucket=BUCKET)
+    with bucket_server(BUCKET) as server:
         yield server
 
 

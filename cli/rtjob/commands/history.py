@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from ..core.model import RunStatus
+from ..core.model import Attempts, RunStatus
 from .options import (
     EXIT_CODES_HELP,
     backend_options,
@@ -135,8 +135,9 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> s
                      + (f", compute config {shape['compute_config']}" if shape.get("compute_config") else ""))
     if record.cost:
         lines.append(f"cost:        {record.cost.get('text')}")
-    if len(record.attempts) > 1:
-        lines.append("attempts:    " + " -> ".join(f"{a['id']} {a['status']}" for a in record.attempts))
+    attempts = Attempts.recorded(record.attempts)
+    if attempts.worth_showing:
+        lines.append(f"attempts:    {attempts.describe()}")
     if record.metrics:
         lines.append("metrics:     " + ", ".join(f"{k}={v}" for k, v in record.metrics.items()
                                                   if not isinstance(v, (dict, list))))

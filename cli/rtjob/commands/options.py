@@ -102,6 +102,23 @@ def output_option(func: F) -> F:
                         show_default=True, help=OUTPUT_HELP)(func)
 
 
+def run_options(dry_run_help: str) -> Callable[[F], F]:
+    """How a run is sent and followed: submit's and rerun's options after the job and the backend."""
+    def decorate(func: F) -> F:
+        return _apply(func, [
+            click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text",
+                         show_default=True, help=f"{OUTPUT_HELP} The log goes to stderr with json/yaml."),
+            click.option("--dry-run", is_flag=True, help=dry_run_help),
+            click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted."),
+            click.option("--timeout", metavar="DURATION",
+                         help="Stop following after this long (90s, 15m, 2h); exit 4, job left running."),
+            click.option("--stop-on-interrupt", is_flag=True,
+                         help="Ctrl-C stops the job instead of detaching from it."),
+            click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from."),
+        ])
+    return decorate
+
+
 def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
     from .completion import job_names_starting
 

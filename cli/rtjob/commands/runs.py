@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from ..core.model import RunStatus
+from ..core.model import Attempts, RunStatus
 from .options import (
     EXIT_CODES_HELP,
     backend_from,
@@ -46,17 +48,18 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     from ..runs.history import lookup
 
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
-    info, record = lookup(be, run_id, storage_root, say)
+    attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
+    info, record = lookup(be, run_id, storage_root, say, attempts_of)
     if record is not None:  # the cluster no longer knows the run: its record does
         say(f"{run_id}: from the run record (backend {be.name!r} does not know this run now)")
         cost = record.cost
         data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
-        attempts_line = " -> ".join(f"{a['id']} {a['status']}" for a in record.attempts) if len(record.attempts) > 1 else ""
+        attempts: Attempts | None = Attempts.recorded(record.attempts)
     else:
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
-        attempts = be.attempts(run_id)  # rtjob's own retries (Ray); None where the platform retries
+        attempts = attempts_of(run_id)  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
-        attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
+    attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     if output != "text":
         print_data({**run_json(info), "cost": cost, **data_attempts}, output)
     else:

@@ -10,11 +10,11 @@ import click
 from ..core.errors import EXIT_SUCCEEDED
 from .options import (
     EXIT_CODES_HELP,
-    OUTPUT_HELP,
     backend_options,
     job_options,
     parse_timeout,
     run_id_argument,
+    run_options,
     settings_from,
     storage_root_from,
 )
@@ -143,13 +143,7 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 @click.command(epilog=EXIT_CODES_HELP)
 @job_options
 @backend_options
-@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
-              help=f"{OUTPUT_HELP} The log goes to stderr with json/yaml.")
-@click.option("--dry-run", is_flag=True, help="Print the exact request and send nothing (= rtjob render).")
-@click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted.")
-@click.option("--timeout", metavar="DURATION", help="Stop following after this long (90s, 15m, 2h); exit 4, job left running.")
-@click.option("--stop-on-interrupt", is_flag=True, help="Ctrl-C stops the job instead of detaching from it.")
-@click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from.")
+@run_options(dry_run_help="Print the exact request and send nothing (= rtjob render).")
 def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
@@ -211,13 +205,7 @@ def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, expla
 @click.option("--env", "envs", multiple=True, metavar="NAME=VALUE", help="Add or override an environment variable.")
 @click.option("--submission-id", help="Run id of the new run (default: a new one).")
 @backend_options
-@click.option("--output", "-o", type=click.Choice(["text", "json", "yaml"]), default="text", show_default=True,
-              help=f"{OUTPUT_HELP} The log goes to stderr with json/yaml.")
-@click.option("--dry-run", is_flag=True, help="Print the exact request and send nothing.")
-@click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted.")
-@click.option("--timeout", metavar="DURATION", help="Stop following after this long (90s, 15m, 2h); exit 4, job left running.")
-@click.option("--stop-on-interrupt", is_flag=True, help="Ctrl-C stops the job instead of detaching from it.")
-@click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from.")
+@run_options(dry_run_help="Print the exact request and send nothing.")
 def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], submission_id: str | None,
           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
           dry_run: bool, no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:

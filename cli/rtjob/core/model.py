@@ -109,18 +109,26 @@ class Attempts:
     """Every attempt of one run, in order, and how many retries the run allows."""
 
     chain: list[Attempt]
-    max_retries: int
+    max_retries: int | None  # None: not known (a run record keeps the attempts, not the limit)
     attempt: int  # the attempt number of the id that was asked about
     parent: str | None  # the first attempt's id, if the id asked about is a retry
 
+    @classmethod
+    def recorded(cls, items: list[dict[str, Any]]) -> Attempts:
+        """The attempts a run record kept (``Attempt.to_json()`` of each, in order), as seen from the first."""
+        chain = [Attempt(str(item.get("id")), n, str(item.get("status")), item.get("exit_code"),
+                         item.get("retry_reason")) for n, item in enumerate(items, 1)]
+        return cls(chain, None, 1, None)
+
     def describe(self) -> str:
-        """``2 (max_retries 1): ID FAILED (why) -> ID-retry1 SUCCEEDED``."""
+        """``2 (max_retries 1): ID FAILED (why) -> ID-retry1 SUCCEEDED`` (``2: ...`` when max_retries is unknown)."""
         parts = [f"{a.id} {a.status}" + (f" ({a.retry_reason})" if a.retry_reason else "") for a in self.chain]
-        return f"{len(self.chain)} (max_retries {self.max_retries}): " + " -> ".join(parts)
+        limit = f" (max_retries {self.max_retries})" if self.max_retries is not None else ""
+        return f"{len(self.chain)}{limit}: " + " -> ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"attempt": self.attempt, "parent": self.parent, "attempts": [a.to_json() for a in self.chain]}
 
     @property
     def worth_showing(self) -> bool:
-        return len(self.chain) > 1 or self.max_retries > 0
+        return len(self.chain) > 1 or bool(self.max_retries)

@@ -27,12 +27,15 @@ from ..core.redact import mask_url, redact, redact_data
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from ..core.model import Attempts
     from ..ledger import Ledger
     from ..spec.project import Settings
     from .listing import RunFilter
     from .runner import Plan
 
 Say = Callable[[str], None]
+# Backend.attempts, or a command's memo of it: a command that also prints the attempts asks the backend once.
+AttemptsOf = Callable[[str], "Attempts | None"]
 
 
 def _now() -> str:
@@ -83,12 +86,9 @@ def _storage_here(backend_name: str, uri: str | None) -> bool:
         return True
     if "://" in uri:
         return False
-    from ..backends import backend_class
+    from .sources import on_this_machine
 
-    try:
-        return backend_class(backend_name).placement().embedded
-    except RtjobError:
-        return False
+    return on_this_machine(backend_name)
 
 
 def local_run_dir(run_id: str) -> str:
@@ -191,7 +191,8 @@ def remember_submitted(planned: Plan, info: RunInfo, say: Say) -> None:
 # -- while and after it runs ----------------------------------------------------------------------------------
 
 
-def observe(backend: Backend, info: RunInfo, say: Say | None, run_id: str | None = None) -> RunRecord | None:
+def observe(backend: Backend, info: RunInfo, say: Say | None, run_id: str | None = None,
+            attempts_of: AttemptsOf | None = None) -> RunRecord | None:
     """What a command just learned about a run (status, wait, follow, list): into the ledger; a run seen
     ended for the first time is archived (its final record and logs). ``run_id``: the run's first id when
     ``info`` is a retry's."""
@@ -204,13 +205,13 @@ def observe(backend: Backend, info: RunInfo, say: Say | None, run_id: str | None
             record.id = key
         elif record.archived:
             return record
-        changed = record.observe(info) if info.id == key else _observe_retry(record, info)
     except RtjobError as exc:
         if say is not None:
             say(f"warning: run ledger not updated: {exc.message}")
         return None
     if info.status.terminal:
-        return archive(backend, record, info, say)
+        return archive(backend, record, info, say, attempts_of=attempts_of)  # which records ``info`` first
+    changed = record.observe(info) if info.id == key else _observe_retry(record, info)
     if changed or record.updated_at is None:
         _save(record, say, to_storage=False)
     return record
@@ -239,7 +240,8 @@ def _observe_retry(record: RunRecord, info: RunInfo) -> bool:
 
 
 def archive(backend: Backend, record: RunRecord, info: RunInfo, say: Say | None,
-            final: RunStatus | None = None, message: str | None = None) -> RunRecord:
+            final: RunStatus | None = None, message: str | None = None,
+            attempts_of: AttemptsOf | None = None) -> RunRecord:
     """The run has ended (or its cluster is about to stop: ``final``): save each attempt's driver log beside
     the record, the attempts, cost and metrics summary, and mark it archived. Each part that cannot be read is
     left out with a warning; the record is saved in any case."""
@@ -254,7 +256,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, say: Say | None,
         record.status, record.message = final.value, message
         record.end_time = record.end_time or _now()
     warn = say or (lambda _text: None)
-    attempts = _quiet(lambda: backend.attempts(record.id), warn, "attempts")
+    attempts = _quiet(lambda: (attempts_of or backend.attempts)(record.id), warn, "attempts")
     ids = [record.id]
     if attempts is not None:
         record.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
@@ -365,7 +367,8 @@ def find(run_id: str, storage_root: str | None = None, endpoint: str | None = No
     return record
 
 
-def lookup(backend: Backend, run_id: str, storage_root: str | None, say: Say | None) -> tuple[RunInfo, RunRecord | None]:
+def lookup(backend: Backend, run_id: str, storage_root: str | None, say: Say | None,
+           attempts_of: AttemptsOf | None = None) -> tuple[RunInfo, RunRecord | None]:
     """The run as its backend reports it (recorded in the ledger), else as its record remembers it: the backend
     does not know it (its cluster stopped, restarted or is another), or cannot be reached and the record says
     the run ended. The record is returned when the answer came from it."""
@@ -379,7 +382,7 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None, say: Say | N
         if record is None or (isinstance(exc, Unreachable) and not record.run_status.terminal):
             raise exc from None
         return remembered_info(record), record
-    observe(backend, info, say)
+    observe(backend, info, say, attempts_of=attempts_of)
     return info, None
 
 

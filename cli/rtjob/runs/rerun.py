@@ -20,15 +20,12 @@ if TYPE_CHECKING:
 def recorded_settings(record: RunRecord) -> dict[str, Any]:
     """Where the run ran, as flags for the rerun's settings (a flag the user gives wins; a masked address is
     left to this environment's settings, which hold its password)."""
-    from ..backends import backend_class
+    from .sources import on_this_machine
 
     spec = record.spec or {}
     recorded = dict(spec.get("settings") or {})
-    try:
-        embedded = backend_class(record.backend).placement().embedded
-    except BadInput:
-        embedded = False
-    if MASK in str(recorded.get("address") or "") or embedded:  # the embedded cluster's address is its own
+    # The embedded cluster's address is its own.
+    if MASK in str(recorded.get("address") or "") or on_this_machine(record.backend):
         recorded["address"] = None
     return {k: v for k, v in recorded.items() if v is not None}
 

@@ -55,7 +55,7 @@ def resolve_source(arg: str, endpoint: str | None, lookup: Callable[[str], Any],
                        f"{PASS_THE_FOLDER})")
     location = parse_location(info.storage_uri)
     if location.scheme == "file" and not os.path.isdir(location.path):
-        if not _on_this_machine(info.backend):
+        if not on_this_machine(info.backend):
             raise BadInput(f"run {arg} wrote to {location.path} on the cluster's own disk, which this machine "
                            "cannot read; use s3:// storage to pull it")
         raise BadInput(nothing_written(arg, info.status, location.path))
@@ -99,8 +99,9 @@ def _run_dir_in(storage_root: str | None, run_id: str) -> Path | None:
     return matches[0] if len(matches) == 1 else None
 
 
-def _on_this_machine(backend: str) -> bool:
-    """Does a run of ``backend`` write its local paths on this machine (the embedded cluster)?"""
+def on_this_machine(backend: str) -> bool:
+    """Does a run of ``backend`` write its local paths on this machine (the embedded cluster)? An unknown backend
+    does not."""
     from ..backends import backend_class
 
     try:

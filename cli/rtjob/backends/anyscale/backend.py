@@ -137,7 +137,7 @@ class AnyscaleBackend(Backend):
         return build(job, settings.get("cloud") if settings else None, settings.get("project") if settings else None)
 
     def upload(self, job: ResolvedJob) -> Upload:
-        from ..ray.packaging import check_upload
+        from ..packaging import check_upload
         from .request import job_config
 
         # Anyscale packs the working dir as Ray does, with the excludes of the JobConfig; no 100 MiB limit.

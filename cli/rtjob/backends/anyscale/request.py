@@ -12,7 +12,7 @@ from ...core.yamlout import dump_yaml
 from ...spec.pricing import job_cost, pinned_compute_config
 from ...spec.resolve import REGISTERED_PREFIX
 from ..base import Request
-from ..ray.packaging import DEFAULT_EXCLUDES  # Anyscale packages a working dir as Ray does
+from ..packaging import DEFAULT_EXCLUDES  # Anyscale packages a working dir as Ray does
 from .client import ANYSCALE_VERSION, anyscale_errors
 
 if TYPE_CHECKING:

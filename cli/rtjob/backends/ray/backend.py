@@ -118,7 +118,7 @@ class RayJobsBackend(Backend):
         return build(job)
 
     def upload(self, job: ResolvedJob) -> Upload:
-        from .packaging import check_upload, sent_excludes  # pathspec: only when a job is planned
+        from ..packaging import check_upload, sent_excludes  # pathspec: only when a job is planned
 
         size = check_upload(job.working_dir, sent_excludes(job.spec.excludes), job.job_file)
         return Upload(str(job.working_dir), size.files, size.total_bytes)

@@ -11,7 +11,7 @@ import rtjob_contract as contract
 
 from ...core.redact import MASK, mask_command, mask_mapping, secret_arg_values, secret_values
 from ..base import Request
-from .packaging import sent_excludes
+from ..packaging import sent_excludes
 
 if TYPE_CHECKING:
     from ...spec.resolve import ResolvedJob
