@@ -659,7 +659,7 @@ def _rows(dicts: list[dict[str, str]] | list[tuple[str, ...]], number: int | Non
     rows = [Row(**d) if isinstance(d, dict) else Row(*d) for d in dicts]
     if number is None:
         return rows
-    return [row._replace(measurement=f"{number}{chr(ord('a') + i)}. {re.sub(r'^[PR][0-9]+b?[.] ', '', row.measurement)}")
+    return [row._replace(measurement=f"{number}{chr(ord('a') + i)}. {re.sub(r'^([PR][0-9]+b?|[0-9]+[a-z]?)[.] ', '', row.measurement)}")
             for i, row in enumerate(rows)]
 
 
@@ -688,7 +688,7 @@ def bench_coldstart(ctx: Context) -> list[Row]:
 
 
 def bench_pull(ctx: Context) -> list[Row]:
-    """Issue 4: `rtjob pull` vs the peer on a checkpoint tree served by a loopback S3 server."""
+    """Issues 4 and 13: `rtjob pull` vs s5cmd and the AWS CLI on trees served by SeaweedFS on loopback."""
     sys.path.insert(0, str(ROOT))
     from benchmarks.pull_bench import run_pull_bench
 
@@ -759,7 +759,7 @@ def render(rows: list[Row], meta: dict[str, str], notes: list[str]) -> str:
         at every step (the driver's log file, the State API stream, the Jobs API websocket;
         benchmarks/loglat_bench.py). 5 DDP (`DistributedDataParallel`) on the same model, seed, steps and optimizer (benchmarks/training_bench.py); 6 `torchrun --standalone` running
         `training.torchrun_ddp` on the same model, data, seed and batch, at Ray's worker niceness
-        (benchmarks/ddp_vs_torchrun.py); 7 the AWS CLI against the same moto S3 server (benchmarks/pull_bench.py);
+        (benchmarks/ddp_vs_torchrun.py); 7 s5cmd (Go) and the AWS CLI against the same SeaweedFS S3 server on loopback (benchmarks/pull_bench.py);
         8 none: Ray keeps no history of finished jobs once their cluster is gone (benchmarks/ledger_bench.py).
         10 by hand with Ray's CLI: `ray start --head` + `ray start --address` (1 CPU each, token auth, own temp
         dirs and agent ports), + `ray job submit` to the job's first line on a terminal (benchmarks/coldstart_bench.py).
@@ -830,7 +830,7 @@ def main() -> int:
                         rows.append(Row(name, f"failed: embedded cluster: {exc}", "—", "—", "—", "**FAILED**"))
         rows += guarded(["5. FSDP2 vs DDP memory per rank"], bench_fsdp_memory, ctx)
         rows += guarded(["6. Ray Train DDP vs torchrun DDP in-loop samples/s"], bench_train_throughput, ctx)
-        rows += guarded(["7. `rtjob pull` vs `aws s3 cp --recursive`"], bench_pull, ctx)
+        rows += guarded(["7. `rtjob pull` vs s5cmd and `aws s3 cp` on SeaweedFS"], bench_pull, ctx)
         rows += guarded(["8. `rtjob runs -o json` over 10,000 ledger entries"], bench_ledger, ctx)
         rows += guarded(["9. `rtjob runs --storage` over 1,000 run records"], bench_records, ctx)
         rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)

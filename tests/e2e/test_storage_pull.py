@@ -204,15 +204,18 @@ def test_repull_skips_unchanged_files_and_fetches_changed_ones(s3, cli, tmp_path
     assert fifth["downloaded"] == 1 and target.read_bytes() == files["checkpoint_epoch_0001/model.pt"]
 
 
+@pytest.mark.parametrize("engine", ["crt", "botocore"])
 def test_a_file_rewritten_between_listing_and_download_fails_instead_of_mixing_versions(s3, env, tmp_path,
-                                                                                          monkeypatch):
-    """Every GET carries the listed ETag (If-Match), on both paths: one GET per small file (rtjob's pool) and
-    ranged GETs of a large one (s3transfer). A file rewritten after the listing is reported, not written."""
+                                                                                          monkeypatch, engine):
+    """Every GET carries the listed ETag (If-Match), in both engines and on every path: a small file's one GET,
+    a large one's ranged GETs (the CRT's parts; s3transfer's). A file rewritten after the listing is reported,
+    not written. (The other pull tests run on the default engine, the CRT's; botocore is its fallback.)"""
     from rtjob.storage import layout, location, stores
     from rtjob.storage.pull import pull
 
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
+    monkeypatch.setenv("RTJOB_S3_ENGINE", engine)
     prefix = "runs/ddp/r-rewritten"
     big = stores.MULTIPART_THRESHOLD + 1024
     files = {"checkpoint_epoch_0001/model.pt": os.urandom(1000), "checkpoint_epoch_0001/big.bin": os.urandom(big),
@@ -229,7 +232,9 @@ def test_a_file_rewritten_between_listing_and_download_fails_instead_of_mixing_v
                   on_plan=rewrite)
     failed = sorted(item["key"].rsplit("/", 1)[-1] for item in report.failed)
     assert failed == ["big.bin", "model.pt"], report.failed
-    assert report.exit_code == 1 and report.downloaded == 1
+    assert report.exit_code == 1 and report.downloaded == 1 and report.engine == engine
+    assert all("PreconditionFailed" in item["error"] or "ETag" in item["error"] for item in report.failed), \
+        report.failed
     assert local_files(dest) == {"checkpoint_epoch_0001/state.json": b'{"epoch": 1}'} and not partials(dest)
 
 
