@@ -95,17 +95,37 @@ def _digest(root: Path, full: bool = True) -> dict[str, str]:
 
 
 def _run(cmd: list[str], env: dict[str, str], stdout: int | None = subprocess.DEVNULL) -> Sample:
-    """Wall time, CPU seconds and peak RSS of one whole command (wait4: its own rusage, not the tree's)."""
+    """Wall time, CPU seconds (wait4: its own rusage) and peak RSS of one whole command. The peak is the
+    command's own VmHWM, read while it runs: ru_maxrss would count the forking benchmark process's memory too."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
+    with tempfile.TemporaryFile() as err_file:
+        proc = subprocess.Popen(cmd, env=env, stdout=stdout, stderr=err_file)
+        peak_kb = 0
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            peak_kb = max(peak_kb, _hwm_kb(proc.pid))
+            time.sleep(0.02)
+        wall = time.perf_counter() - start
+        proc.returncode = status  # reaped here, not by Popen
+        err_file.seek(0)
+        err = err_file.read().decode(errors="replace")
     if status != 0:
         raise RuntimeError(f"{' '.join(cmd[:4])} … failed ({status}): {err.strip()[-300:]}")
-    return Sample(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+    return Sample(wall, usage.ru_utime + usage.ru_stime, peak_kb / 1024)
+
+
+def _hwm_kb(pid: int) -> int:
+    """The process's peak resident set so far (kB), 0 once it has exited."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
 
 
 def _med(samples: list[Sample], what: str = "wall") -> float:
