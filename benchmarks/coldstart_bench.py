@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pty
 import secrets
-import select
 import shutil
 import signal
 import socket
@@ -33,6 +31,8 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from ptyread import read_pty
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -173,34 +173,16 @@ def _run_all(cmds: list[list[str]], env: dict[str, str]) -> None:
 def _until_first_line(cmd: list[str], env: dict[str, str], timeout: float = 300) -> float:
     """Run ``cmd`` on a pseudo-terminal; the monotonic time its output first holds the job's first line.
     The command then runs to its end (the tiny job ends by itself), so the next run starts on a quiet cluster."""
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=slave,
-                            stderr=subprocess.DEVNULL)
-    os.close(slave)
-    seen, text = None, b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the CLI exited
-                break
-            if not chunk:
-                break
-            text += chunk
-            if seen is None and FIRST_LINE in text:
-                seen = time.monotonic()
-        code = proc.wait(timeout=60)
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    seen: float | None = None
+    text = b""
+
+    def on_chunk(chunk: bytes) -> None:
+        nonlocal seen, text
+        text += chunk
+        if seen is None and FIRST_LINE in text:
+            seen = time.monotonic()
+
+    code, _ = read_pty(cmd, env, on_chunk, timeout, cwd=ROOT, wait_s=60)
     if seen is None:
         tail = " | ".join(text.decode(errors="replace").strip().splitlines()[-2:])[:240]
         raise BenchError(f"`{Path(cmd[0]).name} {' '.join(cmd[1:3])}` (exit {code}) never printed "

@@ -21,7 +21,6 @@ import glob
 import os
 import re
 import resource
-import select
 import statistics
 import subprocess
 import sys
@@ -31,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ptyread import read_pty
 
 LINE_RE = re.compile(rb"BENCHLINE (\d+) (\d+\.\d+)")
 Seen = dict[int, float]  # line index → latency (arrival − print) of its first arrival
@@ -131,8 +132,6 @@ def _children_cpu_s() -> float:
 def watch_one(cmd: list[str], env: dict[str, str], job_id: str, address: str, token: str, logs_dir: str,
               timeout: float = 120) -> Watch:
     """Run one following CLI on a pty while watching its job's line at every step."""
-    import pty
-
     watch = Watch()
     stop = threading.Event()
     watchers = [
@@ -143,31 +142,15 @@ def watch_one(cmd: list[str], env: dict[str, str], job_id: str, address: str, to
     for thread in watchers:
         thread.start()
     cpu_before = _children_cpu_s()
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=subprocess.DEVNULL)
-    os.close(slave)
     carry = b""
-    deadline = time.monotonic() + timeout
+
+    def on_chunk(chunk: bytes) -> None:
+        nonlocal carry
+        carry = _note(watch.terminal, chunk, carry)
+
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the CLI exited
-                break
-            if not chunk:
-                break
-            carry = _note(watch.terminal, chunk, carry)
-        watch.exit_code = proc.wait(timeout=30)
+        watch.exit_code, _ = read_pty(cmd, env, on_chunk, timeout)
     finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=10)
         stop.set()
         for thread in watchers:
             thread.join(timeout=10)

@@ -26,9 +26,7 @@ import json
 import math
 import os
 import platform
-import pty
 import re
-import select
 import shutil
 import signal
 import statistics
@@ -47,6 +45,7 @@ from typing import TypeVar
 
 # One row of results.md (run as a script, this folder is on sys.path; ddp_vs_torchrun imports only the stdlib).
 from ddp_vs_torchrun import BenchRow as Row  # noqa: E402
+from ptyread import read_pty  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(__file__).resolve().parent / "results.md"
@@ -562,46 +561,29 @@ class Arrivals:
 
 
 def read_lines_from_pty(cmd: list[str], env: dict[str, str], log: Path, timeout: float = 90) -> Arrivals:
-    """Run ``cmd`` with its stdout on a pseudo-terminal and stamp each BENCHLINE when it arrives.
-
-    A pty, not a pipe: on a terminal Python line-buffers stdout, so neither CLI is held back by a pipe's
-    block buffering that a user at a terminal would never see.
-    """
-    master, slave = pty.openpty()
-    with log.open("wb") as err:
-        proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=slave, stderr=err)
-    os.close(slave)
+    """Run ``cmd`` with its stdout on a pseudo-terminal (ptyread.py says why) and stamp each BENCHLINE when it
+    arrives."""
     counts: Counter[int] = Counter()
     latencies: list[float] = []
     buffer = b""
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if not ready:
-                continue
-            try:
-                chunk = os.read(master, 65536)
-            except OSError:  # EIO: the CLI exited and its side of the pty is closed
-                break
-            if not chunk:
-                break
-            now = time.time()  # same wall clock as the job's time.time() (same machine)
-            buffer += chunk
-            *complete, buffer = buffer.split(b"\n")
-            for line in complete:
-                match = LINE_RE.search(line)
-                if match:
-                    index = int(match.group(1))
-                    counts[index] += 1
-                    if counts[index] == 1:
-                        latencies.append(now - float(match.group(2)))
-        else:
-            raise BenchError(f"{cmd[0]} still following after {timeout:.0f} s")
-        code = proc.wait(timeout=30)
-    finally:
-        os.close(master)
-        kill(proc)
+
+    def on_chunk(chunk: bytes) -> None:
+        nonlocal buffer
+        now = time.time()  # same wall clock as the job's time.time() (same machine)
+        buffer += chunk
+        *complete, buffer = buffer.split(b"\n")
+        for line in complete:
+            match = LINE_RE.search(line)
+            if match:
+                index = int(match.group(1))
+                counts[index] += 1
+                if counts[index] == 1:
+                    latencies.append(now - float(match.group(2)))
+
+    with log.open("wb") as err:
+        code, timed_out = read_pty(cmd, env, on_chunk, timeout, stderr=err)
+    if timed_out:
+        raise BenchError(f"{cmd[0]} still following after {timeout:.0f} s")
     valid = {i for i in counts if 0 <= i < K_LINES}
     return Arrivals(latencies, len(valid), sum(counts.values()) - len(counts), code)
 
