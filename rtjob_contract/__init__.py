@@ -33,10 +33,13 @@ ENV_STORAGE_PATH = "RTJOB_STORAGE_PATH"  # <storage root>/<job name>; the run wr
 ENV_RUN_DIR = "RTJOB_RUN_DIR"
 ENV_DATA_DIR = "RTJOB_DATA_DIR"  # where entrypoints cache datasets (optional)
 ENV_SCHEDULE = "RTJOB_SCHEDULE"  # set on runs an Anyscale schedule starts: the schedule's name
+ENV_INPUT_URI = "RTJOB_INPUT_URI"
+ENV_STEP_URIS = "RTJOB_STEP_URIS"
 
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
+    ENV_INPUT_URI, ENV_STEP_URIS,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -63,6 +66,8 @@ METRIC_VAL_LOSS = "val_loss"
 METRIC_VAL_ACCURACY = "val_accuracy"
 METRIC_SAMPLES_PER_S = "train_samples_per_s"
 METRIC_EPOCH_TIME = "epoch_time_s"
+# An evaluation's rows (one per model compared, not per epoch): which model or baseline the row measures.
+METRIC_MODEL = "model"
 
 # ---------------------------------------------------------------------------------------------
 # What rtjob records with a run on Ray (job metadata: string values).
