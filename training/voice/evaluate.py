@@ -113,11 +113,14 @@ def write_plot(rows: list[dict[str, Any]], target: str) -> bool:
 
 
 def run(args: argparse.Namespace, out: str) -> dict[str, Any]:
-    from ..hf.data import encode_example
-    from ..hf.model import load_model, load_tokenizer
-
     encode_uri = store.step_uri(args.encode_dir, "encode", "--encode-dir")
     checkpoint = latest_checkpoint(train_uri(args.train_dir))
+    from transformers.utils import logging as hf_logging
+
+    from ..hf.data import encode_example  # the train step's own encoding: the same targets it learned
+    from ..hf.model import load_model, load_tokenizer
+
+    hf_logging.disable_progress_bar()  # the job log gets this step's lines, not loading bars
     sft_uri = store.join(encode_uri, SFT_DIR)
     tokens = store.read_json(store.join(sft_uri, ADDED_TOKENS_FILE))["tokens"]
     val_rows = store.read_table(store.join(sft_uri, "val.parquet")).to_pylist()[: args.max_examples]

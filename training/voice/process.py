@@ -156,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
               f"utterances, seed {args.seed}) written as WAV to {audio_uri}, read back like real audio", flush=True)
     else:
         print(f"DATA: audio from {audio_uri}", flush=True)
-    ray.init(log_to_driver=True)
+    if not ray.is_initialized():  # a job's driver joins its cluster; by hand, a local one starts
+        ray.init(log_to_driver=True)
     context = ray.data.DataContext.get_current()
     context.enable_progress_bars = False
     context.print_on_execution_start = False
