@@ -180,7 +180,7 @@ def write_sample(args: argparse.Namespace, out: str, model: Any, tokenizer: Any,
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m training.voice.evaluate", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog=f"python -m {__package__}.evaluate", description=__doc__.split("\n")[0])
     p.add_argument("--model", required=True, help="the base model the train step started from (e.g. tiny:qwen3)")
     p.add_argument("--encode-dir", help='the encode step\'s folder (default: $RTJOB_STEP_URIS["encode"])')
     p.add_argument("--train-dir", help='the train step\'s folder (default: $RTJOB_STEP_URIS["train"], '
