@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .audio import SAMPLE_RATE, resample
-from .features import MelConfig, griffin_lim, log_mel
+from .features import MelConfig, griffin_lim, log_mel, project
 
 CODEC_FILE = "codec.json"
 
@@ -52,7 +52,7 @@ def kmeans(points: np.ndarray, k: int, *, seed: int, iterations: int = 25) -> np
 
 
 def nearest(x: np.ndarray, centres: np.ndarray) -> np.ndarray:
-    d = (x ** 2).sum(1)[:, None] - 2 * x @ centres.T + (centres ** 2).sum(1)[None, :]
+    d = (x ** 2).sum(1)[:, None] - 2 * project(x, centres) + (centres ** 2).sum(1)[None, :]
     return np.asarray(d.argmin(1), dtype=np.int32)
 
 
