@@ -132,3 +132,25 @@ def test_sft_rows_prompt_with_another_clip_of_the_same_speaker():
     assert sft.build_rows(clips, prompt_frames=6, seed=0) == (rows, skipped)  # same seed, same rows
     tokens = sft.added_tokens(16)
     assert tokens[:16] == [f"<a{i}>" for i in range(16)] and set(sft.MARKERS) <= set(tokens)
+
+
+def test_a_transformers_codec_loads_with_from_pretrained_encodes_and_decodes(tmp_path, small_set):
+    """A tiny random EnCodec saved locally stands in for a hub codec (same loading path: from_pretrained)."""
+    from transformers import EncodecConfig, EncodecFeatureExtractor, EncodecModel
+
+    from training.voice import encode
+
+    config = EncodecConfig(sampling_rate=24_000, audio_channels=1, num_filters=4, hidden_size=16, codebook_size=32,
+                           codebook_dim=16, upsampling_ratios=[8, 5, 4, 2], num_lstm_layers=1,
+                           target_bandwidths=[1.5], normalize=False, chunk_length_s=None, overlap=None)
+    EncodecModel(config).save_pretrained(tmp_path)
+    EncodecFeatureExtractor(feature_size=1, sampling_rate=24_000).save_pretrained(tmp_path)
+    args = encode.parse_args(["--codec", str(tmp_path)])
+    hf = encode.fit_codec([], args)  # nothing to fit: the codec is pretrained
+    assert hf.size == 32 and hf.sample_rate == 24_000 and "encodec" in hf.describe()
+    wave = small_set[0][2]
+    codes = hf.encode(wave)
+    assert codes.dtype == np.int32 and abs(len(codes) - len(wave) / audio.SAMPLE_RATE * 75) <= 2  # 75 codes/s
+    assert codes.min() >= 0 and codes.max() < 32
+    assert len(hf.decode(codes)) == len(codes) * 320  # 24 kHz audio back, hop 320
+    assert np.array_equal(codec.from_json(hf.to_json()).encode(wave), codes)

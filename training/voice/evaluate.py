@@ -136,9 +136,12 @@ def run(args: argparse.Namespace, out: str) -> dict[str, Any]:
     finally:
         store.remove_local(tmp)
     examples = [encode_example(tokenizer, r["prompt"], r["completion"], args.max_len) for r in val_rows]
-    full = [len(tokenizer(r["prompt"] + r["completion"], add_special_tokens=False)["input_ids"]) + 1
-            for r in val_rows]
-    cut = sum(n > args.max_len for n in full)
+    full = [encode_example(tokenizer, r["prompt"], r["completion"], 10**6)[0] for r in val_rows]
+    cut = sum(len(ids) > args.max_len for ids in full)
+    if not all(scoring.targets(e) for e in examples):  # a loss over no tokens would read as 0: a false win
+        raise ValueError(f"--max-len {args.max_len} leaves some held-out examples no target token (their prompts "
+                         f"are up to {max(len(ids) for ids in full)} tokens with the completion): raise it, with "
+                         f"the train step's --max-len")
     train_targets = [(r["speaker"], scoring.targets(encode_example(tokenizer, r["prompt"], r["completion"], 10**6)))
                      for r in train_rows]
     val_targets = [(r["speaker"], scoring.targets(e)) for r, e in zip(val_rows, examples, strict=True)]
