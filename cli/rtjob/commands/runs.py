@@ -37,7 +37,7 @@ from .printing import (
 @output_option
 def status(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
            output: str) -> int:
-    """Show one run's status (exit 0 when it could be read).
+    """Show one run's status (exit 0 when it could be read); a pipeline run's: each step's.
 
     \b
     Examples:
@@ -50,6 +50,10 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
     info, record = lookup(be, run_id, storage_root, say, attempts_of)
+    if record is not None and record.steps:  # a pipeline run: its steps' runs
+        from .pipeline import pipeline_status
+
+        return pipeline_status(be, record, storage_root, output)
     if record is not None:  # the cluster no longer knows the run: its record does
         say(f"{run_id}: from the run record (backend {be.name!r} does not know this run now)")
         cost = record.cost
