@@ -33,13 +33,17 @@ ENV_STORAGE_PATH = "RTJOB_STORAGE_PATH"  # <storage root>/<job name>; the run wr
 ENV_RUN_DIR = "RTJOB_RUN_DIR"
 ENV_DATA_DIR = "RTJOB_DATA_DIR"  # where entrypoints cache datasets (optional)
 ENV_SCHEDULE = "RTJOB_SCHEDULE"  # set on runs an Anyscale schedule starts: the schedule's name
-ENV_INPUT_URI = "RTJOB_INPUT_URI"
-ENV_STEP_URIS = "RTJOB_STEP_URIS"
+# A pipeline's steps (jobs/NAME.yaml with `steps:`): each step is a run; what the steps before it wrote is
+# passed down by folder, so a step reads its inputs without knowing the run ids.
+ENV_PIPELINE_ID = "RTJOB_PIPELINE_ID"  # the pipeline run's id (its steps' run ids are <id>-<step>)
+ENV_STEP_NAME = "RTJOB_STEP_NAME"  # this step's name in the pipeline file
+ENV_INPUT_URI = "RTJOB_INPUT_URI"  # the previous step's run folder (unset for the first step)
+ENV_STEP_URIS = "RTJOB_STEP_URIS"  # JSON {step name: run folder} of every earlier step
 
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
-    ENV_INPUT_URI, ENV_STEP_URIS,
+    ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS,
 })
 
 # ---------------------------------------------------------------------------------------------

@@ -202,6 +202,14 @@ def outcome(info: RunInfo) -> int:
 def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | None, stop_on_interrupt: bool,
                       logs: bool, request: Request | None = None) -> int:
     """Follow a run (its log to stdout, or stderr with -o json), print its outcome, return its exit code."""
+    return follow_outcome(be, run_id, output, timeout_s, stop_on_interrupt, logs, request)[0]
+
+
+def follow_outcome(be: Backend, run_id: str, output: str, timeout_s: float | None, stop_on_interrupt: bool,
+                   logs: bool, request: Request | None = None,
+                   print_result: bool = True) -> tuple[int, RunInfo | None]:
+    """follow_and_report, also returning the run as it ended (None: detached by Ctrl-C, still running);
+    ``print_result=False``: the outcome line only, no -o json/yaml document (a pipeline prints one for all)."""
     from ..runs.runner import follow_run
 
     log_out = (sys.stdout if output == "text" else sys.stderr) if logs else None
@@ -217,11 +225,11 @@ def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | 
             from ..runs.history import observe
 
             observe(be, info, say, run_id=run_id)
-            if output != "text":
+            if output != "text" and print_result:
                 print_data(run_json(info), output)
-            return EXIT_FAILED
+            return EXIT_FAILED, info
         say(f"detached; {run_id} keeps running. Re-attach: rtjob logs {run_id} --follow  (or rtjob wait {run_id})")
-        return EXIT_INTERRUPTED
+        return EXIT_INTERRUPTED, None
     from ..runs.history import observe
 
     observe(be, info, say, run_id=run_id)  # into the ledger; an ended run's record and logs archived
@@ -229,6 +237,6 @@ def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | 
     first = (info.message or "").strip().splitlines()[0] if info.message else ""
     message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
     say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
-    if output != "text":
+    if output != "text" and print_result:
         print_data(run_json(info), output)
-    return outcome(info)
+    return outcome(info), info

@@ -28,8 +28,16 @@ def jobs(output: str) -> int:
 
     root = find_root()
     rows: list[dict[str, Any]] = []
+    from ..runs.pipeline import load as load_pipeline
+
     for name in job_names(root):
         try:  # by its file: a `name:` elsewhere that equals this file name must not make it ambiguous here
+            pipeline = load_pipeline(str(job_file_of(name, root)), root)
+            if pipeline is not None:
+                rows.append({"name": name, "description": pipeline.description, "strategy": "pipeline", "nodes": None,
+                             "compute_config": None, "file": pipeline.shown, "error": None,
+                             "steps": pipeline.step_names()})
+                continue
             spec, shown = load_job_file(str(job_file_of(name, root)), root)
             rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
                          # a job that declares no shape: its entrypoint decides (never an invented 1)
@@ -73,18 +81,29 @@ def validate(refs: tuple[str, ...], output: str) -> int:
     root = find_root()
     checked: list[dict[str, Any]] = []  # {kind, ref, file, ok, error[, warning]}, in the order checked
     targets = list(refs) or job_names(root)
+    from ..runs.pipeline import load as load_pipeline
+    from ..spec.resolve import JobSource
+
     for ref in targets:
         try:
-            spec, shown = load_job(ref, root, Overrides(), local_profile=True)
-            if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
-                load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
-            read_requirements(spec.requirements, find_job_file(ref, root)[0], shown)  # a requirements file exists
-            warning = None
-            if spec.image_uri is None and spec.requirements is None:
-                warning = (f"{shown}: declares neither image_uri nor requirements: on a stock cluster (Anyscale's "
-                           "default image, a plain Ray cluster) its entrypoint may miss packages (`requirements: []` "
-                           "if it needs none)")
-            checked.append({"kind": "job", "ref": ref, "file": shown, "ok": True, "error": None, "warning": warning})
+            pipeline = load_pipeline(ref, root)
+            # A pipeline: each step as the job it runs (its compute config, its requirements file).
+            jobs = [(ref, None)] if pipeline is None else [
+                (step.job_name, JobSource(step.path, step.shown, step.shown, step.document)) for step in pipeline.steps]
+            warnings = []
+            for job_ref, source in jobs:
+                spec, shown = load_job(job_ref, root, Overrides(), local_profile=True, source=source)
+                if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
+                    load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
+                job_path = source.path if source is not None else find_job_file(ref, root)[0]
+                read_requirements(spec.requirements, job_path, shown)  # a requirements file exists
+                if spec.image_uri is None and spec.requirements is None:
+                    warnings.append(f"{shown}: declares neither image_uri nor requirements: on a stock cluster "
+                                    "(Anyscale's default image, a plain Ray cluster) its entrypoint may miss packages "
+                                    "(`requirements: []` if it needs none)")
+            shown = pipeline.shown if pipeline is not None else shown
+            checked.append({"kind": "pipeline" if pipeline else "job", "ref": ref, "file": shown, "ok": True,
+                            "error": None, "warning": "; ".join(warnings) or None})
         except RtjobError as exc:
             checked.append({"kind": "job", "ref": ref, "file": None, "ok": False, "error": exc.message})
     if not refs:

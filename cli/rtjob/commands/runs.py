@@ -37,7 +37,7 @@ from .printing import (
 @output_option
 def status(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
            output: str) -> int:
-    """Show one run's status (exit 0 when it could be read).
+    """Show one run's status (exit 0 when it could be read); a pipeline run's: each step's.
 
     \b
     Examples:
@@ -50,6 +50,10 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
     info, record = lookup(be, run_id, storage_root, say, attempts_of)
+    if record is not None and record.steps:  # a pipeline run: its steps' runs
+        from .pipeline import pipeline_status
+
+        return pipeline_status(be, record, storage_root, output)
     if record is not None:  # the cluster no longer knows the run: its record does
         say(f"{run_id}: from the run record (backend {be.name!r} does not know this run now)")
         cost = record.cost
@@ -125,6 +129,13 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     info, record = lookup(be, run_id, storage_root, None)
+    if record is not None and record.steps:  # a pipeline run: each step's log
+        if follow:
+            raise click.UsageError(f"--follow: {run_id} is a pipeline run; follow one step's run id, or rtjob "
+                                   f"submit {record.job_file or record.job} --submission-id {run_id} to follow it")
+        from .pipeline import pipeline_logs
+
+        return pipeline_logs(be, record, storage_root, tail_lines)
     if record is not None:  # the cluster no longer knows it: the log archived when the run ended
         if follow and not info.status.terminal:
             raise click.UsageError(f"--follow: the cluster no longer knows run {run_id} ({info.message})")
@@ -157,6 +168,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     timeout_s = parse_timeout(timeout)
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     info, record = lookup(be, run_id, storage_root, say)
+    if record is not None and record.steps:  # a pipeline run: its submitted steps, then its outcome
+        from .pipeline import pipeline_wait
+
+        return pipeline_wait(be, record, storage_root, output, timeout_s)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:
             raise BadInput(f"run {run_id}: {info.message}")

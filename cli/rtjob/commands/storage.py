@@ -39,6 +39,31 @@ Exit codes:
   3  storage unreachable, access denied, missing bucket, no AWS credentials
 """
 
+class _PipelineRun(Exception):
+    """The id is a pipeline run's: its steps are the sources (not an error: caught by _sources)."""
+
+    def __init__(self, steps: list[dict[str, Any]]) -> None:
+        self.steps = steps
+
+
+def _sources(arg: str, endpoint: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
+             no_verify_tls: bool) -> list[tuple[str | None, Source | RtjobError]]:
+    """``[(None, source)]`` for a run, URI or folder; for a pipeline run's id, ``(step, source)`` of each step in
+    order, or the reason a step has nothing to read (never submitted, no storage)."""
+    try:
+        return [(None, _source(arg, endpoint, backend, address, headers, no_verify_tls))]
+    except _PipelineRun as pipeline:
+        out: list[tuple[str | None, Source | RtjobError]] = []
+        for step in pipeline.steps:
+            try:
+                found: Source | RtjobError = _source(str(step.get("run_id")), endpoint, backend, address, headers,
+                                                     no_verify_tls)
+            except RtjobError as exc:
+                found = exc
+            out.append((str(step.get("name")), found))
+        return out
+
+
 def _source(arg: str, endpoint: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
             no_verify_tls: bool) -> Source:
     """A run id through its backend's status (else the backend's default local storage); a URI or folder as
@@ -49,7 +74,10 @@ def _source(arg: str, endpoint: str | None, backend: str | None, address: str | 
 
     def lookup(run_id: str) -> Any:  # the cluster, else the run's record (the ledger, the project's storage)
         settings = settings_from(backend, address, headers, no_verify_tls)
-        return remembered(get_backend(settings), run_id, storage_root_from(settings), say)[0]
+        info, record = remembered(get_backend(settings), run_id, storage_root_from(settings), say)
+        if record is not None and record.steps:
+            raise _PipelineRun(record.steps)
+        return info
 
     def default_storage() -> str | None:
         settings = settings_from(backend, address, headers, no_verify_tls)
@@ -94,25 +122,51 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     from ..core.redact import redact, redact_data
     from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
-    from ..storage.layout import parse_checkpoint_choice
+    from ..storage.layout import NothingStored, parse_checkpoint_choice
     from ..storage.pull import default_destination, default_progress, summary_lines
     from ..storage.pull import pull as do_pull
 
     secrets = credential_values()
     src: Source | None = None
+    pulled: list[tuple[str | None, Any]] = []  # (step, report): one run, or each step of a pipeline run
     try:
         picked = parse_checkpoint_choice(choice)
-        src = _source(source, endpoint_url, backend, address, headers, no_verify_tls)
-        secrets += src.secrets
-        target = Path(dest) if dest else default_destination(src.location.name)
-        report = do_pull(src.location, target, picked, endpoint=src.endpoint, concurrency=concurrency,
-                         progress=default_progress(redact(f"pulling {src.label}", secrets)))
+        found = _sources(source, endpoint_url, backend, address, headers, no_verify_tls)
+        for step, step_src in found:
+            if isinstance(step_src, RtjobError):  # a step with nothing to pull (not run yet, no storage)
+                say(redact(f"step {step}: nothing pulled: {step_src.message}", secrets))
+                continue
+            src = step_src
+            secrets += src.secrets
+            if step is None:
+                target = Path(dest) if dest else default_destination(src.location.name)
+            else:  # a pipeline run: DIR/<step>
+                target = (Path(dest) if dest else default_destination(source)) / step
+            try:
+                pulled.append((step, do_pull(src.location, target, picked, endpoint=src.endpoint,
+                                             concurrency=concurrency,
+                                             progress=default_progress(redact(f"pulling {src.label}", secrets)))))
+            except NothingStored as exc:  # a step that writes nothing of its own; the others are pulled
+                if step is None:
+                    raise
+                say(redact(f"step {step}: nothing pulled: {explained(exc, src).message}", secrets))
     except RtjobError as exc:
         raise redacted(explained(exc, src), secrets) from None
+    if not pulled:
+        raise BadInput(f"pipeline run {source}: none of its steps has anything to pull yet")
     if output != "text":
-        print_data(redact_data(report.to_json(), secrets), output)
-    else:
-        echo(redact("\n".join(summary_lines(report)), secrets))
+        data = [{**report.to_json(), **({"step": step} if step else {})} for step, report in pulled]
+        print_data(redact_data(data[0] if found[0][0] is None else data, secrets), output)
+    for step, report in pulled:
+        if output == "text":
+            echo(redact("\n".join(([f"step {step}:"] if step else []) + summary_lines(report)), secrets))
+        _say_problems(report, secrets)
+    return max(report.exit_code for _, report in pulled)
+
+
+def _say_problems(report: Any, secrets: list[str]) -> None:
+    from ..core.redact import redact
+
     for item in report.special_skipped:
         say(redact(f"skipped {item['key']}: a {item['kind']}, not a file (never opened)", secrets))
     for item in report.refused:
@@ -123,7 +177,6 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
         say(f"{len(report.refused)} key(s) refused: nothing was written outside {report.destination}")
     if report.failed:
         say(f"{len(report.failed)} file(s) failed; run the same pull again to retry them")
-    return report.exit_code
 
 
 @click.command(epilog=RESULTS_EPILOG)
@@ -143,9 +196,11 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
       rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
       rtjob results A B C               several runs side by side
     """
+    from ..core.redact import redact
     from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
     from ..storage import results as res
+    from ..storage.layout import NothingStored
 
     secrets = credential_values()
     target = res.check_plot_path(plot_file) if plot_file else None
@@ -153,16 +208,28 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
     src: Source | None = None
     try:
         for arg in sources:
-            src = _source(arg, endpoint_url, backend, address, headers, no_verify_tls)
-            secrets += src.secrets
-            rows, where = res.history_from_location(src.location, src.endpoint)
-            label = src.label
-            if not rows:
-                raise BadInput(f"{where}: the metrics history is empty")
-            runs.append(res.RunHistory(label, where, rows))
+            found = _sources(arg, endpoint_url, backend, address, headers, no_verify_tls)
+            for step, step_src in found:
+                if isinstance(step_src, RtjobError):
+                    say(redact(f"{arg} step {step}: no results: {step_src.message}", secrets))
+                    continue
+                src = step_src
+                secrets += src.secrets
+                try:
+                    rows, where = res.history_from_location(src.location, src.endpoint)
+                except (res.NoHistory, NothingStored) as exc:
+                    if step is None:
+                        raise
+                    say(redact(f"{arg} step {step}: no metrics history ({exc.message})", secrets))
+                    continue
+                if not rows:
+                    raise BadInput(f"{where}: the metrics history is empty")
+                runs.append(res.RunHistory(f"{arg}/{step}" if step else src.label, where, rows))
+            if not runs:
+                raise BadInput(f"pipeline run {arg}: none of its steps has a metrics history yet")
     except RtjobError as exc:
         raise redacted(explained(exc, src), secrets) from None
-    from ..core.redact import redact, redact_data
+    from ..core.redact import redact_data
 
     res.unique_labels(runs)
     for run in runs:  # what the table prints besides numbers

@@ -21,18 +21,32 @@ from .options import (
 from .printing import echo, follow_and_report, print_data, run_json, say
 
 if TYPE_CHECKING:
+    from ..runs.pipeline import PipelinePlan
     from ..runs.runner import Plan
     from ..spec.project import Settings
 
 
 def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...],
-          name: str | None, storage: str | None, submission_id: str | None, forward_aws_credentials: bool) -> Plan:
+          name: str | None, storage: str | None, submission_id: str | None, forward_aws_credentials: bool,
+          resume: tuple[str, str] | None = None) -> Plan | PipelinePlan:
+    """One run's plan, or a pipeline's (a job file with `steps:`): every step planned before anything runs."""
+    from ..core.errors import BadInput
+    from ..runs import pipeline as pipelines
     from ..runs.runner import plan
     from ..spec.resolve import Overrides
 
     overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
                           forward_aws_credentials=forward_aws_credentials)
+    pipeline = pipelines.load(job, settings.root)
+    if pipeline is not None:
+        return pipelines.plan(pipeline, settings, overrides, storage, resume)
+    if resume is not None:
+        raise BadInput(f"--from {' '.join(resume)}: {job} is a job, not a pipeline (a file with steps:)")
     return plan(job, settings, overrides, storage_flag=storage)
+
+
+FROM_HELP = ("Pipelines: a new pipeline run that reuses the runs of PIPELINE_ID's steps before STEP (they must have "
+             "succeeded) and runs STEP and the steps after it.")
 
 
 def _shown_setting(key: str, value: Any) -> Any:
@@ -121,10 +135,11 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
               help="yaml: a job file `anyscale job submit -f` accepts (--backend anyscale), else the json data "
                    "as YAML.")
 @click.option("--explain", is_flag=True, help="Show where each effective setting came from.")
+@click.option("--from", "resume", nargs=2, metavar="STEP PIPELINE_ID", help=FROM_HELP)
 def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
-           explain: bool) -> int:
+           explain: bool, resume: tuple[str, str] | None) -> int:
     """Print the exact request a submit would send (same as submit --dry-run). Sends nothing.
 
     \b
@@ -135,8 +150,16 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     """
     settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
                              compute_config=compute_config)
-    planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
-    print_render(planned, settings, output, explain)
+    planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
+                    resume or None)
+    from ..runs.pipeline import PipelinePlan
+
+    if isinstance(planned, PipelinePlan):
+        from .pipeline import render_pipeline
+
+        render_pipeline(planned, settings, output, explain)
+    else:
+        print_render(planned, settings, output, explain)
     return EXIT_SUCCEEDED
 
 
@@ -144,10 +167,12 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 @job_options
 @backend_options
 @run_options(dry_run_help="Print the exact request and send nothing (= rtjob render).")
+@click.option("--from", "resume", nargs=2, metavar="STEP PIPELINE_ID", help=FROM_HELP)
 def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
-           no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:
+           no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool,
+           resume: tuple[str, str] | None) -> int:
     """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome.
 
     \b
@@ -160,7 +185,15 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
                              compute_config=compute_config)
     # Planned once, before anything starts: every check that needs no cluster fails here first.
-    planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials)
+    planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
+                    resume or None)
+    from ..runs.pipeline import PipelinePlan
+
+    if isinstance(planned, PipelinePlan):
+        from .pipeline import send_pipeline
+
+        return send_pipeline(planned, settings, output=output, dry_run=dry_run, explain=explain, no_wait=no_wait,
+                             timeout_s=timeout_s, stop_on_interrupt=stop_on_interrupt)
     return send(planned, settings, output=output, dry_run=dry_run, explain=explain, no_wait=no_wait,
                 timeout_s=timeout_s, stop_on_interrupt=stop_on_interrupt, attach=submission_id is not None)
 
@@ -233,6 +266,9 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the project's storage (rtjob runs lists what "
                        "is; rtjob runs --storage s3://bucket/prefix finds a team's runs)")
+    if record.steps:
+        raise BadInput(f"{run_id} is a pipeline run: run it again with rtjob submit {record.job_file or record.job} "
+                       f"(--from STEP {run_id} reuses the steps before STEP)")
     recorded = recorded_settings(record)
     job_path = (record.spec or {}).get("job_path")
     flags = {k: v for k, v in recorded.items() if k not in ("backend", "address")}

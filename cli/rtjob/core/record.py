@@ -52,6 +52,10 @@ class RunRecord:
     logs: list[str] = field(default_factory=list)  # archived logs, relative to log_home
     log_home: str | None = None  # the folder that holds them: the run's storage, else $RTJOB_HOME/runs/<id>
     archived: bool = False  # the run ended and its logs and final state were saved
+    # Pipelines (runs/pipeline.py): a step's run names its pipeline run; a pipeline run's own record lists its
+    # steps ({"name", "run_id", "storage_uri", "reused_from"}) in order, and has no request of its own.
+    pipeline: str | None = None
+    steps: list[dict[str, Any]] = field(default_factory=list)
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 

@@ -121,6 +121,11 @@ def _write_to_storage(record: RunRecord, say: Say | None) -> None:
             say(f"warning: run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
 
 
+def save(record: RunRecord, say: Say | None, to_storage: bool = True) -> None:
+    """A record made outside a submit (a pipeline run's own): into the ledger and its storage."""
+    _save(record, say, to_storage)
+
+
 def _save(record: RunRecord, say: Say | None, to_storage: bool = True) -> None:
     """The record into the ledger (and the run's storage). A broken ledger is a warning: the run goes on."""
     record.updated_at = _now()
@@ -149,7 +154,7 @@ def new_record(planned: Plan, info: RunInfo) -> RunRecord:
     spec = record_spec(job, planned.overrides or Overrides(), values)
     cost = job_cost(job)
     record = RunRecord(
-        id=info.id, job=job.spec.name, backend=backend.name, submitted_at=_now(),
+        id=info.id, job=job.spec.name, backend=backend.name,
         storage_uri=job.storage_uri, storage_endpoint=job.storage_endpoint,
         job_file=job.job_file, project_root=str(settings.root) if settings else None,
         working_dir=str(job.working_dir), spec_hash=spec_hash(spec), spec=spec,
@@ -160,11 +165,16 @@ def new_record(planned: Plan, info: RunInfo) -> RunRecord:
                "compute_config": job.compute_config_name},
         rate=cost.to_json() if cost else None,
         git=git_state(job.working_dir),
-        user=_user(), host=socket.gethostname(),
+        pipeline=planned.pipeline, **new_record_identity(),
     )
     record.observe(info)
     record.address = mask_url(backend.address)
     return record
+
+
+def new_record_identity() -> dict[str, Any]:
+    """Who submitted a run, from where, and when: the fields every new record starts with."""
+    return {"user": _user(), "host": socket.gethostname(), "submitted_at": _now()}
 
 
 def _user() -> str | None:

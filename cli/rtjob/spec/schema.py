@@ -203,6 +203,9 @@ def describe_validation_error(
 
 
 def validate_job(located: Located) -> JobSpec:
+    if isinstance(located.data, dict) and "steps" in located.data:  # spec/pipeline.is_pipeline
+        raise BadInput(f"{located.path} is a pipeline (steps:): rtjob submit, render and validate run it step by "
+                       "step; this command takes one job (a step runs as <pipeline>-<step>)")
     if not isinstance(located.data, dict):
         raise BadInput(f"{located.where(())}: a job must be a YAML mapping with at least 'name' and 'entrypoint'")
     try:

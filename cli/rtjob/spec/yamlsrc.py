@@ -21,8 +21,11 @@ if TYPE_CHECKING:
 
 # Key paths whose values end up as text (the script's command line, its environment, run tags): a number
 # there keeps its source text where str(value) would differ from what was written.
-AS_WRITTEN: tuple[tuple[str, ...], ...] = (("args",), ("local", "args"), ("env_vars",), ("local", "env_vars"),
-                                           ("tags",))
+_JOB_TEXT: tuple[tuple[str, ...], ...] = (("args",), ("local", "args"), ("env_vars",), ("local", "env_vars"),
+                                          ("tags",))
+# ... in a job file, and in a pipeline file's defaults and steps (spec/pipeline.py).
+AS_WRITTEN: tuple[tuple[str, ...], ...] = (*_JOB_TEXT, *(("defaults", *p) for p in _JOB_TEXT),
+                                           *(("steps", "[]", *p) for p in _JOB_TEXT))
 
 _STR = "tag:yaml.org,2002:str"
 _MERGE = "tag:yaml.org,2002:merge"
