@@ -216,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     for row in result["rows"]:
         print(f"EVAL: {row[contract.METRIC_MODEL]:<16} loss {row[contract.METRIC_VAL_LOSS]:.4f} nats/token  "
               f"code accuracy {row[contract.METRIC_VAL_ACCURACY]:.4f}", flush=True)
+    if result["plot"] is None:
+        print("PLOT: matplotlib is not installed here: no evaluation.png (pip install matplotlib)", flush=True)
     sample = result["sample"]
     print(f"SAMPLE: {sample['clip_id']} ({sample['text']!r}): {sample['generated_codes']} codes generated "
           f"({sample['true_codes']} true, {sample['positional_code_match']:.0%} same position-wise) -> "
