@@ -97,8 +97,7 @@ def run(audio_uri: str, out_uri: str, *, val_fraction: float, config: audio.Spli
 
     fs, base = store.filesystem(audio_uri)
     transcripts = read_transcripts(audio_uri)
-    files = [f for f in store.list_files(audio_uri, AUDIO_SUFFIXES)]
-    rels = [f[len(audio_uri.rstrip("/")) + 1:] for f in files]
+    rels = [f[len(audio_uri.rstrip("/")) + 1:] for f in store.list_files(audio_uri, AUDIO_SUFFIXES)]
     known = [rel for rel in rels if rel in transcripts]
     if not known:
         raise FileNotFoundError(f"{audio_uri}: no audio file listed in a {synthetic.METADATA_FILE}")
@@ -107,8 +106,7 @@ def run(audio_uri: str, out_uri: str, *, val_fraction: float, config: audio.Spli
     clips = ds.map_batches(ToClips(base, transcripts, val_fraction, config), batch_format="pyarrow", batch_size=16)
     out_fs, out_path = store.filesystem(store.join(out_uri, CLIPS_DIR))
     clips.write_parquet(out_path, filesystem=out_fs)
-    table = store.read_table(store.join(out_uri, CLIPS_DIR)).select(["split"])
-    splits = table.column("split").to_pylist()
+    splits = store.read_table(store.join(out_uri, CLIPS_DIR), columns=["split"]).column("split").to_pylist()
     return {"files": len(known), "unlabelled_files": len(rels) - len(known),
             "train": splits.count("train"), "val": splits.count("val")}
 

@@ -80,18 +80,18 @@ def write_table(uri: str, table: Any) -> None:
     pq.write_table(table, path, filesystem=fs)
 
 
-def read_table(uri: str) -> Any:
+def read_table(uri: str, columns: list[str] | None = None) -> Any:
     """One Parquet file, or every ``*.parquet`` under a folder, as one pyarrow Table."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     fs, path = filesystem(uri)
     if uri.endswith(".parquet"):
-        return pq.read_table(path, filesystem=fs)
+        return pq.read_table(path, filesystem=fs, columns=columns)
     files = list_files(uri, (".parquet",))
     if not files:
         raise FileNotFoundError(f"{uri}: no Parquet files")
-    return pa.concat_tables([pq.read_table(filesystem(f)[1], filesystem=fs) for f in files])
+    return pa.concat_tables([pq.read_table(filesystem(f)[1], filesystem=fs, columns=columns) for f in files])
 
 
 def local_copy(uri: str) -> tuple[str, str | None]:
