@@ -154,3 +154,23 @@ def test_a_transformers_codec_loads_with_from_pretrained_encodes_and_decodes(tmp
     assert codes.min() >= 0 and codes.max() < 32
     assert len(hf.decode(codes)) == len(codes) * 320  # 24 kHz audio back, hop 320
     assert np.array_equal(codec.from_json(hf.to_json()).encode(wave), codes)
+
+
+def test_transcripts_come_from_the_metadata_csv_beside_each_audio_file(tmp_path):
+    (tmp_path / "alice").mkdir()
+    (tmp_path / "alice" / "metadata.csv").write_text('file,speaker,text\none.flac,,"Hello,   there"\n'
+                                                     "two.wav,Al,bye\n")
+    (tmp_path / "metadata.csv").write_text("file,speaker,text\ntop.wav,bob,hi\n")
+    assert read_transcripts(str(tmp_path)) == {"alice/one.flac": ("alice", "Hello, there"),  # speaker: the folder
+                                               "alice/two.wav": ("Al", "bye"), "top.wav": ("bob", "hi")}
+    (tmp_path / "alice" / "metadata.csv").write_text("name,words\nx.wav,hi\n")
+    with pytest.raises(ValueError, match="needs the header file,speaker,text"):
+        read_transcripts(str(tmp_path))
+
+
+def test_the_split_follows_the_source_file():
+    from training.voice.process import split_of
+
+    splits = [split_of(f"spk{i % 3}/utt{i}.wav", 0.2) for i in range(2000)]
+    assert splits == [split_of(f"spk{i % 3}/utt{i}.wav", 0.2) for i in range(2000)]
+    assert 0.17 < splits.count("val") / len(splits) < 0.23
