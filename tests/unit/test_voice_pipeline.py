@@ -109,8 +109,9 @@ def test_stages_refuse_a_missing_location_with_one_line(tmp_path, capsys, monkey
     assert err.startswith("ERROR: ") and contract.ENV_STEP_URIS in err and err.strip().count("\n") == 0
 
 
-def test_evaluate_refuses_a_model_that_did_not_learn(offline_runs, tmp_path, capsys, monkeypatch):
-    """The 'checkpoint' is the untrained base model itself: the gate fails with one line, the table is written."""
+def test_evaluate_refuses_a_model_that_did_not_learn(s3, offline_runs, tmp_path, capsys, monkeypatch):
+    """The 'checkpoint' is the untrained base model itself, in S3: the gate fails with one line, the table is
+    written."""
     model_api = pytest.importorskip("training.hf.model", reason="the train step's API (branch i14-hf) is not merged")
     from training.voice import evaluate
 
@@ -120,8 +121,11 @@ def test_evaluate_refuses_a_model_that_did_not_learn(offline_runs, tmp_path, cap
     model_api.load_model("tiny:qwen3", tokenizer, seed=0).save_pretrained(ckpt)
     tokenizer.save_pretrained(ckpt)
     (ckpt / contract.STATE_FILE).write_text(json.dumps({"epoch": 1}))
-    (tmp_path / "train" / contract.checkpoint_dir_name(2)).mkdir()  # incomplete (no state.json): not chosen
-    monkeypatch.setenv(contract.ENV_STEP_URIS, json.dumps({"encode": str(encode_dir), "train": str(tmp_path / "train")}))
+    (tmp_path / "train" / contract.checkpoint_dir_name(2)).mkdir()
+    (tmp_path / "train" / contract.checkpoint_dir_name(2) / "config.json").write_text("{}")  # no state.json: skipped
+    for folder in (contract.checkpoint_dir_name(1), contract.checkpoint_dir_name(2)):
+        _upload(s3, str(tmp_path / "train" / folder), f"train/{folder}")
+    monkeypatch.setenv(contract.ENV_STEP_URIS, json.dumps({"encode": str(encode_dir), "train": f"s3://{BUCKET}/train"}))
     out = tmp_path / "eval"
     assert evaluate.main(["--model", "tiny:qwen3", "--run-dir", str(out)]) == 1
     last = capsys.readouterr().err.strip().splitlines()[-1]
