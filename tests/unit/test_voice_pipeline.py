@@ -59,6 +59,9 @@ def test_process_and_encode_read_and_write_s3(s3, ray_local, tmp_path):
     assert len({r["clip_id"] for r in rows}) == 12 and {r["sample_rate"] for r in rows} == {16_000}
     assert {r["speaker"] for r in rows} == {"spk0", "spk1"} and all(r["text"] for r in rows)
     assert all(r["split"] == process.split_of(r["clip_id"].rsplit("-", 1)[0] + ".wav", 0.3) for r in rows)
+    again = process.run(f"s3://{BUCKET}/in/audio", f"s3://{BUCKET}/runs/process", val_fraction=0.3,
+                        config=audio.SplitConfig())  # a retried attempt: the same clips, not twice as many
+    assert again == counts
 
     args = encode.parse_args(["--input", f"s3://{BUCKET}/runs/process", "--run-dir", f"s3://{BUCKET}/runs/encode",
                               "--codebook-size", "16"])

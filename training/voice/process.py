@@ -105,7 +105,8 @@ def run(audio_uri: str, out_uri: str, *, val_fraction: float, config: audio.Spli
     ds = ray.data.read_binary_files([f"{base}/{rel}" for rel in known], filesystem=fs, include_paths=True)
     clips = ds.map_batches(ToClips(base, transcripts, val_fraction, config), batch_format="pyarrow", batch_size=16)
     out_fs, out_path = store.filesystem(store.join(out_uri, CLIPS_DIR))
-    clips.write_parquet(out_path, filesystem=out_fs)
+    # A retried step (max_failures, rtjob's retries) replaces the clips of the attempt before, never adds to them.
+    clips.write_parquet(out_path, filesystem=out_fs, mode=ray.data.SaveMode.OVERWRITE)
     splits = store.read_table(store.join(out_uri, CLIPS_DIR), columns=["split"]).column("split").to_pylist()
     return {"files": len(known), "unlabelled_files": len(rels) - len(known),
             "train": splits.count("train"), "val": splits.count("val")}
