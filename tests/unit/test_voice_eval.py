@@ -96,6 +96,9 @@ def test_results_shows_an_evaluation_as_a_model_table(tmp_path):
     assert lines[4].split() == ["unigram/speaker", "3.0000", "0.1250"]
     assert "lowest val loss 1.2500: fine-tuned" in proc.stdout
     assert (tmp_path / "eval.png").read_bytes().startswith(b"\x89PNG")
+    shown = json.loads(rtjob("results", str(run), "-o", "json", env=env).stdout)
+    assert shown[0]["history"] == rows
+    assert shown[0]["summary"] == {"run": "eval-run", "models": 3, "best_val_loss": 1.25, "best_model": "fine-tuned"}
 
 
 @pytest.mark.parametrize("rows", [[{contract.METRIC_EPOCH: 1, contract.METRIC_VAL_LOSS: 0.5}]])

@@ -169,8 +169,14 @@ def compares_models(rows: list[dict[str, Any]]) -> bool:
 
 
 def summary(run: RunHistory) -> dict[str, Any]:
-    """Final and best values of one run (for the side-by-side comparison and JSON)."""
+    """Final and best values of one run (for the side-by-side comparison and JSON). An evaluation's best is a model
+    (``best_model``), not an epoch."""
     last = run.rows[-1] if run.rows else {}
+    if compares_models(run.rows):
+        scored = [(v, str(row[contract.METRIC_MODEL]))
+                  for v, row in zip(run.column(contract.METRIC_VAL_LOSS), run.rows, strict=True) if v is not None]
+        best_val, best_model = min(scored) if scored else (None, None)
+        return {"run": run.label, "models": len(run.rows), "best_val_loss": best_val, "best_model": best_model}
     val = [(v, e) for v, e in zip(run.column("val_loss"), run.epochs(), strict=False) if v is not None]
     best_val, best_epoch = min(val) if val else (None, None)
     speeds = [v for v in run.column("train_samples_per_s") if v is not None]
@@ -215,11 +221,8 @@ def _run_table(run: RunHistory) -> list[Any]:
         table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in columns))
     out.append(table)
     best = summary(run)
-    if compares_models(run.rows):
-        scored = [(v, str(row[contract.METRIC_MODEL]))
-                  for v, row in zip(run.column(contract.METRIC_VAL_LOSS), run.rows, strict=True) if v is not None]
-        if scored:
-            out.append(f"lowest val loss {min(scored)[0]:.4f}: {min(scored)[1]}")
+    if best["best_val_loss"] is not None and "best_model" in best:
+        out.append(f"lowest val loss {best['best_val_loss']:.4f}: {best['best_model']}")
     elif best["best_val_loss"] is not None:
         out.append(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
     return out
