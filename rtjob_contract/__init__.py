@@ -33,10 +33,12 @@ ENV_STORAGE_PATH = "RTJOB_STORAGE_PATH"  # <storage root>/<job name>; the run wr
 ENV_RUN_DIR = "RTJOB_RUN_DIR"
 ENV_DATA_DIR = "RTJOB_DATA_DIR"  # where entrypoints cache datasets (optional)
 ENV_SCHEDULE = "RTJOB_SCHEDULE"  # set on runs an Anyscale schedule starts: the schedule's name
+# Set on a pipeline step's run: the previous step's run folder (a path or URI), where the step reads its input.
+ENV_INPUT_URI = "RTJOB_INPUT_URI"
 
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
-    ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
+    ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE, ENV_INPUT_URI,
 })
 
 # ---------------------------------------------------------------------------------------------
