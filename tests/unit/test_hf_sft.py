@@ -165,6 +165,9 @@ def test_grad_accumulation_steps_like_one_big_batch(tok):
 
 
 def _two_rank_eval(rank: int, port: int, out: str) -> None:
+    # A forked child must not enter the OpenMP pool its parent already started (it would hang): one thread runs
+    # every op inline.
+    torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         tokenizer = model.load_tokenizer("tiny:qwen3")
