@@ -256,17 +256,22 @@ def test_exported_checkpoint_reloads_with_from_pretrained_and_gives_the_same_log
     assert model.load_tokenizer(str(tmp_path)).get_vocab() == tokenizer.get_vocab()
 
 
-def test_lora_checkpoint_is_the_merged_model_plus_the_adapter(tmp_path: Path, tok):
+@pytest.mark.parametrize("added", [(), AUDIO], ids=["plain", "added-tokens"])
+def test_lora_checkpoint_is_the_merged_model_plus_the_adapter(tmp_path: Path, added):
     from transformers import AutoModelForCausalLM
 
     from training.hf.worker import with_lora
 
-    config = {"lora_r": 4, "lora_alpha": None, "lora_dropout": 0.0, "added_tokens": 0}
+    tok = model.load_tokenizer("tiny:qwen3", added_tokens=added)
+    config = {"lora_r": 4, "lora_alpha": None, "lora_dropout": 0.0, "added_tokens": len(added)}
     peft_model = with_lora(model.load_model("tiny:qwen3", tok), config, None)
+    full = {name for name, p in peft_model.named_parameters() if p.requires_grad and "lora_" not in name}
+    # New tokens' embedding rows must learn: with added tokens the embeddings and the head train fully.
+    assert len(full) == (2 if added else 0), full
     with torch.no_grad():  # a trained adapter (a fresh one is zero: merging would change nothing)
         for name, param in peft_model.named_parameters():
-            if "lora_B" in name:
-                param.normal_(std=0.1)
+            if "lora_B" in name or name in full:
+                param.add_(torch.randn_like(param) * 0.1)
     assert checkpoint.export(peft_model, tok, str(tmp_path)) == "merged LoRA model + adapter/"
     assert (tmp_path / "adapter" / "adapter_config.json").is_file()
     batch = batch_of(tok, data.builtin_pairs(2, 0, "val"))
