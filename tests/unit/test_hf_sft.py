@@ -114,6 +114,10 @@ def test_parquet_folder_is_read_and_checked(tmp_path: Path):
     pq.write_table(pa.table({"prompt": ["v"]}), tmp_path / "val.parquet")
     with pytest.raises(ValueError, match="prompt and completion"):
         data.read_split(str(tmp_path), "val")
+    pq.write_table(pa.table({"prompt": pa.array([], pa.string()), "completion": pa.array([], pa.string())}),
+                   tmp_path / "val.parquet")
+    with pytest.raises(ValueError, match="val.parquet: no rows"):
+        data.read_split(str(tmp_path), "val")
     with pytest.raises(FileNotFoundError, match="no train.parquet"):
         data.read_split(str(tmp_path / "nowhere"), "train")
 

@@ -65,6 +65,8 @@ def read_split(data_dir: str, split: str) -> Pairs:
     prompts, completions = (table.column(c).to_pylist() for c in COLUMNS)
     if any(not isinstance(v, str) for v in (*prompts, *completions)):
         raise ValueError(f"{data_dir}/{split}.parquet: prompt and completion must be non-null strings")
+    if not prompts:
+        raise ValueError(f"{data_dir}/{split}.parquet: no rows")
     return list(zip(prompts, completions, strict=True))
 
 
