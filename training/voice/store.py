@@ -13,7 +13,10 @@ import rtjob_contract as contract
 
 
 def filesystem(uri: str) -> tuple[Any, str]:
-    """``(pyarrow filesystem, path in it)``; S3 honours AWS_ENDPOINT_URL and the usual AWS variables."""
+    """``(pyarrow filesystem, path in it)``; S3 honours AWS_ENDPOINT_URL and the usual AWS variables.
+
+    The same as ``training.data.filesystem``, which imports torch with its module: the process step's Ray Data
+    workers would load torch for nothing."""
     import pyarrow.fs as pafs
 
     if "://" in uri:
