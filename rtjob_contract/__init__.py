@@ -70,6 +70,8 @@ METRIC_VAL_LOSS = "val_loss"
 METRIC_VAL_ACCURACY = "val_accuracy"
 METRIC_SAMPLES_PER_S = "train_samples_per_s"
 METRIC_EPOCH_TIME = "epoch_time_s"
+# An evaluation's rows (one per model compared, not per epoch): which model or baseline the row measures.
+METRIC_MODEL = "model"
 
 # ---------------------------------------------------------------------------------------------
 # What rtjob records with a run on Ray (job metadata: string values).

@@ -18,6 +18,7 @@ from rtjob.spec.requirements import read_requirements, split_satisfied
 from rtjob.spec.resolve import load_compute_config
 from support.cli import REPO
 from support.project import ProjectCli, write_files
+from support.shipped import shipped_jobs
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 
@@ -163,10 +164,7 @@ def test_shipped_jobs_declare_requirements_pinned_as_the_train_extra(cli) -> Non
             [p for other in spec[6:-1].split(",") for p in pins(other)] if spec.startswith("rtjob[") else [spec])]
 
     extra = {re.split(r"[=<>]", spec)[0]: spec for spec in pins("train")}
-    for job in sorted((REPO / "jobs").glob("*.yaml")):
-        from rtjob.spec.resolve import load_job_file
-
-        spec, shown = load_job_file(str(job), REPO)
+    for spec, job, shown in shipped_jobs():  # a pipeline's steps each
         assert spec.requirements is not None or spec.image_uri, shown
         for line in read_requirements(spec.requirements, job, shown) or []:
             name = re.split(r"[=<>]", line)[0]

@@ -147,7 +147,11 @@ def _fmt(value: Any, fmt: str) -> str:
 
 def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     """rtjob's columns for a history that has rtjob's metrics; else the run's own: every metric that is a number
-    somewhere (epoch first), then the checkpoint folder (a Ray Train snapshot's rows)."""
+    somewhere (epoch first), then the checkpoint folder (a Ray Train snapshot's rows). An evaluation's rows (one
+    per model compared, named by ``model``) get the model first and only the columns they fill."""
+    if compares_models(rows):
+        return [(contract.METRIC_MODEL, "model", "{}")] + [
+            column for column in COLUMNS[1:] if any(_number(row.get(column[0])) is not None for row in rows)]
     if any(row.get(key) is not None for row in rows for key, _, _ in COLUMNS[1:]):
         return COLUMNS
     keys = [key for key in dict.fromkeys(k for row in rows for k in row)
@@ -159,9 +163,20 @@ def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     return own
 
 
+def compares_models(rows: list[dict[str, Any]]) -> bool:
+    """An evaluation's table (rows named by model, no epochs), not a training history."""
+    return bool(rows) and all(isinstance(row.get(contract.METRIC_MODEL), str) for row in rows)
+
+
 def summary(run: RunHistory) -> dict[str, Any]:
-    """Final and best values of one run (for the side-by-side comparison and JSON)."""
+    """Final and best values of one run (for the side-by-side comparison and JSON). An evaluation's best is a model
+    (``best_model``), not an epoch."""
     last = run.rows[-1] if run.rows else {}
+    if compares_models(run.rows):
+        scored = [(v, str(row[contract.METRIC_MODEL]))
+                  for v, row in zip(run.column(contract.METRIC_VAL_LOSS), run.rows, strict=True) if v is not None]
+        best_val, best_model = min(scored) if scored else (None, None)
+        return {"run": run.label, "models": len(run.rows), "best_val_loss": best_val, "best_model": best_model}
     val = [(v, e) for v, e in zip(run.column("val_loss"), run.epochs(), strict=False) if v is not None]
     best_val, best_epoch = min(val) if val else (None, None)
     speeds = [v for v in run.column("train_samples_per_s") if v is not None]
@@ -181,26 +196,42 @@ def summary(run: RunHistory) -> dict[str, Any]:
 
 def tables(runs: list[RunHistory]) -> list[Any]:
     """What `rtjob results` prints, as rich renderables and lines (the commands layer prints them, through
-    its redactor)."""
+    its redactor). An evaluation (rows per model, no epochs) always gets its own table."""
+    histories = [run for run in runs if not compares_models(run.rows)]
+    out: list[Any] = []
+    for run in runs:
+        if run not in histories or len(histories) == 1:
+            out += [*_run_table(run), ""]
+    if len(histories) > 1:
+        out += _comparison(histories)
+    return out[:-1] if out and out[-1] == "" else out
+
+
+def _run_table(run: RunHistory) -> list[Any]:
+    from rich.table import Table
+
+    # The run and its source on a line of their own: as the table's title, rich wrapped a long path
+    # to the width of the table.
+    out: list[Any] = [f"{run.label}  ({run.source})"]
+    table = Table(box=None, header_style="bold")
+    columns = columns_for(run.rows)
+    for _, title, fmt in columns:
+        table.add_column(title.upper(), justify="left" if fmt == "{}" else "right")
+    for row in run.rows:
+        table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in columns))
+    out.append(table)
+    best = summary(run)
+    if best["best_val_loss"] is not None and "best_model" in best:
+        out.append(f"lowest val loss {best['best_val_loss']:.4f}: {best['best_model']}")
+    elif best["best_val_loss"] is not None:
+        out.append(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
+    return out
+
+
+def _comparison(runs: list[RunHistory]) -> list[Any]:
     from rich.table import Table
 
     out: list[Any] = []
-    if len(runs) == 1:
-        run = runs[0]
-        # The run and its source on a line of their own: as the table's title, rich wrapped a long path
-        # to the width of the table.
-        out.append(f"{run.label}  ({run.source})")
-        table = Table(box=None, header_style="bold")
-        columns = columns_for(run.rows)
-        for _, title, fmt in columns:
-            table.add_column(title.upper(), justify="left" if fmt == "{}" else "right")
-        for row in run.rows:
-            table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in columns))
-        out.append(table)
-        best = summary(run)
-        if best["best_val_loss"] is not None:
-            out.append(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
-        return out
     # Several runs: per-epoch validation loss and accuracy side by side, then one summary row per run.
     table = Table(title="per epoch: val loss / accuracy", box=None, header_style="bold", title_justify="left")
     table.add_column("EPOCH", justify="right")
@@ -255,8 +286,18 @@ def plot(runs: list[RunHistory], path: Path) -> None:
         raise BadInput("--plot needs matplotlib: pip install 'rtjob[plot]'") from None
     fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
     colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
+    by_epoch = not all(compares_models(run.rows) for run in runs)
     for i, run in enumerate(runs):
         colour = colours[i % len(colours)]
+        if compares_models(run.rows) and by_epoch:  # an evaluation has no epochs: left out beside training runs
+            continue
+        if compares_models(run.rows):  # an evaluation: one point per model on a named axis, no curve
+            names = [str(row[contract.METRIC_MODEL]) for row in run.rows]
+            for ax, key in ((loss_ax, contract.METRIC_VAL_LOSS), (acc_ax, contract.METRIC_VAL_ACCURACY)):
+                xs, ys = _points(names, run.column(key))
+                if ys:
+                    ax.plot(xs, ys, "o", color=colour, label=f"{run.label} val")
+            continue
         epochs = run.epochs()
         for key, style, what in (("train_loss", "--", "train"), ("val_loss", "-", "val")):
             xs, ys = _points(epochs, run.column(key))
@@ -268,16 +309,17 @@ def plot(runs: list[RunHistory], path: Path) -> None:
                 acc_ax.plot(xs, ys, style, marker="o", color=colour, label=f"{run.label} {what}")
     for ax, title in ((loss_ax, "loss"), (acc_ax, "accuracy")):
         ax.set_title(title)
-        ax.set_xlabel("epoch")
+        ax.set_xlabel("epoch" if by_epoch else "model")
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-        ax.xaxis.get_major_locator().set_params(integer=True)
+        if by_epoch:
+            ax.xaxis.get_major_locator().set_params(integer=True)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _points(epochs: list[int], values: list[float | None]) -> tuple[list[int], list[float]]:
+def _points(epochs: list[Any], values: list[float | None]) -> tuple[list[Any], list[float]]:
     pairs = [(e, v) for e, v in zip(epochs, values, strict=False) if v is not None]
     return [e for e, _ in pairs], [v for _, v in pairs]
