@@ -49,6 +49,17 @@ def test_failing_job_exits_1_with_its_message(cluster_env):
     assert re.search(r"FAILED after .*exit code 3", proc.stderr), proc.stderr
 
 
+def test_a_progress_bar_does_not_repeat_the_last_lines(cluster_env):
+    """A tqdm-like line (carriage returns, one newline) mid-run: the stream and the final full-log read must agree
+    on where each line is, so the lines printed after it are not printed again when the run ends."""
+    proc = rtjob("submit", "tests/support/jobs/count.yaml", "--set", "args.lines=8", "--set", "args.progress_after=5",
+                 env=cluster_env)
+    assert proc.returncode == 0, proc.stderr
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("line ", "progress "))]
+    numbered = [f"line {i} of 8" for i in range(1, 9)]
+    assert lines == [*numbered[:5], "progress 1/3", "progress 2/3", "progress 3/3", *numbered[5:]], proc.stdout
+
+
 def test_last_line_without_newline_is_not_lost(cluster_env):
     proc = rtjob("submit", "tests/support/jobs/count.yaml", "--set", "args.lines=3", "--set", "args.no_final_newline=true",
                  env=cluster_env)

@@ -3,13 +3,17 @@
 The log stream can end while the job still runs and can miss its last lines (Ray #51601, #46413), so:
 the stream is re-opened when it drops (each connection replays the log from its start, and lines already
 printed are skipped by count), the outcome comes from the job's status, and once the job has ended the
-full log is read once more to print any line the stream never delivered.
+full log is read once more to print any line the stream never delivered. Skipping by count needs every
+source to count lines alike: Ray's full log (and its websocket) reads the file as text, where a lone
+carriage return (a progress bar's redraw) ends a line, while the State API stream sends the file's bytes;
+so both are split by the same rule (Lines).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import sys
 import time
 from collections.abc import Callable
@@ -174,6 +178,21 @@ class Patience:
             return result
 
 
+class Lines:
+    """Complete lines of a text that comes in chunks, ended as Python's text mode ends them (universal newlines:
+    "\n", "\r\n" and a lone "\r"), which is how Ray reads a job's full log (JobLogStorageClient.get_logs):
+    a line's position is then the same in the stream and in the full log. A "\r" at a chunk's end waits for the
+    next chunk (it may be half of a "\r\n")."""
+
+    def __init__(self) -> None:
+        self._newlines = io.IncrementalNewlineDecoder(None, translate=True)
+        self.rest = ""  # the unfinished last line
+
+    def feed(self, chunk: str, final: bool = False) -> list[str]:
+        *lines, self.rest = (self.rest + self._newlines.decode(chunk, final=final)).split("\n")
+        return lines
+
+
 class LinePrinter:
     """Prints complete lines once each, counting them so a replayed stream can be skipped."""
 
@@ -191,12 +210,10 @@ class LinePrinter:
 async def _tail_forever(backend: Backend, run_id: str, printer: LinePrinter, done: asyncio.Event) -> None:
     while not done.is_set():
         seen = 0
-        buffer = ""
+        lines_of = Lines()
         try:
             async for chunk in backend.tail(run_id):
-                buffer += chunk
-                *lines, buffer = buffer.split("\n")
-                for line in lines:
+                for line in lines_of.feed(chunk):
                     seen += 1
                     if seen > printer.printed:
                         printer.emit(line)
@@ -247,9 +264,10 @@ async def _follow(
     if printer is not None:
         # Whatever the stream did not deliver (its last lines, a final line without newline).
         text = await patience.call(lambda: backend.logs(run_id))
-        lines = text.split("\n")
-        if lines and lines[-1] == "":
-            lines.pop()
+        lines_of = Lines()
+        lines = lines_of.feed(text, final=True)
+        if lines_of.rest:
+            lines.append(lines_of.rest)
         for line in lines[printer.printed:]:
             printer.emit(line)
     return info
