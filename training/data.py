@@ -97,6 +97,16 @@ def load_datasets(
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
+def filesystem(location: str) -> tuple[Any, str]:
+    """``(pyarrow filesystem, path in it)`` of a local path or a URI (``s3://bucket/key``: the standard AWS
+    variables, AWS_ENDPOINT_URL included, configure it)."""
+    import pyarrow.fs as pafs
+
+    if "://" in location:
+        return pafs.FileSystem.from_uri(location)
+    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
+
+
 def eval_shard(dataset: TensorDataset, rank: int, world_size: int) -> Subset:
     """Rank ``rank``'s share of ``dataset``: every sample exactly once over all ranks.
 

@@ -69,8 +69,12 @@ def sharding_units(model: nn.Module) -> list[nn.Module]:
     return []
 
 
-def shard_model(model: nn.Module, device: torch.device, options: FSDPOptions = FSDPOptions()) -> nn.Module:
-    """Shard ``model`` in place over all ranks of the default process group; returns it (now an FSDPModule)."""
+def shard_model(
+    model: nn.Module, device: torch.device, options: FSDPOptions = FSDPOptions(), units: list[nn.Module] | None = None,
+) -> nn.Module:
+    """Shard ``model`` in place over all ranks of the default process group; returns it (now an FSDPModule).
+
+    ``units``: the submodules to shard before the root (default: ``sharding_units(model)``)."""
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward}
     if options.mixed_precision:
@@ -78,7 +82,7 @@ def shard_model(model: nn.Module, device: torch.device, options: FSDPOptions = F
     if options.cpu_offload:
         # Pinned memory needs CUDA; on a CPU-only machine the shards simply stay in (pageable) RAM.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
-    for unit in sharding_units(model):
+    for unit in sharding_units(model) if units is None else units:
         fully_shard(unit, **kwargs)
     fully_shard(model, **kwargs)
     assert isinstance(model, FSDPModule)

@@ -110,19 +110,11 @@ def label_from_folder(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {IMAGE: _normalise(np.asarray(batch[IMAGE])), LABEL: np.asarray(labels, dtype=np.int64)}
 
 
-def _filesystem(uri: str) -> tuple[Any, str]:
-    import pyarrow.fs as pafs
-
-    if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
-
-
 def _format_of(uri: str) -> str:
     """'parquet' if any *.parquet file lies under ``uri``, else 'images'."""
     import pyarrow.fs as pafs
 
-    fs, path = _filesystem(uri)
+    fs, path = data.filesystem(uri)
     infos = fs.get_file_info(pafs.FileSelector(path, recursive=True, allow_not_found=True))
     if not infos:
         raise FileNotFoundError(f"--data-uri {uri}: nothing there")
@@ -142,7 +134,7 @@ def split_locations(uri: str) -> tuple[str, str | None]:
     """``(train, val)``: ``uri/train`` and ``uri/val`` if both exist, else ``(uri, None)``."""
     import pyarrow.fs as pafs
 
-    fs, path = _filesystem(uri)
+    fs, path = data.filesystem(uri)
     sub = {name: fs.get_file_info(f"{path.rstrip('/')}/{name}").type for name in ("train", "val")}
     if all(kind == pafs.FileType.Directory for kind in sub.values()):
         base = uri.rstrip("/")

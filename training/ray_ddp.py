@@ -126,17 +126,19 @@ def parse_args(
     return args
 
 
+# The flags every worker loop of the image-classification entrypoints reads from its config.
+CONFIG_KEYS = ("epochs", "global_batch_size", "lr", "model", "vit_size", "dataset", "data_dir", "train_size",
+               "val_size", "seed", "train_log_level")
+
+
 def build_trainer(
     args: argparse.Namespace, train_loop: Callable[[dict], None] = train_loop_per_worker,
-    extra_config: dict | None = None, **trainer_kwargs: Any,
+    extra_config: dict | None = None, config_keys: tuple[str, ...] = CONFIG_KEYS, **trainer_kwargs: Any,
 ) -> ray.train.torch.TorchTrainer:
-    """A TorchTrainer for ``train_loop`` (other strategies pass theirs, their own config and, like
-    Ray Data's ``datasets``/``dataset_config``, more TorchTrainer arguments)."""
-    config = {
-        key: getattr(args, key)
-        for key in ("epochs", "global_batch_size", "lr", "model", "vit_size", "dataset", "data_dir",
-                    "train_size", "val_size", "seed", "train_log_level")
-    }
+    """A TorchTrainer for ``train_loop`` (other strategies pass theirs, their own config (the flags named by
+    ``config_keys``, plus ``extra_config``) and, like Ray Data's ``datasets``/``dataset_config``, more TorchTrainer
+    arguments)."""
+    config = {key: getattr(args, key) for key in config_keys}
     config.update(extra_config or {})
     return ray.train.torch.TorchTrainer(
         train_loop,

@@ -79,8 +79,9 @@ def test_the_client_sets_every_variable_the_entrypoints_read(tmp_path: Path, mon
                       storage_flag="s3://bucket/runs" if backend == "ray" else None)
         sent = {name for name in job.env_vars if name.startswith("RTJOB_")}
         assert sent <= contract.ENV_NAMES
-        # Optional on purpose: the data cache (the entrypoint's default) and the schedule's name.
-        assert read - {contract.ENV_DATA_DIR, contract.ENV_SCHEDULE} <= sent, backend
+        # Optional on purpose: the data cache (the entrypoint's default), the schedule's name and a pipeline
+        # step's input (set by the pipeline only).
+        assert read - {contract.ENV_DATA_DIR, contract.ENV_SCHEDULE, contract.ENV_INPUT_URI} <= sent, backend
 
 
 def test_results_reads_the_metric_keys_the_training_loop_writes() -> None:
