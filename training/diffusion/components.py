@@ -52,6 +52,15 @@ UNET_SIZES: dict[str, dict[str, Any]] = {
 }
 
 
+def quiet_progress_bars() -> None:
+    """No per-load / per-save progress bars from diffusers and transformers in the job log."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    diffusers_logging.disable_progress_bar()
+    transformers_logging.disable_progress_bar()
+
+
 def tiny_tokenizer() -> Any:
     """training/hf's offline byte-level tokenizer, ending every caption with eos (CLIP pools at its eos) and
     padded to ``TINY_MAX_TOKENS`` like CLIP's 77."""

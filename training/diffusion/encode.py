@@ -34,6 +34,7 @@ def encode_batch(batch: dict, *, models_dir: str, size: int, val_percent: float,
     device = "cuda" if use_gpu else "cpu"
     if models_dir not in _MODELS:
         torch.set_num_threads(1)
+        components.quiet_progress_bars()
         _MODELS[models_dir] = tuple(m.to(device) if hasattr(m, "to") else m
                                     for m in components.load_saved(models_dir))  # type: ignore[assignment]
     images = [pairs.image_bytes(v) for v in batch["image"]]

@@ -73,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     args = parse_args(argv)
+    components.quiet_progress_bars()
     out = args.output.rstrip("/")
     data = args.data
     if data == pairs.SYNTHETIC:

@@ -73,6 +73,7 @@ def model_and_state(config: dict, meta: latents.LatentsMeta, device: torch.devic
 
 def train_loop_per_worker(config: dict) -> None:
     setup_worker(config)
+    components.quiet_progress_bars()
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
