@@ -290,16 +290,16 @@ def test_bf16_autocast_runs_the_unet_activations_in_bf16(encoded):
 
 
 def test_fp32_and_bf16_short_runs_reach_similar_loss(encoded):
-    z, emb = encoded
+    z, emb = (t[:8] for t in encoded)  # small: bf16 convolutions are several times slower than fp32 on most CPUs
     final = {}
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
         unet, scheduler = tiny_unet(), objective.noise_scheduler("epsilon")
-        optimizer = torch.optim.AdamW(unet.parameters(), lr=2e-3)
+        optimizer = torch.optim.AdamW(unet.parameters(), lr=3e-3)
         before = fixed_batch_loss(unet, scheduler, z, emb)
-        objective.train_epoch(unet, [(z, emb)] * 15, optimizer, scheduler, CPU, precision=precision)
+        objective.train_epoch(unet, [(z, emb)] * 8, optimizer, scheduler, CPU, precision=precision)
         final[precision] = fixed_batch_loss(unet, scheduler, z, emb)  # measured in fp32 for both
-        assert final[precision] < 0.8 * before, precision
+        assert final[precision] < 0.8 * before, (precision, before, final)
     assert final["bf16"] == pytest.approx(final["fp32"], rel=0.15), final
 
 
