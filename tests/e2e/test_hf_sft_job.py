@@ -12,7 +12,6 @@ import sys
 
 import pytest
 from support.cli import REPO, new_id, popen_rtjob
-
 from test_fault_tolerance import RESUME_LINE, find_pids, registered, storage_of, wait_for
 
 pytestmark = pytest.mark.cluster

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 import pytest
 from support.cli import REPO, new_id, popen_rtjob, rtjob
 from support.s3_server import S3Server, bucket_server
-
 from test_fault_tolerance import RESUME_LINE, find_pids, wait_for
 
 pytestmark = pytest.mark.cluster

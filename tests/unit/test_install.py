@@ -156,15 +156,22 @@ def test_validate_warns_once_per_job_declaring_neither_image_nor_requirements(cl
 
 
 def test_shipped_jobs_declare_requirements_pinned_as_the_train_extra(cli) -> None:
-    extra = {re.split(r"[=<>]", spec)[0]: spec for spec in PYPROJECT["project"]["optional-dependencies"]["train"]}
-    for job in sorted((REPO / "jobs").glob("*.yaml")):
-        from rtjob.spec.resolve import load_job_file
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    assert "rtjob[hf]" in extras["train"]  # the train extra includes the hf one's pins
+    extra = {re.split(r"[=<>]", spec)[0]: spec for spec in extras["train"] + extras["hf"]}
+    from rtjob.spec.pipeline import is_pipeline, load_pipeline
+    from rtjob.spec.schema import JobSpec, validate_job
+    from rtjob.spec.yamlsrc import load_yaml
 
-        spec, shown = load_job_file(str(job), REPO)
-        assert spec.requirements is not None or spec.image_uri, shown
-        for line in read_requirements(spec.requirements, job, shown) or []:
-            name = re.split(r"[=<>]", line)[0]
-            assert extra.get(name) == line, f"{shown}: {line} differs from the train extra's {extra.get(name)}"
+    for job in sorted((REPO / "jobs").glob("*.yaml")):
+        located = load_yaml(job, f"jobs/{job.name}")
+        jobs = ([(JobSpec.model_validate(s.document), s.shown) for s in load_pipeline(located, job, REPO).steps]
+                if is_pipeline(located.data) else [(validate_job(located), f"jobs/{job.name}")])
+        for spec, shown in jobs:
+            assert spec.requirements is not None or spec.image_uri, shown
+            for line in read_requirements(spec.requirements, job, shown) or []:
+                name = re.split(r"[=<>]", line)[0]
+                assert extra.get(name) == line, f"{shown}: {line} differs from the train extra's {extra.get(name)}"
 
 
 # -- rtjob init ---------------------------------------------------------------------------------------------
@@ -281,3 +288,7 @@ def test_packages_list_covers_every_rtjob_package() -> None:
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(REPO / "cli").parts) for p in (REPO / "cli" / "rtjob").rglob("__init__.py")}
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+    # training/'s sub-packages ship under rtjob_training too (an explicit packages list includes no sub-package).
+    shipped = {".".join(("rtjob_training", *p.parent.relative_to(REPO / "training").parts))
+               for p in (REPO / "training").rglob("__init__.py")}
+    assert shipped <= listed, f"add to [tool.setuptools] packages: {sorted(shipped - listed)}"
