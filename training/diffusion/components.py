@@ -32,19 +32,20 @@ TINY_NOTE = ("tiny random-init AutoencoderKL + CLIPTextModel + offline byte-leve
 # UNet sizes (--unet-size). cross_attention_dim always follows the text encoder's hidden size (768: CLIP ViT-L/14
 # of SD 1.x; 1024: OpenCLIP ViT-H/14 of SD 2.x) and sample_size the latents' (64 for 512 px images).
 UNET_SIZES: dict[str, dict[str, Any]] = {
-    # ~1.6M parameters: CPU tests and the embedded cluster (8x8x4 latents).
+    # ~0.8M parameters (with the tiny 32-wide text encoder): CPU tests and the embedded cluster (4x8x8 latents).
     "tiny": dict(block_out_channels=(32, 64), layers_per_block=1, attention_head_dim=8, norm_num_groups=8,
                  down_block_types=("CrossAttnDownBlock2D", "DownBlock2D"),
                  up_block_types=("UpBlock2D", "CrossAttnUpBlock2D")),
-    # ~60M: a real run on one A10G (e.g. 256 px images, 32x32 latents).
+    # ~74M (cross-attention 768): a first real run on one A10G (e.g. 256 px images, 4x32x32 latents).
     "small": dict(block_out_channels=(128, 256, 512), layers_per_block=2, attention_head_dim=8,
                   down_block_types=("CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"),
                   up_block_types=("UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D")),
-    # SD 1.x UNet (~860M): bf16 autocast, batch ~8 per A10G (24 GB) with EMA; g5.12xlarge = 4 of them.
+    # SD 1.x UNet (859.5M): fp32 weights + grads + AdamW + EMA = ~17 GB before activations, so on an A10G (24 GB)
+    # bf16 autocast, gradient checkpointing and a per-GPU batch of ~4-8 (an estimate: not measured here).
     "sd15": dict(block_out_channels=(320, 640, 1280, 1280), layers_per_block=2, attention_head_dim=8,
                  down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),
                  up_block_types=("UpBlock2D",) + ("CrossAttnUpBlock2D",) * 3),
-    # SD 2.x UNet (~865M): linear projections, per-level head dims.
+    # SD 2.x UNet (865.9M): linear projections, per-level head dims.
     "sd2": dict(block_out_channels=(320, 640, 1280, 1280), layers_per_block=2, attention_head_dim=(5, 10, 20, 20),
                 use_linear_projection=True,
                 down_block_types=("CrossAttnDownBlock2D",) * 3 + ("DownBlock2D",),

@@ -107,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                    "val_percent": args.val_percent, "use_gpu": args.use_gpu},
         num_gpus=1 if args.use_gpu else None)
     fs, path = shared_data.filesystem(f"{out}/{latents.LATENTS_DIR}")
+    fs.delete_dir_contents(path, missing_dir_ok=True)  # a retried run must not append a second copy
     encoded.write_parquet(path, filesystem=fs)
 
     import pyarrow.parquet as pq

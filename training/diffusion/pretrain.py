@@ -40,7 +40,7 @@ def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--data", default=os.environ.get(contract.ENV_INPUT_URI),
                        help="the preprocess step's run folder, local or s3:// (default: $RTJOB_INPUT_URI)")
     group.add_argument("--unet-size", choices=list(UNET_SIZES), default="tiny",
-                       help="tiny (~1.6M, CPU), small (~60M), sd15 / sd2 (the real ~860M UNets)")
+                       help="tiny (0.8M, CPU), small (74M), sd15 / sd2 (the real SD 1.x / 2.x UNets, 860M / 866M)")
     group.add_argument("--prediction-type", choices=PREDICTION_TYPES, default="epsilon")
     group.add_argument("--precision", choices=PRECISIONS,
                        help="bf16 (autocast; default with --use-gpu), fp16 (autocast + GradScaler, GPU only) or "
