@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from support.cli import new_id, rtjob, wait_for_status
+from support.cli import new_id, rtjob
 
 pytestmark = pytest.mark.cluster
 
@@ -31,7 +31,9 @@ def test_steps_hand_their_folders_down_and_no_wait_goes_on_with_the_same_submit(
     assert first["id"] == pid and [s["run_id"] for s in first["steps"]] == [f"{pid}-{n}" for n in
                                                                            ("first", "second", "third")]
     assert [s["status"] for s in first["steps"]] == ["RUNNING", None, None]
-    wait_for_status(cluster_env, f"{pid}-first", {"SUCCEEDED"}, timeout=120)
+    waited = rtjob("wait", pid, env=cluster_env, timeout=300)  # the first step ends; nothing submits the second
+    assert waited.returncode == 2 and "step second was never submitted" in waited.stderr
+    assert f"--submission-id {pid}" in waited.stderr
     again = rtjob("submit", PIPELINE, "--submission-id", pid, "-o", "json", env=cluster_env, timeout=300)
     done = json.loads(ok(again))
     assert done["status"] == "SUCCEEDED" and "first: " in again.stderr and "already SUCCEEDED" in again.stderr
@@ -39,6 +41,10 @@ def test_steps_hand_their_folders_down_and_no_wait_goes_on_with_the_same_submit(
 
     status = json.loads(ok(rtjob("status", pid, "-o", "json", env=cluster_env)))
     assert status["status"] == "SUCCEEDED" and [s["status"] for s in status["steps"]] == ["SUCCEEDED"] * 3
+    assert json.loads(ok(rtjob("wait", pid, "-o", "json", env=cluster_env)))["status"] == "SUCCEEDED"
+    logs = ok(rtjob("logs", pid, env=cluster_env))
+    assert logs.index("== step first") < logs.index("step first wrote first") < logs.index("== step second")
+    assert "step third wrote first,second,third" in logs
     pulled = json.loads(ok(rtjob("pull", pid, "--to", str(tmp_path / "p"), "-o", "json", env=cluster_env)))
     assert [p["step"] for p in pulled] == ["first", "second", "third"]
     assert (tmp_path / "p" / "second" / "relay.txt").read_text() == "first,second"

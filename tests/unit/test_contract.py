@@ -80,8 +80,10 @@ def test_the_client_sets_every_variable_the_entrypoints_read(tmp_path: Path, mon
         sent = {name for name in job.env_vars if name.startswith("RTJOB_")}
         assert sent <= contract.ENV_NAMES
         # Optional on purpose: the data cache (the entrypoint's default), the schedule's name and a pipeline
-        # step's input (set by the pipeline only).
-        assert read - {contract.ENV_DATA_DIR, contract.ENV_SCHEDULE, contract.ENV_INPUT_URI} <= sent, backend
+        # step's names and inputs (set by a pipeline only; tests/unit/test_pipeline_spec.py checks those).
+        optional = {contract.ENV_DATA_DIR, contract.ENV_SCHEDULE, contract.ENV_PIPELINE_ID, contract.ENV_STEP_NAME,
+                    contract.ENV_INPUT_URI, contract.ENV_STEP_URIS}
+        assert read - optional <= sent, backend
 
 
 def test_results_reads_the_metric_keys_the_training_loop_writes() -> None:

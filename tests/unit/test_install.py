@@ -157,8 +157,12 @@ def test_validate_warns_once_per_job_declaring_neither_image_nor_requirements(cl
 
 def test_shipped_jobs_declare_requirements_pinned_as_the_train_extra(cli) -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert "rtjob[hf]" in extras["train"]  # the train extra includes the hf one's pins
-    extra = {re.split(r"[=<>]", spec)[0]: spec for spec in extras["train"] + extras["hf"]}
+
+    def pins(name: str) -> list[str]:  # an extra's requirements, its own `rtjob[other]` extras expanded
+        return [pin for spec in extras[name] for pin in (
+            [p for other in spec[6:-1].split(",") for p in pins(other)] if spec.startswith("rtjob[") else [spec])]
+
+    extra = {re.split(r"[=<>]", spec)[0]: spec for spec in pins("train")}
     from rtjob.spec.pipeline import is_pipeline, load_pipeline
     from rtjob.spec.schema import JobSpec, validate_job
     from rtjob.spec.yamlsrc import load_yaml
@@ -264,7 +268,7 @@ def test_init_github_writes_the_scheduled_workflow(cli) -> None:
 
 def test_training_imports_itself_relatively() -> None:
     """Shipped as rtjob_training, `from training.x import` would break: only relative imports."""
-    offenders = [f"{p.name}:{n}" for p in sorted((REPO / "training").glob("*.py"))
+    offenders = [f"{p.name}:{n}" for p in sorted((REPO / "training").rglob("*.py"))
                  for n, line in enumerate(p.read_text().splitlines(), 1)
                  if re.match(r"\s*(from training\b|import training\b)", line) or '"training.' in line]
     assert not offenders
@@ -287,8 +291,6 @@ def test_rtjob_training_imports_without_torch_and_runs_as_a_module(tmp_path: Pat
 def test_packages_list_covers_every_rtjob_package() -> None:
     listed = set(PYPROJECT["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(REPO / "cli").parts) for p in (REPO / "cli" / "rtjob").rglob("__init__.py")}
+    found |= {".".join(("rtjob_training", *p.parent.relative_to(REPO / "training").parts))
+              for p in (REPO / "training").rglob("__init__.py")}
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
-    # training/'s sub-packages ship under rtjob_training too (an explicit packages list includes no sub-package).
-    shipped = {".".join(("rtjob_training", *p.parent.relative_to(REPO / "training").parts))
-               for p in (REPO / "training").rglob("__init__.py")}
-    assert shipped <= listed, f"add to [tool.setuptools] packages: {sorted(shipped - listed)}"

@@ -51,6 +51,7 @@ def collate(examples: Sequence[Example], pad_id: int) -> dict[str, torch.Tensor]
 
 def read_split(data_dir: str, split: str) -> Pairs:
     """The ``(prompt, completion)`` rows of ``<data_dir>/<split>.parquet`` (local path or URI)."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     fs, path = shared_data.filesystem(data_dir)
@@ -59,11 +60,13 @@ def read_split(data_dir: str, split: str) -> Pairs:
         table = pq.read_table(location, filesystem=fs, columns=list(COLUMNS))
     except FileNotFoundError:
         raise FileNotFoundError(f"{data_dir}: no {split}.parquet there") from None
-    except KeyError as exc:  # a missing column
-        raise ValueError(f"{data_dir}/{split}.parquet: needs string columns prompt and completion ({exc})") from None
+    except (KeyError, pa.ArrowInvalid):  # a missing column
+        raise ValueError(f"{data_dir}/{split}.parquet: needs string columns prompt and completion") from None
     prompts, completions = (table.column(c).to_pylist() for c in COLUMNS)
     if any(not isinstance(v, str) for v in (*prompts, *completions)):
         raise ValueError(f"{data_dir}/{split}.parquet: prompt and completion must be non-null strings")
+    if not prompts:
+        raise ValueError(f"{data_dir}/{split}.parquet: no rows")
     return list(zip(prompts, completions, strict=True))
 
 

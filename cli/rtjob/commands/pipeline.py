@@ -169,3 +169,60 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
                       (info.storage_uri if info else step.get("storage_uri")) or "-")
     print_rich(table)
     return EXIT_SUCCEEDED
+
+
+def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, output: str,
+                  timeout_s: float | None) -> int:
+    """`rtjob wait PIPELINE_ID`: follow each submitted step that has not ended, in order, then exit with the pipeline
+    run's outcome. Steps are submitted by a follower only: when the next step was never submitted, say so (exit 2)."""
+    from ..core.errors import BadInput
+    from ..runs import pipeline as pipelines
+
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    steps = step_infos(be, record, storage_root)
+    statuses: list[RunStatus | None] = [info.status if info else None for _, info in steps]
+    code = EXIT_SUCCEEDED
+    for i, (_step, info) in enumerate(steps):
+        if info is None or info.status.terminal:
+            continue
+        left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        code, ended = follow_outcome(be, info.id, output, left, False, logs=False, print_result=False)
+        if ended is None:
+            return code
+        statuses[i] = ended.status
+    status = pipelines.overall(statuses)
+    pipelines.record_progress(record, statuses, say)
+    if not status.terminal:
+        waiting = next((str(s.get("name")) for (s, _), st in zip(steps, statuses, strict=True) if st is None), "?")
+        raise BadInput(f"pipeline {record.id}: step {waiting} was never submitted (steps advance only while rtjob "
+                       f"follows them): rtjob submit {record.job_file or record.job} --submission-id {record.id}")
+    say(f"pipeline {record.id} {status.value}")
+    if output != "text":
+        print_data({"id": record.id, "pipeline": record.job, "status": status.value,
+                    "steps": [{"name": s.get("name"), "run_id": s.get("run_id"), "status": st.value if st else None}
+                              for (s, _), st in zip(steps, statuses, strict=True)]}, output)
+    return EXIT_SUCCEEDED if status == RunStatus.SUCCEEDED else max(code, 1)
+
+
+def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail_lines: int | None) -> int:
+    """`rtjob logs PIPELINE_ID`: each step's log in order, under a header naming the step and its run."""
+    from ..backends.base import last_lines
+    from ..core.errors import RtjobError
+    from ..core.redact import redact
+    from ..runs.history import archived_log, lookup
+
+    for step in record.steps:
+        run_id = str(step.get("run_id"))
+        echo(f"== step {step.get('name')}: {run_id} ==")
+        try:
+            info, recorded = lookup(be, run_id, storage_root, None)
+            if recorded is not None:
+                text = archived_log(recorded)
+                text = last_lines(text, tail_lines) if tail_lines else text
+            else:
+                text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
+        except RtjobError as exc:
+            echo(f"(no log: {exc.message})")
+            continue
+        echo(redact(text, info.secrets), nl=not text.endswith("\n"))
+    return EXIT_SUCCEEDED

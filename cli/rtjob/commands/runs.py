@@ -129,6 +129,13 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     info, record = lookup(be, run_id, storage_root, None)
+    if record is not None and record.steps:  # a pipeline run: each step's log
+        if follow:
+            raise click.UsageError(f"--follow: {run_id} is a pipeline run; follow one step's run id, or rtjob "
+                                   f"submit {record.job_file or record.job} --submission-id {run_id} to follow it")
+        from .pipeline import pipeline_logs
+
+        return pipeline_logs(be, record, storage_root, tail_lines)
     if record is not None:  # the cluster no longer knows it: the log archived when the run ended
         if follow and not info.status.terminal:
             raise click.UsageError(f"--follow: the cluster no longer knows run {run_id} ({info.message})")
@@ -161,6 +168,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     timeout_s = parse_timeout(timeout)
     be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
     info, record = lookup(be, run_id, storage_root, say)
+    if record is not None and record.steps:  # a pipeline run: its submitted steps, then its outcome
+        from .pipeline import pipeline_wait
+
+        return pipeline_wait(be, record, storage_root, output, timeout_s)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:
             raise BadInput(f"run {run_id}: {info.message}")
