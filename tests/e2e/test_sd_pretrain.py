@@ -21,7 +21,7 @@ from test_fault_tolerance import RESUME_LINE, find_pids, wait_for
 
 pytestmark = pytest.mark.cluster
 BUCKET = "sd-runs"
-EPOCH_LINE = re.compile(r"epoch (\d+)/5 train_loss=([\d.]+) val_loss=([\d.]+)")
+EPOCH_LINE = re.compile(r"epoch (\d+)/4 train_loss=([\d.]+) val_loss=([\d.]+)")
 
 
 @pytest.fixture(scope="module")
@@ -65,19 +65,19 @@ def test_sd_pretrain_pipeline_on_s3_learns_resumes_after_a_killed_worker_and_pul
     assert "the SYNTHETIC coloured-shapes set" in out and "tiny random-init AutoencoderKL" in out
     assert "DDP over 2 ranks" in out, out[-3000:]
     resumes = [tuple(map(int, m)) for m in RESUME_LINE.findall(out)]
-    assert len(resumes) == 1 and resumes[0][0] in (saved, saved + 1) and resumes[0][2] == 5, (resumes, saved)
+    assert len(resumes) == 1 and resumes[0][0] in (saved, saved + 1) and resumes[0][2] == 4, (resumes, saved)
     after = out[out.index("RESUME: loaded"):]
-    assert list(dict.fromkeys(int(m[0]) for m in EPOCH_LINE.findall(after))) == list(range(resumes[0][1], 6))
+    assert list(dict.fromkeys(int(m[0]) for m in EPOCH_LINE.findall(after))) == list(range(resumes[0][1], 5))
 
     client = s3.client()
-    history = json.loads(client.get_object(Bucket=BUCKET, Key=f"{prefix}/checkpoint_epoch_0005/metrics.json")
+    history = json.loads(client.get_object(Bucket=BUCKET, Key=f"{prefix}/checkpoint_epoch_0004/metrics.json")
                          ["Body"].read())
-    assert [row["epoch"] for row in history] == [1, 2, 3, 4, 5]  # one history across the restart
+    assert [row["epoch"] for row in history] == [1, 2, 3, 4]  # one history across the restart
     assert history[-1]["train_loss"] < history[0]["train_loss"], history
     assert history[-1]["val_loss"] < history[0]["val_loss"], history
     listed = client.list_objects_v2(Bucket=BUCKET, Prefix=f"{prefix}/samples/")["Contents"]
     keys = {o["Key"] for o in listed if not o["Key"].endswith("/")}  # pyarrow's create_dir leaves a folder key
-    assert {f"{prefix}/samples/epoch_{e:04d}.png" for e in (2, 4, 5)} <= keys, keys  # --sample-every 2, and last
+    assert {f"{prefix}/samples/epoch_{e:04d}.png" for e in (2, 4)} <= keys, keys  # --sample-every 2
     for key in keys:
         image = Image.open(io.BytesIO(client.get_object(Bucket=BUCKET, Key=key)["Body"].read()))
         image.verify()
@@ -86,8 +86,8 @@ def test_sd_pretrain_pipeline_on_s3_learns_resumes_after_a_killed_worker_and_pul
     pulled = json.loads(rtjob("pull", pid, "--to", str(tmp_path / "p"), "-o", "json", env=env, timeout=120).stdout)
     assert [p["step"] for p in pulled] == ["preprocess", "pretrain"]
     pretrain = tmp_path / "p" / "pretrain"
-    assert (pretrain / "samples" / "epoch_0005.png").is_file()
-    folder = pretrain / "checkpoint_epoch_0005"
+    assert (pretrain / "samples" / "epoch_0004.png").is_file()
+    folder = pretrain / "checkpoint_epoch_0004"
     assert {"model_index.json", "unet", "unet_train", "vae", "text_encoder", "tokenizer", "scheduler",
             "state.json"} <= {p.name for p in folder.iterdir()}
 
