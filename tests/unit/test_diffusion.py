@@ -23,6 +23,15 @@ CPU = torch.device("cpu")
 SIZE = 32
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """As in a Ray Train worker: one intra-op thread (two on a shared 2-core machine oversubscribe it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def frozen():
     vae, text_encoder, tokenizer, _ = components.load_frozen("tiny", "tiny", None, subfolders=False, seed=0)
@@ -290,14 +299,14 @@ def test_bf16_autocast_runs_the_unet_activations_in_bf16(encoded):
 
 
 def test_fp32_and_bf16_short_runs_reach_similar_loss(encoded):
-    z, emb = (t[:8] for t in encoded)  # small: bf16 convolutions are several times slower than fp32 on most CPUs
+    z, emb = (t[:4] for t in encoded)
     final = {}
     for precision in ("fp32", "bf16"):
         torch.manual_seed(0)
         unet, scheduler = tiny_unet(), objective.noise_scheduler("epsilon")
-        optimizer = torch.optim.AdamW(unet.parameters(), lr=3e-3)
+        optimizer = torch.optim.AdamW(unet.parameters(), lr=5e-3)
         before = fixed_batch_loss(unet, scheduler, z, emb)
-        objective.train_epoch(unet, [(z, emb)] * 8, optimizer, scheduler, CPU, precision=precision)
+        objective.train_epoch(unet, [(z, emb)] * 6, optimizer, scheduler, CPU, precision=precision)
         final[precision] = fixed_batch_loss(unet, scheduler, z, emb)  # measured in fp32 for both
         assert final[precision] < 0.8 * before, (precision, before, final)
     assert final["bf16"] == pytest.approx(final["fp32"], rel=0.15), final
