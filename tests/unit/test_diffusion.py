@@ -102,6 +102,16 @@ def test_calibrated_scaling_gives_unit_latent_std(frozen, rows):
     assert z.std() == pytest.approx(1.0, rel=1e-3)
 
 
+def test_real_models_load_by_reference_from_an_sd_repository_layout(tmp_path, frozen):
+    components.save_frozen(str(tmp_path), *frozen)  # vae/, text_encoder/, tokenizer/: a Stable Diffusion repo's
+    vae, text_encoder, tokenizer, described = components.load_frozen(str(tmp_path), str(tmp_path), None,
+                                                                     subfolders=True, seed=0)
+    assert described == f"VAE {tmp_path}, text encoder {tmp_path}"
+    assert vae.config.scaling_factor == frozen[0].config.scaling_factor
+    assert tokenizer("a red circle").input_ids == frozen[2]("a red circle").input_ids
+    assert torch.equal(text_encoder.get_input_embeddings().weight, frozen[1].get_input_embeddings().weight)
+
+
 def test_half_tiny_half_real_is_refused():
     with pytest.raises(ValueError, match="both 'tiny'"):
         components.load_frozen("tiny", "openai/clip-vit-large-patch14", None, subfolders=False, seed=0)
