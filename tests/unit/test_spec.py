@@ -93,6 +93,7 @@ def test_minimal_job_validates_with_defaults():
 def test_shipped_jobs_validate():
     shown = [name for _, _, name in shipped_jobs()]  # validated as they load; a pipeline's steps each
     assert "jobs/ddp-resnet.yaml" in shown and "jobs/voice-clone.yaml step train" in shown
+    assert "jobs/sd-pretrain.yaml step pretrain" in shown
     for path in sorted((REPO / "compute_configs").glob("*.y*ml")):
         validate_compute_config(parse_yaml(path.read_text(), path.name))
 

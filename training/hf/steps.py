@@ -150,12 +150,13 @@ def train_epoch(
                 loss = loss_sum * scale
                 (scaler.scale(loss) if scaler is not None else loss).backward()
             acc.add(loss_sum, correct, tokens, batch["input_ids"].size(0))
-        _step(model, optimizer, scaler, max_grad_norm)
+        optimizer_step(model, optimizer, scaler, max_grad_norm)
     return acc.stats()
 
 
-def _step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
-          max_grad_norm: float | None) -> None:
+def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None,
+                   max_grad_norm: float | None) -> None:
+    """Unscale (fp16), clip the gradient norm (when ``max_grad_norm``), step, update the scaler, zero the grads."""
     if scaler is not None:
         scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
     if max_grad_norm:
