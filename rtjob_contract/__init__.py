@@ -63,6 +63,16 @@ def checkpoint_dir_name(epoch: int) -> str:
     return f"{EPOCH_CHECKPOINT_PREFIX}{epoch:04d}"
 
 
+# What a run generates to look at or listen to (sample image grids, decoded audio): <run dir>/samples/. A file
+# made at an epoch is named by it (samples/epoch_NNNN.png), so `rtjob results` can show the latest or every epoch.
+SAMPLES_DIR = "samples"
+
+
+def sample_file_name(epoch: int, suffix: str = ".png") -> str:
+    """The sample file of epoch ``epoch`` inside SAMPLES_DIR."""
+    return f"epoch_{epoch:04d}{suffix}"
+
+
 # Keys of one metrics-history row (what the entrypoints write, what `rtjob results` shows).
 METRIC_EPOCH = "epoch"
 METRIC_TRAIN_LOSS = "train_loss"

@@ -15,15 +15,16 @@ from typing import Any
 
 import numpy as np
 
+from rtjob_contract import SAMPLES_DIR, sample_file_name
+
 from .. import data as shared_data
 
-SAMPLES_DIR = "samples"
 DEFAULT_PROMPTS = ("a red circle on a black background", "a blue square on a gray background",
                    "a yellow triangle on a teal background", "a white circle on a teal background")
 
 
 def sample_name(epoch: int) -> str:
-    return f"{SAMPLES_DIR}/epoch_{epoch:04d}.png"
+    return f"{SAMPLES_DIR}/{sample_file_name(epoch)}"
 
 
 def build_pipeline(unet: Any, vae: Any, text_encoder: Any, tokenizer: Any, scheduler: Any) -> Any:

@@ -30,7 +30,7 @@ from .encode import ADDED_TOKENS_FILE, SFT_DIR
 
 EVALUATION_FILE = "evaluation.json"
 PLOT_FILE = "evaluation.png"
-SAMPLES_DIR = "samples"
+SAMPLES_DIR = contract.SAMPLES_DIR
 FINE_TUNED, BASE, UNIGRAM_SPEAKER, UNIGRAM_GLOBAL = "fine-tuned", "base", "unigram/speaker", "unigram/global"
 
 
