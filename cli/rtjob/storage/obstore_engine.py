@@ -108,9 +108,9 @@ class ObstoreDownloader:
                 error: BaseException | None = None
                 try:
                     await self._file(item, target, requests, on_progress)
-                except OSError as exc:  # opening or writing the partial file
-                    error = exc
-                except Exception as exc:
+                except _LocalError as failed:  # opening or writing the partial file
+                    error = failed.error
+                except Exception as exc:  # obstore's (its "not found" is a FileNotFoundError too)
                     error = transfer_error(exc)
                 on_done(item, target, error)
 
@@ -118,7 +118,10 @@ class ObstoreDownloader:
 
     async def _file(self, item: Any, target: Path, requests: asyncio.Semaphore,
                     on_progress: Callable[[int], None]) -> None:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        try:
+            fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise _LocalError(exc) from None
         try:
             if item.size <= PART_SIZE:
                 await self._part(fd, item, None, requests, on_progress)
@@ -155,7 +158,10 @@ class ObstoreDownloader:
                     async for chunk in result.stream(min_chunk_size=CHUNK):
                         view = memoryview(chunk)
                         while view:
-                            done = os.pwrite(fd, view, offset)
+                            try:
+                                done = os.pwrite(fd, view, offset)
+                            except OSError as exc:
+                                raise _LocalError(exc) from None
                             view, offset, written = view[done:], offset + done, written + done
                         on_progress(len(chunk))
                 return
@@ -163,6 +169,14 @@ class ObstoreDownloader:
                 on_progress(-written)
                 if attempt + 1 == ATTEMPTS:
                     raise
+
+
+class _LocalError(Exception):
+    """A local file could not be opened or written (told apart from obstore's errors, some of them OSErrors)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def transfer_error(exc: BaseException) -> TransferError:
@@ -173,7 +187,8 @@ def transfer_error(exc: BaseException) -> TransferError:
     code, message = s3_error_in(text)
     status = next((s for kind, s in ((ox.PreconditionError, 412), (ox.NotFoundError, 404),
                                      (ox.PermissionDeniedError, 403), (ox.UnauthenticatedError, 403),
-                                     (ox.NotModifiedError, 304)) if isinstance(exc, kind)), None)
+                                     (ox.NotModifiedError, 304), (FileNotFoundError, 404), (PermissionError, 403))
+                   if isinstance(exc, kind)), None)
     if not code and status:
         code = STATUS_CODES[status]
     if not code:
