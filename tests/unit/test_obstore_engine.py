@@ -233,3 +233,26 @@ def test_obstore_errors_read_as_s3_error_codes() -> None:
     error = obstore_engine.transfer_error(ox.PreconditionError("Request precondition failure for path x"))
     assert (error.code, error.status) == ("PreconditionFailed", 412)
     assert obstore_engine.transfer_error(ox.PermissionDeniedError("denied")).code == "AccessDenied"
+
+
+def test_a_proxy_for_the_endpoint_leaves_the_pull_to_botocore(served: S3Server, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the light listing nor obstore is pointed at a proxy: with one set, botocore lists and downloads."""
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")  # nothing listens there; NO_PROXY lets botocore by
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    item = put(served, "dl/proxied.bin", b"through botocore")
+    store = S3Store(parse_location(f"s3://{BUCKET}/dl"))
+    assert store.light is not None  # NO_PROXY covers the endpoint: no proxy for it
+    monkeypatch.delenv("NO_PROXY")
+    store = S3Store(parse_location(f"s3://{BUCKET}/dl"))
+    assert store.light is None
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the transfer itself must reach the server
+    from rtjob.storage import crt
+
+    for module in ("rtjob.storage.engines", "rtjob.storage.crt"):  # the proxy as the engines see it
+        monkeypatch.setattr(f"{module}.proxy_reason", lambda url: "a proxy is set for http")
+    assert crt.unusable_reason(served.endpoint)
+    done: dict[str, BaseException | None] = {}
+    store.download([(item, tmp_path / "p.part")], None, lambda i, t, e: done.__setitem__(i.key, e))
+    assert done == {item.key: None} and store.engine == "botocore"
+    assert (tmp_path / "p.part").read_bytes() == b"through botocore"
