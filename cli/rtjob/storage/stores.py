@@ -383,10 +383,12 @@ class S3Store(Store):
         if item.size > limit:  # refused before the GET: the listing says how big it is
             raise too_large(where, limit)
         if self.light is not None:
-            from .engines import TransferError
-
-            with contextlib.suppress(TransferError):  # else botocore reads it, and words what went wrong
-                return read_capped(io.BytesIO(self._obstore_engine().read(item.key, limit)), limit, where)
+            try:
+                data = self._obstore_engine().read(item.key, limit)
+            except Exception:  # botocore reads it instead, and words what went wrong
+                pass
+            else:
+                return read_capped(io.BytesIO(data), limit, where)
         try:
             body = self.client.get_object(Bucket=self.location.bucket, Key=item.key)["Body"]
             return read_capped(body, limit, where)
