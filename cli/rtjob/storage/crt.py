@@ -1,4 +1,4 @@
-"""``rtjob pull``'s S3 transfer engine: the AWS Common Runtime's S3 client (``awscrt``), one GET per file.
+"""``rtjob pull``'s second S3 engine (engines.py): the AWS Common Runtime's S3 client (``awscrt``), one GET per file.
 
 Why: botocore spends ~3 ms of Python CPU on every GET (request building, signing, parsing, one GIL), so a pull
 of thousands of small shards was CPU-bound at 3x s5cmd's time; the CRT does the HTTP, SigV4 signing, ranged
@@ -17,8 +17,9 @@ The endpoint, addressing style and region come from botocore's own rules (the UR
 key's request to, caught before it is sent, gives the URL every key is appended to), and credentials from botocore's chain (env, profiles, SSO, roles),
 asked again whenever the CRT signs, so expiring ones are refreshed.
 
-Not used (the botocore engine instead, stores.S3Store): when awscrt is not installed, when a proxy is set for
-the endpoint (the CRT's S3 client does not read HTTP(S)_PROXY), or with RTJOB_S3_ENGINE=botocore.
+Used where obstore is not (not installed, or RTJOB_S3_ENGINE=crt). Not used (the botocore engine instead,
+stores.S3Store): when awscrt is not installed, when a proxy is set for the endpoint (the CRT's S3 client does not
+read HTTP(S)_PROXY), or with RTJOB_S3_ENGINE=botocore.
 """
 
 from __future__ import annotations
@@ -33,9 +34,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-# Which engine `rtjob pull` uses: "crt" (the default when awscrt is installed) or "botocore".
-ENGINE_ENV = "RTJOB_S3_ENGINE"
-ENGINES = ("crt", "botocore")
+from .engines import (
+    ENGINE_ENV,
+    STATUS_CODES,
+    TransferError,
+    allowed,
+    chosen_engine,
+    custom_endpoint,
+    proxy_reason,
+)
 
 MiB = 1024 * 1024
 PART_SIZE = 8 * MiB  # ranged GETs of a large file (AWS's guidance: 8-16 MiB)
@@ -43,26 +50,6 @@ MEMORY_LIMIT = 256 * MiB  # the CRT's buffer pool: a 2 GiB pull stays within a f
 IN_FLIGHT = 64  # files being fetched at once (each holds an open file)
 GBPS_PER_CORE = 0.5  # the CRT sizes its connection pool from a throughput target (see throughput_target())
 _PROBE = "rtjob-probe-key"
-
-
-class TransferError(Exception):
-    """A failed GET, as S3 (or the network) said it: ``code`` is S3's error code or the CRT's error name."""
-
-    def __init__(self, code: str, message: str, status: int | None = None) -> None:
-        super().__init__(f"{code}: {message}" if message else code)
-        self.code = code
-        self.message = message
-        self.status = status
-
-
-def chosen_engine() -> str:
-    """The engine asked for by RTJOB_S3_ENGINE ("crt" unless it says "botocore"); bad values are bad input."""
-    from ..core.errors import BadInput
-
-    value = (os.environ.get(ENGINE_ENV) or "crt").strip().lower()
-    if value not in ENGINES:
-        raise BadInput(f"{ENGINE_ENV}={value!r}: not an S3 engine (valid: {', '.join(ENGINES)})")
-    return value
 
 
 def throughput_target() -> float:
@@ -81,19 +68,14 @@ def throughput_target() -> float:
 
 def unusable_reason(endpoint_url: str) -> str | None:
     """Why the CRT engine cannot serve this endpoint here (None: it can)."""
-    if chosen_engine() != "crt":
-        return f"{ENGINE_ENV}=botocore"
+    if not allowed("crt"):
+        return f"{ENGINE_ENV}={chosen_engine()}"
     try:
         import awscrt.s3  # noqa: F401
     except ImportError:
         return "awscrt is not installed"
-    import urllib.request
-
-    parts = urlsplit(endpoint_url)
-    proxies = urllib.request.getproxies()
-    if proxies.get(parts.scheme) and not urllib.request.proxy_bypass(parts.hostname or ""):
-        return f"a proxy is set for {parts.scheme} (the CRT S3 client does not use it)"
-    return None
+    reason = proxy_reason(endpoint_url)
+    return f"{reason} (the CRT S3 client does not use it)" if reason else None
 
 
 class CrtDownloader:
@@ -104,7 +86,7 @@ class CrtDownloader:
 
         region = region or client.meta.region_name or "us-east-1"
         if region != client.meta.region_name:  # the bucket lives elsewhere (its listing said so)
-            client = session.create_client("s3", region_name=region, endpoint_url=_custom_endpoint(client),
+            client = session.create_client("s3", region_name=region, endpoint_url=custom_endpoint(str(client.meta.endpoint_url or "")),
                                             config=client.meta.config)
         url = urlsplit(_request_url(client, bucket, _PROBE))
         if not url.path.endswith("/" + _PROBE):
@@ -224,12 +206,6 @@ def _request_url(client: Any, bucket: str, key: str) -> str:
     return seen[0]
 
 
-def _custom_endpoint(client: Any) -> str | None:
-    """The client's endpoint if it is not AWS's own (an S3-compatible server keeps its URL in every region)."""
-    url = str(client.meta.endpoint_url or "")
-    return None if url.endswith(".amazonaws.com") or ".amazonaws.com." in url else url or None
-
-
 def _transfer_error(error: BaseException, details: dict[str, Any]) -> TransferError:
     """S3's error code and message from the response body (an XML ``<Error>``), else the CRT's error name."""
     status = details.get("status_code") or getattr(error, "status_code", None)
@@ -243,13 +219,10 @@ def _transfer_error(error: BaseException, details: dict[str, Any]) -> TransferEr
         except ET.ParseError:
             pass
     if not code and status:
-        code = _STATUS_CODES.get(int(status), f"HTTP{status}")
+        code = STATUS_CODES.get(int(status), f"HTTP{status}")
     if not code:
         code = str(getattr(error, "name", "") or type(error).__name__)
         message = str(getattr(error, "message", "") or error)
     return TransferError(code, message, int(status) if status else None)
 
 
-# What S3 means by a status when the body says nothing (a HEAD-like error, or a server that sends no XML).
-_STATUS_CODES = {304: "NotModified", 400: "BadRequest", 403: "AccessDenied", 404: "NoSuchKey",
-                 412: "PreconditionFailed", 416: "InvalidRange", 500: "InternalError", 503: "SlowDown"}

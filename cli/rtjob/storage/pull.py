@@ -78,11 +78,13 @@ def unsafe_reason(rel: str) -> str | None:
         return "absolute path"
     if "\\" in rel:
         return "backslash in the name"
-    if any(unicodedata.category(ch) == "Cc" for ch in rel):  # C0, DEL and C1
-        return "control character in the name"
-    hidden = next((ch for ch in rel if unicodedata.category(ch) in _HIDDEN), None)
-    if hidden is not None:  # a name that reads differently from what is written (U+202E flips the text)
-        return f"invisible or bidirectional formatting character (U+{ord(hidden):04X}) in the name"
+    if not (rel.isascii() and rel.isprintable()):  # printable ASCII has neither (a per-character look-up cost
+        # a 2,000-file pull ~0.1 s of CPU)
+        if any(unicodedata.category(ch) == "Cc" for ch in rel):  # C0, DEL and C1
+            return "control character in the name"
+        hidden = next((ch for ch in rel if unicodedata.category(ch) in _HIDDEN), None)
+        if hidden is not None:  # a name that reads differently from what is written (U+202E flips the text)
+            return f"invisible or bidirectional formatting character (U+{ord(hidden):04X}) in the name"
     parts = rel.split("/")
     for part in parts:
         if part == "":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import functools
+import io
 import os
 import stat
 from collections.abc import Callable
@@ -105,7 +106,7 @@ class Store:
     location: Location
     refused: list[tuple[str, str]]  # (key, reason) found while listing (e.g. symlinks)
     special: list[tuple[str, str]]  # (key, kind) of FIFOs, sockets, devices in local storage: skipped, never opened
-    engine = "copy"  # what moved the bytes: "copy" (local), "crt" or "botocore" (S3)
+    engine = "copy"  # what moved the bytes: "copy" (local), "obstore", "crt" or "botocore" (S3)
 
     def describe(self) -> str:
         return self.location.uri
@@ -289,19 +290,48 @@ def _data_loader() -> Any:
 
 
 class S3Store(Store):
+    """An S3 location. botocore is imported only when needed: a pull whose credentials and endpoint the
+    environment gives (s3light.target_for) lists through s3light and reads through obstore without it."""
+
     def __init__(self, location: Location, endpoint: str | None = None, concurrency: int = 16) -> None:
         self.location = location
         self.endpoint = endpoint or endpoint_from_env()  # the client's AWS_ENDPOINT_URL[_S3], if any
         self.concurrency = concurrency
         self.refused = []
         self.special = []
+        self.bucket_region: str | None = None  # as the listing's response says (AWS: where the bucket lives)
+        self.engine = ""  # which engine downloaded: set by download()
+        self._botocore: tuple[Any, Any] | None = None  # (session, client), made on first use
+        self._obstore: Any = None
+        self.light = self._light_target()
+
+    def _light_target(self) -> Any:
+        from . import s3light
+        from .engines import allowed, proxy_reason
+        from .obstore_engine import available
+
+        if not allowed("obstore") or proxy_reason(self.endpoint or "https://s3.amazonaws.com") or not available():
+            return None
+        return s3light.target_for(self.location.bucket, self.endpoint)
+
+    @property
+    def session(self) -> Any:
+        return self._clients()[0]
+
+    @property
+    def client(self) -> Any:
+        return self._clients()[1]
+
+    def _clients(self) -> tuple[Any, Any]:
+        if self._botocore is not None:
+            return self._botocore
         try:  # botocore alone: s3transfer needs only its client, and boto3's import costs a re-pull ~0.1 s
             import botocore.config
             import botocore.session
         except ImportError:
             raise BadInput("S3 storage needs boto3: pip install 'rtjob[s3]'") from None
         config = botocore.config.Config(
-            max_pool_connections=2 * concurrency + 4,  # small-file GETs and s3transfer's, side by side
+            max_pool_connections=2 * self.concurrency + 4,  # small-file GETs and s3transfer's, side by side
             retries={"max_attempts": 3, "mode": "standard"},
             connect_timeout=5,
             read_timeout=60,
@@ -312,10 +342,9 @@ class S3Store(Store):
         # Timestamps stay strings (as the AWS CLI does): rtjob reads no LastModified, and dateutil's parsing of
         # every listed key's cost ~0.25 ms of CPU each, a quarter of the listing of a 2,000-file checkpoint.
         session.get_component("response_parser_factory").set_parser_defaults(timestamp_parser=str)
-        self.session: Any = session
-        self.client: Any = session.create_client("s3", endpoint_url=endpoint or None, config=config)
-        self.bucket_region: str | None = None  # as the listing's response says (AWS: where the bucket lives)
-        self.engine = ""  # which engine downloaded: set by download()
+        client = session.create_client("s3", endpoint_url=self.endpoint or None, config=config)
+        self._botocore = (session, client)
+        return self._botocore
 
     def describe(self) -> str:
         return f"{self.location.uri}" + (f" at {self.endpoint}" if self.endpoint else "")
@@ -325,6 +354,16 @@ class S3Store(Store):
 
     def list_files(self) -> list[RemoteFile]:
         prefix = self._prefix()
+        if self.light is not None:
+            from .s3light import LightError, list_objects
+
+            try:
+                listed, region = list_objects(self.light, prefix)
+            except LightError:
+                self.light = None  # botocore from here on: it lists again, and words whatever went wrong
+            else:
+                self.bucket_region = region
+                return [RemoteFile(key, key[len(prefix):], size, etag) for key, size, etag in listed]
         files: list[RemoteFile] = []
         try:
             for page in self.client.get_paginator("list_objects_v2").paginate(
@@ -343,6 +382,13 @@ class S3Store(Store):
         where = f"{self.location.uri}/{item.rel}"
         if item.size > limit:  # refused before the GET: the listing says how big it is
             raise too_large(where, limit)
+        if self.light is not None:
+            try:
+                data = self._obstore_engine().read(item.key, limit)
+            except Exception:  # botocore reads it instead, and words what went wrong
+                pass
+            else:
+                return read_capped(io.BytesIO(data), limit, where)
         try:
             body = self.client.get_object(Bucket=self.location.bucket, Key=item.key)["Body"]
             return read_capped(body, limit, where)
@@ -388,12 +434,22 @@ class S3Store(Store):
 
     def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn | None,
                  on_done: DoneFn) -> None:
-        """Through the AWS CRT's S3 client (storage/crt.py) where it can serve the endpoint, else botocore."""
-        from .crt import CrtDownloader, unusable_reason
+        """Through the first engine (engines.py) that can serve the endpoint: obstore, the AWS CRT, botocore."""
+        from . import crt, obstore_engine
+        from .engines import allowed, proxy_reason
 
-        if unusable_reason(self.client.meta.endpoint_url) is None:
+        endpoint_url = self.endpoint or "https://s3.amazonaws.com"
+        if allowed("obstore") and obstore_engine.available() and not proxy_reason(endpoint_url):
             try:
-                engine = CrtDownloader(self.session, self.client, self.location.bucket, self.bucket_region)
+                engine: Any = self._obstore_engine()
+            except Exception as exc:
+                raise s3_error(exc, self) from None
+            self.engine = "obstore"
+            engine.download(jobs, on_progress, on_done)
+            return
+        if crt.unusable_reason(self.client.meta.endpoint_url) is None:
+            try:
+                engine = crt.CrtDownloader(self.session, self.client, self.location.bucket, self.bucket_region)
             except Exception as exc:
                 raise s3_error(exc, self) from None
             self.engine = "crt"
@@ -401,6 +457,41 @@ class S3Store(Store):
             return
         self.engine = "botocore"
         self._download_botocore(jobs, on_progress or _ignore, on_done)
+
+    def _obstore_engine(self) -> Any:
+        """obstore for this bucket: with the environment's credentials where s3light serves this pull, else with
+        botocore's (its whole chain: profiles, SSO, roles), endpoint and the region the listing reported."""
+        from .obstore_engine import ObstoreDownloader
+        from .s3light import virtual_hostable
+
+        if self._obstore is not None:
+            return self._obstore
+        bucket = self.location.bucket
+        if self.light is not None:
+            target = self.light
+            self._obstore = ObstoreDownloader(
+                bucket, endpoint=target.endpoint, region=target.region, virtual_host=target.virtual_host,
+                static=(target.access_key, target.secret_key, target.token), ca_bundle=target.ca_bundle)
+            return self._obstore
+        from .engines import custom_endpoint
+
+        session, client = self._clients()
+        credentials = session.get_credentials()
+        if credentials is None:
+            import botocore.exceptions
+
+            raise botocore.exceptions.NoCredentialsError()
+
+        def provider() -> tuple[str, str, str | None]:
+            frozen = credentials.get_frozen_credentials()  # refreshed by botocore when they expire
+            return frozen.access_key, frozen.secret_key, frozen.token
+
+        endpoint = custom_endpoint(str(client.meta.endpoint_url or ""))
+        self._obstore = ObstoreDownloader(
+            bucket, endpoint=endpoint, region=self.bucket_region or client.meta.region_name or "us-east-1",
+            virtual_host=endpoint is None and virtual_hostable(bucket), provider=provider,
+            ca_bundle=session.get_config_variable("ca_bundle"))
+        return self._obstore
 
     def _download_botocore(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn,
                            on_done: DoneFn) -> None:
@@ -543,7 +634,7 @@ def s3_error(exc: BaseException, store: S3Store) -> RtjobError:
 
 def describe_error(exc: BaseException) -> tuple[str, str]:
     """(code, short credential-free description) of a per-file transfer error."""
-    from .crt import TransferError
+    from .engines import TransferError
 
     if isinstance(exc, TransferError):
         return exc.code, f"{exc.code}: {_one_line(exc.message)}" if exc.message else exc.code
