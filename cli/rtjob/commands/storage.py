@@ -183,24 +183,32 @@ def _say_problems(report: Any, secrets: list[str]) -> None:
 @click.argument("sources", nargs=-1, required=True, metavar="ID|DIR|URI...")
 @click.option("--plot", "plot_file", metavar="FILE.png",
               help="Draw loss and accuracy curves (matplotlib; .png, .svg or .pdf).")
+@click.option("--samples", "which_samples", type=click.Choice(["latest", "all", "none"]), default="latest",
+              show_default=True,
+              help="A run's samples/ (image grids per epoch, audio): pulled into ./rtjob-runs/<run id>/samples and "
+                   "listed; latest: the newest epoch's; with --plot the newest image beside the curves.")
 @click.option("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL).")
 @backend_options
 @output_option
-def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str | None, backend: str | None,
-            address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str) -> int:
-    """Show runs' metrics history: epoch, train/val loss, accuracy, samples/s, time.
+def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str, endpoint_url: str | None,
+            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
+            output: str) -> int:
+    """Show runs' metrics history: epoch, train/val loss, accuracy, samples/s, time; and their samples.
 
     \b
     Examples:
       rtjob results ID                  one run (reads its history from storage)
       rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
       rtjob results A B C               several runs side by side
+      rtjob results ID --samples all    every epoch's sample grid, as paths
     """
     from ..core.redact import redact
     from ..runs.sources import explained, redacted
     from ..spec.run_env import credential_values
     from ..storage import results as res
+    from ..storage import samples
     from ..storage.layout import NothingStored
+    from ..storage.pull import default_destination
 
     secrets = credential_values()
     target = res.check_plot_path(plot_file) if plot_file else None
@@ -224,7 +232,14 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
                     continue
                 if not rows:
                     raise BadInput(f"{where}: the metrics history is empty")
-                runs.append(res.RunHistory(f"{arg}/{step}" if step else src.label, where, rows))
+                run = res.RunHistory(f"{arg}/{step}" if step else src.label, where, rows)
+                if which_samples != "none":
+                    found_samples, problems = samples.fetch(src.location, src.endpoint,
+                                                            default_destination(src.location.name))
+                    run.samples = samples.chosen(found_samples, which_samples)
+                    for line in problems:
+                        say(redact(line, secrets))
+                runs.append(run)
             if not runs:
                 raise BadInput(f"pipeline run {arg}: none of its steps has a metrics history yet")
     except RtjobError as exc:
@@ -238,8 +253,13 @@ def results(sources: tuple[str, ...], plot_file: str | None, endpoint_url: str |
         print_data(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets), output)
     else:
         print_rich(*res.tables(runs))
+        for run in runs:
+            if run.samples:
+                echo(f"samples of {run.label}:\n" + "\n".join(f"  {s.path}" for s in run.samples))
     if target is not None:
-        res.plot(runs, target)
+        images = [(f"{run.label}" + (f" epoch {image.epoch}" if image.epoch is not None else ""), image.path)
+                  for run in runs for image in [s for s in run.samples if s.is_image][-1:]]
+        res.plot(runs, target, images)
         say(f"plot: {target}")
     return EXIT_SUCCEEDED
 

@@ -318,11 +318,15 @@ class Ledger:
 
     def _check(self, conn: sqlite3.Connection) -> int:
         """The file's schema version; BadInput if it is newer than this rtjob's or the file holds something else."""
-        version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        # One statement, one snapshot: read apart, another process's first migration could commit in between,
+        # and its tables with the version read before it look like "a database of something else".
+        version, tables = conn.execute(
+            "SELECT (SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)").fetchone()
+        version = int(version)
         if version > SCHEMA_VERSION:
             raise BadInput(f"{self.path} is from a newer rtjob (ledger schema {version}, this one reads up to "
                            f"{SCHEMA_VERSION}): upgrade rtjob, or set RTJOB_HOME to use another ledger")
-        if version == 0 and conn.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]:
+        if version == 0 and tables:
             raise BadInput(f"{self.path} is not a readable rtjob ledger (an SQLite database of something else): "
                            "move it aside (rtjob never overwrites it), or set RTJOB_HOME to use another ledger")
         return version

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from ..core.errors import BadInput
 from .layout import NothingStored, find_history, load_history, natural_key, nothing_but_rtjobs_own, unreadable
 from .location import Location
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
+from .samples import Sample
 from .stores import open_regular, open_store, read_capped
 
 # (key in metrics.json, column title, format)
@@ -48,6 +49,7 @@ class RunHistory:
     label: str
     source: str
     rows: list[dict[str, Any]]
+    samples: list[Sample] = field(default_factory=list)  # what the run generated (storage/samples.py)
 
     def column(self, key: str) -> list[float | None]:
         return [_number(row.get(key)) for row in self.rows]
@@ -56,7 +58,8 @@ class RunHistory:
         return [int(epoch) if epoch is not None else i + 1 for i, epoch in enumerate(self.column("epoch"))]
 
     def to_json(self) -> dict[str, Any]:
-        return {"label": self.label, "source": self.source, "history": self.rows}
+        return {"label": self.label, "source": self.source, "history": self.rows,
+                "samples": [s.to_json() for s in self.samples]}
 
 
 def _number(value: Any) -> float | None:
@@ -274,8 +277,9 @@ def check_plot_path(path: str) -> Path:
     return target
 
 
-def plot(runs: list[RunHistory], path: Path) -> None:
-    """Loss (train dashed, validation solid) and accuracy curves per epoch, one colour per run."""
+def plot(runs: list[RunHistory], path: Path, images: list[tuple[str, Path]] | None = None) -> None:
+    """Loss (train dashed, validation solid) and accuracy curves per epoch, one colour per run; ``images``
+    ((title, PNG file): a run's sample grids) beside them in the same figure."""
     os.environ.setdefault("MPLBACKEND", "Agg")
     try:
         import matplotlib
@@ -284,7 +288,13 @@ def plot(runs: list[RunHistory], path: Path) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise BadInput("--plot needs matplotlib: pip install 'rtjob[plot]'") from None
-    fig, (loss_ax, acc_ax) = plt.subplots(1, 2, figsize=(11, 4.2))
+    images = images or []
+    fig, axes = plt.subplots(1, 2 + len(images), figsize=(5.5 * (2 + len(images)), 4.2), squeeze=False)
+    loss_ax, acc_ax = axes[0][0], axes[0][1]
+    for ax, (title, image) in zip(axes[0][2:], images, strict=True):
+        ax.imshow(plt.imread(str(image)))
+        ax.set_title(title, fontsize="medium")
+        ax.axis("off")
     colours = plt.rcParams["axes.prop_cycle"].by_key().get("color", ["C0"])
     by_epoch = not all(compares_models(run.rows) for run in runs)
     for i, run in enumerate(runs):

@@ -1,0 +1,72 @@
+"""What a run generated to look at or listen to (``<run>/samples/``: image grids per epoch, decoded audio), for
+``rtjob results``: pulled next to where ``rtjob pull`` puts the run, through pull itself (every safety rule: keys
+checked before a byte is written, partial files renamed when whole, unchanged files skipped), then listed.
+
+A run folder in local storage is read where it is: nothing is copied.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rtjob_contract import SAMPLES_DIR
+
+from .layout import CheckpointChoice, NothingStored, natural_key
+from .location import Location
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+_EPOCH = re.compile(r"^epoch_(\d+)\.")
+
+
+@dataclass
+class Sample:
+    path: Path  # a local file
+    epoch: int | None  # from its name (samples/epoch_NNNN.png), None for others
+
+    @property
+    def is_image(self) -> bool:
+        return self.path.suffix.lower() in IMAGE_SUFFIXES
+
+    def to_json(self) -> dict[str, object]:
+        return {"path": str(self.path), "epoch": self.epoch, "image": self.is_image}
+
+
+def _listed(folder: Path) -> list[Sample]:
+    files = sorted((p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".rtjob-partial")),
+                   key=lambda p: natural_key(str(p.relative_to(folder))))
+    out = []
+    for path in files:
+        match = _EPOCH.match(path.name)
+        out.append(Sample(path, int(match.group(1)) if match else None))
+    return out
+
+
+def chosen(samples: list[Sample], which: str) -> list[Sample]:
+    """``latest``: the newest epoch's files and every file not named by an epoch; ``all``: every file."""
+    if which == "all":
+        return samples
+    epochs = [s.epoch for s in samples if s.epoch is not None]
+    newest = max(epochs) if epochs else None
+    return [s for s in samples if s.epoch is None or s.epoch == newest]
+
+
+def fetch(location: Location, endpoint: str | None, dest: Path) -> tuple[list[Sample], list[str]]:
+    """The run's samples as local files (pulled into ``dest``/samples for a storage URI; [] if it has none), and a
+    line for each stored file that was refused or failed (the others are shown all the same)."""
+    if location.scheme == "file":
+        folder = Path(location.path) / SAMPLES_DIR
+        return (_listed(folder) if folder.is_dir() else []), []
+    from .location import parse_location
+    from .pull import pull
+
+    target = dest / SAMPLES_DIR
+    try:
+        report = pull(parse_location(f"{location.uri}/{SAMPLES_DIR}"), target, CheckpointChoice("all"),
+                      endpoint=endpoint, concurrency=8)
+    except NothingStored:
+        return [], []
+    problems = [f"sample {item['key']} refused: {item['reason']}" for item in report.refused]
+    problems += [f"sample {item['key']} failed: {item['error']}" for item in report.failed]
+    return _listed(target), problems
