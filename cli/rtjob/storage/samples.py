@@ -15,6 +15,7 @@ from rtjob_contract import SAMPLES_DIR
 
 from .layout import CheckpointChoice, NothingStored, natural_key
 from .location import Location
+from .stores import is_bookkeeping
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 _EPOCH = re.compile(r"^epoch_(\d+)\.")
@@ -34,7 +35,7 @@ class Sample:
 
 
 def _listed(folder: Path) -> list[Sample]:
-    files = sorted((p for p in folder.rglob("*") if p.is_file() and not p.name.endswith(".rtjob-partial")),
+    files = sorted((p for p in folder.rglob("*") if p.is_file() and not is_bookkeeping(p.name)),
                    key=lambda p: natural_key(str(p.relative_to(folder))))
     out = []
     for path in files:
