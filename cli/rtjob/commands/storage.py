@@ -197,10 +197,9 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
 
     \b
     Examples:
-      rtjob results ID                  one run (reads its history from storage)
-      rtjob results ./ID --plot run.png a pulled run, with loss/accuracy curves
+      rtjob results ID                  one run (its history and newest samples)
+      rtjob results ID --plot run.png   loss/accuracy curves, the newest sample grid beside them
       rtjob results A B C               several runs side by side
-      rtjob results ID --samples all    every epoch's sample grid, as paths
     """
     from ..core.redact import redact
     from ..runs.sources import explained, redacted
