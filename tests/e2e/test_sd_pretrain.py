@@ -2,7 +2,8 @@
 encodes the synthetic set with the tiny VAE and text encoder (Ray Data), the pretrain step trains the UNet (Ray
 Train DDP); a training worker SIGKILLed after the first registered checkpoint is restarted by Ray Train and
 resumes at the next epoch; the loss falls, sample grids land in S3 as valid PNGs, and `rtjob pull PIPELINE_ID`
-brings the UNet and the samples, which reload as a StableDiffusionPipeline."""
+brings the UNet and the samples, which reload as a StableDiffusionPipeline; `rtjob results PIPELINE_ID` shows the
+newest sample grid beside the loss curves."""
 
 from __future__ import annotations
 
@@ -90,6 +91,16 @@ def test_sd_pretrain_pipeline_on_s3_learns_resumes_after_a_killed_worker_and_pul
     folder = pretrain / "checkpoint_epoch_0004"
     assert {"model_index.json", "unet", "unet_train", "vae", "text_encoder", "tokenizer", "scheduler",
             "state.json"} <= {p.name for p in folder.iterdir()}
+
+    # `rtjob results PIPELINE_ID`: the pretrain step's history and its newest sample grid, pulled and beside the curves.
+    plot = tmp_path / "results.png"
+    shown = rtjob("results", pid, "--plot", str(plot), "-o", "json", env=env, timeout=120, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    steps = {r["label"]: r for r in json.loads(shown.stdout)}
+    grids = steps[f"{pid}/pretrain"]["samples"]
+    assert [(g["epoch"], g["image"]) for g in grids] == [(4, True)]
+    assert grids[0]["path"] == str(tmp_path / "rtjob-runs" / f"{pid}-pretrain" / "samples" / "epoch_0004.png")
+    assert Image.open(plot).size[0] > Image.open(grids[0]["path"]).size[0]
 
     sys.path.insert(0, str(REPO))
     import torch
