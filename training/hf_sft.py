@@ -43,8 +43,6 @@ def default_data() -> str:
 
 
 def add_sft_args(parser: argparse.ArgumentParser) -> None:
-    from .hf.steps import PRECISIONS
-
     group = parser.add_argument_group("fine-tuning")
     group.add_argument("--model", required=True,
                        help="hub id, local folder, s3:// folder, or tiny:qwen3 / tiny:llama (random-init, offline)")
@@ -64,9 +62,7 @@ def add_sft_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--train-size", type=options.positive_int, help="use the first N training examples")
     group.add_argument("--val-size", type=options.positive_int, help="use the first N validation examples")
     group.add_argument("--seed", type=int, default=0)
-    group.add_argument("--precision", choices=PRECISIONS,
-                       help="bf16 (autocast; default with --use-gpu), fp16 (autocast + GradScaler, GPU only) or "
-                       "fp32 (default on CPU)")
+    options.add_precision_arg(group)
     group.add_argument("--fsdp", action="store_true", help="FSDP2: shard each decoder layer, then the root")
     group.add_argument("--lora-r", type=int, default=0, help="LoRA rank (0: full fine-tune)")
     group.add_argument("--lora-alpha", type=float, help="LoRA alpha (default 2 x rank)")
@@ -76,15 +72,7 @@ def add_sft_args(parser: argparse.ArgumentParser) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}.hf_sft",
                                      description="Causal-LM supervised fine-tuning on Ray Train (DDP or FSDP2, LoRA)")
-    try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
-        add_sft_args(parser)
-        options.add_ray_args(parser)
-    except ValueError as exc:
-        parser.error(str(exc))
-    args = parser.parse_args(argv)
-    args.precision = args.precision or ("bf16" if args.use_gpu else "fp32")
-    if args.precision == "fp16" and not args.use_gpu:
-        parser.error("--precision fp16 needs a GPU (float16 autocast + GradScaler); use bf16 or fp32 on CPU")
+    args = options.parse_ray_entrypoint(parser, add_sft_args, argv)
     if args.lora_r < 0:
         parser.error(f"--lora-r must be >= 0, got {args.lora_r}")
     if args.lora_r and args.fsdp:

@@ -145,3 +145,29 @@ def resolve_storage_path(path: str | None) -> str | None:
     if path is None or "://" in path:
         return path
     return os.path.abspath(os.path.expanduser(path))
+
+
+PRECISIONS = ("bf16", "fp16", "fp32")
+
+
+def add_precision_arg(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--precision", choices=PRECISIONS,
+                       help="bf16 (autocast; default with --use-gpu), fp16 (autocast + GradScaler, GPU only) or "
+                       "fp32 (default on CPU)")
+
+
+def parse_ray_entrypoint(parser: argparse.ArgumentParser, add_args: Callable[[argparse.ArgumentParser], None],
+                         argv: list[str] | None) -> argparse.Namespace:
+    """The flags of a Ray Train entrypoint: its own (``add_args``), then the ray group. A ``--precision`` left unset
+    is bf16 with a GPU and fp32 without; fp16 without a GPU is a usage error (GradScaler needs CUDA)."""
+    try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
+        add_args(parser)
+        add_ray_args(parser)
+    except ValueError as exc:
+        parser.error(str(exc))
+    args = parser.parse_args(argv)
+    if hasattr(args, "precision"):
+        args.precision = args.precision or ("bf16" if args.use_gpu else "fp32")
+        if args.precision == "fp16" and not args.use_gpu:
+            parser.error("--precision fp16 needs a GPU (float16 autocast + GradScaler); use bf16 or fp32 on CPU")
+    return args

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,24 @@ def registered(run_dir: Path) -> list[int]:
     return sorted(int(r["metrics"]["epoch"]) for r in snapshot.get("checkpoint_results", []))
 
 
+def kill_a_worker_after_the_first_checkpoint(follower: subprocess.Popen[str], run_id: str,
+                                             saved: Callable[[], list[int]], first_timeout: float,
+                                             finish_timeout: float) -> tuple[str, str, int]:
+    """SIGKILL one RayTrainWorker of ``run_id`` once ``saved()`` lists a registered checkpoint, then let the
+    following ``rtjob submit`` finish: its (stdout, stderr) and the last epoch saved before the kill."""
+    try:
+        wait_for(saved, first_timeout, "the first registered checkpoint")
+        workers = wait_for(lambda: find_pids(run_id, lambda c: c.startswith("ray::RayTrainWorker")), 30,
+                           "a RayTrainWorker of the run")
+        last = saved()[-1]
+        os.kill(workers[-1], signal.SIGKILL)
+        out, err = follower.communicate(timeout=finish_timeout)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+    return out, err, last
+
+
 def storage_of(env: dict[str, str], job: str, run_id: str) -> Path:
     return Path(env["RTJOB_HOME"]) / "local" / "storage" / job / run_id
 
@@ -94,16 +113,7 @@ def test_killed_train_worker_resumes_from_last_checkpoint_data_resnet(cluster_en
     run_dir = storage_of(cluster_env, "data-resnet", run_id)
     follower = popen_rtjob("submit", "data-resnet", "--nodes", "2", "--submission-id", run_id, *SMALL,
                            env=cluster_env)
-    try:
-        wait_for(lambda: registered(run_dir), 300, "the first registered checkpoint")
-        workers = wait_for(lambda: find_pids(run_id, lambda c: c.startswith("ray::RayTrainWorker")), 30,
-                           "a RayTrainWorker of the run")
-        saved = registered(run_dir)[-1]
-        os.kill(workers[-1], signal.SIGKILL)
-        out, err = follower.communicate(timeout=420)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
+    out, err, saved = kill_a_worker_after_the_first_checkpoint(follower, run_id, lambda: registered(run_dir), 300, 420)
     assert follower.returncode == 0, (out + err)[-6000:]
     assert f"{run_id} SUCCEEDED" in err
     resumes = [tuple(map(int, m)) for m in RESUME_LINE.findall(out)]

@@ -5,14 +5,12 @@ the next epoch), and the last checkpoint reloaded with `from_pretrained` gives t
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 import sys
 
 import pytest
 from support.cli import REPO, new_id, popen_rtjob
-from test_fault_tolerance import RESUME_LINE, find_pids, registered, storage_of, wait_for
+from test_fault_tolerance import RESUME_LINE, kill_a_worker_after_the_first_checkpoint, registered, storage_of
 
 pytestmark = pytest.mark.cluster
 EPOCH_LINE = re.compile(r"epoch (\d+)/3 train_loss=([\d.]+) val_loss=([\d.]+) val_acc=([\d.]+)")
@@ -23,16 +21,7 @@ def test_hf_sft_two_nodes_learns_resumes_after_a_killed_worker_and_reloads_with_
     run_dir = storage_of(cluster_env, "hf-sft", run_id)
     follower = popen_rtjob("submit", "hf-sft", "--nodes", "2", "--submission-id", run_id, "--set", "args.epochs=3",
                            env=cluster_env)
-    try:
-        wait_for(lambda: registered(run_dir), 240, "the first registered checkpoint")
-        workers = wait_for(lambda: find_pids(run_id, lambda c: c.startswith("ray::RayTrainWorker")), 30,
-                           "a RayTrainWorker of the run")
-        saved = registered(run_dir)[-1]
-        os.kill(workers[-1], signal.SIGKILL)
-        out, err = follower.communicate(timeout=300)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
+    out, err, saved = kill_a_worker_after_the_first_checkpoint(follower, run_id, lambda: registered(run_dir), 240, 300)
     assert follower.returncode == 0, (out + err)[-6000:]
     assert "using the BUILT-IN generated SFT set" in out  # no silent stand-in: the log says what it trained on
     assert "MODEL: tiny:qwen3" in out and "DDP over 2 ranks" in out, out[-3000:]

@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import re
-import signal
 import sys
 from collections.abc import Iterator
 
 import pytest
 from support.cli import REPO, new_id, popen_rtjob, rtjob
 from support.s3_server import S3Server, bucket_server
-from test_fault_tolerance import RESUME_LINE, find_pids, wait_for
+from test_fault_tolerance import RESUME_LINE, kill_a_worker_after_the_first_checkpoint
 
 pytestmark = pytest.mark.cluster
 BUCKET = "sd-runs"
@@ -50,16 +48,8 @@ def test_sd_pretrain_pipeline_on_s3_learns_resumes_after_a_killed_worker_and_pul
     prefix = f"runs/sd-pretrain-pretrain/{pid}-pretrain"
     follower = popen_rtjob("submit", "sd-pretrain", "--nodes", "2", "--storage", f"s3://{BUCKET}/runs",
                            "--forward-aws-credentials", "--submission-id", pid, env=env)
-    try:
-        wait_for(lambda: registered(s3, prefix), 300, "the pretrain step's first registered checkpoint")
-        workers = wait_for(lambda: find_pids(f"{pid}-pretrain", lambda c: c.startswith("ray::RayTrainWorker")),
-                           30, "a RayTrainWorker of the pretrain step")
-        saved = registered(s3, prefix)[-1]
-        os.kill(workers[-1], signal.SIGKILL)
-        out, err = follower.communicate(timeout=300)
-    finally:
-        if follower.poll() is None:
-            follower.kill()
+    out, err, saved = kill_a_worker_after_the_first_checkpoint(follower, f"{pid}-pretrain",
+                                                               lambda: registered(s3, prefix), 300, 300)
     assert follower.returncode == 0, (out + err)[-6000:]
     assert f"pipeline {pid} SUCCEEDED (2/2 steps succeeded)" in err, err[-2000:]
     # No silent stand-ins: the log says what was encoded and with which models.

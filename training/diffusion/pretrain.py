@@ -31,7 +31,6 @@ CONFIG_KEYS = ("epochs", "global_batch_size", "lr", "weight_decay", "max_grad_no
 
 
 def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
-    from ..hf.steps import PRECISIONS
     from .components import UNET_SIZES
     from .objective import PREDICTION_TYPES
     from .sampling import DEFAULT_PROMPTS
@@ -42,9 +41,7 @@ def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--unet-size", choices=list(UNET_SIZES), default="tiny",
                        help="tiny (0.8M, CPU), small (74M), sd15 / sd2 (the real SD 1.x / 2.x UNets, 860M / 866M)")
     group.add_argument("--prediction-type", choices=PREDICTION_TYPES, default="epsilon")
-    group.add_argument("--precision", choices=PRECISIONS,
-                       help="bf16 (autocast; default with --use-gpu), fp16 (autocast + GradScaler, GPU only) or "
-                       "fp32 (default on CPU)")
+    options.add_precision_arg(group)
     group.add_argument("--epochs", type=options.positive_int, default=10)
     group.add_argument("--global-batch-size", type=options.positive_int, default=64,
                        help="latents per optimizer step over all workers")
@@ -67,18 +64,10 @@ def add_pretrain_args(parser: argparse.ArgumentParser) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}.pretrain",
                                      description="Stable Diffusion UNet pretraining on precomputed latents (Ray Train)")
-    try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
-        add_pretrain_args(parser)
-        options.add_ray_args(parser)
-    except ValueError as exc:
-        parser.error(str(exc))
-    args = parser.parse_args(argv)
+    args = options.parse_ray_entrypoint(parser, add_pretrain_args, argv)
     if not args.data:
         parser.error("no latents: pass --data (the preprocess step's run folder) or run as a pipeline step "
                      "($RTJOB_INPUT_URI)")
-    args.precision = args.precision or ("bf16" if args.use_gpu else "fp32")
-    if args.precision == "fp16" and not args.use_gpu:
-        parser.error("--precision fp16 needs a GPU (float16 autocast + GradScaler); use bf16 or fp32 on CPU")
     if not 0 <= args.cond_drop < 1:
         parser.error(f"--cond-drop must be in [0, 1), got {args.cond_drop}")
     args.prompts = [p.strip() for p in args.prompts.split("|") if p.strip()]

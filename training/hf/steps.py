@@ -24,9 +24,9 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import loop
+from ..options import PRECISIONS
 from .data import IGNORE
 
-PRECISIONS = ("bf16", "fp16", "fp32")
 Batch = dict[str, torch.Tensor]
 
 
