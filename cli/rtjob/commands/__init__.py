@@ -63,5 +63,23 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the last line of defence: one line and exit 70, not a traceback
         code = report_crash(exc)
-    sys.exit(code if isinstance(code, int) else 0)
+    code = code if isinstance(code, int) else 0
+    if argv is None and "obstore" in sys.modules:
+        _exit_without_finalizing(code)
+    sys.exit(code)
+
+
+def _exit_without_finalizing(code: int) -> None:
+    """End a process that ran obstore (pull's engine) without the interpreter's finalization: its tokio threads
+    can outlive a finished command and, touching Python while the interpreter is torn down, abort the process
+    (SIGABRT, exit -6, nothing on stderr) after a pull that succeeded; seen once in CI. The same pyo3/tokio race is
+    known elsewhere (lancedb/lancedb#4175, pantsbuild/pants#12831). Output is flushed first; only the console
+    script's own process does this (``argv`` None), never a caller that runs main in its process."""
+    import contextlib
+    import os
+
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
