@@ -20,6 +20,8 @@ from torch.utils.data import Subset, TensorDataset
 
 import rtjob_contract as contract
 
+from .locations import filesystem  # noqa: F401  (re-exported: the entrypoints' one way to open a location)
+
 DATASETS = ("mnist", "synthetic", "fashionmnist", "cifar10", "synthetic-cifar10")
 NUM_CLASSES = 10
 IMAGE_SIZE = 28
@@ -95,16 +97,6 @@ def load_datasets(
             make_synthetic(val_size or SYNTHETIC_VAL_SIZE, seed, "val", channels, size),
         )
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
-
-
-def filesystem(location: str) -> tuple[Any, str]:
-    """``(pyarrow filesystem, path in it)`` of a local path or a URI (``s3://bucket/key``: the standard AWS
-    variables, AWS_ENDPOINT_URL included, configure it)."""
-    import pyarrow.fs as pafs
-
-    if "://" in location:
-        return pafs.FileSystem.from_uri(location)
-    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(location))
 
 
 def eval_shard(dataset: TensorDataset, rank: int, world_size: int) -> Subset:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import base_env, new_id, plant, rtjob, wait_for_status
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import S3Server, bucket_fixture
 
 pytestmark = pytest.mark.cluster
 
@@ -23,10 +23,7 @@ JOB = "tests/support/jobs/checkpoints.yaml"
 SLOW = "tests/support/jobs/count.yaml"
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture

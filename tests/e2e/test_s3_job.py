@@ -9,22 +9,18 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterator
 
 import pytest
 import torch
 from support.cli import REPO, new_id, rtjob
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import bucket_fixture
 
 pytestmark = pytest.mark.cluster
 
 BUCKET = "rtjob-runs"
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 def test_ddp_resnet_writes_checkpoints_to_s3_and_pull_gives_a_loadable_checkpoint_and_a_plot(

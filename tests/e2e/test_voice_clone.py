@@ -8,21 +8,17 @@ baselines on held-out clips, loss falls over the epochs, and the checkpoint relo
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import pytest
 from support.cli import new_id, rtjob
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import bucket_fixture
 
 pytestmark = pytest.mark.cluster
 
 BUCKET = "voice-runs"
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 def ok(proc) -> str:

@@ -82,6 +82,19 @@ def bucket_server(bucket: str) -> Iterator[S3Server]:
         yield server
 
 
+def bucket_fixture(bucket: str) -> Any:
+    """A module-scoped pytest fixture: one moto server holding an empty ``bucket`` for the module's tests
+    (``s3 = bucket_fixture("runs")`` at module level)."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def s3() -> Iterator[S3Server]:
+        with bucket_server(bucket) as server:
+            yield server
+
+    return s3
+
+
 @contextmanager
 def process_server() -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
     """moto's server as its own process (its auth switch is process-wide; a benchmark needs its own CPU)."""

@@ -16,7 +16,7 @@ import torch
 from PIL import Image
 from support.s3_server import S3Server, bucket_server
 
-from training.diffusion import checkpoint, components, encode, latents, objective, pairs, pretrain, sampling
+from training.diffusion import checkpoint, components, encode, latents, objective, pairs, sampling
 
 BUCKET = "sd-tests"
 CPU = torch.device("cpu")
@@ -320,12 +320,3 @@ def test_fp32_and_bf16_short_runs_reach_similar_loss(encoded):
         final[precision] = fixed_batch_loss(unet, scheduler, z, emb)  # measured in fp32 for both
         assert final[precision] < 0.8 * before, (precision, before, final)
     assert final["bf16"] == pytest.approx(final["fp32"], rel=0.15), final
-
-
-def test_fp16_is_refused_on_cpu(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        pretrain.parse_args(["--data", "/x", "--precision", "fp16", "--no-use-gpu"])
-    assert exit_info.value.code == 2
-    assert "--precision fp16 needs a GPU" in capsys.readouterr().err
-    assert pretrain.parse_args(["--data", "/x", "--no-use-gpu"]).precision == "fp32"
-    assert pretrain.parse_args(["--data", "/x", "--use-gpu"]).precision == "bf16"

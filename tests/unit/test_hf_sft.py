@@ -211,16 +211,10 @@ def test_metrics_all_reduced_over_two_gloo_ranks_equal_one_process_over_all_exam
 # --- precision ---------------------------------------------------------------------------------------------
 
 
-def test_fp16_is_refused_on_cpu_in_the_worker_and_on_the_command_line(capsys: pytest.CaptureFixture[str]):
+def test_fp16_is_refused_on_cpu_in_the_worker():  # the command line's refusal: test_training_options.py
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
         steps.grad_scaler("fp16", CPU)
     assert steps.grad_scaler("bf16", CPU) is None
-    with pytest.raises(SystemExit) as exit_info:
-        hf_sft.parse_args(["--model", "tiny:qwen3", "--precision", "fp16", "--no-use-gpu"])
-    assert exit_info.value.code == 2
-    assert "--precision fp16 needs a GPU" in capsys.readouterr().err
-    assert hf_sft.parse_args(["--model", "tiny:qwen3", "--no-use-gpu"]).precision == "fp32"
-    assert hf_sft.parse_args(["--model", "tiny:qwen3", "--use-gpu"]).precision == "bf16"
 
 
 @pytest.mark.parametrize("argv,message", [

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from . import codec as codecs
-from . import sft, store
+from . import sft, stage, store
 from .features import MelConfig
 from .process import CLIPS_DIR
 
@@ -90,9 +90,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out, source = store.run_dir(args.run_dir), store.input_uri(args.input, "clips")
         counts = run(source, out, args)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"ERROR: {error}", file=sys.stderr, flush=True)
-        return 2 if isinstance(error, ValueError) else 1
+    except stage.EXPECTED as error:
+        return stage.failed(error)
     print(f"SFT: {counts['train']} train + {counts['val']} val examples ({counts['skipped']} clips without another "
           f"clip of their speaker skipped), {counts['codes_per_clip']:.1f} codes per clip -> "
           f"{store.join(out, SFT_DIR)}", flush=True)

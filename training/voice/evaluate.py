@@ -25,7 +25,7 @@ from typing import Any
 import rtjob_contract as contract
 
 from . import codec as codecs
-from . import scoring, sft, store
+from . import scoring, sft, stage, store
 from .encode import ADDED_TOKENS_FILE, SFT_DIR
 
 EVALUATION_FILE = "evaluation.json"
@@ -204,9 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = store.run_dir(args.run_dir)
         result = run(args, out)
-    except (ValueError, FileNotFoundError) as error:
-        print(f"ERROR: {error}", file=sys.stderr, flush=True)
-        return 2 if isinstance(error, ValueError) else 1
+    except stage.EXPECTED as error:
+        return stage.failed(error)
     result["plot"] = store.join(out, PLOT_FILE) if write_plot(result["rows"], store.join(out, PLOT_FILE)) else None
     store.write_json(store.join(out, EVALUATION_FILE), result)
     store.write_json(store.join(out, contract.METRICS_FILE), result["rows"])

@@ -22,7 +22,7 @@ import tempfile
 import zlib
 from typing import Any
 
-from . import audio, store, synthetic
+from . import audio, stage, store, synthetic
 
 CLIPS_DIR = "clips"
 SOURCE_DIR = "source_audio"
@@ -146,8 +146,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         out = store.run_dir(args.run_dir)
     except ValueError as error:
-        print(f"ERROR: {error}", file=sys.stderr, flush=True)
-        return 2
+        return stage.failed(error)
     audio_uri = args.audio
     if audio_uri is None:
         audio_uri = write_synthetic(out, speakers=args.speakers, per_speaker=args.per_speaker, seed=args.seed)
@@ -163,9 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     config = audio.SplitConfig(top_db=args.top_db, max_clip_s=args.max_clip_s, min_clip_s=args.min_clip_s)
     try:
         counts = run(audio_uri, out, val_fraction=args.val_fraction, config=config)
-    except (FileNotFoundError, ValueError) as error:
-        print(f"ERROR: {error}", file=sys.stderr, flush=True)
-        return 1
+    except stage.EXPECTED as error:
+        return stage.failed(error, bad_input=False)  # the data, not the arguments
     print(f"CLIPS: {counts['train']} train + {counts['val']} val clips (16 kHz mono) from {counts['files']} files "
           f"({counts['unlabelled_files']} without a transcript row skipped) -> {store.join(out, CLIPS_DIR)}",
           flush=True)

@@ -11,17 +11,7 @@ from typing import Any
 
 import rtjob_contract as contract
 
-
-def filesystem(uri: str) -> tuple[Any, str]:
-    """``(pyarrow filesystem, path in it)``; S3 honours AWS_ENDPOINT_URL and the usual AWS variables.
-
-    The same as ``training.data.filesystem``, which imports torch with its module: the process step's Ray Data
-    workers would load torch for nothing."""
-    import pyarrow.fs as pafs
-
-    if "://" in uri:
-        return pafs.FileSystem.from_uri(uri)
-    return pafs.LocalFileSystem(), os.path.abspath(os.path.expanduser(uri))
+from ..locations import filesystem
 
 
 def join(uri: str, *parts: str) -> str:

@@ -29,14 +29,15 @@ def jobs(output: str) -> int:
     root = find_root()
     rows: list[dict[str, Any]] = []
     from ..runs.pipeline import load as load_pipeline
+    from ..spec.pipeline import Pipeline
 
     for name in job_names(root):
         try:  # by its file: a `name:` elsewhere that equals this file name must not make it ambiguous here
-            pipeline = load_pipeline(str(job_file_of(name, root)), root)
-            if pipeline is not None:
-                rows.append({"name": name, "description": pipeline.description, "strategy": "pipeline", "nodes": None,
-                             "compute_config": None, "file": pipeline.shown, "error": None,
-                             "steps": pipeline.step_names()})
+            loaded = load_pipeline(str(job_file_of(name, root)), root)
+            if isinstance(loaded, Pipeline):
+                rows.append({"name": name, "description": loaded.description, "strategy": "pipeline", "nodes": None,
+                             "compute_config": None, "file": loaded.shown, "error": None,
+                             "steps": loaded.step_names()})
                 continue
             spec, shown = load_job_file(str(job_file_of(name, root)), root)
             rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
@@ -74,7 +75,7 @@ def validate(refs: tuple[str, ...], output: str) -> int:
       rtjob validate ddp-resnet jobs/my-job.yaml
       rtjob validate -o json
     """
-    from ..spec.project import compute_config_names, find_job_file, find_root, job_names, project_of
+    from ..spec.project import compute_config_names, find_root, job_names, project_of
     from ..spec.requirements import read_requirements
     from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
@@ -82,21 +83,23 @@ def validate(refs: tuple[str, ...], output: str) -> int:
     checked: list[dict[str, Any]] = []  # {kind, ref, file, ok, error[, warning]}, in the order checked
     targets = list(refs) or job_names(root)
     from ..runs.pipeline import load as load_pipeline
+    from ..spec.pipeline import Pipeline
     from ..spec.resolve import JobSource
 
     for ref in targets:
         try:
-            pipeline = load_pipeline(ref, root)
+            loaded = load_pipeline(ref, root)
+            pipeline = loaded if isinstance(loaded, Pipeline) else None
             # A pipeline: each step as the job it runs (its compute config, its requirements file).
-            jobs = [(ref, None)] if pipeline is None else [
-                (step.job_name, JobSource(step.path, step.shown, step.shown, step.document)) for step in pipeline.steps]
+            jobs: list[tuple[str, JobSource]] = [
+                (step.job_name, JobSource(step.path, step.shown, step.shown, step.document)) for step in loaded.steps
+            ] if isinstance(loaded, Pipeline) else [(ref, loaded)]
             warnings = []
             for job_ref, source in jobs:
                 spec, shown = load_job(job_ref, root, Overrides(), local_profile=True, source=source)
                 if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
                     load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
-                job_path = source.path if source is not None else find_job_file(ref, root)[0]
-                read_requirements(spec.requirements, job_path, shown)  # a requirements file exists
+                read_requirements(spec.requirements, source.path, shown)  # a requirements file exists
                 if spec.image_uri is None and spec.requirements is None:
                     warnings.append(f"{shown}: declares neither image_uri nor requirements: on a stock cluster "
                                     "(Anyscale's default image, a plain Ray cluster) its entrypoint may miss packages "

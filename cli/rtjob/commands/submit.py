@@ -33,16 +33,16 @@ def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...]
     from ..core.errors import BadInput
     from ..runs import pipeline as pipelines
     from ..runs.runner import plan
-    from ..spec.resolve import Overrides
+    from ..spec.resolve import JobSource, Overrides
 
     overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
                           forward_aws_credentials=forward_aws_credentials)
-    pipeline = pipelines.load(job, settings.root)
-    if pipeline is not None:
-        return pipelines.plan(pipeline, settings, overrides, storage, resume)
-    if resume is not None:
-        raise BadInput(f"--from {' '.join(resume)}: {job} is a job, not a pipeline (a file with steps:)")
-    return plan(job, settings, overrides, storage_flag=storage)
+    loaded = pipelines.load(job, settings.root)
+    if isinstance(loaded, JobSource):
+        if resume is not None:
+            raise BadInput(f"--from {' '.join(resume)}: {job} is a job, not a pipeline (a file with steps:)")
+        return plan(job, settings, overrides, storage_flag=storage, source=loaded)
+    return pipelines.plan(loaded, settings, overrides, storage, resume)
 
 
 FROM_HELP = ("Pipelines: a new pipeline run that reuses the runs of PIPELINE_ID's steps before STEP (they must have "

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..spec.pipeline import Pipeline
     from ..spec.project import Settings
-    from ..spec.resolve import Overrides
+    from ..spec.resolve import JobSource, Overrides
     from .runner import Plan
 
 Say = Callable[[str], None]
@@ -62,15 +62,16 @@ class PipelinePlan:
                 "storage_uri": self.storage_uri, "steps": [s.to_json() for s in self.steps]}
 
 
-def load(ref: str, root: Any) -> Pipeline | None:
-    """The pipeline ``ref`` names (a job name or path), or None when it is a plain job."""
+def load(ref: str, root: Any) -> Pipeline | JobSource:
+    """The pipeline ``ref`` names (a job name or path), or, for a plain job, its parsed file (read once)."""
     from ..spec.pipeline import is_pipeline, load_pipeline
     from ..spec.project import find_job_file
+    from ..spec.resolve import JobSource
     from ..spec.yamlsrc import load_yaml
 
     path, shown = find_job_file(ref, root)
     located = load_yaml(path, shown)
-    return load_pipeline(located, path, root) if is_pipeline(located.data) else None
+    return load_pipeline(located, path, root) if is_pipeline(located.data) else JobSource.of_file(path, located)
 
 
 def _sets_by_step(pipeline: Pipeline, sets: tuple[str, ...]) -> dict[str, list[str]]:

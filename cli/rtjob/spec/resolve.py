@@ -72,6 +72,12 @@ class JobSource:
     shown: str  # how errors name it
     document: dict[str, Any]
     compute_config: tuple[str, dict[str, Any]] | None = None  # (name, document) of the compute config it used
+    lines: dict[tuple[str | int, ...], int] = field(default_factory=dict)  # a file's key lines (errors: file:line)
+
+    @classmethod
+    def of_file(cls, path: Path, located: Located) -> JobSource:
+        """A job file already parsed (``located``): resolving it reads nothing twice."""
+        return cls(path, located.path, located.path, located.data, lines=located.lines)
 
 
 @dataclass
@@ -182,7 +188,7 @@ def load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool = F
 def _load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool,
               source: JobSource | None) -> tuple[JobSpec, str, Located]:
     if source is not None:
-        located = Located(data=copy.deepcopy(source.document), path=source.shown)
+        located = Located(data=copy.deepcopy(source.document), path=source.shown, lines=source.lines)
     else:
         path, shown = find_job_file(ref, root)
         located = load_yaml(path, shown)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..core.errors import BadInput
+from .pipeline import is_pipeline
 from .yamlsrc import Located
 
 Scalar = str | int | float | bool | None
@@ -203,7 +204,7 @@ def describe_validation_error(
 
 
 def validate_job(located: Located) -> JobSpec:
-    if isinstance(located.data, dict) and "steps" in located.data:  # spec/pipeline.is_pipeline
+    if is_pipeline(located.data):
         raise BadInput(f"{located.path} is a pipeline (steps:): rtjob submit, render and validate run it step by "
                        "step; this command takes one job (a step runs as <pipeline>-<step>)")
     if not isinstance(located.data, dict):
