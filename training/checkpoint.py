@@ -9,9 +9,12 @@ and the metrics history (``metrics.json``), so a resumed run reports one history
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import ray.train
@@ -24,6 +27,27 @@ from rtjob_contract import METRICS_FILE, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE,
 def unwrap(model: nn.Module) -> nn.Module:
     """The user's module inside a DDP/DataParallel wrapper, so state keys have no 'module.'."""
     return model.module if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)) else model
+
+
+@contextlib.contextmanager
+def local_copy(found: ray.train.Checkpoint) -> Iterator[str]:
+    """A local folder holding checkpoint ``found`` while the block runs: the folder itself when the storage is
+    local, else a download private to this process, removed after.
+
+    Not ``Checkpoint.as_directory()``: it shares one download folder between the processes of a node, and a worker
+    arriving after the first download finished downloads again into it, truncating files a peer is reading
+    (ray-project/ray#48726; here: an empty state.json on a restarted sd-pretrain worker, S3 storage, two workers on
+    one machine). A real node runs several workers (g5.12xlarge: 4), so this is not only a test machine's race."""
+    import pyarrow.fs
+
+    if isinstance(found.filesystem, pyarrow.fs.LocalFileSystem):
+        yield found.path
+        return
+    private = tempfile.mkdtemp(prefix="rtjob-restore-")
+    try:
+        yield found.to_directory(private)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def save_and_report(
@@ -61,7 +85,7 @@ def restore(
     checkpoint = ray.train.get_checkpoint()
     if checkpoint is None:
         return 0, []
-    with checkpoint.as_directory() as path:
+    with local_copy(checkpoint) as path:
         unwrap(model).load_state_dict(torch.load(os.path.join(path, MODEL_FILE), map_location=device))
         optimizer.load_state_dict(torch.load(os.path.join(path, OPTIMIZER_FILE), map_location=device))
         return read_run_state(path)

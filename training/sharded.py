@@ -153,6 +153,6 @@ def restore(strategy: Strategy) -> tuple[int, list[dict]]:
     ckpt = ray.train.get_checkpoint()
     if ckpt is None:
         return 0, []
-    with ckpt.as_directory() as path:
+    with checkpoint.local_copy(ckpt) as path:
         strategy.load(path)
         return checkpoint.read_run_state(path)

@@ -76,7 +76,7 @@ def latest() -> Iterator[str | None]:
     if found is None:
         yield None
         return
-    with found.as_directory() as path:
+    with checkpoint.local_copy(found) as path:
         yield path
 
 
