@@ -10,13 +10,14 @@ from pathlib import Path
 
 import pyarrow.fs
 import pytest
-import ray.train
 
-from training.checkpoint import local_copy
+# ray.train and torch are imported by the tests, not at collection: every xdist worker collects every module.
 
 
 @pytest.fixture
-def remote(tmp_path: Path) -> ray.train.Checkpoint:
+def remote(tmp_path: Path):
+    import ray.train
+
     (tmp_path / "store" / "ckpt").mkdir(parents=True)
     (tmp_path / "store" / "ckpt" / "state.json").write_text('{"epoch": 3}')
     fs = pyarrow.fs.SubTreeFileSystem(str(tmp_path / "store"), pyarrow.fs.LocalFileSystem())
@@ -24,6 +25,8 @@ def remote(tmp_path: Path) -> ray.train.Checkpoint:
 
 
 def test_a_remote_checkpoint_is_read_from_a_private_download_removed_after(remote):
+    from training.checkpoint import local_copy
+
     shared = remote._get_temporary_checkpoint_dir()  # where as_directory() would put it for every process
     with local_copy(remote) as first, local_copy(remote) as second:
         assert first != second and shared not in (first, second)
@@ -33,6 +36,10 @@ def test_a_remote_checkpoint_is_read_from_a_private_download_removed_after(remot
 
 
 def test_a_local_checkpoint_is_read_in_place(tmp_path):
+    import ray.train
+
+    from training.checkpoint import local_copy
+
     (tmp_path / "state.json").write_text("{}")
     with local_copy(ray.train.Checkpoint.from_directory(str(tmp_path))) as path:
         assert path == str(tmp_path)

@@ -1,6 +1,6 @@
-"""The voice pipeline's stages run for real on tiny data: process through Ray Data (a private local Ray instance,
-one CPU, shut down after) and encode, against S3 (moto on loopback) and a local folder; evaluate once the train
-step's API (training.hf) is there."""
+"""The voice pipeline's stages run for real on tiny data, in this process: process through Ray Data (a private local
+Ray instance, one CPU, shut down after: why this is not a unit test) and encode, against S3 (moto on loopback) and a
+local folder; evaluate's gate on a model that did not learn."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from support.s3_server import S3Server, bucket_server
 import rtjob_contract as contract
 from training.voice import audio, encode, process, sft, store, synthetic
 
+pytestmark = pytest.mark.cluster
 BUCKET = "voice"
 
 
@@ -33,7 +34,8 @@ def s3() -> Iterator[S3Server]:
 def ray_local(s3: S3Server) -> Iterator[None]:
     import ray
 
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    # address="local": a new instance, never the session's embedded cluster (nor any other found on the machine)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     ray.data.DataContext.get_current().enable_progress_bars = False
     try:
         yield
@@ -115,7 +117,7 @@ def test_stages_refuse_a_missing_location_with_one_line(tmp_path, capsys, monkey
 def test_evaluate_refuses_a_model_that_did_not_learn(s3, offline_runs, tmp_path, capsys, monkeypatch):
     """The 'checkpoint' is the untrained base model itself, in S3: the gate fails with one line, the table is
     written."""
-    model_api = pytest.importorskip("training.hf.model", reason="the train step's API (branch i14-hf) is not merged")
+    from training.hf import model as model_api
     from training.voice import evaluate
 
     encode_dir = offline_runs / "encode"
