@@ -23,13 +23,15 @@ def jobs(output: str) -> int:
       rtjob jobs
       rtjob jobs -o yaml
     """
+    from ..runs.pipeline import load as load_pipeline
+    from ..spec.pipeline import Pipeline
     from ..spec.project import find_root, job_file_of, job_names
-    from ..spec.resolve import declares_shape, load_job_file
+    from ..spec.resolve import declares_shape
+    from ..spec.schema import validate_job
+    from ..spec.yamlsrc import Located
 
     root = find_root()
     rows: list[dict[str, Any]] = []
-    from ..runs.pipeline import load as load_pipeline
-    from ..spec.pipeline import Pipeline
 
     for name in job_names(root):
         try:  # by its file: a `name:` elsewhere that equals this file name must not make it ambiguous here
@@ -39,7 +41,7 @@ def jobs(output: str) -> int:
                              "compute_config": None, "file": loaded.shown, "error": None,
                              "steps": loaded.step_names()})
                 continue
-            spec, shown = load_job_file(str(job_file_of(name, root)), root)
+            spec, shown = validate_job(Located(loaded.document, loaded.shown, loaded.lines)), loaded.shown
             rows.append({"name": name, "description": spec.description, "strategy": spec.strategy,
                          # a job that declares no shape: its entrypoint decides (never an invented 1)
                          "nodes": spec.nodes if declares_shape(spec, spec.compute_config) else None,
