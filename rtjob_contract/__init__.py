@@ -48,12 +48,13 @@ ENV_NAMES = frozenset({
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint layout: <storage path>/<run name>/checkpoint_epoch_NNNN/{model.pt, optimizer.pt, state.json,
-# metrics.json}. Any checkpoint_* folder counts as a checkpoint (Ray's own checkpoint_<timestamp> too).
+# metrics.json} (+ grad_scaler.pt with fp16). Any checkpoint_* folder counts as a checkpoint (Ray's own checkpoint_<timestamp> too).
 
 CHECKPOINT_PREFIX = "checkpoint_"
 EPOCH_CHECKPOINT_PREFIX = "checkpoint_epoch_"
 MODEL_FILE = "model.pt"
 OPTIMIZER_FILE = "optimizer.pt"
+SCALER_FILE = "grad_scaler.pt"  # fp16 runs only: the GradScaler's loss scale and growth tracker
 STATE_FILE = "state.json"  # written last: a folder without it is an interrupted write
 METRICS_FILE = "metrics.json"  # the whole metrics history so far: a list of rows, one per finished epoch
 

@@ -21,7 +21,14 @@ import ray.train
 import torch
 from torch import nn
 
-from rtjob_contract import METRICS_FILE, MODEL_FILE, OPTIMIZER_FILE, STATE_FILE, checkpoint_dir_name
+from rtjob_contract import (
+    METRICS_FILE,
+    MODEL_FILE,
+    OPTIMIZER_FILE,
+    SCALER_FILE,
+    STATE_FILE,
+    checkpoint_dir_name,
+)
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -89,6 +96,20 @@ def restore(
         unwrap(model).load_state_dict(torch.load(os.path.join(path, MODEL_FILE), map_location=device))
         optimizer.load_state_dict(torch.load(os.path.join(path, OPTIMIZER_FILE), map_location=device))
         return read_run_state(path)
+
+
+def save_scaler(scaler: torch.amp.GradScaler | None, directory: str) -> None:
+    """fp16: the GradScaler's loss scale and growth tracker, so a resumed run goes on at the scale it had found
+    instead of starting again from 2**16 and skipping steps on overflow until it is back down."""
+    if scaler is not None:
+        torch.save(scaler.state_dict(), os.path.join(directory, SCALER_FILE))
+
+
+def restore_scaler(scaler: torch.amp.GradScaler | None, directory: str) -> None:
+    """The scaler state of checkpoint ``directory``, where it has one (a bf16/fp32 run's has none)."""
+    path = os.path.join(directory, SCALER_FILE)
+    if scaler is not None and os.path.exists(path):
+        scaler.load_state_dict(torch.load(path, weights_only=True))
 
 
 def write_run_state(directory: str, state: dict, history: list[dict]) -> None:

@@ -44,3 +44,53 @@ def test_a_local_checkpoint_is_read_in_place(tmp_path):
     with local_copy(ray.train.Checkpoint.from_directory(str(tmp_path))) as path:
         assert path == str(tmp_path)
     assert (tmp_path / "state.json").exists()  # nothing of the run's storage is removed
+
+
+def _scaler_after_an_overflow():
+    """A CPU GradScaler (the fp16 path's class; CPU here only to test its state) whose scale an overflow halved."""
+    import torch
+
+    weight = torch.nn.Parameter(torch.ones(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+    scaler.scale(weight.sum()).backward()
+    weight.grad[0] = float("inf")
+    scaler.step(optimizer)  # skipped: the gradient overflowed
+    scaler.update()
+    return weight, optimizer, scaler
+
+
+def test_the_fp16_scaler_state_goes_into_the_checkpoint_and_comes_back(tmp_path: Path):
+    import torch
+
+    from training import checkpoint
+    from training.hf.checkpoint import restore_optimizer
+
+    weight, optimizer, scaler = _scaler_after_an_overflow()
+    assert scaler.get_scale() == 512.0
+    torch.save(optimizer.state_dict(), tmp_path / checkpoint.OPTIMIZER_FILE)
+    checkpoint.save_scaler(scaler, str(tmp_path))
+    checkpoint.write_run_state(str(tmp_path), {"epoch": 2}, [{"epoch": 1}, {"epoch": 2}])
+
+    resumed = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
+    fresh = torch.optim.SGD([weight], lr=0.1)
+    assert restore_optimizer(None, fresh, str(tmp_path), torch.device("cpu"), sharded=False,
+                             scaler=resumed) == (2, [{"epoch": 1}, {"epoch": 2}])
+    assert resumed.state_dict() == scaler.state_dict()
+    assert resumed.get_scale() == 512.0  # not 1024 again: the run goes on at the scale it had found
+
+
+def test_runs_without_a_scaler_write_none_and_old_checkpoints_restore(tmp_path: Path):
+    import torch
+
+    from training import checkpoint
+    from training.diffusion.checkpoint import restore_optimizer
+
+    checkpoint.save_scaler(None, str(tmp_path))  # bf16 / fp32
+    assert not (tmp_path / checkpoint.SCALER_FILE).exists()
+
+    weight, optimizer, _ = _scaler_after_an_overflow()
+    torch.save(optimizer.state_dict(), tmp_path / checkpoint.OPTIMIZER_FILE)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    restore_optimizer(torch.optim.SGD([weight], lr=0.1), str(tmp_path), torch.device("cpu"), scaler)
+    assert scaler.get_scale() == 1024.0  # a checkpoint from before grad_scaler.pt: the scaler starts fresh

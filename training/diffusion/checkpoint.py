@@ -4,7 +4,8 @@
 ``save_pretrained`` folder: ``model_index.json``, ``unet/`` (the EMA weights: what samples and the reloaded
 pipeline use), ``vae/``, ``text_encoder/``, ``tokenizer/`` (the preprocess step's), ``scheduler/`` (the DDPM
 training scheduler), so ``StableDiffusionPipeline.from_pretrained(folder, safety_checker=None)`` generates. What
-resuming needs besides: ``unet_train/`` (the raw trained weights), ``optimizer.pt``, ``metrics.json`` (the whole
+resuming needs besides: ``unet_train/`` (the raw trained weights), ``optimizer.pt`` (+ ``grad_scaler.pt`` with
+fp16), ``metrics.json`` (the whole
 history) and ``state.json`` (written last; holds the EMA's optimizer-step count).
 """
 
@@ -50,7 +51,8 @@ def export(directory: str, unet: nn.Module, ema: Any, frozen: tuple[Any, Any, An
 
 
 def save_and_report(metrics: dict, *, unet: nn.Module, optimizer: torch.optim.Optimizer, ema: Any,
-                    frozen: tuple[Any, Any, Any] | None, scheduler: Any, epoch: int, history: list[dict]) -> None:
+                    frozen: tuple[Any, Any, Any] | None, scheduler: Any, epoch: int, history: list[dict],
+                    scaler: torch.amp.GradScaler | None = None) -> None:
     """Every rank reports ``metrics``; rank 0 (which alone holds ``frozen``) attaches the epoch's checkpoint."""
     context = ray.train.get_context()
     name = checkpoint.checkpoint_dir_name(epoch)
@@ -60,6 +62,7 @@ def save_and_report(metrics: dict, *, unet: nn.Module, optimizer: torch.optim.Op
     with tempfile.TemporaryDirectory(prefix="rtjob-ckpt-") as tmp:
         export(tmp, unet, ema, frozen, scheduler)
         torch.save(optimizer.state_dict(), os.path.join(tmp, checkpoint.OPTIMIZER_FILE))
+        checkpoint.save_scaler(scaler, tmp)
         state = {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size(),
                  "ema_step": ema.optimization_step, "unet": f"EMA weights ({TRAIN_UNET_DIR}/: raw weights)"}
         checkpoint.write_run_state(tmp, state, history)
@@ -82,5 +85,8 @@ def restore(path: str, unet: nn.Module, device: torch.device, ema_decay: float) 
     return ema, last_epoch, history
 
 
-def restore_optimizer(optimizer: torch.optim.Optimizer, path: str, device: torch.device) -> None:
+def restore_optimizer(optimizer: torch.optim.Optimizer, path: str, device: torch.device,
+                      scaler: torch.amp.GradScaler | None = None) -> None:
+    """The optimizer's state, and the fp16 scaler's where the checkpoint has one."""
     optimizer.load_state_dict(torch.load(os.path.join(path, checkpoint.OPTIMIZER_FILE), map_location=device))
+    checkpoint.restore_scaler(scaler, path)

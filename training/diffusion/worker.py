@@ -50,9 +50,11 @@ def loaders(config: dict, meta: latents.LatentsMeta, rank: int, world: int) -> t
     return train, val
 
 
-def model_and_state(config: dict, meta: latents.LatentsMeta, device: torch.device
+def model_and_state(config: dict, meta: latents.LatentsMeta, device: torch.device,
+                    scaler: torch.amp.GradScaler | None = None
                     ) -> tuple[torch.nn.Module, torch.optim.Optimizer, Any, int, list[dict]]:
-    """``(DDP UNet, AdamW, EMA, last finished epoch, history)``: fresh, or from the latest checkpoint."""
+    """``(DDP UNet, AdamW, EMA, last finished epoch, history)``: fresh, or from the latest checkpoint (which also
+    restores ``scaler``, fp16's)."""
     unet = components.build_unet(config["unet_size"], sample_size=meta.latent_shape[1],
                                  latent_channels=meta.latent_shape[0], cross_attention_dim=meta.text_shape[1],
                                  seed=config["seed"])
@@ -67,7 +69,7 @@ def model_and_state(config: dict, meta: latents.LatentsMeta, device: torch.devic
         net = ray.train.torch.prepare_model(unet)
         optimizer = torch.optim.AdamW(net.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
         if path is not None:
-            checkpoint.restore_optimizer(optimizer, path, device)
+            checkpoint.restore_optimizer(optimizer, path, device, scaler)
     return net, optimizer, ema, last_epoch, history
 
 
@@ -81,7 +83,8 @@ def train_loop_per_worker(config: dict) -> None:
     hf_steps.check_precision(precision, device.type)
     meta, uncond = latents.read_meta(config["data"])
     scheduler = objective.noise_scheduler(config["prediction_type"])
-    net, optimizer, ema, last_epoch, history = model_and_state(config, meta, device)
+    scaler = hf_steps.grad_scaler(precision, device)
+    net, optimizer, ema, last_epoch, history = model_and_state(config, meta, device, scaler)
     # Rank 0 samples and checkpoints: it alone needs the frozen models.
     frozen = tuple(m.to(device) if hasattr(m, "to") else m for m in components.load_saved(
         f"{config['data'].rstrip('/')}/{meta.models}")) if rank == 0 else None
@@ -93,7 +96,6 @@ def train_loop_per_worker(config: dict) -> None:
         if last_epoch:
             log.info(loop.resume_line(last_epoch, config["epochs"]))
     train_loader, val_loader = loaders(config, meta, rank, world)
-    scaler = hf_steps.grad_scaler(precision, device)
     uncond_t = torch.from_numpy(uncond).to(device)
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
@@ -112,7 +114,7 @@ def train_loop_per_worker(config: dict) -> None:
             if frozen is not None and (epoch % config["sample_every"] == 0 or epoch == config["epochs"]):
                 log.info(f"SAMPLES: {sample(net, ema, frozen, scheduler, config, epoch, device)}")
         checkpoint.save_and_report(metrics, unet=net, optimizer=optimizer, ema=ema, frozen=frozen,
-                                   scheduler=scheduler, epoch=epoch, history=history)
+                                   scheduler=scheduler, epoch=epoch, history=history, scaler=scaler)
 
     loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, after_epoch, None)
 

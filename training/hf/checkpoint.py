@@ -44,7 +44,7 @@ def export(model: Any, tokenizer: Any, directory: str, *, state_dict: dict | Non
 
 
 def save_and_report(metrics: dict, *, model: Any, optimizer: torch.optim.Optimizer, tokenizer: Any, epoch: int,
-                    history: list[dict], sharded: bool) -> None:
+                    history: list[dict], sharded: bool, scaler: torch.amp.GradScaler | None = None) -> None:
     """Every rank reports ``metrics``; rank 0 attaches the epoch's checkpoint (with FSDP2 every rank attaches its
     shards, and the collective gather of the full weights runs on all ranks first)."""
     context = ray.train.get_context()
@@ -64,6 +64,7 @@ def save_and_report(metrics: dict, *, model: Any, optimizer: torch.optim.Optimiz
             state["model"] = export(model, tokenizer, tmp, state_dict=full)
             if not sharded:
                 torch.save(optimizer.state_dict(), os.path.join(tmp, checkpoint.OPTIMIZER_FILE))
+            checkpoint.save_scaler(scaler, tmp)
             checkpoint.write_run_state(tmp, state, history)
         # Synchronous upload: the temp dir may be removed as soon as report returns.
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
@@ -81,11 +82,12 @@ def latest() -> Iterator[str | None]:
 
 
 def restore_optimizer(model: Any, optimizer: torch.optim.Optimizer, path: str, device: torch.device,
-                      *, sharded: bool) -> tuple[int, list[dict]]:
-    """Load the optimizer state (FSDP2: model and optimizer shards) of checkpoint ``path``; returns
-    ``(last finished epoch, history)``."""
+                      *, sharded: bool, scaler: torch.amp.GradScaler | None = None) -> tuple[int, list[dict]]:
+    """Load the optimizer state (FSDP2: model and optimizer shards) and the fp16 scaler's of checkpoint ``path``;
+    returns ``(last finished epoch, history)``."""
     if sharded:
         fsdp2.load_sharded(model, optimizer, os.path.join(path, fsdp2.SHARDED_DIR))
     else:
         optimizer.load_state_dict(torch.load(os.path.join(path, checkpoint.OPTIMIZER_FILE), map_location=device))
+    checkpoint.restore_scaler(scaler, path)
     return checkpoint.read_run_state(path)

@@ -78,6 +78,7 @@ def train_loop_per_worker(config: dict) -> None:
     steps.check_precision(config["precision"], device.type)
     torch.manual_seed(config["seed"])
     sharded = config["fsdp"]
+    scaler = steps.grad_scaler(config["precision"], device)
 
     with checkpoint.latest() as resume_dir:
         tokenizer = model.load_tokenizer(resume_dir or config["model"], data_dir=_data_dir(config))
@@ -92,7 +93,7 @@ def train_loop_per_worker(config: dict) -> None:
         optimizer = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=config["lr"],
                                       weight_decay=config["weight_decay"])
         last_epoch, history = (0, []) if resume_dir is None else checkpoint.restore_optimizer(
-            net, optimizer, resume_dir, device, sharded=sharded)
+            net, optimizer, resume_dir, device, sharded=sharded, scaler=scaler)
     if rank == 0:
         how = "FSDP2" if sharded else "DDP"
         lora = f", LoRA r={config['lora_r']}" if config["lora_r"] else ""
@@ -102,7 +103,6 @@ def train_loop_per_worker(config: dict) -> None:
             log.info(loop.resume_line(last_epoch, config["epochs"]))
 
     train_loader, val_loader, val_batches, val_set = loaders(config, tokenizer, rank, world)
-    scaler = steps.grad_scaler(config["precision"], device)
     sample = torch.tensor([val_set[0][0]], device=device)
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
@@ -116,7 +116,7 @@ def train_loop_per_worker(config: dict) -> None:
 
     def report(epoch: int, metrics: dict) -> None:
         checkpoint.save_and_report(metrics, model=net, optimizer=optimizer, tokenizer=tokenizer, epoch=epoch,
-                                   history=history, sharded=sharded)
+                                   history=history, sharded=sharded, scaler=scaler)
 
     loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
 
