@@ -8,6 +8,7 @@ tests/e2e/test_storage_pull.py and on SeaweedFS in benchmarks/pull_bench.py.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import os
@@ -256,3 +257,43 @@ def test_a_proxy_for_the_endpoint_leaves_the_pull_to_botocore(served: S3Server, 
     store.download([(item, tmp_path / "p.part")], None, lambda i, t, e: done.__setitem__(i.key, e))
     assert done == {item.key: None} and store.engine == "botocore"
     assert (tmp_path / "p.part").read_bytes() == b"through botocore"
+
+
+def test_ctrl_c_stops_every_transfer_and_leaves_no_thread_or_descriptor(served: S3Server, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGINT to the main thread while worker threads are writing: the download raises KeyboardInterrupt once every
+    transfer has stopped; the files it did not finish are not reported done, nothing stays open or running."""
+    import signal
+    import threading
+
+    monkeypatch.setattr(obstore_engine, "PART_SIZE", 64 * 1024)
+    monkeypatch.setattr(obstore_engine, "CHUNK", 16 * 1024)
+    items = [put(served, f"dl/int-{n}.bin", os.urandom(8 * 64 * 1024)) for n in range(4)]
+    jobs = [(item, tmp_path / f"int-{n}.part") for n, item in enumerate(items)]
+    store = S3Store(parse_location(f"s3://{BUCKET}/dl"))
+    interrupted, seen = threading.Event(), threading.Event()
+    done: list[str] = []
+
+    def on_progress(_: int) -> None:  # a worker thread: the first chunk written, Ctrl-C arrives
+        if not interrupted.is_set():
+            interrupted.set()
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+            seen.wait(60)  # this file cannot finish before the main thread has taken the interrupt
+
+    def on_sigint(*_: Any) -> None:
+        seen.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            store.download(jobs, on_progress, lambda item, target, error: done.append(item.key))
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert interrupted.is_set() and len(done) < len(items)
+    assert not [t for t in threading.enumerate() if t.name.startswith("rtjob-get")]
+    open_here = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+            open_here += [fd] if os.readlink(f"/proc/self/fd/{fd}").startswith(str(tmp_path)) else []
+    assert open_here == []

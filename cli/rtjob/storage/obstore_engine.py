@@ -1,5 +1,5 @@
 """``rtjob pull``'s first S3 engine: obstore (Python bindings of Rust's object_store; HTTP, signing and retries in
-tokio threads), one asyncio loop in this thread writing what arrives.
+tokio threads), driven by a pool of threads that each fetch one file or part and write what arrives.
 
 Why: it imports in ~6 ms (awscrt ~80-200 ms, botocore + its client ~0.4 s) and its per-GET cost is in Rust, so a
 checkpoint of thousands of small shards is bound by the server, not by this process (benchmarks/pull_bench.py
@@ -10,8 +10,8 @@ the size check, the manifest. What this engine keeps:
 - every GET, and every ranged GET of a large file, carries the listed ETag in If-Match: a file rewritten
   mid-pull fails with 412 instead of landing half-old;
 - the partial file is opened with O_NOFOLLOW: a link planted under its name fails that file (ELOOP);
-- at most ``FILES_IN_FLIGHT`` files open and ``REQUESTS_IN_FLIGHT`` GETs at a time; memory is bounded by the
-  requests in flight times ``CHUNK`` (each body is written as it arrives, never held whole);
+- at most ``REQUESTS_IN_FLIGHT`` GETs at a time, and about as many files open; memory is bounded by the requests
+  in flight times ``CHUNK`` (each body is written as it arrives, never held whole);
 - a body that breaks mid-stream is fetched again (``ATTEMPTS``), its progress taken back; object_store itself
   retries failed requests.
 Keys go to object_store as they are (its ``Path::parse`` keeps them byte for byte; the keys it refuses, '.'
@@ -20,11 +20,13 @@ and '..' and empty segments, are keys pull.py refuses anyway).
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import datetime
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +35,7 @@ from .engines import STATUS_CODES, TransferError, s3_error_in
 MiB = 1024 * 1024
 PART_SIZE = 16 * MiB  # a file larger than this is fetched as concurrent ranged GETs of this size
 CHUNK = 256 * 1024  # each write: small enough to stay in the CPU's cache between the socket and the page cache
-REQUESTS_IN_FLIGHT = 64
-# Threads that open, write and finish files: the kernel's part of a write (page cache) then runs beside the
-# event loop that takes the next chunk from Rust, instead of between two of its turns.
-WRITE_THREADS = 2
-FILES_IN_FLIGHT = 64  # open descriptors (macOS allows 256 by default)
+REQUESTS_IN_FLIGHT = 64  # threads, each with one GET (a whole file or a part) at a time
 ATTEMPTS = 3
 MMAP_THRESHOLD = 32 * MiB  # keep_buffers(): allocations below this come from the heap
 TRIM_THRESHOLD = 256 * MiB  # ... and this much freed heap is kept for the next chunks
@@ -85,7 +83,6 @@ class ObstoreDownloader:
                 expires = datetime.datetime.now(datetime.timezone.utc) + CREDENTIALS_TTL
                 return {"access_key_id": access, "secret_access_key": secret, "token": token,
                         "expires_at": expires}
-        self._pool: Any = None
         self.store = S3Store(bucket, config=config, client_options=client, retry_config=retry,  # type: ignore[arg-type]
                              credential_provider=credential_provider)  # type: ignore[arg-type]
 
@@ -101,85 +98,159 @@ class ObstoreDownloader:
 
     def download(self, jobs: list[tuple[Any, Path]], on_progress: Callable[[int], None] | None,
                  on_done: Callable[[Any, Path, BaseException | None], None]) -> None:
-        """Fetch each (RemoteFile, temporary path); ``on_done`` once per file, from this thread. Ctrl-C cancels
-        what is in flight (asyncio.run waits for it) before it propagates."""
-        from concurrent.futures import ThreadPoolExecutor
+        """Fetch each (RemoteFile, temporary path); ``on_done`` once per file, from the thread that finished it.
+        Ctrl-C stops every transfer at its next chunk, and waits for them, before it propagates."""
+        import queue
 
         keep_buffers()
-        self._pool = ThreadPoolExecutor(WRITE_THREADS, thread_name_prefix="rtjob-write") if WRITE_THREADS else None
+        transfer = _Transfer(self.store, on_progress or _ignore, on_done)
+        files = [_File(item, target) for item, target in jobs]
+        # Taken in order, so a file's parts run together and few files are open at once (about one per thread).
+        work: queue.SimpleQueue[tuple[_File, tuple[int, int] | None]] = queue.SimpleQueue()
+        for file in files:
+            for span in file.spans:
+                work.put((file, span))
+        threads: list[threading.Thread] = []
         try:
-            asyncio.run(self._all(jobs, on_progress or _ignore, on_done))
+            # Ctrl-C waits until every thread is started (a thread interrupted half-way through its start could
+            # not be waited for, and would write after its file was closed); the threads never take SIGINT.
+            with _sigint_held():
+                for _ in range(min(REQUESTS_IN_FLIGHT, work.qsize())):
+                    thread = threading.Thread(target=transfer.run, args=(work,), name="rtjob-get", daemon=True)
+                    thread.start()
+                    threads.append(thread)
+            for thread in threads:
+                thread.join()
+        except BaseException:
+            transfer.stopped.set()
+            raise
         finally:
-            if self._pool is not None:
-                self._pool.shutdown(wait=True)
+            for thread in threads:
+                thread.join()
+            for file in files:  # a file whose parts never all ran (Ctrl-C) is still open
+                file.close()
+        if transfer.crashed is not None:
+            raise transfer.crashed
 
-    async def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
-        if self._pool is None:
-            return fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def _all(self, jobs: list[tuple[Any, Path]], on_progress: Callable[[int], None],
-                   on_done: Callable[[Any, Path, BaseException | None], None]) -> None:
-        files = asyncio.Semaphore(FILES_IN_FLIGHT)
-        requests = asyncio.Semaphore(REQUESTS_IN_FLIGHT)
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """SIGINT held back in this thread inside the block (and so in the threads it starts), delivered after it."""
+    hold = hasattr(signal, "pthread_sigmask") and threading.current_thread() is threading.main_thread()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT}) if hold else None
+    try:
+        yield
+    finally:
+        if old is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
-        async def one(item: Any, target: Path) -> None:
-            async with files:
-                error: BaseException | None = None
-                try:
-                    await self._file(item, target, requests, on_progress)
-                except _LocalError as failed:  # opening or writing the partial file
-                    error = failed.error
-                except Exception as exc:  # obstore's (its "not found" is a FileNotFoundError too)
-                    error = transfer_error(exc)
-                await self._io(on_done, item, target, error)
 
-        await asyncio.gather(*(one(item, target) for item, target in jobs))
+class _File:
+    """One file of a download: its parts (None = one GET of the whole file), its descriptor while parts write into
+    it, and the first error any of its parts met."""
 
-    async def _file(self, item: Any, target: Path, requests: asyncio.Semaphore,
-                    on_progress: Callable[[int], None]) -> None:
-        fd = await self._io(_open, target)
-        try:
-            if item.size <= PART_SIZE:
-                await self._part(fd, item, None, requests, on_progress)
-                return
-            parts = [asyncio.ensure_future(self._part(fd, item, (start, min(start + PART_SIZE, item.size)),
-                                                      requests, on_progress))
-                     for start in range(0, item.size, PART_SIZE)]
-            try:
-                await asyncio.wait(parts, return_when=asyncio.FIRST_EXCEPTION)
-            finally:  # one part failing (or Ctrl-C) stops the others before the file is closed
-                for part in parts:
-                    part.cancel()
-                await asyncio.gather(*parts, return_exceptions=True)
-            for part in parts:
-                if not part.cancelled() and part.exception() is not None:
-                    raise part.exception()  # type: ignore[misc]
-        finally:
+    def __init__(self, item: Any, target: Path) -> None:
+        self.item, self.target = item, target
+        self.spans: list[tuple[int, int] | None] = (
+            [None] if item.size <= PART_SIZE else
+            [(start, min(start + PART_SIZE, item.size)) for start in range(0, item.size, PART_SIZE)])
+        self.left = len(self.spans)
+        self.fd: int | None = None
+        self.opened = False
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+
+    def close(self) -> None:
+        with self.lock:
+            fd, self.fd = self.fd, None
+        if fd is not None:
             os.close(fd)  # no flush: the rename makes the name appear only once every write is done
 
-    async def _part(self, fd: int, item: Any, span: tuple[int, int] | None, requests: asyncio.Semaphore,
-                    on_progress: Callable[[int], None]) -> None:
+
+class _Stopped(Exception):
+    """Ctrl-C, or another part of the same file failed: this part gives up at its next chunk."""
+
+
+class _Transfer:
+    """What every worker thread shares. Each thread runs one part at a time with obstore's blocking calls (the GIL
+    released while Rust waits) and writes each chunk itself: no hand-over between threads per chunk, which in the
+    asyncio version cost about half of the engine's user CPU (two cross-thread wake-ups per 256 KiB)."""
+
+    def __init__(self, store: Any, on_progress: Callable[[int], None],
+                 on_done: Callable[[Any, Path, BaseException | None], None]) -> None:
+        self.store, self.on_progress, self.on_done = store, on_progress, on_done
+        self.stopped = threading.Event()
+        self.crashed: BaseException | None = None  # an error of rtjob's own (on_done's, say): re-raised after
+
+    def run(self, work: Any) -> None:
+        """One thread: parts from ``work`` until it is empty or the download stops."""
+        import queue
+
+        while not self.stopped.is_set():
+            try:
+                file, span = work.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self.part(file, span)
+            except BaseException as exc:
+                self.crashed = self.crashed or exc
+                self.stopped.set()
+
+    def part(self, file: _File, span: tuple[int, int] | None) -> None:
+        if self.stopped.is_set():
+            return
+        error: BaseException | None = None
+        with file.lock:
+            if not file.opened:
+                file.opened = True
+                try:
+                    file.fd = _open(file.target)
+                except _LocalError as failed:
+                    file.error = failed.error
+            fd = file.fd
+        if fd is not None and file.error is None:
+            try:
+                self._get(fd, file, span)
+            except _Stopped:
+                pass
+            except _LocalError as failed:  # writing the partial file
+                error = failed.error
+            except Exception as exc:  # obstore's (its "not found" is a FileNotFoundError too)
+                error = transfer_error(exc)
+        with file.lock:
+            if error is not None and file.error is None:
+                file.error = error
+            file.left -= 1
+            last = file.left == 0
+        if last and not self.stopped.is_set():
+            file.close()
+            self.on_done(file.item, file.target, file.error)
+
+    def _get(self, fd: int, file: _File, span: tuple[int, int] | None) -> None:
         import obstore
         from obstore.exceptions import GenericError
 
+        item = file.item
         options: dict[str, Any] = {"if_match": item.etag} if item.etag else {}
         if span is not None:
             options["range"] = span
         for attempt in range(ATTEMPTS):
             written = 0
             try:
-                async with requests:
-                    result = await obstore.get_async(self.store, item.key, options=options)  # type: ignore[arg-type]
-                    offset = span[0] if span else 0
-                    async for chunk in result.stream(min_chunk_size=CHUNK):
-                        await self._io(_write, fd, chunk, offset)
-                        offset += len(chunk)
-                        written += len(chunk)
-                        on_progress(len(chunk))
+                result = obstore.get(self.store, item.key, options=options)  # type: ignore[arg-type]
+                offset = span[0] if span else 0
+                for chunk in result.stream(min_chunk_size=CHUNK):
+                    if self.stopped.is_set() or file.error is not None:
+                        self.on_progress(-written)
+                        raise _Stopped
+                    _write(fd, chunk, offset)
+                    offset += len(chunk)
+                    written += len(chunk)
+                    self.on_progress(len(chunk))
                 return
             except GenericError:  # the body broke mid-stream (object_store has retried the request itself)
-                on_progress(-written)
+                self.on_progress(-written)
                 if attempt + 1 == ATTEMPTS:
                     raise
 
