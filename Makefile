@@ -39,6 +39,9 @@ test-e2e: install
 
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'  # the storage benchmarks' S3 server (SeaweedFS)
+	# Bytecode for rtjob's own sources, as `pip install rtjob` leaves it: the editable install has none, and with
+	# PYTHONDONTWRITEBYTECODE set every rtjob command would compile its modules again (the peers' are compiled).
+	$(BIN)/python -m compileall -q cli/rtjob rtjob_contract training
 	$(BIN)/python benchmarks/run.py
 
 clean:

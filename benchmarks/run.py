@@ -755,6 +755,7 @@ def render(rows: list[Row], meta: dict[str, str], notes: list[str]) -> str:
         f"- ray {meta['ray']}; rtjob at {meta['commit']}",
         f"- command: `make bench` (= `{meta['command']}`); total run time {meta['runtime']}",
         f"- machine load at start: {meta['load']}; other Ray nodes (raylets) running: {meta['raylets']}",
+        f"- rtjob's own modules: {meta['bytecode']}",
         "",
         header + body,
         peers,
@@ -779,6 +780,9 @@ def main() -> int:
     commit = command_output(["git", "rev-parse", "--short", "HEAD"]) or "unknown commit"
     dirty = command_output(["git", "status", "--porcelain", "--", "cli"])
     meta["commit"] = commit + (" + uncommitted changes in cli/" if dirty else "")
+    compiled = any((ROOT / "cli" / "rtjob" / "commands" / "__pycache__").glob("*.pyc"))
+    meta["bytecode"] = ("byte-compiled before the run (`make bench`), as an installed wheel has them" if compiled else
+                        "not byte-compiled: with PYTHONDONTWRITEBYTECODE every command compiles them again")
 
     for tool in (RTJOB, RAY, PYTHON):
         if not Path(tool).exists():
