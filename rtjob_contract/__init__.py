@@ -48,7 +48,8 @@ ENV_NAMES = frozenset({
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint layout: <storage path>/<run name>/checkpoint_epoch_NNNN/{model.pt, optimizer.pt, state.json,
-# metrics.json} (+ grad_scaler.pt with fp16). Any checkpoint_* folder counts as a checkpoint (Ray's own checkpoint_<timestamp> too).
+# metrics.json} (+ grad_scaler.pt with fp16). Any checkpoint_* folder counts as a checkpoint (Ray's own
+# checkpoint_<timestamp> too).
 
 CHECKPOINT_PREFIX = "checkpoint_"
 EPOCH_CHECKPOINT_PREFIX = "checkpoint_epoch_"

@@ -73,7 +73,7 @@ def save_and_report(
         return
     with tempfile.TemporaryDirectory(prefix="rtjob-ckpt-") as tmp:
         torch.save(unwrap(model).state_dict(), os.path.join(tmp, MODEL_FILE))
-        torch.save(optimizer.state_dict(), os.path.join(tmp, OPTIMIZER_FILE))
+        save_optimizer(tmp, optimizer)
         write_run_state(tmp, {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size()}, history)
         # Synchronous upload: the temp dir may be removed as soon as report returns.
         ray.train.report(
@@ -94,22 +94,30 @@ def restore(
         return 0, []
     with local_copy(checkpoint) as path:
         unwrap(model).load_state_dict(torch.load(os.path.join(path, MODEL_FILE), map_location=device))
-        optimizer.load_state_dict(torch.load(os.path.join(path, OPTIMIZER_FILE), map_location=device))
+        load_optimizer(path, optimizer, device)
         return read_run_state(path)
 
 
-def save_scaler(scaler: torch.amp.GradScaler | None, directory: str) -> None:
-    """fp16: the GradScaler's loss scale and growth tracker, so a resumed run goes on at the scale it had found
-    instead of starting again from 2**16 and skipping steps on overflow until it is back down."""
+def save_optimizer(directory: str, optimizer: torch.optim.Optimizer | None,
+                   scaler: torch.amp.GradScaler | None = None) -> None:
+    """The optimizer's state (``optimizer.pt``; None where it is saved elsewhere: FSDP2's shards) and, with fp16, the
+    GradScaler's loss scale and growth tracker (``grad_scaler.pt``), so a resumed run goes on at the scale it had
+    found instead of starting again from 2**16 and skipping steps on overflow until it is back down."""
+    if optimizer is not None:
+        torch.save(optimizer.state_dict(), os.path.join(directory, OPTIMIZER_FILE))
     if scaler is not None:
         torch.save(scaler.state_dict(), os.path.join(directory, SCALER_FILE))
 
 
-def restore_scaler(scaler: torch.amp.GradScaler | None, directory: str) -> None:
-    """The scaler state of checkpoint ``directory``, where it has one (a bf16/fp32 run's has none)."""
-    path = os.path.join(directory, SCALER_FILE)
-    if scaler is not None and os.path.exists(path):
-        scaler.load_state_dict(torch.load(path, weights_only=True))
+def load_optimizer(directory: str, optimizer: torch.optim.Optimizer | None, device: torch.device,
+                   scaler: torch.amp.GradScaler | None = None) -> None:
+    """What ``save_optimizer`` wrote; a checkpoint without ``grad_scaler.pt`` (bf16/fp32, or written before it
+    was saved) leaves ``scaler`` as it is."""
+    if optimizer is not None:
+        optimizer.load_state_dict(torch.load(os.path.join(directory, OPTIMIZER_FILE), map_location=device))
+    scaler_path = os.path.join(directory, SCALER_FILE)
+    if scaler is not None and os.path.exists(scaler_path):
+        scaler.load_state_dict(torch.load(scaler_path, weights_only=True))
 
 
 def write_run_state(directory: str, state: dict, history: list[dict]) -> None:

@@ -68,8 +68,7 @@ def test_the_fp16_scaler_state_goes_into_the_checkpoint_and_comes_back(tmp_path:
 
     weight, optimizer, scaler = _scaler_after_an_overflow()
     assert scaler.get_scale() == 512.0
-    torch.save(optimizer.state_dict(), tmp_path / checkpoint.OPTIMIZER_FILE)
-    checkpoint.save_scaler(scaler, str(tmp_path))
+    checkpoint.save_optimizer(str(tmp_path), optimizer, scaler)
     checkpoint.write_run_state(str(tmp_path), {"epoch": 2}, [{"epoch": 1}, {"epoch": 2}])
 
     resumed = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=3)
@@ -84,13 +83,11 @@ def test_runs_without_a_scaler_write_none_and_old_checkpoints_restore(tmp_path: 
     import torch
 
     from training import checkpoint
-    from training.diffusion.checkpoint import restore_optimizer
-
-    checkpoint.save_scaler(None, str(tmp_path))  # bf16 / fp32
-    assert not (tmp_path / checkpoint.SCALER_FILE).exists()
 
     weight, optimizer, _ = _scaler_after_an_overflow()
-    torch.save(optimizer.state_dict(), tmp_path / checkpoint.OPTIMIZER_FILE)
+    checkpoint.save_optimizer(str(tmp_path), optimizer, None)  # bf16 / fp32
+    assert not (tmp_path / checkpoint.SCALER_FILE).exists()
+
     scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
-    restore_optimizer(torch.optim.SGD([weight], lr=0.1), str(tmp_path), torch.device("cpu"), scaler)
+    checkpoint.load_optimizer(str(tmp_path), torch.optim.SGD([weight], lr=0.1), torch.device("cpu"), scaler)
     assert scaler.get_scale() == 1024.0  # a checkpoint from before grad_scaler.pt: the scaler starts fresh

@@ -272,7 +272,7 @@ def test_checkpoint_reloads_resumes_and_is_a_pipeline_that_generates(tmp_path, f
     for mine, theirs in zip(ema.shadow_params, ema2.shadow_params, strict=True):
         assert torch.equal(mine, theirs)  # the EMA weights
     optimizer2 = torch.optim.AdamW(resumed.parameters(), lr=1e-3)
-    checkpoint.restore_optimizer(optimizer2, str(folder), CPU)
+    shared.load_optimizer(str(folder), optimizer2, CPU)
     assert optimizer2.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
 
     pipeline = StableDiffusionPipeline.from_pretrained(str(folder), safety_checker=None)

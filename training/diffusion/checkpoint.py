@@ -5,8 +5,8 @@
 pipeline use), ``vae/``, ``text_encoder/``, ``tokenizer/`` (the preprocess step's), ``scheduler/`` (the DDPM
 training scheduler), so ``StableDiffusionPipeline.from_pretrained(folder, safety_checker=None)`` generates. What
 resuming needs besides: ``unet_train/`` (the raw trained weights), ``optimizer.pt`` (+ ``grad_scaler.pt`` with
-fp16), ``metrics.json`` (the whole
-history) and ``state.json`` (written last; holds the EMA's optimizer-step count).
+fp16), ``metrics.json`` (the whole history) and ``state.json`` (written last; holds the EMA's optimizer-step
+count).
 """
 
 from __future__ import annotations
@@ -61,8 +61,7 @@ def save_and_report(metrics: dict, *, unet: nn.Module, optimizer: torch.optim.Op
         return
     with tempfile.TemporaryDirectory(prefix="rtjob-ckpt-") as tmp:
         export(tmp, unet, ema, frozen, scheduler)
-        torch.save(optimizer.state_dict(), os.path.join(tmp, checkpoint.OPTIMIZER_FILE))
-        checkpoint.save_scaler(scaler, tmp)
+        checkpoint.save_optimizer(tmp, optimizer, scaler)
         state = {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size(),
                  "ema_step": ema.optimization_step, "unet": f"EMA weights ({TRAIN_UNET_DIR}/: raw weights)"}
         checkpoint.write_run_state(tmp, state, history)
@@ -84,9 +83,3 @@ def restore(path: str, unet: nn.Module, device: torch.device, ema_decay: float) 
     last_epoch, history = checkpoint.read_run_state(path)
     return ema, last_epoch, history
 
-
-def restore_optimizer(optimizer: torch.optim.Optimizer, path: str, device: torch.device,
-                      scaler: torch.amp.GradScaler | None = None) -> None:
-    """The optimizer's state, and the fp16 scaler's where the checkpoint has one."""
-    optimizer.load_state_dict(torch.load(os.path.join(path, checkpoint.OPTIMIZER_FILE), map_location=device))
-    checkpoint.restore_scaler(scaler, path)

@@ -69,7 +69,7 @@ def model_and_state(config: dict, meta: latents.LatentsMeta, device: torch.devic
         net = ray.train.torch.prepare_model(unet)
         optimizer = torch.optim.AdamW(net.parameters(), lr=config["lr"], weight_decay=config["weight_decay"])
         if path is not None:
-            checkpoint.restore_optimizer(optimizer, path, device, scaler)
+            shared_checkpoint.load_optimizer(path, optimizer, device, scaler)
     return net, optimizer, ema, last_epoch, history
 
 

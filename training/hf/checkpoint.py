@@ -62,9 +62,7 @@ def save_and_report(metrics: dict, *, model: Any, optimizer: torch.optim.Optimiz
             state["sharded"] = f"{fsdp2.SHARDED_DIR}/"
         if rank == 0:
             state["model"] = export(model, tokenizer, tmp, state_dict=full)
-            if not sharded:
-                torch.save(optimizer.state_dict(), os.path.join(tmp, checkpoint.OPTIMIZER_FILE))
-            checkpoint.save_scaler(scaler, tmp)
+            checkpoint.save_optimizer(tmp, None if sharded else optimizer, scaler)  # sharded: in its shards
             checkpoint.write_run_state(tmp, state, history)
         # Synchronous upload: the temp dir may be removed as soon as report returns.
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
@@ -87,7 +85,5 @@ def restore_optimizer(model: Any, optimizer: torch.optim.Optimizer, path: str, d
     returns ``(last finished epoch, history)``."""
     if sharded:
         fsdp2.load_sharded(model, optimizer, os.path.join(path, fsdp2.SHARDED_DIR))
-    else:
-        optimizer.load_state_dict(torch.load(os.path.join(path, checkpoint.OPTIMIZER_FILE), map_location=device))
-    checkpoint.restore_scaler(scaler, path)
+    checkpoint.load_optimizer(path, None if sharded else optimizer, device, scaler)
     return checkpoint.read_run_state(path)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import queue
 import signal
 import sys
 import threading
@@ -100,8 +101,6 @@ class ObstoreDownloader:
                  on_done: Callable[[Any, Path, BaseException | None], None]) -> None:
         """Fetch each (RemoteFile, temporary path); ``on_done`` once per file, from the thread that finished it.
         Ctrl-C stops every transfer at its next chunk, and waits for them, before it propagates."""
-        import queue
-
         keep_buffers()
         transfer = _Transfer(self.store, on_progress or _ignore, on_done)
         files = [_File(item, target) for item, target in jobs]
@@ -155,8 +154,7 @@ class _File:
             [None] if item.size <= PART_SIZE else
             [(start, min(start + PART_SIZE, item.size)) for start in range(0, item.size, PART_SIZE)])
         self.left = len(self.spans)
-        self.fd: int | None = None
-        self.opened = False
+        self.fd: int | None = None  # opened by the first part to run, closed once
         self.error: BaseException | None = None
         self.lock = threading.Lock()
 
@@ -182,10 +180,8 @@ class _Transfer:
         self.stopped = threading.Event()
         self.crashed: BaseException | None = None  # an error of rtjob's own (on_done's, say): re-raised after
 
-    def run(self, work: Any) -> None:
+    def run(self, work: queue.SimpleQueue[tuple[_File, tuple[int, int] | None]]) -> None:
         """One thread: parts from ``work`` until it is empty or the download stops."""
-        import queue
-
         while not self.stopped.is_set():
             try:
                 file, span = work.get_nowait()
@@ -198,12 +194,9 @@ class _Transfer:
                 self.stopped.set()
 
     def part(self, file: _File, span: tuple[int, int] | None) -> None:
-        if self.stopped.is_set():
-            return
         error: BaseException | None = None
         with file.lock:
-            if not file.opened:
-                file.opened = True
+            if file.fd is None and file.error is None:  # this file's first part (a failed open set the error)
                 try:
                     file.fd = _open(file.target)
                 except _LocalError as failed:
