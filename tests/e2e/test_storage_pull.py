@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from rtjob.spec.project import PULLED_RUNS_DIR
+from rtjob.jobspec.project import PULLED_RUNS_DIR
 from support.cli import RTJOB, base_env, popen_rtjob, rtjob
 from support.s3_server import S3Server, bucket_server, process_server
 from support.tcp_proxy import DroppingProxy
@@ -747,7 +747,7 @@ def test_locations_and_checkpoint_choices():
 
 
 def test_job_storage_env_passes_the_endpoint_and_credentials_only_when_asked(monkeypatch):
-    from rtjob.spec.run_env import job_storage_env
+    from rtjob.jobspec.run_env import job_storage_env
 
     client = {"AWS_ENDPOINT_URL": "http://minio:9000", "AWS_ACCESS_KEY_ID": "AKIAAAAAAAAAAAAAAAAA",
               "AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}

@@ -99,12 +99,12 @@ def tool() -> Path:
 
 def test_the_wheel_carries_rtjob_the_contract_training_and_builtins(tool: Path) -> None:
     """What the wheel the tool was installed from holds (built once, for both tests)."""
-    from rtjob.spec import catalog
+    from rtjob.jobspec import catalog
 
     names = set(zipfile.ZipFile(tool_venv.start().wheel()).namelist())
     assert {"rtjob/main.py", "rtjob/py.typed", "rtjob_contract/__init__.py", "rtjob_training/__init__.py",
-            "rtjob_training/ray_ddp.py", "rtjob/spec/builtin_compute_configs/g5-4xlarge.yaml"} <= names
-    assert len([n for n in names if n.startswith("rtjob/spec/builtin_compute_configs/")]) == len(catalog.CATALOG)
+            "rtjob_training/ray_ddp.py", "rtjob/jobspec/builtin_compute_configs/g5-4xlarge.yaml"} <= names
+    assert len([n for n in names if n.startswith("rtjob/jobspec/builtin_compute_configs/")]) == len(catalog.CATALOG)
     assert not any(n.startswith(("training/", "tests/", "jobs/")) for n in names)
 
 

@@ -10,9 +10,9 @@ from support.cli import REPO
 
 def shipped_jobs() -> list[tuple[Any, Path, str]]:
     """``(validated JobSpec, the file its relative paths are relative to, how errors name it)`` for every job."""
-    from rtjob.spec.pipeline import is_pipeline, load_pipeline
-    from rtjob.spec.schema import validate_job
-    from rtjob.spec.yamlsrc import Located, load_yaml
+    from rtjob.jobspec.pipeline import is_pipeline, load_pipeline
+    from rtjob.jobspec.schema import validate_job
+    from rtjob.jobspec.yamlsrc import Located, load_yaml
 
     out: list[tuple[Any, Path, str]] = []
     for path in sorted((REPO / "jobs").glob("*.y*ml")):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from rtjob.backends import backend_class, backend_names, configured, get_backend
 from rtjob.backends.base import Backend, NotSupported
+from rtjob.jobspec.resolve import Overrides
 from rtjob.runs.runner import plan
-from rtjob.spec.resolve import Overrides
 from support.cli import REPO
 
 CLI = REPO / "cli" / "rtjob"

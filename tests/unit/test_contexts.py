@@ -1,4 +1,4 @@
-"""Contexts (spec/contexts.py, `rtjob context ...`, --context, RTJOB_CONTEXT): the precedence table, secrets only
+"""Contexts (jobspec/contexts.py, `rtjob context ...`, --context, RTJOB_CONTEXT): the precedence table, secrets only
 as references (resolved, masked), list/use/add/remove through the real CLI entry point, a broken config file,
 and the locked atomic write. Offline: the CLI runs in this process (rtjob.commands.main), nothing is contacted."""
 
@@ -15,8 +15,8 @@ from pathlib import Path
 import click
 import pytest
 from rtjob.core.redact import REDACTOR
-from rtjob.spec import contexts
-from rtjob.spec.project import ENV_NAMES, load_settings
+from rtjob.jobspec import contexts
+from rtjob.jobspec.project import ENV_NAMES, load_settings
 from support.cli import in_process, plant
 
 CONFIG = """\

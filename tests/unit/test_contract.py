@@ -63,7 +63,7 @@ def test_every_rtjob_variable_a_side_names_is_in_the_contract(side: Path, own: s
 def test_the_client_sets_every_variable_the_entrypoints_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """What training reads from the environment (its flags' defaults) is what a resolved job carries."""
     from rtjob.backends import backend_class, configured
-    from rtjob.spec.resolve import Overrides, resolve
+    from rtjob.jobspec.resolve import Overrides, resolve
 
     read = {getattr(contract, node.attr) for path in _sources(TRAINING)
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))

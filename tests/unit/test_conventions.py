@@ -293,8 +293,8 @@ def test_delete_an_ended_run_and_refuse_a_running_one(
 
 def test_submit_says_what_it_uploads(project: Path) -> None:
     from rtjob.backends import configured
+    from rtjob.jobspec.resolve import Overrides
     from rtjob.runs.runner import plan
-    from rtjob.spec.resolve import Overrides
 
     planned = plan("ddp-resnet", configured({"backend": "ray", "address": "http://127.0.0.1:9"}, REPO), Overrides())
     line = planned.upload.describe() if planned.upload else ""

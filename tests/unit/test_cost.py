@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 from rtjob.core.model import RunInfo, RunStatus
+from rtjob.jobspec import catalog
+from rtjob.jobspec.pricing import BASIS, compute_config_cost
 from rtjob.runs.cost import finished_run_cost, run_cost
-from rtjob.spec import catalog
-from rtjob.spec.pricing import BASIS, compute_config_cost
 from support.cli import REPO, base_env, run_in_process
 
 HEAD, G5_4X, G5_12X = 0.384, 1.624, 5.672
@@ -104,8 +104,8 @@ def test_finished_ray_run_is_priced_from_the_shape_recorded_at_submit(tmp_path: 
     import shutil
 
     from rtjob.backends import configured, get_backend
+    from rtjob.jobspec.resolve import Overrides
     from rtjob.runs.runner import plan
-    from rtjob.spec.resolve import Overrides
 
     project = tmp_path / "project"
     shutil.copytree(REPO / "jobs", project / "jobs")

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rtjob.core.errors import BadInput, RtjobError
 from rtjob.core.redact import MASK, Redactor, is_secret, is_secret_name, mask_command, secret_arg_values
-from rtjob.spec.overrides import parse_env, parse_headers, parse_set
-from rtjob.spec.schema import validate_job
-from rtjob.spec.yamlsrc import parse_yaml
+from rtjob.jobspec.overrides import parse_env, parse_headers, parse_set
+from rtjob.jobspec.schema import validate_job
+from rtjob.jobspec.yamlsrc import parse_yaml
 from support.cli import REPO, base_env, plant, record, run_in_process
 from support.http_faults import HTML, StandIn, json_body
 

@@ -12,10 +12,14 @@ from pathlib import Path
 
 import pytest
 import tomllib
-from rtjob.spec import catalog
-from rtjob.spec.project import BUILTIN_COMPUTE_CONFIGS, builtin_compute_config_names, find_compute_config_file
-from rtjob.spec.requirements import read_requirements, split_satisfied
-from rtjob.spec.resolve import load_compute_config
+from rtjob.jobspec import catalog
+from rtjob.jobspec.project import (
+    BUILTIN_COMPUTE_CONFIGS,
+    builtin_compute_config_names,
+    find_compute_config_file,
+)
+from rtjob.jobspec.requirements import read_requirements, split_satisfied
+from rtjob.jobspec.resolve import load_compute_config
 from support.cli import REPO
 from support.project import ProjectCli, write_files
 from support.shipped import shipped_jobs
@@ -219,7 +223,7 @@ def test_init_appends_tool_rtjob_to_a_pyproject_only_when_absent(cli) -> None:
     assert not (cli.project / "rtjob.toml").exists()
     res = cli("init")
     assert "kept      pyproject.toml [tool.rtjob]" in res.stdout and (cli.project / "pyproject.toml").read_text() == text
-    from rtjob.spec.project import load_settings
+    from rtjob.jobspec.project import load_settings
 
     assert load_settings({}, cli.project).get("backend") is None  # the appended table is valid for rtjob
 

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 from rtjob.core.errors import BadInput
+from rtjob.jobspec.resolve import Overrides
 from rtjob.runs.recorded_spec import SECRET, record_spec, restore
-from rtjob.spec.resolve import Overrides
 
 TOKEN = "hf_" + "Q" * 30
 KEY = "sk-live-" + "7" * 24

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 from rtjob.backends.packaging import RTJOB_EXCLUDES, measure
-from rtjob.spec.project import PULLED_RUNS_DIR
+from rtjob.jobspec.project import PULLED_RUNS_DIR
 from support.cli import run_in_process
 
 REPO = Path(__file__).resolve().parents[2]

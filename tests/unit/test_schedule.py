@@ -13,7 +13,7 @@ import pytest
 import yaml
 from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.core.errors import BadInput
-from rtjob.spec.cron import (
+from rtjob.jobspec.cron import (
     next_runs,
     runs_too_often,
     validate_cron,

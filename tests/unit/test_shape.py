@@ -65,7 +65,7 @@ def _env(data: dict[str, Any]) -> dict[str, str]:
 
 def test_a_job_without_a_shape_gets_the_machines_cpus_and_no_invented_worker_count(render, two_line_job,
                                                                                    monkeypatch):
-    from rtjob.spec import resolve
+    from rtjob.jobspec import resolve
 
     monkeypatch.setattr(resolve, "machine_cpus", lambda: 12)
     data = render([str(two_line_job), "--backend", "local"], cwd=two_line_job.parent)
@@ -93,8 +93,8 @@ def test_the_embedded_node_size_follows_the_shape(two_line_job, monkeypatch, tmp
     from rtjob.backends import backend_class, configured
     from rtjob.backends.ray import backend as ray_backend
     from rtjob.backends.ray import cluster
-    from rtjob.spec import resolve as resolve_mod
-    from rtjob.spec.resolve import Overrides, resolve
+    from rtjob.jobspec import resolve as resolve_mod
+    from rtjob.jobspec.resolve import Overrides, resolve
 
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setattr(resolve_mod, "machine_cpus", lambda: 6)
@@ -179,7 +179,7 @@ def test_precheck_uses_the_overridden_shape(monkeypatch, tmp_path):
     from rtjob.backends import configured
     from rtjob.backends.ray.backend import RayJobsBackend
     from rtjob.core.errors import BadInput
-    from rtjob.spec.resolve import Overrides, resolve
+    from rtjob.jobspec.resolve import Overrides, resolve
 
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path))
     monkeypatch.chdir(REPO)

@@ -84,7 +84,7 @@ def check_workflow(text: str, job: str | None = None) -> list[str]:
 def _schedule_errors(on: dict[str, Any]) -> list[str]:
     """rtjob's own checks: cron that GitHub runs (the schema only types it as a string), an IANA zone."""
     from rtjob.core.errors import BadInput
-    from rtjob.spec.cron import validate_github_cron, validate_iana_timezone
+    from rtjob.jobspec.cron import validate_github_cron, validate_iana_timezone
 
     errors = []
     for item in on.get("schedule") or []:

@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 from rtjob.commands import main
 from rtjob.core.errors import BadInput
 from rtjob.core.yamlout import dump_yaml
-from rtjob.spec.resolve import render_args
-from rtjob.spec.schema import validate_job
-from rtjob.spec.yamlsrc import MAX_NODES, parse_yaml
+from rtjob.jobspec.resolve import render_args
+from rtjob.jobspec.schema import validate_job
+from rtjob.jobspec.yamlsrc import MAX_NODES, parse_yaml
 from ruamel.yaml import YAML
 from support.cli import base_env, record
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import BadInput
 
 if TYPE_CHECKING:
-    from ..spec.project import Settings
+    from ..jobspec.project import Settings
     from .base import Backend
 
 _REGISTRY: dict[str, str] = {
@@ -48,7 +48,7 @@ def workflow_backends() -> tuple[str, ...]:
 def configured(flags: dict[str, Any], root: Path | None = None, context: str | None = None) -> Settings:
     """Settings (contexts, [tool.rtjob], environment, flags: spec.project.load_settings) with the backend checked
     against the registry and defaulted: an address means a Ray cluster, nothing means the embedded one."""
-    from ..spec.project import load_settings
+    from ..jobspec.project import load_settings
 
     settings = load_settings(flags, root, context)
     name = settings.get("backend")

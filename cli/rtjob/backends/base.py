@@ -19,9 +19,9 @@ from ..core.errors import BadInput
 from ..core.model import Attempts, RunInfo, SubmitResult
 
 if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a status
-    from ..spec.pricing import HourlyCost
-    from ..spec.project import Settings
-    from ..spec.resolve import Placement, ResolvedJob
+    from ..jobspec.pricing import HourlyCost
+    from ..jobspec.project import Settings
+    from ..jobspec.resolve import Placement, ResolvedJob
 
 R = TypeVar("R", bound="Request")
 
@@ -222,7 +222,7 @@ class Backend(ABC):
         free)."""
         if not info.rate:
             return None
-        from ..spec.pricing import HourlyCost
+        from ..jobspec.pricing import HourlyCost
 
         try:
             return HourlyCost.from_json(info.rate)

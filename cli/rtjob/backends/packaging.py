@@ -20,7 +20,7 @@ from pathlib import Path
 import pathspec
 
 from ..core.errors import BadInput
-from ..spec.project import PULLED_RUNS_DIR
+from ..jobspec.project import PULLED_RUNS_DIR
 
 RAY_UPLOAD_LIMIT = 100 * 1024**2
 # Ray's own default excludes for working_dir uploads (ray_constants.RAY_RUNTIME_ENV_DEFAULT_EXCLUDES), which

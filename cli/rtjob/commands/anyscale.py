@@ -40,9 +40,9 @@ def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
 def _local_compute_config(name: str, nodes: int | None, group_name: str | None) -> tuple[dict[str, Any], str, str]:
     """(Anyscale-shaped config, file shown, what was pinned) for compute_configs/NAME.yaml or a path."""
     from ..backends import configured
-    from ..spec.pricing import pinned_compute_config
-    from ..spec.project import find_root
-    from ..spec.resolve import load_compute_config, pick_group
+    from ..jobspec.pricing import pinned_compute_config
+    from ..jobspec.project import find_root
+    from ..jobspec.resolve import load_compute_config, pick_group
 
     cc, shown = load_compute_config(name, find_root())
     if nodes is None and group_name is None:
@@ -89,8 +89,8 @@ def compute_config_show(name: str, nodes: int | None, group_name: str | None, ou
       rtjob compute-config show anyscale:team-g5:2
     """
     from ..backends.anyscale.request import check_with_anyscale
-    from ..spec.pricing import compute_config_cost
-    from ..spec.resolve import REGISTERED_PREFIX
+    from ..jobspec.pricing import compute_config_cost
+    from ..jobspec.resolve import REGISTERED_PREFIX
 
     if name.startswith(REGISTERED_PREFIX):
         if nodes is not None or group_name:
@@ -130,7 +130,7 @@ def compute_config_apply(name: str, registered_name: str | None, nodes: int | No
     from pathlib import Path
 
     from ..backends.anyscale.request import check_with_anyscale
-    from ..spec.pricing import compute_config_cost
+    from ..jobspec.pricing import compute_config_cost
 
     data, shown, pinned = _local_compute_config(name, nodes, group_name)
     check_with_anyscale("ComputeConfig", data, shown)
@@ -175,10 +175,10 @@ def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, node
     from ..backends.anyscale.request import AnyscaleJobRequest, check_with_anyscale
     from ..backends.anyscale.schedules import schedule_config
     from ..core.model import check_run_id
+    from ..jobspec.cron import validate_cron, validate_timezone
+    from ..jobspec.project import project_of
+    from ..jobspec.resolve import Overrides
     from ..runs.runner import plan
-    from ..spec.cron import validate_cron, validate_timezone
-    from ..spec.project import project_of
-    from ..spec.resolve import Overrides
 
     cron = validate_cron(cron)
     timezone = validate_timezone(timezone)
@@ -197,8 +197,8 @@ def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, node
 
 def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked: str | None, output: str) -> None:
     from ..backends.anyscale.schedules import masked_schedule
-    from ..spec.cron import next_runs
-    from ..spec.pricing import job_cost
+    from ..jobspec.cron import next_runs
+    from ..jobspec.pricing import job_cost
 
     resolved = planned.job
     cost = job_cost(resolved)
@@ -247,7 +247,7 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
       rtjob schedule apply ddp-resnet --cron '0 3 * * 1' --timezone Europe/Berlin
       rtjob schedule apply ddp-resnet --cron '0 3 * * *' --dry-run -o json
     """
-    from ..spec.cron import next_runs
+    from ..jobspec.cron import next_runs
 
     be, planned, schedule, schedule_name, checked = _planned_schedule(
         job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
@@ -296,10 +296,10 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
             job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
         _print_schedule(planned, schedule, schedule_name, checked, "text")
         return EXIT_SUCCEEDED
+    from ..jobspec.cron import validate_github_cron, validate_iana_timezone
+    from ..jobspec.project import project_of
+    from ..jobspec.resolve import load_job_file
     from ..runs.workflow import github_workflow, write_workflow
-    from ..spec.cron import validate_github_cron, validate_iana_timezone
-    from ..spec.project import project_of
-    from ..spec.resolve import load_job_file
 
     cron = validate_github_cron(cron)  # every check before anything is written
     timezone = validate_iana_timezone(timezone)

@@ -41,7 +41,7 @@ def job_names_starting(incomplete: str) -> list[CompletionItem]:
     """The project's job names; a path (``./x``, ``jobs/``) completes as a file."""
     if _looks_like_path(incomplete):
         return [CompletionItem(incomplete, type="file")]
-    from ..spec.project import find_root, job_names
+    from ..jobspec.project import find_root, job_names
 
     return _quiet_names(lambda: job_names(find_root()), incomplete)
 
@@ -49,7 +49,7 @@ def job_names_starting(incomplete: str) -> list[CompletionItem]:
 def compute_config_names_starting(incomplete: str) -> list[CompletionItem]:
     if _looks_like_path(incomplete):
         return [CompletionItem(incomplete, type="file")]
-    from ..spec.project import compute_config_names, find_root
+    from ..jobspec.project import compute_config_names, find_root
 
     return _quiet_names(lambda: compute_config_names(find_root()), incomplete)
 

@@ -1,4 +1,4 @@
-"""`rtjob context list|show|use|add|remove`: named places to run, in the user's config (spec/contexts.py)."""
+"""`rtjob context list|show|use|add|remove`: named places to run, in the user's config (jobspec/contexts.py)."""
 
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def list_contexts(output: str) -> int:
       rtjob context list
       rtjob context list -o json
     """
-    from ..spec.contexts import read_config, shown_path
+    from ..jobspec.contexts import read_config, shown_path
 
     config = read_config()
     rows = [{"name": name, "current": name == config.current, **{k: _shown(v) for k, v in ctx.items()}}
@@ -89,7 +89,7 @@ def show_context(name: str | None, output: str) -> int:
       rtjob context show prod
       rtjob context show -o yaml
     """
-    from ..spec.contexts import read_config, shown_path
+    from ..jobspec.contexts import read_config, shown_path
 
     config = read_config()
     if name is None:
@@ -122,7 +122,7 @@ def use(name: str | None, unset: bool) -> int:
       rtjob context use dev
       rtjob context use --none
     """
-    from ..spec.contexts import use_context
+    from ..jobspec.contexts import use_context
 
     if (name is None) == (not unset):
         raise BadInput("context use: give a context NAME or --none")
@@ -157,7 +157,7 @@ def _file_ref(path: str, flag: str) -> dict[str, str]:
 
 def _headers(headers: tuple[str, ...], header_env: tuple[str, ...], header_file: tuple[str, ...]) -> dict[str, Any]:
     from ..core.redact import is_secret
-    from ..spec.overrides import parse_headers
+    from ..jobspec.overrides import parse_headers
 
     out: dict[str, Any] = {}
     for name, value in parse_headers(headers).items():
@@ -203,7 +203,7 @@ def add(name: str, backend: str | None, address: str | None, address_env: str | 
       rtjob context add any --backend anyscale --cloud my-cloud --project ml --storage s3://bucket/runs
     """
     from ..core.redact import url_password
-    from ..spec.contexts import add_context, config_path, shown_path
+    from ..jobspec.contexts import add_context, config_path, shown_path
 
     if address and address_env:
         raise BadInput("context add: --address or --address-env, not both")
@@ -235,7 +235,7 @@ def remove(name: str) -> int:
     Examples:
       rtjob context remove dev
     """
-    from ..spec.contexts import remove_context
+    from ..jobspec.contexts import remove_context
 
     was_current = remove_context(name)
     say(f"context {name} removed" + ("; no context is current now" if was_current else ""))

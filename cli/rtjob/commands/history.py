@@ -57,7 +57,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before anything is read
     if prune:
-        from ..spec.overrides import parse_duration
+        from ..jobspec.overrides import parse_duration
 
         seconds = parse_duration(older_than, "--older-than")
         forgotten = history.prune(seconds)

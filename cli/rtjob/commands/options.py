@@ -11,7 +11,7 @@ from ..backends import backend_names
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
-    from ..spec.project import Settings
+    from ..jobspec.project import Settings
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -50,7 +50,7 @@ def backend_options(func: F) -> F:
 
 def _remember_context(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     if value is not None:
-        from ..spec.contexts import check_name
+        from ..jobspec.contexts import check_name
 
         ctx.meta[_CONTEXT_KEY] = check_name(value, "--context")
 
@@ -143,8 +143,8 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
     the backend settled by the registry. With ``job``: the project config of that job's project (a job file's own
     project, wherever rtjob runs)."""
     from ..backends import configured
-    from ..spec.overrides import parse_headers
-    from ..spec.project import project_of
+    from ..jobspec.overrides import parse_headers
+    from ..jobspec.project import project_of
 
     flags: dict[str, Any] = {"backend": backend, "address": address, **extra}
     if headers:
@@ -183,6 +183,6 @@ def storage_root_from(settings: Settings) -> str | None:
 
 
 def parse_timeout(timeout: str | None) -> float | None:
-    from ..spec.overrides import parse_duration
+    from ..jobspec.overrides import parse_duration
 
     return parse_duration(timeout) if timeout is not None else None

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.model import RunInfo
     from ..core.record import RunRecord
+    from ..jobspec.project import Settings
     from ..runs.pipeline import PipelinePlan
-    from ..spec.project import Settings
 
 
 def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: bool) -> None:

@@ -127,7 +127,7 @@ def report_crash(exc: BaseException) -> int:
     import time
     import traceback
 
-    from ..spec.project import rtjob_home
+    from ..jobspec.project import rtjob_home
 
     text = REDACTOR.text("".join(traceback.format_exception(exc)))
     where = "not saved"

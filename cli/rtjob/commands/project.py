@@ -23,12 +23,12 @@ def jobs(output: str) -> int:
       rtjob jobs
       rtjob jobs -o yaml
     """
+    from ..jobspec.pipeline import Pipeline
+    from ..jobspec.project import find_root, job_file_of, job_names
+    from ..jobspec.resolve import declares_shape
+    from ..jobspec.schema import validate_job
+    from ..jobspec.yamlsrc import Located
     from ..runs.pipeline import load as load_pipeline
-    from ..spec.pipeline import Pipeline
-    from ..spec.project import find_root, job_file_of, job_names
-    from ..spec.resolve import declares_shape
-    from ..spec.schema import validate_job
-    from ..spec.yamlsrc import Located
 
     root = find_root()
     rows: list[dict[str, Any]] = []
@@ -60,7 +60,7 @@ def _invalid_or(key: str) -> Callable[[dict[str, Any]], Any]:
 
 
 def _job_file_shown(name: str, root: Any) -> str:
-    from ..spec.project import find_job_file, job_file_of
+    from ..jobspec.project import find_job_file, job_file_of
 
     return find_job_file(str(job_file_of(name, root)), root)[1]
 
@@ -77,16 +77,16 @@ def validate(refs: tuple[str, ...], output: str) -> int:
       rtjob validate ddp-resnet jobs/my-job.yaml
       rtjob validate -o json
     """
-    from ..spec.project import compute_config_names, find_root, job_names, project_of
-    from ..spec.requirements import read_requirements
-    from ..spec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
+    from ..jobspec.project import compute_config_names, find_root, job_names, project_of
+    from ..jobspec.requirements import read_requirements
+    from ..jobspec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
     checked: list[dict[str, Any]] = []  # {kind, ref, file, ok, error[, warning]}, in the order checked
     targets = list(refs) or job_names(root)
+    from ..jobspec.pipeline import Pipeline
+    from ..jobspec.resolve import JobSource
     from ..runs.pipeline import load as load_pipeline
-    from ..spec.pipeline import Pipeline
-    from ..spec.resolve import JobSource
 
     for ref in targets:
         try:
@@ -145,7 +145,7 @@ def schema(which: str) -> int:
       rtjob schema > job.schema.json
       rtjob schema --compute-config
     """
-    from ..spec.schema import compute_config_json_schema, job_json_schema
+    from ..jobspec.schema import compute_config_json_schema, job_json_schema
 
     print_json(compute_config_json_schema() if which == "compute" else job_json_schema())
     return EXIT_SUCCEEDED
@@ -188,8 +188,8 @@ def compute_config_list(output: str) -> int:
       rtjob compute-config list
       rtjob compute-config list -o yaml
     """
-    from ..spec.project import builtin_compute_config_names, compute_config_names, find_root
-    from ..spec.resolve import load_compute_config, pick_group
+    from ..jobspec.project import builtin_compute_config_names, compute_config_names, find_root
+    from ..jobspec.resolve import load_compute_config, pick_group
 
     root = find_root()
     own, builtin = set(compute_config_names(root)), set(builtin_compute_config_names())

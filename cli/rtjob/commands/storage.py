@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
-from ..spec.project import PULLED_RUNS_DIR  # stdlib only: one home for the pull destination
+from ..jobspec.project import PULLED_RUNS_DIR  # stdlib only: one home for the pull destination
 from .options import backend_options, output_option, settings_from, storage_root_from
 from .printing import echo, print_data, print_rich, say
 
@@ -120,8 +120,8 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
       rtjob pull s3://bucket/runs/ddp-resnet/RUN_ID --checkpoint all -o json
     """
     from ..core.redact import redact, redact_data
+    from ..jobspec.run_env import credential_values
     from ..runs.sources import explained, redacted
-    from ..spec.run_env import credential_values
     from ..storage.layout import NothingStored, parse_checkpoint_choice
     from ..storage.pull import default_destination, default_progress, summary_lines
     from ..storage.pull import pull as do_pull
@@ -202,8 +202,8 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
       rtjob results A B C               several runs side by side
     """
     from ..core.redact import redact
+    from ..jobspec.run_env import credential_values
     from ..runs.sources import explained, redacted
-    from ..spec.run_env import credential_values
     from ..storage import results as res
     from ..storage import samples
     from ..storage.layout import NothingStored

@@ -21,9 +21,9 @@ from .options import (
 from .printing import echo, follow_and_report, print_data, run_json, say
 
 if TYPE_CHECKING:
+    from ..jobspec.project import Settings
     from ..runs.pipeline import PipelinePlan
     from ..runs.runner import Plan
-    from ..spec.project import Settings
 
 
 def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...],
@@ -31,9 +31,9 @@ def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...]
           resume: tuple[str, str] | None = None) -> Plan | PipelinePlan:
     """One run's plan, or a pipeline's (a job file with `steps:`): every step planned before anything runs."""
     from ..core.errors import BadInput
+    from ..jobspec.resolve import JobSource, Overrides
     from ..runs import pipeline as pipelines
     from ..runs.runner import plan
-    from ..spec.resolve import JobSource, Overrides
 
     overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
                           forward_aws_credentials=forward_aws_credentials)
@@ -59,7 +59,7 @@ def _shown_setting(key: str, value: Any) -> Any:
 
 def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
-    from ..spec.pricing import job_cost
+    from ..jobspec.pricing import job_cost
 
     job = planned.job
     data = dict(planned.backend.render(planned.request))
@@ -84,7 +84,7 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
 def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
     """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
     from ..backends.base import NotSupported
-    from ..spec.pricing import job_cost
+    from ..jobspec.pricing import job_cost
 
     backend, job, request = planned.backend, planned.job, planned.request
     if output == "yaml":
@@ -201,9 +201,9 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
          timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
     """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
+    from ..jobspec.pricing import job_cost
     from ..runs import runner
     from ..runs.history import remember_submitted
-    from ..spec.pricing import job_cost
 
     if dry_run:
         print_render(planned, settings, output, explain)

@@ -24,7 +24,7 @@ from typing import Any
 from ..core.errors import BadInput, RtjobError
 from ..core.model import RunStatus
 from ..core.record import RunRecord
-from ..spec.project import rtjob_home
+from ..jobspec.project import rtjob_home
 
 LEDGER_FILE = "ledger.sqlite3"
 BUSY_TIMEOUT_S = 30.0

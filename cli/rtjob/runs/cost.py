@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
-from ..spec.pricing import BASIS, HourlyCost
+from ..jobspec.pricing import BASIS, HourlyCost
 
 if TYPE_CHECKING:
     from ..backends.base import Backend

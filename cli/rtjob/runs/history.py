@@ -28,8 +28,8 @@ from ..core.redact import mask_url, redact, redact_data
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.model import Attempts
+    from ..jobspec.project import Settings
     from ..ledger import Ledger
-    from ..spec.project import Settings
     from .listing import RunFilter
     from .runner import Plan
 
@@ -93,7 +93,7 @@ def _storage_here(backend_name: str, uri: str | None) -> bool:
 
 def local_run_dir(run_id: str) -> str:
     """Where a run without storage this machine can write keeps its archived logs."""
-    from ..spec.project import rtjob_home
+    from ..jobspec.project import rtjob_home
 
     return str(rtjob_home() / "runs" / run_id)
 
@@ -143,13 +143,13 @@ def _save(record: RunRecord, say: Say | None, to_storage: bool = True) -> None:
 
 def new_record(planned: Plan, info: RunInfo) -> RunRecord:
     """The record of a run this process just submitted: everything already masked."""
-    from ..spec.pricing import job_cost
+    from ..jobspec.pricing import job_cost
     from .recorded_spec import record_spec
 
     job, backend = planned.job, planned.backend
     settings = planned.settings
     values = {k: settings.get(k) for k in ("address", "cloud", "project")} if settings else {}
-    from ..spec.resolve import Overrides
+    from ..jobspec.resolve import Overrides
 
     spec = record_spec(job, planned.overrides or Overrides(), values)
     cost = job_cost(job)

@@ -19,7 +19,7 @@ class RunFilter:
     def parse(cls, status: str | None, job: str | None, since: str | None, limit: int,
               now: dt.datetime | None = None) -> RunFilter:
         """From the flags' text; a bad --since is one line of bad input (exit 2)."""
-        from ..spec.overrides import parse_duration
+        from ..jobspec.overrides import parse_duration
 
         start = None
         if since is not None:

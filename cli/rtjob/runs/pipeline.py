@@ -26,9 +26,9 @@ from ..core.record import RunRecord
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
-    from ..spec.pipeline import Pipeline
-    from ..spec.project import Settings
-    from ..spec.resolve import JobSource, Overrides
+    from ..jobspec.pipeline import Pipeline
+    from ..jobspec.project import Settings
+    from ..jobspec.resolve import JobSource, Overrides
     from .runner import Plan
 
 Say = Callable[[str], None]
@@ -64,10 +64,10 @@ class PipelinePlan:
 
 def load(ref: str, root: Any) -> Pipeline | JobSource:
     """The pipeline ``ref`` names (a job name or path), or, for a plain job, its parsed file (read once)."""
-    from ..spec.pipeline import is_pipeline, load_pipeline
-    from ..spec.project import find_job_file
-    from ..spec.resolve import JobSource
-    from ..spec.yamlsrc import load_yaml
+    from ..jobspec.pipeline import is_pipeline, load_pipeline
+    from ..jobspec.project import find_job_file
+    from ..jobspec.resolve import JobSource
+    from ..jobspec.yamlsrc import load_yaml
 
     path, shown = find_job_file(ref, root)
     located = load_yaml(path, shown)
@@ -114,7 +114,7 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
     """Every step planned (the request it will send, its run id and storage), or reused (``resume``: (STEP, ID)).
     Pure, like runner.plan: nothing is started or sent."""
     from ..backends import get_backend
-    from ..spec.resolve import JobSource, Overrides, new_run_id
+    from ..jobspec.resolve import JobSource, Overrides, new_run_id
     from . import runner
 
     if overrides.name:

@@ -19,7 +19,7 @@ from ..core.errors import BadInput
 from ..core.redact import MASK, REDACTOR, is_secret, mask_url
 
 if TYPE_CHECKING:
-    from ..spec.resolve import JobSource, Overrides, ResolvedJob
+    from ..jobspec.resolve import JobSource, Overrides, ResolvedJob
 
 SECRET = "<rtjob:secret>"  # where a secret was: rerun fills it from this environment or refuses
 _SECRET_MAPPINGS = frozenset({"env_vars", "args", "tags"})  # mappings whose values may be secret by name
@@ -106,7 +106,7 @@ def restore(spec: dict[str, Any], run_id: str, sets: tuple[str, ...], env: tuple
             nodes: int | None) -> tuple[JobSource, Overrides]:
     """The recorded job as a source to resolve again, and the recorded overrides with the rerun's own after
     them (they win); secrets filled from this environment. BadInput names every secret that cannot be found."""
-    from ..spec.resolve import JobSource, Overrides
+    from ..jobspec.resolve import JobSource, Overrides
 
     document = copy.deepcopy(spec.get("document") or {})
     recorded = spec.get("overrides") or {}

@@ -13,7 +13,7 @@ from .history import git_state
 from .recorded_spec import restore, unrestorable
 
 if TYPE_CHECKING:
-    from ..spec.project import Settings
+    from ..jobspec.project import Settings
     from .runner import Plan
 
 

@@ -16,8 +16,8 @@ from .follow import Patience, follow
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request, Upload
-    from ..spec.project import Settings
-    from ..spec.resolve import JobSource, Overrides, ResolvedJob
+    from ..jobspec.project import Settings
+    from ..jobspec.resolve import JobSource, Overrides, ResolvedJob
 
 Say = Callable[[str], None]
 
@@ -42,7 +42,7 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
          source: JobSource | None = None) -> Plan:
     """YAML (or a run record's documents: ``source``) → validated, resolved job → the backend's request. Pure:
     nothing is started or sent."""
-    from ..spec.resolve import resolve
+    from ..jobspec.resolve import resolve
 
     backend = get_backend(settings)
     job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag, source=source)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput
-from ..spec.project import PROJECT_FILE, PULLED_RUNS_DIR
+from ..jobspec.project import PROJECT_FILE, PULLED_RUNS_DIR
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -133,8 +133,8 @@ def _yaml_scalar(text: str) -> str:
 def init_project(folder: Path, *, entrypoint: str, name: str | None = None, github: bool = False,
                  cron: str = "0 3 * * *") -> list[Step]:
     """Scaffold ``folder`` as an rtjob project; returns what happened to each file."""
-    from ..spec.project import BUILTIN_COMPUTE_CONFIGS
-    from ..spec.schema import NAME_RE, compute_config_json_schema, job_json_schema
+    from ..jobspec.project import BUILTIN_COMPUTE_CONFIGS
+    from ..jobspec.schema import NAME_RE, compute_config_json_schema, job_json_schema
 
     if folder.exists() and not folder.is_dir():
         raise BadInput(f"{folder}: exists and is not a folder")

@@ -85,7 +85,7 @@ def explained(exc: RtjobError, src: Source | None) -> RtjobError:
 
 
 def _env_endpoint() -> str | None:
-    from ..spec.run_env import endpoint_from_env
+    from ..jobspec.run_env import endpoint_from_env
 
     return endpoint_from_env()
 

@@ -117,7 +117,7 @@ def client_install(root: Path, extra: str) -> str:
     """What the workflow pip-installs: rtjob's own checkout in rtjob's repository, else the released client
     pinned to the version that rendered the workflow (a user's project is not rtjob)."""
     from .. import __version__
-    from ..spec.project import tomllib
+    from ..jobspec.project import tomllib
 
     try:
         name = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")
@@ -133,8 +133,8 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
     rtjob's --timeout; ``root`` is the project the workflow lives in (which client it installs). Cron that
     GitHub does not run and bad names are BadInput: nothing is rendered."""
     from ..backends import backend_class, workflow_backends
-    from ..spec.cron import validate_github_cron, validate_iana_timezone
-    from ..spec.overrides import parse_duration
+    from ..jobspec.cron import validate_github_cron, validate_iana_timezone
+    from ..jobspec.overrides import parse_duration
 
     cron = validate_github_cron(cron)
     timezone = validate_iana_timezone(timezone)

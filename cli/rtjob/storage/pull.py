@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput, RtjobError, Unreachable
-from ..spec.project import PULLED_RUNS_DIR
+from ..jobspec.project import PULLED_RUNS_DIR
 from .layout import (
     CheckpointChoice,
     NothingStored,

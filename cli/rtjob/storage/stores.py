@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from ..core.errors import BadInput, RtjobError, Unreachable
-from ..spec.run_env import endpoint_from_env
+from ..jobspec.run_env import endpoint_from_env
 from .location import Location
 
 # rtjob pull's own bookkeeping in a destination folder (never taken from storage).

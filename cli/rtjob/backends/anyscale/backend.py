@@ -30,15 +30,15 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
-from ...spec.pricing import HourlyCost, compute_config_cost
+from ...jobspec.pricing import HourlyCost, compute_config_cost
 from ..base import Backend, Request, Upload, last_lines
 from . import client as sdk_client
 from .client import _not_found, anyscale_errors, host
 from .request import AnyscaleJobRequest, build, masked_config, masked_names, render_yaml
 
 if TYPE_CHECKING:
-    from ...spec.project import Settings
-    from ...spec.resolve import Placement, ResolvedJob
+    from ...jobspec.project import Settings
+    from ...jobspec.resolve import Placement, ResolvedJob
 
 _STATES = {
     "STARTING": RunStatus.PENDING,
@@ -100,7 +100,7 @@ class AnyscaleBackend(Backend):
 
     @classmethod
     def placement(cls) -> Placement:
-        from ...spec.resolve import Placement
+        from ...jobspec.resolve import Placement
 
         # Anyscale takes registered compute configs and pins the worker group to --nodes (min = max).
         return Placement(cls.name, registered_compute_configs=True, sizes_worker_group=True)

@@ -9,14 +9,14 @@ import rtjob_contract as contract
 
 from ...core.redact import MASK, is_secret, mask_command, mask_mapping
 from ...core.yamlout import dump_yaml
-from ...spec.pricing import job_cost, pinned_compute_config
-from ...spec.resolve import REGISTERED_PREFIX
+from ...jobspec.pricing import job_cost, pinned_compute_config
+from ...jobspec.resolve import REGISTERED_PREFIX
 from ..base import Request
 from ..packaging import DEFAULT_EXCLUDES  # Anyscale packages a working dir as Ray does
 from .client import ANYSCALE_VERSION, anyscale_errors
 
 if TYPE_CHECKING:
-    from ...spec.resolve import ResolvedJob
+    from ...jobspec.resolve import ResolvedJob
 
 
 def job_config(job: ResolvedJob, cloud: str | None = None, project: str | None = None) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
 
 if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
-    from ...spec.project import Settings
-    from ...spec.resolve import Placement, ResolvedJob
+    from ...jobspec.project import Settings
+    from ...jobspec.resolve import Placement, ResolvedJob
 
 
 def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit starts
@@ -93,7 +93,7 @@ class RayJobsBackend(Backend):
 
     @classmethod
     def placement(cls) -> Placement:
-        from ...spec.resolve import Placement
+        from ...jobspec.resolve import Placement
 
         return Placement(cls.name)
 
@@ -358,8 +358,8 @@ class EmbeddedRayBackend(RayJobsBackend):
 
     @classmethod
     def placement(cls) -> Placement:
-        from ...spec.project import rtjob_home
-        from ...spec.resolve import Placement
+        from ...jobspec.project import rtjob_home
+        from ...jobspec.resolve import Placement
 
         return Placement(cls.name, embedded=True, default_storage=str(rtjob_home() / "local" / "storage"))
 

@@ -34,7 +34,7 @@ from typing import Any
 
 from ...core.errors import BadInput, Unreachable
 from ...core.files import write_atomically
-from ...spec.project import rtjob_home
+from ...jobspec.project import rtjob_home
 from .tuning import RAY_SETTINGS
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store

@@ -14,7 +14,7 @@ from ..base import Request
 from ..packaging import sent_excludes
 
 if TYPE_CHECKING:
-    from ...spec.resolve import ResolvedJob
+    from ...jobspec.resolve import ResolvedJob
 
 
 @dataclass
@@ -62,7 +62,7 @@ def time_limit_message(data: dict[str, Any]) -> str | None:
 
 def build(job: ResolvedJob) -> RayJobRequest:
     """The request for one resolved job (pure)."""
-    from ...spec.pricing import job_cost
+    from ...jobspec.pricing import job_cost
 
     entrypoint = job.entrypoint
     if job.spec.timeout_s:

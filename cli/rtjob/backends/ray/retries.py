@@ -159,7 +159,7 @@ def _working_dir_for_retry(backend: RayJobsBackend, runtime_env: dict[str, Any])
 
     from ray._private.runtime_env.packaging import get_uri_for_directory
 
-    from ...spec.project import find_root
+    from ...jobspec.project import find_root
 
     root = find_root()
     include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 # there keeps its source text where str(value) would differ from what was written.
 _JOB_TEXT: tuple[tuple[str, ...], ...] = (("args",), ("local", "args"), ("env_vars",), ("local", "env_vars"),
                                           ("tags",))
-# ... in a job file, and in a pipeline file's defaults and steps (spec/pipeline.py).
+# ... in a job file, and in a pipeline file's defaults and steps (jobspec/pipeline.py).
 AS_WRITTEN: tuple[tuple[str, ...], ...] = (*_JOB_TEXT, *(("defaults", *p) for p in _JOB_TEXT),
                                            *(("steps", "[]", *p) for p in _JOB_TEXT))
 

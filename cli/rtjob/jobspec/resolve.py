@@ -116,7 +116,7 @@ class ResolvedJob:
             return f"{self.nodes} node(s), {self.num_workers} worker(s)"
         return "shape set by the entrypoint"
     # pip lines to install for the run (None: the job declares none); on the embedded cluster without those
-    # the running environment already satisfies (spec/requirements.py).
+    # the running environment already satisfies (jobspec/requirements.py).
     requirements: list[str] | None = None
     # The documents as read, before the local profile and overrides (a run record keeps them for rerun).
     document: dict[str, Any] = field(default_factory=dict, repr=False)

@@ -1,6 +1,6 @@
 """Where the project is, which jobs and compute configs it has, and its settings.
 
-Settings come from the current context (spec/contexts.py), the project config (``rtjob.toml``, else
+Settings come from the current context (jobspec/contexts.py), the project config (``rtjob.toml``, else
 ``[tool.rtjob]`` in pyproject.toml), environment variables, an explicitly chosen context, then flags (each
 overrides the one before); every value remembers its source for ``render --explain``. Which backend names exist
 is the backend registry's knowledge (``rtjob.backends.configured``).
