@@ -10,8 +10,8 @@ from support.cli import REPO
 
 def shipped_jobs() -> list[tuple[Any, Path, str]]:
     """``(validated JobSpec, the file its relative paths are relative to, how errors name it)`` for every job."""
-    from rtjob.jobspec.pipeline import is_pipeline, load_pipeline
-    from rtjob.jobspec.schema import validate_job
+    from rtjob.jobspec.pipeline import load_pipeline
+    from rtjob.jobspec.schema import is_pipeline, validate_job
     from rtjob.jobspec.yamlsrc import Located, load_yaml
 
     out: list[tuple[Any, Path, str]] = []

@@ -16,7 +16,8 @@ import click
 import pytest
 from rtjob.core.redact import REDACTOR
 from rtjob.jobspec import contexts
-from rtjob.jobspec.project import ENV_NAMES, load_settings
+from rtjob.jobspec.project import load_settings
+from rtjob.jobspec.settings import ENV_NAMES
 from support.cli import in_process, plant
 
 CONFIG = """\

@@ -14,10 +14,11 @@ from rtjob.backends import backend_class
 from rtjob.backends import configured as load_settings
 from rtjob.core.errors import BadInput
 from rtjob.jobspec.overrides import apply_set, parse_duration, parse_env, parse_set
-from rtjob.jobspec.project import ENV_NAMES, find_root
+from rtjob.jobspec.project import find_root
 from rtjob.jobspec.resolve import Overrides, ResolvedJob, load_job, render_args
 from rtjob.jobspec.resolve import resolve as resolve_for
 from rtjob.jobspec.schema import JobSpec, validate_compute_config, validate_job
+from rtjob.jobspec.settings import ENV_NAMES
 from rtjob.jobspec.yamlsrc import parse_yaml
 from support.cli import run_in_process
 from support.shipped import shipped_jobs

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import BadInput
 
 if TYPE_CHECKING:
-    from ..jobspec.project import Settings
+    from ..jobspec.settings import Settings
     from .base import Backend
 
 _REGISTRY: dict[str, str] = {

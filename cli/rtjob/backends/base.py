@@ -20,8 +20,8 @@ from ..core.model import Attempts, RunInfo, SubmitResult
 
 if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a status
     from ..jobspec.pricing import HourlyCost
-    from ..jobspec.project import Settings
     from ..jobspec.resolve import Placement, ResolvedJob
+    from ..jobspec.settings import Settings
 
 R = TypeVar("R", bound="Request")
 

@@ -11,7 +11,7 @@ from ..backends import backend_names
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
-    from ..jobspec.project import Settings
+    from ..jobspec.settings import Settings
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -154,7 +154,7 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
     click_ctx = click.get_current_context(silent=True)
     settings = configured(flags, project_of(job) if job else None,
                           context=click_ctx.meta.get(_CONTEXT_KEY) if click_ctx else None)
-    # Header values and a password in the address reach the redactor as they are set (spec.project.Settings.set)
+    # Header values and a password in the address reach the redactor as they are set (jobspec.settings.Settings.set)
     # or resolved: reading them here would resolve a context reference that this command may never need.
     return settings
 

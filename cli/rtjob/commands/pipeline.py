@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.model import RunInfo
     from ..core.record import RunRecord
-    from ..jobspec.project import Settings
+    from ..jobspec.settings import Settings
     from ..runs.pipeline import PipelinePlan
 
 

@@ -21,7 +21,7 @@ from .options import (
 from .printing import echo, follow_and_report, print_data, run_json, say
 
 if TYPE_CHECKING:
-    from ..jobspec.project import Settings
+    from ..jobspec.settings import Settings
     from ..runs.pipeline import PipelinePlan
     from ..runs.runner import Plan
 

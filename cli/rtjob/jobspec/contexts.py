@@ -2,7 +2,7 @@
 
 A context holds settings (``CONTEXT_KEYS``). Secrets are never stored in clear: a header value (or the
 address) that would hold one is a reference, ``{env = "NAME"}`` or ``{file = "path"}``, resolved only when a
-command reads that setting (project.Deferred) and handed to the redactor at once. Writes hold a file lock, keep
+command reads that setting (settings.Deferred) and handed to the redactor at once. Writes hold a file lock, keep
 the user's comments (tomlkit) and replace the file atomically, readable by its owner only.
 
     current = "prod"
@@ -27,7 +27,7 @@ from typing import Any
 from ..core.errors import BadInput
 from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
-from .project import SETTING_KEYS, Deferred, tomllib
+from .settings import SETTING_KEYS, Deferred, tomllib
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
 CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project

@@ -36,11 +36,6 @@ STEP_KEYS = ("name", "job")  # a step's own keys; every other key is a job field
 MERGED = ("args", "env_vars", "tags", "local")
 
 
-def is_pipeline(data: Any) -> bool:
-    """A YAML document is a pipeline when it has ``steps:``."""
-    return isinstance(data, dict) and "steps" in data
-
-
 @dataclass
 class Step:
     name: str
@@ -87,7 +82,7 @@ def merge(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 def load_pipeline(located: Located, path: Path, root: Path) -> Pipeline:
     """A parsed pipeline file → its steps as job documents, each validated (errors: file:line)."""
     from .project import find_job_file
-    from .schema import NAME_RE, JobSpec, describe_validation_error, validate_job
+    from .schema import NAME_RE, JobSpec, describe_validation_error, is_pipeline, validate_job
 
     data, where = located.data, located.where
     assert isinstance(data, dict)

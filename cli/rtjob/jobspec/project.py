@@ -2,8 +2,8 @@
 
 Settings come from the current context (jobspec/contexts.py), the project config (``rtjob.toml``, else
 ``[tool.rtjob]`` in pyproject.toml), environment variables, an explicitly chosen context, then flags (each
-overrides the one before); every value remembers its source for ``render --explain``. Which backend names exist
-is the backend registry's knowledge (``rtjob.backends.configured``).
+overrides the one before); every value remembers its source for ``render --explain`` (jobspec/settings.py).
+Which backend names exist is the backend registry's knowledge (``rtjob.backends.configured``).
 
 Two ways to find the project: a job given by name belongs to the current project (found from the current
 folder, ``find_root``); a job given by path belongs to the project that contains the file (``job_file_root``),
@@ -15,84 +15,16 @@ from __future__ import annotations
 import difflib
 import functools
 import os
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput
-from ..core.redact import REDACTOR, url_password
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from .settings import ENV_NAMES, Settings, tomllib
 
 # The project config file of a project without a pyproject.toml (same keys as [tool.rtjob], top level).
 PROJECT_FILE = "rtjob.toml"
 # Where `rtjob pull` puts runs by default (under the current folder); never uploaded with a working dir.
 PULLED_RUNS_DIR = "rtjob-runs"
-
-SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project")
-# Environment variables per setting, first match wins (rtjob's own first, then Ray's).
-ENV_NAMES: dict[str, tuple[str, ...]] = {
-    "backend": ("RTJOB_BACKEND",),
-    "address": ("RTJOB_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"),
-    "storage": ("RTJOB_STORAGE",),
-    "compute_config": ("RTJOB_COMPUTE_CONFIG",),
-    "headers": ("RAY_JOB_HEADERS",),
-    "verify_tls": ("RTJOB_VERIFY_TLS",),
-    "cloud": ("RTJOB_ANYSCALE_CLOUD",),  # Anyscale cloud and project when the job names none
-    "project": ("RTJOB_ANYSCALE_PROJECT",),
-}
-
-
-class Deferred:
-    """A value worked out on first use (a context's secret reference): a command that never reads the setting,
-    or whose setting a higher layer overrides, never needs the reference. ``resolve`` feeds the redactor."""
-
-    def __init__(self, resolve: Callable[[], Any]) -> None:
-        self.resolve = resolve
-
-
-class Setting:
-    def __init__(self, value: Any, source: str) -> None:
-        self._value = value
-        self.source = source
-
-    @property
-    def value(self) -> Any:
-        if isinstance(self._value, Deferred):
-            self._value = self._value.resolve()
-        return self._value
-
-
-def _protect(key: str, value: Any) -> None:
-    """Header values and a password in the address are secrets of this process from the moment they are set."""
-    if key == "headers" and isinstance(value, dict):
-        REDACTOR.add_mapping(value)
-    elif key == "address" and isinstance(value, str):
-        REDACTOR.add([url_password(value)])
-
-
-@dataclass
-class Settings:
-    root: Path
-    values: dict[str, Setting] = field(default_factory=dict)
-
-    def get(self, key: str) -> Any:
-        setting = self.values.get(key)
-        return setting.value if setting else None
-
-    def source(self, key: str) -> str:
-        setting = self.values.get(key)
-        return setting.source if setting else "unset"
-
-    def set(self, key: str, value: Any, source: str) -> None:
-        if not isinstance(value, Deferred):
-            _protect(key, value)
-        self.values[key] = Setting(value, source)
 
 
 def _has_tool_table(folder: Path) -> bool:

@@ -18,7 +18,7 @@ from ..core.errors import BadInput
 from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
-from .project import Settings, find_compute_config_file, find_job_file, job_file_root
+from .project import find_compute_config_file, find_job_file, job_file_root
 from .requirements import read_requirements, split_satisfied
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
@@ -29,6 +29,7 @@ from .schema import (
     validate_compute_config,
     validate_job,
 )
+from .settings import Settings
 from .yamlsrc import Located, load_yaml
 
 # `compute_config: anyscale:NAME[:VERSION]` names a compute config registered on Anyscale, not a file.

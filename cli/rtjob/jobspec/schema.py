@@ -13,7 +13,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..core.errors import BadInput
-from .pipeline import is_pipeline
 from .yamlsrc import Located
 
 Scalar = str | int | float | bool | None
@@ -201,6 +200,11 @@ def describe_validation_error(
     more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
     prefix = f"{what}: " if what else ""
     return f"{place}: {prefix}{msg}{more}"
+
+
+def is_pipeline(data: Any) -> bool:
+    """A YAML document is a pipeline (jobspec/pipeline.py) when it has ``steps:``."""
+    return isinstance(data, dict) and "steps" in data
 
 
 def validate_job(located: Located) -> JobSpec:

@@ -28,7 +28,7 @@ from ..core.redact import mask_url, redact, redact_data
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.model import Attempts
-    from ..jobspec.project import Settings
+    from ..jobspec.settings import Settings
     from ..ledger import Ledger
     from .listing import RunFilter
     from .runner import Plan

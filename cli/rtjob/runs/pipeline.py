@@ -27,8 +27,8 @@ from ..core.record import RunRecord
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..jobspec.pipeline import Pipeline
-    from ..jobspec.project import Settings
     from ..jobspec.resolve import JobSource, Overrides
+    from ..jobspec.settings import Settings
     from .runner import Plan
 
 Say = Callable[[str], None]
@@ -64,9 +64,10 @@ class PipelinePlan:
 
 def load(ref: str, root: Any) -> Pipeline | JobSource:
     """The pipeline ``ref`` names (a job name or path), or, for a plain job, its parsed file (read once)."""
-    from ..jobspec.pipeline import is_pipeline, load_pipeline
+    from ..jobspec.pipeline import load_pipeline
     from ..jobspec.project import find_job_file
     from ..jobspec.resolve import JobSource
+    from ..jobspec.schema import is_pipeline
     from ..jobspec.yamlsrc import load_yaml
 
     path, shown = find_job_file(ref, root)

@@ -13,7 +13,7 @@ from .history import git_state
 from .recorded_spec import restore, unrestorable
 
 if TYPE_CHECKING:
-    from ..jobspec.project import Settings
+    from ..jobspec.settings import Settings
     from .runner import Plan
 
 

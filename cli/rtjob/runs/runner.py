@@ -16,8 +16,8 @@ from .follow import Patience, follow
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request, Upload
-    from ..jobspec.project import Settings
     from ..jobspec.resolve import JobSource, Overrides, ResolvedJob
+    from ..jobspec.settings import Settings
 
 Say = Callable[[str], None]
 

@@ -117,7 +117,7 @@ def client_install(root: Path, extra: str) -> str:
     """What the workflow pip-installs: rtjob's own checkout in rtjob's repository, else the released client
     pinned to the version that rendered the workflow (a user's project is not rtjob)."""
     from .. import __version__
-    from ..jobspec.project import tomllib
+    from ..jobspec.settings import tomllib
 
     try:
         name = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8")).get("project", {}).get("name")

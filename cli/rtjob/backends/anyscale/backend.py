@@ -37,8 +37,8 @@ from .client import _not_found, anyscale_errors, host
 from .request import AnyscaleJobRequest, build, masked_config, masked_names, render_yaml
 
 if TYPE_CHECKING:
-    from ...jobspec.project import Settings
     from ...jobspec.resolve import Placement, ResolvedJob
+    from ...jobspec.settings import Settings
 
 _STATES = {
     "STARTING": RunStatus.PENDING,

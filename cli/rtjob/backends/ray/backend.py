@@ -22,8 +22,8 @@ from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
 
 if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
-    from ...jobspec.project import Settings
     from ...jobspec.resolve import Placement, ResolvedJob
+    from ...jobspec.settings import Settings
 
 
 def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit starts

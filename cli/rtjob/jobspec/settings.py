@@ -1,0 +1,82 @@
+"""The client's settings: their names, their environment variables, and one value per setting that remembers
+where it came from (for ``render --explain``).
+
+Both layers that produce settings import this: the project and the environment (project.load_settings) and the
+user's contexts (contexts.py). It knows neither of them.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.redact import REDACTOR, url_password
+
+# The TOML reader of the files settings come from (the project config, the contexts file), imported from here.
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib  # noqa: F401
+
+SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project")
+# Environment variables per setting, first match wins (rtjob's own first, then Ray's).
+ENV_NAMES: dict[str, tuple[str, ...]] = {
+    "backend": ("RTJOB_BACKEND",),
+    "address": ("RTJOB_ADDRESS", "RAY_API_SERVER_ADDRESS", "RAY_ADDRESS"),
+    "storage": ("RTJOB_STORAGE",),
+    "compute_config": ("RTJOB_COMPUTE_CONFIG",),
+    "headers": ("RAY_JOB_HEADERS",),
+    "verify_tls": ("RTJOB_VERIFY_TLS",),
+    "cloud": ("RTJOB_ANYSCALE_CLOUD",),  # Anyscale cloud and project when the job names none
+    "project": ("RTJOB_ANYSCALE_PROJECT",),
+}
+
+
+class Deferred:
+    """A value worked out on first use (a context's secret reference): a command that never reads the setting,
+    or whose setting a higher layer overrides, never needs the reference. ``resolve`` feeds the redactor."""
+
+    def __init__(self, resolve: Callable[[], Any]) -> None:
+        self.resolve = resolve
+
+
+class Setting:
+    def __init__(self, value: Any, source: str) -> None:
+        self._value = value
+        self.source = source
+
+    @property
+    def value(self) -> Any:
+        if isinstance(self._value, Deferred):
+            self._value = self._value.resolve()
+        return self._value
+
+
+def _protect(key: str, value: Any) -> None:
+    """Header values and a password in the address are secrets of this process from the moment they are set."""
+    if key == "headers" and isinstance(value, dict):
+        REDACTOR.add_mapping(value)
+    elif key == "address" and isinstance(value, str):
+        REDACTOR.add([url_password(value)])
+
+
+@dataclass
+class Settings:
+    root: Path
+    values: dict[str, Setting] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        setting = self.values.get(key)
+        return setting.value if setting else None
+
+    def source(self, key: str) -> str:
+        setting = self.values.get(key)
+        return setting.source if setting else "unset"
+
+    def set(self, key: str, value: Any, source: str) -> None:
+        if not isinstance(value, Deferred):
+            _protect(key, value)
+        self.values[key] = Setting(value, source)
