@@ -54,6 +54,8 @@ PY310_MODULE = "test_python310.py"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    if session.config.option.collectonly:  # `pytest --collect-only` lists the tests: nothing will run them
+        return
     modules = {item.path.name for item in session.items}
     if ADOPTION_MODULE in modules:
         from support import tool_venv
