@@ -13,25 +13,35 @@ import sys
 from pathlib import Path
 
 import pytest
+from rtjob.jobspec.contexts import CONTEXT_ENV
+from rtjob.jobspec.settings import ENV_NAMES
 from support.cli import REPO
 
 import rtjob_contract as contract
 
 CLI = REPO / "cli" / "rtjob"
 TRAINING = REPO / "training"
-# Values that must be named through the contract, never spelled (metric keys such as "epoch" are ordinary
-# words elsewhere too, so they are checked through `rtjob results`' columns instead).
-SPELLED = {
-    value: name for name, value in vars(contract).items()
-    if isinstance(value, str) and name.startswith(("ENV_", "META_", "TAG_")) or name in (
-        "CHECKPOINT_PREFIX", "EPOCH_CHECKPOINT_PREFIX", "MODEL_FILE", "OPTIMIZER_FILE", "STATE_FILE", "METRICS_FILE")
-}
+CONSTANTS = {name: value for name, value in vars(contract).items() if name.isupper() and isinstance(value, str)}
+_FILE_NAME = re.compile(r"[^./]\.[A-Za-z0-9]+$")  # model.pt, rtjob-run.json, driver.log
+
+
+def _distinctive(name: str, value: str) -> bool:
+    """A value no code writes for another reason: a variable, metadata or tag key, a file name, an rtjob or
+    checkpoint_ prefix."""
+    return name.startswith(("ENV_", "META_", "TAG_")) or value.startswith(("rtjob", "checkpoint_")) \
+        or bool(_FILE_NAME.search(value))
+
+
+# Values that must be named through the contract, never spelled: every distinctive one, derived.
+SPELLED = {value: name for name, value in CONSTANTS.items() if _distinctive(name, value)}
+# Ordinary words that appear elsewhere for other reasons ("epoch", "logs", "samples"): checked through the code
+# that reads and writes them instead (test_results_reads_the_metric_keys_..., test_the_ordinary_words_...).
+THROUGH_READERS = {name for name, value in CONSTANTS.items() if not _distinctive(name, value)}
 RTJOB_VAR = re.compile(r"\bRTJOB_[A-Z0-9_]+\b")
 # The client's own settings and state (never sent to a job), and the torchrun launcher's private marker.
-CLIENT_ONLY = {"RTJOB_HOME", "RTJOB_PROJECT", "RTJOB_DEBUG", "RTJOB_SUBMIT_TIMEOUT_S", "RTJOB_FOLLOW_GRACE_S", "RTJOB_STUCK_GRACE_S",
-               "RTJOB_LOCAL_DASHBOARD_WAIT_S", "RTJOB_LOCAL_START_TIMEOUT_S", "RTJOB_BACKEND", "RTJOB_ADDRESS", "RTJOB_STORAGE",
-               "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RTJOB_CONTEXT", "RTJOB_ANYSCALE_CLOUD",
-               "RTJOB_ANYSCALE_PROJECT", "RTJOB_S3_ENGINE"}
+CLIENT_ONLY = {name for names in ENV_NAMES.values() for name in names if name.startswith("RTJOB_")} | {
+    CONTEXT_ENV, "RTJOB_HOME", "RTJOB_PROJECT", "RTJOB_DEBUG", "RTJOB_SUBMIT_TIMEOUT_S", "RTJOB_FOLLOW_GRACE_S",
+    "RTJOB_STUCK_GRACE_S", "RTJOB_LOCAL_DASHBOARD_WAIT_S", "RTJOB_LOCAL_START_TIMEOUT_S", "RTJOB_S3_ENGINE"}
 TRAINING_ONLY = {"RTJOB_TORCHRUN_TREE"}
 
 
@@ -43,6 +53,32 @@ def _strings(path: Path) -> list[tuple[int, str]]:
     tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
     return [(node.lineno, node.value) for node in ast.walk(tree)
             if isinstance(node, ast.Constant) and isinstance(node.value, str)]
+
+
+def test_every_contract_value_is_scanned_for_or_checked_through_its_readers() -> None:
+    assert {"SCALER_FILE", "RUN_RECORD_FILE", "DRIVER_LOG_FILE", "MODEL_FILE", "META_JOB", "TAG_RUN_ID",
+            "EPOCH_CHECKPOINT_PREFIX", "ENV_RUN_NAME"} <= set(SPELLED.values())
+    assert {"RUN_LOGS_DIR", "SAMPLES_DIR", *(n for n in CONSTANTS if n.startswith("METRIC_"))} == THROUGH_READERS
+    assert len(SPELLED) + len(THROUGH_READERS) == len(CONSTANTS)  # no two names share a value
+
+
+def _named(folder: Path) -> set[str]:
+    """The contract's names a side reads through it: ``contract.NAME`` or ``from rtjob_contract import NAME``."""
+    names: set[str] = set()
+    for path in _sources(folder):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "contract":
+                names.add(node.attr)
+            elif isinstance(node, ast.ImportFrom) and node.module == "rtjob_contract":
+                names.update(alias.name for alias in node.names)
+    return names
+
+
+def test_the_ordinary_words_are_read_and_written_through_the_contract() -> None:
+    """rtjob's log folder in a run (the client alone writes and reads it), the samples folder (training writes,
+    `rtjob results` reads) and the evaluation rows' model key; the metric keys: test_results_reads_..."""
+    assert {"RUN_LOGS_DIR", "SAMPLES_DIR", "METRIC_MODEL"} <= _named(CLI)
+    assert {"SAMPLES_DIR", "METRIC_MODEL"} <= _named(TRAINING)
 
 
 @pytest.mark.parametrize("side", [CLI, TRAINING], ids=["cli", "training"])
