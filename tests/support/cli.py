@@ -11,12 +11,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from .scrub import scrubbed_environ
+
 REPO = Path(__file__).resolve().parents[2]
 RTJOB = [sys.executable, "-m", "rtjob.main"]
-# Variables that would point rtjob or Ray somewhere else than the test's own cluster.
-_SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-          "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE", "RAY_JOB_HEADERS", "RTJOB_PROJECT",
-          "RTJOB_CONTEXT", "XDG_CONFIG_HOME")
 
 
 # Suite-wide secret check: every output a test captures from rtjob is recorded here, every secret a test plants
@@ -36,7 +34,7 @@ def record(*texts: str | None) -> None:
 
 
 def base_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _SCRUB}
+    env = scrubbed_environ()
     env["RTJOB_HOME"] = str(home)
     env["XDG_CONFIG_HOME"] = str(home / "xdg-config")  # the developer's own rtjob contexts never apply
     env["PYTHONUNBUFFERED"] = "1"

@@ -1,5 +1,6 @@
 """A user's project in a temporary folder and rtjob's console entry point run in this process against it, with
-the environment scrubbed of settings that would point rtjob or Ray elsewhere (unit tests: no cluster)."""
+the environment scrubbed of settings that would point rtjob or Ray elsewhere (support.scrub; unit tests: no
+cluster)."""
 
 from __future__ import annotations
 
@@ -9,17 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import in_process
-
-# Settings from the developer's shell that would change what rtjob resolves, renders or uploads.
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_ANYSCALE_CLOUD", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH",
-         "RAY_AUTH_MODE", "RAY_JOB_HEADERS", "RTJOB_PROJECT", "RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES",
-         "RAY_RUNTIME_ENV_IGNORE_GITIGNORE")
-
-
-def scrub(monkeypatch: Any) -> None:
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
+from .scrub import scrub
 
 
 def write_files(root: Path, files: Mapping[str, str]) -> None:

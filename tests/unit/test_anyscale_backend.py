@@ -27,10 +27,8 @@ from rtjob.main import main
 from rtjob.runs import follow
 from support.cli import REPO, base_env, rtjob
 from support.fake_anyscale import CLOUD, ApiLikeFake, Step, Timeline
+from support.scrub import scrub
 
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT", "ANYSCALE_CLI_TOKEN", "ANYSCALE_HOST")
 SECRET = "sk-live-0123456789abcdefghijklmn"
 G5_PINNED_3 = 0.384 + 3 * 1.624  # m5.2xlarge head + 3 × g5.4xlarge, the catalog's us-east-1 prices
 
@@ -64,8 +62,7 @@ def cli_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.
     """The rtjob CLI with the Anyscale backend's client injected: the SDK's fake (a fresh org per test)."""
     from anyscale._private.sdk.timer import FakeTimer
 
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.anyscale/credentials.json, no ~/.ray
     monkeypatch.chdir(REPO)

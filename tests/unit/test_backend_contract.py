@@ -15,15 +15,14 @@ from rtjob.backends.base import Backend, NotSupported
 from rtjob.jobspec.resolve import Overrides
 from rtjob.runs.runner import plan
 from support.cli import REPO
+from support.scrub import scrub
 
 CLI = REPO / "cli" / "rtjob"
 
 
 @pytest.fixture
 def clean(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    for name in ("RTJOB_PROJECT", "RTJOB_BACKEND", "RTJOB_ADDRESS", "RAY_ADDRESS", "RTJOB_STORAGE",
-                 "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "ANYSCALE_CLI_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     monkeypatch.chdir(REPO)

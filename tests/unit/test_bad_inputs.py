@@ -7,7 +7,6 @@ second to start, so the selected cases run concurrently in a small thread pool; 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -15,13 +14,10 @@ from pathlib import Path
 
 import pytest
 from support.cli import plant, record
+from support.scrub import scrub, scrubbed_environ
 
 REPO = Path(__file__).resolve().parents[2]
 RTJOB = [sys.executable, "-m", "rtjob.main"]
-# Anything that would point rtjob or Ray at a real cluster or another project.
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT", "RTJOB_CONTEXT", "XDG_CONFIG_HOME")
 # An address nothing listens on (loopback, discard port): if rtjob contacted it, the exit code would be 3.
 NOWHERE = "http://127.0.0.1:9"
 
@@ -37,7 +33,7 @@ worker_nodes:
 
 
 def cli_env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUB}
+    env = scrubbed_environ()
     env.update(RTJOB_HOME=str(home), HOME=str(home.parent / "userhome"), PYTHONUNBUFFERED="1")
     env.update(extra)
     return env
@@ -239,8 +235,7 @@ def _run_in_process(case: Case, base: Path, monkeypatch: pytest.MonkeyPatch,
     for rel, text in {"jobs/hello.yaml": GOOD_JOB, "compute_configs/g5-4xlarge.yaml": G5_4X, **case.files}.items():
         (project / rel).parent.mkdir(parents=True, exist_ok=True)
         (project / rel).write_text(text, encoding="utf-8")
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     for name, value in {"RTJOB_HOME": str(home), "HOME": str(home.parent / "userhome"),
                         "RTJOB_PROJECT": str(project), **case.env}.items():
         monkeypatch.setenv(name, value)

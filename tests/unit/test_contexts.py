@@ -17,8 +17,8 @@ import pytest
 from rtjob.core.redact import REDACTOR
 from rtjob.jobspec import contexts
 from rtjob.jobspec.project import load_settings
-from rtjob.jobspec.settings import ENV_NAMES
 from support.cli import in_process, plant
+from support.scrub import scrub
 
 CONFIG = """\
 # my clusters (this comment survives rtjob's edits)
@@ -52,11 +52,7 @@ class User:
 @pytest.fixture
 def user(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[User]:
     """A private HOME, XDG config folder and project (jobs/hello.yaml), no rtjob/Ray settings in the environment."""
-    for names in ENV_NAMES.values():
-        for name in names:
-            monkeypatch.delenv(name, raising=False)
-    for name in ("RTJOB_CONTEXT", "RTJOB_PROJECT", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE"):
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     home, project, xdg = tmp_path / "home", tmp_path / "project", tmp_path / "xdg"
     (project / "jobs").mkdir(parents=True)
     (project / "jobs" / "hello.yaml").write_text("name: hello\nentrypoint: python -c pass\n", encoding="utf-8")

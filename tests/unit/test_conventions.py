@@ -21,11 +21,10 @@ from click.shell_completion import ShellComplete
 from rtjob.commands import cli as root_cli
 from support.cli import REPO, in_process
 from support.http_faults import StandIn, json_body
+from support.scrub import scrub
 
 import rtjob_contract as contract
 
-SCRUB = ("RTJOB_PROJECT", "RTJOB_BACKEND", "RTJOB_ADDRESS", "RAY_ADDRESS", "RTJOB_STORAGE", "RAY_AUTH_TOKEN",
-         "RAY_AUTH_TOKEN_PATH", "RAY_JOB_HEADERS", "ANYSCALE_CLI_TOKEN", "NO_COLOR", "FORCE_COLOR")
 NOW_MS = int(time.time() * 1000)
 DAY_MS = 86_400_000
 
@@ -75,8 +74,7 @@ def dashboard() -> Iterator[Dashboard]:
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """This repository's project, with no setting from the environment that points elsewhere."""
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("HOME", str(tmp_path / "user"))
     monkeypatch.chdir(REPO)

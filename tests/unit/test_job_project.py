@@ -14,7 +14,8 @@ from rtjob.backends.packaging import RTJOB_EXCLUDES, ray_default_excludes, sent_
 from rtjob.core.errors import BadInput
 from rtjob.jobspec.project import PULLED_RUNS_DIR, find_root, job_file_root, load_settings
 from rtjob.storage.pull import default_destination
-from support.project import ProjectCli, scrub, write_files
+from support.project import ProjectCli, write_files
+from support.scrub import scrub
 
 
 @pytest.fixture

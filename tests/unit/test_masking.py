@@ -12,10 +12,8 @@ import sys
 import pytest
 from rtjob.core.redact import MASK, is_secret, is_secret_name, mask_mapping, redact, secret_values
 from support.cli import plant, run_in_process
+from support.scrub import scrubbed_environ
 
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT")
 NOWHERE = "http://127.0.0.1:9"  # never contacted by render
 
 # name → secret value; each value is distinctive so that any leak is found by a plain substring search.
@@ -67,7 +65,7 @@ def out(tmp_path_factory: pytest.TempPathFactory) -> dict[str, subprocess.Comple
     (project / "jobs" / "secretive.yaml").write_text(SECRET_JOB)
     (project / "jobs" / "plain.yaml").write_text(PLAIN_JOB)
     home = tmp_path_factory.mktemp("home")
-    env = {k: v for k, v in os.environ.items() if k not in SCRUB}
+    env = scrubbed_environ()
     env.update(RTJOB_HOME=str(home), HOME=str(home / "user"), RTJOB_PROJECT=str(project))
     flag_env = [a for k, v in {**FLAG_SECRETS, **PUBLIC}.items() for a in ("--env", f"{k}={v}")]
     headers = ["--header", f"Authorization: Bearer {HEADER_TOKEN}", "--header", f"X-Api-Key: {API_KEY_HEADER}",

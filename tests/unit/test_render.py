@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import shlex
 import subprocess
@@ -16,11 +15,9 @@ import yaml
 from rtjob.backends.packaging import RTJOB_EXCLUDES, measure
 from rtjob.jobspec.project import PULLED_RUNS_DIR
 from support.cli import run_in_process
+from support.scrub import scrubbed_environ
 
 REPO = Path(__file__).resolve().parents[2]
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT")
 NOWHERE = "http://127.0.0.1:9"  # never contacted by render; if it were, rtjob would exit 3
 RUN_ID = "rtjob-ddp-resnet-test-0001"
 DDP = ("ddp-resnet", "--nodes", "2", "--submission-id", RUN_ID)
@@ -34,7 +31,7 @@ G5_4X = "worker_nodes:\n  - name: gpu-workers\n    instance_type: g5.4xlarge\n"
 
 
 def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in SCRUB}
+    env = scrubbed_environ()
     env.update(RTJOB_HOME=str(home), HOME=str(home.parent / "userhome"))
     env.update(extra)
     return env

@@ -13,13 +13,13 @@ import pytest
 from rtjob.core.record import RunRecord
 from rtjob.ledger import Ledger
 from support.cli import in_process
+from support.scrub import scrub
 
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path))
-    for name in ("RTJOB_BACKEND", "RTJOB_STORAGE", "RTJOB_ADDRESS", "RAY_ADDRESS"):
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     return tmp_path
 
 

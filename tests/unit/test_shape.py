@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from support.cli import REPO, record
+from support.scrub import scrub
 
 import rtjob_contract as contract
 
@@ -28,9 +29,7 @@ def render_json(args: list[str], cwd: Path, monkeypatch: pytest.MonkeyPatch, cap
     from rtjob.commands import main
     from rtjob.core import redact
 
-    for name in ("RAY_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE", "RTJOB_PROJECT",
-                 "RTJOB_COMPUTE_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(home))
     monkeypatch.chdir(cwd)
     redact.REDACTOR.clear()

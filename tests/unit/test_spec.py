@@ -18,13 +18,12 @@ from rtjob.jobspec.project import find_root
 from rtjob.jobspec.resolve import Overrides, ResolvedJob, load_job, render_args
 from rtjob.jobspec.resolve import resolve as resolve_for
 from rtjob.jobspec.schema import JobSpec, validate_compute_config, validate_job
-from rtjob.jobspec.settings import ENV_NAMES
 from rtjob.jobspec.yamlsrc import parse_yaml
 from support.cli import run_in_process
+from support.scrub import scrub, scrubbed_environ
 from support.shipped import shipped_jobs
 
 REPO = Path(__file__).resolve().parents[2]
-SETTING_ENV = sorted({name for names in ENV_NAMES.values() for name in names} | {"RTJOB_PROJECT", "RAY_AUTH_TOKEN"})
 
 TRAIN_JOB = """\
 name: train
@@ -49,8 +48,7 @@ local:
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     """No setting leaks in from the caller's environment; RTJOB_HOME is private."""
-    for name in SETTING_ENV:
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
     return monkeypatch
 
@@ -390,7 +388,7 @@ REPO_COMMANDS = {
 @pytest.fixture(scope="module")
 def repo_cli(tmp_path_factory: pytest.TempPathFactory):
     home = tmp_path_factory.mktemp("home")
-    env = {k: v for k, v in os.environ.items() if k not in SETTING_ENV}
+    env = scrubbed_environ()
     env["RTJOB_HOME"] = str(home)
 
     yield {name: run_in_process(*args, env=env, cwd=REPO) for name, args in REPO_COMMANDS.items()}

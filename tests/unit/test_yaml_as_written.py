@@ -25,11 +25,9 @@ from rtjob.jobspec.schema import validate_job
 from rtjob.jobspec.yamlsrc import MAX_NODES, parse_yaml
 from ruamel.yaml import YAML
 from support.cli import base_env, record
+from support.scrub import scrub
 
 REPO = Path(__file__).resolve().parents[2]
-SCRUB = ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS", "RTJOB_ADDRESS", "RTJOB_BACKEND", "RTJOB_STORAGE",
-         "RTJOB_COMPUTE_CONFIG", "RTJOB_VERIFY_TLS", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_MODE",
-         "RAY_JOB_HEADERS", "RTJOB_PROJECT", "RTJOB_HOME")
 
 AS_WRITTEN_JOB = """\
 name: as-written
@@ -70,8 +68,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     root = tmp_path / "project"
     (root / "jobs").mkdir(parents=True)
     (root / "jobs" / "as-written.yaml").write_text(AS_WRITTEN_JOB)
-    for name in SCRUB:
-        monkeypatch.delenv(name, raising=False)
+    scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RTJOB_PROJECT", str(root))
     monkeypatch.chdir(root)
