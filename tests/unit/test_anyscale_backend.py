@@ -27,10 +27,10 @@ from rtjob.main import main
 from rtjob.runs import follow
 from support.cli import REPO, base_env, rtjob
 from support.fake_anyscale import CLOUD, ApiLikeFake, Step, Timeline
+from support.prices import PRICED_AS, dollars, g5_4xlarge, listed
 from support.scrub import scrub
 
 SECRET = "sk-live-0123456789abcdefghijklmn"
-G5_PINNED_3 = 0.384 + 3 * 1.624  # m5.2xlarge head + 3 × g5.4xlarge, the catalog's us-east-1 prices
 
 
 @dataclass
@@ -102,7 +102,7 @@ def test_submit_follows_to_success_with_logs_json_and_the_exact_request(cli: Cli
     # --output json: the followed log goes to stderr, each line once, in order (the last one too).
     log = [line for line in res.err.splitlines() if line.startswith("epoch ")]
     assert log == LINES
-    assert "cost: est. $5.26/h" in res.err and "us-east-1" in res.err
+    assert f"cost: est. {dollars(g5_4xlarge(3))}/h" in res.err and PRICED_AS in res.err
     assert SECRET not in res.out + res.err
     # What reached Anyscale: the pinned compute config, explicit retries/timeout, tags, the real secret.
     sent = cli.fake.submitted_job
@@ -174,10 +174,11 @@ def test_no_wait_then_status_logs_wait_list_and_cost(cli: Cli) -> None:
     assert data["status"] == "SUCCEEDED" and data["end_time"] and data["start_time"]
     # Duration (submit → SUCCESS: 1 + 4 + 1 + 10 + 15 = 31 minutes of control-plane time) × rate.
     assert data["cost"]["hours"] == pytest.approx(31 / 60, abs=1e-3)
-    assert data["cost"]["estimated_usd"] == pytest.approx(31 / 60 * G5_PINNED_3, abs=0.01)
-    assert "2025-07" in data["cost"]["rate"]["basis"] and "us-east-1" in data["cost"]["rate"]["basis"]
+    assert data["cost"]["estimated_usd"] == pytest.approx(31 / 60 * g5_4xlarge(3), abs=0.01)
+    assert PRICED_AS in data["cost"]["rate"]["basis"]
     text = cli("status", "later-1", "--backend", "anyscale")
-    assert "cost:        est. $2.72 (0h31m × $5.26/h; AWS on-demand prices, us-east-1" in text.out
+    assert (f"cost:        est. {dollars(31 / 60 * g5_4xlarge(3))} (0h31m × {dollars(g5_4xlarge(3))}/h; AWS on-demand "
+            f"prices, {PRICED_AS}") in text.out
     listed = cli("list", "--backend", "anyscale", "--output", "json")
     assert [r["id"] for r in json.loads(listed.out)] == ["later-1"]
     # The Anyscale job id works as a run id too.
@@ -277,18 +278,18 @@ def test_registered_compute_config_round_trip(cli: Cli) -> None:
     res = cli("compute-config", "apply", "g5-4xlarge", "--nodes", "2")
     assert res.code == 0, res.err
     assert res.out.strip() == "g5-4xlarge:1"
-    assert "--compute-config anyscale:g5-4xlarge:1" in res.err and "$3.63/h" in res.err
+    assert "--compute-config anyscale:g5-4xlarge:1" in res.err and f"{dollars(g5_4xlarge(2))}/h" in res.err
     shown = cli("compute-config", "show", "anyscale:g5-4xlarge:1", "--output", "json")
     assert shown.code == 0, shown.err
     data = json.loads(shown.out)
     gpu = [g for g in data["compute_config"]["worker_nodes"] if g["instance_type"] == "g5.4xlarge"]
     assert gpu[0]["min_nodes"] == gpu[0]["max_nodes"] == 2
-    assert data["cost"]["usd_per_hour"] == pytest.approx(0.384 + 2 * 1.624)
+    assert data["cost"]["usd_per_hour"] == pytest.approx(g5_4xlarge(2))
     cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "x\n", new_run=True), Step("SUCCESS", "SUCCEEDED"))
     run = cli(*SUBMIT, "--compute-config", "anyscale:g5-4xlarge:1", "--submission-id", "reg-1", "--output", "json")
     assert run.code == 0, run.err
     status = json.loads(cli("status", "reg-1", "--backend", "anyscale", "--output", "json").out)
-    assert status["cost"]["rate"]["usd_per_hour"] == pytest.approx(0.384 + 2 * 1.624)  # read back from Anyscale
+    assert status["cost"]["rate"]["usd_per_hour"] == pytest.approx(g5_4xlarge(2))  # read back from Anyscale
 
 
 def test_compute_config_show_pins_nodes_and_is_accepted_by_anyscales_model(cli: Cli) -> None:
@@ -298,7 +299,7 @@ def test_compute_config_show_pins_nodes_and_is_accepted_by_anyscales_model(cli: 
     assert res.code == 0, res.err
     header = [line for line in res.out.splitlines() if line.startswith("#")]
     assert any("gpu-workers pinned to 3 node(s)" in line for line in header)
-    assert any("est. $5.26/h" in line and "2025-07" in line for line in header)
+    assert any(f"est. {dollars(g5_4xlarge(3))}/h" in line and PRICED_AS in line for line in header)
     data = yaml.safe_load(res.out)
     config = ComputeConfig.from_dict(data)
     assert config.worker_nodes[0].min_nodes == config.worker_nodes[0].max_nodes == 3
@@ -347,8 +348,9 @@ def test_dry_run_of_the_issue_example_through_the_real_cli(tmp_path: Path) -> No
     env.pop("ANYSCALE_CLI_TOKEN", None)
     text = rtjob("submit", "ddp-resnet", "--nodes", "3", "--backend", "anyscale", "--dry-run", env=env, timeout=120)
     assert text.returncode == 0, text.stderr
-    assert "cost:      est. $5.26/h = head m5.2xlarge $0.384 + 3 × g5.4xlarge $1.624" in text.stdout
-    assert "us-east-1, as of 2025-07; an estimate" in text.stdout
+    assert (f"cost:      est. {dollars(g5_4xlarge(3))}/h = head {listed('m5.2xlarge')} + 3 × {listed('g5.4xlarge')}"
+            in text.stdout)
+    assert PRICED_AS in text.stdout
     assert '"checked_with": "anyscale 0.26.112 JobConfig"' in text.stdout
     data = json.loads(text.stdout[text.stdout.index("request:\n") + 9:text.stdout.index("\nequivalent:")])
     config = JobConfig.from_dict(data["job_config"])

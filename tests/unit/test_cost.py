@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -13,35 +14,39 @@ from rtjob.jobspec import catalog
 from rtjob.jobspec.pricing import BASIS, compute_config_cost
 from rtjob.runs.cost import finished_run_cost, run_cost
 from support.cli import REPO, base_env, run_in_process
+from support.prices import PRICED_AS, dollars, g5_4xlarge, listed, price
 
-HEAD, G5_4X, G5_12X = 0.384, 1.624, 5.672
+HEAD, G5_12X, M5_X = price("m5.2xlarge"), price("g5.12xlarge"), price("m5.xlarge")
 
 
 def test_every_catalog_type_has_a_dated_price() -> None:
-    assert catalog.PRICES_REGION == "us-east-1" and catalog.PRICES_AS_OF == "2025-07"
+    assert re.fullmatch(r"[a-z]{2}-[a-z]+-\d", catalog.PRICES_REGION), catalog.PRICES_REGION
+    assert re.fullmatch(r"20\d\d-(0[1-9]|1[0-2])", catalog.PRICES_AS_OF), catalog.PRICES_AS_OF
     for itype in catalog.CATALOG.values():
         assert itype.price_usd_per_hour and itype.price_usd_per_hour > 0, itype.name
     # Within a family, more GPUs (then more vCPUs) never cost less.
     g5 = sorted((t for t in catalog.CATALOG.values() if t.name.startswith("g5.")), key=lambda t: (t.gpus, t.vcpus))
     assert [t.price_usd_per_hour for t in g5] == sorted(t.price_usd_per_hour or 0 for t in g5)
-    assert "us-east-1" in BASIS and "2025-07" in BASIS and "estimate" in BASIS
+    assert f"AWS on-demand prices, {PRICED_AS}" == BASIS
 
 
 def test_compute_config_cost_pinned_autoscaling_spot_and_unpriced() -> None:
     head = {"instance_type": "m5.2xlarge"}
     pinned = compute_config_cost({"head_node": head, "worker_nodes": [
         {"name": "gpu-workers", "instance_type": "g5.4xlarge", "min_nodes": 3, "max_nodes": 3}]})
-    assert pinned is not None and pinned.fixed and pinned.low == pytest.approx(HEAD + 3 * G5_4X)
-    assert pinned.text().startswith("est. $5.26/h = head m5.2xlarge $0.384 + 3 × g5.4xlarge $1.624 (gpu-workers)")
+    assert pinned is not None and pinned.fixed and pinned.low == pytest.approx(g5_4xlarge(3))
+    assert pinned.text().startswith(f"est. {dollars(g5_4xlarge(3))}/h = head {listed('m5.2xlarge')} + "
+                                    f"3 × {listed('g5.4xlarge')} (gpu-workers)")
     scaling = compute_config_cost({"head_node": head, "worker_nodes": [
         {"instance_type": "g5.12xlarge", "min_nodes": 0, "max_nodes": 2, "market_type": "PREFER_SPOT"},
         {"instance_type": "m5.xlarge", "min_nodes": 1, "max_nodes": 1}]})
     assert scaling is not None and not scaling.fixed and scaling.spot
-    assert (scaling.low, scaling.high) == pytest.approx((HEAD + 0.192, HEAD + 0.192 + 2 * G5_12X))
-    assert "$0.58–$11.92/h" in scaling.text() and "spot groups priced on-demand" in scaling.text()
+    assert (scaling.low, scaling.high) == pytest.approx((HEAD + M5_X, HEAD + M5_X + 2 * G5_12X))
+    assert f"{dollars(HEAD + M5_X)}–{dollars(HEAD + M5_X + 2 * G5_12X)}/h" in scaling.text()
+    assert "spot groups priced on-demand" in scaling.text()
     unknown = compute_config_cost({"head_node": head, "worker_nodes": [{"instance_type": "x9.huge", "max_nodes": 2}]})
     assert unknown is not None and unknown.unpriced == ["x9.huge"]
-    assert unknown.text().startswith("est. ≥ $0.38/h") and "no price for x9.huge" in unknown.text()
+    assert unknown.text().startswith(f"est. ≥ {dollars(HEAD)}/h") and "no price for x9.huge" in unknown.text()
     assert unknown.to_json()["unpriced_instance_types"] == ["x9.huge"]
     assert compute_config_cost(None) is None
 
@@ -54,8 +59,8 @@ def test_run_cost_is_duration_times_rate() -> None:
                    end_time="2026-11-02T04:30:00+00:00")
     cost = run_cost(info, rate)
     assert cost is not None and cost["hours"] == 1.5
-    assert cost["estimated_usd"] == pytest.approx(round(1.5 * (HEAD + 3 * G5_4X), 2))
-    assert cost["text"] == f"est. $7.88 (1h30m × $5.26/h; {BASIS})"
+    assert cost["estimated_usd"] == pytest.approx(round(1.5 * (g5_4xlarge(3)), 2))
+    assert cost["text"] == f"est. {dollars(1.5 * g5_4xlarge(3))} (1h30m × {dollars(g5_4xlarge(3))}/h; {BASIS})"
     running = RunInfo("r", "x", "anyscale", RunStatus.RUNNING, start_time="2026-11-02T03:00:00+00:00")
     assert run_cost(running, rate) is None  # only finished runs
 
@@ -83,8 +88,8 @@ def test_render_shows_cost_per_hour_except_on_the_embedded_cluster(renders: dict
     assert renders["local"]["cost"] is None  # the embedded cluster is this machine
     for backend in ("ray", "anyscale"):
         cost = renders[backend]["cost"]
-        assert cost["usd_per_hour"] == pytest.approx(HEAD + 3 * G5_4X)
-        assert cost["breakdown"] == ["head m5.2xlarge $0.384", "3 × g5.4xlarge $1.624 (gpu-workers)"]
+        assert cost["usd_per_hour"] == pytest.approx(g5_4xlarge(3))
+        assert cost["breakdown"] == [f"head {listed('m5.2xlarge')}", f"3 × {listed('g5.4xlarge')} (gpu-workers)"]
         assert cost["basis"] == BASIS
 
 
@@ -93,8 +98,8 @@ def test_compute_config_show_text_states_price_basis(tmp_path: Path) -> None:
     proc = run_in_process("compute-config", "show", "g5-12xlarge", env=env)
     assert proc.returncode == 0, proc.stderr
     cost_line = next(line for line in proc.stdout.splitlines() if line.startswith("# cost:"))
-    assert "$0.38–$11.73/h" in cost_line and "0–2 × g5.12xlarge $5.672" in cost_line
-    assert "us-east-1, as of 2025-07; an estimate" in cost_line and "spot groups priced on-demand" in cost_line
+    assert f"{dollars(HEAD)}–{dollars(HEAD + 2 * G5_12X)}/h" in cost_line and f"0–2 × {listed('g5.12xlarge')}" in cost_line
+    assert PRICED_AS in cost_line and "spot groups priced on-demand" in cost_line
 
 
 def test_finished_ray_run_is_priced_from_the_shape_recorded_at_submit(tmp_path: Path,
@@ -125,7 +130,7 @@ def test_finished_ray_run_is_priced_from_the_shape_recorded_at_submit(tmp_path: 
     backend = get_backend(settings)
     info = backend._info(data)  # type: ignore[attr-defined]  # how the Ray backend reads a job it is sent back
     cost = finished_run_cost(backend, info)
-    assert cost is not None and cost["estimated_usd"] == pytest.approx(2 * (HEAD + 2 * G5_4X), abs=0.01)
+    assert cost is not None and cost["estimated_usd"] == pytest.approx(2 * (g5_4xlarge(2)), abs=0.01)
     assert "shape of g5-4xlarge at submit, 2 node(s)" in cost["text"]
     # The embedded cluster is this machine: its requests record no rate, so its runs cost nothing.
     local = get_backend(local_settings)

@@ -22,6 +22,7 @@ from rtjob.jobspec.cron import (
     validate_timezone,
 )
 from support.fake_anyscale import ApiLikeFake
+from support.prices import dollars, g5_4xlarge
 from test_anyscale_backend import Cli, cli_fixture  # noqa: F401 - the in-process CLI fixture, `cli`
 
 APPLY = ("schedule", "apply", "ddp-resnet", "--nodes", "3", "--storage", "s3://bucket/runs")
@@ -72,7 +73,7 @@ def test_dry_run_prints_a_schedule_anyscale_accepts_and_sends_nothing(cli: Cli) 
               "--env", "HF_TOKEN=hf_abcdefghijklmnop", "--dry-run")
     assert res.code == 0, res.err
     assert "schedule weekly-ddp: cron '0 3 * * 1' (Europe/Berlin); next: " in res.out
-    assert "cost per hour of a run: est. $5.26/h" in res.out
+    assert f"cost per hour of a run: est. {dollars(g5_4xlarge(3))}/h" in res.out
     assert "hf_abcdefghijklmnop" not in res.out
     data = yaml.safe_load(res.out)
     config = ScheduleConfig.from_dict(data)
