@@ -11,18 +11,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from support.cli import base_env, record
 from support.py310 import dependency_venv, pip, python310
 from support.tool_venv import source_copy
-
-if sys.version_info >= (3, 11):
-    pass
-else:
-    pass
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,15 +16,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import obstore  # noqa: F401 - the engine under test: without the s3 extra this fails, never skips
 import pytest
-
-pytest.importorskip("obstore")
-
-from rtjob.storage import obstore_engine, s3light  # noqa: E402
-from rtjob.storage.engines import TransferError  # noqa: E402
-from rtjob.storage.location import parse_location  # noqa: E402
-from rtjob.storage.stores import RemoteFile, S3Store, describe_error  # noqa: E402
-from support.s3_server import S3Server, threaded_server  # noqa: E402
+from rtjob.storage import obstore_engine, s3light
+from rtjob.storage.engines import TransferError
+from rtjob.storage.location import parse_location
+from rtjob.storage.stores import RemoteFile, S3Store, describe_error
+from support.s3_server import S3Server, threaded_server
 
 BUCKET = "obstore-tests"
 

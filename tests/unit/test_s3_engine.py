@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import awscrt  # noqa: F401 - the engine under test: without the s3 extra this fails, never skips
 import pytest
-
-pytest.importorskip("awscrt")
-
-from rtjob.core.errors import BadInput  # noqa: E402
-from rtjob.storage import crt, engines  # noqa: E402
-from rtjob.storage.stores import describe_error  # noqa: E402
+from rtjob.core.errors import BadInput
+from rtjob.storage import crt, engines
+from rtjob.storage.stores import describe_error
 
 
 @pytest.fixture(autouse=True)
