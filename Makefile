@@ -32,7 +32,7 @@ test: lint
 	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
 
 test-unit: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile tests/unit
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit
 
 test-e2e: install
 	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
