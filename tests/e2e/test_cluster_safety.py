@@ -15,6 +15,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -124,6 +125,42 @@ def test_two_submits_racing_to_start_the_cluster_both_succeed_on_one(home: Path)
     assert len(_gcs(home)) == 1
 
 
+class _StderrLines:
+    """A running rtjob's stderr, read line by line as it comes (a thread), so a test waits for what rtjob says
+    instead of sleeping for as long as saying it might take."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self._lines: list[str] = []
+        self._ended = False
+        self._changed = threading.Condition()
+        self._reader = threading.Thread(target=self._read, args=(proc,), daemon=True)
+        self._reader.start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            with self._changed:
+                self._lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not any(text in line for line in self._lines):
+                left = deadline - time.monotonic()
+                assert not self._ended, f"rtjob ended without saying {text!r}:\n{''.join(self._lines)}"
+                assert left > 0, f"rtjob did not say {text!r} within {timeout:g}s:\n{''.join(self._lines)}"
+                self._changed.wait(left)
+
+    def text(self) -> str:
+        """Everything it wrote (call once the process has ended)."""
+        self._reader.join(timeout=30)
+        return "".join(self._lines)
+
+
 def test_slow_dashboard_is_waited_for_never_killed(home: Path) -> None:
     """A stopped (SIGSTOP) dashboard: `up` waits and reuses once it answers, or exits 3 after its bound,
     and the cluster survives both; a cluster whose processes are all gone is replaced."""
@@ -136,11 +173,15 @@ def test_slow_dashboard_is_waited_for_never_killed(home: Path) -> None:
     dashboard.send_signal(signal.SIGSTOP)
     try:
         waiting = popen_rtjob("local", "up", env=base_env(home, RTJOB_LOCAL_DASHBOARD_WAIT_S="90"))
-        time.sleep(9)  # longer than one 5 s dashboard request: today's rtjob has given up by now
+        stderr = _StderrLines(waiting)
+        # Said once a dashboard request has timed out, and rtjob waits instead of giving up: only then let it answer.
+        stderr.wait_for("does not answer; waiting up to 90s", timeout=60)
         dashboard.send_signal(signal.SIGCONT)
-        _, err = waiting.communicate(timeout=120)
+        waiting.wait(timeout=120)
+        err = stderr.text()
+        assert waiting.stdout is not None
+        waiting.stdout.close()
         assert waiting.returncode == 0, err
-        assert "does not answer; waiting up to 90s" in err, err
 
         dashboard.send_signal(signal.SIGSTOP)
         bounded = rtjob("local", "up", env=base_env(home, RTJOB_LOCAL_DASHBOARD_WAIT_S="3"), timeout=120)
