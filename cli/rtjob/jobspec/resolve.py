@@ -19,7 +19,7 @@ from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
 from .project import Settings, find_compute_config_file, find_job_file, job_file_root
-from .requirements import read_requirements, split_satisfied
+from .requirements import declared_at, read_requirements, split_satisfied
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
     ComputeConfig,
@@ -421,7 +421,8 @@ def resolve(
     notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
     job_file = source.path if source is not None else find_job_file(ref, root)[0]
-    requirements = read_requirements(spec.requirements, job_file, shown)
+    requirements = read_requirements(spec.requirements, job_file,
+                                     declared_at(shown, source.lines) if source is not None else shown)
     if requirements and placement.embedded:
         requirements, present = split_satisfied(requirements)
         if present:
