@@ -124,6 +124,11 @@ class RayJobsAPI:
                              "route") from None
         except requests.exceptions.Timeout:
             raise self._lost(f"the Ray cluster at {self.address} did not answer within {READ_TIMEOUT_S:.0f}s") from None
+        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+            # It answered, and the answer broke off (a proxy cutting connections, a body shorter than its
+            # Content-Length): a fault that may pass, like a reset.
+            self.answered = True
+            raise Transient(f"the answer from {self.address} broke off mid-body ({type(exc).__name__})") from None
         except requests.exceptions.RequestException as exc:
             raise Unreachable(f"cannot talk to {self.address}: {type(exc).__name__}") from None
         self.answered = True
@@ -141,6 +146,9 @@ class RayJobsAPI:
 
     def _json(self, resp: requests.Response, path: str, shape: type) -> Any:
         """The answer's JSON if it has the expected shape; else one line (exit 3) naming what came back."""
+        if resp.status_code == 404:
+            raise Unreachable(f"{self.address}{path}: HTTP 404: not a Ray dashboard (is this the dashboard port, "
+                              "8265?)")
         if resp.status_code >= 400:
             raise Unreachable(f"{self.address}{path}: HTTP {resp.status_code}")
         try:
