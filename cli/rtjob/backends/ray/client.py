@@ -214,6 +214,16 @@ class RayJobsAPI:
             raise NotADashboard(f"{self.address}{path}: not a Ray dashboard (no node list in the answer)") from None
         return [n for n in found if isinstance(n, dict) and n.get("state") == "ALIVE"]
 
+    def train_runs(self) -> list[dict[str, Any]]:
+        """Ray Train's runs on this cluster, with their job and storage (Train's state API, kept only where the
+        driver ran with RAY_TRAIN_ENABLE_STATE_TRACKING=1); empty where the cluster keeps no Train state."""
+        path = "/api/train/v2/runs/v1"
+        resp = self.request("GET", path)
+        if resp.status_code in (404, 500):  # 500: "Train state data is not available" (tracking off)
+            return []
+        runs = self._json(resp, path, dict).get("train_runs")
+        return [run for run in runs if isinstance(run, dict)] if isinstance(runs, list) else []
+
     def has_autoscaler(self) -> bool | None:
         """True if the cluster can add worker nodes, False if not, None if it cannot tell."""
         try:
