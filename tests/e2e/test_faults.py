@@ -65,6 +65,18 @@ def test_injected_faults_while_following_change_nothing(via_proxy) -> None:
     assert "lost contact" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_answers_cut_mid_body_while_following_change_nothing(via_proxy) -> None:
+    """A proxy that cuts connections while answering: the follow goes on (exit 0, every line once), it is not
+    "cannot talk to" (exit 3) while the job runs on."""
+    env, proxy, where = via_proxy(["ok", "cut", "ok", "cut", "cut", "ok"])
+    proc = rtjob("submit", COUNT, *where, "--set", "args.lines=20", "--set", "args.interval=0.15",
+                 "--submission-id", new_id("cut"), env=env, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    _lines(proc.stdout, 20)
+    assert proxy.injected.get("cut", 0) >= 3, proxy.injected
+    assert "Traceback" not in proc.stderr and "cannot talk to" not in proc.stderr
+
+
 def test_a_failing_run_is_still_exit_1_through_faults(via_proxy) -> None:
     env, proxy, where = via_proxy(["502", "ok", "ok", "reset", "ok", "html", "ok", "ok"])
     proc = rtjob("submit", FAIL, *where, "--set", "args.interval=0.5", env=env, timeout=240)

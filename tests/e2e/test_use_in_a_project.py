@@ -1,7 +1,8 @@
 """Adoption: rtjob as a team would use it. The wheel is built and installed into a fresh venv (not editable, the
 `[ray]` client extra only: no torch), a project is made in a temp folder with a training script that knows
 nothing of rtjob (it takes its output folder from an argument the job passes), then `rtjob init`, `submit
---nodes 2` on the embedded cluster to SUCCEEDED, `pull` and `results` of its output. Nothing is mocked; the
+--nodes 2` on the embedded cluster to SUCCEEDED (the project's requirements.txt names a wheel on a package index
+served on loopback: the cluster's real pip installs it), `pull` and `results` of its output. Nothing is mocked; the
 tool runs from outside this repository, so it can only use what the wheel carries; what the wheel holds is checked
 too (the one wheel build of the suite)."""
 
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from support import tool_venv
 from support.cli import base_env, record
+from support.pypi_index import SimpleIndex, build_wheel
 
 # The user's own script: Ray core only (the client extra has no torch and no Ray Train), a linear model fitted by
 # gradients from one actor per node (1 CPU each: two actors need both nodes), one checkpoint folder per epoch and
@@ -24,6 +26,7 @@ TRAIN_PY = '''\
 import argparse, json, os
 
 import ray
+from adoption_helper import LEARNING_RATE  # the project's own dependency: requirements.txt, from its index
 
 parser = argparse.ArgumentParser()
 parser.add_argument("--output-dir", required=True)
@@ -58,8 +61,8 @@ for epoch in range(1, args.epochs + 1):
     nodes = set()
     for _ in range(40):
         results = ray.get([worker.gradient.remote(w, b) for worker in workers])
-        w -= 0.5 * sum(r[0] for r in results) / len(results)
-        b -= 0.5 * sum(r[1] for r in results) / len(results)
+        w -= LEARNING_RATE * sum(r[0] for r in results) / len(results)
+        b -= LEARNING_RATE * sum(r[1] for r in results) / len(results)
         nodes |= {r[3] for r in results}
     loss = sum(r[2] for r in results) / len(results)
     history.append({"epoch": epoch, "train_loss": loss, "nodes": len(nodes)})
@@ -109,9 +112,18 @@ def test_the_wheel_carries_rtjob_the_contract_training_and_builtins(tool: Path) 
 
 
 def test_init_submit_pull_results_in_a_fresh_project(tool: Path, tmp_path: Path) -> None:
+    """The project declares its dependency in requirements.txt, from a package index of its own (served here on
+    loopback): init points the job at it, and the first submit installs it through the cluster's real pip path."""
     project = tmp_path / "my-project"
     project.mkdir()
     (project / "train.py").write_text(TRAIN_PY)
+    wheel = build_wheel(tmp_path, "adoption-helper", "1.0", "LEARNING_RATE = 0.5\n")
+    with SimpleIndex(tmp_path / "index", {"adoption-helper": wheel}) as index:
+        (project / "requirements.txt").write_text(f"--index-url {index.url}\nadoption-helper==1.0\n")
+        _walk_through(tool, tmp_path, project)
+
+
+def _walk_through(tool: Path, tmp_path: Path, project: Path) -> None:
     env = base_env(tmp_path / "rtjob-home")
     for name in NOT_THE_WHEEL:
         env.pop(name, None)
@@ -124,11 +136,12 @@ def test_init_submit_pull_results_in_a_fresh_project(tool: Path, tmp_path: Path)
     assert "created" in init.stdout and (project / "jobs" / "train.yaml").is_file()
     assert (project / "compute_configs").is_dir() and (project / "rtjob.toml").is_file()
     assert ".env*" in (project / ".gitignore").read_text().splitlines()
+    assert "\nrequirements: ../requirements.txt\n" in (project / "jobs" / "train.yaml").read_text()
     again = _run([rtjob, "init"], env, project)
     assert again.returncode == 0 and "created" not in again.stdout, again.stdout  # never overwrites
 
     validate = _run([rtjob, "validate"], env, project)
-    assert validate.returncode == 0, validate.stdout + validate.stderr
+    assert validate.returncode == 0 and "warning" not in validate.stderr, validate.stdout + validate.stderr
     run_id = "adoption-run-1"
     try:
         submit = _run([rtjob, "submit", "train", "--nodes", "2", "--submission-id", run_id], env, project, timeout=900)

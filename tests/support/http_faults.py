@@ -85,7 +85,8 @@ def json_body(data: Any) -> bytes:
 class FaultProxy(_Running):
     """A reverse proxy to ``target`` (host, port) that injects faults into the requests ``hit(path, user agent)``
     selects,
-    one per request in the order of ``plan`` ("ok", "502", "503", "504", "html", "reset", "stall"), cycling; and
+    one per request in the order of ``plan`` ("ok", "502", "503", "504", "html", "reset", "stall", "cut": the
+    real answer with its Content-Length, cut off half-way through its body), cycling; and
     can be "down" for a while (every connection reset, every path). Streams (the log tail) pass through."""
 
     def __init__(self, target: tuple[str, int], plan: list[str], hit: Callable[[str, str], bool],
@@ -126,7 +127,7 @@ class FaultProxy(_Running):
                     return
                 if fault == "stall":
                     time.sleep(outer.stall_s)
-                outer._forward(self)
+                outer._forward(self, cut=fault == "cut")
 
             do_GET = do_POST = do_PUT = do_DELETE = _handle  # noqa: N815
 
@@ -150,7 +151,7 @@ class FaultProxy(_Running):
                 self.injected[fault] = self.injected.get(fault, 0) + 1
             return fault
 
-    def _forward(self, handler: BaseHTTPRequestHandler) -> None:
+    def _forward(self, handler: BaseHTTPRequestHandler, cut: bool = False) -> None:
         length = int(handler.headers.get("content-length") or 0)
         body = handler.rfile.read(length) if length else None
         headers = {k: v for k, v in handler.headers.items() if k.lower() not in _HOP and k.lower() != "host"}
@@ -163,6 +164,14 @@ class FaultProxy(_Running):
             for key, value in resp.getheaders():
                 if key.lower() not in _HOP:
                     handler.send_header(key, value)
+            if cut:  # the whole answer announced, half of it sent, the connection closed
+                body = resp.read()
+                handler.send_header("content-length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body[:len(body) // 2])
+                handler.wfile.flush()
+                handler.close_connection = True
+                return
             handler.end_headers()
             while chunk := resp.read1(65536):  # streams (the log tail) arrive as they are written
                 handler.wfile.write(chunk)

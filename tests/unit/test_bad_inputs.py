@@ -70,7 +70,11 @@ CASES = [
     pytest.param(job("name: x\nentrypoint: y\n  nodes: 2\n", cmd="submit",
                      expect=("jobs/bad.yaml:3", "invalid YAML")), id="yaml-bad-indentation"),
     pytest.param(job("name: x\nentrypoint: y\nexcludes: [a, b\nnodes: 2\n",
-                     expect=("jobs/bad.yaml:4", "invalid YAML", "']'")), id="yaml-unclosed-bracket"),
+                     expect=("jobs/bad.yaml:3", "invalid YAML", "'[' opened here is not closed", "line 4")),
+                 id="yaml-unclosed-bracket"),  # the line that opened it, where the mistake is
+    pytest.param(job("name: x\nentrypoint: y\nargs: {epochs: 2,\n  lr: 3\nnodes: 2\n",
+                     expect=("jobs/bad.yaml:3", "invalid YAML", "'{' opened here is not closed")),
+                 id="yaml-unclosed-brace"),
     pytest.param(job("name: x\nentrypoint: y\nargs:\n\tepochs: 3\n",
                      expect=("jobs/bad.yaml:4", "invalid YAML", "\\t")), id="yaml-tab"),
     pytest.param(job("", cmd="submit", expect=("jobs/bad.yaml", "mapping", "'name'", "'entrypoint'")), id="empty-file"),

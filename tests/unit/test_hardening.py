@@ -261,6 +261,45 @@ def test_a_wrong_answer_is_one_line_exit_3(command: str, name: str, tmp_path: Pa
     assert "Traceback" not in proc.stderr and lines[-1].startswith("rtjob: error: ") and expect in lines[-1], lines
 
 
+def test_an_address_that_answers_404_asks_whether_it_is_the_dashboard_port(tmp_path: Path) -> None:
+    with StandIn(lambda method, path: (404, "text/plain", b"404: Not Found")) as server:
+        env = base_env(tmp_path / "home")
+        proc = run_in_process("list", "--backend", "ray", "--address", server.address, env=env)
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].endswith(
+        "HTTP 404: not a Ray dashboard (is this the dashboard port, 8265?)"), proc.stderr
+
+
+@pytest.mark.parametrize("framing", [b"Content-Length: 100\r\n\r\n[1, 2", b"Transfer-Encoding: chunked\r\n\r\n4\r\n[1, ",
+                                     b"Content-Encoding: gzip\r\nContent-Length: 8\r\n\r\nnot gzip"])
+def test_an_answer_cut_mid_body_is_a_fault_that_may_pass(framing: bytes) -> None:
+    """A proxy that cuts the connection while answering (or a body that cannot be decoded): retried while
+    following (RTJOB_FOLLOW_GRACE_S), never "cannot talk to" at once."""
+    import socket
+    import threading
+
+    from rtjob.backends.ray.client import RayJobsAPI, Transient
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_once() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(65536)
+            conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + framing)
+
+    server = threading.Thread(target=answer_once, daemon=True)
+    server.start()
+    try:
+        with pytest.raises(Transient, match="broke off mid-body") as caught:
+            RayJobsAPI(f"http://127.0.0.1:{port}", {}).jobs()
+        assert caught.value.retriable
+    finally:
+        server.join(timeout=10)
+        listener.close()
+
+
 def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_path: Path) -> None:
     """Attempt ids are probed up to the run's own max_retries (+1), however many ids the server knows (each
     attempt's status, and its log once: the ended run is archived)."""

@@ -20,7 +20,7 @@ from rtjob.jobspec.project import (
 )
 from rtjob.jobspec.requirements import read_requirements, split_satisfied
 from rtjob.jobspec.resolve import load_compute_config
-from support.cli import REPO
+from support.cli import REPO, plant, record
 from support.project import ProjectCli, write_files
 from support.shipped import shipped_jobs
 
@@ -291,3 +291,59 @@ def test_packages_list_covers_every_rtjob_package() -> None:
     found |= {".".join(("rtjob_training", *p.parent.relative_to(REPO / "training").parts))
               for p in (REPO / "training").rglob("__init__.py")}
     assert found <= listed, f"add to [tool.setuptools] packages: {sorted(found - listed)}"
+
+
+# -- init and validate with the project's own requirements --------------------------------------------------------
+
+
+def _render_pip(cli) -> list[str]:
+    res = cli("render", "train", "-o", "json")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout)["submit_job"]["runtime_env"]["pip"]
+
+
+def test_init_points_the_job_at_the_projects_requirements_txt_and_it_works_as_written(cli) -> None:
+    (cli.project / "requirements.txt").write_text("rtjob-absent-package-a==1.0\n-r more.txt\n")
+    (cli.project / "more.txt").write_text("rtjob-absent-package-b\n")
+    assert cli("init").returncode == 0
+    assert "\nrequirements: ../requirements.txt\n" in (cli.project / "jobs" / "train.yaml").read_text()
+    res = cli("validate")
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    assert _render_pip(cli) == ["rtjob-absent-package-a==1.0", "rtjob-absent-package-b"]
+
+
+def test_init_points_the_job_at_pyproject_dependencies_read_at_plan_time(cli) -> None:
+    (cli.project / "pyproject.toml").write_text(
+        '[project]\nname = "mine"\nversion = "1"\ndependencies = [\n  "rtjob-absent-package-c>=2",\n]\n')
+    assert cli("init").returncode == 0
+    assert "\nrequirements: ../pyproject.toml\n" in (cli.project / "jobs" / "train.yaml").read_text()
+    assert _render_pip(cli) == ["rtjob-absent-package-c>=2"]
+    # A pyproject without dependencies is not pointed at: the job says none.
+    (cli.project / "jobs" / "train.yaml").unlink()
+    (cli.project / "pyproject.toml").write_text('[project]\nname = "mine"\nversion = "1"\n')
+    assert cli("init").returncode == 0
+    assert "\nrequirements: []\n" in (cli.project / "jobs" / "train.yaml").read_text()
+
+
+def test_validate_flags_requirement_lines_a_cluster_cannot_install_with_file_and_line(cli) -> None:
+    secret = plant("s3cret-index-pass")
+    (cli.project / "requirements.txt").write_text(
+        f"numpy\n--index-url https://me:{secret}@pypi.example/simple\n-e ./mylib\n../wheels/mine-1.0-py3-none-any.whl\n")
+    write_files(cli.project, {"jobs/train.yaml": "name: train\nentrypoint: python t.py\n"
+                                                 "requirements: ../requirements.txt\n"})
+    res = cli("validate")
+    record(res.stdout, res.stderr)
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 1, res.stderr  # one line per job, its problems joined
+    assert "requirements.txt:3: '-e ./mylib' installs from this machine's disk" in warnings[0]
+    assert "requirements.txt:4: '../wheels/mine-1.0-py3-none-any.whl'" in warnings[0]
+    assert "numpy" not in warnings[0] and "index-url" not in warnings[0] and secret not in res.stderr
+
+
+def test_a_requirements_file_that_cannot_be_read_is_named_with_the_job_files_line(cli) -> None:
+    write_files(cli.project, {"jobs/train.yaml": "name: train\nentrypoint: python t.py\n\nrequirements: reqs.txt\n"})
+    for command in (("validate",), ("render", "train")):
+        res = cli(*command)
+        assert res.returncode == 2, res.stderr
+        assert "jobs/train.yaml:4: requirements file 'reqs.txt' cannot be read" in res.stderr, res.stderr

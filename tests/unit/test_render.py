@@ -142,6 +142,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
     assert runtime_env["env_vars"] == {
         "PYTHONUNBUFFERED": "1",
         "RAY_CHDIR_TO_TRIAL_DIR": "0",  # Ray Train V2 workers stay in the working dir (./data)
+        "RAY_TRAIN_ENABLE_STATE_TRACKING": "1",  # rtjob asks Ray where a plain Train script stored its run
         **spec.get("env_vars", {}),
         **spec["local"].get("env_vars", {}),
         "RTJOB_JOB_NAME": "ddp-resnet",

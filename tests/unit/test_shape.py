@@ -76,15 +76,26 @@ def test_a_job_without_a_shape_gets_the_machines_cpus_and_no_invented_worker_cou
 
 
 @pytest.mark.parametrize("flags,nodes,cpus", [
-    (["--nodes", "2"], 2, 1),  # --nodes declares the shape: the embedded cluster's usual 1 CPU per node
-    (["--set", "local.cpus_per_node=3"], 1, 3),
     (["--set", "resources_per_worker.cpus=1"], 1, 1),
+    (["--set", "resources_per_worker.cpus=1", "--nodes", "2", "--set", "local.cpus_per_node=2"], 2, 2),
+    (["--compute-config", "g5-4xlarge", "--nodes", "2"], 2, 1),  # the embedded cluster's 1 CPU per node
 ])
 def test_a_declared_shape_is_shown_and_exported(render, two_line_job, flags, nodes, cpus):
     data = render([str(two_line_job), "--backend", "local", *flags], cwd=two_line_job.parent)
     assert "shape" not in data["run"] and data["run"]["nodes"] == nodes
     assert data["run"]["workers"] == nodes * cpus
     assert _env(data)[contract.ENV_NUM_WORKERS] == str(nodes * cpus)
+
+
+@pytest.mark.parametrize("flags,cpus", [(["--nodes", "2"], 1), (["--nodes", "2", "--set", "local.cpus_per_node=2"], 2),
+                                        (["--set", "local.cpus_per_node=3"], 3)])
+def test_nodes_and_cpus_per_node_size_the_cluster_not_the_scripts_workers(render, two_line_job, flags, cpus):
+    """A self-sizing script under `--nodes 2` and `local.cpus_per_node: 2` runs its own worker count: rtjob
+    neither shows nor exports one (it once said 4 workers while the script ran 2); the cluster is sized."""
+    data = render([str(two_line_job), "--backend", "local", *flags], cwd=two_line_job.parent)
+    assert data["run"]["shape"] == "set by the entrypoint" and data["run"]["workers"] is None
+    assert data["run"]["cpus_per_node"] == cpus
+    assert not SHAPE_ENV & set(_env(data))
 
 
 def test_the_embedded_node_size_follows_the_shape(two_line_job, monkeypatch, tmp_path):

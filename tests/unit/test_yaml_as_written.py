@@ -129,7 +129,8 @@ def test_the_local_profile_args_keep_their_text_too(project: Path, capsys: pytes
 @pytest.mark.parametrize(("text", "line", "what"), [
     ("name: x\nentrypoint: y\nargs:\n  lr: 1\n  lr: 2\n", 5, "duplicate key 'lr' (first on line 4)"),
     ("name: x\nentrypoint: y\nname: z\n", 3, "duplicate key 'name' (first on line 1)"),
-    ("name: x\nentrypoint: y\nexcludes: [a, b\nnodes: 2\n", 4, "invalid YAML"),
+    ("name: x\nentrypoint: y\nexcludes: [a, b\nnodes: 2\n", 3, "the '[' opened here is not closed (line 4"),
+    ("name: x\nentrypoint: 'y\nnodes: 2\n", 2, "the quote opened here is not closed"),
     ("name: x\nentrypoint: y\nargs:\n  lr: !python/object 1\n", 4, "invalid YAML"),
     ("name: x\nentrypoint: y\nnodes: three\n", 3, "nodes"),
 ])

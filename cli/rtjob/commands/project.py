@@ -78,7 +78,7 @@ def validate(refs: tuple[str, ...], output: str) -> int:
       rtjob validate -o json
     """
     from ..jobspec.project import compute_config_names, find_root, job_names, project_of
-    from ..jobspec.requirements import read_requirements
+    from ..jobspec.requirements import cluster_problems, declared_at, requirement_lines
     from ..jobspec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
 
     root = find_root()
@@ -101,7 +101,9 @@ def validate(refs: tuple[str, ...], output: str) -> int:
                 spec, shown = load_job(job_ref, root, Overrides(), local_profile=True, source=source)
                 if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
                     load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
-                read_requirements(spec.requirements, source.path, shown)  # a requirements file exists
+                # The requirements file exists, and every line can install on a cluster.
+                lines = requirement_lines(spec.requirements, source.path, declared_at(shown, source.lines))
+                warnings += cluster_problems(lines or [])
                 if spec.image_uri is None and spec.requirements is None:
                     warnings.append(f"{shown}: declares neither image_uri nor requirements: on a stock cluster "
                                     "(Anyscale's default image, a plain Ray cluster) its entrypoint may miss packages "

@@ -72,7 +72,7 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
         "upload": planned.upload.to_json() if planned.upload else None,
     }
     if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
-        data["run"].update({"nodes": None, "workers": None, "resources_per_worker": None,
+        data["run"].update({"nodes": job.sized_nodes, "workers": None, "resources_per_worker": None,
                             "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
     if explain:
         data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
@@ -102,7 +102,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
     if job.shape_declared:
         shape = f"{job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}"
     else:
-        shape = "set by the entrypoint (the job declares no nodes, resources or compute config)"
+        shape = "set by the entrypoint (the job declares no resources_per_worker or compute config)"
         if job.local_cpus_per_node is not None:
             shape += f"; the embedded cluster offers {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
     lines = [

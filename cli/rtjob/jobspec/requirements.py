@@ -8,41 +8,121 @@ for every distinct requirements set, to install packages that are already there.
 from __future__ import annotations
 
 import importlib.metadata
+import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..core.errors import BadInput
 
+PYPROJECT = "pyproject.toml"  # `requirements: ../pyproject.toml` reads its [project].dependencies
+
+
+@dataclass(frozen=True)
+class RequirementLine:
+    """One pip line and where it was written (``file:line``, or the job file and the list index)."""
+
+    text: str
+    where: str
+
+
+def requirement_lines(declared: list[str] | str | None, job_file: Path, shown: str) -> list[RequirementLine] | None:
+    """The job's requirements (None: the job declares none). A string is a file relative to the job file's folder:
+    a requirements file, whose `-r OTHER` lines are read in (relative to that file), since the cluster installs from
+    a copy of the lines, not from the file; or a pyproject.toml, read as its ``[project].dependencies``."""
+    if declared is None:
+        return None
+    if isinstance(declared, list):
+        return [RequirementLine(line, f"{shown} requirements[{index}]") for index, line in enumerate(declared)]
+    path = Path(declared)
+    path = path if path.is_absolute() else job_file.parent / path
+    if path.name == PYPROJECT:
+        return _read_pyproject(path, declared, shown)
+    return _read_file(path, declared, shown, set())
+
+
+def declared_at(shown: str, lines: dict[tuple[str | int, ...], int]) -> str:
+    """``file:line`` of a job's `requirements:` key (errors about its file name it), else the job file."""
+    line = lines.get(("requirements",))
+    return f"{shown}:{line}" if line else shown
+
 
 def read_requirements(declared: list[str] | str | None, job_file: Path, shown: str) -> list[str] | None:
-    """The job's requirements as pip lines (None: the job declares none). A string is a requirements file,
-    relative to the job file's folder; its `-r OTHER` lines are read in (relative to that file), since the
-    cluster installs from a copy of the lines, not from the file."""
-    if declared is None or isinstance(declared, list):
-        return declared
-    path = Path(declared)
-    return _read_file(path if path.is_absolute() else job_file.parent / path, declared, shown, set())
+    """The job's requirements as pip lines (None: the job declares none); see requirement_lines."""
+    lines = requirement_lines(declared, job_file, shown)
+    return None if lines is None else [line.text for line in lines]
 
 
-def _read_file(path: Path, declared: str, shown: str, seen: set[Path]) -> list[str]:
-    if path.resolve() in seen:
-        raise BadInput(f"{shown}: requirements file {path} includes itself (-r)")
-    seen.add(path.resolve())
+def _read_text(path: Path, declared: str, shown: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except OSError as exc:
         raise BadInput(f"{shown}: requirements file {declared!r} cannot be read ({exc.strerror or exc}; "
                        f"it is relative to the job file's folder)") from None
-    lines: list[str] = []
-    for raw in text.splitlines():
+
+
+def _shown(path: Path) -> str:
+    """A requirements file as messages name it: relative to the current folder when it is inside it."""
+    resolved = Path(os.path.normpath(path.absolute()))
+    try:
+        return str(resolved.relative_to(Path.cwd()))
+    except ValueError:
+        return str(resolved)
+
+
+def _read_file(path: Path, declared: str, shown: str, seen: set[Path]) -> list[RequirementLine]:
+    if path.resolve() in seen:
+        raise BadInput(f"{shown}: requirements file {path} includes itself (-r)")
+    seen.add(path.resolve())
+    text = _read_text(path, declared, shown)
+    lines: list[RequirementLine] = []
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip()
         if not line or line.startswith("#"):
             continue
         parts = line.split(None, 1)
         if parts[0] in {"-r", "--requirement"} and len(parts) == 2:
-            lines += _read_file(path.parent / parts[1], parts[1], shown, seen)
+            lines += _read_file(path.parent / parts[1], parts[1], f"{_shown(path)}:{number}", seen)
         else:
-            lines.append(line)
+            lines.append(RequirementLine(line, f"{_shown(path)}:{number}"))
     return lines
+
+
+def _read_pyproject(path: Path, declared: str, shown: str) -> list[RequirementLine]:
+    """``[project].dependencies`` of a pyproject.toml, each with the line it is written on."""
+    from .settings import tomllib
+
+    text = _read_text(path, declared, shown)
+    try:
+        dependencies = tomllib.loads(text).get("project", {}).get("dependencies")
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInput(f"{shown}: requirements {declared!r} is not valid TOML ({exc})") from None
+    if not isinstance(dependencies, list) or not all(isinstance(d, str) for d in dependencies):
+        raise BadInput(f"{shown}: requirements {declared!r} has no [project].dependencies list (list them there, "
+                       "or point requirements: at a requirements file)")
+    written = text.splitlines()
+
+    def line_of(dependency: str) -> str:
+        quoted = (f'"{dependency}"', f"'{dependency}'")
+        number = next((n for n, line in enumerate(written, start=1) if any(q in line for q in quoted)), None)
+        return f"{_shown(path)}:{number}" if number else _shown(path)
+
+    return [RequirementLine(d, line_of(d)) for d in dependencies]
+
+
+# A line that installs from this machine's disk: an editable install, or a path (a folder, a wheel, a file: URL).
+_LOCAL = re.compile(r"^(-e|--editable)\b|^(\.{1,2}|~)?/|^\.{1,2}$|^file:|@\s*file:|^[^:@\s]+\.(whl|tar\.gz|zip)$",
+                    re.IGNORECASE)
+
+
+def cluster_problems(lines: list[RequirementLine]) -> list[str]:
+    """Lines that cannot install on a cluster, each as one warning with its file:line (secrets in the line, such
+    as an index URL's password, masked)."""
+    from ..core.redact import mask_url
+
+    return [f"{line.where}: {mask_url(line.text)!r} installs from this machine's disk, which the cluster does not "
+            "have: publish it to a package index, or ship it in the working dir and name it by a relative path "
+            "in the entrypoint's own install step" for line in lines if _LOCAL.search(line.text)]
 
 
 def _satisfied(line: str, depth: int = 0) -> bool:

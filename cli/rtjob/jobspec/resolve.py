@@ -19,7 +19,7 @@ from ..core.model import check_run_id
 from . import catalog
 from .overrides import apply_set, parse_env, parse_set
 from .project import find_compute_config_file, find_job_file, job_file_root
-from .requirements import read_requirements, split_satisfied
+from .requirements import declared_at, read_requirements, split_satisfied
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
     ComputeConfig,
@@ -106,10 +106,16 @@ class ResolvedJob:
     notes: list[str] = field(default_factory=list)
     storage_endpoint: str | None = None  # the S3-compatible endpoint the job writes to (recorded with the run)
     embedded: bool = False  # runs on the embedded cluster (this machine: no cost)
-    # False: the job declares no shape (no compute config, nodes, resources_per_worker or local.cpus_per_node):
-    # its entrypoint decides how many workers it runs, so rtjob neither shows nor exports a worker count.
+    # False: the job declares no worker shape (no compute config or resources_per_worker; `nodes` and
+    # `local.cpus_per_node` size the cluster only): its entrypoint decides how many workers it runs, so rtjob
+    # neither shows nor exports a worker count.
     shape_declared: bool = True
     local_cpus_per_node: int | None = None  # the embedded cluster's node size (None: not the embedded cluster)
+
+    @property
+    def sized_nodes(self) -> int | None:
+        """The cluster's node count when the job (or --nodes) sizes it, even without a worker shape."""
+        return self.nodes if self.shape_declared or "nodes" in self.spec.model_fields_set else None
 
     def shape_summary(self) -> str:
         """'2 node(s), 4 worker(s)', or what rtjob knows when the entrypoint sets its own shape."""
@@ -274,13 +280,9 @@ def _node_offer(group: WorkerGroup | None, cc: ComputeConfig | None, where: str)
 
 
 def declares_shape(spec: JobSpec, cc_name: str | None) -> bool:
-    """Whether the job (or a flag: --nodes, --set, --compute-config) says how big it is."""
-    return bool(
-        cc_name
-        or "nodes" in spec.model_fields_set
-        or spec.resources_per_worker.model_fields_set
-        or "cpus_per_node" in spec.local.model_fields_set
-    )
+    """Whether the job (or a flag: --set, --compute-config) declares a worker shape: only resources_per_worker
+    or a compute config do. `nodes` and `local.cpus_per_node` size the cluster, not the script's workers."""
+    return bool(cc_name or spec.resources_per_worker.model_fields_set)
 
 
 def machine_cpus() -> int:
@@ -347,9 +349,11 @@ def resolve(
     shape_declared = declares_shape(spec, cc_name)
     local_cpus: int | None = None
     if placement.embedded:
-        # The embedded cluster: N Ray nodes on this machine, CPU only. A job that declares no shape gets the
-        # machine's CPUs on one node: its script asks Ray for what it needs, rtjob cannot know how much.
-        local_cpus = spec.local.cpus_per_node if shape_declared else machine_cpus()
+        # The embedded cluster: N Ray nodes on this machine, CPU only, `local.cpus_per_node` each (`nodes` and it
+        # size the cluster). A job that sizes nothing gets one node with the machine's CPUs: its script asks Ray
+        # for what it needs.
+        sized = shape_declared or "nodes" in spec.model_fields_set or "cpus_per_node" in spec.local.model_fields_set
+        local_cpus = spec.local.cpus_per_node if sized else machine_cpus()
         node_cpus, node_gpus = float(local_cpus), 0.0
         if cc is not None:
             notes.append(f"compute config {cc_name} describes the cloud cluster; the embedded cluster uses "
@@ -422,7 +426,8 @@ def resolve(
     notes += storage_env.notes
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
     job_file = source.path if source is not None else find_job_file(ref, root)[0]
-    requirements = read_requirements(spec.requirements, job_file, shown)
+    requirements = read_requirements(spec.requirements, job_file,
+                                     declared_at(shown, source.lines) if source is not None else shown)
     if requirements and placement.embedded:
         requirements, present = split_satisfied(requirements)
         if present:

@@ -11,8 +11,10 @@ from ..core.errors import BadInput
 
 # Ray settings every job gets (its own env_vars / --env win). Ray Train V2 moves each worker into a folder of
 # its own under the Ray session dir (WorkingDirectorySetupCallback, unless RAY_CHDIR_TO_TRIAL_DIR=0), so a
-# script's relative paths (the common ./data) would not find the job's working dir.
-RAY_DEFAULT_ENV = {"RAY_CHDIR_TO_TRIAL_DIR": "0"}
+# script's relative paths (the common ./data) would not find the job's working dir. Train's state tracking
+# (off by default; a 0-CPU actor on the head node) lets rtjob ask Ray where an unchanged Ray Train script
+# stored its run (backends/ray/train_runs.py).
+RAY_DEFAULT_ENV = {"RAY_CHDIR_TO_TRIAL_DIR": "0", "RAY_TRAIN_ENABLE_STATE_TRACKING": "1"}
 
 # The variables an AWS SDK reads for a custom S3 endpoint, most specific first (boto3, pyarrow/AWS C++).
 ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")

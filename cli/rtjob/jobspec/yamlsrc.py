@@ -162,7 +162,16 @@ def _compose(text: str, path: str) -> Node | None:
         raise BadInput(f"{path}: invalid YAML: nested too deeply") from None
 
 
+# What a parser context opens, for the line that opened it (the parser notices the gap only lines later).
+_OPENED = {"while parsing a flow mapping": "'{'", "while parsing a flow sequence": "'['",
+           "while scanning a quoted scalar": "quote"}
+
+
 def _marked(exc: Any, path: str) -> str:
+    opened = _OPENED.get(exc.context or "")
+    if opened and exc.context_mark and exc.problem_mark and exc.problem_mark.line != exc.context_mark.line:
+        return (f"{path}:{exc.context_mark.line + 1}: invalid YAML: the {opened} opened here is not closed "
+                f"(line {exc.problem_mark.line + 1}: {exc.problem})")
     mark = exc.problem_mark or exc.context_mark
     line = f":{mark.line + 1}" if mark else ""
     problem = exc.problem or exc.context or "malformed YAML"

@@ -50,9 +50,10 @@ entrypoint: {entrypoint}
 # `rtjob pull RUN_ID` and `rtjob results RUN_ID` find what it wrote (results reads metrics.json there).
 # Flags appended to the entrypoint (`--epochs 2`); --set args.epochs=5 overrides one per run.
 args: {{}}
-# What the entrypoint needs beyond the cluster's image (pip lines, or a requirements file beside this one);
-# on the embedded cluster what this environment already has is not installed again. Or set image_uri.
-requirements: []
+# What the entrypoint needs beyond the cluster's image: pip lines, or a file relative to this one (a requirements
+# file, or a pyproject.toml for its [project].dependencies); on the embedded cluster what this environment
+# already has is not installed again. Or set image_uri.
+requirements: {requirements}
 # Uncomment for a GPU cluster shape (`rtjob compute-config list`; built-ins ship with rtjob):
 # compute_config: {compute_config}
 # nodes: 1
@@ -126,6 +127,17 @@ def _gitignore(folder: Path) -> Step:
     return Step(".gitignore", "appended" if text else "created")
 
 
+def _project_requirements(folder: Path) -> str:
+    """What the job's `requirements:` says, relative to jobs/: the project's requirements.txt, else its
+    pyproject.toml when that lists [project].dependencies, else none."""
+    if (folder / "requirements.txt").is_file():
+        return "../requirements.txt"
+    pyproject = folder / "pyproject.toml"
+    if pyproject.is_file() and _pyproject_data(pyproject).get("project", {}).get("dependencies"):
+        return "../pyproject.toml"
+    return "[]"
+
+
 def _yaml_scalar(text: str) -> str:
     return json.dumps(text)  # a JSON string is a YAML 1.2 string: no surprise from quotes or colons
 
@@ -164,7 +176,7 @@ def init_project(folder: Path, *, entrypoint: str, name: str | None = None, gith
         _write_new(folder, f"jobs/{job_name}.yaml", _JOB.format(
             schema_dir=SCHEMA_DIR, name=job_name, entrypoint=_yaml_scalar(entrypoint),
             description=_yaml_scalar(f"{entrypoint} (scaffolded by rtjob init)"),
-            compute_config=STARTER_COMPUTE_CONFIG)),
+            compute_config=STARTER_COMPUTE_CONFIG, requirements=_project_requirements(folder))),
     ]
     builtin = (BUILTIN_COMPUTE_CONFIGS / f"{STARTER_COMPUTE_CONFIG}.yaml").read_text(encoding="utf-8")
     steps.append(_write_new(folder, f"compute_configs/{STARTER_COMPUTE_CONFIG}.yaml",

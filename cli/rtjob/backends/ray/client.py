@@ -124,6 +124,11 @@ class RayJobsAPI:
                              "route") from None
         except requests.exceptions.Timeout:
             raise self._lost(f"the Ray cluster at {self.address} did not answer within {READ_TIMEOUT_S:.0f}s") from None
+        except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError) as exc:
+            # It answered, and the answer broke off (a proxy cutting connections, a body shorter than its
+            # Content-Length): a fault that may pass, like a reset.
+            self.answered = True
+            raise Transient(f"the answer from {self.address} broke off mid-body ({type(exc).__name__})") from None
         except requests.exceptions.RequestException as exc:
             raise Unreachable(f"cannot talk to {self.address}: {type(exc).__name__}") from None
         self.answered = True
@@ -141,6 +146,9 @@ class RayJobsAPI:
 
     def _json(self, resp: requests.Response, path: str, shape: type) -> Any:
         """The answer's JSON if it has the expected shape; else one line (exit 3) naming what came back."""
+        if resp.status_code == 404:
+            raise Unreachable(f"{self.address}{path}: HTTP 404: not a Ray dashboard (is this the dashboard port, "
+                              "8265?)")
         if resp.status_code >= 400:
             raise Unreachable(f"{self.address}{path}: HTTP {resp.status_code}")
         try:
@@ -205,6 +213,16 @@ class RayJobsAPI:
         except (KeyError, TypeError):
             raise NotADashboard(f"{self.address}{path}: not a Ray dashboard (no node list in the answer)") from None
         return [n for n in found if isinstance(n, dict) and n.get("state") == "ALIVE"]
+
+    def train_runs(self) -> list[dict[str, Any]]:
+        """Ray Train's runs on this cluster, with their job and storage (Train's state API, kept only where the
+        driver ran with RAY_TRAIN_ENABLE_STATE_TRACKING=1); empty where the cluster keeps no Train state."""
+        path = "/api/train/v2/runs/v1"
+        resp = self.request("GET", path)
+        if resp.status_code in (404, 500):  # 500: "Train state data is not available" (tracking off)
+            return []
+        runs = self._json(resp, path, dict).get("train_runs")
+        return [run for run in runs if isinstance(run, dict)] if isinstance(runs, list) else []
 
     def has_autoscaler(self) -> bool | None:
         """True if the cluster can add worker nodes, False if not, None if it cannot tell."""
