@@ -23,7 +23,9 @@ pytest.importorskip("obstore")
 from rtjob.storage import obstore_engine, s3light  # noqa: E402
 from rtjob.storage.engines import TransferError  # noqa: E402
 from rtjob.storage.location import parse_location  # noqa: E402
-from rtjob.storage.stores import RemoteFile, S3Store, describe_error  # noqa: E402
+from rtjob.storage.s3errors import describe_error  # noqa: E402
+from rtjob.storage.s3store import S3Store  # noqa: E402
+from rtjob.storage.stores import RemoteFile  # noqa: E402
 from support.s3_server import S3Server, threaded_server  # noqa: E402
 
 BUCKET = "obstore-tests"
@@ -250,7 +252,7 @@ def test_a_proxy_for_the_endpoint_leaves_the_pull_to_botocore(served: S3Server, 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the transfer itself must reach the server
     from rtjob.storage import crt
 
-    for module in ("rtjob.storage.engines", "rtjob.storage.crt"):  # the proxy as the engines see it
+    for module in ("rtjob.storage.obstore_engine", "rtjob.storage.crt"):  # the proxy as the engines see it
         monkeypatch.setattr(f"{module}.proxy_reason", lambda url: "a proxy is set for http")
     assert crt.unusable_reason(served.endpoint)
     done: dict[str, BaseException | None] = {}

@@ -18,7 +18,7 @@ pytest.importorskip("awscrt")
 
 from rtjob.core.errors import BadInput  # noqa: E402
 from rtjob.storage import crt, engines  # noqa: E402
-from rtjob.storage.stores import describe_error  # noqa: E402
+from rtjob.storage.s3errors import describe_error  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
