@@ -194,6 +194,7 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
     from ..storage import samples
     from ..storage.destination import default_destination
     from ..storage.layout import NothingStored
+    from .results_tables import tables
 
     secrets = credential_values()
     target = res.check_plot_path(plot_file) if plot_file else None
@@ -237,7 +238,7 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
     if output != "text":
         print_data(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets), output)
     else:
-        print_rich(*res.tables(runs))
+        print_rich(*tables(runs))
         for run in runs:
             if run.samples:
                 echo(f"samples of {run.label}:\n" + "\n".join(f"  {s.path}" for s in run.samples))

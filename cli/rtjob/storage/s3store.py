@@ -38,6 +38,8 @@ class S3Store(Store):
         self.light = self._light_target()
 
     def _light_target(self) -> Any:
+        """s3light's target where obstore serves the endpoint and the environment gives credentials, endpoint and
+        region: then s3light lists and obstore reads, without botocore (None: botocore does)."""
         from . import obstore_engine, s3light
 
         return s3light.target_for(self.location.bucket, self.endpoint) if obstore_engine.serves(self.endpoint) else None
