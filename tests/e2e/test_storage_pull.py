@@ -211,14 +211,14 @@ def test_a_file_rewritten_between_listing_and_download_fails_instead_of_mixing_v
     a large one's ranged GETs (obstore's and the CRT's parts; s3transfer's). A file rewritten after the listing is
     reported, not written. (The other pull tests run on the default engine, obstore; the CRT and botocore are its
     fallbacks.)"""
-    from rtjob.storage import layout, location, stores
+    from rtjob.storage import botocore_engine, layout, location
     from rtjob.storage.pull import pull
 
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("RTJOB_S3_ENGINE", engine)
     prefix = "runs/ddp/r-rewritten"
-    big = stores.MULTIPART_THRESHOLD + 1024
+    big = botocore_engine.MULTIPART_THRESHOLD + 1024
     files = {"checkpoint_epoch_0001/model.pt": os.urandom(1000), "checkpoint_epoch_0001/big.bin": os.urandom(big),
              "checkpoint_epoch_0001/state.json": b'{"epoch": 1}'}
     upload(s3, prefix, files)
@@ -242,7 +242,7 @@ def test_a_file_rewritten_between_listing_and_download_fails_instead_of_mixing_v
 def test_multipart_etags_are_checked_without_a_record(s3, tmp_path):
     """Objects uploaded in parts have ETag md5(part md5s)-N: a local copy is still recognised."""
     from boto3.s3.transfer import TransferConfig
-    from rtjob.storage.pull import etag_matches
+    from rtjob.storage.s3store import etag_matches
 
     data = os.urandom(13 * 1024 * 1024 + 17)
     source = tmp_path / "big.bin"
@@ -415,7 +415,7 @@ def test_hidden_characters_and_names_that_differ_only_in_case_are_refused(s3, cl
     ("caf\u00e9/na\u00efve \u4e2d\u6587.pt", None),
 ])
 def test_unsafe_reason_for_hidden_characters_and_reserved_names(rel, reason):
-    from rtjob.storage.pull import unsafe_reason
+    from rtjob.storage.keys import unsafe_reason
 
     assert unsafe_reason(rel) == reason
 
@@ -453,7 +453,8 @@ def test_writes_never_follow_a_link_planted_after_the_checks(s3, tmp_path, monke
     """The race a check cannot close: a link planted between the check and the write. The write itself
     (O_NOFOLLOW) fails with ELOOP, reported for that file; what the link points to is untouched."""
     from rtjob.storage import location, stores
-    from rtjob.storage.pull import Manifest, PullItem
+    from rtjob.storage.destination import Manifest
+    from rtjob.storage.pull_plan import PullItem
 
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
@@ -722,7 +723,7 @@ def test_a_bare_run_id_falls_back_to_local_storage_when_the_embedded_cluster_is_
     ("x" * 256, "name longer than 255 bytes"), (".rtjob-pull.jsonl", "reserved name (rtjob's own bookkeeping)"),
 ])
 def test_unsafe_reason(rel, reason):
-    from rtjob.storage.pull import unsafe_reason
+    from rtjob.storage.keys import unsafe_reason
 
     assert unsafe_reason(rel) == reason
 

@@ -34,3 +34,17 @@ def test_a_failed_write_keeps_the_old_file_and_removes_the_temp_file(tmp_path: P
     with pytest.raises(UnicodeEncodeError):
         write_atomically(target, "\udc80")  # a lone surrogate: not encodable as UTF-8
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["config.toml"]
+
+
+def test_bytes_with_the_mode_a_new_file_gets_for_shared_storage(tmp_path: Path) -> None:
+    """Local run storage (LocalStore.put_bytes) writes bytes, and its records stay readable as the umask allows."""
+    import os
+
+    umask = os.umask(0o022)
+    try:
+        target = tmp_path / "rtjob-run.json"
+        write_atomically(target, b"\x00\xff record", mode=None, suffix=".rtjob-partial")
+    finally:
+        os.umask(umask)
+    assert target.read_bytes() == b"\x00\xff record" and stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert [p.name for p in tmp_path.iterdir()] == ["rtjob-run.json"]

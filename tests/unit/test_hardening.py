@@ -160,7 +160,7 @@ def test_key_sanitizing_never_raises_and_keeps_every_accepted_key_inside_the_des
     """Any storage key: refused with a reason, or a relative path that stays inside DIR."""
     import posixpath
 
-    from rtjob.storage.pull import unsafe_reason
+    from rtjob.storage.keys import unsafe_reason
 
     reason = unsafe_reason(key)
     if reason is None:

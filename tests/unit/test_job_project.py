@@ -13,7 +13,7 @@ import pytest
 from rtjob.backends.packaging import RTJOB_EXCLUDES, ray_default_excludes, sent_excludes, uploaded_files
 from rtjob.core.errors import BadInput
 from rtjob.jobspec.project import PULLED_RUNS_DIR, find_root, job_file_root, load_settings
-from rtjob.storage.pull import default_destination
+from rtjob.storage.destination import default_destination
 from support.project import ProjectCli, write_files
 from support.scrub import scrub
 

@@ -21,7 +21,9 @@ import pytest
 from rtjob.storage import obstore_engine, s3light
 from rtjob.storage.engines import TransferError
 from rtjob.storage.location import parse_location
-from rtjob.storage.stores import RemoteFile, S3Store, describe_error
+from rtjob.storage.s3errors import describe_error
+from rtjob.storage.s3store import S3Store
+from rtjob.storage.stores import RemoteFile
 from support.s3_server import S3Server, threaded_server
 
 BUCKET = "obstore-tests"
@@ -248,7 +250,7 @@ def test_a_proxy_for_the_endpoint_leaves_the_pull_to_botocore(served: S3Server, 
     monkeypatch.setenv("NO_PROXY", "127.0.0.1")  # the transfer itself must reach the server
     from rtjob.storage import crt
 
-    for module in ("rtjob.storage.engines", "rtjob.storage.crt"):  # the proxy as the engines see it
+    for module in ("rtjob.storage.obstore_engine", "rtjob.storage.crt"):  # the proxy as the engines see it
         monkeypatch.setattr(f"{module}.proxy_reason", lambda url: "a proxy is set for http")
     assert crt.unusable_reason(served.endpoint)
     done: dict[str, BaseException | None] = {}

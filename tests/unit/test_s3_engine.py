@@ -16,7 +16,7 @@ import awscrt  # noqa: F401 - the engine under test: without the s3 extra this f
 import pytest
 from rtjob.core.errors import BadInput
 from rtjob.storage import crt, engines
-from rtjob.storage.stores import describe_error
+from rtjob.storage.s3errors import describe_error
 
 
 @pytest.fixture(autouse=True)

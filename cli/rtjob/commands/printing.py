@@ -85,6 +85,13 @@ def print_rich(*renderables: Any) -> None:
     echo(buffer.getvalue(), nl=False)
 
 
+def progress_console() -> Any:
+    """The rich console a transient progress bar draws on: stderr (its label is redacted by the caller)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
 Column = tuple[str | Callable[[dict[str, Any]], Any], str]  # (key or function of the row, HEADER)
 
 

@@ -122,9 +122,10 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     from ..core.redact import redact, redact_data
     from ..jobspec.run_env import credential_values
     from ..runs.sources import explained, redacted
+    from ..storage.destination import default_destination
     from ..storage.layout import NothingStored, parse_checkpoint_choice
-    from ..storage.pull import default_destination, default_progress, summary_lines
     from ..storage.pull import pull as do_pull
+    from .pull_report import default_progress, say_problems, summary_lines
 
     secrets = credential_values()
     src: Source | None = None
@@ -160,23 +161,8 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     for step, report in pulled:
         if output == "text":
             echo(redact("\n".join(([f"step {step}:"] if step else []) + summary_lines(report)), secrets))
-        _say_problems(report, secrets)
+        say_problems(report, secrets)
     return max(report.exit_code for _, report in pulled)
-
-
-def _say_problems(report: Any, secrets: list[str]) -> None:
-    from ..core.redact import redact
-
-    for item in report.special_skipped:
-        say(redact(f"skipped {item['key']}: a {item['kind']}, not a file (never opened)", secrets))
-    for item in report.refused:
-        say(redact(f"refused {item['key']}: {item['reason']}", secrets))
-    for item in report.failed:
-        say(redact(f"failed {item['key']}: {item['error']}", secrets))
-    if report.refused:
-        say(f"{len(report.refused)} key(s) refused: nothing was written outside {report.destination}")
-    if report.failed:
-        say(f"{len(report.failed)} file(s) failed; run the same pull again to retry them")
 
 
 @click.command(epilog=RESULTS_EPILOG)
@@ -206,8 +192,9 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
     from ..runs.sources import explained, redacted
     from ..storage import results as res
     from ..storage import samples
+    from ..storage.destination import default_destination
     from ..storage.layout import NothingStored
-    from ..storage.pull import default_destination
+    from .results_tables import tables
 
     secrets = credential_values()
     target = res.check_plot_path(plot_file) if plot_file else None
@@ -251,7 +238,7 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
     if output != "text":
         print_data(redact_data([{**run.to_json(), "summary": res.summary(run)} for run in runs], secrets), output)
     else:
-        print_rich(*res.tables(runs))
+        print_rich(*tables(runs))
         for run in runs:
             if run.samples:
                 echo(f"samples of {run.label}:\n" + "\n".join(f"  {s.path}" for s in run.samples))

@@ -10,7 +10,7 @@ What stays in rtjob (pull.py) and is engine-independent: the listing (botocore),
 - every GET carries the listed ETag in If-Match (the CRT copies the request's headers onto each ranged part),
   so a file rewritten mid-pull fails with 412 instead of landing half-old;
 - a link planted under a partial file's name fails the pull of that file (the CRT opens its file by name;
-  leftovers of an earlier pull are removed, links refused, before any GET: pull.remove_partials);
+  leftovers of an earlier pull are removed, links refused, before any GET: destination.remove_partials);
 - at most ``IN_FLIGHT`` files are open at a time (macOS allows 256 descriptors by default), and the CRT's
   buffers are capped by ``MEMORY_LIMIT``.
 The endpoint, addressing style and region come from botocore's own rules (the URL botocore would send a probe
@@ -18,7 +18,7 @@ key's request to, caught before it is sent, gives the URL every key is appended 
 asked again whenever the CRT signs, so expiring ones are refreshed.
 
 Used where obstore is not (not installed, or RTJOB_S3_ENGINE=crt). Not used (the botocore engine instead,
-stores.S3Store): when awscrt is not installed, when a proxy is set for the endpoint (the CRT's S3 client does not
+botocore_engine.py): when awscrt is not installed, when a proxy is set for the endpoint (the CRT's S3 client does not
 read HTTP(S)_PROXY), or with RTJOB_S3_ENGINE=botocore.
 """
 

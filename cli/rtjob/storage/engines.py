@@ -1,10 +1,11 @@
 """Which engine moves ``rtjob pull``'s bytes from S3, and how a failed transfer reads (shared by the engines).
 
-Engines, in order of preference (each gives way to the next where it cannot serve the endpoint):
-- ``obstore`` (obstore_engine.py): Rust's object_store; imports in ~6 ms, and with credentials in the environment
-  the whole pull runs without botocore (s3light.py lists the keys);
-- ``crt`` (crt.py): the AWS Common Runtime's S3 client;
-- ``botocore`` (stores.S3Store): botocore + s3transfer, the engine that serves everything (proxies included).
+Engines, in order of preference (each gives way to the next where it cannot serve the endpoint; the order is
+applied in one place, ``s3store.S3Store.download``):
+- ``obstore`` (obstore_engine.py, ``serves``): Rust's object_store; imports in ~6 ms, and with credentials in the
+  environment the whole pull runs without botocore (s3light.py lists the keys);
+- ``crt`` (crt.py, ``unusable_reason``): the AWS Common Runtime's S3 client;
+- ``botocore`` (botocore_engine.py): botocore + s3transfer, the engine that serves everything (proxies included).
 ``RTJOB_S3_ENGINE=crt`` or ``=botocore`` starts further down the list.
 """
 
@@ -16,6 +17,7 @@ from urllib.parse import urlsplit
 
 ENGINE_ENV = "RTJOB_S3_ENGINE"
 ENGINES = ("obstore", "crt", "botocore")
+AWS_S3 = "https://s3.amazonaws.com"  # the endpoint when none is named (for the proxy check)
 
 
 class TransferError(Exception):

@@ -15,7 +15,7 @@ the size check, the manifest. What this engine keeps:
 - a body that breaks mid-stream is fetched again (``ATTEMPTS``), its progress taken back; object_store itself
   retries failed requests.
 Keys go to object_store as they are (its ``Path::parse`` keeps them byte for byte; the keys it refuses, '.'
-and '..' and empty segments, are keys pull.py refuses anyway).
+and '..' and empty segments, are keys the pull refuses anyway: keys.py).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .engines import STATUS_CODES, TransferError, s3_error_in
+from .engines import AWS_S3, STATUS_CODES, TransferError, allowed, proxy_reason, s3_error_in
 
 MiB = 1024 * 1024
 PART_SIZE = 16 * MiB  # a file larger than this is fetched as concurrent ranged GETs of this size
@@ -43,7 +43,13 @@ TRIM_THRESHOLD = 256 * MiB  # ... and this much freed heap is kept for the next 
 CREDENTIALS_TTL = datetime.timedelta(minutes=5)  # botocore-resolved credentials are asked for again this often
 
 
-def available() -> bool:
+def serves(endpoint: str | None) -> bool:
+    """Whether this engine may move (and s3light list) this endpoint's bytes: RTJOB_S3_ENGINE allows it, no proxy
+    is set for the endpoint (object_store does not go through HTTP(S)_PROXY), and obstore is installed."""
+    return allowed("obstore") and not proxy_reason(endpoint or AWS_S3) and _installed()
+
+
+def _installed() -> bool:
     try:
         import obstore  # noqa: F401
     except ImportError:

@@ -3,7 +3,8 @@
 The training entrypoints write the history into every checkpoint (``checkpoint_*/metrics.json``: one object
 per finished epoch, the whole run so far); ``rtjob pull`` also puts the newest one at ``DIR/metrics.json``.
 This module reads either a local folder (a pulled run, or a run folder in local storage) or a storage
-location (``s3://...``), never a cluster. rich and matplotlib are imported only when used.
+location (``s3://...``), never a cluster. matplotlib is imported only for a plot; the tables are drawn by
+commands/results_tables.py.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class RunHistory:
     samples: list[Sample] = field(default_factory=list)  # what the run generated (storage/samples.py)
 
     def column(self, key: str) -> list[float | None]:
-        return [_number(row.get(key)) for row in self.rows]
+        return [number(row.get(key)) for row in self.rows]
 
     def epochs(self) -> list[int]:
         return [int(epoch) if epoch is not None else i + 1 for i, epoch in enumerate(self.column("epoch"))]
@@ -62,14 +63,15 @@ class RunHistory:
                 "samples": [s.to_json() for s in self.samples]}
 
 
-def _number(value: Any) -> float | None:
+def number(value: Any) -> float | None:
+    """A metric's value as a finite float (None: not a number, or NaN/inf)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
 
 
 def _rows(read: Callable[[int], bytes], where: str) -> list[dict[str, Any]]:
-    return sorted(load_history(read, where), key=lambda r: _number(r.get("epoch")) or 0.0)
+    return sorted(load_history(read, where), key=lambda r: number(r.get("epoch")) or 0.0)
 
 
 def _snapshot_rows(read: Callable[[int], bytes], where: str) -> list[dict[str, Any]]:
@@ -136,16 +138,7 @@ def unique_labels(runs: list[RunHistory]) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Tables
-
-
-def _fmt(value: Any, fmt: str) -> str:
-    if fmt == "{}":  # a name (a checkpoint folder), not a number
-        return str(value) if isinstance(value, str) else "-"
-    number = _number(value)
-    if number is None:
-        return "-"
-    return fmt.format(int(number)) if fmt == "{:d}" else fmt.format(number)
+# Columns and summaries (commands/results_tables.py draws the tables)
 
 
 def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
@@ -154,11 +147,11 @@ def columns_for(rows: list[dict[str, Any]]) -> list[tuple[str, str, str]]:
     per model compared, named by ``model``) get the model first and only the columns they fill."""
     if compares_models(rows):
         return [(contract.METRIC_MODEL, "model", "{}")] + [
-            column for column in COLUMNS[1:] if any(_number(row.get(column[0])) is not None for row in rows)]
+            column for column in COLUMNS[1:] if any(number(row.get(column[0])) is not None for row in rows)]
     if any(row.get(key) is not None for row in rows for key, _, _ in COLUMNS[1:]):
         return COLUMNS
     keys = [key for key in dict.fromkeys(k for row in rows for k in row)
-            if key != CHECKPOINT_KEY and any(_number(row.get(key)) is not None for row in rows)]
+            if key != CHECKPOINT_KEY and any(number(row.get(key)) is not None for row in rows)]
     own = [(key, key.replace("_", " "), "{:d}" if key == contract.METRIC_EPOCH else "{:.6g}")
            for key in sorted(keys, key=lambda k: k != contract.METRIC_EPOCH)]
     if any(isinstance(row.get(CHECKPOINT_KEY), str) for row in rows):
@@ -187,81 +180,14 @@ def summary(run: RunHistory) -> dict[str, Any]:
     return {
         "run": run.label,
         "epochs": len(run.rows),
-        "train_loss": _number(last.get("train_loss")),
-        "val_loss": _number(last.get("val_loss")),
+        "train_loss": number(last.get("train_loss")),
+        "val_loss": number(last.get("val_loss")),
         "best_val_loss": best_val,
         "best_epoch": best_epoch,
-        "accuracy": _number(last.get("val_accuracy")),
+        "accuracy": number(last.get("val_accuracy")),
         "samples_per_s": sum(speeds) / len(speeds) if speeds else None,
         "time_s": sum(times) if times else None,
     }
-
-
-def tables(runs: list[RunHistory]) -> list[Any]:
-    """What `rtjob results` prints, as rich renderables and lines (the commands layer prints them, through
-    its redactor). An evaluation (rows per model, no epochs) always gets its own table."""
-    histories = [run for run in runs if not compares_models(run.rows)]
-    out: list[Any] = []
-    for run in runs:
-        if run not in histories or len(histories) == 1:
-            out += [*_run_table(run), ""]
-    if len(histories) > 1:
-        out += _comparison(histories)
-    return out[:-1] if out and out[-1] == "" else out
-
-
-def _run_table(run: RunHistory) -> list[Any]:
-    from rich.table import Table
-
-    # The run and its source on a line of their own: as the table's title, rich wrapped a long path
-    # to the width of the table.
-    out: list[Any] = [f"{run.label}  ({run.source})"]
-    table = Table(box=None, header_style="bold")
-    columns = columns_for(run.rows)
-    for _, title, fmt in columns:
-        table.add_column(title.upper(), justify="left" if fmt == "{}" else "right")
-    for row in run.rows:
-        table.add_row(*(_fmt(row.get(key), fmt) for key, _, fmt in columns))
-    out.append(table)
-    best = summary(run)
-    if best["best_val_loss"] is not None and "best_model" in best:
-        out.append(f"lowest val loss {best['best_val_loss']:.4f}: {best['best_model']}")
-    elif best["best_val_loss"] is not None:
-        out.append(f"best val loss {best['best_val_loss']:.4f} at epoch {best['best_epoch']}")
-    return out
-
-
-def _comparison(runs: list[RunHistory]) -> list[Any]:
-    from rich.table import Table
-
-    out: list[Any] = []
-    # Several runs: per-epoch validation loss and accuracy side by side, then one summary row per run.
-    table = Table(title="per epoch: val loss / accuracy", box=None, header_style="bold", title_justify="left")
-    table.add_column("EPOCH", justify="right")
-    for run in runs:
-        table.add_column(run.label, justify="right", overflow="fold")
-    epochs = sorted({e for run in runs for e in run.epochs()})
-    for epoch in epochs:
-        cells = [str(epoch)]
-        for run in runs:
-            hit: dict[str, Any] | None = next(
-                (r for r, e in zip(run.rows, run.epochs(), strict=False) if e == epoch), None)
-            cells.append(f"{_fmt(hit.get('val_loss'), '{:.4f}')} / {_fmt(hit.get('val_accuracy'), '{:.4f}')}"
-                         if hit else "-")
-        table.add_row(*cells)
-    out += [table, ""]
-    table = Table(title="summary", box=None, header_style="bold", title_justify="left")
-    for title in ("RUN", "EPOCHS", "TRAIN LOSS", "VAL LOSS", "BEST VAL LOSS (EPOCH)", "ACCURACY", "SAMPLES/S",
-                  "TIME"):
-        table.add_column(title, justify="left" if title == "RUN" else "right", overflow="fold")
-    for run in runs:
-        s = summary(run)
-        best_text = f"{_fmt(s['best_val_loss'], '{:.4f}')} ({s['best_epoch'] or '-'})"
-        table.add_row(s["run"], str(s["epochs"]), _fmt(s["train_loss"], "{:.4f}"), _fmt(s["val_loss"], "{:.4f}"),
-                      best_text, _fmt(s["accuracy"], "{:.4f}"), _fmt(s["samples_per_s"], "{:.1f}"),
-                      _fmt(s["time_s"], "{:.1f}s"))
-    out.append(table)
-    return out
 
 
 # ---------------------------------------------------------------------------------------------
