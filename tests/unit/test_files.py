@@ -48,3 +48,10 @@ def test_bytes_with_the_mode_a_new_file_gets_for_shared_storage(tmp_path: Path) 
         os.umask(umask)
     assert target.read_bytes() == b"\x00\xff record" and stat.S_IMODE(target.stat().st_mode) == 0o644
     assert [p.name for p in tmp_path.iterdir()] == ["rtjob-run.json"]
+
+
+def test_sizes_print_sensibly_at_every_scale() -> None:
+    from rtjob.commands.printing import size
+
+    assert [size(n) for n in (0, 812, 999, 1000, 12_400, 3_100_000, 123_400_000, 1_250_000_000, 7e15)] == [
+        "0 B", "812 B", "999 B", "1 kB", "12.4 kB", "3.1 MB", "123 MB", "1.25 GB", "7000 TB"]

@@ -154,6 +154,17 @@ def report_crash(exc: BaseException) -> int:
     return EXIT_INTERNAL
 
 
+def size(nbytes: float) -> str:
+    """Bytes as people read them at every scale: 0 B, 812 B, 12.4 kB, 3.1 MB, 1.25 GB (decimal units)."""
+    if nbytes < 1000:
+        return f"{nbytes:.0f} B"
+    for unit in ("kB", "MB", "GB", "TB"):
+        nbytes /= 1000
+        if nbytes < 1000 or unit == "TB":
+            return f"{nbytes:.3g} {unit}" if nbytes < 100 else f"{nbytes:.0f} {unit}"
+    raise AssertionError("unreachable")
+
+
 def duration(info: RunInfo) -> str:
     if not info.start_time:
         return "-"

@@ -7,7 +7,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..core.redact import redact
-from .printing import progress_console, say
+from .printing import progress_console, say, size
 
 if TYPE_CHECKING:
     from ..storage.pull import PullReport
@@ -54,8 +54,9 @@ def default_progress(label: str) -> RichProgress | None:
 
 def summary_lines(report: PullReport) -> list[str]:
     """What a pull did, in four lines."""
-    mb = report.bytes_downloaded / 1e6
-    rate = f", {mb / report.seconds:.1f} MB/s" if report.seconds > 0 and report.bytes_downloaded else ""
+    # A rate over a few kilobytes measures start-up, not transfer: shown from a megabyte on.
+    fast = report.seconds > 0 and report.bytes_downloaded >= 1e6
+    rate = f", {size(report.bytes_downloaded / report.seconds)}/s" if fast else ""
     if report.best:
         best = report.best
         chosen = f"{best['checkpoint']} ({best['metric']}={best['value']:.6g}, {best['mode']})"
@@ -65,7 +66,7 @@ def summary_lines(report: PullReport) -> list[str]:
         f"pulled {report.source} → {report.destination}",
         f"checkpoint: {report.checkpoint} → {chosen} (of {len(report.available_checkpoints)} stored)",
         f"files: {report.files} ({report.downloaded} downloaded, {report.skipped} unchanged), "
-        f"{mb:.1f} of {report.bytes_total / 1e6:.1f} MB in {report.seconds:.1f}s{rate}",
+        f"{size(report.bytes_downloaded)} of {size(report.bytes_total)} in {report.seconds:.1f}s{rate}",
     ]
     if report.history:
         lines.append(f"history: {report.history} (rtjob results {report.destination})")
