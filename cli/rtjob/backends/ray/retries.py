@@ -112,6 +112,12 @@ class RayRetries:
         self.api = api
         self.submit = submit
 
+    @classmethod
+    def at(cls, address: str, token: str | None,
+           submit: Callable[[RayJobRequest], SubmitResult]) -> RayRetries:
+        """The rule for the cluster at ``address``, with its token when it uses token authentication."""
+        return cls(RayJobsAPI(address, {"Authorization": f"Bearer {token}"} if token else {}), submit)
+
     def chain_of(self, run_id: str) -> list[Attempt]:
         """Every attempt of the run ``run_id`` belongs to, in order (probing ``<root>-retryN`` ids)."""
         first = self.api.job(run_id)
