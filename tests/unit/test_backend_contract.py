@@ -23,6 +23,7 @@ from rtjob.backends import (
     configured,
     get_backend,
     offering,
+    placement_for,
     register,
     registered_compute_configs,
 )
@@ -173,6 +174,8 @@ def test_optional_capabilities_are_found_through_the_registry(clean: Path) -> No
     assert ToyBackend(_settings("toy")).schedules() is None  # a capability not declared: None
     prefixes = {r.prefix: r.backend for r in registered_compute_configs()}
     assert prefixes == {"anyscale:": offering("compute_configs")}
+    # resolving for another backend knows them, to say which backend takes a job that names one
+    assert placement_for(get_backend(_settings("ray"))).registered_elsewhere == registered_compute_configs()
 
 
 # -- nothing outside backends/ knows a backend ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from ..core.errors import BadInput
 
 if TYPE_CHECKING:
     from ..jobspec.project import Settings
-    from ..jobspec.resolve import Registered
+    from ..jobspec.resolve import Placement, Registered
     from .base import Backend
 
 ENTRY_POINT_GROUP = "rtjob.backends"
@@ -77,8 +77,17 @@ def workflow_backends() -> tuple[str, ...]:
 def registered_compute_configs() -> tuple[Registered, ...]:
     """The compute configs that registered backends' platforms keep by name (their prefixes: `rtjob validate`
     does not look for such a file; resolving tells which backend takes one)."""
-    found = (backend_class(name).own_placement().registered for name in _registry())
+    found = (backend_class(name).placement().registered for name in _registry())
     return tuple(r for r in found if r is not None)
+
+
+def placement_for(backend: Backend) -> Placement:
+    """What resolving a job for ``backend`` needs: its placement, with the compute configs the other registered
+    backends' platforms keep by name (so a job that names one is told which backend takes it)."""
+    import dataclasses
+
+    others = tuple(r for r in registered_compute_configs() if r.backend != backend.name)
+    return dataclasses.replace(backend.placement(), registered_elsewhere=others)
 
 
 def offering(capability: str) -> str:

@@ -126,20 +126,10 @@ class Backend(ABC):
         self.settings = settings
 
     @classmethod
-    def placement(cls) -> Placement:
-        """What resolving a job needs to know about this backend (embedded?, registered compute configs?,
-        default storage), with the other registered backends' registered compute configs (so a job that
-        names one of those is told which backend takes it)."""
-        from . import registered_compute_configs
-
-        own = cls.own_placement()
-        others = tuple(r for r in registered_compute_configs() if r.backend != cls.name)
-        return dataclasses.replace(own, registered_elsewhere=others)
-
-    @classmethod
     @abstractmethod
-    def own_placement(cls) -> Placement:
-        """This backend's placement alone (``placement`` adds what the others declare)."""
+    def placement(cls) -> Placement:
+        """What resolving a job needs to know about this backend (embedded?, the prefix of compute configs its
+        platform registers?, default storage). ``backends.placement_for`` adds the other backends' prefixes."""
 
     # -- where ------------------------------------------------------------------------------------
     @property

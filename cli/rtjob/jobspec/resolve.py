@@ -52,8 +52,8 @@ class Placement:
     embedded: bool = False
     # Takes compute configs registered with the platform (PREFIX NAME[:VERSION]), not only files.
     registered: Registered | None = None
-    # The other backends' registered compute configs (the registry fills them in), so a job that names one
-    # is told which backend takes it instead of being told that no such file exists.
+    # The other backends' registered compute configs (backends.placement_for fills them in), so a job that
+    # names one is told which backend takes it instead of being told that no such file exists.
     registered_elsewhere: tuple[Registered, ...] = ()
     # Sizes the worker group to --nodes itself (Anyscale pins min = max = nodes); else a note when --nodes
     # is above the group's max_nodes.

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from ..backends import get_backend
+from ..backends import get_backend, placement_for
 from ..core.errors import WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from ..core.redact import REDACTOR, secret_arg_values
@@ -49,7 +49,7 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
     from ..jobspec.resolve import resolve
 
     backend = get_backend(settings)
-    job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag, source=source)
+    job = resolve(job_ref, settings, overrides, placement_for(backend), storage_flag=storage_flag, source=source)
     # Every secret of this run is hunted in whatever is printed from here on (env, args, tags).
     REDACTOR.add_mapping(job.env_vars)
     REDACTOR.add_mapping(job.spec.tags)

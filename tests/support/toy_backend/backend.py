@@ -29,7 +29,7 @@ class ToyBackend(Backend):
     _clock = itertools.count()
 
     @classmethod
-    def own_placement(cls) -> Placement:
+    def placement(cls) -> Placement:
         return Placement(cls.name)
 
     @property

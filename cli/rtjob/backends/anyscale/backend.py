@@ -108,7 +108,7 @@ class AnyscaleBackend(Backend):
         self._address = host()
 
     @classmethod
-    def own_placement(cls) -> Placement:
+    def placement(cls) -> Placement:
         from ...jobspec.resolve import Placement, Registered
 
         # Anyscale takes registered compute configs and pins the worker group to --nodes (min = max).

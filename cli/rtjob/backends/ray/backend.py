@@ -95,7 +95,7 @@ class RayJobsBackend(Backend):
         return RayJobsAPI(address, headers, bool(settings.get("verify_tls")))
 
     @classmethod
-    def own_placement(cls) -> Placement:
+    def placement(cls) -> Placement:
         from ...jobspec.resolve import Placement
 
         return Placement(cls.name)
@@ -349,7 +349,7 @@ class EmbeddedRayBackend(RayJobsBackend):
     ci_extra = ""
 
     @classmethod
-    def own_placement(cls) -> Placement:
+    def placement(cls) -> Placement:
         from ...jobspec.project import rtjob_home
         from ...jobspec.resolve import Placement
 
