@@ -40,12 +40,9 @@ class ProjectCli:
 
     def __call__(self, *args: str, cwd: Path | None = None,
                  env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-        from rtjob.backends import packaging
-
         for key, value in (env or {}).items():
             self.monkeypatch.setenv(key, value)
         self.monkeypatch.chdir(cwd or self.project)
-        packaging._measured.cache_clear()  # one process here runs many commands over changing trees
         proc = in_process(self.capsys, *args)
         assert not (self.rtjob_home / "local" / "cluster.json").exists()
         return proc

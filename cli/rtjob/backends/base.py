@@ -4,11 +4,19 @@ Compare TorchX's ``Scheduler``: ``submit_dryrun`` → request → ``schedule``, 
 ``log_iter``. Here: ``plan`` (pure) → a plain request → ``submit``, ``find``/``status``, ``list``, ``stop``,
 ``logs``/``tail``, ``delete``; plus what rtjob adds on top (attempts and retries, the hourly rate, a file for the peer's
 own CLI). A capability a backend does not have raises ``NotSupported`` (one line, exit 2) or answers None,
-as its docstring says: callers never probe a backend with ``getattr``.
+as its docstring says: callers never probe a backend with ``getattr``. Optional capabilities that have commands of
+their own (schedules, registered compute configs, a cluster on this machine) are objects a backend hands out
+(backends/capabilities.py); the registry finds the backend that offers one.
+
+Policy every backend shares is written once here, as template methods (TorchX's ``cancel`` → ``_cancel_existing``):
+``submit`` attaches to a run whose id exists (``_submit_new`` sends), ``stop`` returns at once for an ended run
+(``_stop_running``), ``delete`` refuses a run that has not ended (``_delete_ended``), ``list`` is newest first
+(``_list``).
 """
 
 from __future__ import annotations
 
+import builtins
 import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
@@ -22,6 +30,7 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from ..jobspec.pricing import HourlyCost
     from ..jobspec.resolve import Placement, ResolvedJob
     from ..jobspec.settings import Settings
+    from .capabilities import ComputeConfigs, LocalCluster, Schedules
 
 R = TypeVar("R", bound="Request")
 
@@ -63,6 +72,15 @@ class Upload:
         """'/path (12 files, 4.5 KiB)': what render shows and submit says before it uploads."""
         size = f"{self.bytes / 1024**2:.1f} MiB" if self.bytes >= 1024**2 else f"{self.bytes / 1024:.1f} KiB"
         return f"{self.working_dir} ({self.files} files, {size})"
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What ``Backend.plan`` decided: the exact request, and the upload it measured on the way (None: nothing
+    is uploaded from this machine)."""
+
+    request: Request
+    upload: Upload | None
 
 
 @dataclass
@@ -110,8 +128,8 @@ class Backend(ABC):
     @classmethod
     @abstractmethod
     def placement(cls) -> Placement:
-        """What resolving a job needs to know about this backend (embedded?, registered compute configs?,
-        default storage)."""
+        """What resolving a job needs to know about this backend (embedded?, the prefix of compute configs its
+        platform registers?, default storage). ``backends.placement_for`` adds the other backends' prefixes."""
 
     # -- where ------------------------------------------------------------------------------------
     @property
@@ -126,9 +144,12 @@ class Backend(ABC):
 
     # -- plan and render (pure) ---------------------------------------------------------------------
     @abstractmethod
-    def plan(self, job: ResolvedJob) -> Request:
-        """The exact request ``submit`` will send. Pure: no mutation of ``job``, no I/O except reading the
-        job's working dir once (to refuse one the backend would refuse)."""
+    def plan(self, job: ResolvedJob, cost: HourlyCost | None) -> Planned:
+        """The exact request ``submit`` will send, and what it uploads from this machine (the working dir,
+        measured once, as the platform packs it). ``cost``: the job's estimated rate (runs/runner.plan works it
+        out once), recorded with the run where the backend keeps metadata. Pure: no mutation of ``job``, no I/O
+        except reading the job's working dir once; raises BadInput for a working dir the platform would refuse
+        or that would ship files from outside it."""
 
     @abstractmethod
     def render(self, request: Request) -> dict[str, Any]:
@@ -142,13 +163,6 @@ class Backend(ABC):
         """The request as a file the peer's own CLI accepts (render --output yaml)."""
         raise NotSupported(f"--output yaml: backend {self.name!r} has no job file of its own (use json)")
 
-    def upload(self, job: ResolvedJob) -> Upload | None:
-        """What submitting ``job`` uploads from this machine (its working dir, measured as the platform packs
-        it; render shows it). Raises BadInput for a working dir the platform would refuse or that would
-        ship files from outside it. None: nothing is uploaded."""
-        del job
-        return None
-
     # -- before submit ------------------------------------------------------------------------------
     def prepare(self, job: ResolvedJob, log: Log) -> None:
         """Make the backend ready to run ``job`` (the embedded cluster starts or grows here)."""
@@ -159,9 +173,16 @@ class Backend(ABC):
         """Raise BadInput if the job can never fit; return warnings (e.g. it needs the autoscaler)."""
 
     # -- run control --------------------------------------------------------------------------------
-    @abstractmethod
     def submit(self, request: Request) -> SubmitResult:
         """Send the request; a run with its id already there is attached to, not submitted again."""
+        existing = self.find(request.run_id)
+        if existing is not None:
+            return SubmitResult(existing, created=False)
+        return self._submit_new(request)
+
+    @abstractmethod
+    def _submit_new(self, request: Request) -> SubmitResult:
+        """Send a request whose run id the backend did not know a moment ago."""
 
     @abstractmethod
     def find(self, run_id: str) -> RunInfo | None:
@@ -171,13 +192,28 @@ class Backend(ABC):
     def status(self, run_id: str) -> RunInfo:
         """The run; BadInput if the backend does not know it."""
 
-    @abstractmethod
     def list(self) -> list[RunInfo]:
         """The runs the backend knows now, newest first."""
+        return sorted(self._list(), key=lambda run: run.start_time or "", reverse=True)
 
     @abstractmethod
+    def _list(self) -> builtins.list[RunInfo]:
+        """The runs the backend knows now, in any order."""
+
+    def _current(self, run_id: str) -> RunInfo:
+        """The run as the backend knows it this moment (not a cached answer); BadInput if it does not."""
+        return self.find(run_id) or self.status(run_id)
+
     def stop(self, run_id: str) -> RunInfo:
-        """Stop the run and wait a bounded time until it has stopped."""
+        """Stop the run and wait a bounded time until it has stopped; an ended run is returned as it is."""
+        info = self._current(run_id)
+        if info.status.terminal:
+            return info
+        return self._stop_running(run_id)
+
+    @abstractmethod
+    def _stop_running(self, run_id: str) -> RunInfo:
+        """Stop a run that has not ended; wait a bounded time; the run as it is then."""
 
     @abstractmethod
     def logs(self, run_id: str) -> str:
@@ -194,6 +230,13 @@ class Backend(ABC):
     def delete(self, run_id: str) -> None:
         """Delete an ended run: its record, log and metadata on the backend (never its storage). BadInput
         when the run is unknown or has not ended yet."""
+        info = self._current(run_id)
+        if not info.status.terminal:
+            raise BadInput(f"run {run_id!r} is {info.status.value}: stop it first: rtjob stop {run_id}")
+        self._delete_ended(run_id)
+
+    def _delete_ended(self, run_id: str) -> None:
+        """Delete a run that has ended (``delete`` checked)."""
         raise NotSupported(f"delete: backend {self.name!r} cannot delete runs")
 
     def stuck(self, run_id: str) -> Stuck | None:
@@ -215,6 +258,19 @@ class Backend(ABC):
         ``request`` is this process's own request, if it submitted the run. None: rtjob does not retry
         runs on this backend."""
         del run_id, request
+        return None
+
+    # -- optional capabilities with commands of their own (backends/capabilities.py; registry.offering) --------
+    def schedules(self) -> Schedules | None:
+        """Runs of a job on a cron expression, kept by the platform (`rtjob schedule ...`); None: none."""
+        return None
+
+    def compute_configs(self) -> ComputeConfigs | None:
+        """Compute configs registered with the platform by name (`rtjob compute-config ...`); None: none."""
+        return None
+
+    def local_cluster(self) -> LocalCluster | None:
+        """The cluster on this machine that the backend starts on demand (`rtjob local ...`); None: none."""
         return None
 
     def hourly_cost(self, info: RunInfo) -> HourlyCost | None:

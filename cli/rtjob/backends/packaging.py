@@ -11,13 +11,10 @@ refuses it (exit 2) instead; a link inside the working dir is counted as Ray zip
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-import pathspec
 
 from ..core.errors import BadInput
 from ..jobspec.project import PULLED_RUNS_DIR
@@ -59,15 +56,18 @@ class WorkingDirSize:
 
 
 Matcher = Callable[[Path], bool]
-try:  # what Ray's "gitwildmatch" is since pathspec 1.0 (that name now warns on every pattern)
-    from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern as _PATTERN
-except ImportError:  # pragma: no cover - pathspec < 1.0
-    _PATTERN = "gitwildmatch"  # type: ignore[assignment,misc]
 
 
 def _matcher(base: Path, lines: list[str]) -> Matcher:
     """Ray's matcher for one set of patterns: the path relative to ``base``, as str(Path) (no trailing /)."""
-    spec = pathspec.PathSpec.from_lines(_PATTERN, lines)
+    # pathspec only when a working dir is measured: a Ray request (sent_excludes) is built on a cluster too.
+    import pathspec
+
+    try:  # what Ray's "gitwildmatch" is since pathspec 1.0 (that name now warns on every pattern)
+        from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern as pattern
+    except ImportError:  # pragma: no cover - pathspec < 1.0
+        pattern = "gitwildmatch"  # type: ignore[assignment,misc]
+    spec = pathspec.PathSpec.from_lines(pattern, lines)
     return lambda path: spec.match_file(str(path.relative_to(base)))
 
 
@@ -121,12 +121,6 @@ def uploaded_files(root: Path, excludes: list[str]) -> list[tuple[int, str]]:
     return files
 
 
-@functools.lru_cache(maxsize=8)
-def _measured(root: Path, excludes: tuple[str, ...], environ: tuple[str | None, str | None]) -> WorkingDirSize:
-    # submit plans twice (offline checks first, then against the started cluster): walk the tree once.
-    return measure(root, list(excludes))
-
-
 def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
     """What Ray would zip from ``root`` with the request's ``excludes``: bytes, file count, largest files.
     Raises BadInput for a symlink that leaves ``root`` or loops."""
@@ -136,10 +130,8 @@ def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
 
 def check_upload(root: Path, excludes: list[str], where: str, limit: int | None = RAY_UPLOAD_LIMIT) -> WorkingDirSize:
     """Measure the upload of a request with these ``excludes``; refuse one above ``limit`` (Ray's)."""
-    environ = (os.environ.get("RAY_OVERRIDE_RUNTIME_ENV_DEFAULT_EXCLUDES"),
-               os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE"))
     try:
-        size = _measured(root.resolve(), tuple(excludes), environ)
+        size = measure(root.resolve(), excludes)
     except BadInput as exc:
         raise BadInput(f"{where}: {exc.message}") from None
     if limit is not None and size.total_bytes > limit:

@@ -1,5 +1,6 @@
-"""`rtjob compute-config ...` and `rtjob schedule ...`: compute configs and schedules on Anyscale, and
-GitHub Actions workflows for scheduled runs. Only click is imported here; the rest when a command runs.
+"""`rtjob compute-config ...` and `rtjob schedule ...`: compute configs registered with a platform and schedules
+kept by one (the capabilities of the backend the registry names: Anyscale's), and GitHub Actions workflows for
+scheduled runs. Only click is imported here; the rest when a command runs.
 """
 
 from __future__ import annotations
@@ -9,21 +10,43 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..backends import backend_names
+from ..backends import WITH_ADDRESS
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from .options import CONTEXT, complete_compute_config, complete_job, output_option
+from .options import CONTEXT, BackendChoice, complete_compute_config, complete_job, output_option
 from .printing import echo, print_data, print_json, print_rich
 from .printing import say as _say
 
 if TYPE_CHECKING:
-    from ..backends.anyscale.backend import AnyscaleBackend
+    from ..backends.base import Backend
+    from ..backends.capabilities import ComputeConfigs, Schedules
     from ..runs.runner import Plan
 
 
-def _backend() -> AnyscaleBackend:
-    from ..backends.anyscale.backend import AnyscaleBackend
+def _offering(capability: str) -> Backend:
+    """The backend the registry names for ``capability``, with its settings (context, project, environment)."""
+    from ..backends import configured, get_backend, offering
 
-    return AnyscaleBackend()
+    return get_backend(configured({"backend": offering(capability)}))
+
+
+def _compute_configs() -> ComputeConfigs:
+    from ..backends.base import NotSupported
+
+    backend = _offering("compute_configs")
+    found = backend.compute_configs()
+    if found is None:  # offering() found the method overridden: only a backend that breaks its contract
+        raise NotSupported(f"backend {backend.name!r} keeps no compute configs")
+    return found
+
+
+def _schedules(backend: Backend | None = None) -> Schedules:
+    from ..backends.base import NotSupported
+
+    backend = backend or _offering("schedules")
+    found = backend.schedules()
+    if found is None:
+        raise NotSupported(f"backend {backend.name!r} keeps no schedules")
+    return found
 
 
 def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
@@ -37,9 +60,9 @@ def _print_yaml(data: dict[str, Any], header: list[str]) -> None:
 # compute configs
 
 
-def _local_compute_config(name: str, nodes: int | None, group_name: str | None) -> tuple[dict[str, Any], str, str]:
+def _local_compute_config(configs: ComputeConfigs, name: str, nodes: int | None,
+                          group_name: str | None) -> tuple[dict[str, Any], str, str]:
     """(Anyscale-shaped config, file shown, what was pinned) for compute_configs/NAME.yaml or a path."""
-    from ..backends import configured
     from ..jobspec.pricing import pinned_compute_config
     from ..jobspec.project import find_root
     from ..jobspec.resolve import load_compute_config, pick_group
@@ -53,10 +76,7 @@ def _local_compute_config(name: str, nodes: int | None, group_name: str | None) 
             raise BadInput(f"{shown}: --nodes needs a worker group to pin, and this compute config has none")
         count = nodes if nodes is not None else group.min_nodes
         data, pinned = pinned_compute_config(cc, group, count), f"{group.label} pinned to {count} node(s)"
-    cloud = configured({"backend": "anyscale"}).get("cloud")
-    if cloud and not data.get("cloud"):  # built-ins name no cloud: the settings' (context, project, env) one
-        data = {"cloud": cloud, **data}
-    return data, shown, pinned
+    return configs.with_defaults(data), shown, pinned
 
 
 @click.group("compute-config", context_settings=CONTEXT)
@@ -88,18 +108,17 @@ def compute_config_show(name: str, nodes: int | None, group_name: str | None, ou
       rtjob compute-config show g5-4xlarge --nodes 4 -o json
       rtjob compute-config show anyscale:team-g5:2
     """
-    from ..backends.anyscale.request import check_with_anyscale
     from ..jobspec.pricing import compute_config_cost
-    from ..jobspec.resolve import REGISTERED_PREFIX
 
-    if name.startswith(REGISTERED_PREFIX):
+    configs = _compute_configs()
+    if name.startswith(configs.prefix):
         if nodes is not None or group_name:
             raise BadInput(f"{name}: a registered compute config is shown as registered (no --nodes/--group)")
-        data, shown, pinned = _backend().registered_compute_config(name[len(REGISTERED_PREFIX):]), name, ""
+        data, shown, pinned = configs.registered(name[len(configs.prefix):]), name, ""
         checked = None
     else:
-        data, shown, pinned = _local_compute_config(name, nodes, group_name)
-        checked = check_with_anyscale("ComputeConfig", data, shown)
+        data, shown, pinned = _local_compute_config(configs, name, nodes, group_name)
+        checked = configs.check(data, shown)
     cost = compute_config_cost(data)
     if output == "json":
         print_json({"name": name, "source": shown, "pinned": pinned or None, "compute_config": data,
@@ -129,16 +148,16 @@ def compute_config_apply(name: str, registered_name: str | None, nodes: int | No
     """
     from pathlib import Path
 
-    from ..backends.anyscale.request import check_with_anyscale
     from ..jobspec.pricing import compute_config_cost
 
-    data, shown, pinned = _local_compute_config(name, nodes, group_name)
-    check_with_anyscale("ComputeConfig", data, shown)
+    configs = _compute_configs()
+    data, shown, pinned = _local_compute_config(configs, name, nodes, group_name)
+    configs.check(data, shown)
     target = registered_name or Path(name).stem
-    full_name = _backend().register_compute_config(data, target)
+    full_name = configs.register(data, target)
     cost = compute_config_cost(data)
     _say(f"registered {shown}{' (' + pinned + ')' if pinned else ''} as {full_name}; "
-         f"use it with --compute-config anyscale:{full_name}")
+         f"use it with --compute-config {configs.prefix}{full_name}")
     if cost:
         _say(f"cost: {cost.text()}")
     echo(full_name)
@@ -169,11 +188,9 @@ def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, nodes: int | None,
                       sets: tuple[str, ...], envs: tuple[str, ...], storage: str | None,
-                      compute_config: str | None) -> tuple[Any, Plan, dict[str, Any], str, str | None]:
+                      compute_config: str | None) -> tuple[Schedules, Plan, dict[str, Any], str, str | None]:
     """Checks first (cron, time zone: nothing is resolved or sent with a bad one), then the schedule."""
-    from ..backends import configured
-    from ..backends.anyscale.request import AnyscaleJobRequest, check_with_anyscale
-    from ..backends.anyscale.schedules import schedule_config
+    from ..backends import configured, offering
     from ..core.model import check_run_id
     from ..jobspec.cron import validate_cron, validate_timezone
     from ..jobspec.project import project_of
@@ -184,27 +201,24 @@ def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, node
     timezone = validate_timezone(timezone)
     if name is not None:  # pasted into the schedule's shell entrypoint and Anyscale's names
         check_run_id(name, "--name")
-    settings = configured({"backend": "anyscale", "storage": storage, "compute_config": compute_config},
+    settings = configured({"backend": offering("schedules"), "storage": storage, "compute_config": compute_config},
                           project_of(job))
     planned = plan(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage)
-    request = planned.request
-    assert isinstance(request, AnyscaleJobRequest)
+    schedules = _schedules(planned.backend)
     schedule_name = name or planned.job.spec.name
-    schedule = schedule_config(request, schedule_name, cron, timezone)
-    checked = check_with_anyscale("ScheduleConfig", schedule, planned.job.job_file)
-    return planned.backend, planned, schedule, schedule_name, checked
+    schedule = schedules.build(planned.request, schedule_name, cron, timezone)
+    checked = schedules.check(schedule, planned.job.job_file)
+    return schedules, planned, schedule, schedule_name, checked
 
 
-def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked: str | None, output: str) -> None:
-    from ..backends.anyscale.schedules import masked_schedule
+def _print_schedule(schedules: Schedules, planned: Plan, schedule: dict[str, Any], name: str, checked: str | None,
+                    output: str) -> None:
     from ..jobspec.cron import next_runs
-    from ..jobspec.pricing import job_cost
 
-    resolved = planned.job
-    cost = job_cost(resolved)
+    resolved, cost = planned.job, planned.cost
     upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
     if output != "text":
-        print_data({"name": name, "schedule": masked_schedule(schedule), "next_runs": upcoming,
+        print_data({"name": name, "schedule": schedules.masked(schedule), "next_runs": upcoming,
                     "cost": cost.to_json() if cost else None, "checked_with": checked, "notes": planned.notes},
                    output)
         return
@@ -217,7 +231,7 @@ def _print_schedule(planned: Plan, schedule: dict[str, Any], name: str, checked:
     header += [f"note: {note}" for note in planned.notes]
     if checked:
         header.append(f"checked with {checked}; `anyscale schedule apply -f FILE` accepts this file")
-    _print_yaml(masked_schedule(schedule), header)
+    _print_yaml(schedules.masked(schedule), header)
 
 
 @click.group("schedule", context_settings=CONTEXT)
@@ -249,12 +263,12 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
     """
     from ..jobspec.cron import next_runs
 
-    be, planned, schedule, schedule_name, checked = _planned_schedule(
+    schedules, planned, schedule, schedule_name, checked = _planned_schedule(
         job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
     if dry_run:
-        _print_schedule(planned, schedule, schedule_name, checked, output)
+        _print_schedule(schedules, planned, schedule, schedule_name, checked, output)
         return EXIT_SUCCEEDED
-    schedule_id = be.apply_schedule(schedule)
+    schedule_id = schedules.apply(schedule)
     upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
     if output != "text":
         print_data({"id": schedule_id, "name": schedule_name, "cron": schedule["cron_expression"],
@@ -269,7 +283,7 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
 @schedule_group.command("render")
 @_schedule_job_options
 @click.option("--github", is_flag=True, help="A GitHub Actions workflow (cron + manual trigger) instead.")
-@click.option("--backend", type=click.Choice(backend_names()), default="ray", show_default=True,
+@click.option("--backend", type=BackendChoice(), default=WITH_ADDRESS, show_default=True,
               help="With --github: where the workflow submits (a cluster: not the embedded one).")
 @click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
               help="With --github: how long the workflow follows the job (rtjob submit --timeout).")
@@ -292,9 +306,9 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     if out is not None and not github:
         raise BadInput("--out writes a --github workflow; the Anyscale schedule file is printed (redirect it)")
     if not github:
-        _, planned, schedule, schedule_name, checked = _planned_schedule(
+        schedules, planned, schedule, schedule_name, checked = _planned_schedule(
             job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
-        _print_schedule(planned, schedule, schedule_name, checked, "text")
+        _print_schedule(schedules, planned, schedule, schedule_name, checked, "text")
         return EXIT_SUCCEEDED
     from ..jobspec.cron import validate_github_cron, validate_iana_timezone
     from ..jobspec.project import project_of
@@ -329,7 +343,7 @@ def schedule_list(output: str) -> int:
       rtjob schedule list
       rtjob schedule list -o yaml
     """
-    rows = _backend().schedules()
+    rows = _schedules().list()
     if output != "text":
         print_data(rows, output)
         return EXIT_SUCCEEDED
@@ -344,24 +358,24 @@ def schedule_list(output: str) -> int:
     return EXIT_SUCCEEDED
 
 
-def _schedule_action(command: str, doc: str, act: Callable[[Any, str], str], done: str) -> None:
+def _schedule_action(command: str, doc: str, act: Callable[[Schedules, str], str], done: str) -> None:
     """``rtjob schedule COMMAND NAME``: one backend call on the schedule, then one line (``done``)."""
 
     examples = f"\n\n\b\nExamples:\n  rtjob schedule {command} ddp-resnet\n"
     @schedule_group.command(command, help=doc + examples)
     @click.argument("name")
     def action(name: str) -> int:
-        schedule_id = act(_backend(), name)
+        schedule_id = act(_schedules(), name)
         _say(f"schedule {name} " + done.format(id=schedule_id))
         return EXIT_SUCCEEDED
 
 
 _schedule_action("pause", "Pause schedule NAME (no new runs until resumed).",
-                 lambda backend, name: backend.set_schedule_state(name, enabled=False), "paused ({id})")
+                 lambda schedules, name: schedules.set_state(name, enabled=False), "paused ({id})")
 _schedule_action("resume", "Resume schedule NAME.",
-                 lambda backend, name: backend.set_schedule_state(name, enabled=True), "resumed ({id})")
+                 lambda schedules, name: schedules.set_state(name, enabled=True), "resumed ({id})")
 _schedule_action("trigger", "Start a run of schedule NAME now (rtjob list --backend anyscale shows it).",
-                 lambda backend, name: backend.trigger_schedule(name),
+                 lambda schedules, name: schedules.trigger(name),
                  "triggered ({id}); rtjob list --backend anyscale shows the run")
 _schedule_action("delete", "Delete schedule NAME (runs it started are kept).",
-                 lambda backend, name: backend.delete_schedule(name), "deleted ({id})")
+                 lambda schedules, name: schedules.delete(name), "deleted ({id})")

@@ -8,9 +8,9 @@ from typing import Any
 
 import click
 
-from ..backends import backend_names
+from ..backends import WITH_ADDRESS
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from .options import CONTEXT, output_option
+from .options import CONTEXT, BackendChoice, output_option
 from .printing import echo, print_data, print_rich, say
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -174,7 +174,7 @@ def _headers(headers: tuple[str, ...], header_env: tuple[str, ...], header_file:
 
 @context_group.command("add")
 @click.argument("name")
-@click.option("--backend", type=click.Choice(backend_names()), help="Where to run (default: ray with an address).")
+@click.option("--backend", type=BackendChoice(), help=f"Where to run (default: {WITH_ADDRESS} with an address).")
 @click.option("--address", help="Ray dashboard / Jobs API address, e.g. https://ray-prod:8265.")
 @click.option("--address-env", metavar="VAR", help="Read the address from $VAR (an address with a password).")
 @click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",

@@ -11,6 +11,7 @@ from ..core.errors import EXIT_SUCCEEDED, BadInput
 from ..core.model import Attempts, RunStatus
 from .options import (
     EXIT_CODES_HELP,
+    BackendNamesHelp,
     backend_options,
     complete_job,
     output_option,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 @click.option("--job", "job_filter", metavar="NAME", shell_complete=complete_job, help="Only runs of this job.")
 @click.option("--status", "status_filter", type=click.Choice([s.value for s in RunStatus], case_sensitive=False),
               help="Only runs in this state.")
-@click.option("--backend", "backend_filter", metavar="NAME", help="Only runs on this backend (local, ray, anyscale).")
+@click.option("--backend", "backend_filter", metavar="NAME", help="Only runs on this backend ({backends}).", cls=BackendNamesHelp)
 @click.option("--since", metavar="DURATION", help="Only runs started within this long (90s, 15m, 2h, 7d).")
 @click.option("--limit", type=click.IntRange(1), default=50, show_default=True, help="At most this many runs.")
 @click.option("--storage", "storage_uri", metavar="URI",

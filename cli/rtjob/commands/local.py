@@ -1,12 +1,32 @@
-"""`rtjob local up|down|status`: the embedded Ray cluster (the 'local' backend starts it on demand)."""
+"""`rtjob local up|down|status`: the embedded cluster, the local-cluster capability of the backend that offers one
+(the registry names it; that backend starts the cluster on demand)."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
 from .options import output_option
 from .printing import echo, print_data, say
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..backends.capabilities import LocalCluster
+
+
+def _cluster() -> tuple[Backend, LocalCluster]:
+    """The backend that offers a cluster on this machine, and that cluster."""
+    from ..backends import offering
+    from ..backends.base import NotSupported
+    from .options import backend_from
+
+    backend = backend_from(offering("local_cluster"), None, (), False)
+    cluster = backend.local_cluster()
+    if cluster is None:  # offering() found the method overridden: only a backend that breaks its contract
+        raise NotSupported(f"backend {backend.name!r} has no cluster on this machine")
+    return backend, cluster
 
 
 @click.group()
@@ -32,9 +52,7 @@ def local_up(nodes: int, cpus_per_node: int) -> int:
       rtjob local up
       rtjob local up --nodes 2 --cpus-per-node 2
     """
-    from ..backends.ray import cluster
-
-    running = cluster.describe(cluster.up(nodes, cpus_per_node, log=say))
+    running = _cluster()[1].up(nodes, cpus_per_node, log=say)
     say(f"embedded cluster up: {running['nodes']} node(s), dashboard {running['address']}")
     return EXIT_SUCCEEDED
 
@@ -47,16 +65,11 @@ def local_down() -> int:
     Examples:
       rtjob local down
     """
-    from ..backends.ray import cluster
     from ..runs.history import before_cluster_stops
-    from .options import backend_from
 
-    try:
-        running = cluster.load_state() is not None
-    except cluster.DamagedState:
-        running = False  # down reports the damage and still stops what it finds
-    if running:  # its runs' logs and ends are saved before they are gone
-        archived = before_cluster_stops(backend_from("local", None, (), False), say)
+    backend, cluster = _cluster()
+    if cluster.running():  # its runs' logs and ends are saved before they are gone
+        archived = before_cluster_stops(backend, say)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
     count = cluster.down(log=say)
@@ -74,9 +87,7 @@ def local_status(output: str) -> int:
       rtjob local status
       rtjob local status -o yaml
     """
-    from ..backends.ray import cluster
-
-    running = cluster.describe(cluster.require())
+    running = _cluster()[1].describe()
     if output != "text":
         print_data(running, output)
     else:

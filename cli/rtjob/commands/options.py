@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..backends import backend_names
+from ..backends import DEFAULT
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -30,6 +30,35 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 F = Callable[..., Any]
 
 
+class BackendChoice(click.Choice[str]):
+    """--backend's choices: the registry's names, read when first needed (a plug-in backend's entry point is read
+    then, not each time rtjob starts)."""
+
+    def __init__(self) -> None:
+        super().__init__(())
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from ..backends import backend_names
+
+        return backend_names()
+
+    @choices.setter
+    def choices(self, value: tuple[str, ...]) -> None:
+        pass  # the registry is the only source
+
+
+class BackendNamesHelp(click.Option):
+    """An option whose help names the registered backends (``{backends}``), filled in when help is shown."""
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        from ..backends import backend_names
+
+        if self.help:
+            self.help = self.help.replace("{backends}", ", ".join(backend_names()))
+        return super().get_help_record(ctx)
+
+
 def _apply(func: F, opts: list[Callable[[F], F]]) -> F:
     for opt in reversed(opts):
         func = opt(func)
@@ -38,8 +67,8 @@ def _apply(func: F, opts: list[Callable[[F], F]]) -> F:
 
 def backend_options(func: F) -> F:
     return _apply(func, [
-        click.option("--backend", type=click.Choice(backend_names()),
-                     help="Where to run (default: local unless an address is set)."),
+        click.option("--backend", type=BackendChoice(),
+                     help=f"Where to run (default: {DEFAULT} unless an address is set)."),
         click.option("--address", help="Ray dashboard / Jobs API address, e.g. http://head:8265 (env RAY_ADDRESS)."),
         click.option("--header", "headers", multiple=True, metavar="'NAME: VALUE'",
                      help="Extra HTTP header for the Jobs API (repeatable; env RAY_JOB_HEADERS as JSON)."),

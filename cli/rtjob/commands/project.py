@@ -77,9 +77,10 @@ def validate(refs: tuple[str, ...], output: str) -> int:
       rtjob validate ddp-resnet jobs/my-job.yaml
       rtjob validate -o json
     """
+    from ..backends import registered_compute_configs
     from ..jobspec.project import compute_config_names, find_root, job_names, project_of
     from ..jobspec.requirements import cluster_problems, declared_at, requirement_lines
-    from ..jobspec.resolve import REGISTERED_PREFIX, Overrides, load_compute_config, load_job
+    from ..jobspec.resolve import Overrides, load_compute_config, load_job
 
     root = find_root()
     checked: list[dict[str, Any]] = []  # {kind, ref, file, ok, error[, warning]}, in the order checked
@@ -99,7 +100,9 @@ def validate(refs: tuple[str, ...], output: str) -> int:
             warnings = []
             for job_ref, source in jobs:
                 spec, shown = load_job(job_ref, root, Overrides(), local_profile=True, source=source)
-                if spec.compute_config and not spec.compute_config.startswith(REGISTERED_PREFIX):  # on Anyscale
+                registered = spec.compute_config and any(  # kept by a platform (e.g. on Anyscale): not a file
+                    spec.compute_config.startswith(r.prefix) for r in registered_compute_configs())
+                if spec.compute_config and not registered:
                     load_compute_config(spec.compute_config, project_of(ref), f"{shown}: ")  # the job's project's
                 # The requirements file exists, and every line can install on a cluster.
                 lines = requirement_lines(spec.requirements, source.path, declared_at(shown, source.lines))

@@ -59,11 +59,8 @@ def _shown_setting(key: str, value: Any) -> Any:
 
 def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
-    from ..jobspec.pricing import job_cost
-
-    job = planned.job
+    job, cost = planned.job, planned.cost
     data = dict(planned.backend.render(planned.request))
-    cost = job_cost(job)
     data["cost"] = cost.to_json() if cost else None
     data["run"] = {
         "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
@@ -84,7 +81,6 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
 def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
     """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
     from ..backends.base import NotSupported
-    from ..jobspec.pricing import job_cost
 
     backend, job, request = planned.backend, planned.job, planned.request
     if output == "yaml":
@@ -97,7 +93,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
         print_data(render_data(planned, settings, explain), output)
         return
     rendered = backend.render(request)
-    cost = job_cost(job)
+    cost = planned.cost
     res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
     if job.shape_declared:
         shape = f"{job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}"
@@ -201,7 +197,6 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
          timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
     """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
-    from ..jobspec.pricing import job_cost
     from ..runs import runner
     from ..runs.history import remember_submitted
 
@@ -216,7 +211,7 @@ def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, expla
     if done.created:
         say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.shape_summary()}; "
             f"storage {info.storage_uri or '-'})")
-        hourly = job_cost(resolved)
+        hourly = planned.cost
         if hourly is not None:
             say(f"cost: {hourly.text()}")
     else:

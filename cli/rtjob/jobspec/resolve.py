@@ -32,8 +32,15 @@ from .schema import (
 from .settings import Settings
 from .yamlsrc import Located, load_yaml
 
-# `compute_config: anyscale:NAME[:VERSION]` names a compute config registered on Anyscale, not a file.
-REGISTERED_PREFIX = "anyscale:"
+
+@dataclass(frozen=True)
+class Registered:
+    """Compute configs a platform keeps by name: a job names one as PREFIX NAME[:VERSION] (e.g. the Anyscale
+    backend's `anyscale:team-g5:2`) instead of a file."""
+
+    prefix: str
+    platform: str  # who keeps them, as messages name it
+    backend: str  # the backend that takes them
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,11 @@ class Placement:
     backend: str
     # Runs on this machine (the embedded cluster): the job's `local:` profile applies, CPU only, no cost.
     embedded: bool = False
-    # Takes compute configs registered with the platform (`anyscale:NAME[:VERSION]`), not only files.
-    registered_compute_configs: bool = False
+    # Takes compute configs registered with the platform (PREFIX NAME[:VERSION]), not only files.
+    registered: Registered | None = None
+    # The other backends' registered compute configs (backends.placement_for fills them in), so a job that
+    # names one is told which backend takes it instead of being told that no such file exists.
+    registered_elsewhere: tuple[Registered, ...] = ()
     # Sizes the worker group to --nodes itself (Anyscale pins min = max = nodes); else a note when --nodes
     # is above the group's max_nodes.
     sizes_worker_group: bool = False
@@ -337,10 +347,12 @@ def resolve(
     cc: ComputeConfig | None = None
     cc_shown: str | None = None
     cc_located: Located | None = None
-    if cc_name and cc_name.startswith(REGISTERED_PREFIX):
-        # A compute config registered on Anyscale (anyscale:NAME[:VERSION]) is used there as it is.
-        if not placement.registered_compute_configs:
-            raise BadInput(f"{referrer}compute config {cc_name!r} is registered on Anyscale; use --backend anyscale")
+    elsewhere = next((r for r in placement.registered_elsewhere if cc_name and cc_name.startswith(r.prefix)), None)
+    if placement.registered is not None and cc_name and cc_name.startswith(placement.registered.prefix):
+        pass  # a compute config registered with the platform is used there as it is
+    elif elsewhere is not None:
+        raise BadInput(f"{referrer}compute config {cc_name!r} is registered on {elsewhere.platform}; "
+                       f"use --backend {elsewhere.backend}")
     elif cc_name:
         cc, cc_shown, cc_located = _load_compute_config(cc_name, root, referrer, source)
 

@@ -143,7 +143,6 @@ def _save(record: RunRecord, say: Say | None, to_storage: bool = True) -> None:
 
 def new_record(planned: Plan, info: RunInfo) -> RunRecord:
     """The record of a run this process just submitted: everything already masked."""
-    from ..jobspec.pricing import job_cost
     from .recorded_spec import record_spec
 
     job, backend = planned.job, planned.backend
@@ -152,7 +151,7 @@ def new_record(planned: Plan, info: RunInfo) -> RunRecord:
     from ..jobspec.resolve import Overrides
 
     spec = record_spec(job, planned.overrides or Overrides(), values)
-    cost = job_cost(job)
+    cost = planned.cost
     record = RunRecord(
         id=info.id, job=job.spec.name, backend=backend.name,
         storage_uri=job.storage_uri, storage_endpoint=job.storage_endpoint,

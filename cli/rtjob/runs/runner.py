@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from ..backends import get_backend
+from ..backends import get_backend, placement_for
 from ..core.errors import WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from ..core.redact import REDACTOR, secret_arg_values
@@ -16,6 +16,7 @@ from .follow import Patience, follow
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request, Upload
+    from ..jobspec.pricing import HourlyCost
     from ..jobspec.resolve import JobSource, Overrides, ResolvedJob
     from ..jobspec.settings import Settings
 
@@ -24,13 +25,15 @@ Say = Callable[[str], None]
 
 @dataclass
 class Plan:
-    """One run, fully decided and planned: the job, its backend and the exact request (planned once)."""
+    """One run, fully decided and planned: the job, its backend and the exact request (planned once), with the
+    facts measured on the way (the upload, the estimated cost): everything after reads them from here."""
 
     backend: Backend
     job: ResolvedJob
     request: Request
     notes: list[str] = field(default_factory=list)
     upload: Upload | None = None  # what the submit uploads from this machine (render shows it)
+    cost: HourlyCost | None = None  # the estimated hourly cost of the cluster it asks for (None: unknown or free)
     # How it was asked for (the run record keeps it: rerun replays it).
     settings: Settings | None = None
     overrides: Overrides | None = None
@@ -42,17 +45,20 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
          source: JobSource | None = None) -> Plan:
     """YAML (or a run record's documents: ``source``) → validated, resolved job → the backend's request. Pure:
     nothing is started or sent."""
+    from ..jobspec.pricing import job_cost
     from ..jobspec.resolve import resolve
 
     backend = get_backend(settings)
-    job = resolve(job_ref, settings, overrides, backend.placement(), storage_flag=storage_flag, source=source)
+    job = resolve(job_ref, settings, overrides, placement_for(backend), storage_flag=storage_flag, source=source)
     # Every secret of this run is hunted in whatever is printed from here on (env, args, tags).
     REDACTOR.add_mapping(job.env_vars)
     REDACTOR.add_mapping(job.spec.tags)
     REDACTOR.add(secret_arg_values(job.entrypoint))
-    request = backend.plan(job)
+    cost = job_cost(job)  # once: the request records it, render, submit and the run record show it
+    planned = backend.plan(job, cost)
+    request = planned.request
     notes = list(job.notes) + [n for n in request.notes if n not in job.notes]
-    return Plan(backend, job, request, notes, backend.upload(job), settings, overrides, storage_flag)
+    return Plan(backend, job, request, notes, planned.upload, cost, settings, overrides, storage_flag)
 
 
 @dataclass

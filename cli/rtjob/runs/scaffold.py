@@ -162,9 +162,10 @@ def init_project(folder: Path, *, entrypoint: str, name: str | None = None, gith
     # Everything that can refuse is checked before the first file is written: nothing half-scaffolded.
     workflow = None
     if github:
+        from ..backends import WITH_ADDRESS
         from .workflow import github_workflow
 
-        workflow = github_workflow(f"jobs/{job_name}.yaml", cron, backend="ray", nodes=1, timeout="2h",
+        workflow = github_workflow(f"jobs/{job_name}.yaml", cron, backend=WITH_ADDRESS, nodes=1, timeout="2h",
                                    root=folder)
     if (folder / "pyproject.toml").is_file():
         _pyproject_data(folder / "pyproject.toml")

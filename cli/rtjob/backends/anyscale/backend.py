@@ -18,7 +18,6 @@ rtjob did not submit (scheduled runs, jobs from the console) are listed under th
 from __future__ import annotations
 
 import asyncio
-import builtins
 import contextlib
 import datetime as dt
 import time
@@ -31,14 +30,24 @@ from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
 from ...jobspec.pricing import HourlyCost, compute_config_cost
-from ..base import Backend, Request, Upload, last_lines
+from ..base import Backend, Planned, Request, Upload, last_lines
 from . import client as sdk_client
 from .client import _not_found, anyscale_errors, host
-from .request import AnyscaleJobRequest, build, masked_config, masked_names, render_yaml
+from .request import (
+    REGISTERED_PREFIX,
+    AnyscaleJobRequest,
+    build,
+    job_config,
+    masked_config,
+    masked_names,
+    render_yaml,
+)
 
 if TYPE_CHECKING:
     from ...jobspec.resolve import Placement, ResolvedJob
     from ...jobspec.settings import Settings
+    from .compute_configs import AnyscaleComputeConfigs
+    from .schedules import AnyscaleSchedules
 
 _STATES = {
     "STARTING": RunStatus.PENDING,
@@ -100,10 +109,11 @@ class AnyscaleBackend(Backend):
 
     @classmethod
     def placement(cls) -> Placement:
-        from ...jobspec.resolve import Placement
+        from ...jobspec.resolve import Placement, Registered
 
         # Anyscale takes registered compute configs and pins the worker group to --nodes (min = max).
-        return Placement(cls.name, registered_compute_configs=True, sizes_worker_group=True)
+        return Placement(cls.name, registered=Registered(REGISTERED_PREFIX, "Anyscale", cls.name),
+                         sizes_worker_group=True)
 
     @property
     def address(self) -> str:
@@ -131,18 +141,16 @@ class AnyscaleBackend(Backend):
         return self._sdks[kind]
 
     # -- plan / render -------------------------------------------------------------------------
-    def plan(self, job: ResolvedJob) -> AnyscaleJobRequest:
-        self.upload(job)  # a link out of the working dir is refused before anything is sent
-        settings = self.settings
-        return build(job, settings.get("cloud") if settings else None, settings.get("project") if settings else None)
-
-    def upload(self, job: ResolvedJob) -> Upload:
+    def plan(self, job: ResolvedJob, cost: HourlyCost | None) -> Planned:
         from ..packaging import check_upload
-        from .request import job_config
 
-        # Anyscale packs the working dir as Ray does, with the excludes of the JobConfig; no 100 MiB limit.
-        size = check_upload(job.working_dir, job_config(job)["excludes"], job.job_file, limit=None)
-        return Upload(str(job.working_dir), size.files, size.total_bytes)
+        settings = self.settings
+        config = job_config(job, cost, settings.get("cloud") if settings else None,
+                            settings.get("project") if settings else None)
+        # Anyscale packs the working dir as Ray does, with the excludes of the JobConfig; no 100 MiB limit. A link
+        # out of the working dir is refused before anything is sent.
+        size = check_upload(job.working_dir, config["excludes"], job.job_file, limit=None)
+        return Planned(build(job, config), Upload(str(job.working_dir), size.files, size.total_bytes))
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, AnyscaleJobRequest)
@@ -245,11 +253,8 @@ class AnyscaleBackend(Backend):
             rate=_recorded_rate(dict(getattr(config, "tags", None) or {})),
         )
 
-    def submit(self, request: Request) -> SubmitResult:
+    def _submit_new(self, request: Request) -> SubmitResult:
         assert isinstance(request, AnyscaleJobRequest)
-        existing = self.find(request.run_id)
-        if existing is not None:
-            return SubmitResult(existing, created=False)
         from anyscale.job.models import JobConfig
 
         secrets = secret_values(request.config.get("env_vars") or {})
@@ -268,16 +273,13 @@ class AnyscaleBackend(Backend):
     def status(self, run_id: str) -> RunInfo:
         return self._info(self._status_model(run_id))
 
-    def list(self) -> list[RunInfo]:
+    def _list(self) -> list[RunInfo]:
         with self._errors("listing jobs"):
             statuses = list(self._sdk("job").list(max_items=self.list_limit))
-        runs = [self._info(s) for s in statuses]
-        return sorted(runs, key=lambda r: r.start_time or "", reverse=True)
+        return [self._info(s) for s in statuses]
 
-    def stop(self, run_id: str) -> RunInfo:
-        status = self._status_model(run_id, fresh=True)
-        if _STATES.get(_state_name(status.state), RunStatus.UNKNOWN).terminal:
-            return self._info(status)
+    def _stop_running(self, run_id: str) -> RunInfo:
+        status = self._status_model(run_id)  # just read by stop
         from anyscale.job.models import JobState
 
         sdk = self._sdk("job")
@@ -308,11 +310,8 @@ class AnyscaleBackend(Backend):
             text = self._sdk("job").get_logs(id=status.id, mode="TAIL", max_lines=lines)
         return last_lines(text or "", lines)
 
-    def delete(self, run_id: str) -> None:
-        status = self._status_model(run_id, fresh=True)
-        state = _STATES.get(_state_name(status.state), RunStatus.UNKNOWN)
-        if not state.terminal:
-            raise BadInput(f"run {run_id!r} is {state.value}: stop it first: rtjob stop {run_id}")
+    def _delete_ended(self, run_id: str) -> None:
+        status = self._status_model(run_id)  # just read by delete
         with self._errors(f"deleting run {run_id}"):
             self._sdk("job").delete(id=status.id)
 
@@ -343,59 +342,13 @@ class AnyscaleBackend(Backend):
             return None
         return compute_config_cost(data)
 
-    # -- compute configs and schedules ---------------------------------------------------------
-    def register_compute_config(self, config: dict[str, Any], name: str) -> str:
-        from anyscale.compute_config.models import compute_config_type_from_dict
+    # -- compute configs and schedules (capabilities: compute_configs.py, schedules.py) -------------------
+    def compute_configs(self) -> AnyscaleComputeConfigs:
+        from .compute_configs import AnyscaleComputeConfigs
 
-        with self._errors(f"registering compute config {name}"):
-            return str(self._sdk("compute_config").create(compute_config_type_from_dict(config), name=name))
+        return AnyscaleComputeConfigs(self)
 
-    def registered_compute_config(self, name: str) -> dict[str, Any]:
-        with self._errors(f"reading compute config {name}"):
-            version = self._sdk("compute_config").get(name)
-        config = version.config
-        return config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+    def schedules(self) -> AnyscaleSchedules:
+        from .schedules import AnyscaleSchedules
 
-    def apply_schedule(self, schedule: dict[str, Any]) -> str:
-        from anyscale.schedule.models import ScheduleConfig
-
-        secrets = secret_values((schedule.get("job_config") or {}).get("env_vars") or {})
-        name = (schedule.get("job_config") or {}).get("name")
-        with anyscale_errors(f"applying schedule {name}", secrets):
-            return str(self._sdk("schedule").apply(ScheduleConfig.from_dict(schedule)))
-
-    def schedules(self) -> builtins.list[dict[str, Any]]:
-        with self._errors("listing schedules"):
-            found = list(self._sdk("schedule").list(max_items=100))
-        out = []
-        for s in found:
-            job_config = s.config.job_config
-            env = dict(getattr(job_config, "env_vars", None) or {})
-            out.append({
-                "id": s.id,
-                "name": s.name,
-                "state": _state_name(s.state),
-                "cron": s.config.cron_expression,
-                "timezone": s.config.timezone,
-                "job": env.get(contract.ENV_JOB_NAME),
-            })
-        return sorted(out, key=lambda row: row["name"])
-
-    def set_schedule_state(self, name: str, enabled: bool) -> str:
-        from anyscale.schedule.models import ScheduleState
-
-        state = ScheduleState.ENABLED if enabled else ScheduleState.DISABLED
-        with self._errors(f"{'resuming' if enabled else 'pausing'} schedule {name}"):
-            return str(self._sdk("schedule").set_state(name=name, state=state))
-
-    def schedule_state(self, name: str) -> str:
-        with self._errors(f"reading schedule {name}"):
-            return _state_name(self._sdk("schedule").status(name=name).state)
-
-    def trigger_schedule(self, name: str) -> str:
-        with self._errors(f"triggering schedule {name}"):
-            return str(self._sdk("schedule").trigger(name=name))
-
-    def delete_schedule(self, name: str) -> str:
-        with self._errors(f"deleting schedule {name}"):
-            return str(self._sdk("schedule").delete(name=name))
+        return AnyscaleSchedules(self)

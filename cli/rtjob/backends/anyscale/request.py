@@ -9,19 +9,25 @@ import rtjob_contract as contract
 
 from ...core.redact import MASK, is_secret, mask_command, mask_mapping
 from ...core.yamlout import dump_yaml
-from ...jobspec.pricing import job_cost, pinned_compute_config
-from ...jobspec.resolve import REGISTERED_PREFIX
+from ...jobspec.pricing import pinned_compute_config
 from ..base import Request
 from ..packaging import DEFAULT_EXCLUDES  # Anyscale packages a working dir as Ray does
 from .client import ANYSCALE_VERSION, anyscale_errors
 
 if TYPE_CHECKING:
+    from ...jobspec.pricing import HourlyCost
     from ...jobspec.resolve import ResolvedJob
 
+# `compute_config: anyscale:NAME[:VERSION]` names a compute config registered on Anyscale, not a file (the
+# backend's Placement declares it).
+REGISTERED_PREFIX = "anyscale:"
 
-def job_config(job: ResolvedJob, cloud: str | None = None, project: str | None = None) -> dict[str, Any]:
+
+def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = None,
+               project: str | None = None) -> dict[str, Any]:
     """Exactly the JobConfig rtjob sends for a resolved job (secrets in the clear: render masks them).
-    ``cloud``/``project``: the settings' (a context, [tool.rtjob], env), used when the job names none."""
+    ``rate``: its estimated cost (recorded in its tags); ``cloud``/``project``: the settings' (a context,
+    [tool.rtjob], env), used when the job names none."""
     compute: dict[str, Any] | str | None = None
     if job.compute_config is not None:
         compute = pinned_compute_config(job.compute_config, job.worker_group, job.nodes)
@@ -30,7 +36,6 @@ def job_config(job: ResolvedJob, cloud: str | None = None, project: str | None =
     tags = {**job.spec.tags, contract.TAG_JOB: job.spec.name, contract.TAG_RUN_ID: job.run_id}
     if job.storage_uri:
         tags[contract.TAG_STORAGE] = job.storage_uri
-    rate = job_cost(job)
     if rate is not None:  # the priced shape, so the finished run is priced without its job file
         tags[contract.TAG_RATE] = f"{rate.low:.4f}" if rate.fixed else f"{rate.low:.4f}-{rate.high:.4f}"
     config: dict[str, Any] = {
@@ -104,10 +109,10 @@ class AnyscaleJobRequest(Request):
     checked_with: str | None = None  # "anyscale 0.26.112 JobConfig" once its model accepted the config
 
 
-def build(job: ResolvedJob, cloud: str | None = None, project: str | None = None) -> AnyscaleJobRequest:
-    """The request for one resolved job, checked with Anyscale's JobConfig model when the SDK is installed,
-    with what the user should know about it as notes (pure: the job is not changed)."""
-    config = job_config(job, cloud, project)
+def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
+    """The request for one resolved job and its JobConfig (``job_config``), checked with Anyscale's JobConfig
+    model when the SDK is installed, with what the user should know about it as notes (pure: the job is not
+    changed)."""
     checked = check_with_anyscale("JobConfig", config, job.job_file)
     notes = []
     if not checked:

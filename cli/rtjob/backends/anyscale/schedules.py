@@ -1,13 +1,21 @@
-"""Anyscale schedules: a ScheduleConfig (plain data) that runs a planned job on a cron expression."""
+"""Anyscale schedules: a ScheduleConfig (plain data) that runs a planned job on a cron expression, and the
+Anyscale backend's ``Schedules`` capability (`rtjob schedule ...`)."""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from .request import AnyscaleJobRequest, masked_config
+from ...core.redact import secret_values
+from ..capabilities import Schedules
+from .client import anyscale_errors
+from .request import AnyscaleJobRequest, check_with_anyscale, masked_config
+
+if TYPE_CHECKING:
+    from ..base import Request
+    from .backend import AnyscaleBackend
 
 
 def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone: str) -> dict[str, Any]:
@@ -40,5 +48,61 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
 
 
 def masked_schedule(schedule: dict[str, Any]) -> dict[str, Any]:
-
     return {**schedule, "job_config": masked_config(schedule["job_config"])}
+
+
+class AnyscaleSchedules(Schedules):
+    def __init__(self, backend: AnyscaleBackend) -> None:
+        self.backend = backend
+
+    def build(self, request: Request, name: str, cron: str, timezone: str) -> dict[str, Any]:
+        assert isinstance(request, AnyscaleJobRequest)  # planned by this backend
+        return schedule_config(request, name, cron, timezone)
+
+    def masked(self, schedule: dict[str, Any]) -> dict[str, Any]:
+        return masked_schedule(schedule)
+
+    def check(self, schedule: dict[str, Any], where: str) -> str | None:
+        return check_with_anyscale("ScheduleConfig", schedule, where)
+
+    def apply(self, schedule: dict[str, Any]) -> str:
+        from anyscale.schedule.models import ScheduleConfig
+
+        secrets = secret_values((schedule.get("job_config") or {}).get("env_vars") or {})
+        name = (schedule.get("job_config") or {}).get("name")
+        with anyscale_errors(f"applying schedule {name}", secrets):
+            return str(self.backend._sdk("schedule").apply(ScheduleConfig.from_dict(schedule)))
+
+    def list(self) -> list[dict[str, Any]]:
+        from .backend import _state_name
+
+        with self.backend._errors("listing schedules"):
+            found = list(self.backend._sdk("schedule").list(max_items=100))
+        out = []
+        for s in found:
+            job_config = s.config.job_config
+            env = dict(getattr(job_config, "env_vars", None) or {})
+            out.append({
+                "id": s.id,
+                "name": s.name,
+                "state": _state_name(s.state),
+                "cron": s.config.cron_expression,
+                "timezone": s.config.timezone,
+                "job": env.get(contract.ENV_JOB_NAME),
+            })
+        return sorted(out, key=lambda row: row["name"])
+
+    def set_state(self, name: str, enabled: bool) -> str:
+        from anyscale.schedule.models import ScheduleState
+
+        state = ScheduleState.ENABLED if enabled else ScheduleState.DISABLED
+        with self.backend._errors(f"{'resuming' if enabled else 'pausing'} schedule {name}"):
+            return str(self.backend._sdk("schedule").set_state(name=name, state=state))
+
+    def trigger(self, name: str) -> str:
+        with self.backend._errors(f"triggering schedule {name}"):
+            return str(self.backend._sdk("schedule").trigger(name=name))
+
+    def delete(self, name: str) -> str:
+        with self.backend._errors(f"deleting schedule {name}"):
+            return str(self.backend._sdk("schedule").delete(name=name))

@@ -16,14 +16,17 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, Log, Request, Retry, Stuck, Upload
+from ..base import Backend, Log, Planned, Request, Retry, Stuck, Upload
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
 
 if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
+    from ...jobspec.pricing import HourlyCost
     from ...jobspec.resolve import Placement, ResolvedJob
     from ...jobspec.settings import Settings
+    from ..capabilities import LocalCluster
+    from .retries import RayRetries
 
 
 def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit starts
@@ -112,16 +115,13 @@ class RayJobsBackend(Backend):
         return auth.split(" ", 1)[0] if auth else None
 
     # -- plan / render -------------------------------------------------------------------------
-    def plan(self, job: ResolvedJob) -> RayJobRequest:
+    def plan(self, job: ResolvedJob, cost: HourlyCost | None) -> Planned:
+        from ..packaging import check_upload  # pathspec: only when a job is planned
+
+        request = build(job, cost)
         # A working dir Ray would refuse (over 100 MiB, a link out of it) is refused here, before anything is sent.
-        self.upload(job)
-        return build(job)
-
-    def upload(self, job: ResolvedJob) -> Upload:
-        from ..packaging import check_upload, sent_excludes  # pathspec: only when a job is planned
-
-        size = check_upload(job.working_dir, sent_excludes(job.spec.excludes), job.job_file)
-        return Upload(str(job.working_dir), size.files, size.total_bytes)
+        size = check_upload(job.working_dir, request.runtime_env["excludes"], job.job_file)
+        return Planned(request, Upload(str(job.working_dir), size.files, size.total_bytes))
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, RayJobRequest)
@@ -197,11 +197,8 @@ class RayJobsBackend(Backend):
         return Stuck(missing, self._final_shortage()) if missing else None
 
     # -- run control ---------------------------------------------------------------------------
-    def submit(self, request: Request) -> SubmitResult:
+    def _submit_new(self, request: Request) -> SubmitResult:
         assert isinstance(request, RayJobRequest)
-        existing = self.api.job(request.submission_id)
-        if existing is not None:
-            return SubmitResult(self._info(existing), created=False)
         try:
             from ray.job_submission import JobSubmissionClient
         except ImportError:
@@ -212,7 +209,7 @@ class RayJobsBackend(Backend):
         for name in ("ray", "ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
             logging.getLogger(name).setLevel(logging.ERROR)
         try:
-            _within(SUBMIT_TIMEOUT_S(), self.address, lambda: self._send(JobSubmissionClient, request))
+            _within(SUBMIT_TIMEOUT_S(), self.address, lambda: self._upload_and_submit(JobSubmissionClient, request))
         except (ConnectionError, requests.exceptions.RequestException) as exc:
             raise Unreachable(f"cannot reach the Ray cluster at {self.address} to submit: {type(exc).__name__}") from None
         except RuntimeError as exc:
@@ -244,7 +241,7 @@ class RayJobsBackend(Backend):
                                         backend=self.name, status=RunStatus.PENDING, address=self.address,
                                         storage_uri=request.metadata.get(contract.META_STORAGE)), created=True)
 
-    def _send(self, client_class: Any, request: RayJobRequest) -> None:
+    def _upload_and_submit(self, client_class: Any, request: RayJobRequest) -> None:
         """Ray's own client: it packages and uploads the working dir, then submits."""
         client = client_class(self.address, headers=self.api.headers, verify=self.api.verify,
                               create_cluster_if_needed=False)
@@ -303,42 +300,37 @@ class RayJobsBackend(Backend):
             raise BadInput(f"no run {run_id!r} at {self.address} (rtjob list shows the runs there)")
         return self._info(data)
 
-    def list(self) -> list[RunInfo]:
-        runs = [self._info(d) for d in self.api.jobs() if d.get("type", "SUBMISSION") == "SUBMISSION"]
-        return sorted(runs, key=lambda r: r.start_time or "", reverse=True)
+    def _list(self) -> list[RunInfo]:
+        return [self._info(d) for d in self.api.jobs() if d.get("type", "SUBMISSION") == "SUBMISSION"]
 
-    def stop(self, run_id: str, wait_s: float = 30.0) -> RunInfo:
-        info = self.status(run_id)
-        if info.status.terminal:
-            return info
+    stop_wait_s = 30.0
+
+    def _stop_running(self, run_id: str) -> RunInfo:
         self.api.stop(run_id)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline:
-            info = self.status(run_id)
-            if info.status.terminal:
-                break
+        deadline = time.monotonic() + self.stop_wait_s
+        info = self.status(run_id)
+        while not info.status.terminal and time.monotonic() < deadline:
             time.sleep(0.5)
+            info = self.status(run_id)
         return info
 
     def logs(self, run_id: str) -> str:
         return self.api.logs(run_id)
 
-    def delete(self, run_id: str) -> None:
-        info = self.status(run_id)
-        if not info.status.terminal:
-            raise BadInput(f"run {run_id!r} is {info.status.value}: stop it first: rtjob stop {run_id}")
+    def _delete_ended(self, run_id: str) -> None:
         self.api.delete(run_id)
 
     # -- retries (Ray Jobs has none of its own: retries.py) ---------------------------------------
-    def attempts(self, run_id: str) -> Attempts | None:
-        from . import retries
+    def _retries(self) -> RayRetries:
+        from .retries import RayRetries
 
-        return retries.attempts_of(self, run_id)
+        return RayRetries(self.api, self.submit)
+
+    def attempts(self, run_id: str) -> Attempts | None:
+        return self._retries().attempts(run_id)
 
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
-        from . import retries
-
-        return retries.decide_and_resubmit(self, run_id, request if isinstance(request, RayJobRequest) else None)
+        return self._retries().decide_and_resubmit(run_id, request if isinstance(request, RayJobRequest) else None)
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
         """The driver log from its start, as it is written: the State API stream (logtail.py)."""
@@ -415,3 +407,8 @@ class EmbeddedRayBackend(RayJobsBackend):
 
     def _never_fits(self, job: ResolvedJob, what: str, missing: str) -> list[str]:
         raise BadInput(f"{job.job_file}: {what} can never fit on the embedded cluster ({missing})")
+
+    def local_cluster(self) -> LocalCluster:
+        from .embedded import EmbeddedCluster
+
+        return EmbeddedCluster()

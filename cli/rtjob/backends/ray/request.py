@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from dataclasses import dataclass, field
@@ -14,6 +15,7 @@ from ..base import Request
 from ..packaging import sent_excludes
 
 if TYPE_CHECKING:
+    from ...jobspec.pricing import HourlyCost
     from ...jobspec.resolve import ResolvedJob
 
 
@@ -60,10 +62,8 @@ def time_limit_message(data: dict[str, Any]) -> str | None:
     return f"stopped by its time limit timeout_s={limit} (exit code {code})"
 
 
-def build(job: ResolvedJob) -> RayJobRequest:
-    """The request for one resolved job (pure)."""
-    from ...jobspec.pricing import job_cost
-
+def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
+    """The request for one resolved job (pure); ``rate``: its estimated cost, recorded in the metadata."""
     entrypoint = job.entrypoint
     if job.spec.timeout_s:
         entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
@@ -91,9 +91,8 @@ def build(job: ResolvedJob) -> RayJobRequest:
             metadata[contract.META_STORAGE_ENDPOINT] = job.storage_endpoint
     if job.spec.max_retries:  # rtjob resubmits a run whose driver was lost (backends/ray/retries.py)
         metadata[contract.META_MAX_RETRIES] = str(job.spec.max_retries)
-    rate = job_cost(job)
     if rate is not None:  # the priced shape, so the finished run is priced without its job file
-        rate.source = f"shape of {job.compute_config_name} at submit, {job.nodes} node(s)"
+        rate = dataclasses.replace(rate, source=f"shape of {job.compute_config_name} at submit, {job.nodes} node(s)")
         metadata[contract.META_RATE] = json.dumps(rate.to_json(), separators=(",", ":"))
     for key, value in job.spec.tags.items():
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value

@@ -18,23 +18,26 @@ A retry is the same job again: same entrypoint, runtime_env (so ``RTJOB_RUN_NAME
 entrypoint resources; its submission id is ``<id>-retry<N>`` and its metadata adds ``rtjob.attempt``
 (N + 1) and ``rtjob.parent`` (the first attempt's id). The ids are deterministic, so two rtjob processes
 following one run attach to the same retry instead of submitting it twice (Ray rejects a duplicate id).
+
+The rule is an object (``RayRetries``) given only what it needs: the Jobs API's REST client (an address and its
+Authorization header) and a submit callable that attaches to an id that exists. No Settings, no backend: a
+process on the cluster can build one (this module imports only the stdlib, rtjob_contract and requests at import).
 """
 
 from __future__ import annotations
 
 import re
 import signal
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import rtjob_contract as contract
 
 from ...core.errors import RunFailed
-from ...core.model import Attempt, Attempts, RunInfo
+from ...core.model import Attempt, Attempts, RunInfo, SubmitResult
 from ..base import Retry
+from .client import RayJobsAPI
 from .request import RayJobRequest
-
-if TYPE_CHECKING:
-    from .backend import RayJobsBackend
 
 META_ATTEMPT = contract.META_ATTEMPT
 META_PARENT = contract.META_PARENT
@@ -101,95 +104,102 @@ def max_retries_of(data: dict[str, Any] | None) -> int:
         return 0
 
 
-def chain_of(backend: RayJobsBackend, run_id: str) -> list[Attempt]:
-    """Every attempt of the run ``run_id`` belongs to, in order (probing ``<root>-retryN`` ids)."""
-    first = backend.api.job(run_id)
-    root = root_id(run_id, first)
-    root_data = first if root == run_id else backend.api.job(root)
-    # Bounded: a run has at most 1 + max_retries attempts (and never more than MAX_ATTEMPTS), so a server
-    # that answers every id cannot make status or wait probe forever.
-    limit = min(MAX_ATTEMPTS, 1 + max(max_retries_of(root_data), max_retries_of(first)))
-    found: list[Attempt] = []
-    for n in range(1, limit + 1):
-        data = first if attempt_id(root, n) == run_id else backend.api.job(attempt_id(root, n))
-        if data is None:
-            break
-        found.append(Attempt(attempt_id(root, n), n, str(data.get("status")), data.get("driver_exit_code"),
-                             retry_reason(data)))
-    return found
+class RayRetries:
+    """The retry rule of one Ray cluster: ``api`` reads its jobs, ``submit`` sends a request (attaching to a
+    run whose id exists, as ``Backend.submit`` does)."""
 
+    def __init__(self, api: RayJobsAPI, submit: Callable[[RayJobRequest], SubmitResult]) -> None:
+        self.api = api
+        self.submit = submit
 
-def attempts_of(backend: RayJobsBackend, run_id: str) -> Attempts:
-    """The run's attempts, how many retries it allows, and where ``run_id`` stands among them."""
-    chain = chain_of(backend, run_id)
-    data = backend.api.job(run_id) or {}
-    meta = data.get("metadata") or {}
-    try:
-        attempt = int(meta.get(META_ATTEMPT, 1))
-    except ValueError:
-        attempt = 1
-    return Attempts(chain, max_retries_of(data), attempt, meta.get(META_PARENT))
+    @classmethod
+    def at(cls, address: str, token: str | None,
+           submit: Callable[[RayJobRequest], SubmitResult]) -> RayRetries:
+        """The rule for the cluster at ``address``, with its token when it uses token authentication."""
+        return cls(RayJobsAPI(address, {"Authorization": f"Bearer {token}"} if token else {}), submit)
 
+    def chain_of(self, run_id: str) -> list[Attempt]:
+        """Every attempt of the run ``run_id`` belongs to, in order (probing ``<root>-retryN`` ids)."""
+        first = self.api.job(run_id)
+        root = root_id(run_id, first)
+        root_data = first if root == run_id else self.api.job(root)
+        # Bounded: a run has at most 1 + max_retries attempts (and never more than MAX_ATTEMPTS), so a server
+        # that answers every id cannot make status or wait probe forever.
+        limit = min(MAX_ATTEMPTS, 1 + max(max_retries_of(root_data), max_retries_of(first)))
+        found: list[Attempt] = []
+        for n in range(1, limit + 1):
+            data = first if attempt_id(root, n) == run_id else self.api.job(attempt_id(root, n))
+            if data is None:
+                break
+            found.append(Attempt(attempt_id(root, n), n, str(data.get("status")), data.get("driver_exit_code"),
+                                 retry_reason(data)))
+        return found
 
-def decide_and_resubmit(backend: RayJobsBackend, run_id: str, local: RayJobRequest | None) -> Retry:
-    """After ``run_id`` FAILED: retriable? retries left? then submit (or attach to) the next attempt."""
-    data = backend.api.job(run_id) or {}
-    reason = retry_reason(data)
-    allowed = max_retries_of(data)
-    try:
-        attempt = int((data.get("metadata") or {}).get(META_ATTEMPT, 1))
-    except ValueError:
-        attempt = 1
-    decision = Retry(run_id, reason, attempt, allowed)
-    if reason is not None and attempt <= allowed:
-        decision.next_run, decision.created = resubmit(backend, data, attempt + 1, local)
-    return decision
+    def attempts(self, run_id: str) -> Attempts:
+        """The run's attempts, how many retries it allows, and where ``run_id`` stands among them."""
+        chain = self.chain_of(run_id)
+        data = self.api.job(run_id) or {}
+        meta = data.get("metadata") or {}
+        try:
+            attempt = int(meta.get(META_ATTEMPT, 1))
+        except ValueError:
+            attempt = 1
+        return Attempts(chain, max_retries_of(data), attempt, meta.get(META_PARENT))
 
+    def decide_and_resubmit(self, run_id: str, local: RayJobRequest | None) -> Retry:
+        """After ``run_id`` FAILED: retriable? retries left? then submit (or attach to) the next attempt."""
+        data = self.api.job(run_id) or {}
+        reason = retry_reason(data)
+        allowed = max_retries_of(data)
+        try:
+            attempt = int((data.get("metadata") or {}).get(META_ATTEMPT, 1))
+        except ValueError:
+            attempt = 1
+        decision = Retry(run_id, reason, attempt, allowed)
+        if reason is not None and attempt <= allowed:
+            decision.next_run, decision.created = self.resubmit(data, attempt + 1, local)
+        return decision
 
-def _working_dir_for_retry(backend: RayJobsBackend, runtime_env: dict[str, Any]) -> dict[str, Any]:
-    """The retry's runtime_env: the uploaded package if the cluster still has it, else this checkout
-    if it packs to exactly the same package (Ray removes a package once no job uses it)."""
-    working_dir = runtime_env.get("working_dir")
-    if not isinstance(working_dir, str) or not working_dir.startswith("gcs://"):
-        return runtime_env
-    name = working_dir[len("gcs://"):]
-    if backend.api.request("GET", f"/api/packages/gcs/{name}").status_code == 200:
-        return runtime_env
-    import os
+    def _working_dir_for_retry(self, runtime_env: dict[str, Any]) -> dict[str, Any]:
+        """The retry's runtime_env: the uploaded package if the cluster still has it, else this checkout
+        if it packs to exactly the same package (Ray removes a package once no job uses it)."""
+        working_dir = runtime_env.get("working_dir")
+        if not isinstance(working_dir, str) or not working_dir.startswith("gcs://"):
+            return runtime_env
+        name = working_dir[len("gcs://"):]
+        if self.api.request("GET", f"/api/packages/gcs/{name}").status_code == 200:
+            return runtime_env
+        import os
 
-    from ray._private.runtime_env.packaging import get_uri_for_directory
+        from ray._private.runtime_env.packaging import get_uri_for_directory
 
-    from ...jobspec.project import find_root
+        from ...jobspec.project import find_root
 
-    root = find_root()
-    include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
-    if get_uri_for_directory(str(root), include_gitignore, excludes=runtime_env.get("excludes") or []) == working_dir:
-        return {**runtime_env, "working_dir": str(root)}
-    raise RunFailed(
-        f"cannot retry: the cluster no longer has the run's code ({working_dir}) and {root} is not the same "
-        "code; submit the job again with --submission-id to resume from its checkpoint"
-    )
+        root = find_root()
+        include_gitignore = os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1"
+        if get_uri_for_directory(str(root), include_gitignore, excludes=runtime_env.get("excludes") or []) == working_dir:
+            return {**runtime_env, "working_dir": str(root)}
+        raise RunFailed(
+            f"cannot retry: the cluster no longer has the run's code ({working_dir}) and {root} is not the same "
+            "code; submit the job again with --submission-id to resume from its checkpoint"
+        )
 
-
-def resubmit(backend: RayJobsBackend, data: dict[str, Any], attempt: int,
-             local: RayJobRequest | None = None) -> tuple[RunInfo, bool]:
-    """Submit attempt ``attempt`` (2, 3, ...) of the run whose last attempt is ``data``."""
-    root = root_id(str(data.get("submission_id")), data)
-    new_id = attempt_id(root, attempt)
-    existing = backend.find(new_id)
-    if existing is not None:
-        return existing, False
-    metadata = {k: v for k, v in (data.get("metadata") or {}).items() if k not in ("job_submission_id", "job_name")}
-    metadata[META_ATTEMPT] = str(attempt)
-    metadata[META_PARENT] = root
-    # From this rtjob's own request the working dir is re-uploaded if needed; else reuse the job's.
-    runtime_env = dict(local.runtime_env) if local is not None else _working_dir_for_retry(
-        backend, dict(data.get("runtime_env") or {})
-    )
-    request = RayJobRequest(
-        run_id=new_id, job_file=str(metadata.get(contract.META_JOB_FILE, "")), notes=[],
-        entrypoint=str(data.get("entrypoint")), runtime_env=runtime_env, metadata=metadata,
-        entrypoint_num_cpus=float(data.get("entrypoint_num_cpus") or 0),
-    )
-    result = backend.submit(request)
-    return result.run, result.created
+    def resubmit(self, data: dict[str, Any], attempt: int,
+                 local: RayJobRequest | None = None) -> tuple[RunInfo, bool]:
+        """Submit attempt ``attempt`` (2, 3, ...) of the run whose last attempt is ``data``."""
+        root = root_id(str(data.get("submission_id")), data)
+        new_id = attempt_id(root, attempt)
+        metadata = {k: v for k, v in (data.get("metadata") or {}).items() if k not in ("job_submission_id", "job_name")}
+        metadata[META_ATTEMPT] = str(attempt)
+        metadata[META_PARENT] = root
+        # From this rtjob's own request the working dir is re-uploaded if needed; else reuse the job's.
+        runtime_env = dict(local.runtime_env) if local is not None else self._working_dir_for_retry(
+            dict(data.get("runtime_env") or {})
+        )
+        request = RayJobRequest(
+            run_id=new_id, job_file=str(metadata.get(contract.META_JOB_FILE, "")), notes=[],
+            entrypoint=str(data.get("entrypoint")), runtime_env=runtime_env, metadata=metadata,
+            entrypoint_num_cpus=float(data.get("entrypoint_num_cpus") or 0),
+        )
+        result = self.submit(request)  # attaches when another rtjob submitted this retry first
+        return result.run, result.created

@@ -1,0 +1,98 @@
+"""Optional capabilities that have commands of their own, as small objects a backend hands out
+(``Backend.schedules()``, ``compute_configs()``, ``local_cluster()``; None: the backend has none).
+
+The commands (`rtjob schedule`, `rtjob compute-config`, `rtjob local`) ask the registry which backend offers one
+(``backends.offering``) and talk to these objects only: a new backend adds such a command's backing by
+implementing one of them in its own folder, and nothing outside backends/ knows its types.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .base import Log, Request
+
+Data = dict[str, Any]
+
+
+class Schedules(ABC):
+    """Runs of a planned job on a cron expression, kept and started by the platform."""
+
+    @abstractmethod
+    def build(self, request: Request, name: str, cron: str, timezone: str) -> Data:
+        """The schedule (plain data, secrets in the clear) that runs ``request``'s job on ``cron``; it holds
+        ``cron_expression`` and ``timezone``."""
+
+    @abstractmethod
+    def masked(self, schedule: Data) -> Data:
+        """The schedule as printed: secret values masked."""
+
+    @abstractmethod
+    def check(self, schedule: Data, where: str) -> str | None:
+        """Validate with the platform's own model: what checked it, or None when that model is not installed;
+        BadInput if it rejects the schedule."""
+
+    @abstractmethod
+    def apply(self, schedule: Data) -> str:
+        """Create or update the schedule of this name; its id."""
+
+    @abstractmethod
+    def list(self) -> list[Data]:
+        """Every schedule: {id, name, state, cron, timezone, job}, by name."""
+
+    @abstractmethod
+    def set_state(self, name: str, enabled: bool) -> str:
+        """Pause (``enabled=False``) or resume schedule ``name``; its id."""
+
+    @abstractmethod
+    def trigger(self, name: str) -> str:
+        """Start a run of schedule ``name`` now; its id."""
+
+    @abstractmethod
+    def delete(self, name: str) -> str:
+        """Delete schedule ``name`` (runs it started are kept); its id."""
+
+
+class ComputeConfigs(ABC):
+    """Compute configs registered with the platform by name (a job names one as ``prefix`` NAME[:VERSION])."""
+
+    prefix: str  # e.g. "anyscale:" (the backend's Placement holds the same)
+
+    @abstractmethod
+    def registered(self, name: str) -> Data:
+        """Registered compute config ``name`` (NAME[:VERSION], no prefix) as the platform holds it."""
+
+    @abstractmethod
+    def register(self, config: Data, name: str) -> str:
+        """Register ``config`` as ``name`` (a new version if the name exists); the full name (NAME:VERSION)."""
+
+    @abstractmethod
+    def check(self, config: Data, where: str) -> str | None:
+        """Validate with the platform's own model: what checked it, or None when that model is not installed;
+        BadInput if it rejects the config."""
+
+    @abstractmethod
+    def with_defaults(self, config: Data) -> Data:
+        """A project's compute config as the platform would get it (e.g. the settings' cloud when it names none)."""
+
+
+class LocalCluster(ABC):
+    """A cluster on this machine that the backend starts on demand."""
+
+    @abstractmethod
+    def up(self, nodes: int, cpus_per_node: int, log: Log) -> Data:
+        """Start it (or grow it to ``nodes``); it as ``describe`` shows it."""
+
+    @abstractmethod
+    def running(self) -> bool:
+        """Whether its state says it runs (a damaged state: False; ``down`` reports the damage)."""
+
+    @abstractmethod
+    def down(self, log: Log) -> int:
+        """Stop only the processes rtjob started; how many were ended."""
+
+    @abstractmethod
+    def describe(self) -> Data:
+        """{address, nodes, cpus, temp_dir}; Unreachable (exit 3) if it is not running."""

@@ -1,0 +1,52 @@
+"""What a process on the cluster may import: a stock `ray[default]` image has the stdlib, `requests` and rtjob's
+contract package, not the CLI's libraries. Each module in CLUSTER_SIDE is imported in a fresh interpreter in which
+importing any of those libraries fails, so a module-level import of one (direct or through another rtjob module)
+is caught here, not on a cluster."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from support.cli import REPO
+
+CLI = REPO / "cli"
+
+# The modules a process on the cluster imports (add the run lifecycle's modules of runs/ here as they qualify).
+CLUSTER_SIDE = (
+    "rtjob.backends.ray.client",  # the Jobs API's REST client
+    "rtjob.backends.ray.retries",  # the retry rule
+    "rtjob.core.record",  # the run record
+    "rtjob.storage.records",  # the record and log writers
+    "rtjob.core.redact",
+)
+# What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
+BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")
+
+_BLOCKER = """
+import sys
+
+class Blocked:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {blocked!r}:
+            raise ImportError(f"{{name}} is not on the cluster")
+        return None
+
+sys.meta_path.insert(0, Blocked())
+import {module}
+"""
+
+
+@pytest.mark.parametrize("module", CLUSTER_SIDE)
+def test_a_cluster_side_module_imports_without_the_clis_libraries(module: str) -> None:
+    code = _BLOCKER.format(blocked=set(BLOCKED), module=module)
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          env={"PYTHONPATH": f"{CLI}:{REPO}", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def test_the_blocker_blocks() -> None:
+    proc = subprocess.run([sys.executable, "-c", _BLOCKER.format(blocked=set(BLOCKED), module="click")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "click is not on the cluster" in proc.stderr
