@@ -15,10 +15,9 @@ from .options import (
     complete_job,
     output_option,
     run_id_argument,
-    settings_from,
-    storage_root_from,
 )
 from .printing import echo, print_data, runs_table, say
+from .settings import settings_from
 
 if TYPE_CHECKING:
     from ..core.record import RunRecord
@@ -99,9 +98,10 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob show RUN_ID -o json | jq .git
     """
     from ..runs import history
+    from ..runs.places import storage_root
 
     settings = settings_from(backend, address, headers, no_verify_tls)
-    record = history.find(run_id, storage_uri or storage_root_from(settings))
+    record = history.find(run_id, storage_root(settings, storage_uri))
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the storage searched (rtjob runs lists what is; "
                        "rtjob runs --storage s3://bucket/prefix finds a team's runs)")

@@ -49,7 +49,7 @@ def local_down() -> int:
     """
     from ..backends.ray import cluster
     from ..runs.history import before_cluster_stops
-    from .options import backend_from
+    from .settings import backend_from
 
     try:
         running = cluster.load_state() is not None

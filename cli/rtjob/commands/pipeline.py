@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: bool) -> None:
     """Every step's request exactly as it will be sent (render and --dry-run of a pipeline)."""
     from ..backends.base import NotSupported
-    from .submit import print_render, render_data
+    from .render import print_render, render_data
 
     if output == "yaml":
         try:  # one job file per step for the backend's own CLI (anyscale job submit -f), where it has one

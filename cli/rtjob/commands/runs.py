@@ -10,12 +10,9 @@ from ..core.errors import EXIT_SUCCEEDED, BadInput
 from ..core.model import Attempts, RunStatus
 from .options import (
     EXIT_CODES_HELP,
-    backend_from,
     backend_options,
-    backend_with_storage,
     complete_job,
     output_option,
-    parse_timeout,
     run_id_argument,
 )
 from .printing import (
@@ -29,6 +26,7 @@ from .printing import (
     runs_table,
     say,
 )
+from .settings import backend_from, backend_with_storage, parse_timeout
 
 
 @click.command(epilog=EXIT_CODES_HELP)

@@ -11,8 +11,9 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
 from ..jobspec.project import PULLED_RUNS_DIR  # stdlib only: one home for the pull destination
-from .options import backend_options, output_option, settings_from, storage_root_from
+from .options import backend_options, output_option
 from .printing import echo, print_data, print_rich, say
+from .settings import settings_from
 
 if TYPE_CHECKING:
     from ..runs.sources import Source
@@ -70,11 +71,12 @@ def _source(arg: str, endpoint: str | None, backend: str | None, address: str | 
     given."""
     from ..backends import backend_class, get_backend
     from ..runs.history import lookup as remembered
+    from ..runs.places import storage_root
     from ..runs.sources import resolve_source
 
     def lookup(run_id: str) -> Any:  # the cluster, else the run's record (the ledger, the project's storage)
         settings = settings_from(backend, address, headers, no_verify_tls)
-        info, record = remembered(get_backend(settings), run_id, storage_root_from(settings), say)
+        info, record = remembered(get_backend(settings), run_id, storage_root(settings), say)
         if record is not None and record.steps:
             raise _PipelineRun(record.steps)
         return info

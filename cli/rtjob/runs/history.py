@@ -86,7 +86,7 @@ def _storage_here(backend_name: str, uri: str | None) -> bool:
         return True
     if "://" in uri:
         return False
-    from .sources import on_this_machine
+    from .places import on_this_machine
 
     return on_this_machine(backend_name)
 

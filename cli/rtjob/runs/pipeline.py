@@ -129,10 +129,9 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
         if earlier_id == pipeline_id:
             raise BadInput(f"--from {from_step} {earlier_id}: the new pipeline run needs another id than "
                            f"--submission-id {earlier_id}")
-        from ..backends import backend_class
+        from .places import storage_root
 
-        root = storage_flag or settings.get("storage") or backend_class(settings.get("backend")).placement().default_storage
-        reused = _reused(from_step, earlier_id, names, root)
+        reused = _reused(from_step, earlier_id, names, storage_root(settings, storage_flag))
     sets = _sets_by_step(pipeline, overrides.sets)
     steps: list[StepPlan] = []
     for step in pipeline.steps:

@@ -12,6 +12,7 @@ from ..core.errors import BadInput, RtjobError
 from ..core.model import RunStatus
 from ..storage.layout import NothingStored
 from ..storage.location import Location, parse_location
+from .places import on_this_machine
 
 
 @dataclass
@@ -97,17 +98,6 @@ def _run_dir_in(storage_root: str | None, run_id: str) -> Path | None:
         return None
     matches = [p for p in Path(storage_root).glob(f"*/{run_id}") if p.is_dir()]
     return matches[0] if len(matches) == 1 else None
-
-
-def on_this_machine(backend: str) -> bool:
-    """Does a run of ``backend`` write its local paths on this machine (the embedded cluster)? An unknown backend
-    does not."""
-    from ..backends import backend_class
-
-    try:
-        return backend_class(backend).placement().embedded
-    except RtjobError:
-        return False
 
 
 def redacted(exc: RtjobError, secrets: list[str]) -> RtjobError:
