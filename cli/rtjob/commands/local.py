@@ -48,7 +48,8 @@ def local_down() -> int:
       rtjob local down
     """
     from ..backends.ray import cluster
-    from ..runs.history import before_cluster_stops
+    from ..runs.archive import before_cluster_stops
+    from .events import PRINTED
     from .settings import backend_from
 
     try:
@@ -56,7 +57,7 @@ def local_down() -> int:
     except cluster.DamagedState:
         running = False  # down reports the damage and still stops what it finds
     if running:  # its runs' logs and ends are saved before they are gone
-        archived = before_cluster_stops(backend_from("local", None, (), False), say)
+        archived = before_cluster_stops(backend_from("local", None, (), False), PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
     count = cluster.down(log=say)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
+from .events import PRINTED, log_stream, print_followed
 from .options import (
     EXIT_CODES_HELP,
     backend_options,
@@ -14,7 +15,7 @@ from .options import (
     run_id_argument,
     run_options,
 )
-from .printing import echo, follow_and_report, print_data, run_json, say
+from .printing import echo, print_data, run_json
 from .render import print_render
 from .settings import parse_timeout, settings_from
 
@@ -120,33 +121,21 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
          timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
     """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
-    from ..jobspec.pricing import job_cost
-    from ..runs import runner
-    from ..runs.history import remember_submitted
+    from ..runs.submission import follow_to_end, submit_and_record
 
     if dry_run:
         print_render(planned, settings, output, explain)
         return EXIT_SUCCEEDED
-    done = runner.submit(planned, attach=attach, say=say)
-    info, resolved, be = done.run, planned.job, planned.backend
-    remember_submitted(planned, info, say)  # the ledger and the run's storage: the run outlives its cluster
-    for note in planned.notes:
-        say(f"note: {note}")
-    if done.created:
-        say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.shape_summary()}; "
-            f"storage {info.storage_uri or '-'})")
-        hourly = job_cost(resolved)
-        if hourly is not None:
-            say(f"cost: {hourly.text()}")
-    else:
-        say(f"run {info.id} already exists ({info.status.value}); attaching instead of submitting again")
+    info = submit_and_record(planned, attach=attach, events=PRINTED).run
     if no_wait:
         if output != "text":
             print_data(run_json(info), output)
         else:
             echo(info.id)
         return EXIT_SUCCEEDED
-    return follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True, request=planned.request)
+    followed = follow_to_end(planned.backend, info.id, out=log_stream(output), timeout_s=timeout_s,
+                             stop_on_interrupt=stop_on_interrupt, events=PRINTED, request=planned.request)
+    return print_followed(followed, output)
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -177,7 +166,8 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
       rtjob rerun RUN_ID --set args.epochs=20 --dry-run
     """
     from ..core.errors import BadInput
-    from ..runs.history import find
+    from ..runs.events import Quiet
+    from ..runs.memory import find, remember
     from ..runs.places import storage_root
     from ..runs.rerun import plan_rerun, recorded_settings
 
@@ -186,6 +176,7 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the project's storage (rtjob runs lists what "
                        "is; rtjob runs --storage s3://bucket/prefix finds a team's runs)")
+    remember(record, Quiet())  # found in the project's storage: this ledger knows it from now on
     if record.steps:
         raise BadInput(f"{run_id} is a pipeline run: run it again with rtjob submit {record.job_file or record.job} "
                        f"(--from STEP {run_id} reuses the steps before STEP)")
@@ -196,6 +187,6 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
                              no_verify_tls, job_path, **flags)
     planned, warnings = plan_rerun(record, settings, sets, envs, nodes, submission_id)
     for warning in warnings:
-        say(f"warning: {warning}")
+        PRINTED.warning(warning)
     return send(planned, settings, output=output, dry_run=dry_run, explain=explain, no_wait=no_wait,
                 timeout_s=timeout_s, stop_on_interrupt=stop_on_interrupt, attach=submission_id is not None)

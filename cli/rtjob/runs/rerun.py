@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import BadInput
 from ..core.record import RunRecord
 from ..core.redact import MASK, redact_data
-from .history import git_state
 from .recorded_spec import restore, unrestorable
+from .records import git_state
 
 if TYPE_CHECKING:
     from ..jobspec.project import Settings
