@@ -26,7 +26,7 @@ from .printing import (
     runs_table,
     say,
 )
-from .settings import backend_from, backend_with_storage, parse_timeout
+from .settings import backend_for_run, backend_from, parse_timeout
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -45,7 +45,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     from ..runs.archive import look_up
     from ..runs.cost import finished_run_cost
 
-    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
     info, record = look_up(be, run_id, storage_root, PRINTED, attempts_of)
     if record is not None and record.steps:  # a pipeline run: its steps' runs
@@ -126,7 +126,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     timeout_s = parse_timeout(timeout)
     if follow and tail_lines:
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
-    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     info, record = look_up(be, run_id, storage_root, Quiet())
     if record is not None and record.steps:  # a pipeline run: each step's log
         if follow:
@@ -169,7 +169,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     from ..runs.archive import look_up
 
     timeout_s = parse_timeout(timeout)
-    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     info, record = look_up(be, run_id, storage_root, PRINTED)
     if record is not None and record.steps:  # a pipeline run: its submitted steps, then its outcome
         from .pipeline import pipeline_wait
@@ -201,7 +201,7 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob stop RUN_ID
       rtjob stop RUN_ID --backend anyscale -o json
     """
-    info = backend_from(backend, address, headers, no_verify_tls).stop(run_id)
+    info = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0].stop(run_id)
     if output != "text":
         print_data(run_json(info), output)
     else:

@@ -53,6 +53,21 @@ def backend_with_storage(backend: str | None, address: str | None, headers: tupl
     return get_backend(settings), storage_root(settings)
 
 
+def backend_for_run(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...],
+                    no_verify_tls: bool) -> tuple[Backend, str | None]:
+    """backend_with_storage for a command about one run (status, logs, wait, stop): unless --backend, --address or
+    --context chooses, the backend and address that ran it, as the ledger remembers them (a user of several
+    backends names none for a known run)."""
+    click_ctx = click.get_current_context(silent=True)
+    if not (backend or address or (click_ctx is not None and click_ctx.meta.get(CONTEXT_KEY))):
+        from ..runs.memory import where_it_ran
+
+        ran = where_it_ran(run_id)
+        if ran is not None:
+            backend, address = ran
+    return backend_with_storage(backend, address, headers, no_verify_tls)
+
+
 def parse_timeout(timeout: str | None) -> float | None:
     from ..jobspec.overrides import parse_duration
 

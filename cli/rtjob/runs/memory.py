@@ -110,6 +110,25 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[Run
         return remembered_info(record), record
 
 
+def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
+    """The backend (and its address) that ran ``run_id``, as this ledger remembers it; None: not remembered. The
+    address is left to the settings where the recorded one cannot be used as it is: masked (it carried a password,
+    which the settings hold) or the embedded cluster's (found again on this machine)."""
+    from ..core.redact import MASK
+    from .places import on_this_machine
+
+    try:
+        record = ledger().get(run_id)
+    except RtjobError:
+        return None
+    if record is None:
+        return None
+    address = record.address
+    if address and (MASK in address or on_this_machine(record.backend)):
+        address = None
+    return record.backend, address
+
+
 def remembered_info(record: RunRecord) -> RunInfo:
     """What a record says of a run its cluster no longer knows: an end never seen is UNKNOWN, not RUNNING."""
     info = record.to_run_info()
