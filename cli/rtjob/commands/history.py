@@ -98,7 +98,6 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob show RUN_ID
       rtjob show RUN_ID -o json | jq .git
     """
-    from ..runs.events import Quiet
     from ..runs.listing import checkpoints_of, refreshed
     from ..runs.memory import find, remember
     from ..runs.places import storage_root
@@ -108,7 +107,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the storage searched (rtjob runs lists what is; "
                        "rtjob runs --storage s3://bucket/prefix finds a team's runs)")
-    remember(record, Quiet())  # found in storage: this ledger knows it from now on
+    remember(record)  # found in storage: this ledger knows it from now on
     record = refreshed(settings, record, PRINTED)
     checkpoints = checkpoints_of(record, PRINTED)
     if output != "text":

@@ -166,7 +166,6 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
       rtjob rerun RUN_ID --set args.epochs=20 --dry-run
     """
     from ..core.errors import BadInput
-    from ..runs.events import Quiet
     from ..runs.memory import find, remember
     from ..runs.places import storage_root
     from ..runs.rerun import plan_rerun, recorded_settings
@@ -176,7 +175,7 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the project's storage (rtjob runs lists what "
                        "is; rtjob runs --storage s3://bucket/prefix finds a team's runs)")
-    remember(record, Quiet())  # found in the project's storage: this ledger knows it from now on
+    remember(record)  # found in the project's storage: this ledger knows it from now on
     if record.steps:
         raise BadInput(f"{run_id} is a pipeline run: run it again with rtjob submit {record.job_file or record.job} "
                        f"(--from STEP {run_id} reuses the steps before STEP)")

@@ -36,7 +36,7 @@ def look_up(backend: Backend, run_id: str, storage_root: str | None, events: Run
     if record is None:
         observe(backend, info, events, attempts_of=attempts_of)
     else:
-        remember(record, events)
+        remember(record)
     return info, record
 
 

@@ -59,14 +59,17 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
         events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
 
 
-def remember(record: RunRecord, events: RunEvents) -> None:
-    """A record found in a run's storage, remembered in this ledger from now on (a run it knows is left as is)."""
+def remember(record: RunRecord) -> None:
+    """A record found in a run's storage, remembered in this ledger from now on (a run it knows is left as is).
+    Quietly: the command that found it answers from the record either way."""
+    from .events import Quiet
+
     try:
         if ledger().get(record.id) is not None:
             return
     except RtjobError:
         return
-    save(record, events, to_storage=False)
+    save(record, Quiet(), to_storage=False)
 
 
 def stored(info: RunInfo) -> RunRecord | None:
