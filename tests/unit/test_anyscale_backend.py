@@ -206,6 +206,25 @@ def test_stop_terminates_and_waits_with_rtjobs_limit(cli: Cli) -> None:
     assert cli("wait", "stop-me", "--backend", "anyscale", "--timeout", "10s").code == 1
 
 
+def test_status_logs_wait_and_stop_of_a_known_run_go_to_the_backend_that_ran_it(cli: Cli) -> None:
+    """The ledger knows the run ran on Anyscale: no --backend needed (the default here is the embedded cluster);
+    an explicit flag still wins."""
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "busy\n", new_run=True))
+    assert cli(*SUBMIT, "--submission-id", "known-1", "--no-wait").code == 0
+    status = cli("status", "known-1", "--output", "json")
+    assert status.code == 0, status.err
+    assert json.loads(status.out)["backend"] == "anyscale" and "from the run record" not in status.err
+    logs = cli("logs", "known-1")
+    assert logs.code == 0 and logs.out.strip() == "busy", logs.err
+    stopped = cli("stop", "known-1", "--output", "json")
+    assert stopped.code == 0 and json.loads(stopped.out)["status"] == "STOPPED", stopped.err
+    assert cli.fake.terminated == [next(iter(cli.fake._jobs))]
+    waited = cli("wait", "known-1", "--timeout", "10s", "--output", "json")
+    assert waited.code == 1 and json.loads(waited.out)["backend"] == "anyscale", waited.err
+    elsewhere = cli("status", "known-1", "--backend", "local", "--output", "json")
+    assert "backend 'local' does not know this run now" in elsewhere.err
+
+
 def test_logs_tail_and_delete_through_the_sdk(cli: Cli) -> None:
     cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "busy\n", new_run=True))
     assert cli(*SUBMIT, "--submission-id", "busy-1", "--no-wait").code == 0

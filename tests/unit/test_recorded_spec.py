@@ -82,7 +82,7 @@ def test_rerun_warns_when_the_code_is_not_the_recorded_commit(tmp_path: Path) ->
     import subprocess
 
     from rtjob.core.record import RunRecord
-    from rtjob.runs.history import git_state
+    from rtjob.runs.records import git_state
     from rtjob.runs.rerun import git_differences
 
     def git(*args: str) -> None:

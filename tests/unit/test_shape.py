@@ -256,15 +256,16 @@ class StuckBackend:
 
 
 def _fast(monkeypatch: pytest.MonkeyPatch, grace: str) -> None:
-    from rtjob.runs import follow
+    from rtjob.runs import follow, stuck_watch
 
     monkeypatch.setattr(follow, "POLL_S", 0.01)
-    monkeypatch.setattr(follow, "STUCK_POLL_S", 0.0)
+    monkeypatch.setattr(stuck_watch, "STUCK_POLL_S", 0.0)
     monkeypatch.setenv("RTJOB_STUCK_GRACE_S", grace)
 
 
 def test_a_run_that_waits_in_vain_is_stopped_after_the_grace_period(monkeypatch):
-    from rtjob.runs.follow import NeverFits, follow
+    from rtjob.runs.follow import follow
+    from rtjob.runs.stuck_watch import NeverFits
 
     _fast(monkeypatch, "0.05")
     backend = StuckBackend(final=True)
@@ -281,13 +282,13 @@ def test_a_wait_that_ended_does_not_count_towards_a_later_one(monkeypatch):
     gets a whole grace period for the new wait."""
     import asyncio
 
-    from rtjob.runs import follow
+    from rtjob.runs import stuck_watch
 
     _fast(monkeypatch, "100")
     backend = StuckBackend(final=True)
     clock = [1000.0]
-    monkeypatch.setattr(follow.time, "monotonic", lambda: clock[0])
-    watch = follow.StuckWatch(backend, "r1", notice=None)  # type: ignore[arg-type]
+    monkeypatch.setattr(stuck_watch.time, "monotonic", lambda: clock[0])
+    watch = stuck_watch.StuckWatch(backend, "r1", notice=None)  # type: ignore[arg-type]
     asyncio.run(watch.check(backend.info))  # waits from t=1000
     backend.stuck_answer = None
     clock[0] += 600
@@ -299,7 +300,7 @@ def test_a_wait_that_ended_does_not_count_towards_a_later_one(monkeypatch):
     asyncio.run(watch.check(backend.info))  # 50 s into the new wait: within its grace
     assert backend.stops == 0
     clock[0] += 60
-    with pytest.raises(follow.NeverFits):
+    with pytest.raises(stuck_watch.NeverFits):
         asyncio.run(watch.check(backend.info))  # 110 s: past the grace
     assert backend.stops == 1
 

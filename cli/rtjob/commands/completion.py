@@ -88,7 +88,7 @@ def _within(seconds: float, call: Callable[[], list[str]]) -> list[str]:
 
 def run_ids_starting(ctx: click.Context, incomplete: str) -> list[CompletionItem]:
     """Run ids from the configured backend's list (the --backend/--address given so far on the line)."""
-    from .options import backend_from
+    from .settings import backend_from
 
     params: dict[str, Any] = ctx.params
 

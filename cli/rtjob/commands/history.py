@@ -9,6 +9,7 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
 from ..core.model import Attempts, RunStatus
+from .events import PRINTED
 from .options import (
     EXIT_CODES_HELP,
     BackendNamesHelp,
@@ -16,10 +17,9 @@ from .options import (
     complete_job,
     output_option,
     run_id_argument,
-    settings_from,
-    storage_root_from,
 )
 from .printing import echo, print_data, runs_table, say
+from .settings import settings_from
 
 if TYPE_CHECKING:
     from ..core.record import RunRecord
@@ -53,7 +53,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
       rtjob runs --storage s3://team-bucket/runs      a team's runs, from the bucket alone
       rtjob runs --prune --older-than 30d
     """
-    from ..runs import history
+    from ..runs import listing
     from ..runs.listing import RunFilter
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before anything is read
@@ -61,11 +61,11 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         from ..jobspec.overrides import parse_duration
 
         seconds = parse_duration(older_than, "--older-than")
-        forgotten = history.prune(seconds)
+        forgotten = listing.prune(seconds)
         say(f"forgot {forgotten} ended run(s) older than {older_than} (their storage is untouched)")
         return EXIT_SUCCEEDED
     if storage_uri is not None:
-        found, problems = history.from_storage(storage_uri, endpoint_url, job_filter)
+        found, problems = listing.from_storage(storage_uri, endpoint_url, job_filter)
         for line in problems:
             say(f"warning: {line}")
         records = [r for r in found if (backend_filter is None or r.backend == backend_filter)
@@ -77,9 +77,9 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         return EXIT_SUCCEEDED
     settings = settings_from(None, None, (), False)
     if output != "text":
-        print_data(history.recorded_summaries(wanted, backend_filter, settings, say), output)
+        print_data(listing.recorded_summaries(wanted, backend_filter, settings, PRINTED), output)
     else:
-        runs_table([r.to_run_info() for r in history.recorded_runs(wanted, backend_filter, settings, say)])
+        runs_table([r.to_run_info() for r in listing.recorded_runs(wanted, backend_filter, settings, PRINTED)])
     return EXIT_SUCCEEDED
 
 
@@ -99,15 +99,18 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob show RUN_ID
       rtjob show RUN_ID -o json | jq .git
     """
-    from ..runs import history
+    from ..runs.listing import checkpoints_of, refreshed
+    from ..runs.memory import find, remember
+    from ..runs.places import storage_root
 
     settings = settings_from(backend, address, headers, no_verify_tls)
-    record = history.find(run_id, storage_uri or storage_root_from(settings))
+    record = find(run_id, storage_root(settings, storage_uri))
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the storage searched (rtjob runs lists what is; "
                        "rtjob runs --storage s3://bucket/prefix finds a team's runs)")
-    record = history.refreshed(settings, record, say)
-    checkpoints = history.checkpoints_of(record, say)
+    remember(record)  # found in storage: this ledger knows it from now on
+    record = refreshed(settings, record, PRINTED)
+    checkpoints = checkpoints_of(record, PRINTED)
     if output != "text":
         print_data({**record.to_json(), "checkpoints": checkpoints}, output)
         return EXIT_SUCCEEDED

@@ -20,7 +20,7 @@ def _cluster() -> tuple[Backend, LocalCluster]:
     """The backend that offers a cluster on this machine, and that cluster."""
     from ..backends import offering
     from ..backends.base import NotSupported
-    from .options import backend_from
+    from .settings import backend_from
 
     backend = backend_from(offering("local_cluster"), None, (), False)
     cluster = backend.local_cluster()
@@ -65,11 +65,12 @@ def local_down() -> int:
     Examples:
       rtjob local down
     """
-    from ..runs.history import before_cluster_stops
+    from ..runs.archive import before_cluster_stops
+    from .events import PRINTED
 
     backend, cluster = _cluster()
     if cluster.running():  # its runs' logs and ends are saved before they are gone
-        archived = before_cluster_stops(backend, say)
+        archived = before_cluster_stops(backend, PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
     count = cluster.down(log=say)

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from ..backends import DEFAULT
-
-if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..jobspec.settings import Settings
+from .completion import compute_config_names_starting, job_names_starting, run_ids_starting
+from .settings import CONTEXT_KEY
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -81,10 +79,9 @@ def _remember_context(ctx: click.Context, param: click.Parameter, value: str | N
     if value is not None:
         from ..jobspec.contexts import check_name
 
-        ctx.meta[_CONTEXT_KEY] = check_name(value, "--context")
+        ctx.meta[CONTEXT_KEY] = check_name(value, "--context")
 
 
-_CONTEXT_KEY = "rtjob.context"
 # Kept out of the commands' signatures: settings_from reads it from the Click context.
 context_option = click.option(
     "--context", "context_name", metavar="NAME", expose_value=False, callback=_remember_context,
@@ -149,69 +146,12 @@ def run_options(dry_run_help: str) -> Callable[[F], F]:
 
 
 def complete_job(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    from .completion import job_names_starting
-
     return job_names_starting(incomplete)
 
 
 def complete_compute_config(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    from .completion import compute_config_names_starting
-
     return compute_config_names_starting(incomplete)
 
 
 def complete_run_id(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
-    from .completion import run_ids_starting
-
     return run_ids_starting(ctx, incomplete)
-
-
-def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-                  job: str | None = None, **extra: Any) -> Settings:
-    """The current context < project config < environment < the chosen context (--context) < these flags, with
-    the backend settled by the registry. With ``job``: the project config of that job's project (a job file's own
-    project, wherever rtjob runs)."""
-    from ..backends import configured
-    from ..jobspec.overrides import parse_headers
-    from ..jobspec.project import project_of
-
-    flags: dict[str, Any] = {"backend": backend, "address": address, **extra}
-    if headers:
-        flags["headers"] = parse_headers(headers)
-    if no_verify_tls:
-        flags["verify_tls"] = False
-    click_ctx = click.get_current_context(silent=True)
-    settings = configured(flags, project_of(job) if job else None,
-                          context=click_ctx.meta.get(_CONTEXT_KEY) if click_ctx else None)
-    # Header values and a password in the address reach the redactor as they are set (jobspec.settings.Settings.set)
-    # or resolved: reading them here would resolve a context reference that this command may never need.
-    return settings
-
-
-def backend_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool) -> Backend:
-    from ..backends import get_backend
-
-    return get_backend(settings_from(backend, address, headers, no_verify_tls))
-
-
-def backend_with_storage(backend: str | None, address: str | None, headers: tuple[str, ...],
-                         no_verify_tls: bool) -> tuple[Backend, str | None]:
-    """The backend, and where a run's record is looked for when the cluster and the ledger do not know it."""
-    from ..backends import get_backend
-
-    settings = settings_from(backend, address, headers, no_verify_tls)
-    return get_backend(settings), storage_root_from(settings)
-
-
-def storage_root_from(settings: Settings) -> str | None:
-    """Where this project's runs write (the storage setting, else the backend's default): a run's record is
-    looked for there when neither the cluster nor the ledger knows the run."""
-    from ..backends import backend_class
-
-    return settings.get("storage") or backend_class(settings.get("backend")).placement().default_storage
-
-
-def parse_timeout(timeout: str | None) -> float | None:
-    from ..jobspec.overrides import parse_duration
-
-    return parse_duration(timeout) if timeout is not None else None

@@ -1,6 +1,6 @@
-"""Every print helper of the CLI, and so the one redaction boundary: progress lines, plain output, JSON, rich
-tables, and following a run to its outcome all pass ``REDACTOR`` (core/redact.py), which knows every secret
-value of this run. Nothing in commands/ prints any other way (tests/unit/test_redaction.py checks)."""
+"""Every print helper of the CLI, and so the one redaction boundary: progress lines, plain output, JSON and rich
+tables all pass ``REDACTOR`` (core/redact.py), which knows every secret value of this run. Nothing in commands/
+prints any other way (tests/unit/test_hardening.py checks). It prints only: it calls no use case (runs/)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,11 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_SUCCEEDED
+from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED
 from ..core.model import RunInfo, RunStatus
 from ..core.redact import REDACTOR, redact
-
-if TYPE_CHECKING:
-    from ..backends.base import Backend, Request
 
 
 def say(message: str) -> None:
@@ -215,46 +212,3 @@ def runs_table(runs: list[RunInfo]) -> None:
 def outcome(info: RunInfo) -> int:
     """The exit code of a run that ended: 0 succeeded, 1 failed or stopped."""
     return EXIT_SUCCEEDED if info.status == RunStatus.SUCCEEDED else EXIT_FAILED
-
-
-def follow_and_report(be: Backend, run_id: str, output: str, timeout_s: float | None, stop_on_interrupt: bool,
-                      logs: bool, request: Request | None = None) -> int:
-    """Follow a run (its log to stdout, or stderr with -o json), print its outcome, return its exit code."""
-    return follow_outcome(be, run_id, output, timeout_s, stop_on_interrupt, logs, request)[0]
-
-
-def follow_outcome(be: Backend, run_id: str, output: str, timeout_s: float | None, stop_on_interrupt: bool,
-                   logs: bool, request: Request | None = None,
-                   print_result: bool = True) -> tuple[int, RunInfo | None]:
-    """follow_and_report, also returning the run as it ended (None: detached by Ctrl-C, still running);
-    ``print_result=False``: the outcome line only, no -o json/yaml document (a pipeline prints one for all)."""
-    from ..runs.runner import follow_run
-
-    log_out = (sys.stdout if output == "text" else sys.stderr) if logs else None
-    try:
-        info = follow_run(
-            be, run_id, out=log_out, timeout_s=timeout_s, say=say, request=request,
-            on_status=lambda i: say(f"{i.id}: {i.status.value}") if not i.status.terminal else None)
-    except KeyboardInterrupt:
-        if stop_on_interrupt:
-            say(f"interrupted: stopping {run_id} ...")
-            info = be.stop(run_id)
-            say(f"{run_id}: {info.status.value}")
-            from ..runs.history import observe
-
-            observe(be, info, say, run_id=run_id)
-            if output != "text" and print_result:
-                print_data(run_json(info), output)
-            return EXIT_FAILED, info
-        say(f"detached; {run_id} keeps running. Re-attach: rtjob logs {run_id} --follow  (or rtjob wait {run_id})")
-        return EXIT_INTERRUPTED, None
-    from ..runs.history import observe
-
-    observe(be, info, say, run_id=run_id)  # into the ledger; an ended run's record and logs archived
-    # The first line only: Ray appends the log's tail to a failure message, and it was just printed.
-    first = (info.message or "").strip().splitlines()[0] if info.message else ""
-    message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
-    say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
-    if output != "text" and print_result:
-        print_data(run_json(info), output)
-    return outcome(info), info

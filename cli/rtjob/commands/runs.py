@@ -8,20 +8,17 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
 from ..core.model import Attempts, RunStatus
+from .events import PRINTED, log_stream, print_followed
 from .options import (
     EXIT_CODES_HELP,
-    backend_from,
     backend_options,
-    backend_with_storage,
     complete_job,
     output_option,
-    parse_timeout,
     run_id_argument,
 )
 from .printing import (
     duration,
     echo,
-    follow_and_report,
     outcome,
     print_data,
     run_json,
@@ -29,6 +26,7 @@ from .printing import (
     runs_table,
     say,
 )
+from .settings import backend_for_run, backend_from, parse_timeout
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -44,12 +42,12 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
       rtjob status rtjob-ddp-resnet-20261123-0210-ab12
       rtjob status RUN_ID --address http://head:8265 -o json
     """
+    from ..runs.archive import look_up
     from ..runs.cost import finished_run_cost
-    from ..runs.history import lookup
 
-    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
-    info, record = lookup(be, run_id, storage_root, say, attempts_of)
+    info, record = look_up(be, run_id, storage_root, PRINTED, attempts_of)
     if record is not None and record.steps:  # a pipeline run: its steps' runs
         from .pipeline import pipeline_status
 
@@ -90,13 +88,13 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --job ddp-resnet --limit 5 -o json
       rtjob list --backend anyscale
     """
-    from ..runs.history import archive_ended
+    from ..runs.archive import archive_ended
     from ..runs.listing import RunFilter
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
     be = backend_from(backend, address, headers, no_verify_tls)
     listed = be.list()
-    archive_ended(be, listed, say)  # runs submitted with --no-wait that ended since: their records completed
+    archive_ended(be, listed, PRINTED)  # runs submitted with --no-wait that ended since: their records completed
     runs = wanted.apply(listed)
     if output != "text":
         print_data([run_json(r) for r in runs], output)
@@ -122,13 +120,14 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     """
     from ..backends.base import last_lines
     from ..core.redact import redact
-    from ..runs.history import archived_log, lookup
+    from ..runs.archive import archived_log, look_up
+    from ..runs.events import Quiet
 
     timeout_s = parse_timeout(timeout)
     if follow and tail_lines:
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
-    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
-    info, record = lookup(be, run_id, storage_root, None)
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
+    info, record = look_up(be, run_id, storage_root, Quiet())
     if record is not None and record.steps:  # a pipeline run: each step's log
         if follow:
             raise click.UsageError(f"--follow: {run_id} is a pipeline run; follow one step's run id, or rtjob "
@@ -143,7 +142,11 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         echo(redact(last_lines(text, tail_lines) if tail_lines else text, info.secrets), nl=False)
         return EXIT_SUCCEEDED
     if follow:
-        return follow_and_report(be, run_id, "text", timeout_s, False, logs=True)
+        from ..runs.submission import follow_to_end
+
+        followed = follow_to_end(be, run_id, out=log_stream("text"), timeout_s=timeout_s, stop_on_interrupt=False,
+                                 events=PRINTED)
+        return print_followed(followed, "text")
     text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
     echo(redact(text, info.secrets), nl=False)
     return EXIT_SUCCEEDED
@@ -163,11 +166,11 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob wait RUN_ID --timeout 2h
       rtjob wait RUN_ID -o json > outcome.json
     """
-    from ..runs.history import lookup
+    from ..runs.archive import look_up
 
     timeout_s = parse_timeout(timeout)
-    be, storage_root = backend_with_storage(backend, address, headers, no_verify_tls)
-    info, record = lookup(be, run_id, storage_root, say)
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
+    info, record = look_up(be, run_id, storage_root, PRINTED)
     if record is not None and record.steps:  # a pipeline run: its submitted steps, then its outcome
         from .pipeline import pipeline_wait
 
@@ -179,7 +182,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         if output != "text":
             print_data(run_json(info), output)
         return outcome(info)
-    return follow_and_report(be, run_id, output, timeout_s, False, logs=False)
+    from ..runs.submission import follow_to_end
+
+    followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
+    return print_followed(followed, output)
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -195,7 +201,7 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob stop RUN_ID
       rtjob stop RUN_ID --backend anyscale -o json
     """
-    info = backend_from(backend, address, headers, no_verify_tls).stop(run_id)
+    info = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0].stop(run_id)
     if output != "text":
         print_data(run_json(info), output)
     else:

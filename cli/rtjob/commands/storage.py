@@ -11,11 +11,13 @@ import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError
 from ..jobspec.project import PULLED_RUNS_DIR  # stdlib only: one home for the pull destination
-from .options import backend_options, output_option, settings_from, storage_root_from
+from .events import PRINTED
+from .options import backend_options, output_option
 from .printing import echo, print_data, print_rich, say
+from .settings import settings_from
 
 if TYPE_CHECKING:
-    from ..runs.sources import Source
+    from ..runs.sources import Source, StepSource
 
 PULL_EPILOG = """\b
 Exit codes:
@@ -39,51 +41,12 @@ Exit codes:
   3  storage unreachable, access denied, missing bucket, no AWS credentials
 """
 
-class _PipelineRun(Exception):
-    """The id is a pipeline run's: its steps are the sources (not an error: caught by _sources)."""
-
-    def __init__(self, steps: list[dict[str, Any]]) -> None:
-        self.steps = steps
-
-
 def _sources(arg: str, endpoint: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
-             no_verify_tls: bool) -> list[tuple[str | None, Source | RtjobError]]:
-    """``[(None, source)]`` for a run, URI or folder; for a pipeline run's id, ``(step, source)`` of each step in
-    order, or the reason a step has nothing to read (never submitted, no storage)."""
-    try:
-        return [(None, _source(arg, endpoint, backend, address, headers, no_verify_tls))]
-    except _PipelineRun as pipeline:
-        out: list[tuple[str | None, Source | RtjobError]] = []
-        for step in pipeline.steps:
-            try:
-                found: Source | RtjobError = _source(str(step.get("run_id")), endpoint, backend, address, headers,
-                                                     no_verify_tls)
-            except RtjobError as exc:
-                found = exc
-            out.append((str(step.get("name")), found))
-        return out
+             no_verify_tls: bool) -> list[StepSource]:
+    """ARG's sources (runs/sources.py): one for a run, URI or folder; a pipeline run's steps, in order."""
+    from ..runs.sources import sources_for
 
-
-def _source(arg: str, endpoint: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
-            no_verify_tls: bool) -> Source:
-    """A run id through its backend's status (else the backend's default local storage); a URI or folder as
-    given."""
-    from ..backends import backend_class, get_backend
-    from ..runs.history import lookup as remembered
-    from ..runs.sources import resolve_source
-
-    def lookup(run_id: str) -> Any:  # the cluster, else the run's record (the ledger, the project's storage)
-        settings = settings_from(backend, address, headers, no_verify_tls)
-        info, record = remembered(get_backend(settings), run_id, storage_root_from(settings), say)
-        if record is not None and record.steps:
-            raise _PipelineRun(record.steps)
-        return info
-
-    def default_storage() -> str | None:
-        settings = settings_from(backend, address, headers, no_verify_tls)
-        return backend_class(settings.get("backend")).placement().default_storage
-
-    return resolve_source(arg, endpoint, lookup, default_storage)
+    return sources_for(arg, endpoint, lambda: settings_from(backend, address, headers, no_verify_tls), PRINTED)
 
 
 @click.command(epilog=PULL_EPILOG)

@@ -2,26 +2,25 @@
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
+from .events import PRINTED, log_stream, print_followed
 from .options import (
     EXIT_CODES_HELP,
     backend_options,
     job_options,
-    parse_timeout,
     run_id_argument,
     run_options,
-    settings_from,
-    storage_root_from,
 )
-from .printing import echo, follow_and_report, print_data, run_json, say
+from .printing import echo, print_data, run_json
+from .render import print_render
+from .settings import parse_timeout, settings_from
 
 if TYPE_CHECKING:
-    from ..jobspec.settings import Settings
+    from ..jobspec.project import Settings
     from ..runs.pipeline import PipelinePlan
     from ..runs.runner import Plan
 
@@ -47,81 +46,6 @@ def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...]
 
 FROM_HELP = ("Pipelines: a new pipeline run that reuses the runs of PIPELINE_ID's steps before STEP (they must have "
              "succeeded) and runs STEP and the steps after it.")
-
-
-def _shown_setting(key: str, value: Any) -> Any:
-    from ..core.redact import mask_url
-
-    if key == "headers":
-        return "(masked)"
-    return mask_url(value) if isinstance(value, str) else value
-
-
-def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
-    """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
-    job, cost = planned.job, planned.cost
-    data = dict(planned.backend.render(planned.request))
-    data["cost"] = cost.to_json() if cost else None
-    data["run"] = {
-        "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
-        "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
-        "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
-        "upload": planned.upload.to_json() if planned.upload else None,
-    }
-    if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
-        data["run"].update({"nodes": job.sized_nodes, "workers": None, "resources_per_worker": None,
-                            "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
-    if explain:
-        data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
-                           for k, s in settings.values.items()}
-    data["notes"] = planned.notes
-    return data
-
-
-def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
-    """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
-    from ..backends.base import NotSupported
-
-    backend, job, request = planned.backend, planned.job, planned.request
-    if output == "yaml":
-        try:  # a file for the backend's own CLI (anyscale job submit -f), where it has one
-            echo(backend.render_file(request), nl=False)
-            return
-        except NotSupported:
-            pass  # else the same data as -o json, as YAML
-    if output != "text":
-        print_data(render_data(planned, settings, explain), output)
-        return
-    rendered = backend.render(request)
-    cost = planned.cost
-    res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
-    if job.shape_declared:
-        shape = f"{job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}"
-    else:
-        shape = "set by the entrypoint (the job declares no resources_per_worker or compute config)"
-        if job.local_cpus_per_node is not None:
-            shape += f"; the embedded cluster offers {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
-    lines = [
-        f"job:       {job.spec.name}  ({job.job_file})",
-        f"backend:   {backend.name}  {backend.display_address}",
-        f"shape:     {shape}",
-        f"compute:   {job.compute_config_name or '-'}",
-        *([f"cost:      {cost.text()}"] if cost else []),
-        f"run id:    {job.run_id}",
-        f"storage:   {job.storage_uri or '-'}",
-        f"upload:    {planned.upload.describe() if planned.upload else '-'}",
-    ]
-    lines += [f"note:      {note}" for note in planned.notes]
-    if explain:
-        lines.append("settings:")
-        for key, setting in settings.values.items():
-            value = _shown_setting(key, setting.value)
-            lines.append(f"  {key:<15} {value!s:<40} from {setting.source}")
-    lines.append("request:")
-    lines.append(json.dumps(rendered, indent=2))
-    lines.append("equivalent:")
-    lines.append("  " + backend.equivalent_command(request))
-    echo("\n".join(lines))
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -197,32 +121,21 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
          timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
     """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
-    from ..runs import runner
-    from ..runs.history import remember_submitted
+    from ..runs.submission import follow_to_end, submit_and_record
 
     if dry_run:
         print_render(planned, settings, output, explain)
         return EXIT_SUCCEEDED
-    done = runner.submit(planned, attach=attach, say=say)
-    info, resolved, be = done.run, planned.job, planned.backend
-    remember_submitted(planned, info, say)  # the ledger and the run's storage: the run outlives its cluster
-    for note in planned.notes:
-        say(f"note: {note}")
-    if done.created:
-        say(f"submitted {resolved.spec.name} as {info.id} ({be.name}, {resolved.shape_summary()}; "
-            f"storage {info.storage_uri or '-'})")
-        hourly = planned.cost
-        if hourly is not None:
-            say(f"cost: {hourly.text()}")
-    else:
-        say(f"run {info.id} already exists ({info.status.value}); attaching instead of submitting again")
+    info = submit_and_record(planned, attach=attach, events=PRINTED).run
     if no_wait:
         if output != "text":
             print_data(run_json(info), output)
         else:
             echo(info.id)
         return EXIT_SUCCEEDED
-    return follow_and_report(be, info.id, output, timeout_s, stop_on_interrupt, logs=True, request=planned.request)
+    followed = follow_to_end(planned.backend, info.id, out=log_stream(output), timeout_s=timeout_s,
+                             stop_on_interrupt=stop_on_interrupt, events=PRINTED, request=planned.request)
+    return print_followed(followed, output)
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -253,14 +166,16 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
       rtjob rerun RUN_ID --set args.epochs=20 --dry-run
     """
     from ..core.errors import BadInput
-    from ..runs.history import find
+    from ..runs.memory import find, remember
+    from ..runs.places import storage_root
     from ..runs.rerun import plan_rerun, recorded_settings
 
     timeout_s = parse_timeout(timeout)
-    record = find(run_id, storage_root_from(settings_from(backend, address, headers, no_verify_tls)))
+    record = find(run_id, storage_root(settings_from(backend, address, headers, no_verify_tls)))
     if record is None:
         raise BadInput(f"run {run_id} is not in the run ledger or the project's storage (rtjob runs lists what "
                        "is; rtjob runs --storage s3://bucket/prefix finds a team's runs)")
+    remember(record)  # found in the project's storage: this ledger knows it from now on
     if record.steps:
         raise BadInput(f"{run_id} is a pipeline run: run it again with rtjob submit {record.job_file or record.job} "
                        f"(--from STEP {run_id} reuses the steps before STEP)")
@@ -271,6 +186,6 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
                              no_verify_tls, job_path, **flags)
     planned, warnings = plan_rerun(record, settings, sets, envs, nodes, submission_id)
     for warning in warnings:
-        say(f"warning: {warning}")
+        PRINTED.warning(warning)
     return send(planned, settings, output=output, dry_run=dry_run, explain=explain, no_wait=no_wait,
                 timeout_s=timeout_s, stop_on_interrupt=stop_on_interrupt, attach=submission_id is not None)

@@ -1,7 +1,7 @@
 """A run record: what rtjob remembers of one run after its cluster is gone (the ledger's rows and
 ``<storage>/<job>/<run id>/rtjob-run.json`` hold the same JSON).
 
-Everything in it is already masked when it is made (runs/history.py): a record is written to a bucket a team
+Everything in it is already masked when it is made (runs/records.py): a record is written to a bucket a team
 shares, so it never holds a secret, only the names of the secrets a rerun must find again.
 """
 

@@ -1,11 +1,23 @@
-"""`rtjob list` filters, applied on this side over what a backend lists (every backend lists the same way)."""
+"""The listings: `rtjob list` filters, applied on this side over what a backend lists (every backend lists the
+same way), and the `rtjob runs`/`rtjob show` queries over the ledger and a team's storage."""
 
 from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+from ..core.errors import RtjobError
 from ..core.model import RunInfo, RunStatus
+from .archive import observe, refresh
+from .memory import ledger
+from .places import writable_here
+
+if TYPE_CHECKING:
+    from ..core.record import RunRecord
+    from ..jobspec.project import Settings
+    from ..ledger import Ledger
+    from .events import RunEvents
 
 
 @dataclass(frozen=True)
@@ -38,3 +50,95 @@ class RunFilter:
     def apply(self, runs: list[RunInfo]) -> list[RunInfo]:
         """The runs kept, in the backend's order (newest first), at most ``limit``."""
         return [run for run in runs if self.keeps(run)][: self.limit]
+
+
+# -- `rtjob runs` and `rtjob show` ----------------------------------------------------------------------------
+
+
+def _listing(wanted: RunFilter, backend_name: str | None, settings: Settings,
+             events: RunEvents) -> tuple[Ledger, dict[str, Any]]:
+    """The ledger and `rtjob runs`' filters, once the current backend's runs whose end rtjob has not seen yet
+    (after `submit --no-wait`) were asked about, so an ended run shows ended and archived."""
+    from ..backends import get_backend
+
+    book = ledger()
+    backend = get_backend(settings)
+    if backend_name in (None, backend.name):
+        pending = book.unarchived(backend.name)
+        if pending:
+            refresh(backend, pending, events)
+    return book, {"job": wanted.job, "status": wanted.status.value if wanted.status else None,
+                  "backend": backend_name, "since": wanted.since, "limit": wanted.limit}
+
+
+def _warnings(book: Ledger, events: RunEvents) -> None:
+    for line in book.warnings:
+        events.warning(line)
+    book.warnings.clear()
+
+
+def recorded_runs(wanted: RunFilter, backend_name: str | None, settings: Settings,
+                  events: RunEvents) -> list[RunRecord]:
+    """The ledger's runs, newest first (`rtjob runs`)."""
+    book, filters = _listing(wanted, backend_name, settings, events)
+    found = book.query(**filters)
+    _warnings(book, events)
+    return found
+
+
+def recorded_summaries(wanted: RunFilter, backend_name: str | None, settings: Settings,
+                       events: RunEvents) -> list[dict[str, Any]]:
+    """The same runs' short form (`rtjob runs -o json`), read without the whole records."""
+    book, filters = _listing(wanted, backend_name, settings, events)
+    found = book.summaries(**filters)
+    _warnings(book, events)
+    return found
+
+
+def from_storage(root: str, endpoint: str | None, job: str | None) -> tuple[list[RunRecord], list[str]]:
+    """A team's runs, by the records in their storage (no ledger needed); each is remembered in this ledger, so
+    `status`, `logs`, `show`, `results`, `pull` and `rerun` find it from now on."""
+    from ..storage.records import list_records
+
+    listed = list_records(root, endpoint, job=job)
+    try:
+        book = ledger()
+        for record in listed.records:
+            if book.get(record.id) is None:
+                book.save(record)
+    except RtjobError as exc:
+        listed.problems.append(f"run ledger not updated: {exc.message}")
+    return listed.records, listed.problems
+
+
+def prune(older_than_s: float) -> int:
+    cutoff = dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=older_than_s)
+    return ledger().prune(older_than=cutoff)
+
+
+def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRecord:
+    """`rtjob show`: a run whose end rtjob has not seen, as its backend reports it now (if it can be asked)."""
+    if record.archived:
+        return record
+    from ..backends import get_backend
+
+    try:
+        backend = get_backend(settings)
+        if backend.name != record.backend:
+            return record
+        return observe(backend, backend.status(record.id), events) or record
+    except RtjobError:
+        return record
+
+
+def checkpoints_of(record: RunRecord, events: RunEvents) -> list[dict[str, Any]] | None:
+    """The checkpoints in the run's storage (None: its storage cannot be read from here)."""
+    if not record.storage_uri or not writable_here(record.backend, record.storage_uri):
+        return None
+    from ..storage.records import checkpoints
+
+    try:
+        return checkpoints(record.storage_uri, record.storage_endpoint)
+    except RtjobError as exc:
+        events.warning(f"checkpoints not listed: {exc.message}")
+        return None

@@ -9,12 +9,12 @@ a new pipeline run that reuses the runs of ID's steps before STEP (found through
 
 Steps advance while a follower runs (``rtjob submit`` without ``--no-wait``): nothing on the cluster sequences
 them. ``--no-wait`` submits the next step only; the same submit with ``--submission-id ID`` goes on from there.
+The step loop itself (run, wait) is in steps.py.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -29,9 +29,8 @@ if TYPE_CHECKING:
     from ..jobspec.pipeline import Pipeline
     from ..jobspec.resolve import JobSource, Overrides
     from ..jobspec.settings import Settings
+    from .events import RunEvents
     from .runner import Plan
-
-Say = Callable[[str], None]
 
 
 @dataclass
@@ -91,7 +90,7 @@ def _sets_by_step(pipeline: Pipeline, sets: tuple[str, ...]) -> dict[str, list[s
 
 def _reused(from_step: str, earlier_id: str, names: list[str], storage_root: str | None) -> dict[str, RunRecord]:
     """The runs of pipeline run ``earlier_id``'s steps before ``from_step``, each of which must have succeeded."""
-    from .history import find
+    from .memory import find
 
     record = find(earlier_id, storage_root)
     if record is None or not record.steps:
@@ -130,10 +129,9 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
         if earlier_id == pipeline_id:
             raise BadInput(f"--from {from_step} {earlier_id}: the new pipeline run needs another id than "
                            f"--submission-id {earlier_id}")
-        from ..backends import backend_class
+        from .places import storage_root
 
-        root = storage_flag or settings.get("storage") or backend_class(settings.get("backend")).placement().default_storage
-        reused = _reused(from_step, earlier_id, names, root)
+        reused = _reused(from_step, earlier_id, names, storage_root(settings, storage_flag))
     sets = _sets_by_step(pipeline, overrides.sets)
     steps: list[StepPlan] = []
     for step in pipeline.steps:
@@ -171,7 +169,7 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
 
 def new_record(pp: PipelinePlan) -> RunRecord:
     """The pipeline run's record: its steps' run ids and folders in order (no request: each step has its own)."""
-    from .history import git_state, new_record_identity
+    from .records import git_state, new_record_identity
 
     pipeline = pp.pipeline
     return RunRecord(
@@ -195,28 +193,28 @@ def overall(statuses: list[RunStatus | None]) -> RunStatus:
     return RunStatus.SUCCEEDED
 
 
-def record_progress(record: RunRecord, statuses: list[RunStatus | None], say: Say | None) -> None:
+def record_progress(record: RunRecord, statuses: list[RunStatus | None], events: RunEvents) -> None:
     """The pipeline run's status, from its steps', into the ledger and its storage (once it ends: archived)."""
-    from .history import save
+    from .memory import save
 
     status = overall(statuses)
     if record.updated_at is not None and record.status == status.value and record.archived == status.terminal:
         return
     record.status = status.value
     if status.terminal:
-        import datetime as dt
+        from .records import now
 
-        record.end_time = record.end_time or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        record.end_time = record.end_time or now()
         record.archived = True
     else:
         record.end_time = None
         record.archived = False
-    save(record, say)
+    save(record, events)
 
 
 def find(run_id: str, storage_root: str | None) -> RunRecord | None:
     """The record of pipeline run ``run_id`` (None: no such run, or a plain run)."""
-    from .history import find as find_record
+    from .memory import find as find_record
 
     try:
         record = find_record(run_id, storage_root)

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ..core.errors import BadInput
 from ..core.record import RunRecord
 from ..core.redact import MASK, redact_data
-from .history import git_state
 from .recorded_spec import restore, unrestorable
+from .records import git_state
 
 if TYPE_CHECKING:
     from ..jobspec.settings import Settings
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def recorded_settings(record: RunRecord) -> dict[str, Any]:
     """Where the run ran, as flags for the rerun's settings (a flag the user gives wins; a masked address is
     left to this environment's settings, which hold its password)."""
-    from .sources import on_this_machine
+    from .places import on_this_machine
 
     spec = record.spec or {}
     recorded = dict(spec.get("settings") or {})

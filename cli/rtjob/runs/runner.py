@@ -1,26 +1,20 @@
-"""Plan once, attach-or-submit, follow with retries: one run's life as the CLI drives it (no Click here)."""
+"""Plan once: a job reference and the settings become one run's exact request (no Click here). Submitting and
+following it are in submission.py."""
 
 from __future__ import annotations
 
-import functools
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 from ..backends import get_backend, placement_for
-from ..core.errors import WaitTimeout
-from ..core.model import RunInfo, RunStatus
+from ..core.model import RunInfo
 from ..core.redact import REDACTOR, secret_arg_values
-from .follow import Patience, follow
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request, Upload
     from ..jobspec.pricing import HourlyCost
     from ..jobspec.resolve import JobSource, Overrides, ResolvedJob
     from ..jobspec.settings import Settings
-
-Say = Callable[[str], None]
 
 
 @dataclass
@@ -65,67 +59,3 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
 class Submitted:
     run: RunInfo
     created: bool  # False: a run with this id existed, and this is an attach
-
-
-def submit(planned: Plan, *, attach: bool, say: Say) -> Submitted:
-    """Make the backend ready (the embedded cluster starts here), attach to the run if ``attach`` and it
-    exists, else check that the job can fit and submit the planned request."""
-    backend = planned.backend
-    backend.prepare(planned.job, say)
-    # Faults that may pass are waited out here too: the existence check makes a repeated submit an attach.
-    patience = Patience(say)
-    existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
-    if existing is not None:
-        return Submitted(existing, created=False)
-    for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
-        say(f"warning: {warning}")
-    if planned.upload is not None:
-        say(f"uploading working dir {planned.upload.describe()}")
-    result = patience.call_sync(lambda: backend.submit(planned.request))
-    return Submitted(result.run, result.created)
-
-
-def follow_run(
-    backend: Backend,
-    run_id: str,
-    *,
-    out: TextIO | None,
-    timeout_s: float | None,
-    on_status: Callable[[RunInfo], None] | None,
-    say: Say,
-    request: Request | None = None,
-) -> RunInfo:
-    """Follow ``run_id`` (its latest attempt, if it was retried already) until it ends; a FAILED run that
-    the backend retries is followed into its next attempt. The outcome comes from the run's status."""
-    deadline = time.monotonic() + timeout_s if timeout_s else None
-    current = run_id
-
-    def remaining() -> float | None:
-        if deadline is None:
-            return None
-        left = deadline - time.monotonic()
-        if left <= 0:
-            raise WaitTimeout(f"run {current} is still running after the --timeout; it was left running "
-                              f"(rtjob wait {current} to keep waiting, rtjob stop {current} to stop it)")
-        return left
-
-    patience = Patience(say)
-    known = patience.call_sync(lambda: backend.attempts(run_id))
-    if known is not None and known.chain and known.chain[-1].id != run_id and any(a.id == run_id for a in known.chain):
-        current = known.chain[-1].id
-        say(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
-    while True:
-        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=on_status, notice=say)
-        if info.status != RunStatus.FAILED:
-            return info
-        decision = patience.call_sync(functools.partial(backend.retry, current, request))
-        if decision is None or decision.reason is None:
-            return info
-        if decision.next_run is None:
-            if decision.max_retries:
-                say(f"{current} FAILED: {decision.reason}; no retries left (max_retries {decision.max_retries})")
-            return info
-        verb = "submitted" if decision.created else "attaching to"
-        say(f"{current} FAILED: {decision.reason}; retry {decision.attempt}/{decision.max_retries}: {verb} "
-            f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
-        current = decision.next_run.id

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..core.errors import BadInput, RtjobError
-from ..core.model import RunStatus
+from ..core.model import RunInfo, RunStatus
 from ..storage.layout import NothingStored
 from ..storage.location import Location, parse_location
+from .places import on_this_machine
+
+if TYPE_CHECKING:
+    from ..core.record import RunRecord
+    from ..jobspec.project import Settings
+    from .events import RunEvents
 
 
 @dataclass
@@ -30,26 +37,90 @@ def _looks_like_path(arg: str) -> bool:
     return "/" in arg or os.sep in arg or arg.startswith("~") or arg in (".", "..")
 
 
-def resolve_source(arg: str, endpoint: str | None, lookup: Callable[[str], Any],
+def resolve_source(arg: str, endpoint: str | None, lookup: Callable[[str], RunInfo],
                    default_storage: Callable[[], str | None]) -> Source:
     """ID → the run's recorded storage (through the backend's status); a URI or a path as given.
 
     A bare name is a run id first; if no backend knows it, an existing folder of that name, then a run folder
     in the embedded cluster's local storage (the embedded cluster forgets its runs when it stops).
     """
+    given = _given(arg, endpoint)
+    if given is not None:
+        return given
+    try:
+        info = lookup(arg)
+    except RtjobError as exc:
+        return _unknown_run(arg, endpoint, default_storage, exc)
+    return _run_source(arg, info, endpoint)
+
+
+class StepSource(NamedTuple):
+    """One source of a run id: ``step`` names a pipeline run's step (None: the run, URI or folder itself);
+    ``source`` is where it is, or why that step has nothing to read (never submitted, no storage)."""
+
+    step: str | None
+    source: Source | RtjobError
+
+
+def sources_for(arg: str, endpoint: str | None, settings_of: Callable[[], Settings],
+                events: RunEvents) -> list[StepSource]:
+    """`pull`/`results` of ARG: one source for a run, URI or folder; a pipeline run's id has each step's, in order.
+    The settings are built once, and only when ARG is a run id (a URI needs none)."""
+    from ..backends import get_backend
+    from .archive import look_up
+    from .places import default_storage, storage_root
+
+    settings = functools.cache(settings_of)
+
+    def lookup(run_id: str) -> tuple[RunInfo, RunRecord | None]:  # the cluster, else the run's record
+        return look_up(get_backend(settings()), run_id, storage_root(settings()), events)
+
+    def default() -> str | None:
+        return default_storage(settings())
+
+    given = _given(arg, endpoint)
+    if given is not None:
+        return [StepSource(None, given)]
+    try:
+        info, record = lookup(arg)
+    except RtjobError as exc:
+        return [StepSource(None, _unknown_run(arg, endpoint, default, exc))]
+    if record is None or not record.steps:
+        return [StepSource(None, _run_source(arg, info, endpoint))]
+    out: list[StepSource] = []
+    for step in record.steps:
+        try:
+            found: Source | RtjobError = resolve_source(str(step.get("run_id")), endpoint,
+                                                        lambda run_id: lookup(run_id)[0], default)
+        except RtjobError as exc:
+            found = exc
+        out.append(StepSource(str(step.get("name")), found))
+    return out
+
+
+def _given(arg: str, endpoint: str | None) -> Source | None:
+    """A URI or a path, as given (None: a run id)."""
     if "://" in arg or _looks_like_path(arg):
         location = parse_location(arg)
         return Source(location, endpoint, location.name)
-    try:
-        info = lookup(arg)
-    except RtjobError:
-        if os.path.isdir(arg):
-            location = parse_location(arg)
-            return Source(location, endpoint, location.name)
-        found = _run_dir_in(default_storage(), arg)
-        if found is None:
-            raise
-        return Source(parse_location(str(found)), endpoint, arg, arg)
+    return None
+
+
+def _unknown_run(arg: str, endpoint: str | None, default_storage: Callable[[], str | None],
+                 exc: RtjobError) -> Source:
+    """No backend and no record knows ``arg``: an existing folder of that name, else the run's folder in the
+    backend's default local storage; else the lookup's error is raised."""
+    if os.path.isdir(arg):
+        location = parse_location(arg)
+        return Source(location, endpoint, location.name)
+    found = _run_dir_in(default_storage(), arg)
+    if found is None:
+        raise exc
+    return Source(parse_location(str(found)), endpoint, arg, arg)
+
+
+def _run_source(arg: str, info: RunInfo, endpoint: str | None) -> Source:
+    """The storage a known run recorded."""
     if not info.storage_uri:
         raise BadInput(f"run {arg} recorded no storage (the job writes where its script says; "
                        f"{PASS_THE_FOLDER})")
@@ -97,17 +168,6 @@ def _run_dir_in(storage_root: str | None, run_id: str) -> Path | None:
         return None
     matches = [p for p in Path(storage_root).glob(f"*/{run_id}") if p.is_dir()]
     return matches[0] if len(matches) == 1 else None
-
-
-def on_this_machine(backend: str) -> bool:
-    """Does a run of ``backend`` write its local paths on this machine (the embedded cluster)? An unknown backend
-    does not."""
-    from ..backends import backend_class
-
-    try:
-        return backend_class(backend).placement().embedded
-    except RtjobError:
-        return False
 
 
 def redacted(exc: RtjobError, secrets: list[str]) -> RtjobError:

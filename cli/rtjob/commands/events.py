@@ -1,0 +1,88 @@
+"""How the CLI tells what a run's use cases report (runs/events.RunEvents): each fact as the line rtjob prints
+on stderr, and a followed run's end as its exit code."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from ..core.model import RunStatus
+from ..core.redact import redact
+from .printing import duration, outcome, print_data, run_json, say
+
+if TYPE_CHECKING:
+    from ..backends.base import Retry
+    from ..core.model import RunInfo
+    from ..runs.runner import Plan, Submitted
+    from ..runs.submission import Detached, Ended
+
+
+class Printed:
+    """RunEvents as rtjob's stderr lines."""
+
+    def note(self, text: str) -> None:
+        say(text)
+
+    def warning(self, text: str) -> None:
+        say(f"warning: {text}")
+
+    def submitted(self, planned: Plan, done: Submitted) -> None:
+        job, info, backend = planned.job, done.run, planned.backend
+        for note in planned.notes:
+            say(f"note: {note}")
+        if planned.pipeline is not None:  # a step: the step line before it named the pipeline and the job
+            verb = "submitted" if done.created else f"attaching to ({info.status.value})"
+            say(f"{verb} {job.run_id} ({backend.name}, {job.shape_summary()}; storage {job.storage_uri})")
+        elif done.created:
+            say(f"submitted {job.spec.name} as {info.id} ({backend.name}, {job.shape_summary()}; "
+                f"storage {info.storage_uri or '-'})")
+            hourly = planned.cost
+            if hourly is not None:
+                say(f"cost: {hourly.text()}")
+        else:
+            say(f"run {info.id} already exists ({info.status.value}); attaching instead of submitting again")
+
+    def status(self, info: RunInfo) -> None:
+        say(f"{info.id}: {info.status.value}")
+
+    def retrying(self, failed: str, decision: Retry) -> None:
+        assert decision.next_run is not None
+        verb = "submitted" if decision.created else "attaching to"
+        say(f"{failed} FAILED: {decision.reason}; retry {decision.attempt}/{decision.max_retries}: {verb} "
+            f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
+
+    def ended(self, info: RunInfo) -> None:
+        # The first line only: Ray appends the log's tail to a failure message, and it was just printed.
+        first = (info.message or "").strip().splitlines()[0] if info.message else ""
+        message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
+        say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
+
+    def detached(self, run_id: str) -> None:
+        say(f"detached; {run_id} keeps running. Re-attach: rtjob logs {run_id} --follow  (or rtjob wait {run_id})")
+
+
+PRINTED = Printed()
+
+
+def log_stream(output: str) -> TextIO:
+    """Where a followed run's log goes: stdout, or stderr when stdout carries -o json/yaml."""
+    return sys.stdout if output == "text" else sys.stderr
+
+
+def exit_code(followed: Ended | Detached) -> int:
+    """A followed run's exit code: 130 detached, 1 stopped on Ctrl-C, else its outcome."""
+    from ..runs.submission import Detached
+
+    if isinstance(followed, Detached):
+        return EXIT_INTERRUPTED
+    return EXIT_FAILED if followed.stopped else outcome(followed.run)
+
+
+def print_followed(followed: Ended | Detached, output: str) -> int:
+    """A single run followed to its end: its -o json/yaml document (the outcome line was told), its exit code."""
+    from ..runs.submission import Ended
+
+    if isinstance(followed, Ended) and output != "text":
+        print_data(run_json(followed.run), output)
+    return exit_code(followed)

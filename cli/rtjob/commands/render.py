@@ -1,0 +1,88 @@
+"""What `render` and `--dry-run` print: a planned run's request exactly as it will be sent, its shape, cost and
+upload (secrets masked). Used by submit.py for one run and by pipeline.py for each step."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from .printing import echo, print_data
+
+if TYPE_CHECKING:
+    from ..jobspec.project import Settings
+    from ..runs.runner import Plan
+
+
+def _shown_setting(key: str, value: Any) -> Any:
+    from ..core.redact import mask_url
+
+    if key == "headers":
+        return "(masked)"
+    return mask_url(value) if isinstance(value, str) else value
+
+
+def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
+    """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
+    job, cost = planned.job, planned.cost
+    data = dict(planned.backend.render(planned.request))
+    data["cost"] = cost.to_json() if cost else None
+    data["run"] = {
+        "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
+        "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
+        "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
+        "upload": planned.upload.to_json() if planned.upload else None,
+    }
+    if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
+        data["run"].update({"nodes": job.sized_nodes, "workers": None, "resources_per_worker": None,
+                            "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
+    if explain:
+        data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
+                           for k, s in settings.values.items()}
+    data["notes"] = planned.notes
+    return data
+
+
+def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
+    """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
+    from ..backends.base import NotSupported
+
+    backend, job, request = planned.backend, planned.job, planned.request
+    if output == "yaml":
+        try:  # a file for the backend's own CLI (anyscale job submit -f), where it has one
+            echo(backend.render_file(request), nl=False)
+            return
+        except NotSupported:
+            pass  # else the same data as -o json, as YAML
+    if output != "text":
+        print_data(render_data(planned, settings, explain), output)
+        return
+    rendered = backend.render(request)
+    cost = planned.cost
+    res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
+    if job.shape_declared:
+        shape = f"{job.nodes} node(s) × {job.workers_per_node} worker(s) = {job.num_workers} worker(s), each {{{res}}}"
+    else:
+        shape = "set by the entrypoint (the job declares no resources_per_worker or compute config)"
+        if job.local_cpus_per_node is not None:
+            shape += f"; the embedded cluster offers {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
+    lines = [
+        f"job:       {job.spec.name}  ({job.job_file})",
+        f"backend:   {backend.name}  {backend.display_address}",
+        f"shape:     {shape}",
+        f"compute:   {job.compute_config_name or '-'}",
+        *([f"cost:      {cost.text()}"] if cost else []),
+        f"run id:    {job.run_id}",
+        f"storage:   {job.storage_uri or '-'}",
+        f"upload:    {planned.upload.describe() if planned.upload else '-'}",
+    ]
+    lines += [f"note:      {note}" for note in planned.notes]
+    if explain:
+        lines.append("settings:")
+        for key, setting in settings.values.items():
+            value = _shown_setting(key, setting.value)
+            lines.append(f"  {key:<15} {value!s:<40} from {setting.source}")
+    lines.append("request:")
+    lines.append(json.dumps(rendered, indent=2))
+    lines.append("equivalent:")
+    lines.append("  " + backend.equivalent_command(request))
+    echo("\n".join(lines))

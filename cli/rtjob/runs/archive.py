@@ -1,0 +1,204 @@
+"""A run seen ended is archived: its final record, each attempt's driver log beside it, its attempts, cost and
+metrics summary. Every use case that sees a run (status, wait, logs, list, runs, show, a follow to the end,
+`local down`) calls ``observe`` here, so the next command that sees a run ended completes its record. A run
+without storage this machine can write archives its logs under ``$RTJOB_HOME/runs/<id>/``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ..core.errors import BadInput, RtjobError, Unreachable
+from ..core.model import RunInfo, RunStatus
+from ..core.record import RunRecord
+from ..core.redact import redact, redact_data
+from .memory import ledger, lookup, remember, save, stored
+from .places import local_run_dir, log_home, writable_here
+from .records import now
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..core.model import Attempts
+    from .events import RunEvents
+
+# Backend.attempts, or a command's memo of it: a command that also prints the attempts asks the backend once.
+AttemptsOf = Callable[[str], "Attempts | None"]
+
+
+def look_up(backend: Backend, run_id: str, storage_root: str | None, events: RunEvents,
+            attempts_of: AttemptsOf | None = None) -> tuple[RunInfo, RunRecord | None]:
+    """memory.lookup, and what it learned kept: the backend's answer observed (an ended run archived), a record
+    found only in storage remembered in this ledger."""
+    info, record = lookup(backend, run_id, storage_root)
+    if record is None:
+        observe(backend, info, events, attempts_of=attempts_of)
+    else:
+        remember(record)
+    return info, record
+
+
+def observe(backend: Backend, info: RunInfo, events: RunEvents, run_id: str | None = None,
+            attempts_of: AttemptsOf | None = None) -> RunRecord | None:
+    """What a command just learned about a run (status, wait, follow, list): into the ledger; a run seen
+    ended for the first time is archived (its final record and logs). ``run_id``: the run's first id when
+    ``info`` is a retry's."""
+    key = run_id or info.id
+    try:
+        record = ledger().get(key)
+        if record is None:  # submitted elsewhere: its own record in storage, else what the backend says
+            record = stored(info) or RunRecord.from_run_info(info)
+            record.id = key
+        elif record.archived:
+            return record
+    except RtjobError as exc:
+        events.warning(f"run ledger not updated: {exc.message}")
+        return None
+    if info.status.terminal:
+        return archive(backend, record, info, events, attempts_of=attempts_of)  # which records ``info`` first
+    changed = _observed(record, info)
+    if changed or record.updated_at is None:
+        save(record, events, to_storage=False)
+    return record
+
+
+def _observed(record: RunRecord, info: RunInfo) -> bool:
+    """``info`` into the record; a retry's status is the run's status, its id stays the first attempt's."""
+    if info.id == record.id:
+        return record.observe(info)
+    retry_id = info.id
+    info.id = record.id
+    try:
+        return record.observe(info)
+    finally:
+        info.id = retry_id
+
+
+def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvents,
+            final: RunStatus | None = None, message: str | None = None,
+            attempts_of: AttemptsOf | None = None) -> RunRecord:
+    """The run has ended (or its cluster is about to stop: ``final``): save each attempt's driver log beside
+    the record, the attempts, cost and metrics summary, and mark it archived. Each part that cannot be read is
+    left out with a warning; the record is saved in any case."""
+    from ..storage.records import metrics_summary
+    from .cost import finished_run_cost
+
+    _observed(record, info)
+    if final is not None:
+        record.status, record.message = final.value, message
+        record.end_time = record.end_time or now()
+    attempts = _quiet(lambda: (attempts_of or backend.attempts)(record.id), events, "attempts")
+    ids = [record.id]
+    if attempts is not None:
+        record.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
+        ids = [a.id for a in attempts.chain] or ids
+    texts: dict[str, str] = {}
+    for i, attempt_id in enumerate(ids):
+        text = _quiet(functools.partial(backend.logs, attempt_id), events, f"the log of {attempt_id}")
+        if text is None:
+            continue
+        text = redact(text, info.secrets)
+        if len(ids) > 1:
+            texts[contract.attempt_log_name(attempt_id)] = text
+        if i == len(ids) - 1:
+            texts[contract.DRIVER_LOG_FILE] = text
+    if texts:
+        record.log_home, record.logs = _write_logs(record, texts, events)
+    ended = record.to_run_info()
+    record.cost = _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
+    if record.storage_uri and writable_here(record.backend, record.storage_uri):
+        record.metrics = _quiet(lambda: metrics_summary(record.storage_uri or "", record.storage_endpoint), None,
+                                "metrics")
+    record.archived = True
+    save(record, events)
+    return record
+
+
+def _write_logs(record: RunRecord, texts: dict[str, str], events: RunEvents) -> tuple[str, list[str]]:
+    """The logs into the run's storage; if that cannot be written (no credentials, a flaky network), into
+    $RTJOB_HOME/runs/<id> on this machine: a log is never lost because the bucket was out of reach."""
+    from ..storage.records import write_log
+
+    home, endpoint = log_home(record) if record.spec is not None else (local_run_dir(record.id), None)
+    homes = [(home, endpoint)] + ([(local_run_dir(record.id), None)] if home != local_run_dir(record.id) else [])
+    for where, where_endpoint in homes:
+        try:
+            return where, [write_log(where, name, text, where_endpoint) for name, text in texts.items()]
+        except RtjobError as exc:
+            events.warning(f"logs not archived in {where}: {exc.message}")
+    return home, []
+
+
+def _quiet(call: Callable[[], Any], events: RunEvents | None, what: str) -> Any:
+    """One part of an archive: its value, or None and one warning line (the rest is archived anyway)."""
+    try:
+        return call()
+    except RtjobError as exc:
+        if events is not None:
+            events.warning(f"{what} not archived: {exc.message}")
+        return None
+
+
+def archive_ended(backend: Backend, runs: list[RunInfo], events: RunEvents) -> None:
+    """Runs a listing showed ended that the ledger has not archived yet (after `submit --no-wait`)."""
+    try:
+        pending = {r.id for r in ledger().unarchived(backend.name)}
+    except RtjobError:
+        return
+    for info in runs:
+        if info.id in pending and info.status.terminal:
+            observe(backend, info, events)
+
+
+def before_cluster_stops(backend: Backend, events: RunEvents) -> int:
+    """`rtjob local down`: archive every run of the embedded cluster the ledger has not archived, with its log so
+    far; one still running is recorded STOPPED (the cluster takes it down). Returns how many were archived."""
+    try:
+        pending = ledger().unarchived(backend.name)
+    except RtjobError as exc:
+        events.warning(f"run ledger not read: {exc.message}")
+        return 0
+    done = 0
+    for record in pending:
+        try:
+            info = backend.status(record.id)
+        except RtjobError:
+            continue  # not on this cluster (an older one's): nothing left to save
+        if info.status.terminal:
+            archive(backend, record, info, events)
+        else:
+            archive(backend, record, info, events, final=RunStatus.STOPPED,
+                    message="stopped with the embedded cluster (rtjob local down)")
+        done += 1
+    return done
+
+
+def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
+    """`rtjob runs`: ask the current backend about the listed runs it ran whose end rtjob has not seen yet (each
+    ended one is archived). A backend that cannot be reached is asked no more: the ledger's state is shown."""
+    for record in records:
+        if record.archived or record.backend != backend.name:
+            continue
+        try:
+            info = backend.status(record.id)
+        except Unreachable:
+            return
+        except RtjobError:
+            continue  # not on this cluster: `rtjob status` says what the record knows
+        observe(backend, info, events)
+
+
+def archived_log(record: RunRecord) -> str:
+    """The run's archived driver log; BadInput if rtjob never saw the run end (nothing was archived)."""
+    from ..storage.records import read_log
+
+    home, endpoint = log_home(record)
+    if record.log_home and record.log_home != home:  # archived on this machine: the bucket was out of reach
+        home, endpoint = record.log_home, None
+    text = read_log(home, contract.DRIVER_LOG_FILE, endpoint)
+    if text is None:
+        raise BadInput(f"run {record.id}: its cluster no longer knows it and its log was not archived (rtjob "
+                       f"archives a log when it sees the run end; this one's cluster stopped before that)")
+    return text

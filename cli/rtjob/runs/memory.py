@@ -1,0 +1,142 @@
+"""A run's memory beyond its cluster: its record in the local ledger (``ledger/``) and in the run's storage
+(``<run dir>/rtjob-run.json``, which a teammate with only the bucket can list).
+
+Nothing here decides a run's outcome: a record that cannot be written is a warning, never a failed run. The
+reads (``find``, ``lookup``) never write: what a command learns is recorded by the use case that learned it
+(archive.observe, remember)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..core.errors import BadInput, RtjobError, Unreachable
+from ..core.model import RunInfo, RunStatus
+from ..core.record import RunRecord
+from .places import writable_here
+from .records import now
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..ledger import Ledger
+    from .events import RunEvents
+
+_LEDGERS: dict[str, Ledger] = {}
+
+
+def ledger() -> Ledger:
+    """This process's handle on the run ledger of the current $RTJOB_HOME (opened on first use)."""
+    from ..ledger import Ledger, ledger_path
+
+    path = str(ledger_path())
+    if path not in _LEDGERS:
+        _LEDGERS[path] = Ledger(ledger_path())
+    return _LEDGERS[path]
+
+
+def save(record: RunRecord, events: RunEvents, to_storage: bool = True) -> None:
+    """The record into the ledger (and the run's storage). A broken ledger is a warning: the run goes on."""
+    record.updated_at = now()
+    try:
+        ledger().save(record)
+    except RtjobError as exc:
+        events.warning(f"run ledger not updated: {exc.message}")
+    if to_storage:
+        _write_to_storage(record, events)
+
+
+def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
+    """Only a record that carries its spec (made by the submit, or read back from storage) goes to the run's
+    folder: a run this client only saw is another's, whose record there must never be replaced by less."""
+    if record.spec is None or not writable_here(record.backend, record.storage_uri):
+        return
+    from ..storage.records import write_record
+
+    assert record.storage_uri is not None
+    try:
+        write_record(record.storage_uri, record, record.storage_endpoint)
+    except RtjobError as exc:
+        events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
+
+
+def remember(record: RunRecord) -> None:
+    """A record found in a run's storage, remembered in this ledger from now on (a run it knows is left as is).
+    Quietly: the command that found it answers from the record either way."""
+    from .events import Quiet
+
+    try:
+        if ledger().get(record.id) is not None:
+            return
+    except RtjobError:
+        return
+    save(record, Quiet(), to_storage=False)
+
+
+def stored(info: RunInfo) -> RunRecord | None:
+    """The record a run's submitter wrote to its storage, if this machine can read it."""
+    if not writable_here(info.backend, info.storage_uri):
+        return None
+    from ..storage.records import read_record
+
+    try:
+        return read_record(info.storage_uri or "", info.storage_endpoint)
+    except RtjobError:
+        return None
+
+
+def find(run_id: str, storage_root: str | None = None, endpoint: str | None = None) -> RunRecord | None:
+    """The run's record: the ledger's, else one in ``storage_root`` (a team's bucket: the configured storage)."""
+    record = ledger().get(run_id)
+    if record is not None or not storage_root:
+        return record
+    if "://" not in storage_root and not Path(storage_root).is_dir():
+        return None
+    from ..storage.records import find_record
+
+    found = find_record(storage_root, run_id, endpoint)
+    return None if found is None else found[1]
+
+
+def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[RunInfo, RunRecord | None]:
+    """The run as its backend reports it, else as its record remembers it: the backend does not know it (its
+    cluster stopped, restarted or is another), or cannot be reached and the record says the run ended. The record
+    is returned when the answer came from it."""
+    try:
+        return backend.status(run_id), None
+    except (BadInput, Unreachable) as exc:
+        try:
+            record = find(run_id, storage_root)
+        except RtjobError:
+            record = None
+        if record is None or (isinstance(exc, Unreachable) and not record.run_status.terminal):
+            raise exc from None
+        return remembered_info(record), record
+
+
+def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
+    """The backend (and its address) that ran ``run_id``, as this ledger remembers it; None: not remembered. The
+    address is left to the settings where the recorded one cannot be used as it is: masked (it carried a password,
+    which the settings hold) or the embedded cluster's (found again on this machine)."""
+    from ..core.redact import MASK
+    from .places import on_this_machine
+
+    try:
+        record = ledger().get(run_id)
+    except RtjobError:
+        return None
+    if record is None:
+        return None
+    address = record.address
+    if address and (MASK in address or on_this_machine(record.backend)):
+        address = None
+    return record.backend, address
+
+
+def remembered_info(record: RunRecord) -> RunInfo:
+    """What a record says of a run its cluster no longer knows: an end never seen is UNKNOWN, not RUNNING."""
+    info = record.to_run_info()
+    if not record.run_status.terminal:
+        info.status = RunStatus.UNKNOWN
+        info.message = (f"its cluster no longer knows this run; last seen {record.status} at "
+                        f"{record.updated_at or record.submitted_at or '?'}, its end was never recorded")
+    return info

@@ -1,0 +1,83 @@
+"""Making a run's record: what ran (the recorded spec, the request as rendered, the shape, the rate), from where
+(git) and by whom. Everything in a record is already masked when it is made: it is written to a team's bucket."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import socket
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..core.record import RunRecord, spec_hash
+from ..core.redact import mask_url, redact_data
+
+if TYPE_CHECKING:
+    from ..core.model import RunInfo
+    from .runner import Plan
+
+
+def now() -> str:
+    """A record's timestamps: UTC, to the second."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def git_state(folder: Path) -> dict[str, Any] | None:
+    """The commit checked out in ``folder``, whether the tree has changes, and the branch; None: not git."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
+                                  check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit = git("rev-parse", "HEAD")
+    if not commit:
+        return None
+    changes = git("status", "--porcelain", "--untracked-files=normal")
+    branch = git("rev-parse", "--abbrev-ref", "HEAD")
+    return {"commit": commit, "dirty": bool(changes) if changes is not None else None,
+            "branch": branch if branch and branch != "HEAD" else None}
+
+
+def new_record(planned: Plan, info: RunInfo) -> RunRecord:
+    """The record of a run this process just submitted: everything already masked."""
+    from ..jobspec.resolve import Overrides
+    from .recorded_spec import record_spec
+
+    job, backend = planned.job, planned.backend
+    settings = planned.settings
+    values = {k: settings.get(k) for k in ("address", "cloud", "project")} if settings else {}
+    spec = record_spec(job, planned.overrides or Overrides(), values)
+    cost = planned.cost
+    record = RunRecord(
+        id=info.id, job=job.spec.name, backend=backend.name,
+        storage_uri=job.storage_uri, storage_endpoint=job.storage_endpoint,
+        job_file=job.job_file, project_root=str(settings.root) if settings else None,
+        working_dir=str(job.working_dir), spec_hash=spec_hash(spec), spec=spec,
+        request=redact_data(backend.render(planned.request), []),
+        shape={"nodes": job.nodes if job.shape_declared else None,
+               "workers": job.num_workers if job.shape_declared else None,
+               "resources_per_worker": job.worker_resources() if job.shape_declared else None,
+               "compute_config": job.compute_config_name},
+        rate=cost.to_json() if cost else None,
+        git=git_state(job.working_dir),
+        pipeline=planned.pipeline, **new_record_identity(),
+    )
+    record.observe(info)
+    record.address = mask_url(backend.address)
+    return record
+
+
+def new_record_identity() -> dict[str, Any]:
+    """Who submitted a run, from where, and when: the fields every new record starts with."""
+    return {"user": _user(), "host": socket.gethostname(), "submitted_at": now()}
+
+
+def _user() -> str | None:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return None

@@ -1,0 +1,132 @@
+"""A pipeline run's steps driven to their end: submitted one after another, each recorded and followed like any
+run (submission.py); `rtjob wait` of a pipeline run follows the steps already submitted. Steps advance only while
+a follower runs: nothing on the cluster sequences them."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..core.errors import BadInput, RtjobError, WaitTimeout
+from ..core.model import RunStatus
+from .archive import look_up
+from .events import Quiet
+from .memory import find
+from .pipeline import find as find_pipeline
+from .pipeline import new_record, overall, record_progress
+from .submission import Detached, Ended, follow_to_end, submit_and_record
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..core.model import RunInfo
+    from ..core.record import RunRecord
+    from .events import RunEvents
+    from .pipeline import PipelinePlan
+
+
+@dataclass
+class StepsOutcome:
+    """Each step's status (None: not submitted) and how the last step followed ended (None: none was)."""
+
+    statuses: list[RunStatus | None]
+    last: Ended | Detached | None = None
+
+    @property
+    def status(self) -> RunStatus:
+        return overall(self.statuses)
+
+
+def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wait: bool, timeout_s: float | None,
+              stop_on_interrupt: bool) -> StepsOutcome:
+    """Run the steps one after another, each followed to its end; stop at the first that does not succeed. Steps
+    that already succeeded under this pipeline id are not run again. ``no_wait``: submit the next step only."""
+    record = find_pipeline(pp.id, None)
+    if record is None:
+        record = new_record(pp)
+        record_progress(record, [None] * len(pp.steps), events)
+    else:
+        events.note(f"pipeline run {pp.id} exists: its steps that succeeded are not run again")
+        record.steps = [s.to_json() for s in pp.steps]
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    done = StepsOutcome([None] * len(pp.steps))
+    for i, step in enumerate(pp.steps):
+        known = find(step.run_id) if step.plan is not None else None
+        if step.plan is None or (known is not None and known.run_status == RunStatus.SUCCEEDED):
+            where = f"of pipeline run {step.reused_from}" if step.plan is None else "already"
+            events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id} {where} SUCCEEDED; not run again")
+            done.statuses[i] = RunStatus.SUCCEEDED
+            continue
+        events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id}")
+        submit_and_record(step.plan, attach=True, events=events)
+        done.statuses[i] = RunStatus.RUNNING
+        record_progress(record, done.statuses, events)
+        if no_wait:
+            events.note(f"pipeline {pp.id}: steps advance only while rtjob follows them; to go on: rtjob submit "
+                        f"{pp.pipeline.shown} --submission-id {pp.id}")
+            break
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise WaitTimeout(f"pipeline {pp.id} is still running after the --timeout (step {step.name}, run "
+                              f"{step.run_id}, left running)")
+        done.last = follow_to_end(pp.backend, step.run_id, out=out, timeout_s=left,
+                                  stop_on_interrupt=stop_on_interrupt, events=events, request=step.plan.request)
+        if isinstance(done.last, Detached):  # the step keeps running
+            events.note(f"pipeline {pp.id} paused at step {step.name}; to go on: rtjob submit {pp.pipeline.shown} "
+                        f"--submission-id {pp.id}")
+            return done
+        done.statuses[i] = done.last.run.status
+        record_progress(record, done.statuses, events)
+        if done.last.run.status != RunStatus.SUCCEEDED:
+            later = pp.pipeline.step_names()[i:]
+            events.note(f"pipeline {pp.id} stopped at step {step.name} ({done.last.run.status.value}); after a "
+                        f"fix: rtjob submit {pp.pipeline.shown} --from {later[0]} {pp.id}")
+            break
+    record_progress(record, done.statuses, events)
+    return done
+
+
+def step_infos(be: Backend, record: RunRecord,
+               storage_root: str | None) -> list[tuple[dict[str, Any], RunInfo | None]]:
+    """Each step of a pipeline run as its backend (else its record) reports it; None: not submitted (yet)."""
+    out: list[tuple[dict[str, Any], RunInfo | None]] = []
+    for step in record.steps:
+        try:
+            info: RunInfo | None = look_up(be, str(step.get("run_id")), storage_root, Quiet())[0]
+        except RtjobError:
+            info = None
+        out.append((step, info))
+    return out
+
+
+def pipeline_state(be: Backend, record: RunRecord,
+                   storage_root: str | None) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], RunStatus]:
+    """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's status (recorded)."""
+    steps = step_infos(be, record, storage_root)
+    statuses = [info.status if info else None for _, info in steps]
+    record_progress(record, statuses, Quiet())
+    return steps, overall(statuses)
+
+
+def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events: RunEvents,
+               timeout_s: float | None) -> tuple[list[dict[str, Any]], StepsOutcome]:
+    """`rtjob wait PIPELINE_ID`: follow each submitted step that has not ended, in order, to the pipeline run's
+    outcome. Steps are submitted by a follower only: a next step never submitted is bad input (exit 2)."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    steps = step_infos(be, record, storage_root)
+    done = StepsOutcome([info.status if info else None for _, info in steps])
+    for i, (_step, info) in enumerate(steps):
+        if info is None or info.status.terminal:
+            continue
+        left = None if deadline is None else max(0.001, deadline - time.monotonic())
+        done.last = follow_to_end(be, info.id, out=None, timeout_s=left, stop_on_interrupt=False, events=events)
+        if isinstance(done.last, Detached):
+            return [s for s, _ in steps], done
+        done.statuses[i] = done.last.run.status
+    record_progress(record, done.statuses, events)
+    if not done.status.terminal:
+        waiting = next((str(s.get("name")) for (s, _), st in zip(steps, done.statuses, strict=True) if st is None),
+                       "?")
+        raise BadInput(f"pipeline {record.id}: step {waiting} was never submitted (steps advance only while rtjob "
+                       f"follows them): rtjob submit {record.job_file or record.job} --submission-id {record.id}")
+    return [s for s, _ in steps], done

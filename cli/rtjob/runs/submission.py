@@ -1,0 +1,153 @@
+"""A run's central use case: submit and record it (every submit, rerun and pipeline step alike), then follow it
+to its end (Ctrl-C stops or detaches, a FAILED attempt the backend retries is followed into the next one, and
+the end is recorded and archived). No Click: what happens is told through RunEvents."""
+
+from __future__ import annotations
+
+import functools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from ..core.errors import RtjobError, WaitTimeout
+from ..core.model import RunInfo, RunStatus
+from .archive import observe
+from .follow import follow
+from .memory import ledger, save
+from .patience import Patience
+from .records import new_record
+from .runner import Submitted
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend, Request
+    from .events import RunEvents
+    from .runner import Plan
+
+
+def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
+    """Make the backend ready (the embedded cluster starts here), attach to the run if ``attach`` and it
+    exists, else check that the job can fit and submit the planned request."""
+    backend = planned.backend
+    backend.prepare(planned.job, events.note)
+    # Faults that may pass are waited out here too: the existence check makes a repeated submit an attach.
+    patience = Patience(events.note)
+    existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
+    if existing is not None:
+        return Submitted(existing, created=False)
+    for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
+        events.warning(warning)
+    if planned.upload is not None:
+        events.note(f"uploading working dir {planned.upload.describe()}")
+    result = patience.call_sync(lambda: backend.submit(planned.request))
+    return Submitted(result.run, result.created)
+
+
+def follow_run(
+    backend: Backend,
+    run_id: str,
+    *,
+    out: TextIO | None,
+    timeout_s: float | None,
+    events: RunEvents,
+    request: Request | None = None,
+) -> RunInfo:
+    """Follow ``run_id`` (its latest attempt, if it was retried already) until it ends; a FAILED run that
+    the backend retries is followed into its next attempt. The outcome comes from the run's status."""
+    deadline = time.monotonic() + timeout_s if timeout_s else None
+    current = run_id
+
+    def remaining() -> float | None:
+        if deadline is None:
+            return None
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WaitTimeout(f"run {current} is still running after the --timeout; it was left running "
+                              f"(rtjob wait {current} to keep waiting, rtjob stop {current} to stop it)")
+        return left
+
+    patience = Patience(events.note)
+    known = patience.call_sync(lambda: backend.attempts(run_id))
+    if known is not None and known.chain and known.chain[-1].id != run_id and any(a.id == run_id for a in known.chain):
+        current = known.chain[-1].id
+        events.note(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
+    while True:
+        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=_not_ended(events),
+                      notice=events.note)
+        if info.status != RunStatus.FAILED:
+            return info
+        decision = patience.call_sync(functools.partial(backend.retry, current, request))
+        if decision is None or decision.reason is None:
+            return info
+        if decision.next_run is None:
+            if decision.max_retries:
+                events.note(f"{current} FAILED: {decision.reason}; no retries left (max_retries {decision.max_retries})")
+            return info
+        events.retrying(current, decision)
+        current = decision.next_run.id
+
+
+def _not_ended(events: RunEvents) -> Callable[[RunInfo], None]:
+    """follow's status callback: a change worth telling, until the run ends (its end is the caller's to tell)."""
+    def heard(info: RunInfo) -> None:
+        if not info.status.terminal:
+            events.status(info)
+    return heard
+
+
+def submit_and_record(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
+    """Submit the planned run (or attach to it: ``attach`` and its id exists), record it in the ledger and its
+    storage (the run outlives its cluster), and tell ``events.submitted``."""
+    done = submit(planned, attach=attach, events=events)
+    _record(planned, done.run, events)
+    events.submitted(planned, done)
+    return done
+
+
+def _record(planned: Plan, info: RunInfo, events: RunEvents) -> None:
+    """A new record, unless this ledger already holds the submitter's own (an attach): that one is observed."""
+    book = ledger()
+    try:
+        known = book.get(info.id)
+    except RtjobError as exc:
+        events.warning(f"run ledger not read: {exc.message}")
+        known = None
+    if known is not None and known.spec is not None:
+        observe(planned.backend, info, events)
+        return
+    save(new_record(planned, info), events)
+
+
+@dataclass
+class Ended:
+    """The followed run ended (``stopped``: by this follower, on Ctrl-C with stop-on-interrupt)."""
+
+    run: RunInfo
+    stopped: bool = False
+
+
+@dataclass
+class Detached:
+    """Ctrl-C without stop-on-interrupt: the run keeps running."""
+
+    run_id: str
+
+
+def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None,
+                  stop_on_interrupt: bool, events: RunEvents, request: Request | None = None) -> Ended | Detached:
+    """Follow the run (its log to ``out`` unless None) through its retries until it ends, then record and archive
+    its end. Ctrl-C stops it (``stop_on_interrupt``) or leaves it running. Raises WaitTimeout past ``timeout_s``."""
+    try:
+        info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request)
+    except KeyboardInterrupt:
+        if not stop_on_interrupt:
+            events.detached(run_id)
+            return Detached(run_id)
+        events.note(f"interrupted: stopping {run_id} ...")
+        info = backend.stop(run_id)
+        events.note(f"{run_id}: {info.status.value}")
+        observe(backend, info, events, run_id=run_id)
+        return Ended(info, stopped=True)
+    observe(backend, info, events, run_id=run_id)  # into the ledger; an ended run's record and logs archived
+    events.ended(info)
+    return Ended(info)

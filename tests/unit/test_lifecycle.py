@@ -1,0 +1,170 @@
+"""A run's lifecycle use cases without Click (runs/submission.py, runs/sources.py): what they do and what they tell
+through RunEvents, against a scripted backend and a ledger in a temporary $RTJOB_HOME."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rtjob.backends.base import Retry
+from rtjob.core.model import Attempt, Attempts, RunInfo, RunStatus
+from rtjob.core.record import RunRecord
+from rtjob.runs import follow
+from rtjob.runs.submission import Detached, Ended, follow_to_end
+from support.project import scrub
+
+
+class Heard:
+    """RunEvents, kept as (kind, what) in order."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any]] = []
+
+    def note(self, text: str) -> None:
+        self.events.append(("note", text))
+
+    def warning(self, text: str) -> None:
+        self.events.append(("warning", text))
+
+    def submitted(self, planned: Any, done: Any) -> None:
+        self.events.append(("submitted", done.run.id))
+
+    def status(self, info: RunInfo) -> None:
+        self.events.append(("status", (info.id, info.status.value)))
+
+    def retrying(self, failed: str, decision: Retry) -> None:
+        self.events.append(("retrying", (failed, decision.next_run.id if decision.next_run else None)))
+
+    def ended(self, info: RunInfo) -> None:
+        self.events.append(("ended", (info.id, info.status.value)))
+
+    def detached(self, run_id: str) -> None:
+        self.events.append(("detached", run_id))
+
+
+class Scripted:
+    """A backend whose runs go through the statuses scripted for them, one per status read; r1 fails once and
+    is retried as r1-2. ``interrupt_at``: the status read that raises KeyboardInterrupt (Ctrl-C)."""
+
+    name = "scripted"
+    address = "http://scripted"
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        self.script = {"r1": ["RUNNING", "FAILED"], "r1-2": ["RUNNING", "SUCCEEDED"]}
+        self.reads = 0
+        self.interrupt_at = interrupt_at
+        self.stopped: list[str] = []
+
+    def status(self, run_id: str) -> RunInfo:
+        self.reads += 1
+        if self.reads == self.interrupt_at:
+            raise KeyboardInterrupt
+        states = self.script[run_id]
+        state = states.pop(0) if len(states) > 1 else states[0]
+        return RunInfo(id=run_id, job="count", backend=self.name, status=RunStatus(state),
+                       start_time="2026-11-25T10:00:00+00:00",
+                       end_time="2026-11-25T10:01:00+00:00" if RunStatus(state).terminal else None)
+
+    async def tail(self, run_id: str) -> AsyncIterator[str]:
+        yield f"log of {run_id}\n"
+
+    def logs(self, run_id: str) -> str:
+        return f"log of {run_id}\n"
+
+    def attempts(self, run_id: str) -> Attempts | None:
+        done = [Attempt("r1", 1, "FAILED", 1, "node lost")]
+        if self.reads > 2:
+            done.append(Attempt("r1-2", 2, self.script["r1-2"][0], None, None))
+        return Attempts(done, 1, 1, None)
+
+    def retry(self, run_id: str, request: Any) -> Retry | None:
+        if run_id != "r1":
+            return Retry(run_id, None, 2, 1)
+        next_run = RunInfo(id="r1-2", job="count", backend=self.name, status=RunStatus.PENDING)
+        return Retry("r1", "node lost", 1, 1, next_run, created=True)
+
+    def stop(self, run_id: str) -> RunInfo:
+        self.stopped.append(run_id)
+        return RunInfo(id=run_id, job="count", backend=self.name, status=RunStatus.STOPPED)
+
+    def hourly_cost(self, info: RunInfo) -> None:
+        return None
+
+    def stuck(self, run_id: str) -> None:
+        return None
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    scrub(monkeypatch)
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(follow, "POLL_S", 0.0)
+    monkeypatch.setattr(follow, "RECONNECT_S", 0.0)
+
+
+def _ledger_record(run_id: str) -> RunRecord | None:
+    from rtjob.runs.memory import ledger
+
+    return ledger().get(run_id)
+
+
+def test_follow_to_end_follows_a_retry_and_archives_the_end() -> None:
+    heard, backend = Heard(), Scripted()
+    followed = follow_to_end(backend, "r1", out=None, timeout_s=None, stop_on_interrupt=False,  # type: ignore[arg-type]
+                             events=heard)
+    assert isinstance(followed, Ended) and not followed.stopped and followed.run.id == "r1-2"
+    assert [e for e in heard.events if e[0] != "note"] == [
+        ("status", ("r1", "RUNNING")), ("retrying", ("r1", "r1-2")), ("status", ("r1-2", "RUNNING")),
+        ("ended", ("r1-2", "SUCCEEDED"))]
+    record = _ledger_record("r1")  # the run's record keeps its first id; each attempt's log archived
+    assert record is not None and record.archived and record.status == "SUCCEEDED"
+    assert [a["id"] for a in record.attempts] == ["r1", "r1-2"] and "driver.log" in record.logs[-1]
+
+
+@pytest.mark.parametrize("stop_on_interrupt", [True, False])
+def test_ctrl_c_stops_the_run_or_leaves_it_running(stop_on_interrupt: bool) -> None:
+    heard, backend = Heard(), Scripted(interrupt_at=2)
+    followed = follow_to_end(backend, "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=stop_on_interrupt, events=heard)
+    if stop_on_interrupt:
+        assert isinstance(followed, Ended) and followed.stopped and backend.stopped == ["r1"]
+        assert ("note", "interrupted: stopping r1 ...") in heard.events and ("note", "r1: STOPPED") in heard.events
+        record = _ledger_record("r1")
+        assert record is not None and record.status == "STOPPED" and record.archived
+    else:
+        assert followed == Detached("r1") and backend.stopped == [] and heard.events[-1] == ("detached", "r1")
+        assert _ledger_record("r1") is None  # nothing learned after the first status: nothing recorded
+
+
+def test_the_sources_of_a_pipeline_run_are_its_steps_in_order(tmp_path: Path) -> None:
+    """A pipeline run's id gives each step's source, or why a step has none, as plain values (no exception leaves
+    sources_for for a step); the settings are built once."""
+    from rtjob.backends import configured
+    from rtjob.runs.memory import ledger
+    from rtjob.runs.sources import Source, sources_for
+
+    folder = tmp_path / "runs" / "p" / "p-train"
+    folder.mkdir(parents=True)
+    book = ledger()
+    book.save(RunRecord(id="p", job="p", backend="local", status="FAILED", archived=True,
+                        steps=[{"name": "train", "run_id": "p-train"}, {"name": "eval", "run_id": "p-eval"}]))
+    book.save(RunRecord(id="p-train", job="train", backend="local", status="SUCCEEDED", archived=True,
+                        storage_uri=str(folder)))
+    built: list[int] = []
+
+    def settings() -> Any:
+        built.append(1)
+        return configured({})
+
+    found = sources_for("p", None, settings, Heard())
+    assert [step for step, _ in found] == ["train", "eval"]
+    train, evaluate = found[0].source, found[1].source
+    assert isinstance(train, Source) and train.location.path == str(folder) and train.run_id == "p-train"
+    assert not isinstance(evaluate, Source) and "embedded Ray cluster is not running" in evaluate.message
+    assert built == [1]
+    given = sources_for(str(folder), None, settings, Heard())  # a folder as given: no settings needed
+    assert [(step, src.location.path) for step, src in given if isinstance(src, Source)] == [(None, str(folder))]
+    assert built == [1]
