@@ -452,7 +452,7 @@ def test_a_link_planted_under_rtjobs_own_names_is_refused_and_nothing_is_written
 def test_writes_never_follow_a_link_planted_after_the_checks(s3, tmp_path, monkeypatch, kind):
     """The race a check cannot close: a link planted between the check and the write. The write itself
     (O_NOFOLLOW) fails with ELOOP, reported for that file; what the link points to is untouched."""
-    from rtjob.storage import location, stores
+    from rtjob.storage import location, opening
     from rtjob.storage.destination import Manifest
     from rtjob.storage.pull_plan import PullItem
 
@@ -471,7 +471,7 @@ def test_writes_never_follow_a_link_planted_after_the_checks(s3, tmp_path, monke
     victim.write_bytes(b"precious")
     dest = tmp_path / "dest"
     dest.mkdir()
-    store = stores.open_store(location.parse_location(uri))
+    store = opening.open_store(location.parse_location(uri))
     [item] = store.list_files()
     if kind == "manifest":
         manifest = Manifest(dest)

@@ -13,13 +13,24 @@ from support.cli import REPO
 
 CLI = REPO / "cli"
 
-# The modules a process on the cluster imports (add the run lifecycle's modules of runs/ here as they qualify).
+# The modules a process on the cluster imports: the REST client, the retry rule, the record and its writers, the
+# redactor, and the run lifecycle core of runs/ (submit and record, follow to the end, archive, memory, events).
 CLUSTER_SIDE = (
     "rtjob.backends.ray.client",  # the Jobs API's REST client
     "rtjob.backends.ray.retries",  # the retry rule
     "rtjob.core.record",  # the run record
     "rtjob.storage.records",  # the record and log writers
     "rtjob.core.redact",
+    "rtjob.runs.events",  # what the use cases report
+    "rtjob.runs.submission",  # submit and record; follow to the end (Ctrl-C, retries, the archive)
+    "rtjob.runs.follow",
+    "rtjob.runs.patience",
+    "rtjob.runs.stuck_watch",
+    "rtjob.runs.archive",  # a run seen ended: its logs and final state saved
+    "rtjob.runs.memory",  # the ledger and the run's storage
+    "rtjob.runs.places",  # where a run's record, log and folder live
+    "rtjob.runs.records",
+    "rtjob.runs.steps",  # a pipeline's step loop
 )
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
 BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")

@@ -18,10 +18,10 @@ from rtjob.core.model import RunInfo, RunStatus
 from rtjob.runs.sources import explained, resolve_source
 from rtjob.storage.layout import NothingStored, parse_checkpoint_choice
 from rtjob.storage.location import parse_location
+from rtjob.storage.opening import open_store
 from rtjob.storage.pull_plan import plan_pull
 from rtjob.storage.raytrain import SNAPSHOT_FILE, parse_snapshot, parse_snapshot_rows
 from rtjob.storage.results import COLUMNS, columns_for, history_from_dir
-from rtjob.storage.stores import open_store
 from support.cli import REPO, in_process
 
 SNAPSHOT = REPO / "tests/support/plain_raytrain" / SNAPSHOT_FILE

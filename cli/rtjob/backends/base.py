@@ -19,12 +19,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import BadInput
 from ..core.model import Attempts, RunInfo, SubmitResult
+from .request import Log, Request
 
 if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a status
     from ..jobspec.pricing import HourlyCost
@@ -32,29 +33,8 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from ..jobspec.settings import Settings
     from .capabilities import ComputeConfigs, LocalCluster, Schedules
 
-R = TypeVar("R", bound="Request")
-
-
 class NotSupported(BadInput):
     """The backend has no such capability (exit 2: the request, not the run, is wrong)."""
-
-
-@dataclass
-class Request:
-    """What ``submit`` sends: plain data (no reference back to the job) that round-trips through JSON, so it
-    can be printed (render, --dry-run), stored with the run and compared."""
-
-    run_id: str
-    job_file: str
-    notes: list[str]  # what the user should know about this request (printed by render and submit)
-
-    def to_json(self) -> dict[str, Any]:
-        return {"kind": type(self).__name__, **dataclasses.asdict(self)}
-
-    @classmethod
-    def from_json(cls: type[R], data: dict[str, Any]) -> R:
-        fields = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in fields})
 
 
 @dataclass(frozen=True)
@@ -102,8 +82,6 @@ class Stuck:
     reason: str  # what it waits for, e.g. '{GPU: 1} × 2 (placement group) that this cluster does not have (...)'
     final: bool  # True: no node can join (the embedded cluster, no autoscaler): waiting is in vain
 
-
-Log = Callable[[str], None]
 
 
 def last_lines(text: str, lines: int) -> str:

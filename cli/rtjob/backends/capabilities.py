@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .base import Log, Request
+    from .request import Log, Request
 
 Data = dict[str, Any]
 

@@ -36,9 +36,10 @@ from .destination import Manifest, destination_lock, refuse_link, remove_partial
 from .keys import printable
 from .layout import CheckpointChoice
 from .location import Location
+from .opening import open_store
 from .pull_plan import PullItem, PullPlan, plan_pull
 from .s3errors import describe_error, is_denial
-from .stores import MANIFEST, PARTIAL_SUFFIX, RemoteFile, Store, open_store
+from .stores import MANIFEST, PARTIAL_SUFFIX, RemoteFile, Store
 
 
 class Progress(Protocol):

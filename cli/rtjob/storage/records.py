@@ -22,9 +22,10 @@ from ..core.errors import BadInput
 from ..core.record import RunRecord
 from .layout import NothingStored, checkpoint_of, find_history, load_history, natural_key
 from .location import Location, parse_location
+from .opening import open_store
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
 from .results import NoHistory, RunHistory, history_from_location, summary
-from .stores import Store, check_rel, open_store
+from .stores import Store, check_rel
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KB; its request and spec bound the rest
 MAX_LOG_BYTES = 256 * 1024 * 1024  # an archived driver log is read whole (rtjob logs ID)

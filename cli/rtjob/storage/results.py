@@ -23,9 +23,10 @@ from rtjob_contract import METRICS_FILE
 from ..core.errors import BadInput
 from .layout import NothingStored, find_history, load_history, natural_key, nothing_but_rtjobs_own, unreadable
 from .location import Location
+from .opening import open_store
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
 from .samples import Sample
-from .stores import open_regular, open_store, read_capped
+from .stores import open_regular, read_capped
 
 # (key in metrics.json, column title, format)
 COLUMNS: list[tuple[str, str, str]] = [

@@ -4,7 +4,7 @@ and the pull use.
 
 Independent of the backend and of Ray: the commands turn a run id into its storage URI (runs/sources.py), then
 everything here works on the URI alone. ``LocalStore`` is here; ``S3Store`` (s3store.py) is imported only when an
-S3 location is opened, and botocore only when it is needed (the light client's ``s3`` extra).
+S3 location is opened (opening.open_store picks the store), and botocore only when it is needed (the `s3` extra).
 """
 
 from __future__ import annotations
@@ -155,14 +155,6 @@ def check_rel(rel: str) -> str:
     if any(part in ("", ".", "..") or "\\" in part or "\0" in part for part in parts):
         raise BadInput(f"{rel!r}: not a plain relative path in storage")
     return rel
-
-
-def open_store(location: Location, endpoint: str | None = None, concurrency: int = 16) -> Store:
-    if location.scheme == "s3":
-        from .s3store import S3Store
-
-        return S3Store(location, endpoint, concurrency)
-    return LocalStore(location, concurrency)
 
 
 class LocalStore(Store):

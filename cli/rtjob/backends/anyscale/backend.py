@@ -32,7 +32,7 @@ from ...core.redact import secret_arg_values, secret_values
 from ...jobspec.pricing import HourlyCost, compute_config_cost
 from ..base import Backend, Planned, Request, Upload, last_lines
 from . import client as sdk_client
-from .client import _not_found, anyscale_errors, host
+from .client import _not_found, anyscale_errors, host, state_name
 from .request import (
     REGISTERED_PREFIX,
     AnyscaleJobRequest,
@@ -79,10 +79,6 @@ def _recorded_rate(tags: dict[str, Any]) -> dict[str, Any] | None:
                 "source": "rate recorded at submit"}
     except ValueError:
         return None
-
-
-def _state_name(state: Any) -> str:
-    return str(getattr(state, "value", state) or "UNKNOWN").upper()
 
 
 class AnyscaleBackend(Backend):
@@ -206,7 +202,7 @@ class AnyscaleBackend(Backend):
         cached = self._cache.get(job_id) if job_id else None
         if cached is not None and not fresh:
             when, status = cached
-            if _STATES.get(_state_name(status.state), RunStatus.UNKNOWN).terminal or (
+            if _STATES.get(state_name(status.state), RunStatus.UNKNOWN).terminal or (
                 time.monotonic() - when < self.status_poll_s
             ):
                 return status
@@ -228,12 +224,12 @@ class AnyscaleBackend(Backend):
                 storage = f"{storage_path}/{status.name}"
             elif env.get(contract.ENV_SCHEDULE):  # a scheduled run names its folder after its Anyscale job id
                 storage = f"{storage_path}/{status.id}"
-        state = _state_name(status.state)
+        state = state_name(status.state)
         run_status = _STATES.get(state, RunStatus.UNKNOWN)
         runs = list(status.runs or [])
         message = f"Anyscale job {status.id} {state}"
         if runs:
-            failed = sum(1 for r in runs if _state_name(r.state) == "FAILED")
+            failed = sum(1 for r in runs if state_name(r.state) == "FAILED")
             message += f": {len(runs)} attempt(s)" + (f", {failed} failed" if failed else "")
             if getattr(config, "max_retries", None) is not None:
                 message += f" (max_retries={config.max_retries})"

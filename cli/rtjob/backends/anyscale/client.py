@@ -7,10 +7,13 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.redact import redact
+
+if TYPE_CHECKING:
+    from ...jobspec.settings import Settings
 
 ANYSCALE_VERSION = "0.26.112"  # the SDK this adapter was written and tested against (pinned in pyproject)
 DEFAULT_HOST = "https://console.anyscale.com"
@@ -122,3 +125,19 @@ def default_client() -> Any:
                          f"(anyscale=={ANYSCALE_VERSION})") from None
     with anyscale_errors("authenticating"):
         return AnyscaleClient()
+
+
+def state_name(state: Any) -> str:
+    """An SDK state (an enum, a string or None) as its upper-case name."""
+    return str(getattr(state, "value", state) or "UNKNOWN").upper()
+
+
+class SdkAccess(Protocol):
+    """What the Anyscale capabilities use of their backend: its settings, its SDK objects, its error wording
+    (declared here, so that schedules.py and compute_configs.py never import backend.py, which builds them)."""
+
+    settings: Settings
+
+    def _sdk(self, kind: str) -> Any: ...
+
+    def _errors(self, what: str) -> contextlib.AbstractContextManager[None]: ...

@@ -9,13 +9,13 @@ from ..capabilities import ComputeConfigs
 from .request import REGISTERED_PREFIX, check_with_anyscale
 
 if TYPE_CHECKING:
-    from .backend import AnyscaleBackend
+    from .client import SdkAccess
 
 
 class AnyscaleComputeConfigs(ComputeConfigs):
     prefix = REGISTERED_PREFIX
 
-    def __init__(self, backend: AnyscaleBackend) -> None:
+    def __init__(self, backend: SdkAccess) -> None:
         self.backend = backend
 
     def registered(self, name: str) -> dict[str, Any]:

@@ -10,12 +10,12 @@ import rtjob_contract as contract
 
 from ...core.redact import secret_values
 from ..capabilities import Schedules
-from .client import anyscale_errors
+from .client import anyscale_errors, state_name
 from .request import AnyscaleJobRequest, check_with_anyscale, masked_config
 
 if TYPE_CHECKING:
     from ..base import Request
-    from .backend import AnyscaleBackend
+    from .client import SdkAccess
 
 
 def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone: str) -> dict[str, Any]:
@@ -52,7 +52,7 @@ def masked_schedule(schedule: dict[str, Any]) -> dict[str, Any]:
 
 
 class AnyscaleSchedules(Schedules):
-    def __init__(self, backend: AnyscaleBackend) -> None:
+    def __init__(self, backend: SdkAccess) -> None:
         self.backend = backend
 
     def build(self, request: Request, name: str, cron: str, timezone: str) -> dict[str, Any]:
@@ -74,8 +74,6 @@ class AnyscaleSchedules(Schedules):
             return str(self.backend._sdk("schedule").apply(ScheduleConfig.from_dict(schedule)))
 
     def list(self) -> list[dict[str, Any]]:
-        from .backend import _state_name
-
         with self.backend._errors("listing schedules"):
             found = list(self.backend._sdk("schedule").list(max_items=100))
         out = []
@@ -85,7 +83,7 @@ class AnyscaleSchedules(Schedules):
             out.append({
                 "id": s.id,
                 "name": s.name,
-                "state": _state_name(s.state),
+                "state": state_name(s.state),
                 "cron": s.config.cron_expression,
                 "timezone": s.config.timezone,
                 "job": env.get(contract.ENV_JOB_NAME),
