@@ -21,6 +21,32 @@ def _shown_setting(key: str, value: Any) -> Any:
     return mask_url(value) if isinstance(value, str) else value
 
 
+def running_cluster(planned: Plan) -> dict[str, Any] | None:
+    """The cluster on this machine as it runs now ({address, nodes, cpus, ...}), or None when the backend has
+    none or it does not run: render describes that cluster, never one it would start."""
+    from ..core.errors import Unreachable
+
+    cluster = planned.backend.local_cluster()
+    if cluster is None or not cluster.running():
+        return None
+    try:
+        return cluster.describe()
+    except Unreachable:
+        return None
+
+
+def _cluster_text(planned: Plan, running: dict[str, Any] | None) -> str:
+    """The embedded cluster a job without a worker shape runs on: the one running (a running cluster keeps its
+    size; submit only adds nodes), else the one submit would start."""
+    job = planned.job
+    if running is None:
+        return f"submit starts the embedded cluster with {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
+    text = f"the embedded cluster runs {running['nodes']} node(s), {running['cpus']:g} CPU in all"
+    if job.nodes > running["nodes"]:
+        text += f"; submit adds {job.nodes - running['nodes']} node(s) × {job.local_cpus_per_node} CPU"
+    return text
+
+
 def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
     job, cost = planned.job, planned.cost
@@ -35,6 +61,10 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
     if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
         data["run"].update({"nodes": job.sized_nodes, "workers": None, "resources_per_worker": None,
                             "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
+        if job.local_cpus_per_node is not None:
+            running = running_cluster(planned)
+            data["run"]["cluster"] = ({"running": True, "nodes": running["nodes"], "cpus": running["cpus"]}
+                                      if running else {"running": False})
     if explain:
         data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
                            for k, s in settings.values.items()}
@@ -64,7 +94,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
     else:
         shape = "set by the entrypoint (the job declares no resources_per_worker or compute config)"
         if job.local_cpus_per_node is not None:
-            shape += f"; the embedded cluster offers {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
+            shape += f"; {_cluster_text(planned, running_cluster(planned))}"
     lines = [
         f"job:       {job.spec.name}  ({job.job_file})",
         f"backend:   {backend.name}  {backend.display_address}",
