@@ -126,13 +126,16 @@ def configured(flags: dict[str, Any], root: Path | None = None, context: str | N
 
 def _local_cluster_at(settings: Settings) -> bool:
     """Whether the configured address is that of the cluster running on this machine (read from its state)."""
+    from ..jobspec.settings import Settings
     from .base import NotSupported
 
     try:
         name = offering("local_cluster")
     except NotSupported:
         return False
-    cluster = backend_class(name)(settings).local_cluster()
+    # Built from no settings: the cluster's state says where it runs, and a context's secret reference (headers)
+    # is not resolved for a command that may never need it.
+    cluster = backend_class(name)(Settings(settings.root)).local_cluster()
     running = cluster.dashboard() if cluster is not None else None
     return running is not None and running.rstrip("/") == str(settings.get("address")).rstrip("/")
 

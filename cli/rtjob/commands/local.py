@@ -36,7 +36,7 @@ def local() -> None:
     \b
     Examples:
       rtjob local up --nodes 2 --cpus-per-node 2
-      rtjob local status -o json
+      eval "$(rtjob local env)"   # then Ray's own CLI: ray job list, ray status
       rtjob local down
     """
 
