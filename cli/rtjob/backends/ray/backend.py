@@ -16,7 +16,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, Log, Planned, Request, Retry, Stuck, Upload
+from ..base import Backend, Log, Planned, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
@@ -121,7 +121,7 @@ class RayJobsBackend(Backend):
         request = build(job, cost)
         # A working dir Ray would refuse (over 100 MiB, a link out of it) is refused here, before anything is sent.
         size = check_upload(job.working_dir, request.runtime_env["excludes"], job.job_file)
-        return Planned(request, Upload(str(job.working_dir), size.files, size.total_bytes))
+        return Planned(request, size.as_upload(str(job.working_dir)))
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, RayJobRequest)
