@@ -143,6 +143,27 @@ def test_render_explain_shows_the_context_and_the_default_config_path(user: User
     assert "http://stray-head:8265" in text and "from env RAY_ADDRESS" in text
 
 
+def test_an_address_from_the_environment_with_the_current_contexts_storage_is_warned(user: User, capsys) -> None:
+    """The one case where a context half-applies: a stray RAY_ADDRESS beats the current context's address while
+    its storage still applies. One warning line on stderr; a whole context (--context) or none at all: no warning."""
+    user.write(CONFIG)
+    user.monkeypatch.setenv("RAY_ADDRESS", "http://stray-head:8265")
+    proc = cli(capsys, "render", "hello", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    warned = [line for line in proc.stderr.splitlines() if line.startswith("rtjob: warning: ")]
+    assert len(warned) == 1, proc.stderr
+    assert "env RAY_ADDRESS" in warned[0] and "current context dev" in warned[0] and "--context" in warned[0]
+    json.loads(proc.stdout)  # stdout stays the document
+    assert "warning" not in cli(capsys, "render", "hello", "--context", "prod").stderr
+    user.monkeypatch.delenv("RAY_ADDRESS")
+    assert "warning" not in cli(capsys, "render", "hello").stderr
+    settings = load_settings({}, user.project)
+    assert settings.half_applied_context() is None
+    user.monkeypatch.setenv("RTJOB_STORAGE", "/mnt/mine")  # both from the environment: nothing half-applies
+    user.monkeypatch.setenv("RAY_ADDRESS", "http://stray-head:8265")
+    assert load_settings({}, user.project).half_applied_context() is None
+
+
 @pytest.mark.parametrize("how", ["--context", "RTJOB_CONTEXT"])
 def test_an_unknown_chosen_context_is_one_line_exit_2(user: User, capsys, how: str) -> None:
     user.write(CONFIG)

@@ -113,11 +113,31 @@ def configured(flags: dict[str, Any], root: Path | None = None, context: str | N
     if name is not None and name not in _registry():
         raise BadInput(f"backend {name!r} ({settings.source('backend')}): expected one of {', '.join(_registry())}")
     if name is None:
-        if settings.get("address"):
+        if settings.get("address") and _local_cluster_at(settings):
+            # `eval "$(rtjob local env)"` (for Ray's own CLI) leaves rtjob on the embedded cluster, its storage too.
+            settings.set("backend", DEFAULT, f"default (the address set by {settings.source('address')} is the "
+                                             "running embedded cluster's)")
+        elif settings.get("address"):
             settings.set("backend", WITH_ADDRESS, f"default (an address is set by {settings.source('address')})")
         else:
             settings.set("backend", DEFAULT, "default (no address configured)")
     return settings
+
+
+def _local_cluster_at(settings: Settings) -> bool:
+    """Whether the configured address is that of the cluster running on this machine (read from its state)."""
+    from ..jobspec.settings import Settings
+    from .base import NotSupported
+
+    try:
+        name = offering("local_cluster")
+    except NotSupported:
+        return False
+    # Built from no settings: the cluster's state says where it runs, and a context's secret reference (headers)
+    # is not resolved for a command that may never need it.
+    cluster = backend_class(name)(Settings(settings.root)).local_cluster()
+    running = cluster.dashboard() if cluster is not None else None
+    return running is not None and running.rstrip("/") == str(settings.get("address")).rstrip("/")
 
 
 def get_backend(settings: Settings) -> Backend:

@@ -44,9 +44,12 @@ class Upload:
     working_dir: str
     files: int
     bytes: int
+    # What `render --files` lists, from the same walk: (path, size) uploaded, (path, rule) left out.
+    listed: tuple[tuple[str, int], ...] = dataclasses.field(default=(), repr=False)
+    excluded: tuple[tuple[str, str], ...] = dataclasses.field(default=(), repr=False)
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"working_dir": self.working_dir, "files": self.files, "bytes": self.bytes}
 
     def describe(self) -> str:
         """'/path (12 files, 4.5 KiB)': what render shows and submit says before it uploads."""

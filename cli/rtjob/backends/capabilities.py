@@ -96,3 +96,13 @@ class LocalCluster(ABC):
     @abstractmethod
     def describe(self) -> Data:
         """{address, nodes, cpus, temp_dir}; Unreachable (exit 3) if it is not running."""
+
+    @abstractmethod
+    def dashboard(self) -> str | None:
+        """The address its state records while it runs (nothing is contacted), else None: an address equal to it
+        means this cluster (``backends.configured``)."""
+
+    @abstractmethod
+    def env(self) -> dict[str, str]:
+        """The environment that points Ray's own CLI at it (`ray job list`, `ray status`); Unreachable if it is
+        not running."""

@@ -13,11 +13,15 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import BadInput
 from ..jobspec.project import PULLED_RUNS_DIR
+
+if TYPE_CHECKING:
+    from .base import Upload
 
 RAY_UPLOAD_LIMIT = 100 * 1024**2
 # Ray's own default excludes for working_dir uploads (ray_constants.RAY_RUNTIME_ENV_DEFAULT_EXCLUDES), which
@@ -49,13 +53,31 @@ def ray_default_excludes() -> list[str]:
 
 
 @dataclass(frozen=True)
+class Excluded:
+    """A path the walk left out (a folder is not entered: its path ends with /) and the rule that did it."""
+
+    path: str
+    rule: str  # "Ray default", ".gitignore" / "sub/.rayignore", "the job's excludes", "rtjob default"
+
+
+@dataclass(frozen=True)
 class WorkingDirSize:
     total_bytes: int
     files: int
     largest: list[tuple[int, str]]
+    listed: list[tuple[int, str]] = field(default_factory=list)  # every uploaded (size, path), by path
+    excluded: list[Excluded] = field(default_factory=list)  # in the walk's order
+
+    def as_upload(self, working_dir: str) -> Upload:
+        """The plan's upload fact, with what render --files lists."""
+        from .base import Upload
+
+        return Upload(working_dir, self.files, self.total_bytes, tuple((rel, n) for n, rel in self.listed),
+                      tuple((e.path, e.rule) for e in self.excluded))
 
 
 Matcher = Callable[[Path], bool]
+Rule = Callable[[Path], str]  # which rule excluded a path a matcher matched
 
 
 def _matcher(base: Path, lines: list[str]) -> Matcher:
@@ -71,16 +93,32 @@ def _matcher(base: Path, lines: list[str]) -> Matcher:
     return lambda path: spec.match_file(str(path.relative_to(base)))
 
 
-def _ignore_files(folder: Path) -> list[Matcher]:
+def _ignore_files(folder: Path, root: Path) -> list[tuple[Matcher, Rule]]:
     names = [".rayignore"]
     if os.environ.get("RAY_RUNTIME_ENV_IGNORE_GITIGNORE", "0") != "1":
         names.insert(0, ".gitignore")
-    found = []
+    found: list[tuple[Matcher, Rule]] = []
     for name in names:
         path = folder / name
         if path.is_file():
-            found.append(_matcher(folder, path.read_text(encoding="utf-8", errors="ignore").splitlines()))
+            found.append((_matcher(folder, path.read_text(encoding="utf-8", errors="ignore").splitlines()),
+                          _named(str(path.relative_to(root)))))
     return found
+
+
+def _named(rule: str) -> Rule:
+    return lambda path: rule
+
+
+def _top_rule(root: Path, excludes: list[str]) -> Rule:
+    """Which group of the one top-level PathSpec excluded a path: Ray decides with all of them at once (later
+    patterns win, so a job's `!PATTERN` re-includes), rtjob only names the group, the job's own first."""
+    ray = [*ray_default_excludes(), *(e for e in excludes if e in RAY_DEFAULT_EXCLUDES)]
+    ours = [e for e in excludes if e in RTJOB_EXCLUDES]
+    job = [e for e in excludes if e not in RTJOB_EXCLUDES and e not in RAY_DEFAULT_EXCLUDES]
+    groups = [("the job's excludes", _matcher(root, job)), ("rtjob default", _matcher(root, ours)),
+              ("Ray default", _matcher(root, ray))]
+    return lambda path: next((name for name, match in groups if match(path)), "excludes")
 
 
 def _outside(link: Path, target: Path, root_real: Path) -> str:
@@ -88,18 +126,22 @@ def _outside(link: Path, target: Path, root_real: Path) -> str:
             "points at; add it to the job's `excludes:` (or .gitignore), or copy the data into the working dir")
 
 
-def uploaded_files(root: Path, excludes: list[str]) -> list[tuple[int, str]]:
-    """(size, relative path) of every file Ray would zip from ``root`` with ``excludes`` (request + Ray's)."""
+def uploaded_files(root: Path, excludes: list[str], excluded: list[Excluded] | None = None) -> list[tuple[int, str]]:
+    """(size, relative path) of every file Ray would zip from ``root`` with ``excludes`` (request + Ray's);
+    ``excluded``, when given, collects what the walk left out and the rule that did (one walk for both)."""
     root = root.absolute()
     root_real = Path(os.path.realpath(root))
-    top = _matcher(root, [*ray_default_excludes(), *excludes])
+    top = (_matcher(root, [*ray_default_excludes(), *excludes]), _top_rule(root, excludes))
     files: list[tuple[int, str]] = []
 
-    def travel(path: Path, matchers: list[Matcher], real_parents: tuple[Path, ...]) -> None:
+    def travel(path: Path, matchers: list[tuple[Matcher, Rule]], real_parents: tuple[Path, ...]) -> None:
         real = real_parents
         if path.is_dir():
-            matchers = matchers + _ignore_files(path)
-        if any(match(path) for match in matchers):
+            matchers = matchers + _ignore_files(path, root)
+        hit = next((rule for match, rule in matchers if match(path)), None)
+        if hit is not None:
+            if excluded is not None:
+                excluded.append(Excluded(str(path.relative_to(root)) + ("/" if path.is_dir() else ""), hit(path)))
             return
         if path.is_symlink():
             target = Path(os.path.realpath(path))
@@ -124,8 +166,10 @@ def uploaded_files(root: Path, excludes: list[str]) -> list[tuple[int, str]]:
 def measure(root: Path, excludes: list[str]) -> WorkingDirSize:
     """What Ray would zip from ``root`` with the request's ``excludes``: bytes, file count, largest files.
     Raises BadInput for a symlink that leaves ``root`` or loops."""
-    files = uploaded_files(root, excludes)
-    return WorkingDirSize(sum(n for n, _ in files), len(files), sorted(files, reverse=True)[:5])
+    excluded: list[Excluded] = []
+    files = uploaded_files(root, excludes, excluded)
+    return WorkingDirSize(sum(n for n, _ in files), len(files), sorted(files, reverse=True)[:5],
+                          sorted(files, key=lambda f: f[1]), excluded)
 
 
 def check_upload(root: Path, excludes: list[str], where: str, limit: int | None = RAY_UPLOAD_LIMIT) -> WorkingDirSize:

@@ -1,4 +1,4 @@
-"""`rtjob local up|down|status`: the embedded cluster, the local-cluster capability of the backend that offers one
+"""`rtjob local up|down|status|env`: the embedded cluster, the local-cluster capability of the backend that offers one
 (the registry names it; that backend starts the cluster on demand)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def local() -> None:
     \b
     Examples:
       rtjob local up --nodes 2 --cpus-per-node 2
-      rtjob local status -o json
+      eval "$(rtjob local env)"   # then Ray's own CLI: ray job list, ray status
       rtjob local down
     """
 
@@ -94,4 +94,21 @@ def local_status(output: str) -> int:
     else:
         echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
                    f"logs:    {running['temp_dir']}")
+    return EXIT_SUCCEEDED
+
+
+@local.command("env")
+def local_env() -> int:
+    """Print shell export lines that point Ray's own CLI at the embedded cluster (exit 3 if it is not running).
+
+    rtjob takes that address as the embedded cluster: later rtjob commands keep its storage and history.
+
+    \b
+    Examples:
+      eval "$(rtjob local env)" && ray job list && ray status
+    """
+    import shlex
+
+    for name, value in _cluster()[1].env().items():
+        echo(f"export {name}={shlex.quote(value)}")
     return EXIT_SUCCEEDED

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from .printing import echo, print_data
 
 if TYPE_CHECKING:
+    from ..backends.base import Upload
     from ..jobspec.project import Settings
     from ..runs.runner import Plan
 
@@ -21,7 +22,60 @@ def _shown_setting(key: str, value: Any) -> Any:
     return mask_url(value) if isinstance(value, str) else value
 
 
-def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, Any]:
+def running_cluster(planned: Plan) -> dict[str, Any] | None:
+    """The cluster on this machine as it runs now ({address, nodes, cpus, ...}), or None when the backend has
+    none or it does not run: render describes that cluster, never one it would start."""
+    from ..core.errors import Unreachable
+
+    cluster = planned.backend.local_cluster()
+    if cluster is None or not cluster.running():
+        return None
+    try:
+        return cluster.describe()
+    except Unreachable:
+        return None
+
+
+def _cluster_text(planned: Plan, running: dict[str, Any] | None) -> str:
+    """The embedded cluster a job without a worker shape runs on: the one running (a running cluster keeps its
+    size; submit only adds nodes), else the one submit would start."""
+    job = planned.job
+    if running is None:
+        return f"submit starts the embedded cluster with {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
+    text = f"the embedded cluster runs {running['nodes']} node(s), {running['cpus']:g} CPU in all"
+    if job.nodes > running["nodes"]:
+        text += f"; submit adds {job.nodes - running['nodes']} node(s) × {job.local_cpus_per_node} CPU"
+    return text
+
+
+def files_data(upload: Upload) -> dict[str, Any]:
+    """What `render --files` shows: every uploaded file (path, size), and what was left out grouped by top-level
+    path and the rule that excluded it (Ray's default, a .gitignore/.rayignore, the job's excludes, rtjob's)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for path, rule in upload.excluded:
+        head, sep, _ = path.partition("/")
+        groups.setdefault((head + sep, rule), []).append(path)
+    return {"uploaded": [{"path": path, "size": size} for path, size in upload.listed],
+            "excluded": [{"path": top, "rule": rule, "paths": paths} for (top, rule), paths in groups.items()]}
+
+
+def _files_lines(upload: Upload) -> list[str]:
+    from .printing import size
+
+    data = files_data(upload)
+    width = min(60, max((len(row["path"]) for rows in data.values() for row in rows), default=0))
+    lines = [f"files:     {upload.files} uploaded ({size(upload.bytes)})"]
+    lines += [f"  {row['path']:<{width}}  {size(row['size'])}" for row in data["uploaded"]]
+    lines.append(f"excluded:  {len(upload.excluded)} path(s), by top-level path and rule" if upload.excluded
+                 else "excluded:  nothing")
+    for group in data["excluded"]:
+        inside = [p for p in group["paths"] if p != group["path"]]
+        shown = f": {', '.join(inside[:3])}{f' (+{len(inside) - 3} more)' if len(inside) > 3 else ''}" if inside else ""
+        lines.append(f"  {group['path']:<{width}}  {group['rule']}{shown}")
+    return lines
+
+
+def render_data(planned: Plan, settings: Settings, explain: bool, files: bool = False) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
     job, cost = planned.job, planned.cost
     data = dict(planned.backend.render(planned.request))
@@ -35,15 +89,22 @@ def render_data(planned: Plan, settings: Settings, explain: bool) -> dict[str, A
     if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
         data["run"].update({"nodes": job.sized_nodes, "workers": None, "resources_per_worker": None,
                             "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
+        if job.local_cpus_per_node is not None:
+            running = running_cluster(planned)
+            data["run"]["cluster"] = ({"running": True, "nodes": running["nodes"], "cpus": running["cpus"]}
+                                      if running else {"running": False})
     if explain:
         data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
                            for k, s in settings.values.items()}
     data["notes"] = planned.notes
+    if files:
+        data["files"] = files_data(planned.upload) if planned.upload else None
     return data
 
 
-def print_render(planned: Plan, settings: Settings, output: str, explain: bool) -> None:
-    """What render and --dry-run print: the request exactly as it will be sent (secrets masked)."""
+def print_render(planned: Plan, settings: Settings, output: str, explain: bool, files: bool = False) -> None:
+    """What render and --dry-run print: the request exactly as it will be sent (secrets masked); with ``files``
+    the upload's files and what it leaves out (from the plan's one walk)."""
     from ..backends.base import NotSupported
 
     backend, job, request = planned.backend, planned.job, planned.request
@@ -54,7 +115,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
         except NotSupported:
             pass  # else the same data as -o json, as YAML
     if output != "text":
-        print_data(render_data(planned, settings, explain), output)
+        print_data(render_data(planned, settings, explain, files), output)
         return
     rendered = backend.render(request)
     cost = planned.cost
@@ -64,7 +125,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
     else:
         shape = "set by the entrypoint (the job declares no resources_per_worker or compute config)"
         if job.local_cpus_per_node is not None:
-            shape += f"; the embedded cluster offers {job.nodes} node(s) × {job.local_cpus_per_node} CPU"
+            shape += f"; {_cluster_text(planned, running_cluster(planned))}"
     lines = [
         f"job:       {job.spec.name}  ({job.job_file})",
         f"backend:   {backend.name}  {backend.display_address}",
@@ -75,6 +136,8 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool) 
         f"storage:   {job.storage_uri or '-'}",
         f"upload:    {planned.upload.describe() if planned.upload else '-'}",
     ]
+    if files and planned.upload:
+        lines += _files_lines(planned.upload)
     lines += [f"note:      {note}" for note in planned.notes]
     if explain:
         lines.append("settings:")

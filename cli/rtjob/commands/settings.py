@@ -32,6 +32,11 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
     click_ctx = click.get_current_context(silent=True)
     settings = configured(flags, project_of(job) if job else None,
                           context=click_ctx.meta.get(CONTEXT_KEY) if click_ctx else None)
+    half = settings.half_applied_context()
+    if half:
+        from .printing import say
+
+        say(f"warning: {half}")
     # Header values and a password in the address reach the redactor as they are set (spec.project.Settings.set)
     # or resolved: reading them here would resolve a context reference that this command may never need.
     return settings

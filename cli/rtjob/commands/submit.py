@@ -55,16 +55,19 @@ FROM_HELP = ("Pipelines: a new pipeline run that reuses the runs of PIPELINE_ID'
               help="yaml: a job file `anyscale job submit -f` accepts (--backend anyscale), else the json data "
                    "as YAML.")
 @click.option("--explain", is_flag=True, help="Show where each effective setting came from.")
+@click.option("--files", "files", is_flag=True,
+              help="List the files the submit uploads (path, size) and the excluded ones with the rule that excluded "
+                   "them (Ray's default, .gitignore, the job's excludes, rtjob's defaults).")
 @click.option("--from", "resume", nargs=2, metavar="STEP PIPELINE_ID", help=FROM_HELP)
 def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
-           explain: bool, resume: tuple[str, str] | None) -> int:
+           explain: bool, files: bool, resume: tuple[str, str] | None) -> int:
     """Print the exact request a submit would send (same as submit --dry-run). Sends nothing.
 
     \b
     Examples:
-      rtjob render ddp-resnet --nodes 2 --explain
+      rtjob render ddp-resnet --nodes 2 --explain --files   # --files: what is uploaded, what is left out and why
       rtjob render ddp-resnet --backend anyscale -o yaml > job.yaml   # anyscale job submit -f job.yaml
       rtjob render jobs/my-job.yaml --set args.epochs=1 -o json
     """
@@ -79,7 +82,7 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 
         render_pipeline(planned, settings, output, explain)
     else:
-        print_render(planned, settings, output, explain)
+        print_render(planned, settings, output, explain, files)
     return EXIT_SUCCEEDED
 
 

@@ -76,6 +76,16 @@ class Settings:
         setting = self.values.get(key)
         return setting.source if setting else "unset"
 
+    def half_applied_context(self) -> str | None:
+        """The one case where a context applies in part: the address comes from the environment (a RAY_ADDRESS
+        left set) while the storage still comes from the current context. Said as a warning: the run would land
+        in one place's storage and run on another's cluster."""
+        address, storage = self.source("address"), self.source("storage")
+        if not (address.startswith("env ") and storage.startswith("current context ")):
+            return None
+        return (f"the address comes from the environment ({address}) but the storage from the {storage}: "
+                "--context NAME applies a whole context, `unset` the variable to use the current one")
+
     def set(self, key: str, value: Any, source: str) -> None:
         if not isinstance(value, Deferred):
             _protect(key, value)

@@ -30,7 +30,7 @@ from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
 from ...jobspec.pricing import HourlyCost, compute_config_cost
-from ..base import Backend, Planned, Request, Upload, last_lines
+from ..base import Backend, Planned, Request, last_lines
 from . import client as sdk_client
 from .client import _not_found, anyscale_errors, host, state_name
 from .request import (
@@ -146,7 +146,7 @@ class AnyscaleBackend(Backend):
         # Anyscale packs the working dir as Ray does, with the excludes of the JobConfig; no 100 MiB limit. A link
         # out of the working dir is refused before anything is sent.
         size = check_upload(job.working_dir, config["excludes"], job.job_file, limit=None)
-        return Planned(build(job, config), Upload(str(job.working_dir), size.files, size.total_bytes))
+        return Planned(build(job, config), size.as_upload(str(job.working_dir)))
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, AnyscaleJobRequest)

@@ -16,7 +16,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, Log, Planned, Request, Retry, Stuck, Upload
+from ..base import Backend, Log, Planned, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
@@ -121,7 +121,7 @@ class RayJobsBackend(Backend):
         request = build(job, cost)
         # A working dir Ray would refuse (over 100 MiB, a link out of it) is refused here, before anything is sent.
         size = check_upload(job.working_dir, request.runtime_env["excludes"], job.job_file)
-        return Planned(request, Upload(str(job.working_dir), size.files, size.total_bytes))
+        return Planned(request, size.as_upload(str(job.working_dir)))
 
     def render(self, request: Request) -> dict[str, Any]:
         assert isinstance(request, RayJobRequest)
@@ -340,6 +340,9 @@ class RayJobsBackend(Backend):
             yield chunk
 
 
+RAY_ADDRESS = "RAY_ADDRESS"
+
+
 class EmbeddedRayBackend(RayJobsBackend):
     """The embedded cluster: N Ray nodes on this machine that rtjob starts on demand (cluster.py). Runs use
     the job's `local:` profile, CPU only, and write to local storage unless told otherwise."""
@@ -347,6 +350,7 @@ class EmbeddedRayBackend(RayJobsBackend):
     name = "local"
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = ()  # a CI runner has no embedded cluster to reach
     ci_extra = ""
+    _cluster: Any = None  # the running cluster (cluster.LocalCluster), once connected
 
     @classmethod
     def placement(cls) -> Placement:
@@ -360,6 +364,7 @@ class EmbeddedRayBackend(RayJobsBackend):
 
     def _connect(self, cluster: Any) -> RayJobsAPI:
         REDACTOR.add([cluster.token])
+        self._cluster = cluster
         headers = {**self._user_headers, "Authorization": f"Bearer {cluster.token}"}
         self._api = RayJobsAPI(cluster.address, headers, True)
         return self._api
@@ -397,10 +402,31 @@ class EmbeddedRayBackend(RayJobsBackend):
     def _auth_scheme(self) -> str | None:
         return "Bearer"  # the embedded cluster always runs with token auth
 
+    def plan(self, job: ResolvedJob, cost: HourlyCost | None) -> Planned:
+        planned = super().plan(job, cost)
+        request = planned.request
+        assert isinstance(request, RayJobRequest)
+        if RAY_ADDRESS not in job.spec.env_vars:  # the job's own value wins
+            request.cluster_ray_address = True
+            recorded = self._recorded()
+            if recorded is not None:  # what render shows; _submit_new sets it from the cluster that runs then
+                request.runtime_env["env_vars"][RAY_ADDRESS] = recorded.gcs_address
+            else:
+                request.notes.append(f"{RAY_ADDRESS} is set to the embedded cluster's GCS address when submit "
+                                     "starts it")
+        return planned
+
     def prepare(self, job: ResolvedJob, log: Log) -> None:
         from . import cluster
 
         self._connect(cluster.up(job.nodes, job.local_cpus_per_node or 1, log=log))
+
+    def _submit_new(self, request: Request) -> SubmitResult:
+        assert isinstance(request, RayJobRequest)
+        if request.cluster_ray_address:
+            _ = self.api  # connected to the running cluster (a submit's prepare started it)
+            request.runtime_env.setdefault("env_vars", {})[RAY_ADDRESS] = self._cluster.gcs_address
+        return super()._submit_new(request)
 
     def _final_shortage(self) -> bool:
         return True  # no autoscaler adds nodes to the embedded cluster while a run waits

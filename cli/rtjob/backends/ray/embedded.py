@@ -14,13 +14,23 @@ class EmbeddedCluster(LocalCluster):
         return cluster.describe(cluster.up(nodes, cpus_per_node, log=log))
 
     def running(self) -> bool:
+        return self.dashboard() is not None
+
+    def dashboard(self) -> str | None:
         try:
-            return cluster.load_state() is not None
+            state = cluster.load_state()
         except cluster.DamagedState:
-            return False  # down reports the damage and still stops what it finds
+            return None  # down reports the damage and still stops what it finds
+        return state.address if state is not None else None
 
     def down(self, log: Log) -> int:
         return cluster.down(log=log)
 
     def describe(self) -> dict[str, Any]:
         return cluster.describe(cluster.require())
+
+    def env(self) -> dict[str, str]:
+        running = cluster.require()
+        # The dashboard for `ray job ...`, the GCS for `ray status` and drivers; token auth as the cluster runs it.
+        return {"RAY_API_SERVER_ADDRESS": running.address, "RAY_ADDRESS": running.gcs_address,
+                "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": running.token_path}

@@ -25,6 +25,11 @@ class RayJobRequest(Request):
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     entrypoint_num_cpus: float = 0
+    # The embedded cluster's GCS address goes into env_vars as RAY_ADDRESS (unless the job sets its own): Ray gives
+    # RAY_ADDRESS to the driver only, and an actor started without it (Ray Train's clean-up actor) fails with
+    # "Found multiple active Ray instances" when another Ray runs on the machine. True: rtjob sets it, from the
+    # cluster that runs when the request is sent.
+    cluster_ray_address: bool = False
 
     @property
     def submission_id(self) -> str:
