@@ -168,3 +168,32 @@ def test_the_sources_of_a_pipeline_run_are_its_steps_in_order(tmp_path: Path) ->
     given = sources_for(str(folder), None, settings, Heard())  # a folder as given: no settings needed
     assert [(step, src.location.path) for step, src in given if isinstance(src, Source)] == [(None, str(folder))]
     assert built == [1]
+
+
+class LosesContact(Scripted):
+    """Answers once (RUNNING), then cannot be reached any more."""
+
+    def status(self, run_id: str) -> RunInfo:
+        from rtjob.core.errors import Unreachable
+
+        if self.reads:
+            raise Unreachable("cannot talk to http://scripted")
+        return super().status(run_id)
+
+
+def test_an_error_that_ends_the_follow_is_returned_with_the_run_as_last_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever prints the outcome still has the run (its status as last known) when rtjob stops following early."""
+    from rtjob.core.errors import Unreachable
+    from rtjob.runs.submission import Abandoned
+
+    monkeypatch.setenv("RTJOB_FOLLOW_GRACE_S", "0")
+    followed = follow_to_end(LosesContact(), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=False, events=Heard())
+    assert isinstance(followed, Abandoned) and isinstance(followed.error, Unreachable)
+    assert followed.run is not None and (followed.run.id, followed.run.status) == ("r1", RunStatus.RUNNING)
+
+
+def test_ctrl_c_that_detaches_keeps_the_run_as_last_seen() -> None:
+    followed = follow_to_end(Scripted(interrupt_at=2), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=False, events=Heard())
+    assert isinstance(followed, Detached) and followed.run is not None and followed.run.status == RunStatus.RUNNING

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
 from ..core.model import RunStatus
 from ..core.redact import redact
 from .printing import duration, outcome, print_data, run_json, say
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from ..backends.base import Retry
     from ..core.model import RunInfo
     from ..runs.runner import Plan, Submitted
-    from ..runs.submission import Detached, Ended
+    from ..runs.submission import Followed
 
 
 class Printed:
@@ -70,19 +70,43 @@ def log_stream(output: str) -> TextIO:
     return sys.stdout if output == "text" else sys.stderr
 
 
-def exit_code(followed: Ended | Detached) -> int:
-    """A followed run's exit code: 130 detached, 1 stopped on Ctrl-C, else its outcome."""
-    from ..runs.submission import Detached
+def exit_code(followed: Followed) -> int:
+    """A followed run's exit code: 130 detached, 1 stopped on Ctrl-C, the error's when rtjob stopped following,
+    else its outcome."""
+    from ..runs.submission import Abandoned, Detached
 
     if isinstance(followed, Detached):
         return EXIT_INTERRUPTED
+    if isinstance(followed, Abandoned):
+        return followed.error.exit_code
     return EXIT_FAILED if followed.stopped else outcome(followed.run)
 
 
-def print_followed(followed: Ended | Detached, output: str) -> int:
-    """A single run followed to its end: its -o json/yaml document (the outcome line was told), its exit code."""
-    from ..runs.submission import Ended
+def followed_error(followed: Followed | None) -> str | None:
+    """Why rtjob stopped following before the run's end (the one line it prints as its error), None if it did not."""
+    from ..runs.submission import Abandoned, Detached
 
-    if isinstance(followed, Ended) and output != "text":
-        print_data(run_json(followed.run), output)
-    return exit_code(followed)
+    if isinstance(followed, Detached):
+        return f"interrupted: {followed.run_id} was left running"
+    if isinstance(followed, Abandoned):
+        return followed.error.message
+    return None
+
+
+def finish(followed: Followed | None) -> int:
+    """The exit code of a follow whose outcome was printed; an error that ended it is raised (one line, its code)."""
+    from ..runs.submission import Abandoned
+
+    if isinstance(followed, Abandoned):
+        raise followed.error
+    return exit_code(followed) if followed is not None else EXIT_SUCCEEDED
+
+
+def print_followed(followed: Followed, output: str, known: RunInfo) -> int:
+    """A single run followed to its end or as far as rtjob followed it: its -o json/yaml document (the run as last
+    seen, else as ``known``, with the error that ended the follow; the outcome line was told), its exit code."""
+    if output != "text":
+        run = followed.run if followed.run is not None else known
+        error = followed_error(followed)
+        print_data({**run_json(run), **({"error": error} if error else {})}, output)
+    return finish(followed)

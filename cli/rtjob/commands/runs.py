@@ -146,7 +146,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
         followed = follow_to_end(be, run_id, out=log_stream("text"), timeout_s=timeout_s, stop_on_interrupt=False,
                                  events=PRINTED)
-        return print_followed(followed, "text")
+        return print_followed(followed, "text", info)
     text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
     echo(redact(text, info.secrets), nl=False)
     return EXIT_SUCCEEDED
@@ -185,7 +185,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     from ..runs.submission import follow_to_end
 
     followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
-    return print_followed(followed, output)
+    return print_followed(followed, output, info)
 
 
 @click.command(epilog=EXIT_CODES_HELP)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from ..core.errors import RtjobError, WaitTimeout
@@ -51,9 +51,11 @@ def follow_run(
     timeout_s: float | None,
     events: RunEvents,
     request: Request | None = None,
+    seen: Callable[[RunInfo], None] | None = None,
 ) -> RunInfo:
     """Follow ``run_id`` (its latest attempt, if it was retried already) until it ends; a FAILED run that
-    the backend retries is followed into its next attempt. The outcome comes from the run's status."""
+    the backend retries is followed into its next attempt. The outcome comes from the run's status; ``seen``
+    hears each status read that changed."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
     current = run_id
 
@@ -72,7 +74,7 @@ def follow_run(
         current = known.chain[-1].id
         events.note(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
     while True:
-        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=_not_ended(events),
+        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=_not_ended(events, seen),
                       notice=events.note)
         if info.status != RunStatus.FAILED:
             return info
@@ -87,9 +89,11 @@ def follow_run(
         current = decision.next_run.id
 
 
-def _not_ended(events: RunEvents) -> Callable[[RunInfo], None]:
+def _not_ended(events: RunEvents, seen: Callable[[RunInfo], None] | None) -> Callable[[RunInfo], None]:
     """follow's status callback: a change worth telling, until the run ends (its end is the caller's to tell)."""
     def heard(info: RunInfo) -> None:
+        if seen is not None:
+            seen(info)
         if not info.status.terminal:
             events.status(info)
     return heard
@@ -128,21 +132,41 @@ class Ended:
 
 @dataclass
 class Detached:
-    """Ctrl-C without stop-on-interrupt: the run keeps running."""
+    """Ctrl-C without stop-on-interrupt: the run keeps running (``run``: as last seen, if it was)."""
 
     run_id: str
+    run: RunInfo | None = field(default=None, compare=False)
+
+
+@dataclass
+class Abandoned:
+    """rtjob stopped following before the run's end (``error``: the --timeout, a cluster that could not be reached,
+    a run stopped because it waits in vain); ``run`` is the run as last seen, if it was."""
+
+    run_id: str
+    error: RtjobError
+    run: RunInfo | None = None
+
+
+Followed = Ended | Detached | Abandoned
 
 
 def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None,
-                  stop_on_interrupt: bool, events: RunEvents, request: Request | None = None) -> Ended | Detached:
+                  stop_on_interrupt: bool, events: RunEvents, request: Request | None = None) -> Followed:
     """Follow the run (its log to ``out`` unless None) through its retries until it ends, then record and archive
-    its end. Ctrl-C stops it (``stop_on_interrupt``) or leaves it running. Raises WaitTimeout past ``timeout_s``."""
+    its end. Ctrl-C stops it (``stop_on_interrupt``) or leaves it running. An error that ends the follow (the
+    --timeout, a lost cluster, a run that waits in vain) is returned, with the run as last seen: whoever prints
+    the outcome still has the run to show."""
+    last: list[RunInfo] = []
     try:
-        info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request)
+        info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request,
+                          seen=last.append)
+    except RtjobError as exc:
+        return Abandoned(run_id, exc, last[-1] if last else None)
     except KeyboardInterrupt:
         if not stop_on_interrupt:
             events.detached(run_id)
-            return Detached(run_id)
+            return Detached(run_id, last[-1] if last else None)
         events.note(f"interrupted: stopping {run_id} ...")
         info = backend.stop(run_id)
         events.note(f"{run_id}: {info.status.value}")
