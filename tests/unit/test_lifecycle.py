@@ -163,7 +163,8 @@ def test_the_sources_of_a_pipeline_run_are_its_steps_in_order(tmp_path: Path) ->
     assert [step for step, _ in found] == ["train", "eval"]
     train, evaluate = found[0].source, found[1].source
     assert isinstance(train, Source) and train.location.path == str(folder) and train.run_id == "p-train"
-    assert not isinstance(evaluate, Source) and "embedded Ray cluster is not running" in evaluate.message
+    assert not isinstance(evaluate, Source) and "no run 'p-eval'" in evaluate.message  # the cluster is down
+    assert "rtjob runs lists the runs rtjob knows" in evaluate.message
     assert built == [1]
     given = sources_for(str(folder), None, settings, Heard())  # a folder as given: no settings needed
     assert [(step, src.location.path) for step, src in given if isinstance(src, Source)] == [(None, str(folder))]

@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from ..core.errors import EXIT_SUCCEEDED, BadInput
+from ..core.errors import EXIT_SUCCEEDED, BadInput, Unreachable
 from ..core.model import Attempts, RunStatus
 from .events import PRINTED, log_stream, print_followed
 from .options import (
@@ -90,10 +90,18 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
     """
     from ..runs.archive import archive_ended
     from ..runs.listing import RunFilter
+    from ..runs.places import on_this_machine
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
     be = backend_from(backend, address, headers, no_verify_tls)
-    listed = be.list()
+    try:
+        listed = be.list()
+    except Unreachable as exc:
+        if not on_this_machine(be.name):
+            raise
+        # The embedded cluster is down: what it ran is still known, by the ledger.
+        raise Unreachable(f"{exc.message}; rtjob runs lists the runs rtjob knows (they outlive the cluster)") \
+            from None
     archive_ended(be, listed, PRINTED)  # runs submitted with --no-wait that ended since: their records completed
     runs = wanted.apply(listed)
     if output != "text":
