@@ -87,3 +87,16 @@ def test_a_pipeline_that_rtjob_stops_following_prints_its_document(tmp_path: Pat
     doc = json.loads(proc.stdout)
     assert doc["id"] == "p1" and [s["status"] for s in doc["steps"]] == ["PENDING", None]
     assert "after the --timeout" in doc["error"] and f"rtjob: error: {doc['error']}" in proc.stderr
+
+
+@pytest.mark.parametrize(("message", "line"), [
+    ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 chars):\nboom\n",
+     "Job entrypoint command failed with exit code 3"),
+    ("Job entrypoint command failed with exit code 3. No logs available.",
+     "Job entrypoint command failed with exit code 3. No logs available."),
+    ("", ""),
+])
+def test_a_failed_runs_closing_line_ends_cleanly(message: str, line: str) -> None:
+    from rtjob.commands.events import closing
+
+    assert closing(message) == line

@@ -3,6 +3,7 @@ on stderr, and a followed run's end as its exit code."""
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -53,9 +54,7 @@ class Printed:
             f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
 
     def ended(self, info: RunInfo) -> None:
-        # The first line only: Ray appends the log's tail to a failure message, and it was just printed.
-        first = (info.message or "").strip().splitlines()[0] if info.message else ""
-        message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
+        message = f": {closing(info.message)}" if info.message and info.status != RunStatus.SUCCEEDED else ""
         say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
 
     def detached(self, run_id: str) -> None:
@@ -63,6 +62,16 @@ class Printed:
 
 
 PRINTED = Printed()
+
+# How Ray announces the log tail it appends to a failure message ("failed with exit code 3, last available logs
+# (truncated to 20,000 chars):\n..."): the tail was just printed, and the announcement alone would dangle.
+_LOG_TAIL = re.compile(r",?\s*last available logs \(truncated to [\d,]+ chars\):?\s*$")
+
+
+def closing(message: str) -> str:
+    """A run's end message as one clean line: its first line, without the announcement of a log tail."""
+    lines = message.strip().splitlines()
+    return _LOG_TAIL.sub("", lines[0]) if lines else ""
 
 
 def log_stream(output: str) -> TextIO:
