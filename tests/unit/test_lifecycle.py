@@ -198,3 +198,32 @@ def test_ctrl_c_that_detaches_keeps_the_run_as_last_seen() -> None:
     followed = follow_to_end(Scripted(interrupt_at=2), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
                              stop_on_interrupt=False, events=Heard())
     assert isinstance(followed, Detached) and followed.run is not None and followed.run.status == RunStatus.RUNNING
+
+
+class MissingModule(Scripted):
+    """Its runs fail on a module their cluster lacks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script = {"m1": ["RUNNING", "FAILED"], "p-train": ["RUNNING", "FAILED"]}
+
+    def last_lines(self, run_id: str, lines: int) -> str:
+        return "Traceback (most recent call last):\nModuleNotFoundError: No module named 'nosuchmod.sub'\n"
+
+
+@pytest.mark.parametrize(("run_id", "where"), [("m1", "jobs/count.yaml"), ("p-train", "jobs/train.yaml (step train)")])
+def test_a_run_that_failed_on_a_missing_module_ends_with_where_to_declare_it(run_id: str, where: str) -> None:
+    from rtjob.runs.memory import ledger
+
+    book = ledger()
+    book.save(RunRecord(id="p", job="flow", backend="scripted", steps=[{"name": "train", "run_id": "p-train"}]))
+    book.save(RunRecord(id="m1", job="count", backend="scripted", job_file="jobs/count.yaml"))
+    book.save(RunRecord(id="p-train", job="train", backend="scripted", job_file="jobs/train.yaml", pipeline="p"))
+    heard = Heard()
+    followed = follow_to_end(MissingModule(), run_id, out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=False, events=heard)
+    assert isinstance(followed, Ended) and followed.run.status == RunStatus.FAILED
+    kind, hint = heard.events[-1]
+    assert heard.events[-2] == ("ended", (run_id, "FAILED")) and kind == "note"
+    assert "module 'nosuchmod'" in hint and f"add it to the `requirements:` of {where}" in hint
+

@@ -14,13 +14,14 @@ from ..core.errors import RtjobError, WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from .archive import observe
 from .follow import follow
-from .memory import ledger, save
+from .memory import find, ledger, save
 from .patience import Patience
 from .records import new_record
 from .runner import Submitted
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request
+    from ..core.record import RunRecord
     from .events import RunEvents
     from .runner import Plan
 
@@ -172,6 +173,33 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)
         return Ended(info, stopped=True)
-    observe(backend, info, events, run_id=run_id)  # into the ledger; an ended run's record and logs archived
+    record = observe(backend, info, events, run_id=run_id)  # into the ledger; an ended run's record, logs archived
     events.ended(info)
+    if info.status == RunStatus.FAILED:
+        hint = diagnose(backend, info, record)
+        if hint is not None:
+            events.note(hint)
     return Ended(info)
+
+
+DIAGNOSED_LINES = 200  # the end of a failed run's log, where Python's last traceback is
+
+
+def diagnose(backend: Backend, info: RunInfo, record: RunRecord | None) -> str | None:
+    """What a FAILED run's log plainly says went wrong (a missing module: which job file, and step, to declare it
+    in), as one line; None when it says nothing rtjob can act on or cannot be read."""
+    from .diagnosis import missing_module_hint
+
+    try:
+        text = backend.last_lines(info.id, DIAGNOSED_LINES)
+    except RtjobError:
+        return None
+    step = None
+    if record is not None and record.pipeline:  # a step's run: the step is named in its pipeline run's record
+        try:
+            pipeline = find(record.pipeline)
+        except RtjobError:
+            pipeline = None
+        step = next((str(s.get("name")) for s in (pipeline.steps if pipeline else [])
+                     if s.get("run_id") == record.id), None)
+    return missing_module_hint(text, record.job_file if record else None, step)
