@@ -66,6 +66,14 @@ def test_a_run_stopped_because_it_waits_in_vain_prints_its_document(capsys: pyte
     doc = json.loads(out)
     assert doc["id"] == "t1" and doc["status"] == "RUNNING" and "was stopped: it waited for 1 GPU" in doc["error"]
     assert ToyBackend.runs["t1"].status == RunStatus.STOPPED
+    # One line where rtjob's stop begins: Ray's shutdown output after it reads as Ray's.
+    assert "resources that will not come: stopping t1 ... (Ray's shutdown output" in err
+
+
+def test_rtjob_stop_says_where_its_stop_begins(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "stop", "t1", "--backend", "toy")
+    assert code == 0 and err.splitlines()[0].startswith("rtjob: stopping t1 ... (Ray's shutdown output")
+    assert "'*** SIGTERM received'" in err.splitlines()[0] and err.splitlines()[1] == "rtjob: t1: STOPPED"
 
 
 def test_text_output_keeps_stdout_for_the_log(capsys: pytest.CaptureFixture[str]) -> None:

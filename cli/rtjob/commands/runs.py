@@ -209,7 +209,11 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob stop RUN_ID
       rtjob stop RUN_ID --backend anyscale -o json
     """
-    info = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0].stop(run_id)
+    from ..runs.events import stop_begins
+
+    be = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0]
+    say(stop_begins(run_id))
+    info = be.stop(run_id)
     if output != "text":
         print_data(run_json(info), output)
     else:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, TextIO
 from ..core.errors import RtjobError, WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from .archive import observe
+from .events import stop_begins
 from .follow import follow
 from .memory import find, ledger, save
 from .patience import Patience
@@ -168,7 +169,7 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         if not stop_on_interrupt:
             events.detached(run_id)
             return Detached(run_id, last[-1] if last else None)
-        events.note(f"interrupted: stopping {run_id} ...")
+        events.note(stop_begins(run_id, "interrupted"))
         info = backend.stop(run_id)
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)
