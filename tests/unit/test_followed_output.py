@@ -64,7 +64,7 @@ def test_a_run_stopped_because_it_waits_in_vain_prints_its_document(capsys: pyte
     code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "-o", "json")
     assert code == 2, err
     doc = json.loads(out)
-    assert doc["id"] == "t1" and doc["status"] == "RUNNING" and "was stopped: it waited for 1 GPU" in doc["error"]
+    assert doc["id"] == "t1" and doc["status"] == "STOPPED" and "was stopped: it waited for 1 GPU" in doc["error"]
     assert ToyBackend.runs["t1"].status == RunStatus.STOPPED
     # One line where rtjob's stop begins: Ray's shutdown output after it reads as Ray's.
     assert "resources that will not come: stopping t1 ... (Ray's shutdown output" in err

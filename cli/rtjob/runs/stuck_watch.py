@@ -50,7 +50,12 @@ async def _in_daemon_thread(func: Callable[[], T]) -> T:
 
 
 class NeverFits(BadInput):
-    """The run waited for resources its cluster can never give it, and was stopped (exit 2)."""
+    """The run waited for resources its cluster can never give it, and was stopped (exit 2); ``run``: as the stop
+    left it."""
+
+    def __init__(self, message: str, run: RunInfo) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 class StuckWatch:
@@ -101,6 +106,6 @@ class StuckWatch:
         if now - self.since < self.grace_s:
             return
         self.notice(stop_begins(self.run_id, f"it has waited {now - self.since:.0f}s for resources that will not come"))
-        await asyncio.to_thread(self.backend.stop, self.run_id)
+        stopped = await asyncio.to_thread(self.backend.stop, self.run_id)
         raise NeverFits(f"run {self.run_id} was stopped: it waited for {stuck.reason}; ask for what the cluster "
-                        "has (fewer workers, no GPU) or run it on a cluster that has it")
+                        "has (fewer workers, no GPU) or run it on a cluster that has it", stopped)

@@ -19,6 +19,7 @@ from .memory import find, ledger, save
 from .patience import Patience
 from .records import new_record
 from .runner import Submitted
+from .stuck_watch import NeverFits
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request
@@ -163,6 +164,9 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
     try:
         info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request,
                           seen=last.append)
+    except NeverFits as exc:  # stopped by the follower: recorded as the stop left it
+        observe(backend, exc.run, events, run_id=run_id)
+        return Abandoned(run_id, exc, exc.run)
     except RtjobError as exc:
         return Abandoned(run_id, exc, last[-1] if last else None)
     except KeyboardInterrupt:
