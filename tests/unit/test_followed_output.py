@@ -108,3 +108,14 @@ def test_a_failed_runs_closing_line_ends_cleanly(message: str, line: str) -> Non
     from rtjob.commands.events import closing
 
     assert closing(message) == line
+
+
+def test_wait_for_a_run_its_cluster_forgot_before_its_end_prints_the_record(capsys: pytest.CaptureFixture[str]) -> None:
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    ledger().save(RunRecord(id="gone1", job="count", backend="toy", status="RUNNING"))
+    code, out, err = _cli(capsys, "wait", "gone1", "--backend", "toy", "-o", "json")
+    doc = json.loads(out)
+    assert code == 2 and doc["id"] == "gone1" and doc["status"] == "UNKNOWN"
+    assert "its cluster no longer knows this run" in doc["error"] and f"rtjob: error: {doc['error']}" in err

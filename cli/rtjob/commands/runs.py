@@ -184,8 +184,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
         return pipeline_wait(be, record, storage_root, output, timeout_s)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
-        if not info.status.terminal:
-            raise BadInput(f"run {run_id}: {info.message}")
+        if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
+            from ..runs.submission import Abandoned
+
+            return print_followed(Abandoned(run_id, BadInput(f"run {run_id}: {info.message}"), info), output, info)
         say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
         if output != "text":
             print_data(run_json(info), output)
