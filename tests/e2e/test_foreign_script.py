@@ -4,6 +4,7 @@ have, the follower says what is missing and ends (exit 2) instead of following f
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -38,9 +39,11 @@ def test_a_script_asking_for_gpus_the_cluster_lacks_is_stopped_with_what_is_miss
     run_id = new_id("gpu")
     env = {**cluster_env, "RTJOB_STUCK_GRACE_S": "5"}
     started = time.monotonic()
-    proc = rtjob("submit", str(job), "--submission-id", run_id, env=env, timeout=400, cwd=job.parent)
+    proc = rtjob("submit", str(job), "--submission-id", run_id, "-o", "json", env=env, timeout=400, cwd=job.parent)
     assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr
     assert time.monotonic() - started < 300
     assert "GPU: needs 2, cluster has 0" in proc.stderr, proc.stderr
     assert f"run {run_id} was stopped" in proc.stderr
+    doc = json.loads(proc.stdout)  # CI still gets the run: its id, its status as the stop left it, and the error
+    assert doc["id"] == run_id and doc["status"] == "STOPPED" and f"run {run_id} was stopped" in doc["error"]
     assert wait_for_status(cluster_env, run_id, {"STOPPED"}) == "STOPPED"

@@ -47,6 +47,16 @@ def test_failing_job_exits_1_with_its_message(cluster_env):
     assert proc.returncode == 1
     assert "failing on purpose with exit code 3" in proc.stdout
     assert re.search(r"FAILED after .*exit code 3", proc.stderr), proc.stderr
+    closing = next(line for line in proc.stderr.splitlines() if " FAILED after " in line)
+    assert closing.endswith("exit code 3"), closing  # Ray's ", last available logs (...):" is cut
+
+
+def test_a_run_that_fails_on_a_missing_module_says_where_to_declare_it(cluster_env):
+    proc = rtjob("submit", "tests/support/jobs/missing-module.yaml", env=cluster_env)
+    assert proc.returncode == 1, proc.stderr
+    assert "No module named 'rtjob_no_such_module'" in proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "module 'rtjob_no_such_module'" in last and "tests/support/jobs/missing-module.yaml" in last, last
 
 
 def test_a_progress_bar_does_not_repeat_the_last_lines(cluster_env):

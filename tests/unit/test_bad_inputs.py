@@ -303,12 +303,14 @@ def test_control_the_case_project_itself_is_valid(tmp_path: Path) -> None:
     assert '"entrypoint": "python -c pass"' in proc.stdout and '"GPU": 1.0' in proc.stdout
 
 
-def test_status_of_unknown_run_without_a_cluster_exits_3(tmp_path: Path) -> None:
-    """No embedded cluster running is 'unreachable' (3), not bad input (2); and nothing gets started."""
+def test_status_of_unknown_run_without_a_cluster_exits_2(tmp_path: Path) -> None:
+    """An unknown run is bad input (2) whether or not the embedded cluster runs (every run it held is recorded:
+    no record, no run), pointing at `rtjob runs`; and nothing gets started."""
     home = tmp_path / "home"
     env = cli_env(home, RTJOB_PROJECT=str(tmp_path))
     proc = subprocess.run([*RTJOB, "status", "rtjob-nosuch-run"], cwd=tmp_path, env=env, capture_output=True,
                           text=True, timeout=60)
-    line = _assert_one_error_line(proc, 3)
-    assert "not running" in line
+    line = _assert_one_error_line(proc, 2)
+    assert "no run 'rtjob-nosuch-run'" in line and "embedded cluster is not running" in line
+    assert "rtjob runs lists the runs rtjob knows" in line
     assert not (home / "local" / "cluster.json").exists()

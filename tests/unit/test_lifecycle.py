@@ -131,7 +131,9 @@ def test_ctrl_c_stops_the_run_or_leaves_it_running(stop_on_interrupt: bool) -> N
                              stop_on_interrupt=stop_on_interrupt, events=heard)
     if stop_on_interrupt:
         assert isinstance(followed, Ended) and followed.stopped and backend.stopped == ["r1"]
-        assert ("note", "interrupted: stopping r1 ...") in heard.events and ("note", "r1: STOPPED") in heard.events
+        assert ("note", "r1: STOPPED") in heard.events
+        stopping = next(what for kind, what in heard.events if kind == "note" and "stopping" in what)
+        assert stopping.startswith("interrupted: stopping r1 ...") and "SIGTERM received" in stopping
         record = _ledger_record("r1")
         assert record is not None and record.status == "STOPPED" and record.archived
     else:
@@ -163,8 +165,67 @@ def test_the_sources_of_a_pipeline_run_are_its_steps_in_order(tmp_path: Path) ->
     assert [step for step, _ in found] == ["train", "eval"]
     train, evaluate = found[0].source, found[1].source
     assert isinstance(train, Source) and train.location.path == str(folder) and train.run_id == "p-train"
-    assert not isinstance(evaluate, Source) and "embedded Ray cluster is not running" in evaluate.message
+    assert not isinstance(evaluate, Source) and "no run 'p-eval'" in evaluate.message  # the cluster is down
+    assert "rtjob runs lists the runs rtjob knows" in evaluate.message
     assert built == [1]
     given = sources_for(str(folder), None, settings, Heard())  # a folder as given: no settings needed
     assert [(step, src.location.path) for step, src in given if isinstance(src, Source)] == [(None, str(folder))]
     assert built == [1]
+
+
+class LosesContact(Scripted):
+    """Answers once (RUNNING), then cannot be reached any more."""
+
+    def status(self, run_id: str) -> RunInfo:
+        from rtjob.core.errors import Unreachable
+
+        if self.reads:
+            raise Unreachable("cannot talk to http://scripted")
+        return super().status(run_id)
+
+
+def test_an_error_that_ends_the_follow_is_returned_with_the_run_as_last_seen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whoever prints the outcome still has the run (its status as last known) when rtjob stops following early."""
+    from rtjob.core.errors import Unreachable
+    from rtjob.runs.submission import Abandoned
+
+    monkeypatch.setenv("RTJOB_FOLLOW_GRACE_S", "0")
+    followed = follow_to_end(LosesContact(), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=False, events=Heard())
+    assert isinstance(followed, Abandoned) and isinstance(followed.error, Unreachable)
+    assert followed.run is not None and (followed.run.id, followed.run.status) == ("r1", RunStatus.RUNNING)
+
+
+def test_ctrl_c_that_detaches_keeps_the_run_as_last_seen() -> None:
+    followed = follow_to_end(Scripted(interrupt_at=2), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=False, events=Heard())
+    assert isinstance(followed, Detached) and followed.run is not None and followed.run.status == RunStatus.RUNNING
+
+
+class MissingModule(Scripted):
+    """Its runs fail on a module their cluster lacks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.script = {"m1": ["RUNNING", "FAILED"], "p-train": ["RUNNING", "FAILED"]}
+
+    def last_lines(self, run_id: str, lines: int) -> str:
+        return "Traceback (most recent call last):\nModuleNotFoundError: No module named 'nosuchmod.sub'\n"
+
+
+@pytest.mark.parametrize(("run_id", "where"), [("m1", "jobs/count.yaml"), ("p-train", "jobs/train.yaml (step train)")])
+def test_a_run_that_failed_on_a_missing_module_ends_with_where_to_declare_it(run_id: str, where: str) -> None:
+    from rtjob.runs.memory import ledger
+
+    book = ledger()
+    book.save(RunRecord(id="p", job="flow", backend="scripted", steps=[{"name": "train", "run_id": "p-train"}]))
+    book.save(RunRecord(id="m1", job="count", backend="scripted", job_file="jobs/count.yaml"))
+    book.save(RunRecord(id="p-train", job="train", backend="scripted", job_file="jobs/train.yaml", pipeline="p"))
+    heard = Heard()
+    followed = follow_to_end(MissingModule(), run_id, out=None, timeout_s=None,  # type: ignore[arg-type]
+                             stop_on_interrupt=False, events=heard)
+    assert isinstance(followed, Ended) and followed.run.status == RunStatus.FAILED
+    kind, hint = heard.events[-1]
+    assert heard.events[-2] == ("ended", (run_id, "FAILED")) and kind == "note"
+    assert "module 'nosuchmod'" in hint and f"add it to the `requirements:` of {where}" in hint
+

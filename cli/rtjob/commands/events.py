@@ -3,10 +3,11 @@ on stderr, and a followed run's end as its exit code."""
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED
+from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
 from ..core.model import RunStatus
 from ..core.redact import redact
 from .printing import duration, outcome, print_data, run_json, say
@@ -15,7 +16,7 @@ if TYPE_CHECKING:
     from ..backends.base import Retry
     from ..core.model import RunInfo
     from ..runs.runner import Plan, Submitted
-    from ..runs.submission import Detached, Ended
+    from ..runs.submission import Followed
 
 
 class Printed:
@@ -53,9 +54,7 @@ class Printed:
             f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
 
     def ended(self, info: RunInfo) -> None:
-        # The first line only: Ray appends the log's tail to a failure message, and it was just printed.
-        first = (info.message or "").strip().splitlines()[0] if info.message else ""
-        message = f": {first}" if first and info.status != RunStatus.SUCCEEDED else ""
+        message = f": {closing(info.message)}" if info.message and info.status != RunStatus.SUCCEEDED else ""
         say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
 
     def detached(self, run_id: str) -> None:
@@ -64,25 +63,59 @@ class Printed:
 
 PRINTED = Printed()
 
+# How Ray announces the log tail it appends to a failure message ("failed with exit code 3, last available logs
+# (truncated to 20,000 chars):\n..."): the tail was just printed, and the announcement alone would dangle.
+_LOG_TAIL = re.compile(r",?\s*last available logs \(truncated to [\d,]+ chars\):?\s*$")
+
+
+def closing(message: str) -> str:
+    """A run's end message as one clean line: its first line, without the announcement of a log tail."""
+    lines = message.strip().splitlines()
+    return _LOG_TAIL.sub("", lines[0]) if lines else ""
+
 
 def log_stream(output: str) -> TextIO:
     """Where a followed run's log goes: stdout, or stderr when stdout carries -o json/yaml."""
     return sys.stdout if output == "text" else sys.stderr
 
 
-def exit_code(followed: Ended | Detached) -> int:
-    """A followed run's exit code: 130 detached, 1 stopped on Ctrl-C, else its outcome."""
-    from ..runs.submission import Detached
+def exit_code(followed: Followed) -> int:
+    """A followed run's exit code: 130 detached, 1 stopped on Ctrl-C, the error's when rtjob stopped following,
+    else its outcome."""
+    from ..runs.submission import Abandoned, Detached
 
     if isinstance(followed, Detached):
         return EXIT_INTERRUPTED
+    if isinstance(followed, Abandoned):
+        return followed.error.exit_code
     return EXIT_FAILED if followed.stopped else outcome(followed.run)
 
 
-def print_followed(followed: Ended | Detached, output: str) -> int:
-    """A single run followed to its end: its -o json/yaml document (the outcome line was told), its exit code."""
-    from ..runs.submission import Ended
+def followed_error(followed: Followed | None) -> str | None:
+    """Why rtjob stopped following before the run's end (the one line it prints as its error), None if it did not."""
+    from ..runs.submission import Abandoned, Detached
 
-    if isinstance(followed, Ended) and output != "text":
-        print_data(run_json(followed.run), output)
-    return exit_code(followed)
+    if isinstance(followed, Detached):
+        return f"interrupted: {followed.run_id} was left running"
+    if isinstance(followed, Abandoned):
+        return followed.error.message
+    return None
+
+
+def finish(followed: Followed | None) -> int:
+    """The exit code of a follow whose outcome was printed; an error that ended it is raised (one line, its code)."""
+    from ..runs.submission import Abandoned
+
+    if isinstance(followed, Abandoned):
+        raise followed.error
+    return exit_code(followed) if followed is not None else EXIT_SUCCEEDED
+
+
+def print_followed(followed: Followed, output: str, known: RunInfo) -> int:
+    """A single run followed to its end or as far as rtjob followed it: its -o json/yaml document (the run as last
+    seen, else as ``known``, with the error that ended the follow; the outcome line was told), its exit code."""
+    if output != "text":
+        run = followed.run if followed.run is not None else known
+        error = followed_error(followed)
+        print_data({**run_json(run), **({"error": error} if error else {})}, output)
+    return finish(followed)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import EXIT_FAILED, EXIT_SUCCEEDED
 from ..core.model import RunStatus
-from .events import PRINTED, exit_code, log_stream
+from .events import PRINTED, finish, followed_error, log_stream
 from .printing import duration, echo, print_data, print_rich, run_json, say
 
 if TYPE_CHECKING:
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from ..core.record import RunRecord
     from ..jobspec.settings import Settings
     from ..runs.pipeline import PipelinePlan
+    from ..runs.submission import Followed
 
 
 def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: bool) -> None:
@@ -59,26 +60,29 @@ def send_pipeline(pp: PipelinePlan, settings: Settings, *, output: str, dry_run:
     """Run the steps one after another (runs/steps.py) and print the pipeline run's outcome; exit with the last
     followed step's outcome."""
     from ..runs.steps import run_steps
-    from ..runs.submission import Detached
 
     if dry_run:
         render_pipeline(pp, settings, output, explain)
         return EXIT_SUCCEEDED
     done = run_steps(pp, PRINTED, out=log_stream(output), no_wait=no_wait, timeout_s=timeout_s,
                      stop_on_interrupt=stop_on_interrupt)
-    if isinstance(done.last, Detached):
-        return exit_code(done.last)
     status, statuses = done.status, done.statuses
-    if not no_wait:
+    if not no_wait and not done.unfinished:
         say(f"pipeline {pp.id} {status.value} ({sum(s == RunStatus.SUCCEEDED for s in statuses)}/{len(statuses)} "
             "steps succeeded)")
     if output != "text":
         print_data({**pp.to_json(), "status": status.value,
                     "steps": [{**s.to_json(), "status": st.value if st else None}
-                              for s, st in zip(pp.steps, statuses, strict=True)]}, output)
+                              for s, st in zip(pp.steps, statuses, strict=True)], **_error(done.last)}, output)
     elif no_wait:
         echo(pp.id)
-    return exit_code(done.last) if done.last is not None else EXIT_SUCCEEDED
+    return finish(done.last)
+
+
+def _error(followed: Followed | None) -> dict[str, str]:
+    """The ``error`` of a pipeline's document when rtjob stopped following before its end."""
+    error = followed_error(followed)
+    return {"error": error} if error else {}
 
 
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str) -> int:
@@ -114,17 +118,17 @@ def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, outp
     """`rtjob wait PIPELINE_ID`: its submitted steps followed to their ends (runs/steps.py), then the pipeline
     run's outcome."""
     from ..runs.steps import wait_steps
-    from ..runs.submission import Detached
 
     steps, done = wait_steps(be, record, storage_root, PRINTED, timeout_s)
-    if isinstance(done.last, Detached):
-        return exit_code(done.last)
     status = done.status
-    say(f"pipeline {record.id} {status.value}")
+    if not done.unfinished:
+        say(f"pipeline {record.id} {status.value}")
     if output != "text":
         print_data({"id": record.id, "pipeline": record.job, "status": status.value,
                     "steps": [{"name": s.get("name"), "run_id": s.get("run_id"), "status": st.value if st else None}
-                              for s, st in zip(steps, done.statuses, strict=True)]}, output)
+                              for s, st in zip(steps, done.statuses, strict=True)], **_error(done.last)}, output)
+    if done.unfinished:
+        return finish(done.last)
     return EXIT_SUCCEEDED if status == RunStatus.SUCCEEDED else EXIT_FAILED
 
 

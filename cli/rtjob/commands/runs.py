@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from ..core.errors import EXIT_SUCCEEDED, BadInput
+from ..core.errors import EXIT_SUCCEEDED, BadInput, Unreachable
 from ..core.model import Attempts, RunStatus
 from .events import PRINTED, log_stream, print_followed
 from .options import (
@@ -90,10 +90,18 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
     """
     from ..runs.archive import archive_ended
     from ..runs.listing import RunFilter
+    from ..runs.places import on_this_machine
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
     be = backend_from(backend, address, headers, no_verify_tls)
-    listed = be.list()
+    try:
+        listed = be.list()
+    except Unreachable as exc:
+        if not on_this_machine(be.name):
+            raise
+        # The embedded cluster is down: what it ran is still known, by the ledger.
+        raise Unreachable(f"{exc.message}; rtjob runs lists the runs rtjob knows (they outlive the cluster)") \
+            from None
     archive_ended(be, listed, PRINTED)  # runs submitted with --no-wait that ended since: their records completed
     runs = wanted.apply(listed)
     if output != "text":
@@ -146,7 +154,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
         followed = follow_to_end(be, run_id, out=log_stream("text"), timeout_s=timeout_s, stop_on_interrupt=False,
                                  events=PRINTED)
-        return print_followed(followed, "text")
+        return print_followed(followed, "text", info)
     text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
     echo(redact(text, info.secrets), nl=False)
     return EXIT_SUCCEEDED
@@ -176,8 +184,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
         return pipeline_wait(be, record, storage_root, output, timeout_s)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
-        if not info.status.terminal:
-            raise BadInput(f"run {run_id}: {info.message}")
+        if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
+            from ..runs.submission import Abandoned
+
+            return print_followed(Abandoned(run_id, BadInput(f"run {run_id}: {info.message}"), info), output, info)
         say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
         if output != "text":
             print_data(run_json(info), output)
@@ -185,7 +195,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     from ..runs.submission import follow_to_end
 
     followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
-    return print_followed(followed, output)
+    return print_followed(followed, output, info)
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -201,7 +211,11 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob stop RUN_ID
       rtjob stop RUN_ID --backend anyscale -o json
     """
-    info = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0].stop(run_id)
+    from ..runs.events import stop_begins
+
+    be = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0]
+    say(stop_begins(run_id))
+    info = be.stop(run_id)
     if output != "text":
         print_data(run_json(info), output)
     else:

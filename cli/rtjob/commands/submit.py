@@ -138,7 +138,7 @@ def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, expla
         return EXIT_SUCCEEDED
     followed = follow_to_end(planned.backend, info.id, out=log_stream(output), timeout_s=timeout_s,
                              stop_on_interrupt=stop_on_interrupt, events=PRINTED, request=planned.request)
-    return print_followed(followed, output)
+    return print_followed(followed, output, info)
 
 
 @click.command(epilog=EXIT_CODES_HELP)

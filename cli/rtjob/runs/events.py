@@ -34,6 +34,13 @@ class RunEvents(Protocol):
         """Ctrl-C while following: the run keeps running without a follower."""
 
 
+def stop_begins(run_id: str, why: str | None = None) -> str:
+    """The line told where rtjob's stop of a run begins: what the run's log shows after it is Ray ending the run's
+    processes (SIGTERM notices, native stack dumps), which would otherwise read like rtjob crashing."""
+    return (f"{why + ': ' if why else ''}stopping {run_id} ... (Ray's shutdown output may follow in its log: "
+            "'*** SIGTERM received' and stack dumps are Ray ending the run's processes)")
+
+
 class Quiet:
     """Events nobody hears: a use case run for its effect alone."""
 

@@ -108,9 +108,25 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[Run
             record = find(run_id, storage_root)
         except RtjobError:
             record = None
+        if record is None:
+            _raise_unknown(backend, run_id, exc)
         if record is None or (isinstance(exc, Unreachable) and not record.run_status.terminal):
             raise exc from None
         return remembered_info(record), record
+
+
+def _raise_unknown(backend: Backend, run_id: str, exc: BadInput | Unreachable) -> None:
+    """No record knows ``run_id`` and its cluster does not either (exit 2, pointing at what does know runs): it
+    said so, or it is the embedded cluster and is not running (every run it held is recorded here). A remote
+    cluster out of reach may hold the run: its error stands."""
+    from .places import on_this_machine
+
+    known = "rtjob runs lists the runs rtjob knows"
+    if isinstance(exc, BadInput):
+        raise BadInput(f"{exc.message}; nor does the run ledger or the project's storage know it ({known})") from None
+    if on_this_machine(backend.name):
+        raise BadInput(f"no run {run_id!r}: the run ledger and the project's storage do not know it and the embedded "
+                       f"cluster is not running ({known}; rtjob list what the cluster holds while it runs)") from None
 
 
 def where_it_ran(run_id: str) -> tuple[str, str | None] | None:

@@ -15,7 +15,7 @@ from .events import Quiet
 from .memory import find
 from .pipeline import find as find_pipeline
 from .pipeline import new_record, overall, record_progress
-from .submission import Detached, Ended, follow_to_end, submit_and_record
+from .submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -30,7 +30,12 @@ class StepsOutcome:
     """Each step's status (None: not submitted) and how the last step followed ended (None: none was)."""
 
     statuses: list[RunStatus | None]
-    last: Ended | Detached | None = None
+    last: Followed | None = None
+
+    @property
+    def unfinished(self) -> bool:
+        """The follow ended before the last followed step did (Ctrl-C, the --timeout, an error)."""
+        return isinstance(self.last, Detached | Abandoned)
 
     @property
     def status(self) -> RunStatus:
@@ -67,10 +72,17 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
             break
         left = None if deadline is None else deadline - time.monotonic()
         if left is not None and left <= 0:
-            raise WaitTimeout(f"pipeline {pp.id} is still running after the --timeout (step {step.name}, run "
-                              f"{step.run_id}, left running)")
+            done.last = Abandoned(step.run_id, WaitTimeout(
+                f"pipeline {pp.id} is still running after the --timeout (step {step.name}, run {step.run_id}, "
+                "left running)"))
+            return done
         done.last = follow_to_end(pp.backend, step.run_id, out=out, timeout_s=left,
                                   stop_on_interrupt=stop_on_interrupt, events=events, request=step.plan.request)
+        if isinstance(done.last, Abandoned):  # the follow ended on an error: the step's status as last seen
+            if done.last.run is not None:
+                done.statuses[i] = done.last.run.status
+            record_progress(record, done.statuses, events)
+            return done
         if isinstance(done.last, Detached):  # the step keeps running
             events.note(f"pipeline {pp.id} paused at step {step.name}; to go on: rtjob submit {pp.pipeline.shown} "
                         f"--submission-id {pp.id}")
@@ -120,7 +132,7 @@ def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events:
             continue
         left = None if deadline is None else max(0.001, deadline - time.monotonic())
         done.last = follow_to_end(be, info.id, out=None, timeout_s=left, stop_on_interrupt=False, events=events)
-        if isinstance(done.last, Detached):
+        if not isinstance(done.last, Ended):
             return [s for s, _ in steps], done
         done.statuses[i] = done.last.run.status
     record_progress(record, done.statuses, events)

@@ -11,6 +11,7 @@ from typing import TypeVar
 from ..backends.base import Backend
 from ..core.errors import BadInput, RtjobError
 from ..core.model import RunInfo, RunStatus
+from .events import stop_begins
 
 T = TypeVar("T")
 # How often a follower asks whether the run waits for resources the cluster does not have: Ray's State API is
@@ -49,7 +50,12 @@ async def _in_daemon_thread(func: Callable[[], T]) -> T:
 
 
 class NeverFits(BadInput):
-    """The run waited for resources its cluster can never give it, and was stopped (exit 2)."""
+    """The run waited for resources its cluster can never give it, and was stopped (exit 2); ``run``: as the stop
+    left it."""
+
+    def __init__(self, message: str, run: RunInfo) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 class StuckWatch:
@@ -99,7 +105,7 @@ class StuckWatch:
             return
         if now - self.since < self.grace_s:
             return
-        self.notice(f"stopping {self.run_id}: it has waited {now - self.since:.0f}s for resources that will not come")
-        await asyncio.to_thread(self.backend.stop, self.run_id)
+        self.notice(stop_begins(self.run_id, f"it has waited {now - self.since:.0f}s for resources that will not come"))
+        stopped = await asyncio.to_thread(self.backend.stop, self.run_id)
         raise NeverFits(f"run {self.run_id} was stopped: it waited for {stuck.reason}; ask for what the cluster "
-                        "has (fewer workers, no GPU) or run it on a cluster that has it")
+                        "has (fewer workers, no GPU) or run it on a cluster that has it", stopped)

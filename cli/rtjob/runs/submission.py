@@ -7,20 +7,23 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
 from ..core.errors import RtjobError, WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from .archive import observe
+from .events import stop_begins
 from .follow import follow
-from .memory import ledger, save
+from .memory import find, ledger, save
 from .patience import Patience
 from .records import new_record
 from .runner import Submitted
+from .stuck_watch import NeverFits
 
 if TYPE_CHECKING:
     from ..backends.base import Backend, Request
+    from ..core.record import RunRecord
     from .events import RunEvents
     from .runner import Plan
 
@@ -51,9 +54,11 @@ def follow_run(
     timeout_s: float | None,
     events: RunEvents,
     request: Request | None = None,
+    seen: Callable[[RunInfo], None] | None = None,
 ) -> RunInfo:
     """Follow ``run_id`` (its latest attempt, if it was retried already) until it ends; a FAILED run that
-    the backend retries is followed into its next attempt. The outcome comes from the run's status."""
+    the backend retries is followed into its next attempt. The outcome comes from the run's status; ``seen``
+    hears each status read that changed."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
     current = run_id
 
@@ -72,7 +77,7 @@ def follow_run(
         current = known.chain[-1].id
         events.note(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
     while True:
-        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=_not_ended(events),
+        info = follow(backend, current, out=out, timeout_s=remaining(), on_status=_not_ended(events, seen),
                       notice=events.note)
         if info.status != RunStatus.FAILED:
             return info
@@ -87,9 +92,11 @@ def follow_run(
         current = decision.next_run.id
 
 
-def _not_ended(events: RunEvents) -> Callable[[RunInfo], None]:
+def _not_ended(events: RunEvents, seen: Callable[[RunInfo], None] | None) -> Callable[[RunInfo], None]:
     """follow's status callback: a change worth telling, until the run ends (its end is the caller's to tell)."""
     def heard(info: RunInfo) -> None:
+        if seen is not None:
+            seen(info)
         if not info.status.terminal:
             events.status(info)
     return heard
@@ -128,26 +135,76 @@ class Ended:
 
 @dataclass
 class Detached:
-    """Ctrl-C without stop-on-interrupt: the run keeps running."""
+    """Ctrl-C without stop-on-interrupt: the run keeps running (``run``: as last seen, if it was)."""
 
     run_id: str
+    run: RunInfo | None = field(default=None, compare=False)
+
+
+@dataclass
+class Abandoned:
+    """rtjob stopped following before the run's end (``error``: the --timeout, a cluster that could not be reached,
+    a run stopped because it waits in vain); ``run`` is the run as last seen, if it was."""
+
+    run_id: str
+    error: RtjobError
+    run: RunInfo | None = None
+
+
+Followed = Ended | Detached | Abandoned
 
 
 def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None,
-                  stop_on_interrupt: bool, events: RunEvents, request: Request | None = None) -> Ended | Detached:
+                  stop_on_interrupt: bool, events: RunEvents, request: Request | None = None) -> Followed:
     """Follow the run (its log to ``out`` unless None) through its retries until it ends, then record and archive
-    its end. Ctrl-C stops it (``stop_on_interrupt``) or leaves it running. Raises WaitTimeout past ``timeout_s``."""
+    its end. Ctrl-C stops it (``stop_on_interrupt``) or leaves it running. An error that ends the follow (the
+    --timeout, a lost cluster, a run that waits in vain) is returned, with the run as last seen: whoever prints
+    the outcome still has the run to show."""
+    last: list[RunInfo] = []
     try:
-        info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request)
+        info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request,
+                          seen=last.append)
+    except NeverFits as exc:  # stopped by the follower: recorded as the stop left it
+        observe(backend, exc.run, events, run_id=run_id)
+        return Abandoned(run_id, exc, exc.run)
+    except RtjobError as exc:
+        return Abandoned(run_id, exc, last[-1] if last else None)
     except KeyboardInterrupt:
         if not stop_on_interrupt:
             events.detached(run_id)
-            return Detached(run_id)
-        events.note(f"interrupted: stopping {run_id} ...")
+            return Detached(run_id, last[-1] if last else None)
+        events.note(stop_begins(run_id, "interrupted"))
         info = backend.stop(run_id)
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)
         return Ended(info, stopped=True)
-    observe(backend, info, events, run_id=run_id)  # into the ledger; an ended run's record and logs archived
+    record = observe(backend, info, events, run_id=run_id)  # into the ledger; an ended run's record, logs archived
     events.ended(info)
+    if info.status == RunStatus.FAILED:
+        hint = diagnose(backend, info, record)
+        if hint is not None:
+            events.note(hint)
     return Ended(info)
+
+
+DIAGNOSED_LINES = 200  # the end of a failed run's log, where Python's last traceback is
+
+
+def diagnose(backend: Backend, info: RunInfo, record: RunRecord | None) -> str | None:
+    """What a FAILED run's log plainly says went wrong (a missing module: which job file, and step, to declare it
+    in), as one line; None when it says nothing rtjob can act on or cannot be read."""
+    from .diagnosis import missing_module_hint
+
+    try:
+        text = backend.last_lines(info.id, DIAGNOSED_LINES)
+    except RtjobError:
+        return None
+    step = None
+    if record is not None and record.pipeline:  # a step's run: the step is named in its pipeline run's record
+        try:
+            pipeline = find(record.pipeline)
+        except RtjobError:
+            pipeline = None
+        step = next((str(s.get("name")) for s in (pipeline.steps if pipeline else [])
+                     if s.get("run_id") == record.id), None)
+    return missing_module_hint(text, record.job_file if record else None, step)

@@ -1,0 +1,121 @@
+"""`submit`, `rerun` and `wait` with -o json|yaml print one document for every exit that has a run id: when rtjob
+stops following before the run's end (the --timeout, a lost cluster, a run stopped because it waits in vain,
+Ctrl-C), the run as last known plus the one-line ``error``; the exit code and the error line are unchanged."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from rtjob.backends import register
+from rtjob.commands import main
+from rtjob.core.model import RunInfo, RunStatus
+from rtjob.runs import follow, stuck_watch
+from support.project import scrub
+from support.toy_backend.backend import ToyBackend
+
+register("toy", "support.toy_backend.backend:ToyBackend")
+
+
+@pytest.fixture(autouse=True)
+def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    scrub(monkeypatch)
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(follow, "POLL_S", 0.01)
+    ToyBackend.runs.clear()
+    ToyBackend.calls.clear()
+    ToyBackend.runs["t1"] = RunInfo(id="t1", job="count", backend="toy", status=RunStatus.RUNNING,
+                                    start_time="2026-11-25T10:00:00+00:00", address="toy://this-process")
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out = capsys.readouterr()
+    return int(exit_.value.code or 0), out.out, out.err
+
+
+@pytest.mark.parametrize("output", ["json", "yaml"])
+def test_wait_past_its_timeout_prints_the_run_and_the_error(capsys: pytest.CaptureFixture[str], output: str) -> None:
+    code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "--timeout", "0.2s", "-o", output)
+    assert code == 4
+    doc = json.loads(out) if output == "json" else yaml.safe_load(out)
+    assert doc["id"] == "t1" and doc["status"] == "RUNNING"
+    assert "after the --timeout" in doc["error"] and "\n" not in doc["error"]
+    assert f"rtjob: error: {doc['error']}" in err  # the same one line on stderr
+
+
+def test_a_run_stopped_because_it_waits_in_vain_prints_its_document(capsys: pytest.CaptureFixture[str],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The follower's never-fits stop (exit 2) used to leave stdout empty."""
+    from rtjob.backends.base import Stuck
+
+    monkeypatch.setattr(stuck_watch, "STUCK_POLL_S", 0.0)
+    monkeypatch.setenv("RTJOB_STUCK_GRACE_S", "0")
+    monkeypatch.setattr(ToyBackend, "stuck", lambda self, run_id: Stuck("1 GPU per worker", final=True))
+    seen = ToyBackend.status  # a copy per read, as a remote backend answers (the toy's stop changes its own)
+    monkeypatch.setattr(ToyBackend, "status", lambda self, run_id: dataclasses.replace(seen(self, run_id)))
+    code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "-o", "json")
+    assert code == 2, err
+    doc = json.loads(out)
+    assert doc["id"] == "t1" and doc["status"] == "STOPPED" and "was stopped: it waited for 1 GPU" in doc["error"]
+    assert ToyBackend.runs["t1"].status == RunStatus.STOPPED
+    # One line where rtjob's stop begins: Ray's shutdown output after it reads as Ray's.
+    assert "resources that will not come: stopping t1 ... (Ray's shutdown output" in err
+
+
+def test_rtjob_stop_says_where_its_stop_begins(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = _cli(capsys, "stop", "t1", "--backend", "toy")
+    assert code == 0 and err.splitlines()[0].startswith("rtjob: stopping t1 ... (Ray's shutdown output")
+    assert "'*** SIGTERM received'" in err.splitlines()[0] and err.splitlines()[1] == "rtjob: t1: STOPPED"
+
+
+def test_text_output_keeps_stdout_for_the_log(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "--timeout", "0.2s")
+    assert code == 4 and out == "" and "after the --timeout" in err
+
+
+def test_a_pipeline_that_rtjob_stops_following_prints_its_document(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """The pipeline's document (each step's status as last known) and the error, exit as the error's."""
+    from support.project import ProjectCli, write_files
+
+    cli = ProjectCli(tmp_path, monkeypatch, capsys)
+    write_files(cli.project, {"rtjob.toml": f'storage = "{tmp_path / "runs"}"\n', "jobs/flow.yaml": (
+        "name: flow\ndefaults:\n  requirements: []\nsteps:\n  - name: prep\n    entrypoint: python -c pass\n"
+        "  - name: train\n    entrypoint: python -c pass\n")})
+    proc = cli("submit", "flow", "--backend", "toy", "--submission-id", "p1", "--timeout", "0.3s", "-o", "json")
+    assert proc.returncode == 4, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["id"] == "p1" and [s["status"] for s in doc["steps"]] == ["PENDING", None]
+    assert "after the --timeout" in doc["error"] and f"rtjob: error: {doc['error']}" in proc.stderr
+
+
+@pytest.mark.parametrize(("message", "line"), [
+    ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 chars):\nboom\n",
+     "Job entrypoint command failed with exit code 3"),
+    ("Job entrypoint command failed with exit code 3. No logs available.",
+     "Job entrypoint command failed with exit code 3. No logs available."),
+    ("", ""),
+])
+def test_a_failed_runs_closing_line_ends_cleanly(message: str, line: str) -> None:
+    from rtjob.commands.events import closing
+
+    assert closing(message) == line
+
+
+def test_wait_for_a_run_its_cluster_forgot_before_its_end_prints_the_record(capsys: pytest.CaptureFixture[str]) -> None:
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    ledger().save(RunRecord(id="gone1", job="count", backend="toy", status="RUNNING"))
+    code, out, err = _cli(capsys, "wait", "gone1", "--backend", "toy", "-o", "json")
+    doc = json.loads(out)
+    assert code == 2 and doc["id"] == "gone1" and doc["status"] == "UNKNOWN"
+    assert "its cluster no longer knows this run" in doc["error"] and f"rtjob: error: {doc['error']}" in err
