@@ -1,8 +1,8 @@
 """A plain Ray Train script (tests/support/plain_raytrain/train.py: knows nothing of rtjob, picks its own
 RunConfig(storage_path, name), reads ./data through a relative path) through a three-line job file on the real
-embedded cluster: it runs (Ray Train V2 workers stay in the working dir), `rtjob results ID` says the run ended
-without writing to rtjob's storage, and its own run folder works with `rtjob results` and
-`rtjob pull --checkpoint best:loss[:max]` through Ray Train's checkpoint_manager_snapshot.json.
+embedded cluster: it runs (Ray Train V2 workers stay in the working dir), its own run folder works with
+`rtjob results` and `rtjob pull --checkpoint best:loss[:max]` through Ray Train's checkpoint_manager_snapshot.json,
+and so does its run id: rtjob recorded the folder Ray reported for the run when it ended (`rtjob show`).
 """
 
 from __future__ import annotations
@@ -29,14 +29,10 @@ def test_a_plain_ray_train_script_runs_and_its_own_run_folder_gives_results_and_
     assert submit.returncode == 0, submit.stderr[-3000:]
     assert json.loads(submit.stdout)["status"] == "SUCCEEDED"  # ./data/points.csv was found by both workers
 
-    # The run id leads to rtjob's storage, where this script wrote nothing: said as what happened.
-    by_id = rtjob("results", run_id, env=cluster_env)
-    lines = by_id.stderr.strip().splitlines()
-    assert by_id.returncode == 2 and len(lines) == 1, by_id.stderr
-    assert f"the run {run_id} ended (SUCCEEDED) without writing results to" in lines[0]
-    assert "(yet)" not in lines[0]
-
     run = storage / "plain"
+    # rtjob's storage holds nothing of this script's: the record names the folder Ray reported for the run.
+    shown = rtjob("show", run_id, "--output", "json", env=cluster_env)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["train_storage"] == [str(run)], shown.stderr
     shown = rtjob("results", str(run), "--output", "json", env=cluster_env)
     assert shown.returncode == 0, shown.stderr
     history = json.loads(shown.stdout)[0]["history"]
@@ -55,3 +51,13 @@ def test_a_plain_ray_train_script_runs_and_its_own_run_folder_gives_results_and_
         assert json.loads(pulled.stdout)["checkpoints"] == [wanted["checkpoint"]]
         saved = torch.load(dest / wanted["checkpoint"] / "model.pt", weights_only=True)
         assert saved["epoch"] == wanted["epoch"]
+
+    # By run id, as by folder.
+    by_id = rtjob("results", run_id, "--output", "json", env=cluster_env)
+    assert by_id.returncode == 0, by_id.stderr
+    assert json.loads(by_id.stdout)[0]["history"] == history
+    dest = tmp_path / "by-id"
+    pulled = rtjob("pull", run_id, "--checkpoint", "best:loss", "--to", str(dest), "--output", "json",
+                   env=cluster_env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert json.loads(pulled.stdout)["checkpoints"] == [by_loss[min(by_loss)]["checkpoint"]]

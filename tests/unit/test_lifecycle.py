@@ -95,6 +95,9 @@ class Scripted:
     def stuck(self, run_id: str) -> None:
         return None
 
+    def train_storage(self, run_id: str, log_text: str | None = None) -> list[str]:
+        return [f"/storage/{run_id}-own", "/storage/other"]
+
 
 @pytest.fixture(autouse=True)
 def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -122,6 +125,8 @@ def test_follow_to_end_follows_a_retry_and_archives_the_end() -> None:
     record = _ledger_record("r1")  # the run's record keeps its first id; each attempt's log archived
     assert record is not None and record.archived and record.status == "SUCCEEDED"
     assert [a["id"] for a in record.attempts] == ["r1", "r1-2"] and "driver.log" in record.logs[-1]
+    # Where the last attempt's script stored its own Ray Train runs, asked while the cluster knows the run.
+    assert record.train_storage == ["/storage/r1-2-own", "/storage/other"]
 
 
 @pytest.mark.parametrize("stop_on_interrupt", [True, False])
@@ -229,3 +234,38 @@ def test_a_run_that_failed_on_a_missing_module_ends_with_where_to_declare_it(run
     assert heard.events[-2] == ("ended", (run_id, "FAILED")) and kind == "note"
     assert "module 'nosuchmod'" in hint and f"add it to the `requirements:` of {where}" in hint
 
+
+def test_a_run_whose_own_storage_holds_nothing_rtjob_knows_is_read_from_its_ray_train_folders(tmp_path: Path) -> None:
+    """An unchanged Ray Train script stores its run where it likes: `results ID`/`pull ID` read the folder(s) its
+    archive recorded when the run's own storage holds nothing rtjob knows (only rtjob's record and logs); a run
+    whose own storage holds results keeps it."""
+    from rtjob.backends import configured
+    from rtjob.runs.memory import ledger
+    from rtjob.runs.sources import Source, sources_for
+
+    own = tmp_path / "runs" / "plain" / "r-plain"
+    (own / "logs").mkdir(parents=True)
+    (own / "rtjob-run.json").write_text("{}")
+    (own / "logs" / "driver.log").write_text("log")
+    first, second = tmp_path / "mine" / "exp1", tmp_path / "mine" / "exp2"
+    for folder in (first, second):
+        folder.mkdir(parents=True)
+        (folder / "checkpoint_manager_snapshot.json").write_text("{}")
+    book = ledger()
+
+    def record(run_id: str, storage: Path, train_storage: list[str]) -> None:
+        book.save(RunRecord(id=run_id, job="plain", backend="local", status="SUCCEEDED", archived=True,
+                            storage_uri=str(storage), train_storage=train_storage))
+
+    def sources(run_id: str) -> list[tuple[str | None, str]]:
+        found = sources_for(run_id, None, lambda: configured({}), Heard())
+        return [(step, src.location.path if isinstance(src, Source) else src.message) for step, src in found]
+
+    record("r-plain", own, [str(first)])
+    assert sources("r-plain") == [(None, str(first))]
+    record("r-two", own, [str(first), str(second)])
+    assert sources("r-two") == [("exp1", str(first)), ("exp2", str(second))]
+    record("r-gone", tmp_path / "never-written", [str(first)])  # its own folder was never made
+    assert sources("r-gone") == [(None, str(first))]
+    (own / "metrics.json").write_text("[]")  # the run wrote rtjob's history after all: its own storage
+    assert sources("r-plain") == [(None, str(own))]

@@ -160,6 +160,33 @@ def test_results_and_pull_of_a_plain_run_folder_through_the_cli(tmp_path, monkey
     assert [row["epoch"] for row in json.loads(again.stdout)[0]["history"]] == [1, 2]
 
 
+def test_pull_and_results_of_a_folder_agree(tmp_path, monkeypatch, capsys):
+    """A folder with nothing rtjob knows: both exit 2 saying what they expected, and pull writes nothing; a
+    folder with files (a metrics history) but no checkpoint: pull copies them and says so."""
+    home = tmp_path / "home"
+    unknown = tmp_path / "unknown"
+    (unknown / "sub").mkdir(parents=True)
+    (unknown / "notes.txt").write_text("not a run\n")
+    (unknown / "sub" / "metrics.json").write_text("[]")  # only the run folder's own metrics.json counts
+    for command in (("results", str(unknown)), ("pull", str(unknown), "--to", str(tmp_path / "out"))):
+        proc = cli(*command, monkeypatch=monkeypatch, capsys=capsys, home=home)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+        assert f"{unknown}" in lines[0] and "checkpoint_manager_snapshot.json" in lines[0], lines[0]
+    assert "nothing rtjob knows to pull: no checkpoint_* folders and no metrics history" in lines[0]
+    assert not (tmp_path / "out").exists()
+
+    history = tmp_path / "history"
+    history.mkdir()
+    (history / "metrics.json").write_text(json.dumps([{"epoch": 1, "train_loss": 0.5}]))
+    (history / "notes.txt").write_text("kept\n")
+    dest = tmp_path / "pulled"
+    pulled = cli("pull", str(history), "--to", str(dest), monkeypatch=monkeypatch, capsys=capsys, home=home)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "checkpoint: no checkpoint (the run stored no checkpoint_* folder)" in pulled.stdout
+    assert (dest / "notes.txt").read_text() == "kept\n" and (dest / "metrics.json").is_file()
+
+
 # --- what a run id's storage holding nothing means --------------------------------------------------------
 
 

@@ -86,3 +86,18 @@ def test_show_and_status_of_a_recorded_run_list_its_attempts_as_the_live_status_
         res = in_process(capsys, command, "r1", "--backend", "local")
         assert res.returncode == 0, res.stderr
         assert line in res.stdout.splitlines(), res.stdout
+
+
+def test_show_prints_metric_values_and_checkpoint_sizes_not_reprs() -> None:
+    from rtjob.commands.history import _show_text
+    from rtjob.core.record import RunRecord
+
+    record = RunRecord(id="r1", job="j", backend="local", status="SUCCEEDED", train_storage=["/tmp/mine/exp"],
+                       metrics={"accuracy": None, "val_loss": 0.123456789, "epoch": 3.0, "samples_per_s": 41234.56,
+                                "best_epoch": 2, "last": {"epoch": 3}})
+    text = _show_text(record, [{"name": "checkpoint_000002", "files": 3, "bytes": 812},
+                               {"name": "checkpoint_000003", "files": 3, "bytes": 12_400_000}])
+    metrics = next(line for line in text.splitlines() if line.startswith("metrics:"))
+    assert metrics == "metrics:     accuracy=-, val_loss=0.1235, epoch=3, samples_per_s=41235, best_epoch=2"
+    assert "checkpoint_000002  3 files, 812 B" in text and "checkpoint_000003  3 files, 12.4 MB" in text
+    assert "train runs:  /tmp/mine/exp" in text

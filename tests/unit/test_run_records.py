@@ -315,3 +315,15 @@ def test_a_run_folder_with_only_rtjobs_own_files_has_nothing_stored(tmp_path: Pa
     with pytest.raises(BadInput) as caught:
         history_from_location(parse_location(str(run)))
     assert not isinstance(caught.value, NothingStored)
+
+
+def test_a_new_field_is_additive_records_of_either_age_are_read() -> None:
+    """train_storage came after schema 1's first records: an older record reads with none, and a record from a
+    newer rtjob with a field this one does not know reads without it (the schema is bumped only for a change of
+    meaning)."""
+    from rtjob.core.record import RECORD_SCHEMA, RunRecord
+
+    older = RunRecord.loads('{"id": "r1", "job": "j", "backend": "local", "schema": 1}', "old")
+    assert older.train_storage == [] and RECORD_SCHEMA == 1
+    newer = RunRecord(id="r2", job="j", backend="local", train_storage=["/tmp/mine/exp"]).to_json()
+    assert RunRecord.from_json({**newer, "from_the_future": 1}, "new").train_storage == ["/tmp/mine/exp"]

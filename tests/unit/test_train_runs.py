@@ -29,3 +29,28 @@ def test_the_driver_logs_checkpoint_lines_give_the_folders_without_train_state()
            "Checkpoint(filesystem=py::fsspec+gcs, path=b/x/checkpoint_1)\n")
     assert folders_from_log(log) == ["/tmp/storage/exp", "s3://team/ray-results/exp9"]
     assert folders_from_log("no checkpoints here\n") == []
+
+
+class _Api:
+    def __init__(self, runs: list[dict]) -> None:
+        self.runs, self.log_reads = runs, 0
+
+    def train_runs(self) -> list[dict]:
+        return self.runs
+
+    def logs(self, submission_id: str) -> str:
+        self.log_reads += 1
+        return "Checkpoint(filesystem=local, path=/tmp/from-log/exp/checkpoint_1)\n"
+
+
+def test_the_ray_backend_prefers_rays_train_state_over_the_log() -> None:
+    from rtjob.backends import configured
+    from rtjob.backends.ray.backend import RayJobsBackend
+
+    backend = RayJobsBackend(configured({"backend": "ray", "address": "http://127.0.0.1:1"}))
+    backend._api = api = _Api([_run("rtjob-a", "/tmp/state", "exp")])  # type: ignore[assignment]
+    assert backend.train_storage("rtjob-a") == ["/tmp/state/exp"] and api.log_reads == 0
+    api.runs = []  # a cluster that keeps no Train state: the driver log's checkpoint lines
+    assert backend.train_storage("rtjob-a") == ["/tmp/from-log/exp"] and api.log_reads == 1
+    given = "Checkpoint(filesystem=local, path=/tmp/given/exp/checkpoint_1)"
+    assert backend.train_storage("rtjob-a", given) == ["/tmp/given/exp"] and api.log_reads == 1

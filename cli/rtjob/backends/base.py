@@ -234,6 +234,13 @@ class Backend(ABC):
         del run_id
         return None
 
+    def train_storage(self, run_id: str, log_text: str | None = None) -> builtins.list[str]:
+        """Where the run's script stored its own training runs (an unchanged Ray Train script's
+        ``storage_path/name``), as URIs, while the backend still knows the run; ``log_text``: its driver log, when
+        the caller has it already. Empty: none, or the backend cannot tell."""
+        del run_id, log_text
+        return []
+
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
         """After ``run_id`` FAILED: decide whether it is retried and, if so, submit (or attach to) the retry.
         ``request`` is this process's own request, if it submitted the run. None: rtjob does not retry

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -119,7 +120,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
 
 def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> str:
-    from .printing import run_text
+    from .printing import run_text, size
 
     info = record.to_run_info()
     git = record.git or {}
@@ -143,17 +144,30 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> s
     if attempts.worth_showing:
         lines.append(f"attempts:    {attempts.describe()}")
     if record.metrics:
-        lines.append("metrics:     " + ", ".join(f"{k}={v}" for k, v in record.metrics.items()
+        lines.append("metrics:     " + ", ".join(f"{k}={_value(v)}" for k, v in record.metrics.items()
                                                   if not isinstance(v, (dict, list))))
     lines.append(f"logs:        {', '.join(record.logs) if record.logs else '- (not archived: rtjob has not seen it end)'}")
     if checkpoints is not None:
         lines.append(f"checkpoints: {len(checkpoints) or '-'}")
-        lines += [f"  {c.get('name')}  {c.get('files', '?')} files, {c.get('bytes', 0) / 1024**2:.1f} MiB"
-                  for c in checkpoints]
+        lines += [f"  {c.get('name')}  {c.get('files', '?')} files, {size(c.get('bytes') or 0)}" for c in checkpoints]
+    if record.train_storage:
+        lines.append(f"train runs:  {', '.join(record.train_storage)}  (where its script stored its Ray Train runs)")
     if record.request is not None:
         lines.append("request:")
         lines.append(json.dumps(record.request, indent=2))
     return "\n".join(lines)
+
+
+def _value(value: Any) -> str:
+    """A metric as people read it: '-' for none, a float to 4 significant digits (a whole one as an integer,
+    a large one without an exponent), anything else as its text."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isfinite(value):
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        return f"{value:.0f}" if abs(value) >= 1e4 else f"{value:.4g}"
+    return str(value)
 
 
 COMMANDS = [runs, show]

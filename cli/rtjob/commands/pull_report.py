@@ -62,9 +62,13 @@ def summary_lines(report: PullReport) -> list[str]:
         chosen = f"{best['checkpoint']} ({best['metric']}={best['value']:.6g}, {best['mode']})"
     else:
         chosen = ", ".join(report.checkpoints) or "none"
+    if not report.available_checkpoints:  # a run that stored files but no checkpoint: those files were pulled
+        checkpoint = "checkpoint: no checkpoint (the run stored no checkpoint_* folder)"
+    else:
+        checkpoint = f"checkpoint: {report.checkpoint} → {chosen} (of {len(report.available_checkpoints)} stored)"
     lines = [
         f"pulled {report.source} → {report.destination}",
-        f"checkpoint: {report.checkpoint} → {chosen} (of {len(report.available_checkpoints)} stored)",
+        checkpoint,
         f"files: {report.files} ({report.downloaded} downloaded, {report.skipped} unchanged), "
         f"{size(report.bytes_downloaded)} of {size(report.bytes_total)} in {report.seconds:.1f}s{rate}",
     ]

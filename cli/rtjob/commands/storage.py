@@ -86,6 +86,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     from ..jobspec.run_env import credential_values
     from ..runs.sources import explained, redacted
     from ..storage.destination import default_destination
+    from ..storage.known import NothingKnown
     from ..storage.layout import NothingStored, parse_checkpoint_choice
     from ..storage.pull import pull as do_pull
     from .pull_report import default_progress, say_problems, summary_lines
@@ -110,7 +111,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
                 pulled.append((step, do_pull(src.location, target, picked, endpoint=src.endpoint,
                                              concurrency=concurrency,
                                              progress=default_progress(redact(f"pulling {src.label}", secrets)))))
-            except NothingStored as exc:  # a step that writes nothing of its own; the others are pulled
+            except (NothingStored, NothingKnown) as exc:  # a step that writes nothing of its own; the others are pulled
                 if step is None:
                     raise
                 say(redact(f"step {step}: nothing pulled: {explained(exc, src).message}", secrets))

@@ -16,7 +16,9 @@ from typing import Any
 from .errors import BadInput
 from .model import RunInfo, RunStatus
 
-RECORD_SCHEMA = 1  # bump when a field changes meaning; readers refuse a record from a newer rtjob
+# Bump when a field changes meaning; readers refuse a record from a newer rtjob. A new field with a default is
+# additive, not a bump: an older rtjob drops it when it reads the record (from_json), a newer one fills the default.
+RECORD_SCHEMA = 1
 
 
 @dataclass
@@ -52,6 +54,10 @@ class RunRecord:
     logs: list[str] = field(default_factory=list)  # archived logs, relative to log_home
     log_home: str | None = None  # the folder that holds them: the run's storage, else $RTJOB_HOME/runs/<id>
     archived: bool = False  # the run ended and its logs and final state were saved
+    # Where the run's script stored its own Ray Train runs (storage_path/name URIs; an unchanged script picks
+    # them itself), as the backend reported them when the run was archived: `results`/`pull` ID read them when
+    # the run's own storage holds nothing rtjob knows.
+    train_storage: list[str] = field(default_factory=list)
     # Pipelines (runs/pipeline.py): a step's run names its pipeline run; a pipeline run's own record lists its
     # steps ({"name", "run_id", "storage_uri", "reused_from"}) in order, and has no request of its own.
     pipeline: str | None = None

@@ -95,6 +95,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
         record.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
         ids = [a.id for a in attempts.chain] or ids
     texts: dict[str, str] = {}
+    last_log: str | None = None
     for i, attempt_id in enumerate(ids):
         text = _quiet(functools.partial(backend.logs, attempt_id), events, f"the log of {attempt_id}")
         if text is None:
@@ -103,14 +104,21 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
         if len(ids) > 1:
             texts[contract.attempt_log_name(attempt_id)] = text
         if i == len(ids) - 1:
-            texts[contract.DRIVER_LOG_FILE] = text
+            texts[contract.DRIVER_LOG_FILE] = last_log = text
     if texts:
         record.log_home, record.logs = _write_logs(record, texts, events)
+    # Asked now, while the cluster still knows the run: an unchanged Ray Train script's own storage.
+    folders = _quiet(lambda: backend.train_storage(ids[-1], last_log), events, "Ray Train's storage")
+    if folders:
+        record.train_storage = [redact(folder, info.secrets) for folder in folders]
     ended = record.to_run_info()
     record.cost = _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
-    if record.storage_uri and writable_here(record.backend, record.storage_uri):
-        record.metrics = _quiet(lambda: metrics_summary(record.storage_uri or "", record.storage_endpoint), None,
-                                "metrics")
+    # The run's own storage first; a plain Ray Train script's history is in the folder it chose.
+    for uri in [record.storage_uri, *record.train_storage]:
+        if uri and writable_here(record.backend, uri):
+            record.metrics = _quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
+            if record.metrics:
+                break
     record.archived = True
     save(record, events)
     return record

@@ -86,7 +86,8 @@ def sources_for(arg: str, endpoint: str | None, settings_of: Callable[[], Settin
     except RtjobError as exc:
         return [StepSource(None, _unknown_run(arg, endpoint, default, exc))]
     if record is None or not record.steps:
-        return [StepSource(None, _run_source(arg, info, endpoint))]
+        known = record or _remembered(arg)
+        return _run_sources(arg, info, endpoint, known.train_storage if known is not None else [])
     out: list[StepSource] = []
     for step in record.steps:
         try:
@@ -119,12 +120,47 @@ def _unknown_run(arg: str, endpoint: str | None, default_storage: Callable[[], s
     return Source(parse_location(str(found)), endpoint, arg, arg)
 
 
-def _run_source(arg: str, info: RunInfo, endpoint: str | None) -> Source:
-    """The storage a known run recorded."""
+def _remembered(run_id: str) -> RunRecord | None:
+    """The ledger's record of a run its backend still knows (what its archive learned), None if none."""
+    from .memory import ledger
+
+    try:
+        return ledger().get(run_id)
+    except RtjobError:
+        return None
+
+
+def _run_sources(arg: str, info: RunInfo, endpoint: str | None, train_storage: list[str]) -> list[StepSource]:
+    """The run's own storage; where that holds nothing rtjob knows, the Ray Train run folders its script chose
+    itself (recorded when the run ended): one source, or one per folder, named by the folder."""
+    if not train_storage or _holds_results(info, endpoint):
+        return [StepSource(None, _run_source(arg, info, endpoint))]
+    if len(train_storage) == 1:
+        return [StepSource(None, _run_source(arg, info, endpoint, train_storage[0]))]
+    return [StepSource(parse_location(uri).name, _run_source(arg, info, endpoint, uri)) for uri in train_storage]
+
+
+def _holds_results(info: RunInfo, endpoint: str | None) -> bool:
+    """Whether the run's own storage holds anything rtjob reads; one it cannot read counts as holding (the pull
+    or results of it then says why)."""
+    from ..storage.results import location_holds_results
+
     if not info.storage_uri:
+        return False
+    try:
+        return location_holds_results(parse_location(info.storage_uri),
+                                      endpoint or _env_endpoint() or info.storage_endpoint)
+    except RtjobError:
+        return True
+
+
+def _run_source(arg: str, info: RunInfo, endpoint: str | None, uri: str | None = None) -> Source:
+    """The storage a known run recorded (``uri``: a Ray Train run folder its script chose instead)."""
+    uri = uri or info.storage_uri
+    if not uri:
         raise BadInput(f"run {arg} recorded no storage (the job writes where its script says; "
                        f"{PASS_THE_FOLDER})")
-    location = parse_location(info.storage_uri)
+    location = parse_location(uri)
     if location.scheme == "file" and not os.path.isdir(location.path):
         if not on_this_machine(info.backend):
             raise BadInput(f"run {arg} wrote to {location.path} on the cluster's own disk, which this machine "

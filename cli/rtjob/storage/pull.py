@@ -101,12 +101,15 @@ def pull(
     concurrency: int = 16,
     progress: Progress | None = None,
     on_plan: Callable[[PullPlan], None] | None = None,
+    run_folder: bool = True,
 ) -> PullReport:
-    """Pull ``location`` into ``dest``; errors reaching storage raise (exit 3), per-file problems are reported."""
+    """Pull ``location`` into ``dest``; errors reaching storage raise (exit 3), per-file problems are reported.
+    ``run_folder``: ``location`` is a run's folder, refused when it holds nothing rtjob knows (False: any folder,
+    such as a run's samples/)."""
     start = time.monotonic()
     store = open_store(location, endpoint, concurrency)
     try:
-        plan = plan_pull(store, choice)
+        plan = plan_pull(store, choice, run_folder)
         if on_plan is not None:
             on_plan(plan)
         report = _execute(plan, dest, progress)

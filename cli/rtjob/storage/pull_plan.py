@@ -12,6 +12,7 @@ from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput
 from .keys import case_collisions, fold, printable, unsafe_reason
+from .known import NO_HISTORY, NothingKnown, holds_results
 from .layout import (
     CheckpointChoice,
     NothingStored,
@@ -46,12 +47,16 @@ class PullPlan:
     special: list[tuple[str, str]] = field(default_factory=list)
 
 
-def plan_pull(store: Store, choice: CheckpointChoice) -> PullPlan:
-    """List the location and decide what to pull (pure but for the listing and, for best, metrics reads)."""
+def plan_pull(store: Store, choice: CheckpointChoice, run_folder: bool = True) -> PullPlan:
+    """List the location and decide what to pull (pure but for the listing and, for best, metrics reads).
+    ``run_folder``: NothingKnown when the files hold nothing rtjob reads (as `rtjob results` of it)."""
     files = store.list_files()
     refused: list[tuple[str, str]] = list(store.refused)
     if nothing_but_rtjobs_own(f.rel for f in files) and not refused and not store.special:
         raise NothingStored(store.describe())
+    if run_folder and not holds_results(f.rel for f in files):
+        raise NothingKnown(f"{store.describe()}: nothing rtjob knows to pull: no checkpoint_* folders and "
+                           f"{NO_HISTORY}")
     good: list[RemoteFile] = []
     markers = 0
     for item in files:

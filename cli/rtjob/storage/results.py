@@ -21,7 +21,15 @@ import rtjob_contract as contract
 from rtjob_contract import METRICS_FILE
 
 from ..core.errors import BadInput
-from .layout import NothingStored, find_history, load_history, natural_key, nothing_but_rtjobs_own, unreadable
+from .known import NO_HISTORY, holds_results
+from .layout import (
+    NothingStored,
+    find_history,
+    load_history,
+    natural_key,
+    nothing_but_rtjobs_own,
+    unreadable,
+)
 from .location import Location
 from .opening import open_store
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
@@ -38,8 +46,6 @@ COLUMNS: list[tuple[str, str, str]] = [
     (contract.METRIC_EPOCH_TIME, "time", "{:.1f}s"),
 ]
 PLOT_SUFFIXES = (".png", ".svg", ".pdf")
-NO_HISTORY = (f"no metrics history ({METRICS_FILE}, checkpoint_*/{METRICS_FILE} or Ray Train's "
-              f"{SNAPSHOT_FILE})")
 
 
 class NoHistory(BadInput):
@@ -103,6 +109,18 @@ def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
     if nothing_but_rtjobs_own(p.name for p in path.iterdir()):
         raise NothingStored(str(path), f"{path}: {NO_HISTORY}")
     raise NoHistory(f"{path}: {NO_HISTORY}")
+
+
+def location_holds_results(location: Location, endpoint: str | None = None) -> bool:
+    """``holds_results`` of what is stored at ``location`` (a folder that does not exist holds nothing)."""
+    if location.scheme == "file":
+        root = Path(location.path)
+        return root.is_dir() and holds_results(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+    store = open_store(location, endpoint, concurrency=4)
+    try:
+        return holds_results(f.rel for f in store.list_files())
+    finally:
+        store.close()
 
 
 def history_from_location(location: Location, endpoint: str | None = None) -> tuple[list[dict[str, Any]], str]:

@@ -65,7 +65,7 @@ def fetch(location: Location, endpoint: str | None, dest: Path) -> tuple[list[Sa
     target = dest / SAMPLES_DIR
     try:
         report = pull(parse_location(f"{location.uri}/{SAMPLES_DIR}"), target, CheckpointChoice("all"),
-                      endpoint=endpoint, concurrency=8)
+                      endpoint=endpoint, concurrency=8, run_folder=False)
     except NothingStored:
         return [], []
     problems = [f"sample {item['key']} refused: {item['reason']}" for item in report.refused]

@@ -329,6 +329,16 @@ class RayJobsBackend(Backend):
     def attempts(self, run_id: str) -> Attempts | None:
         return self._retries().attempts(run_id)
 
+    def train_storage(self, run_id: str, log_text: str | None = None) -> list[str]:
+        """What Ray Train's state API says the run's Train runs stored (the job env turns tracking on), else the
+        folders of the checkpoints its driver log names (a cluster that keeps no Train state)."""
+        from .train_runs import folders_from_log, folders_from_state
+
+        found = folders_from_state(self.api.train_runs(), run_id)
+        if found:
+            return found
+        return folders_from_log(self.logs(run_id) if log_text is None else log_text)
+
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
         return self._retries().decide_and_resubmit(run_id, request if isinstance(request, RayJobRequest) else None)
 
