@@ -173,7 +173,8 @@ def test_pull_and_results_of_a_folder_agree(tmp_path, monkeypatch, capsys):
         lines = proc.stderr.strip().splitlines()
         assert proc.returncode == 2 and len(lines) == 1, proc.stderr
         assert f"{unknown}" in lines[0] and "checkpoint_manager_snapshot.json" in lines[0], lines[0]
-    assert "nothing rtjob knows to pull: no checkpoint_* folders and no metrics history" in lines[0]
+    assert "nothing rtjob knows to pull: no checkpoint_* folders, no metrics history" in lines[0]
+    assert "no rtjob-run.json (not a run's folder)" in lines[0]
     assert not (tmp_path / "out").exists()
 
     history = tmp_path / "history"
@@ -185,6 +186,18 @@ def test_pull_and_results_of_a_folder_agree(tmp_path, monkeypatch, capsys):
     assert pulled.returncode == 0, pulled.stderr
     assert "checkpoint: no checkpoint (the run stored no checkpoint_* folder)" in pulled.stdout
     assert (dest / "notes.txt").read_text() == "kept\n" and (dest / "metrics.json").is_file()
+
+    # A run's folder (rtjob's record is there) whose script stored files of its own, no checkpoint, no history
+    # (a pipeline step's output): pull copies them; results says it has no history.
+    step = tmp_path / "step"
+    step.mkdir()
+    (step / "rtjob-run.json").write_text("{}")
+    (step / "relay.txt").write_text("first\n")
+    out = tmp_path / "step-pulled"
+    pulled = cli("pull", str(step), "--to", str(out), monkeypatch=monkeypatch, capsys=capsys, home=home)
+    assert pulled.returncode == 0 and "checkpoint: no checkpoint" in pulled.stdout, pulled.stderr
+    assert (out / "relay.txt").read_text() == "first\n"
+    assert cli("results", str(step), monkeypatch=monkeypatch, capsys=capsys, home=home).returncode == 2
 
 
 # --- what a run id's storage holding nothing means --------------------------------------------------------

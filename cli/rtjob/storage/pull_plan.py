@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from rtjob_contract import METRICS_FILE
+from rtjob_contract import METRICS_FILE, RUN_RECORD_FILE
 
 from ..core.errors import BadInput
 from .keys import case_collisions, fold, printable, unsafe_reason
-from .known import NO_HISTORY, NothingKnown, holds_results
+from .known import NO_HISTORY, NothingKnown, is_run_folder
 from .layout import (
     CheckpointChoice,
     NothingStored,
@@ -54,9 +54,9 @@ def plan_pull(store: Store, choice: CheckpointChoice, run_folder: bool = True) -
     refused: list[tuple[str, str]] = list(store.refused)
     if nothing_but_rtjobs_own(f.rel for f in files) and not refused and not store.special:
         raise NothingStored(store.describe())
-    if run_folder and not holds_results(f.rel for f in files):
-        raise NothingKnown(f"{store.describe()}: nothing rtjob knows to pull: no checkpoint_* folders and "
-                           f"{NO_HISTORY}")
+    if run_folder and not is_run_folder(f.rel for f in files):
+        raise NothingKnown(f"{store.describe()}: nothing rtjob knows to pull: no checkpoint_* folders, "
+                           f"{NO_HISTORY}, and no {RUN_RECORD_FILE} (not a run's folder)")
     good: list[RemoteFile] = []
     markers = 0
     for item in files:
