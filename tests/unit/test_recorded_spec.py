@@ -3,6 +3,7 @@ and put back from this environment, or refused by name; ordinary values kept as 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -102,3 +103,27 @@ def test_rerun_warns_when_the_code_is_not_the_recorded_commit(tmp_path: Path) ->
     git("commit", "-qam", "two")
     warnings = git_differences(record, planned)  # type: ignore[arg-type]
     assert len(warnings) == 1 and record.git["commit"][:12] in warnings[0]
+
+
+def test_rerun_on_the_embedded_cluster_ignores_where_the_cluster_listens_but_not_what_changed() -> None:
+    """The embedded cluster gets new ports each start: its dashboard (address) and its GCS (the RAY_ADDRESS rtjob
+    gives the job there) are where the run goes, not what it is. Another env value still differs."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.rerun import request_differences
+
+    def request(gcs: str, mode: str) -> dict:
+        return {"address": "http://127.0.0.1:8265" if gcs.endswith("1") else "http://127.0.0.1:9999",
+                "submit_job": {"submission_id": "r-old", "runtime_env": {"env_vars": {"RAY_ADDRESS": gcs, "MODE": mode}}}}
+
+    record = RunRecord(id="r-old", job="count", backend="local", request=request("127.0.0.1:6001", "a"))
+
+    def planned(mode: str, embedded: bool = True) -> SimpleNamespace:
+        fresh = json.loads(json.dumps(request("127.0.0.1:7002", mode)).replace("r-old", "r-new"))
+        return SimpleNamespace(job=SimpleNamespace(run_id="r-new", embedded=embedded),
+                               backend=SimpleNamespace(render=lambda _: fresh), request=None)
+
+    assert request_differences(record, planned("a")) == []  # type: ignore[arg-type]
+    changed = request_differences(record, planned("b"))  # type: ignore[arg-type]
+    assert changed == ["the request differs from r-old's at: submit_job.runtime_env.env_vars.MODE"]
+    elsewhere = request_differences(record, planned("a", embedded=False))  # type: ignore[arg-type]
+    assert any("RAY_ADDRESS" in line for line in elsewhere) and "was sent to" in elsewhere[0]

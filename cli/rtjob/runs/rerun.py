@@ -74,8 +74,13 @@ def request_differences(record: RunRecord, planned: Plan) -> list[str]:
     new_flat: dict[str, Any] = {}
     _flatten(recorded, "", old_flat)
     _flatten(fresh, "", new_flat)
-    # Where it is sent is not what is sent: the embedded cluster gets a new port each time it starts.
+    # Where it is sent is not what is sent: the embedded cluster gets new ports each time it starts, its dashboard
+    # (the address) and its GCS (the RAY_ADDRESS rtjob gives the job there).
     moved = old_flat.pop("address", None) != new_flat.pop("address", None) and not planned.job.embedded
+    if planned.job.embedded:
+        for flat in (old_flat, new_flat):
+            for key in [k for k in flat if k.endswith("env_vars.RAY_ADDRESS")]:
+                del flat[key]
     changed = sorted(k for k in old_flat.keys() | new_flat.keys() if old_flat.get(k) != new_flat.get(k))
     warnings = [f"{record.id} was sent to {recorded.get('address')}; this one goes to {fresh.get('address')}"] if moved else []
     if changed:
