@@ -88,6 +88,9 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     rendered = json.loads(ok(again))
     assert "differs" not in again.stderr, again.stderr
     expected = json.loads(json.dumps(shown["request"]).replace(done_id, f"{done_id}-again"))
+    # The GCS address rtjob gave the run (RAY_ADDRESS) is where it went: that cluster is gone, a new one has new ports.
+    sent = expected["submit_job"]["runtime_env"]["env_vars"].pop("RAY_ADDRESS")
+    assert sent.rsplit(":", 1)[1].isdigit() and "RAY_ADDRESS" not in rendered["submit_job"]["runtime_env"]["env_vars"]
     assert rendered["submit_job"] == expected["submit_job"]
 
     # A teammate with only the bucket: an empty ledger, no cluster.

@@ -708,7 +708,8 @@ def test_a_bare_run_id_falls_back_to_local_storage_when_the_embedded_cluster_is_
     (run / "checkpoint_epoch_0001" / "metrics.json").write_text(json.dumps(history(1, VAL_LOSSES)))
     report = cli.json("pull", "t-offline-run", "--to", str(tmp_path / "d"))
     assert report["checkpoints"] == ["checkpoint_epoch_0001"]
-    one_line(cli("pull", "t-never-ran", "--to", str(tmp_path / "e")), 3, "embedded")
+    # An id nothing knows is bad input (exit 2) whether or not the cluster runs, pointing at `rtjob runs`.
+    one_line(cli("pull", "t-never-ran", "--to", str(tmp_path / "e")), 2, "no run 't-never-ran'", "rtjob runs")
 
 
 # ---------------------------------------------------------------------------------------------
