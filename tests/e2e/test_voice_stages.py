@@ -31,16 +31,20 @@ def s3() -> Iterator[S3Server]:
 
 
 @pytest.fixture(scope="module")
-def ray_local(s3: S3Server) -> Iterator[None]:
+def ray_local(s3: S3Server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     import ray
 
-    # address="local": a new instance, never the session's embedded cluster (nor any other found on the machine)
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
-    ray.data.DataContext.get_current().enable_progress_bars = False
-    try:
-        yield
-    finally:
-        ray.shutdown()
+    # address="local": a new instance, never the session's embedded cluster (nor any other found on the machine).
+    # A local ray.init writes its auth token to ~/.ray/auth_token, which later Ray starts on this machine would
+    # pick up: HOME is a folder of the test's own while it runs.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(tmp_path_factory.mktemp("ray-home")))
+        ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+        ray.data.DataContext.get_current().enable_progress_bars = False
+        try:
+            yield
+        finally:
+            ray.shutdown()
 
 
 def _upload(server: S3Server, folder: str, prefix: str) -> None:
