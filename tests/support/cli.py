@@ -89,6 +89,20 @@ def in_process(capsys: Any, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.CompletedProcess(list(args), code, out, err)
 
 
+def main_captured(capsys: Any, *args: str) -> tuple[int, str, str]:
+    """rtjob's entry point in this process under pytest's ``capsys``: (exit code, stdout, stderr), the output
+    recorded for the suite-wide secret check."""
+    import pytest
+    from rtjob.commands import main
+
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_:
+        main(list(args))
+    out = capsys.readouterr()
+    record(out.out, out.err)
+    return int(exit_.value.code or 0), out.out, out.err
+
+
 def run_in_process(*args: str, env: dict[str, str], cwd: Path = REPO) -> subprocess.CompletedProcess[str]:
     """``rtjob(*args, env=env, cwd=cwd)`` without the subprocess (about a second of interpreter and imports
     each): the console script's own main in this process, with the environment made ``env``, the current folder

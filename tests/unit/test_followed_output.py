@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import yaml
 from rtjob.backends import register
-from rtjob.commands import main
 from rtjob.core.model import RunInfo, RunStatus
 from rtjob.runs import follow, stuck_watch
+from support.cli import main_captured
 from support.project import scrub
 from support.toy_backend.backend import ToyBackend
 
@@ -33,17 +33,10 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
                                     start_time="2026-11-25T10:00:00+00:00", address="toy://this-process")
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out = capsys.readouterr()
-    return int(exit_.value.code or 0), out.out, out.err
-
 
 @pytest.mark.parametrize("output", ["json", "yaml"])
 def test_wait_past_its_timeout_prints_the_run_and_the_error(capsys: pytest.CaptureFixture[str], output: str) -> None:
-    code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "--timeout", "0.2s", "-o", output)
+    code, out, err = main_captured(capsys, "wait", "t1", "--backend", "toy", "--timeout", "0.2s", "-o", output)
     assert code == 4
     doc = json.loads(out) if output == "json" else yaml.safe_load(out)
     assert doc["id"] == "t1" and doc["status"] == "RUNNING"
@@ -61,7 +54,7 @@ def test_a_run_stopped_because_it_waits_in_vain_prints_its_document(capsys: pyte
     monkeypatch.setattr(ToyBackend, "stuck", lambda self, run_id: Stuck("1 GPU per worker", final=True))
     seen = ToyBackend.status  # a copy per read, as a remote backend answers (the toy's stop changes its own)
     monkeypatch.setattr(ToyBackend, "status", lambda self, run_id: dataclasses.replace(seen(self, run_id)))
-    code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "-o", "json")
+    code, out, err = main_captured(capsys, "wait", "t1", "--backend", "toy", "-o", "json")
     assert code == 2, err
     doc = json.loads(out)
     assert doc["id"] == "t1" and doc["status"] == "STOPPED" and "was stopped: it waited for 1 GPU" in doc["error"]
@@ -71,13 +64,13 @@ def test_a_run_stopped_because_it_waits_in_vain_prints_its_document(capsys: pyte
 
 
 def test_rtjob_stop_says_where_its_stop_begins(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _cli(capsys, "stop", "t1", "--backend", "toy")
+    code, _, err = main_captured(capsys, "stop", "t1", "--backend", "toy")
     assert code == 0 and err.splitlines()[0].startswith("rtjob: stopping t1 ... (Ray's shutdown output")
     assert "'*** SIGTERM received'" in err.splitlines()[0] and err.splitlines()[1] == "rtjob: t1: STOPPED"
 
 
 def test_text_output_keeps_stdout_for_the_log(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = _cli(capsys, "wait", "t1", "--backend", "toy", "--timeout", "0.2s")
+    code, out, err = main_captured(capsys, "wait", "t1", "--backend", "toy", "--timeout", "0.2s")
     assert code == 4 and out == "" and "after the --timeout" in err
 
 
@@ -115,7 +108,7 @@ def test_wait_for_a_run_its_cluster_forgot_before_its_end_prints_the_record(caps
     from rtjob.runs.memory import ledger
 
     ledger().save(RunRecord(id="gone1", job="count", backend="toy", status="RUNNING"))
-    code, out, err = _cli(capsys, "wait", "gone1", "--backend", "toy", "-o", "json")
+    code, out, err = main_captured(capsys, "wait", "gone1", "--backend", "toy", "-o", "json")
     doc = json.loads(out)
     assert code == 2 and doc["id"] == "gone1" and doc["status"] == "UNKNOWN"
     assert "its cluster no longer knows this run" in doc["error"] and f"rtjob: error: {doc['error']}" in err

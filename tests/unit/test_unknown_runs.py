@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rtjob.backends import register
-from rtjob.commands import main
+from support.cli import main_captured
 from support.project import scrub
 from support.toy_backend.backend import ToyBackend
 
@@ -23,27 +23,20 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ToyBackend.runs.clear()
 
 
-def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out = capsys.readouterr()
-    return int(exit_.value.code or 0), out.out, out.err
-
 
 @pytest.mark.parametrize("command", ["status", "wait", "logs"])
 def test_an_unknown_run_with_the_embedded_cluster_down_is_bad_input(capsys: pytest.CaptureFixture[str],
                                                                       command: str) -> None:
-    code, out, err = _cli(capsys, command, "nosuchid", "--backend", "local")
+    code, out, err = main_captured(capsys, command, "nosuchid", "--backend", "local")
     assert code == 2 and out == "", err
     assert "no run 'nosuchid'" in err and "rtjob runs lists the runs rtjob knows" in err and err.count("\n") == 1
 
 
 def test_an_unknown_run_on_a_cluster_that_runs_points_at_rtjob_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _cli(capsys, "status", "nosuchid", "--backend", "toy")
+    code, _, err = main_captured(capsys, "status", "nosuchid", "--backend", "toy")
     assert code == 2 and "no run 'nosuchid' on the toy backend" in err and "rtjob runs lists the runs" in err
 
 
 def test_list_with_the_embedded_cluster_down_points_at_rtjob_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    code, _, err = _cli(capsys, "list", "--backend", "local")
+    code, _, err = main_captured(capsys, "list", "--backend", "local")
     assert code == 3 and "not running" in err and "rtjob runs lists the runs rtjob knows" in err

@@ -17,14 +17,13 @@ import pytest
 import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rtjob.commands import main
 from rtjob.core.errors import BadInput
 from rtjob.core.yamlout import dump_yaml
 from rtjob.jobspec.resolve import render_args
 from rtjob.jobspec.schema import validate_job
 from rtjob.jobspec.yamlsrc import MAX_NODES, parse_yaml
 from ruamel.yaml import YAML
-from support.cli import base_env, record
+from support.cli import base_env, main_captured
 from support.scrub import scrub
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,18 +74,10 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return root
 
 
-def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_:
-        main(list(args))
-    out = capsys.readouterr()
-    record(out.out, out.err)  # scanned for planted secrets with every other output of the suite
-    return int(exit_.value.code or 0), out.out, out.err
-
 
 def script_argv(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[str], dict[str, Any]]:
     """`rtjob render as-written -o json ARGS`: the script's own arguments (inside the timeout wrapper)."""
-    code, out, err = cli(capsys, "render", "as-written", "-o", "json", "--submission-id", "t-1", *args)
+    code, out, err = main_captured(capsys, "render", "as-written", "-o", "json", "--submission-id", "t-1", *args)
     assert code == 0, err
     rendered = json.loads(out)
     outer = shlex.split(rendered["submit_job"]["entrypoint"])
@@ -137,7 +128,7 @@ def test_the_local_profile_args_keep_their_text_too(project: Path, capsys: pytes
 def test_bad_yaml_is_one_line_with_file_and_line(project: Path, capsys: pytest.CaptureFixture[str], text: str,
                                                  line: int, what: str) -> None:
     (project / "jobs" / "bad.yaml").write_text(text)
-    code, out, err = cli(capsys, "render", "bad")
+    code, out, err = main_captured(capsys, "render", "bad")
     assert code == 2 and not out
     assert err.startswith(f"rtjob: error: jobs/bad.yaml:{line}: ") and what in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
@@ -147,10 +138,10 @@ def test_aliases_and_nesting_stay_bounded(project: Path, capsys: pytest.CaptureF
     bomb = "name: x\nentrypoint: y\nargs:\n  a: &a [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]\n" + "".join(
         f"  {chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
     (project / "jobs" / "bomb.yaml").write_text(bomb)
-    code, _, err = cli(capsys, "render", "bomb")
+    code, _, err = main_captured(capsys, "render", "bomb")
     assert code == 2 and f"more than {MAX_NODES:,} values" in err and "jobs/bomb.yaml" in err
     (project / "jobs" / "deep.yaml").write_text("name: x\nentrypoint: y\nargs: " + "[" * 5000 + "]" * 5000 + "\n")
-    code, _, err = cli(capsys, "render", "deep")
+    code, _, err = main_captured(capsys, "render", "deep")
     assert code == 2 and err.startswith("rtjob: error: jobs/deep.yaml") and len(err.strip().splitlines()) == 1
 
 
@@ -214,7 +205,7 @@ def test_any_dumped_mapping_of_strings_loads_back_the_same(data: dict[str, str])
 
 
 def test_the_anyscale_job_file_keeps_strings(project: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = cli(capsys, "render", "as-written", "--backend", "anyscale", "-o", "yaml",
+    code, out, err = main_captured(capsys, "render", "as-written", "--backend", "anyscale", "-o", "yaml",
                          "--submission-id", "t-1", "--set", "env_vars.TAG=007", "--set", "tags.release=2.10")
     assert code == 0, err
     for loaded in _both_readers(out):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -211,21 +211,24 @@ def validate_job(located: Located) -> JobSpec:
     if is_pipeline(located.data):
         raise BadInput(f"{located.path} is a pipeline (steps:): rtjob submit, render and validate run it step by "
                        "step; this command takes one job (a step runs as <pipeline>-<step>)")
-    if not isinstance(located.data, dict):
-        raise BadInput(f"{located.where(())}: a job must be a YAML mapping with at least 'name' and 'entrypoint'")
-    try:
-        return JobSpec.model_validate(located.data)
-    except ValidationError as exc:
-        raise BadInput(describe_validation_error(exc, JobSpec, located)) from None
+    return _validated(JobSpec, located, "a job must be a YAML mapping with at least 'name' and 'entrypoint'")
 
 
 def validate_compute_config(located: Located) -> ComputeConfig:
+    return _validated(ComputeConfig, located, "a compute config must be a YAML mapping")
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _validated(model: type[M], located: Located, not_a_mapping: str) -> M:
+    """The document as ``model``, or one BadInput line with file:line (never the value)."""
     if not isinstance(located.data, dict):
-        raise BadInput(f"{located.where(())}: a compute config must be a YAML mapping")
+        raise BadInput(f"{located.where(())}: {not_a_mapping}")
     try:
-        return ComputeConfig.model_validate(located.data)
+        return model.model_validate(located.data)
     except ValidationError as exc:
-        raise BadInput(describe_validation_error(exc, ComputeConfig, located)) from None
+        raise BadInput(describe_validation_error(exc, model, located)) from None
 
 
 def job_json_schema() -> dict[str, Any]:
