@@ -40,10 +40,26 @@ ENV_STEP_NAME = "RTJOB_STEP_NAME"  # this step's name in the pipeline file
 ENV_INPUT_URI = "RTJOB_INPUT_URI"  # the previous step's run folder (unset for the first step)
 ENV_STEP_URIS = "RTJOB_STEP_URIS"  # JSON {step name: run folder} of every earlier step
 
+# The run side: a small rtjob process (the companion, rtjob.runside) runs every run's entrypoint and writes the
+# run's story to its storage from where the run is: the script's files, the log as it grows, the outcome.
+
+# Always the run's storage folder (a path or URI, = <storage path>/<run name>): code on any node writes there
+# (Ray workers on other nodes too). RTJOB_RUN_DIR is then a local folder on the driver's node that the companion
+# syncs to it (with local storage both are the same folder).
+ENV_RUN_URI = "RTJOB_RUN_URI"
+ENV_COMPANION = "RTJOB_COMPANION"  # "0": run the entrypoint bare (no companion)
+# What the companion is told by the request (env vars of the job): the job's time limit (seconds), where the
+# client's clock said the run was submitted (ISO 8601) and how long the upload took, for the start-up timeline.
+ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
+ENV_SUBMITTED_AT = "RTJOB_SUBMITTED_AT"
+META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
+
+
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
-    ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS,
+    ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
+    ENV_SUBMITTED_AT,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -120,3 +136,26 @@ DRIVER_LOG_FILE = "driver.log"  # the run's (last attempt's) driver log: logs/dr
 def attempt_log_name(run_id: str) -> str:
     """The archived driver log of one attempt (logs/<attempt id>.log)."""
     return f"{run_id}.log"
+
+# ---------------------------------------------------------------------------------------------
+# The run side's files in a run's folder (written by the companion, read by every client).
+
+# A run's log as it is written: immutable parts cut at line ends, a few seconds apart and at exit
+# (logs/<attempt id>/part-000000, part-000001, ...), joined in order by every reader; logs/driver.log (the whole
+# log, the last attempt's) is written at a clean end.
+LOG_PART_PREFIX = "part-"
+
+
+def log_part_name(attempt_id: str, index: int) -> str:
+    """The key of one log part, relative to the run's folder."""
+    return f"{RUN_LOGS_DIR}/{attempt_id}/{LOG_PART_PREFIX}{index:06d}"
+
+
+# Markers in the run's folder: `rtjob stop` writes the first before it stops the run (the companion then records
+# STOPPED, not a kill); a notification for an outcome is sent only by whoever creates its marker first.
+STOP_MARKER_FILE = "rtjob-stop-requested"
+
+
+def notified_marker(outcome: str) -> str:
+    """The marker created (if absent) before a notification for ``outcome`` is sent: exactly once per outcome."""
+    return f"rtjob-notified-{outcome}"

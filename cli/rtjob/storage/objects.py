@@ -1,0 +1,248 @@
+"""A run's folder as objects that several writers share: conditional writes, from the client or from the cluster.
+
+A run's record, its log parts, its markers and the script's synced files have several writers (the submitting
+client, the run-side companion, a supervisor, a client that completes a run it saw end). Each write that must not
+lose another's is conditional: ``if_absent`` (create only: S3's ``If-None-Match: *``) or ``if_match`` (replace
+only the version read: S3's ``If-Match: <etag>``); a lost race is ``PreconditionFailed``, and the writer reads
+again. Local storage gets the same semantics from a lock file beside the object and an atomic rename.
+
+Importable on the cluster: the stdlib, rtjob_contract and requests at module level only (the S3 clients are
+imported inside ``objects_for``'s choice).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import stat
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..core.errors import BadInput
+from ..core.files import write_atomically
+from .location import Location, parse_location
+
+PARTIAL_SUFFIX = ".rtjob-partial"  # a temporary name that listings skip (as pull's partial files)
+LOCK_SUFFIX = ".rtjob-lock"
+
+
+class PreconditionFailed(Exception):
+    """A conditional write lost: the object exists (``if_absent``) or changed since it was read (``if_match``)."""
+
+
+@dataclass(frozen=True)
+class Obj:
+    data: bytes
+    etag: str
+
+
+@dataclass(frozen=True)
+class Listed:
+    rel: str  # relative to the folder, '/'-separated
+    size: int
+    etag: str | None = None
+
+
+class Objects(ABC):
+    """The objects below one folder (a run's folder), addressed by relative '/'-separated names."""
+
+    location: Location
+
+    @property
+    def uri(self) -> str:
+        return self.location.uri
+
+    @abstractmethod
+    def get(self, rel: str, limit: int) -> Obj | None:
+        """The object and its version (None: absent); over ``limit`` bytes is bad input."""
+
+    @abstractmethod
+    def put(self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False) -> str:
+        """Write ``data`` whole; returns the new version. Raises PreconditionFailed when the condition fails."""
+
+    @abstractmethod
+    def put_file(self, rel: str, path: str, *, if_match: str | None = None, if_absent: bool = False) -> str:
+        """Upload a local file (streamed: never read whole into memory); conditions as ``put``."""
+
+    @abstractmethod
+    def head(self, rel: str) -> str | None:
+        """The object's version, None when absent."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[Listed]:
+        """Every object below ``prefix`` (a folder's relative name, '' for all), sorted by name."""
+
+    @abstractmethod
+    def stream(self, rel: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """The object's bytes in chunks (a log part, a whole log): never read whole."""
+
+    def delete(self, rel: str) -> None:
+        """Remove one object rtjob itself wrote (a marker a test resets); absent is fine."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> Objects:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def check_key(rel: str) -> str:
+    """A relative name that cannot leave the folder: no empty, '.' or '..' segment, no leading '/'."""
+    parts = rel.split("/")
+    if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel or "\x00" in rel:
+        raise BadInput(f"{rel!r}: not a plain relative name inside a run's folder")
+    return rel
+
+
+def objects_for(uri: str, endpoint: str | None = None) -> Objects:
+    """The objects of a folder: a local path (or file://) or s3://bucket/prefix (``endpoint``: an S3-compatible
+    server's URL, else the environment's AWS_ENDPOINT_URL[_S3], else AWS)."""
+    location = parse_location(uri)
+    if location.scheme == "file":
+        return LocalObjects(location)
+    from .objects_s3 import s3_objects
+
+    return s3_objects(location, endpoint)
+
+
+# ---------------------------------------------------------------------------------------------
+# Local storage: the same conditions through a lock file and an atomic rename.
+
+
+def _etag_of(path: str) -> str | None:
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        raise BadInput(f"{path}: not a regular file")
+    # The inode changes on every atomic replace, the size and time on any write in place: a version, not a hash.
+    return hashlib.sha256(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+
+
+class LocalObjects(Objects):
+    def __init__(self, location: Location) -> None:
+        self.location = location
+
+    def _path(self, rel: str) -> str:
+        return os.path.join(self.location.path, *check_key(rel).split("/"))
+
+    def _folders(self, rel: str) -> None:
+        folder = self.location.path
+        os.makedirs(folder, exist_ok=True)
+        for part in rel.split("/")[:-1]:  # made here, never a link followed
+            folder = os.path.join(folder, part)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
+            if not stat.S_ISDIR(os.lstat(folder).st_mode):
+                raise BadInput(f"{folder}: not a folder (a symbolic link is not followed)")
+
+    @contextlib.contextmanager
+    def _locked(self, rel: str) -> Iterator[str]:
+        """The object's path, held under its lock file (every conditional writer of it takes the same lock)."""
+        path = self._path(rel)
+        self._folders(rel)
+        lock = path + LOCK_SUFFIX
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield path
+        finally:
+            os.close(fd)
+
+    def get(self, rel: str, limit: int) -> Obj | None:
+        path = self._path(rel)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise BadInput(f"{path}: a symbolic link (not followed)") from None
+            raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            data = f.read(limit + 1)
+        if len(data) > limit:
+            raise BadInput(f"{path}: larger than {limit} bytes")
+        etag = hashlib.sha256(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+        return Obj(data, etag)
+
+    def _conditional(self, rel: str, write: object, if_match: str | None, if_absent: bool) -> str:
+        try:
+            if if_match is None and not if_absent:
+                path = self._path(rel)
+                self._folders(rel)
+                write(path)  # type: ignore[operator]
+                return _etag_of(path) or ""
+            with self._locked(rel) as path:
+                current = _etag_of(path)
+                if if_absent and current is not None:
+                    raise PreconditionFailed(rel)
+                if if_match is not None and current != if_match:
+                    raise PreconditionFailed(rel)
+                write(path)  # type: ignore[operator]
+                return _etag_of(path) or ""
+        except OSError as exc:
+            raise BadInput(f"{self._path(rel)}: cannot write ({exc.strerror or exc})") from None
+
+    def put(self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False) -> str:
+        def write(path: str) -> None:
+            write_atomically(Path(path), data, mode=None, suffix=PARTIAL_SUFFIX)
+
+        return self._conditional(rel, write, if_match, if_absent)
+
+    def put_file(self, rel: str, path: str, *, if_match: str | None = None, if_absent: bool = False) -> str:
+        def write(target: str) -> None:
+            tmp = f"{target}.{os.urandom(6).hex()}{PARTIAL_SUFFIX}"
+            try:
+                with open(path, "rb") as src, open(tmp, "xb") as out:
+                    while block := src.read(1 << 20):
+                        out.write(block)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+                raise
+
+        return self._conditional(rel, write, if_match, if_absent)
+
+    def head(self, rel: str) -> str | None:
+        return _etag_of(self._path(rel))
+
+    def list(self, prefix: str = "") -> list[Listed]:
+        base = self._path(prefix) if prefix else self.location.path
+        out: list[Listed] = []
+        for folder, dirs, files in os.walk(base):
+            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
+            for name in files:
+                if name.endswith((PARTIAL_SUFFIX, LOCK_SUFFIX)):
+                    continue
+                full = os.path.join(folder, name)
+                st = os.lstat(full)
+                if stat.S_ISREG(st.st_mode):
+                    rel = os.path.relpath(full, self.location.path).replace(os.sep, "/")
+                    out.append(Listed(rel, st.st_size))
+        return sorted(out, key=lambda item: item.rel)
+
+    def stream(self, rel: str, chunk: int = 1 << 20) -> Iterator[bytes]:
+        path = self._path(rel)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        with os.fdopen(fd, "rb") as f:
+            while block := f.read(chunk):
+                yield block
+
+    def delete(self, rel: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self._path(rel))
