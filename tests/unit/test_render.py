@@ -14,6 +14,7 @@ import pytest
 import yaml
 from rtjob.backends.packaging import RTJOB_EXCLUDES, measure
 from rtjob.jobspec.project import PULLED_RUNS_DIR
+from support.companion import WRAPPER, inner
 from support.cli import run_in_process
 from support.scrub import scrubbed_environ
 
@@ -67,6 +68,7 @@ def out(tmp_path_factory: pytest.TempPathFactory, repo_home: Path) -> dict[str, 
         "timed": (("render", "timed", "--output", "json"), project, tmp_env),
         "set-timeout": (("render", "train", "--output", "json", "--set", "timeout_s=120"), project, tmp_env),
         "quoted": (("render", "quoted", "--output", "json"), project, tmp_env),
+        "timed-bare": (("render", "timed", "--output", "json"), project, {**tmp_env, "RTJOB_COMPANION": "0"}),
     }
 
     results = {name: run_in_process(*args, env=env, cwd=cwd) for name, (args, cwd, env) in calls.items()}
@@ -126,14 +128,20 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
     assert set(job) == {"submission_id", "entrypoint", "runtime_env", "metadata", "entrypoint_num_cpus"}
     assert job["submission_id"] == RUN_ID
     assert job["entrypoint_num_cpus"] == 0
-    # The spec's timeout_s wraps the entrypoint; inside it, the args with the local profile's on top.
+    # The run-side companion runs the entrypoint (and its time limit); inside it, the args with the local
+    # profile's on top.
     argv = shlex.split(job["entrypoint"])
-    assert argv[:6] == ["timeout", "-k", "30", str(spec["timeout_s"]), "bash", "-c"] and len(argv) == 7
+    assert argv[:3] == WRAPPER and len(argv) == 4
+    assert job["runtime_env"]["env_vars"]["RTJOB_TIME_LIMIT_S"] == str(spec["timeout_s"])
+    assert job["metadata"]["rtjob.timeout_s"] == str(spec["timeout_s"])
     local_args = {**spec["args"], **spec["local"]["args"]}
     assert spec["local"]["args"] and local_args != spec["args"]
-    assert shlex.split(argv[6]) == [*shlex.split(spec["entrypoint"]), *_flags(local_args)]
+    assert shlex.split(argv[3]) == [*shlex.split(spec["entrypoint"]), *_flags(local_args)]
     runtime_env = job["runtime_env"]
-    assert set(runtime_env) == {"working_dir", "env_vars", "excludes"}
+    assert set(runtime_env) == {"working_dir", "env_vars", "excludes", "py_modules"}
+    # The companion travels with the request: rtjob and its contract as py_modules, never pip.
+    assert [Path(p).name for p in runtime_env["py_modules"]] == ["rtjob", "rtjob_contract"]
+    assert runtime_env["env_vars"]["RAY_JOB_STOP_WAIT_TIME_S"] == "30"
     assert runtime_env["working_dir"] == str(REPO)
     # rtjob's default excludes (secrets, its state, pulled runs), then the job's own.
     assert runtime_env["excludes"] == [*RTJOB_EXCLUDES, *spec.get("excludes", [])]
@@ -155,6 +163,9 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
         "RTJOB_MAX_FAILURES": str(spec.get("max_failures", 0)),
         "RTJOB_STORAGE_PATH": f"{repo_home}/local/storage/ddp-resnet",
         "RTJOB_RUN_DIR": storage_uri,  # where a script unaware of rtjob writes what pull/results read
+        "RTJOB_RUN_URI": storage_uri,  # always the run's storage folder (workers on any node write there)
+        "RAY_JOB_STOP_WAIT_TIME_S": "30",  # Ray's stop leaves the companion time for its last writes
+        "RTJOB_TIME_LIMIT_S": str(spec["timeout_s"]),  # the companion enforces timeout_s
     }
     assert job["metadata"] == {
         "rtjob.job": "ddp-resnet",
@@ -162,6 +173,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
         "rtjob.nodes": "2",
         "rtjob.workers": "2",
         "rtjob.storage_uri": storage_uri,
+        "rtjob.timeout_s": str(spec["timeout_s"]),
         **{f"tag.{k}": v for k, v in spec.get("tags", {}).items()},
     }
     upload = data["run"].pop("upload")
@@ -179,7 +191,7 @@ def test_render_on_ray_uses_the_compute_config_and_not_the_local_profile(out):
     data = _json(out["ray-json"])
     assert data["backend"] == "ray" and data["address"] == NOWHERE and data["headers"] == {}
     job = data["submit_job"]
-    assert shlex.split(shlex.split(job["entrypoint"])[6]) == [*shlex.split(spec["entrypoint"]), *_flags(spec["args"])]
+    assert shlex.split(inner(job["entrypoint"])) == [*shlex.split(spec["entrypoint"]), *_flags(spec["args"])]
     env = job["runtime_env"]["env_vars"]
     # g5-4xlarge: one A10G per node, so --nodes 2 is 2 GPU workers.
     assert (env["RTJOB_NUM_WORKERS"], env["RTJOB_GPUS_PER_WORKER"], env["RTJOB_USE_GPU"]) == ("2", "1", "1")
@@ -262,13 +274,23 @@ def test_explain_text_lists_sources(out):
     assert re.search(r"^  verify_tls\s+True\s+from default$", text, re.M)
 
 
-def test_timeout_s_wraps_the_entrypoint_with_coreutils_timeout(out):
-    timed = _json(out["timed"])["submit_job"]["entrypoint"]
-    assert timed == "timeout -k 30 90 bash -c 'python train.py --epochs 1'"
-    assert _json(out["explain-json"])["submit_job"]["entrypoint"] == "python train.py --epochs 1"  # no timeout_s
-    from_set = _json(out["set-timeout"])["submit_job"]["entrypoint"]
-    assert shlex.split(from_set) == ["timeout", "-k", "30", "120", "bash", "-c", "python train.py --epochs 1"]
-    # Quotes in the entrypoint survive the wrapping: bash -c gets the entrypoint exactly.
+def test_timeout_s_is_a_fact_of_the_request_the_companion_enforces(out):
+    timed = _json(out["timed"])["submit_job"]
+    assert timed["entrypoint"] == "python -m rtjob.runside.companion 'python train.py --epochs 1'"
+    assert timed["runtime_env"]["env_vars"]["RTJOB_TIME_LIMIT_S"] == "90" and timed["metadata"]["rtjob.timeout_s"] == "90"
+    plain = _json(out["explain-json"])["submit_job"]  # no timeout_s
+    assert inner(plain["entrypoint"]) == "python train.py --epochs 1"
+    assert "RTJOB_TIME_LIMIT_S" not in plain["runtime_env"]["env_vars"] and "rtjob.timeout_s" not in plain["metadata"]
+    from_set = _json(out["set-timeout"])["submit_job"]
+    assert inner(from_set["entrypoint"]) == "python train.py --epochs 1"
+    assert from_set["runtime_env"]["env_vars"]["RTJOB_TIME_LIMIT_S"] == "120"
+    # Quotes in the entrypoint survive the wrapping: the companion's shell gets the entrypoint exactly.
     quoted = shlex.split(_json(out["quoted"])["submit_job"]["entrypoint"])
-    assert quoted[:6] == ["timeout", "-k", "30", "5", "bash", "-c"]
-    assert quoted[6] == "python -c \"print('it''s here')\""
+    assert quoted[:3] == WRAPPER and quoted[3] == "python -c \"print('it''s here')\""
+
+
+def test_without_the_companion_coreutils_timeout_enforces_timeout_s(out):
+    bare = _json(out["timed-bare"])["submit_job"]
+    assert bare["entrypoint"] == "timeout -k 30 90 bash -c 'python train.py --epochs 1'"
+    assert "py_modules" not in bare["runtime_env"] and "RAY_JOB_STOP_WAIT_TIME_S" not in bare["runtime_env"]["env_vars"]
+    assert bare["metadata"]["rtjob.timeout_s"] == "90"

@@ -226,6 +226,8 @@ def test_stuck_ignores_demands_the_cluster_can_meet_and_placement_group_resource
 class StuckBackend:
     """A backend whose run stays RUNNING and waits for what the cluster lacks, until it is stopped."""
 
+    name = "ray"
+
     def __init__(self, final: bool) -> None:
         from rtjob.backends.base import Stuck
         from rtjob.core.model import RunInfo, RunStatus

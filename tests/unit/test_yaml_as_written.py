@@ -23,6 +23,7 @@ from rtjob.jobspec.resolve import render_args
 from rtjob.jobspec.schema import validate_job
 from rtjob.jobspec.yamlsrc import MAX_NODES, parse_yaml
 from ruamel.yaml import YAML
+from support.companion import WRAPPER
 from support.cli import base_env, main_captured
 from support.scrub import scrub
 
@@ -81,7 +82,8 @@ def script_argv(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[list[st
     assert code == 0, err
     rendered = json.loads(out)
     outer = shlex.split(rendered["submit_job"]["entrypoint"])
-    assert outer[:2] == ["timeout", "-k"] and outer[-3:-1] == ["bash", "-c"], outer  # timeout_s: 90 applies
+    assert outer[:3] == WRAPPER and len(outer) == 4, outer  # the companion runs it (and its timeout_s: 90)
+    assert rendered["submit_job"]["runtime_env"]["env_vars"]["RTJOB_TIME_LIMIT_S"] == "90"
     inner = shlex.split(outer[-1])
     assert inner[:2] == ["python", "train.py"]
     return inner[2:], rendered
@@ -92,7 +94,7 @@ def test_args_reach_the_script_as_written(project: Path, capsys: pytest.CaptureF
     assert argv == AS_WRITTEN_ARGV
     # Typed fields are still typed (nodes, timeout_s); tags and env values are the strings written.
     assert rendered["run"]["nodes"] == 2
-    assert "90" in rendered["submit_job"]["entrypoint"].split("bash -c")[0]
+    assert rendered["submit_job"]["metadata"]["rtjob.timeout_s"] == "90"
     assert rendered["submit_job"]["metadata"]["tag.country"] == "NO"
     assert rendered["submit_job"]["metadata"]["tag.release"] == "1.10"
     assert rendered["submit_job"]["runtime_env"]["env_vars"]["MODE"] == "on"

@@ -12,6 +12,7 @@ refuses it (exit 2) instead; a link inside the working dir is counted as Ray zip
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -185,3 +186,27 @@ def check_upload(root: Path, excludes: list[str], where: str, limit: int | None 
             f"limit; largest files: {biggest}; add them to the job's `excludes:` or .gitignore"
         )
     return size
+
+
+# ---------------------------------------------------------------------------------------------
+# The run-side companion travels with the request: rtjob and rtjob_contract as runtime_env py_modules (packed by
+# Ray like the working dir, never installed with pip), and the entrypoint given to Ray runs the job's own under it.
+
+COMPANION_MODULE = "rtjob.runside.companion"
+# Ray's SIGTERM-to-SIGKILL wait on a stop (3 s by default, read from the job's env): the companion's last log
+# part, files, record and notification fit in it.
+STOP_WAIT_ENV = "RAY_JOB_STOP_WAIT_TIME_S"
+STOP_WAIT_S = "30"
+
+
+def companion_modules() -> list[str]:
+    """The folders of the packages the companion imports (rtjob's own and its contract), as py_modules."""
+    import rtjob_contract
+
+    rtjob_dir = Path(__file__).resolve().parents[1]
+    return [str(rtjob_dir), str(Path(rtjob_contract.__file__).resolve().parent)]
+
+
+def companion_entrypoint(entrypoint: str) -> str:
+    """The entrypoint Ray runs: the companion with the job's own entrypoint as one argument (run with sh -c)."""
+    return f"python -m {COMPANION_MODULE} {shlex.quote(entrypoint)}"

@@ -134,7 +134,6 @@ def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, outp
 
 def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail_lines: int | None) -> int:
     """`rtjob logs PIPELINE_ID`: each step's log in order, under a header naming the step and its run."""
-    from ..backends.base import last_lines
     from ..core.errors import RtjobError
     from ..core.redact import redact
     from ..runs.archive import archived_log, look_up
@@ -146,12 +145,14 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
         try:
             info, recorded = look_up(be, run_id, storage_root, Quiet())
             if recorded is not None:
-                text = archived_log(recorded)
-                text = last_lines(text, tail_lines) if tail_lines else text
+                chunks = list(archived_log(recorded, tail_lines))
             else:
-                text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
+                chunks = [be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)]
         except RtjobError as exc:
             echo(f"(no log: {exc.message})")
             continue
-        echo(redact(text, info.secrets), nl=not text.endswith("\n"))
+        for text in chunks:
+            echo(redact(text, info.secrets), nl=False)
+        if chunks and not chunks[-1].endswith("\n"):
+            echo("")
     return EXIT_SUCCEEDED

@@ -126,7 +126,6 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob logs RUN_ID --tail 50
       rtjob logs RUN_ID --follow --timeout 30m
     """
-    from ..backends.base import last_lines
     from ..core.redact import redact
     from ..runs.archive import archived_log, look_up
     from ..runs.events import Quiet
@@ -146,8 +145,8 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     if record is not None:  # the cluster no longer knows it: the log archived when the run ended
         if follow and not info.status.terminal:
             raise click.UsageError(f"--follow: the cluster no longer knows run {run_id} ({info.message})")
-        text = archived_log(record)
-        echo(redact(last_lines(text, tail_lines) if tail_lines else text, info.secrets), nl=False)
+        for text in archived_log(record, tail_lines):  # streamed: a log of any size, never read whole
+            echo(redact(text, info.secrets), nl=False)
         return EXIT_SUCCEEDED
     if follow:
         from ..runs.submission import follow_to_end
@@ -212,10 +211,11 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob stop RUN_ID --backend anyscale -o json
     """
     from ..runs.events import stop_begins
+    from ..runs.stopping import stop_run
 
     be = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0]
     say(stop_begins(run_id))
-    info = be.stop(run_id)
+    info = stop_run(be, run_id)
     if output != "text":
         print_data(run_json(info), output)
     else:

@@ -20,6 +20,12 @@ from .model import RunInfo, RunStatus
 # additive, not a bump: an older rtjob drops it when it reads the record (from_json), a newer one fills the default.
 RECORD_SCHEMA = 1
 
+# Who may write a run's end where the run is: a client never replaces what they wrote (keeping_run_side).
+RUN_SIDE = ("companion", "supervisor")
+# What a run's end sets in its record.
+END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
+              "archived", "completed_by")
+
 
 @dataclass
 class RunRecord:
@@ -62,8 +68,39 @@ class RunRecord:
     # steps ({"name", "run_id", "storage_uri", "reused_from"}) in order, and has no request of its own.
     pipeline: str | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
+    # The run side (rtjob.runside): who carries the run where it runs ("companion"), who wrote its end (a run-side
+    # writer, or "client": a client that saw the backend's verdict), when the run side last said it was alive,
+    # and the start-up timeline (stage -> ISO time: submitted, accepted, driver_started, first_log_line,
+    # first_step, ended). The record has several writers: each merges (keeping_run_side) and writes with If-Match.
+    carried_by: str | None = None
+    completed_by: str | None = None
+    last_seen: str | None = None
+    timeline: dict[str, str] = field(default_factory=dict)
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
+
+    def keeping_run_side(self, stored: RunRecord | None) -> RunRecord:
+        """This record, to be written over ``stored`` (the version in storage): an end the run side wrote is never
+        replaced (each of its end fields it set stays; one it left empty this writer may fill), the timeline is
+        the union (the earliest time of a stage wins), ``last_seen`` the latest and ``carried_by`` kept."""
+        if stored is None:
+            return self
+        merged = dataclasses.replace(self, timeline={**self.timeline})
+        for stage, when in stored.timeline.items():
+            if stage not in merged.timeline or when < merged.timeline[stage]:
+                merged.timeline[stage] = when
+        merged.last_seen = max(filter(None, (self.last_seen, stored.last_seen)), default=None)
+        merged.carried_by = self.carried_by or stored.carried_by
+        if stored.completed_by in RUN_SIDE and self.completed_by not in RUN_SIDE:
+            for name in END_FIELDS:
+                value = getattr(stored, name)
+                if value not in (None, [], {}):
+                    setattr(merged, name, value)
+        elif stored.completed_by and not merged.completed_by:  # an end already written stays written
+            for name in END_FIELDS:
+                if getattr(merged, name) in (None, [], {}, False):
+                    setattr(merged, name, getattr(stored, name))
+        return merged
 
     @property
     def run_status(self) -> RunStatus:

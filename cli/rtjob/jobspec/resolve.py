@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import secrets
 import shlex
 import time
@@ -121,6 +122,7 @@ class ResolvedJob:
     # neither shows nor exports a worker count.
     shape_declared: bool = True
     local_cpus_per_node: int | None = None  # the embedded cluster's node size (None: not the embedded cluster)
+    companion: bool = True  # the entrypoint runs under rtjob's run-side companion (job `companion:`, RTJOB_COMPANION)
 
     @property
     def sized_nodes(self) -> int | None:
@@ -432,6 +434,8 @@ def resolve(
     if storage_root:
         env[contract.ENV_STORAGE_PATH] = f"{storage_root}/{spec.name}"
         env[contract.ENV_RUN_DIR] = f"{storage_root}/{spec.name}/{run_id}"  # = storage_uri
+        # Always the folder itself; with the companion RTJOB_RUN_DIR becomes a local folder it syncs there.
+        env[contract.ENV_RUN_URI] = env[contract.ENV_RUN_DIR]
     # The S3 endpoint (+ credentials only if asked) for the workers.
     storage_env = job_storage_env(storage_root, spec.storage_endpoint, spec.env_vars, overrides.forward_aws_credentials)
     env.update(storage_env.env)
@@ -469,6 +473,7 @@ def resolve(
         embedded=placement.embedded,
         shape_declared=shape_declared,
         local_cpus_per_node=local_cpus,
+        companion=spec.companion and os.environ.get(contract.ENV_COMPANION) != "0",
         requirements=requirements,
         document=located.data,
         compute_config_document=cc_located.data if cc_located is not None else None,

@@ -77,6 +77,9 @@ class JobSpec(_Strict):
     env_vars: dict[str, EnvValue] = Field(default_factory=dict)
     max_retries: Annotated[int, Field(ge=0, le=100)] = 0
     timeout_s: Annotated[int, Field(gt=0)] | None = None
+    # The run-side companion (rtjob.runside) runs the entrypoint and writes the run's files, log and outcome to
+    # its storage from the cluster; false runs the entrypoint bare (so does RTJOB_COMPANION=0 where rtjob runs).
+    companion: bool = True
     tags: dict[str, EnvValue] = Field(default_factory=dict)
     cloud: str | None = None
     project: str | None = None

@@ -6,7 +6,7 @@ without storage this machine can write archives its logs under ``$RTJOB_HOME/run
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
@@ -89,12 +89,17 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
     if final is not None:
         record.status, record.message = final.value, message
         record.end_time = record.end_time or now()
+    run_side = _run_side_end(record)
+    if run_side is not None:  # the run's companion wrote its end (and its log): that end stands
+        record = record.keeping_run_side(run_side)
     attempts = _quiet(lambda: (attempts_of or backend.attempts)(record.id), events, "attempts")
     ids = [record.id]
     if attempts is not None:
         record.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
         ids = [a.id for a in attempts.chain] or ids
     texts: dict[str, str] = {}
+    if run_side is not None and run_side.logs:
+        ids = ids[-1:]  # read once below, for Ray Train's storage only; the stored log is the companion's
     last_log: str | None = None
     for i, attempt_id in enumerate(ids):
         text = _quiet(functools.partial(backend.logs, attempt_id), events, f"the log of {attempt_id}")
@@ -105,6 +110,8 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             texts[contract.attempt_log_name(attempt_id)] = text
         if i == len(ids) - 1:
             texts[contract.DRIVER_LOG_FILE] = last_log = text
+    if run_side is not None and run_side.logs:
+        texts = {}
     if texts:
         record.log_home, record.logs = _write_logs(record, texts, events)
     # Asked now, while the cluster still knows the run: an unchanged Ray Train script's own storage.
@@ -112,16 +119,33 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
     if folders:
         record.train_storage = [redact(folder, info.secrets) for folder in folders]
     ended = record.to_run_info()
-    record.cost = _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
+    record.cost = record.cost or _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
     # The run's own storage first; a plain Ray Train script's history is in the folder it chose.
-    for uri in [record.storage_uri, *record.train_storage]:
+    for uri in [record.storage_uri, *record.train_storage] if not record.metrics else []:
         if uri and writable_here(record.backend, uri):
             record.metrics = _quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
             if record.metrics:
                 break
     record.archived = True
+    record.completed_by = record.completed_by or "client"  # no run side wrote it: this client saw the end
+    record.timeline.setdefault("ended", record.end_time or now())
     save(record, events)
     return record
+
+
+def _run_side_end(record: RunRecord) -> RunRecord | None:
+    """The run's record in its storage when the run side (its companion) wrote the run's end there."""
+    from ..core.record import RUN_SIDE
+
+    if not writable_here(record.backend, record.storage_uri):
+        return None
+    from ..storage.records import read_record
+
+    try:
+        stored = read_record(record.storage_uri or "", record.storage_endpoint)
+    except RtjobError:
+        return None
+    return stored if stored is not None and stored.completed_by in RUN_SIDE else None
 
 
 def _write_logs(record: RunRecord, texts: dict[str, str], events: RunEvents) -> tuple[str, list[str]]:
@@ -198,15 +222,17 @@ def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> No
         observe(backend, info, events)
 
 
-def archived_log(record: RunRecord) -> str:
-    """The run's archived driver log; BadInput if rtjob never saw the run end (nothing was archived)."""
-    from ..storage.records import read_log
+def archived_log(record: RunRecord, tail_lines: int | None = None) -> Iterator[str]:
+    """The run's stored driver log (its last attempt's) as text chunks, streamed from the parts its companion
+    wrote or the log archived at its end; BadInput if neither is there."""
+    from ..storage.records import log_chunks
 
     home, endpoint = log_home(record)
     if record.log_home and record.log_home != home:  # archived on this machine: the bucket was out of reach
         home, endpoint = record.log_home, None
-    text = read_log(home, contract.DRIVER_LOG_FILE, endpoint)
-    if text is None:
+    attempt = str(record.attempts[-1].get("id")) if record.attempts else record.id
+    chunks = log_chunks(home, endpoint, attempt, tail_lines)
+    if chunks is None:
         raise BadInput(f"run {record.id}: its cluster no longer knows it and its log was not archived (rtjob "
                        f"archives a log when it sees the run end; this one's cluster stopped before that)")
-    return text
+    return chunks

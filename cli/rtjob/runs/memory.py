@@ -37,12 +37,12 @@ def ledger() -> Ledger:
 def save(record: RunRecord, events: RunEvents, to_storage: bool = True) -> None:
     """The record into the ledger (and the run's storage). A broken ledger is a warning: the run goes on."""
     record.updated_at = now()
+    if to_storage:  # first: what the run side already wrote there (its end, its timeline) joins this record
+        _write_to_storage(record, events)
     try:
         ledger().save(record)
     except RtjobError as exc:
         events.warning(f"run ledger not updated: {exc.message}")
-    if to_storage:
-        _write_to_storage(record, events)
 
 
 def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
@@ -54,7 +54,8 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
 
     assert record.storage_uri is not None
     try:
-        write_record(record.storage_uri, record, record.storage_endpoint)
+        written = write_record(record.storage_uri, record, record.storage_endpoint)
+        record.__dict__.update(written.__dict__)  # the caller's record is the one written (merged)
     except RtjobError as exc:
         events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
 

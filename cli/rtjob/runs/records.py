@@ -23,6 +23,11 @@ def now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def now_ms() -> str:
+    """The start-up timeline's stamps: UTC, to the millisecond (its stages are seconds apart)."""
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
 def git_state(folder: Path) -> dict[str, Any] | None:
     """The commit checked out in ``folder``, whether the tree has changes, and the branch; None: not git."""
     def git(*args: str) -> str | None:
@@ -42,7 +47,7 @@ def git_state(folder: Path) -> dict[str, Any] | None:
             "branch": branch if branch and branch != "HEAD" else None}
 
 
-def new_record(planned: Plan, info: RunInfo) -> RunRecord:
+def new_record(planned: Plan, info: RunInfo, timeline: dict[str, str] | None = None) -> RunRecord:
     """The record of a run this process just submitted: everything already masked."""
     from ..jobspec.resolve import Overrides
     from .recorded_spec import record_spec
@@ -64,7 +69,7 @@ def new_record(planned: Plan, info: RunInfo) -> RunRecord:
                "compute_config": job.compute_config_name},
         rate=cost.to_json() if cost else None,
         git=git_state(job.working_dir),
-        pipeline=planned.pipeline, **new_record_identity(),
+        pipeline=planned.pipeline, timeline=dict(timeline or {}), **new_record_identity(),
     )
     record.observe(info)
     record.address = mask_url(backend.address)

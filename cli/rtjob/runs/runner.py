@@ -59,3 +59,4 @@ def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: s
 class Submitted:
     run: RunInfo
     created: bool  # False: a run with this id existed, and this is an attach
+    timeline: dict[str, str] = field(default_factory=dict)  # the client's stages: submitted, accepted

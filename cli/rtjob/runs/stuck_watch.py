@@ -12,6 +12,7 @@ from ..backends.base import Backend
 from ..core.errors import BadInput, RtjobError
 from ..core.model import RunInfo, RunStatus
 from .events import stop_begins
+from .stopping import stop_run
 
 T = TypeVar("T")
 # How often a follower asks whether the run waits for resources the cluster does not have: Ray's State API is
@@ -106,6 +107,6 @@ class StuckWatch:
         if now - self.since < self.grace_s:
             return
         self.notice(stop_begins(self.run_id, f"it has waited {now - self.since:.0f}s for resources that will not come"))
-        stopped = await asyncio.to_thread(self.backend.stop, self.run_id)
+        stopped = await asyncio.to_thread(stop_run, self.backend, self.run_id)
         raise NeverFits(f"run {self.run_id} was stopped: it waited for {stuck.reason}; ask for what the cluster "
                         "has (fewer workers, no GPU) or run it on a cluster that has it", stopped)

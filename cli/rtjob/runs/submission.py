@@ -17,8 +17,9 @@ from .events import stop_begins
 from .follow import follow
 from .memory import find, ledger, save
 from .patience import Patience
-from .records import new_record
+from .records import new_record, now_ms
 from .runner import Submitted
+from .stopping import stop_run
 from .stuck_watch import NeverFits
 
 if TYPE_CHECKING:
@@ -42,8 +43,9 @@ def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
         events.warning(warning)
     if planned.upload is not None:
         events.note(f"uploading working dir {planned.upload.describe()}")
+    sent = now_ms()  # the start-up timeline's first stages: sent (the upload follows), accepted
     result = patience.call_sync(lambda: backend.submit(planned.request))
-    return Submitted(result.run, result.created)
+    return Submitted(result.run, result.created, {"submitted": sent, "accepted": now_ms()} if result.created else {})
 
 
 def follow_run(
@@ -106,12 +108,12 @@ def submit_and_record(planned: Plan, *, attach: bool, events: RunEvents) -> Subm
     """Submit the planned run (or attach to it: ``attach`` and its id exists), record it in the ledger and its
     storage (the run outlives its cluster), and tell ``events.submitted``."""
     done = submit(planned, attach=attach, events=events)
-    _record(planned, done.run, events)
+    _record(planned, done.run, events, done.timeline)
     events.submitted(planned, done)
     return done
 
 
-def _record(planned: Plan, info: RunInfo, events: RunEvents) -> None:
+def _record(planned: Plan, info: RunInfo, events: RunEvents, timeline: dict[str, str]) -> None:
     """A new record, unless this ledger already holds the submitter's own (an attach): that one is observed."""
     book = ledger()
     try:
@@ -122,7 +124,7 @@ def _record(planned: Plan, info: RunInfo, events: RunEvents) -> None:
     if known is not None and known.spec is not None:
         observe(planned.backend, info, events)
         return
-    save(new_record(planned, info), events)
+    save(new_record(planned, info, timeline), events)
 
 
 @dataclass
@@ -174,7 +176,7 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
             events.detached(run_id)
             return Detached(run_id, last[-1] if last else None)
         events.note(stop_begins(run_id, "interrupted"))
-        info = backend.stop(run_id)
+        info = stop_run(backend, run_id)
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)
         return Ended(info, stopped=True)

@@ -4,7 +4,7 @@ A run's record, its log parts, its markers and the script's synced files have se
 client, the run-side companion, a supervisor, a client that completes a run it saw end). Each write that must not
 lose another's is conditional: ``if_absent`` (create only: S3's ``If-None-Match: *``) or ``if_match`` (replace
 only the version read: S3's ``If-Match: <etag>``); a lost race is ``PreconditionFailed``, and the writer reads
-again. Local storage gets the same semantics from a lock file beside the object and an atomic rename.
+again. Local storage gets the same semantics from a lock on the object's folder and an atomic rename.
 
 Importable on the cluster: the stdlib, rtjob_contract and requests at module level only (the S3 clients are
 imported inside ``objects_for``'s choice).
@@ -28,7 +28,6 @@ from ..core.files import write_atomically
 from .location import Location, parse_location
 
 PARTIAL_SUFFIX = ".rtjob-partial"  # a temporary name that listings skip (as pull's partial files)
-LOCK_SUFFIX = ".rtjob-lock"
 
 
 class PreconditionFailed(Exception):
@@ -115,7 +114,7 @@ def objects_for(uri: str, endpoint: str | None = None) -> Objects:
 
 
 # ---------------------------------------------------------------------------------------------
-# Local storage: the same conditions through a lock file and an atomic rename.
+# Local storage: the same conditions through a lock on the folder and an atomic rename.
 
 
 def _etag_of(path: str) -> str | None:
@@ -148,11 +147,11 @@ class LocalObjects(Objects):
 
     @contextlib.contextmanager
     def _locked(self, rel: str) -> Iterator[str]:
-        """The object's path, held under its lock file (every conditional writer of it takes the same lock)."""
+        """The object's path, held under its folder's lock (every conditional writer there takes the same lock)."""
         path = self._path(rel)
         self._folders(rel)
-        lock = path + LOCK_SUFFIX
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        # The folder that holds it is the lock (flock on a directory): no lock file is left among the run's files.
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield path
@@ -227,7 +226,7 @@ class LocalObjects(Objects):
         for folder, dirs, files in os.walk(base):
             dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
             for name in files:
-                if name.endswith((PARTIAL_SUFFIX, LOCK_SUFFIX)):
+                if name.endswith(PARTIAL_SUFFIX):
                     continue
                 full = os.path.join(folder, name)
                 st = os.lstat(full)

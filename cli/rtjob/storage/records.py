@@ -12,13 +12,21 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Callable
+import random
+import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from rtjob_contract import EPOCH_CHECKPOINT_PREFIX, RUN_LOGS_DIR, RUN_RECORD_FILE
+from rtjob_contract import (
+    DRIVER_LOG_FILE,
+    EPOCH_CHECKPOINT_PREFIX,
+    LOG_PART_PREFIX,
+    RUN_LOGS_DIR,
+    RUN_RECORD_FILE,
+)
 
-from ..core.errors import BadInput
+from ..core.errors import BadInput, RtjobError
 from ..core.record import RunRecord
 from .layout import NothingStored, checkpoint_of, find_history, load_history, natural_key
 from .location import Location, parse_location
@@ -28,7 +36,9 @@ from .results import NoHistory, RunHistory, history_from_location, summary
 from .stores import Store, check_rel
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KB; its request and spec bound the rest
-MAX_LOG_BYTES = 256 * 1024 * 1024  # an archived driver log is read whole (rtjob logs ID)
+
+if TYPE_CHECKING:
+    from .objects import Objects
 
 T = TypeVar("T")
 
@@ -47,10 +57,41 @@ class Listed:
 # One run's record and logs
 
 
-def write_record(run_uri: str, record: RunRecord, endpoint: str | None) -> None:
-    """``<run_uri>/rtjob-run.json``, replaced whole (readers see the old record or the new one)."""
-    data = json.dumps(record.to_json(), indent=2).encode() + b"\n"
-    _with_store(run_uri, endpoint, lambda store: store.put_bytes(RUN_RECORD_FILE, data))
+def write_record(run_uri: str, record: RunRecord, endpoint: str | None) -> RunRecord:
+    """``<run_uri>/rtjob-run.json`` from this writer's ``record``, merged with the stored one so an end written
+    on the run side is never replaced (RunRecord.keeping_run_side); returns what was written."""
+    written = update_record(run_uri, endpoint, record.keeping_run_side)
+    assert written is not None
+    return written
+
+
+def update_record(run_uri: str, endpoint: str | None, change: Callable[[RunRecord | None], RunRecord | None],
+                  tries: int = 30) -> RunRecord | None:
+    """Read-modify-write of the run's record by one of its several writers (the submitting client, the run's
+    companion, a supervisor, a client completing a run it saw end): ``change`` gets the stored record (None:
+    none yet) and returns the record to write (None: nothing to write). The write is conditional on the version
+    read (If-Match; a first record If-None-Match), so a writer that lost a race reads again instead of
+    replacing another's write. Readers see the old record or the new one, never half of one."""
+    from .objects import PreconditionFailed, objects_for
+
+    where = _child(parse_location(run_uri), RUN_RECORD_FILE)
+    with objects_for(run_uri, endpoint) as objects:
+        for attempt in range(tries):
+            got = objects.get(RUN_RECORD_FILE, MAX_RECORD_BYTES)
+            stored = None if got is None else RunRecord.loads(got.data, where)
+            new = change(stored)
+            if new is None:
+                return stored
+            data = json.dumps(new.to_json(), indent=2).encode() + b"\n"
+            try:
+                if got is None:
+                    objects.put(RUN_RECORD_FILE, data, if_absent=True)
+                else:
+                    objects.put(RUN_RECORD_FILE, data, if_match=got.etag)
+                return new
+            except PreconditionFailed:
+                time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
+    raise RtjobError(f"{where}: the run record kept changing under {tries} tries to update it")
 
 
 def read_record(run_uri: str, endpoint: str | None) -> RunRecord | None:
@@ -68,11 +109,56 @@ def write_log(run_uri: str, name: str, text: str, endpoint: str | None) -> str:
     return rel
 
 
-def read_log(run_uri: str, name: str, endpoint: str | None) -> str | None:
-    """An archived log (None: not archived), undecodable bytes replaced."""
-    rel = _log_rel(name)
-    raw = _with_store(run_uri, endpoint, lambda store: store.get_bytes(rel, MAX_LOG_BYTES))
-    return None if raw is None else raw.decode("utf-8", errors="replace")
+def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: int | None = None,
+               chunk: int = 1 << 20) -> Iterator[str] | None:
+    """A run's stored log as text chunks that end at line ends (a secret is never cut in two for the redactor),
+    never read whole: the parts the run's companion wrote for ``attempt_id`` (logs/<attempt>/part-NNNNNN, in
+    order), else the archived ``logs/driver.log``; None when neither is there. ``tail_lines``: only the last N
+    lines (parts read from the end until they hold N)."""
+    from .objects import objects_for
+
+    objects = objects_for(run_uri, endpoint)
+    parts = [item.rel for item in objects.list(f"{RUN_LOGS_DIR}/{_segment(attempt_id, 'attempt id')}")
+             if item.rel.rsplit("/", 1)[-1].startswith(LOG_PART_PREFIX)]
+    if parts:
+        if tail_lines:
+            return _tail(objects, parts, tail_lines)
+        return _lines_aligned(block for rel in parts for block in objects.stream(rel, chunk))
+    whole = f"{RUN_LOGS_DIR}/{DRIVER_LOG_FILE}"
+    if objects.head(whole) is None:
+        objects.close()
+        return None
+    if tail_lines:
+        return _tail(objects, [whole], tail_lines)
+    return _lines_aligned(objects.stream(whole, chunk))
+
+
+def _lines_aligned(blocks: Iterator[bytes]) -> Iterator[str]:
+    rest = b""
+    for block in blocks:
+        block = rest + block
+        cut = block.rfind(b"\n") + 1
+        rest = block[cut:]
+        if cut:
+            yield block[:cut].decode("utf-8", errors="replace")
+    if rest:
+        yield rest.decode("utf-8", errors="replace")
+
+
+def _tail(objects: Objects, rels: list[str], lines: int) -> Iterator[str]:
+    """The last ``lines`` lines of the objects ``rels`` joined: whole objects read from the last one back (a
+    part is at most a few MiB; a whole driver.log is read in chunks, keeping only its last lines)."""
+    from collections import deque
+
+    kept: deque[bytes] = deque(maxlen=lines)
+    for rel in reversed(rels):
+        found: deque[bytes] = deque(maxlen=lines)
+        for text in _lines_aligned(objects.stream(rel)):
+            found.extend(text.encode().splitlines(keepends=True))
+        kept.extendleft(reversed(found))
+        if len(kept) >= lines and len(found) >= 1:
+            break
+    yield b"".join(list(kept)[-lines:]).decode("utf-8", errors="replace")
 
 
 def _log_rel(name: str) -> str:

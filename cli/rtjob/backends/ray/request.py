@@ -12,7 +12,7 @@ import rtjob_contract as contract
 
 from ...core.redact import MASK, mask_command, mask_mapping, secret_arg_values, secret_values
 from ..base import Request
-from ..packaging import sent_excludes
+from ..packaging import STOP_WAIT_ENV, STOP_WAIT_S, companion_entrypoint, companion_modules, sent_excludes
 
 if TYPE_CHECKING:
     from ...jobspec.pricing import HourlyCost
@@ -52,14 +52,26 @@ class RayJobRequest(Request):
 TIME_LIMIT_PREFIX = "timeout -k 30 "
 
 
+def time_limit_of(data: dict[str, Any]) -> str | None:
+    """The run's time limit in seconds (text): the request's fact (metadata), else a `timeout -k` prefix of its
+    entrypoint (a run without the companion, or submitted by an older rtjob)."""
+    limit = ((data.get("metadata") or {}).get(contract.META_TIME_LIMIT))
+    if isinstance(limit, str) and limit.isdigit():
+        return limit
+    entrypoint = data.get("entrypoint")
+    if isinstance(entrypoint, str) and entrypoint.startswith(TIME_LIMIT_PREFIX):
+        return entrypoint[len(TIME_LIMIT_PREFIX):].split(" ", 1)[0]
+    return None
+
+
 def time_limit_message(data: dict[str, Any]) -> str | None:
     """'stopped by its time limit timeout_s=N' when the Ray job (the Jobs API's dict) ended because its time
-    limit fired: `timeout` exits 124 after TERM, 137 (128+KILL) when it had to kill; 137 counts only when the
-    run lasted its limit (an out-of-memory kill is not a time limit)."""
-    entrypoint, code = data.get("entrypoint"), data.get("driver_exit_code")
-    if not isinstance(entrypoint, str) or not entrypoint.startswith(TIME_LIMIT_PREFIX) or code not in (124, 137):
+    limit fired: the companion (as `timeout` did) exits 124 after TERM, 137 (128+KILL) when it had to kill; 137
+    counts only when the run lasted its limit (an out-of-memory kill is not a time limit)."""
+    code = data.get("driver_exit_code")
+    limit = time_limit_of(data)
+    if limit is None or code not in (124, 137):
         return None
-    limit = entrypoint[len(TIME_LIMIT_PREFIX):].split(" ", 1)[0]
     if code == 137:
         start, end = data.get("start_time"), data.get("end_time")
         if not (limit.isdigit() and start and end and (end - start) / 1000 >= int(limit)):
@@ -70,12 +82,18 @@ def time_limit_message(data: dict[str, Any]) -> str | None:
 def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
     """The request for one resolved job (pure); ``rate``: its estimated cost, recorded in the metadata."""
     entrypoint = job.entrypoint
-    if job.spec.timeout_s:
-        entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
     runtime_env: dict[str, Any] = {
         "working_dir": str(job.working_dir),
         "env_vars": dict(job.env_vars),
     }
+    if job.companion:  # the companion runs it and enforces the time limit (a fact of the request, below)
+        entrypoint = companion_entrypoint(entrypoint)
+        runtime_env["py_modules"] = companion_modules()
+        runtime_env["env_vars"].setdefault(STOP_WAIT_ENV, STOP_WAIT_S)
+        if job.spec.timeout_s:
+            runtime_env["env_vars"][contract.ENV_TIME_LIMIT_S] = str(job.spec.timeout_s)
+    elif job.spec.timeout_s:
+        entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
     runtime_env["excludes"] = sent_excludes(job.spec.excludes)  # secrets, rtjob's state and pulled runs stay here
     if job.requirements:
         runtime_env["pip"] = list(job.requirements)
@@ -94,6 +112,8 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
         metadata[contract.META_STORAGE] = job.storage_uri
         if job.storage_endpoint:  # so `rtjob pull ID` finds an S3-compatible server by itself
             metadata[contract.META_STORAGE_ENDPOINT] = job.storage_endpoint
+    if job.spec.timeout_s:  # the time limit as a fact: the retry rule reads it here, not from the entrypoint
+        metadata[contract.META_TIME_LIMIT] = str(job.spec.timeout_s)
     if job.spec.max_retries:  # rtjob resubmits a run whose driver was lost (backends/ray/retries.py)
         metadata[contract.META_MAX_RETRIES] = str(job.spec.max_retries)
     if rate is not None:  # the priced shape, so the finished run is priced without its job file

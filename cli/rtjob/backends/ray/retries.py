@@ -26,7 +26,6 @@ process on the cluster can build one (this module imports only the stdlib, rtjob
 
 from __future__ import annotations
 
-import re
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -37,7 +36,7 @@ from ...core.errors import RunFailed
 from ...core.model import Attempt, Attempts, RunInfo, SubmitResult
 from ..base import Retry
 from .client import RayJobsAPI
-from .request import RayJobRequest
+from .request import RayJobRequest, time_limit_of
 
 META_ATTEMPT = contract.META_ATTEMPT
 META_PARENT = contract.META_PARENT
@@ -47,7 +46,6 @@ MAX_ATTEMPTS = 101  # the schema caps max_retries at 100
 # Ray's error types that mean the driver's supervisor (and with it, possibly its node) was lost.
 LOST_SUPERVISOR = {"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE"}
 KILL_SIGNALS = {signal.SIGKILL: "SIGKILL", signal.SIGTERM: "SIGTERM"}
-_TIMEOUT_WRAPPER = re.compile(r"^timeout -k \d+ (\d+) ")  # how the Ray backend applies timeout_s
 
 
 def _killed_by(code: int | None) -> str | None:
@@ -79,9 +77,9 @@ def retry_reason(data: dict[str, Any]) -> str | None:
     name = _killed_by(code)
     if name is None:
         return None
-    limit = _TIMEOUT_WRAPPER.match(data.get("entrypoint") or "")
+    limit = time_limit_of(data)
     seconds = _seconds(data)
-    if limit and seconds is not None and seconds >= int(limit.group(1)):
+    if limit and seconds is not None and seconds >= int(limit):
         return None  # `timeout` killed it at the job's own timeout_s: a retry would time out again
     return f"its driver was killed by {name} (exit code {code})"
 

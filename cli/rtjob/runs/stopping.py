@@ -1,0 +1,45 @@
+"""Stopping a run, told apart from a kill: rtjob first writes the stop marker in the run's folder
+(rtjob_contract.STOP_MARKER_FILE), then asks the backend to stop it. The run's companion, receiving the stop's
+SIGTERM, finds the marker and records STOPPED; a SIGTERM without it (a node shutting down, someone's kill) is a
+lost driver, which stays retriable. The marker is also what a supervisor checks before and after each submit."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import TYPE_CHECKING
+
+import rtjob_contract as contract
+
+from ..core.errors import RtjobError
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..core.model import RunInfo
+
+
+def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
+    """The stop marker in the run's folder (True: written). A folder out of reach is not fatal: the stop goes on
+    and the run's end reads as a SIGTERM kill."""
+    if not storage_uri:
+        return False
+    from ..storage.objects import objects_for
+
+    try:
+        with objects_for(storage_uri, endpoint) as objects:
+            objects.put(contract.STOP_MARKER_FILE, dt.datetime.now(dt.timezone.utc).isoformat().encode())
+        return True
+    except (RtjobError, OSError):
+        return False
+
+
+def stop_run(backend: Backend, run_id: str) -> RunInfo:
+    """Mark the run's stop in its folder, then stop it (the backend returns at once for an ended run)."""
+    from .places import writable_here
+
+    try:
+        info = backend.status(run_id)
+    except RtjobError:
+        info = None
+    if info is not None and not info.status.terminal and writable_here(backend.name, info.storage_uri):
+        mark_stop(info.storage_uri, info.storage_endpoint)
+    return backend.stop(run_id)

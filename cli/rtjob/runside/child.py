@@ -1,0 +1,125 @@
+"""The entrypoint as the companion's child: started as Ray would start it, its time limit enforced, its end told
+as the exit code Ray would have seen without the companion.
+
+Ray runs an entrypoint with ``/bin/sh -c`` in a new session and reports the process's return code as
+``driver_exit_code``: N for ``exit N``, -9/-15 when a signal killed it (the shell execs a simple command). The
+companion runs the entrypoint the same way, in the same process group (Ray's stop and the watcher that kills the
+group when the job's supervisor dies reach it as before), and at its end exits the same way: ``exit N``, or the
+same signal raised on itself. A time limit ends it as coreutils' ``timeout -k 30`` did: TERM to the group at the
+limit (124), KILL 30 s later (137)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+KILL_AFTER_S = 30  # after the time limit's TERM, as `timeout -k 30` did
+TIMED_OUT = 124  # coreutils timeout's codes: ended after TERM, or KILLed after -k
+KILLED_AFTER_TIMEOUT = 128 + int(signal.SIGKILL)
+
+
+@dataclass
+class Ended:
+    """How the entrypoint ended: ``code`` as Ray reports it (negative: the signal that killed it)."""
+
+    code: int
+    timed_out: bool = False
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.code < 0:
+            with contextlib.suppress(ValueError):
+                return signal.Signals(-self.code).name
+        return None
+
+    def exit(self) -> None:
+        """Leave the companion's process as the entrypoint left: the same code, or the same signal."""
+        if self.code < 0:
+            sig = -self.code
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+                os.kill(os.getpid(), sig)
+                time.sleep(5)  # the signal is delivered before this ends
+            os._exit(128 + sig)
+        os._exit(self.code & 0xFF)
+
+
+class Child:
+    """The entrypoint's process (``/bin/sh -c ENTRYPOINT``), with ``env``."""
+
+    def __init__(self, entrypoint: str, env: Mapping[str, str], time_limit_s: float | None = None) -> None:
+        self.entrypoint = entrypoint
+        self.time_limit_s = time_limit_s
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(entrypoint, shell=True, env=dict(env))  # noqa: S602 - Ray's own way
+        self._term_sent_at: float | None = None
+        self._killed = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def poll(self) -> Ended | None:
+        """The end once the entrypoint has ended; enforces the time limit on the way (call it often)."""
+        code = self.proc.poll()
+        if code is not None:
+            if self._term_sent_at is not None:
+                return Ended(KILLED_AFTER_TIMEOUT if self._killed else TIMED_OUT, timed_out=True)
+            return Ended(code)
+        now = time.monotonic()
+        if self.time_limit_s and self._term_sent_at is None and now - self.started >= self.time_limit_s:
+            self._term_sent_at = now
+            self._signal_others(signal.SIGTERM)
+        elif self._term_sent_at is not None and not self._killed and now - self._term_sent_at >= KILL_AFTER_S:
+            self._killed = True
+            self._signal_others(signal.SIGKILL)
+        return None
+
+    @property
+    def timing_out(self) -> bool:
+        return self._term_sent_at is not None
+
+    def wait(self, step_s: float = 0.1) -> Ended:
+        while True:
+            ended = self.poll()
+            if ended is not None:
+                return ended
+            time.sleep(step_s)
+
+    def _signal_others(self, sig: int) -> None:
+        """``sig`` to every process of the companion's group but the companion (the entrypoint and what it
+        started, as `timeout` signals its group)."""
+        me = os.getpid()
+        group = os.getpgid(0)
+        for pid in _group_members(group):
+            if pid != me:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, sig)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.proc.pid, sig)  # in case /proc could not be read
+
+
+def _group_members(pgid: int) -> list[int]:
+    members: list[int] = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return members
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
+        if len(fields) > 2 and fields[2] == str(pgid):
+            members.append(int(name))
+    return members

@@ -1,0 +1,106 @@
+"""The driver log into the run's storage as it is written: immutable parts cut at line ends
+(``logs/<attempt id>/part-NNNNNN``, rtjob_contract.log_part_name), each masked before it leaves the node.
+
+The companion reads the file Ray writes the driver's output to (its own stdout) through a second descriptor, so
+the entrypoint writes as it always did: nothing between it and its log, and the parts joined are the driver's
+file, masked. A part ends at a line end (a secret never spans two parts) unless it is the last; a part is at most
+PART_MAX bytes, so a 40 MiB burst becomes several parts and nothing is read whole. What could not be uploaded is
+tried again at the next flush: the parts stay in order and none is skipped. The masked bytes are also kept in a
+local file, which becomes ``logs/driver.log`` at a clean end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+
+import rtjob_contract as contract
+
+from ..core.errors import RtjobError
+from ..core.redact import Redactor
+from ..storage.objects import Objects
+
+PART_MAX = 8 * 1024 * 1024
+
+
+class LogParts:
+    """Parts of the log file at ``source`` for attempt ``attempt_id``; ``objects``: the run's folder."""
+
+    def __init__(self, source: str, objects: Objects, attempt_id: str, secrets: Iterable[str],
+                 say: Callable[[str], None], on_text: Callable[[bytes], None] | None = None) -> None:
+        self.source = source
+        self.objects = objects
+        self.attempt_id = attempt_id
+        self.redactor = Redactor()
+        self.redactor.add(secrets)
+        self.say = say
+        self.on_text = on_text  # every new stretch of the log, as read (the timeline watches it)
+        self.offset = 0  # bytes of the source already uploaded
+        self.index = 0  # the next part's number
+        self.failed = False
+        self._whole = tempfile.NamedTemporaryFile(prefix="rtjob-log-", delete=False)  # noqa: SIM115
+        self.first_bytes_at: float | None = None
+
+    def flush(self, final: bool = False) -> int:
+        """Upload what the log gained since the last flush (up to its last line end, or all of it when
+        ``final``); returns the parts uploaded. Failures are said once and retried at the next flush."""
+        uploaded = 0
+        try:
+            fd = os.open(self.source, os.O_RDONLY)
+        except OSError as exc:
+            self._fail(f"cannot read the driver log {self.source}: {exc.strerror or exc}")
+            return 0
+        try:
+            while True:
+                os.lseek(fd, self.offset, os.SEEK_SET)
+                chunk = os.read(fd, PART_MAX)
+                if not chunk:
+                    break
+                if len(chunk) == PART_MAX or not final:
+                    cut = chunk.rfind(b"\n")
+                    if cut < 0:
+                        if len(chunk) < PART_MAX:
+                            break  # a line still being written: it goes with the next flush
+                        cut = len(chunk) - 1  # one line longer than a part: cut it anyway
+                    chunk = chunk[:cut + 1]
+                if self.on_text is not None:
+                    self.on_text(chunk)
+                masked = self.redactor.text(chunk.decode("utf-8", errors="replace")).encode("utf-8")
+                try:
+                    self.objects.put(contract.log_part_name(self.attempt_id, self.index), masked)
+                except (RtjobError, OSError) as exc:
+                    self._fail(f"log part {self.index} not uploaded (tried again): {_message(exc)}")
+                    break
+                self._whole.write(masked)
+                self.failed = False
+                self.offset += len(chunk)
+                self.index += 1
+                uploaded += 1
+        finally:
+            os.close(fd)
+        return uploaded
+
+    def write_whole(self) -> bool:
+        """``logs/driver.log``: every part joined (a clean end; the parts stay)."""
+        self._whole.flush()
+        try:
+            self.objects.put_file(f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}", self._whole.name)
+            return True
+        except (RtjobError, OSError) as exc:
+            self.say(f"rtjob companion: the whole log was not uploaded: {_message(exc)}")
+            return False
+
+    def close(self) -> None:
+        self._whole.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self._whole.name)
+
+    def _fail(self, text: str) -> None:
+        if not self.failed:  # one line per stretch of failures, not one per flush
+            self.say(f"rtjob companion: {text}")
+        self.failed = True
+
+
+def _message(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, RtjobError) else f"{type(exc).__name__}: {exc}"

@@ -1,0 +1,181 @@
+"""The run's record as the run side writes it: its start (who carries it, when the driver started), a heartbeat
+(``last_seen``), the start-up timeline, and its end (status, exit code, end time, cost, metrics summary, the log,
+``completed_by: companion``), then the notification of the outcome. Every write is a read-modify-write with
+If-Match (storage/records.update_record): the submitting client and this companion may write at the same time,
+and neither loses the other's fields (RunRecord.keeping_run_side on the client's side)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ..core.model import RunStatus
+from ..core.record import END_FIELDS, RUN_SIDE, RunRecord
+from ..core.redact import redact
+from ..storage.records import update_record
+
+if TYPE_CHECKING:
+    from ..storage.objects import Objects
+    from .child import Ended
+
+WRITER = "companion"
+_TERM_OR_KILL = {-15: "SIGTERM", -9: "SIGKILL", 143: "SIGTERM", 137: "SIGKILL"}
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
+    """(status, message) of an attempt that ended so: SUCCEEDED on 0; STOPPED when `rtjob stop` asked first
+    (its marker) and the stop's SIGTERM came; the time limit; else FAILED with why (a kill by SIGTERM or
+    SIGKILL without a stop marker stays retriable: the driver was lost, not stopped)."""
+    if ended.timed_out:
+        limit = f"{time_limit:g}" if time_limit else "?"
+        return RunStatus.FAILED.value, f"stopped by its time limit timeout_s={limit} (exit code {ended.code})"
+    if stop_requested and (terminated or ended.code in _TERM_OR_KILL):
+        return RunStatus.STOPPED.value, "stopped (rtjob stop)"
+    if ended.code == 0:
+        return RunStatus.SUCCEEDED.value, None
+    killer = _TERM_OR_KILL.get(ended.code)
+    if killer:
+        return RunStatus.FAILED.value, f"the entrypoint was killed by {killer} (exit code {ended.code})"
+    if ended.code < 0:
+        return RunStatus.FAILED.value, f"the entrypoint was killed by {ended.signal_name or -ended.code}"
+    return RunStatus.FAILED.value, f"the entrypoint exited with code {ended.code}"
+
+
+class Outcome:
+    def __init__(self, run_uri: str, run_id: str, env: Mapping[str, str], objects: Objects,
+                 say: Callable[[str], None]) -> None:
+        self.run_uri = run_uri
+        self.run_id = run_id
+        self.env = env
+        self.objects = objects
+        self.say = say
+        self.endpoint = None  # objects_for found it in the environment, as the entrypoint's S3 clients do
+        self.timeline: dict[str, str] = {}
+        self._seen = 0  # log bytes seen so far (the timeline's first line is after log_start)
+        self.log_start: int | None = None
+
+    # -- the timeline -------------------------------------------------------------------------------------
+    def log_from(self, offset: int) -> None:
+        self.log_start = offset
+
+    def saw_text(self, chunk: bytes) -> None:
+        """A new stretch of the driver log (in order): the first line after the driver started, and the event
+        line rtjob's entrypoints print at their first training step."""
+        start, self._seen = self._seen, self._seen + len(chunk)
+        when = _now()
+        if "first_log_line" not in self.timeline and self.log_start is not None and self._seen > self.log_start:
+            self.timeline["first_log_line"] = when
+        if "first_step" not in self.timeline and contract.EVENT_LINE_PREFIX.encode() in chunk:
+            event = f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_FIRST_STEP}".encode()
+            if event in chunk:
+                self.timeline["first_step"] = when
+        del start
+
+    # -- writes -------------------------------------------------------------------------------------------
+    def _update(self, change: Callable[[RunRecord], None]) -> RunRecord | None:
+        def apply(stored: RunRecord | None) -> RunRecord:
+            record = stored or RunRecord(id=self.run_id, job=self.env.get(contract.ENV_JOB_NAME) or None,
+                                         backend="unknown", storage_uri=self.run_uri)
+            for stage, when in self.timeline.items():
+                record.timeline.setdefault(stage, when)
+            record.carried_by = WRITER
+            record.last_seen = _now()
+            record.updated_at = record.last_seen
+            change(record)
+            return record
+
+        return update_record(self.run_uri, self.endpoint, apply)
+
+    def started(self, when: str) -> None:
+        self.timeline["driver_started"] = when
+
+        def change(record: RunRecord) -> None:
+            if record.completed_by in RUN_SIDE:  # an earlier attempt's end: this attempt runs now
+                for name in END_FIELDS:
+                    setattr(record, name, _empty(name))
+            if not record.run_status.terminal:
+                record.status = RunStatus.RUNNING.value
+            record.start_time = record.start_time or when
+
+        self._update(change)
+
+    def heartbeat(self) -> None:
+        self._update(lambda record: None)
+
+    def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
+              secrets: list[str]) -> None:
+        stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
+        status, message = verdict(ended, terminated, stop_requested, time_limit)
+        when = _now()
+        self.timeline["ended"] = when
+        metrics = self._metrics()
+
+        def change(record: RunRecord) -> None:
+            record.status, record.message = status, redact(message, secrets) if message else None
+            record.exit_code = ended.code
+            record.end_time = when
+            record.start_time = record.start_time or self.timeline.get("driver_started")
+            record.completed_by = WRITER
+            record.archived = True
+            if logs:
+                record.logs, record.log_home = list(logs), self.run_uri
+            record.metrics = metrics or record.metrics
+            record.cost = _cost(record) or record.cost
+
+        record = self._update(change)
+        self._notify(record, secrets)
+
+    def _metrics(self) -> dict[str, Any] | None:
+        from ..storage.records import metrics_summary
+
+        try:
+            return metrics_summary(self.run_uri, self.endpoint)
+        except Exception as exc:  # noqa: BLE001 - no metrics is not the run's failure
+            self.say(f"metrics summary not recorded: {getattr(exc, 'message', None) or type(exc).__name__}")
+            return None
+
+    def _notify(self, record: RunRecord | None, secrets: list[str]) -> None:
+        if record is None:
+            return
+        try:
+            from ..runs import notify
+        except ImportError:
+            return
+        config = notify.config_from_env(self.env)
+        if config is None:
+            return
+        from ..storage.objects import PreconditionFailed
+
+        def claim(outcome: str) -> bool:
+            try:
+                self.objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
+                return True
+            except PreconditionFailed:
+                return False
+
+        message = notify.message_for(record, first_error=record.message)
+        notify.send(config, message, claim, say=lambda line: self.say(redact(line, secrets)))
+
+
+def _empty(name: str) -> Any:
+    return {"logs": [], "archived": False}.get(name)
+
+
+def _cost(record: RunRecord) -> dict[str, Any] | None:
+    """The finished run's estimated cost from the rate recorded at submit (None: no rate, or not importable)."""
+    if not record.rate:
+        return None
+    with contextlib.suppress(Exception):
+        from ..jobspec.pricing import HourlyCost
+        from ..runs.cost import run_cost
+
+        return run_cost(record.to_run_info(), HourlyCost.from_json(record.rate))
+    return None
