@@ -51,12 +51,20 @@ ENV_COMPANION = "RTJOB_COMPANION"  # "0": run the entrypoint bare (no companion)
 # The job's time limit (timeout_s, seconds) as the companion enforces it, and as a fact of the request.
 ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
+# Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
+# {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
+# is a secret the client forwards in the job's env under the variable the target names ("env"); whoever sees an
+# outcome reads both from its own environment (rtjob.runs.notify.config_from_env).
+ENV_NOTIFY = "RTJOB_NOTIFY"
+NOTIFY_OUTCOMES = ("succeeded", "failed", "stopped", "retrying")  # what `notify: on:` may name
+NOTIFY_TARGET_TYPES = ("webhook", "slack", "apprise")
 
 
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
+    ENV_NOTIFY,
 })
 
 # ---------------------------------------------------------------------------------------------

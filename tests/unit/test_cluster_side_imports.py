@@ -31,6 +31,7 @@ CLUSTER_SIDE = (
     "rtjob.runs.places",  # where a run's record, log and folder live
     "rtjob.runs.records",
     "rtjob.runs.steps",  # a pipeline's step loop
+    "rtjob.runs.notify",  # a run's outcome to its notify targets
 )
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
 BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")

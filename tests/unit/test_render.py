@@ -14,8 +14,8 @@ import pytest
 import yaml
 from rtjob.backends.packaging import RTJOB_EXCLUDES, measure
 from rtjob.jobspec.project import PULLED_RUNS_DIR
-from support.companion import WRAPPER, inner
 from support.cli import run_in_process
+from support.companion import WRAPPER, inner
 from support.scrub import scrubbed_environ
 
 REPO = Path(__file__).resolve().parents[2]

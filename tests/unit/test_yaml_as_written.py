@@ -23,8 +23,8 @@ from rtjob.jobspec.resolve import render_args
 from rtjob.jobspec.schema import validate_job
 from rtjob.jobspec.yamlsrc import MAX_NODES, parse_yaml
 from ruamel.yaml import YAML
-from support.companion import WRAPPER
 from support.cli import base_env, main_captured
+from support.companion import WRAPPER
 from support.scrub import scrub
 
 REPO = Path(__file__).resolve().parents[2]

@@ -75,6 +75,17 @@ def _files_lines(upload: Upload) -> list[str]:
     return lines
 
 
+def _explained(planned: Plan, settings: Settings) -> dict[str, dict[str, Any]]:
+    """Each effective setting's value (masked) and source; `notify` as the job got it (the job file's, else the
+    project config's or a context's: the most specific wins whole)."""
+    out = {k: {"value": _shown_setting(k, s.value), "source": s.source}
+           for k, s in settings.values.items() if k != "notify"}
+    notify = planned.job.notify
+    if notify is not None:
+        out["notify"] = {"value": notify.to_json(), "source": notify.source}
+    return out
+
+
 def render_data(planned: Plan, settings: Settings, explain: bool, files: bool = False) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
     job, cost = planned.job, planned.cost
@@ -94,8 +105,7 @@ def render_data(planned: Plan, settings: Settings, explain: bool, files: bool = 
             data["run"]["cluster"] = ({"running": True, "nodes": running["nodes"], "cpus": running["cpus"]}
                                       if running else {"running": False})
     if explain:
-        data["explain"] = {k: {"value": _shown_setting(k, s.value), "source": s.source}
-                           for k, s in settings.values.items()}
+        data["explain"] = _explained(planned, settings)
     data["notes"] = planned.notes
     if files:
         data["files"] = files_data(planned.upload) if planned.upload else None
@@ -141,9 +151,12 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
     lines += [f"note:      {note}" for note in planned.notes]
     if explain:
         lines.append("settings:")
-        for key, setting in settings.values.items():
-            value = _shown_setting(key, setting.value)
-            lines.append(f"  {key:<15} {value!s:<40} from {setting.source}")
+        for key, shown in _explained(planned, settings).items():
+            value = shown["value"]
+            if key == "notify":
+                value = "on " + ",".join(value["on"]) + ": " + ", ".join(f"{t['type']} ({t['env']})"
+                                                                         for t in value["targets"])
+            lines.append(f"  {key:<15} {value!s:<40} from {shown['source']}")
     lines.append("request:")
     lines.append(json.dumps(rendered, indent=2))
     lines.append("equivalent:")

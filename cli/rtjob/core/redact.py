@@ -5,7 +5,8 @@ Two kinds of masking, one boundary:
 * **Structured fields** (an env value, an arg, a tag, a header, a token) are masked *whole* when their name
   says secret (on word boundaries: ``DB_PASS``, ``MYSQL_PWD``, ``SENTRY_DSN``, ``WANDB_API_KEY``; not
   ``TOKENIZERS_PARALLELISM``, ``AUTHOR``, ``SORT_KEY``), when their value has a secret's shape (AWS key id,
-  JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``), or when it is a URL with a password.
+  JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``), when it is a URL with a password, or, in a
+  job's environment, when ``RTJOB_NOTIFY`` names the variable as a notification target's URL.
 * **Free text** (logs, messages, JSON strings, rendered files) passes ``REDACTOR``, the process-wide redactor
   that every secret value of this run is fed to as it becomes known. It hunts only values of ``HUNT_MIN`` or
   more characters (``false``, ``1``, ``alice`` are never masked), those shorter than ``ANYWHERE_MIN`` as whole
@@ -16,10 +17,13 @@ Two kinds of masking, one boundary:
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import rtjob_contract as contract
 
 MASK = "****"
 HUNT_MIN = 6  # shorter values are masked in structured fields only: in free text they would hit ordinary words
@@ -87,9 +91,31 @@ def is_secret(name: str, value: str) -> bool:
     return is_secret_name(name) or bool(_SHAPE_VALUE.match(value.strip())) or url_password(value) is not None
 
 
+def notify_url_names(env: Mapping[str, Any]) -> frozenset[str]:
+    """The variables of a job's environment that hold a notification target's URL (a secret whatever its name
+    or shape: Slack and Discord keep theirs in the path), as the environment's RTJOB_NOTIFY names them."""
+    raw = env.get(contract.ENV_NOTIFY)
+    if not isinstance(raw, str) or not raw:
+        return frozenset()
+    try:
+        targets = json.loads(raw).get("targets")
+    except (ValueError, AttributeError):
+        return frozenset()
+    if not isinstance(targets, list):
+        return frozenset()
+    return frozenset(t["env"] for t in targets if isinstance(t, dict) and isinstance(t.get("env"), str))
+
+
+def _secret_in(values: Mapping[str, Any]) -> Callable[[str, Any], bool]:
+    """is_secret for the items of ``values`` (a notification URL counts: notify_url_names)."""
+    urls = notify_url_names(values)
+    return lambda key, value: key in urls or is_secret(key, _text(value))
+
+
 def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
     """A mapping with every secret value masked whole (env vars, tags, args)."""
-    return {k: (MASK if v not in (None, "") and is_secret(k, _text(v)) else v) for k, v in values.items()}
+    secret = _secret_in(values)
+    return {k: (MASK if v not in (None, "") and secret(k, v) else v) for k, v in values.items()}
 
 
 def _text(value: Any) -> str:
@@ -100,8 +126,9 @@ def secret_values(values: Mapping[str, Any]) -> list[str]:
     """The values in ``values`` that must never be shown: each secret value (each item of a list), and the
     password inside a URL."""
     found: list[str] = []
+    secret = _secret_in(values)
     for key, value in values.items():
-        if value in (None, "") or not is_secret(key, _text(value)):
+        if value in (None, "") or not secret(key, value):
             continue
         items = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
         for item in items:

@@ -30,7 +30,7 @@ from ..core.redact import REDACTOR, is_secret, url_password
 from .settings import SETTING_KEYS, Deferred, tomllib
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
-CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project
+CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project, notify
 REF_KINDS = ("env", "file")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _TOP_KEYS = ("current", "contexts")
@@ -103,6 +103,21 @@ def _check_header(where: str, name: str, value: str) -> None:
     parse_headers([f"{name}: {value}"], source=f"{where}: header")
 
 
+def check_notify(where: str, value: Any) -> None:
+    """A `notify` table (schema.Notify: its target URLs are references ``{env = "VAR"}`` only), or one line."""
+    from pydantic import ValidationError
+
+    from .schema import Notify, describe_validation_error
+
+    if not isinstance(value, dict):
+        raise BadInput(f'{where}: notify must be a table, e.g. notify = {{on = ["failed"], targets = '
+                       '[{type = "slack", url = {env = "SLACK_URL"}}]}')
+    try:
+        Notify.model_validate(value)
+    except ValidationError as exc:
+        raise BadInput(describe_validation_error(exc, Notify, lambda loc: where, "notify")) from None
+
+
 def check_settings(where: str, table: Any, *, references: bool = True) -> dict[str, Any]:
     """A table of settings (a context, or the project config) checked: known keys, strings where strings are
     expected, verify_tls a boolean, headers a table of valid names to one-line values. With ``references``
@@ -114,7 +129,9 @@ def check_settings(where: str, table: Any, *, references: bool = True) -> dict[s
             close = difflib.get_close_matches(key, CONTEXT_KEYS, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(CONTEXT_KEYS)}"
             raise BadInput(f"{where}: unknown key {key!r}; {hint}")
-        if key == "verify_tls":
+        if key == "notify":
+            check_notify(where, value)
+        elif key == "verify_tls":
             if not isinstance(value, bool):
                 raise BadInput(f"{where}: verify_tls must be true or false (unquoted)")
         elif key == "headers":

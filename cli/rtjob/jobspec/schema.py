@@ -43,6 +43,36 @@ class LocalProfile(_Strict):
     cpus_per_node: Annotated[int, Field(ge=1, le=64)] = 1
 
 
+class EnvRef(_Strict):
+    """A secret by reference: the name of an environment variable of the client that holds it."""
+
+    env: Annotated[str, Field(pattern=ENV_NAME_RE.pattern)]
+
+
+class NotifyTarget(_Strict):
+    """Where a notification goes: a JSON webhook, a Slack incoming webhook, or any apprise URL (the `notify`
+    extra). The URL carries the secret (Slack and Discord keep it in the path): only a reference is accepted."""
+
+    type: Literal["webhook", "slack", "apprise"]
+    url: EnvRef
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _reference_only(cls, value: Any) -> Any:
+        if isinstance(value, str):  # never echoed: the URL is the secret
+            raise ValueError("a literal URL is refused (it holds the secret); reference an environment variable: "
+                             "url: {env: VAR} in YAML, url = {env = \"VAR\"} in TOML")
+        return value
+
+
+class Notify(_Strict):
+    """`notify:` of a job, the project config or a context (the most specific wins whole)."""
+
+    on: Annotated[list[Literal["succeeded", "failed", "stopped", "retrying"]], Field(min_length=1)]
+    targets: Annotated[list[NotifyTarget], Field(min_length=1)]
+    steps: bool = False  # a pipeline's steps notify too (pipelines: a later issue)
+
+
 class JobSpec(_Strict):
     name: Annotated[str, Field(pattern=NAME_RE)]
     entrypoint: Annotated[str, Field(min_length=1)]
@@ -83,6 +113,7 @@ class JobSpec(_Strict):
     tags: dict[str, EnvValue] = Field(default_factory=dict)
     cloud: str | None = None
     project: str | None = None
+    notify: Notify | None = None
 
     @field_validator("env_vars")
     @classmethod

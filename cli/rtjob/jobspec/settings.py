@@ -21,7 +21,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib  # noqa: F401
 
-SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project")
+SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project",
+                "notify")  # notify: a table (schema.Notify) with no environment variable of its own
 # Environment variables per setting, first match wins (rtjob's own first, then Ray's).
 ENV_NAMES: dict[str, tuple[str, ...]] = {
     "backend": ("RTJOB_BACKEND",),

@@ -19,6 +19,7 @@ from ..core.redact import redact
 from ..storage.records import update_record
 
 if TYPE_CHECKING:
+    from ..runs.notify import Message
     from ..storage.objects import Objects
     from .child import Ended
 
@@ -143,26 +144,42 @@ class Outcome:
             return None
 
     def _notify(self, record: RunRecord | None, secrets: list[str]) -> None:
+        """The outcome's notification, exactly once: only whoever creates its marker first sends it."""
         if record is None:
             return
-        try:
-            from ..runs import notify
-        except ImportError:
-            return
-        config = notify.config_from_env(self.env)
+        from ..runs.notify import config_from_env, send
+
+        config = config_from_env(self.env)
         if config is None:
             return
+        send(config, message_for(record), self._claim, say=lambda line: self.say(redact(line, secrets)))
+
+    def _claim(self, outcome: str) -> bool:
         from ..storage.objects import PreconditionFailed
 
-        def claim(outcome: str) -> bool:
-            try:
-                self.objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
-                return True
-            except PreconditionFailed:
-                return False
+        try:
+            self.objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
+            return True
+        except PreconditionFailed:
+            return False
 
-        message = notify.message_for(record, first_error=record.message)
-        notify.send(config, message, claim, say=lambda line: self.say(redact(line, secrets)))
+
+def message_for(record: RunRecord) -> Message:
+    """The notification of a run's end, from its record."""
+    from ..runs.notify import Message
+
+    cost = (record.cost or {}).get("estimated_usd")
+    return Message(job=record.job, run_id=record.id, outcome=record.status.lower(), duration_s=_seconds(record),
+                   cost_usd=cost, error=record.message if record.status != RunStatus.SUCCEEDED.value else None)
+
+
+def _seconds(record: RunRecord) -> float | None:
+    try:
+        start = dt.datetime.fromisoformat(record.start_time or "")
+        end = dt.datetime.fromisoformat(record.end_time or "")
+    except ValueError:
+        return None
+    return max(0.0, (end - start).total_seconds())
 
 
 def _empty(name: str) -> Any:

@@ -1,0 +1,256 @@
+"""Tell people how a run ended: one message per outcome to each target of the run's `notify:`.
+
+Runs where the outcome is seen (the run's companion on the cluster), so it imports at module level only the
+standard library, ``rtjob_contract`` and ``requests`` (tests/unit/test_cluster_side_imports.py).
+
+The client puts the job's notify config into the job's environment (``RTJOB_NOTIFY``: outcomes and targets, each
+target naming the variable that holds its URL) and forwards each URL under that variable as a secret;
+``config_from_env`` reads both back from an environment. ``send`` posts one message to every target:
+
+* only for an outcome the config lists, and only when ``claim(outcome)`` says this process is the first to
+  claim it (the caller creates ``rtjob_contract.notified_marker(outcome)`` if absent): exactly once per outcome;
+* a generic webhook gets a JSON POST of the message's fields, a Slack incoming webhook ``{"text": ...}``, an
+  apprise URL (any service apprise knows; the optional ``notify`` extra) apprise's own request;
+* at most ``TRIES`` tries in ``DEADLINE_S`` seconds per target, each request at most ``REQUEST_TIMEOUT_S``;
+  connection errors, time-outs, 5xx and 429 are retried, other answers are not;
+* a target that fails is one line through ``say``, naming the target by its type and variable, never by its URL
+  (the URL is the secret, whole or in part: Slack and Discord keep it in the path); ``send`` never raises for it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import requests
+
+import rtjob_contract as contract
+
+TRIES = 3  # per target
+DEADLINE_S = 20.0  # all tries of one target
+REQUEST_TIMEOUT_S = 5.0  # one request (connect and read)
+RETRY_DELAY_S = 1.0  # before the second try; doubled before each next one
+EXTRA_HINT = "pip install 'rtjob[notify]'"  # where apprise comes from
+_MASK = "****"
+
+
+@dataclass
+class Message:
+    """What a notification says. ``outcome`` is one of rtjob_contract.NOTIFY_OUTCOMES, or ``retrying-N`` for
+    the retry that starts attempt N (each retry is its own outcome, claimed once). ``error``: the first line is
+    sent. ``log_command`` empty: ``rtjob logs <run id>``."""
+
+    job: str | None
+    run_id: str
+    outcome: str
+    duration_s: float | None
+    cost_usd: float | None
+    error: str | None
+    log_command: str = ""
+
+    def __post_init__(self) -> None:
+        self.log_command = self.log_command or f"rtjob logs {self.run_id}"
+
+    @property
+    def kind(self) -> str:
+        """The outcome as `notify: on:` names it (``retrying-2`` → ``retrying``)."""
+        return self.outcome.partition("-")[0]
+
+    @property
+    def error_line(self) -> str | None:
+        lines = [line.strip() for line in (self.error or "").splitlines() if line.strip()]
+        return lines[0] if lines else None
+
+    @property
+    def title(self) -> str:
+        return f"rtjob: {self.job or self.run_id} {self.shown_outcome}"
+
+    @property
+    def shown_outcome(self) -> str:
+        kind, _, attempt = self.outcome.partition("-")
+        return f"{kind} (attempt {attempt})" if attempt else kind
+
+    def text(self) -> str:
+        """The message as a few lines of plain text (Slack, apprise, and the webhook's ``text``)."""
+        lines = [self.title, f"run: {self.run_id}"]
+        if self.duration_s is not None:
+            lines.append(f"duration: {human_duration(self.duration_s)}")
+        if self.cost_usd is not None:
+            lines.append(f"cost: ${self.cost_usd:,.2f}")
+        if self.error_line:
+            lines.append(f"error: {self.error_line}")
+        lines.append(f"log: {self.log_command}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, object]:
+        """The generic webhook's JSON body."""
+        return {"job": self.job, "run_id": self.run_id, "outcome": self.outcome, "duration_s": self.duration_s,
+                "cost_usd": self.cost_usd, "error": self.error_line, "log_command": self.log_command,
+                "text": self.text()}
+
+
+def human_duration(seconds: float) -> str:
+    """42s, 3m 07s, 2h 05m."""
+    total = max(0, round(seconds))
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m"
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+@dataclass(frozen=True)
+class Target:
+    type: str  # one of rtjob_contract.NOTIFY_TARGET_TYPES
+    env: str  # the variable that holds the URL: how every line names the target
+    url: str = field(repr=False)  # "" when the variable is not set in this environment
+
+    @property
+    def label(self) -> str:
+        return f"{self.type} target ({self.env})"
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    on: tuple[str, ...]
+    targets: tuple[Target, ...]
+    steps: bool = False
+
+
+def config_from_env(env: Mapping[str, str]) -> NotifyConfig | None:
+    """The run's notify config from an environment: RTJOB_NOTIFY, each target's URL from the variable it names
+    (a target whose variable is unset keeps an empty URL: ``send`` says so). None: the run notifies nobody.
+    A malformed RTJOB_NOTIFY raises ValueError (its text holds no URL)."""
+    raw = env.get(contract.ENV_NOTIFY)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        on = tuple(str(o) for o in data["on"])
+        targets = tuple(Target(str(t["type"]), str(t["env"]), env.get(str(t["env"]), "").strip())
+                        for t in data["targets"])
+        steps = bool(data.get("steps", False))
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{contract.ENV_NOTIFY} is not a notify config ({type(exc).__name__})") from None
+    return NotifyConfig(on=on, targets=targets, steps=steps)
+
+
+def send(config: NotifyConfig, message: Message, claim: Callable[[str], bool], *, say: Callable[[str], None],
+         retry_delay_s: float = RETRY_DELAY_S) -> list[str]:
+    """Send ``message`` to every target of ``config`` if its outcome is one ``config.on`` lists and
+    ``claim(message.outcome)`` (called once, before anything is sent) returns True. Returns the labels of the
+    targets that got it (``slack target (SLACK_URL)``); every failure is one line through ``say``. Never raises
+    for a target, a claim that fails (then nothing is sent: at most once) or apprise missing."""
+    if message.kind not in config.on or not config.targets:
+        return []
+    try:
+        claimed = claim(message.outcome)
+    except Exception as exc:  # noqa: BLE001 - storage trouble must not end the caller
+        say(f"notify: {message.outcome}: not sent: the notification could not be claimed ({type(exc).__name__})")
+        return []
+    if not claimed:
+        return []
+    secrets = [t.url for t in config.targets if t.url]
+    sent: list[str] = []
+    for target in config.targets:
+        try:
+            failure = _send_one(target, message, secrets, retry_delay_s)
+        except Exception as exc:  # noqa: BLE001 - a target never ends the caller; its text may hold the URL
+            failure = f"not sent ({type(exc).__name__})"
+        if failure is None:
+            sent.append(target.label)
+        else:
+            say(f"notify: {target.label}: {failure}")
+    return sent
+
+
+def _masked(message: Message, secrets: list[str]) -> Message:
+    """The message with the targets' URLs and the run's known secrets out of its free text."""
+
+    def clean(text: str | None) -> str | None:
+        if not text:
+            return text
+        for secret in secrets:
+            text = text.replace(secret, _MASK)
+        from ..core.redact import REDACTOR  # stdlib only, but outside this module's own imports
+
+        return REDACTOR.text(text)
+
+    return Message(message.job, message.run_id, message.outcome, message.duration_s, message.cost_usd,
+                   clean(message.error), message.log_command)
+
+
+def _send_one(target: Target, message: Message, secrets: list[str], retry_delay_s: float) -> str | None:
+    """None when the target got the message, else why not (never the URL or an exception's text)."""
+    if not target.url:
+        return f"not sent: {target.env} is not set in this environment"
+    message = _masked(message, secrets)
+    if target.type == "apprise":
+        return _apprise(target, message, retry_delay_s)
+    if target.type == "slack":
+        body: dict[str, object] = {"text": message.text()}
+    elif target.type == "webhook":
+        body = message.to_json()
+    else:
+        return f"not sent: unknown target type (known: {', '.join(contract.NOTIFY_TARGET_TYPES)})"
+
+    def post(timeout: float) -> tuple[bool, bool, str]:
+        try:
+            response = requests.post(target.url, json=body, timeout=timeout, allow_redirects=False)
+        except requests.Timeout:
+            return False, True, "timed out"
+        except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
+            return False, True, "connection failed"
+        except requests.RequestException as exc:  # an invalid URL ...: trying again changes nothing
+            return False, False, type(exc).__name__
+        code = response.status_code
+        response.close()
+        if 200 <= code < 300:
+            return True, False, ""
+        return False, code >= 500 or code == 429, f"HTTP {code}"
+
+    return _tries(post, retry_delay_s)
+
+
+def _tries(attempt: Callable[[float], tuple[bool, bool, str]], retry_delay_s: float) -> str | None:
+    """Call ``attempt(timeout)`` -> (done, worth retrying, why not) at most TRIES times within DEADLINE_S."""
+    deadline = time.monotonic() + DEADLINE_S
+    why, tries = "", 0
+    for n in range(TRIES):
+        left = deadline - time.monotonic()
+        if left <= 0.5:
+            break
+        tries += 1
+        done, again, why = attempt(min(REQUEST_TIMEOUT_S, left))
+        if done:
+            return None
+        if not again or n == TRIES - 1:
+            break
+        time.sleep(max(0.0, min(retry_delay_s * 2 ** n, deadline - time.monotonic() - 0.5)))
+    return f"not sent after {tries} {'try' if tries == 1 else 'tries'} ({why or 'out of time'})"
+
+
+def _apprise(target: Target, message: Message, retry_delay_s: float) -> str | None:
+    try:
+        import apprise
+    except ImportError:
+        return f"not sent: apprise is not installed here ({EXTRA_HINT})"
+    notifier = apprise.Apprise()
+    if not notifier.add(target.url):
+        return "not sent: apprise does not take the URL (unknown scheme or malformed)"
+    # apprise logs its failures with the service's host or more: kept out of the caller's output; its requests
+    # time out after 4 s (connect) and 4 s (read) unless the URL says otherwise (cto=, rto=).
+    log = logging.getLogger("apprise")
+    handlers, propagate = log.handlers[:], log.propagate
+    log.handlers, log.propagate = [logging.NullHandler()], False
+    try:
+        def notify(_timeout: float) -> tuple[bool, bool, str]:
+            ok = bool(notifier.notify(title=message.title, body=message.text()))
+            return ok, True, "" if ok else "apprise reported a failure"
+
+        return _tries(notify, retry_delay_s)
+    finally:
+        log.handlers, log.propagate = handlers, propagate

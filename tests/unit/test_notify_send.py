@@ -1,0 +1,276 @@
+"""runs/notify.py against a real HTTP receiver on loopback: what a webhook, a Slack incoming webhook and an
+apprise json:// URL receive, the retries (3 tries in 20 s at most), exactly once per claimed outcome, and a
+target's URL (the secret: a token in its path) in no line said and no exception."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from rtjob.runs import notify
+from rtjob.runs.notify import Message, NotifyConfig, Target, config_from_env, send
+
+import rtjob_contract as contract
+
+TOKEN = "SECRETXYZ123"  # what Slack keeps in the path of an incoming webhook's URL
+SLACK_PATH = f"/services/T000/B000/{TOKEN}"
+QUICK = 0.05  # the retry delay in these tests (the default is 1 s, doubled per try)
+
+
+@dataclass
+class Receiver:
+    """A loopback HTTP server: answers POSTs to a path with the statuses scripted for it (then 200)."""
+
+    server: ThreadingHTTPServer
+    got: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
+    script: dict[str, list[int]] = field(default_factory=dict)
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
+
+    def bodies(self, path: str) -> list[object]:
+        return [json.loads(body) for p, _, body in self.got if p == path]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    state: dict[str, Receiver] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            rec = state["r"]
+            rec.got.append((self.path, dict(self.headers), body))
+            queued = rec.script.get(self.path) or []
+            code = queued.pop(0) if queued else 200
+            self.send_response(code)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"ok")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state["r"] = rec = Receiver(server)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield rec
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _message(outcome: str = "failed", **changes: object) -> Message:
+    fields: dict[str, object] = dict(job="ddp-resnet", run_id="rtjob-ddp-resnet-20261126-101500-ab12", outcome=outcome,
+                                     duration_s=3725.0, cost_usd=1.5,
+                                     error="RuntimeError: CUDA out of memory\n  at step 12\n")
+    fields.update(changes)
+    return Message(**fields)  # type: ignore[arg-type]
+
+
+class Said(list[str]):
+    def __call__(self, line: str) -> None:
+        self.append(line)
+
+
+def _claims() -> tuple[list[str], object]:
+    claimed: list[str] = []
+
+    def claim(outcome: str) -> bool:
+        first = outcome not in claimed
+        claimed.append(outcome)
+        return first
+
+    return claimed, claim
+
+
+def _config(*targets: Target, on: tuple[str, ...] = ("failed", "succeeded")) -> NotifyConfig:
+    return NotifyConfig(on=on, targets=targets)
+
+
+def test_a_webhook_gets_the_messages_fields_as_json(receiver: Receiver) -> None:
+    said = Said()
+    target = Target("webhook", "HOOK_URL", receiver.url("/hook"))
+    sent = send(_config(target), _message(), lambda _: True, say=said)
+    assert sent == ["webhook target (HOOK_URL)"] and said == []
+    [body] = receiver.bodies("/hook")
+    assert isinstance(body, dict)
+    assert {k: v for k, v in body.items() if k != "text"} == {
+        "job": "ddp-resnet", "run_id": "rtjob-ddp-resnet-20261126-101500-ab12", "outcome": "failed",
+        "duration_s": 3725.0, "cost_usd": 1.5, "error": "RuntimeError: CUDA out of memory",
+        "log_command": "rtjob logs rtjob-ddp-resnet-20261126-101500-ab12"}
+    assert body["text"].splitlines() == [
+        "rtjob: ddp-resnet failed", "run: rtjob-ddp-resnet-20261126-101500-ab12", "duration: 1h 02m",
+        "cost: $1.50", "error: RuntimeError: CUDA out of memory", "log: rtjob logs rtjob-ddp-resnet-20261126-101500-ab12"]
+    [(_, headers, _)] = receiver.got
+    assert headers["Content-Type"] == "application/json"
+
+
+def test_slack_gets_an_incoming_webhook_text(receiver: Receiver) -> None:
+    target = Target("slack", "SLACK_URL", receiver.url(SLACK_PATH))
+    message = _message("succeeded", error=None, cost_usd=None, duration_s=42.4)
+    assert send(_config(target), message, lambda _: True, say=Said()) == ["slack target (SLACK_URL)"]
+    assert receiver.bodies(SLACK_PATH) == [{"text": "rtjob: ddp-resnet succeeded\n"
+                                            "run: rtjob-ddp-resnet-20261126-101500-ab12\nduration: 42s\n"
+                                            "log: rtjob logs rtjob-ddp-resnet-20261126-101500-ab12"}]
+
+
+def test_a_500_then_200_is_retried_once(receiver: Receiver) -> None:
+    receiver.script[SLACK_PATH] = [500]
+    said = Said()
+    sent = send(_config(Target("slack", "SLACK_URL", receiver.url(SLACK_PATH))), _message(), lambda _: True,
+                say=said, retry_delay_s=QUICK)
+    assert sent == ["slack target (SLACK_URL)"] and said == []
+    assert len(receiver.bodies(SLACK_PATH)) == 2
+
+
+def test_a_target_that_always_fails_is_tried_3_times_said_once_and_raises_nothing(receiver: Receiver) -> None:
+    assert (notify.TRIES, notify.DEADLINE_S, notify.RETRY_DELAY_S) == (3, 20.0, 1.0) and notify.REQUEST_TIMEOUT_S <= 5
+    receiver.script[SLACK_PATH] = [500] * 10
+    receiver.script["/hook"] = [429]
+    said = Said()
+    start = time.monotonic()
+    config = _config(Target("slack", "SLACK_URL", receiver.url(SLACK_PATH)),
+                     Target("webhook", "HOOK_URL", receiver.url("/hook")))
+    sent = send(config, _message(), lambda _: True, say=said, retry_delay_s=QUICK)
+    assert time.monotonic() - start < notify.DEADLINE_S
+    assert len(receiver.bodies(SLACK_PATH)) == 3
+    assert said == ["notify: slack target (SLACK_URL): not sent after 3 tries (HTTP 500)"]
+    assert sent == ["webhook target (HOOK_URL)"]  # a failing target stops no other (429 was retried)
+
+
+def test_a_client_error_is_not_retried(receiver: Receiver) -> None:
+    receiver.script["/gone"] = [404, 404, 404]
+    said = Said()
+    send(_config(Target("webhook", "HOOK_URL", receiver.url("/gone"))), _message(), lambda _: True, say=said,
+         retry_delay_s=QUICK)
+    assert len(receiver.got) == 1 and said == ["notify: webhook target (HOOK_URL): not sent after 1 try (HTTP 404)"]
+
+
+def test_an_unreachable_target_with_a_secret_url_is_one_masked_line(receiver: Receiver) -> None:
+    port = receiver.server.server_address[1]
+    receiver.server.shutdown()
+    receiver.server.server_close()  # nothing listens there now: connection refused
+    url = f"http://127.0.0.1:{port}{SLACK_PATH}"
+    said = Said()
+    sent = send(_config(Target("slack", "SLACK_URL", url)), _message(error=f"failed posting to {url}"),
+                lambda _: True, say=said, retry_delay_s=QUICK)
+    assert sent == [] and said == ["notify: slack target (SLACK_URL): not sent after 3 tries (connection failed)"]
+    assert not any(TOKEN in line or "/services/" in line or str(port) in line for line in said)
+
+
+def test_an_invalid_url_is_said_by_its_kind_never_its_text() -> None:
+    said = Said()
+    send(_config(Target("webhook", "HOOK_URL", f"notaurl/{TOKEN}")), _message(), lambda _: True, say=said)
+    assert said == ["notify: webhook target (HOOK_URL): not sent after 1 try (MissingSchema)"]
+
+
+def test_the_message_never_carries_a_targets_url(receiver: Receiver) -> None:
+    """The error line may quote the URL (a script that failed to post): the targets' URLs are masked in it."""
+    url = receiver.url(SLACK_PATH)
+    send(_config(Target("slack", "SLACK_URL", url)), _message(error=f"HTTPError: 403 for url: {url}"),
+         lambda _: True, say=Said())
+    [body] = receiver.bodies(SLACK_PATH)
+    assert isinstance(body, dict) and TOKEN not in body["text"] and "error: HTTPError: 403 for url: ****" in body["text"]
+
+
+def test_an_outcome_not_in_on_sends_nothing_and_claims_nothing(receiver: Receiver) -> None:
+    claimed, claim = _claims()
+    config = _config(Target("webhook", "HOOK_URL", receiver.url("/hook")), on=("failed",))
+    assert send(config, _message("succeeded"), claim, say=Said()) == []  # type: ignore[arg-type]
+    assert claimed == [] and receiver.got == []
+
+
+def test_each_outcome_is_sent_once_whoever_sends_it(receiver: Receiver) -> None:
+    """The claim (the caller's notified-<outcome> marker, created if absent) lets only the first sender through."""
+    claimed, claim = _claims()
+    config = _config(Target("webhook", "HOOK_URL", receiver.url("/hook")), on=("failed", "retrying"))
+    for outcome in ("retrying-2", "retrying-2", "retrying-3", "failed", "failed"):
+        send(config, _message(outcome), claim, say=Said())  # type: ignore[arg-type]
+    assert claimed == ["retrying-2", "retrying-2", "retrying-3", "failed", "failed"]
+    bodies = receiver.bodies("/hook")
+    assert [b["outcome"] for b in bodies] == ["retrying-2", "retrying-3", "failed"]  # type: ignore[index]
+    assert bodies[0]["text"].startswith("rtjob: ddp-resnet retrying (attempt 2)\n")  # type: ignore[index]
+
+
+def test_claim_false_or_failing_sends_nothing(receiver: Receiver) -> None:
+    config = _config(Target("webhook", "HOOK_URL", receiver.url("/hook")))
+    assert send(config, _message(), lambda _: False, say=Said()) == []
+
+    def broken(_: str) -> bool:
+        raise OSError(f"cannot write {receiver.url(SLACK_PATH)}")
+
+    said = Said()
+    assert send(config, _message(), broken, say=said) == []
+    assert said == ["notify: failed: not sent: the notification could not be claimed (OSError)"]
+    assert receiver.got == []
+
+
+def test_config_from_env_reads_the_contract_variable_and_the_urls() -> None:
+    env = {contract.ENV_NOTIFY: json.dumps({"on": ["failed"], "steps": False, "targets": [
+        {"type": "slack", "env": "SLACK_URL"}, {"type": "webhook", "env": "UNSET_URL"}]}),
+        "SLACK_URL": f"https://hooks.slack.com{SLACK_PATH}"}
+    config = config_from_env(env)
+    assert config is not None and config.on == ("failed",) and not config.steps
+    assert [(t.type, t.env, t.url) for t in config.targets] == [
+        ("slack", "SLACK_URL", f"https://hooks.slack.com{SLACK_PATH}"), ("webhook", "UNSET_URL", "")]
+    assert TOKEN not in repr(config)
+    assert config_from_env({}) is None
+    with pytest.raises(ValueError, match="RTJOB_NOTIFY is not a notify config"):
+        config_from_env({contract.ENV_NOTIFY: "{"})
+    said = Said()
+    unset = NotifyConfig(on=config.on, targets=config.targets[1:])
+    assert send(unset, _message(), lambda _: True, say=said) == []
+    assert said == ["notify: webhook target (UNSET_URL): not sent: UNSET_URL is not set in this environment"]
+
+
+def test_apprise_sends_to_a_json_url(receiver: Receiver) -> None:
+    pytest.importorskip("apprise")
+    port = receiver.server.server_address[1]
+    target = Target("apprise", "APPRISE_URL", f"json://127.0.0.1:{port}/apprise/{TOKEN}")
+    said = Said()
+    assert send(_config(target), _message(), lambda _: True, say=said) == ["apprise target (APPRISE_URL)"]
+    [body] = receiver.bodies(f"/apprise/{TOKEN}")
+    assert isinstance(body, dict) and body["title"] == "rtjob: ddp-resnet failed"
+    assert "log: rtjob logs rtjob-ddp-resnet-20261126-101500-ab12" in body["message"]
+
+
+def test_a_failing_apprise_target_is_one_masked_line(receiver: Receiver, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("apprise")
+    port = receiver.server.server_address[1]
+    receiver.script[f"/apprise/{TOKEN}"] = [500] * 5
+    said = Said()
+    target = Target("apprise", "APPRISE_URL", f"json://127.0.0.1:{port}/apprise/{TOKEN}")
+    assert send(_config(target), _message(), lambda _: True, say=said, retry_delay_s=QUICK) == []
+    assert said == ["notify: apprise target (APPRISE_URL): not sent after 3 tries (apprise reported a failure)"]
+    out = capsys.readouterr()
+    assert TOKEN not in out.out + out.err  # apprise's own log lines stay out of the caller's output
+
+
+def test_without_apprise_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_apprise(name: str, *args: object, **kwargs: object) -> object:
+        if name == "apprise":
+            raise ImportError("No module named 'apprise'")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_apprise)
+    said = Said()
+    send(_config(Target("apprise", "APPRISE_URL", f"json://127.0.0.1:9/{TOKEN}")), _message(), lambda _: True, say=said)
+    assert said == ["notify: apprise target (APPRISE_URL): not sent: apprise is not installed here "
+                    "(pip install 'rtjob[notify]')"]
+
+
+def test_durations_read_as_people_write_them() -> None:
+    assert [notify.human_duration(s) for s in (0, 42.4, 187, 3725, 90000)] == ["0s", "42s", "3m 07s", "1h 02m",
+                                                                              "25h 00m"]
