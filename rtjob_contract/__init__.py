@@ -48,6 +48,10 @@ ENV_STEP_URIS = "RTJOB_STEP_URIS"  # JSON {step name: run folder} of every earli
 # syncs to it (with local storage both are the same folder).
 ENV_RUN_URI = "RTJOB_RUN_URI"
 ENV_COMPANION = "RTJOB_COMPANION"  # "0": run the entrypoint bare (no companion)
+# How often the companion uploads a log part and syncs the run's folder, and refreshes the record's last_seen
+# (seconds; defaults 5 and 30).
+ENV_COMPANION_INTERVAL_S = "RTJOB_COMPANION_INTERVAL_S"
+ENV_COMPANION_HEARTBEAT_S = "RTJOB_COMPANION_HEARTBEAT_S"
 # The job's time limit (timeout_s, seconds) as the companion enforces it, and as a fact of the request.
 ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
@@ -64,7 +68,7 @@ ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
-    ENV_NOTIFY,
+    ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -166,8 +170,8 @@ def notified_marker(outcome: str) -> str:
     return f"rtjob-notified-{outcome}"
 
 # A line rtjob's entrypoints print (rank 0) when a stage of the start-up timeline is reached, which the companion
-# notes with its time: "[rtjob-event] first_step".
-EVENT_LINE_PREFIX = "[rtjob-event]"
+# notes with its time: "rtjob-event: first_step".
+EVENT_LINE_PREFIX = "rtjob-event:"
 EVENT_FIRST_STEP = "first_step"
 # The start-up timeline's stages, in order (a run record's "timeline": stage -> ISO time).
 TIMELINE_STAGES = ("submitted", "accepted", "driver_started", "first_log_line", "first_step", "ended")

@@ -20,6 +20,8 @@ from torch.nn import functional as F
 
 import rtjob_contract as contract
 
+from .events import first_step
+
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 # Backward pass + optimizer step for one batch's loss, for engines that own both (DeepSpeed).
@@ -92,6 +94,7 @@ def _run_epoch(
         loss = loss_fn(outputs, targets)  # batch mean, used for the gradient
         if step is not None:
             step(loss)
+            first_step(dist.get_rank() if dist.is_initialized() else 0)
         batch = targets.size(0)
         loss_sum += loss.detach().double() * batch
         correct += (outputs.argmax(dim=1) == targets).sum()

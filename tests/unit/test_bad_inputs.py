@@ -300,7 +300,8 @@ def test_control_the_case_project_itself_is_valid(tmp_path: Path) -> None:
     proc = _run_case(Case(("render", "hello", "--output", "json", "--backend", "ray", "--address", NOWHERE,
                            "--compute-config", "g5-4xlarge"), ()), tmp_path)
     assert proc.returncode == 0, proc.stderr
-    assert '"entrypoint": "python -c pass"' in proc.stdout and '"GPU": 1.0' in proc.stdout
+    assert '"entrypoint": "python -m rtjob.runside.companion \'python -c pass\'"' in proc.stdout
+    assert '"GPU": 1.0' in proc.stdout
 
 
 def test_status_of_unknown_run_without_a_cluster_exits_2(tmp_path: Path) -> None:

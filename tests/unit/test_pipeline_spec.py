@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.companion import inner
 from support.project import ProjectCli, write_files
 
 import rtjob_contract as contract
@@ -71,8 +72,8 @@ def test_every_step_is_planned_with_its_id_storage_and_the_folders_of_the_steps_
     assert all(e[contract.ENV_PIPELINE_ID] == "p7" and e["SHARED"] == "1" for e in envs)
     assert [e[contract.ENV_STEP_NAME] for e in envs] == ["prep", "train", "report"]
     # A job step: its own file's fields, the step's on top (args merged key by key); numbers kept as written.
-    assert steps[1]["submit_job"]["entrypoint"] == "python -m train --epochs 1 --lr 0.1"
-    assert steps[0]["submit_job"]["entrypoint"] == "python prep.py --size 010"
+    assert inner(steps[1]["submit_job"]["entrypoint"]) == "python -m train --epochs 1 --lr 0.1"
+    assert inner(steps[0]["submit_job"]["entrypoint"]) == "python prep.py --size 010"
     assert steps[1]["run"]["nodes"] == 3
 
 
@@ -80,7 +81,7 @@ def test_nodes_flag_sizes_the_steps_that_set_none_and_set_targets_one_step(cli):
     data = _render(cli, "--nodes", "4", "--set", "report.args.title=x", "--backend", "ray",
                    "--address", "http://127.0.0.1:9")
     assert [s["run"]["nodes"] for s in data["steps"]] == [4, 3, 4]  # train pins nodes: 3
-    assert data["steps"][2]["submit_job"]["entrypoint"] == "python report.py --title x"
+    assert inner(data["steps"][2]["submit_job"]["entrypoint"]) == "python report.py --title x"
     assert "--title" not in data["steps"][0]["submit_job"]["entrypoint"]
     bad = cli("render", "flow", "--set", "args.epochs=1")
     assert bad.returncode == 2 and "STEP.KEY.PATH=VALUE" in bad.stderr and "prep, train, report" in bad.stderr

@@ -24,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from .. import loop
+from ..events import first_step
 from ..options import PRECISIONS
 from .data import IGNORE
 
@@ -167,6 +168,7 @@ def optimizer_step(model: nn.Module, optimizer: torch.optim.Optimizer, scaler: t
     else:
         optimizer.step()
     optimizer.zero_grad(set_to_none=True)
+    first_step(dist.get_rank() if dist.is_initialized() else 0)
 
 
 @torch.no_grad()

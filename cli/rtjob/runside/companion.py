@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
 SUBMISSION_ID_KEY = "job_submission_id"  # Ray's own metadata key: the attempt's submission id
-INTERVAL_S = float(os.environ.get("RTJOB_COMPANION_INTERVAL_S", "5"))  # log parts and the folder's sync
-HEARTBEAT_S = float(os.environ.get("RTJOB_COMPANION_HEARTBEAT_S", "30"))  # the record's last_seen
+INTERVAL_S = float(os.environ.get(contract.ENV_COMPANION_INTERVAL_S) or 5)  # log parts and the folder's sync
+HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)  # the record's last_seen
 
 
 def say(text: str) -> None:

@@ -74,10 +74,10 @@ class Outcome:
         when = _now()
         if "first_log_line" not in self.timeline and self.log_start is not None and self._seen > self.log_start:
             self.timeline["first_log_line"] = when
-        if "first_step" not in self.timeline and contract.EVENT_LINE_PREFIX.encode() in chunk:
+        if contract.EVENT_FIRST_STEP not in self.timeline and contract.EVENT_LINE_PREFIX.encode() in chunk:
             event = f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_FIRST_STEP}".encode()
             if event in chunk:
-                self.timeline["first_step"] = when
+                self.timeline[contract.EVENT_FIRST_STEP] = when
         del start
 
     # -- writes -------------------------------------------------------------------------------------------
