@@ -138,14 +138,17 @@ class Boto3Objects(_S3):
             config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60))
 
     @contextlib.contextmanager
-    def _errors(self, rel: str) -> Iterator[None]:
+    def _errors(self, rel: str, if_match: str | None = None) -> Iterator[None]:
+        """S3's failures worded; a lost condition is PreconditionFailed (S3 answers If-Match on an absent object
+        with 404 NoSuchKey)."""
         import botocore.exceptions as bex
 
         try:
             yield
         except bex.ClientError as exc:
             code, status = _client_error(exc)
-            if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict"):
+            if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") or (
+                    if_match is not None and (status == 404 or code == "NoSuchKey")):
                 raise PreconditionFailed(rel) from None
             raise self._unreachable(rel, f"{code or status}: {_one_line(exc.response['Error'].get('Message', ''))}"
                                     ) from None
@@ -180,7 +183,7 @@ class Boto3Objects(_S3):
         return {"IfNoneMatch": "*"} if if_absent else {}
 
     def put(self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False) -> str:
-        with self._errors(rel):
+        with self._errors(rel, if_match):
             response = self._client.put_object(Bucket=self.location.bucket, Key=self._key(rel), Body=data,
                                                **self._conditions(if_match, if_absent))
         return str(response["ETag"])
@@ -191,7 +194,7 @@ class Boto3Objects(_S3):
             f = open(path, "rb")  # noqa: SIM115 (closed below; its open error is worded apart from S3's)
         except OSError as exc:
             raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
-        with f, self._errors(rel):
+        with f, self._errors(rel, if_match):
             response = self._client.put_object(Bucket=self.location.bucket, Key=key, Body=f,
                                                **self._conditions(if_match, if_absent))
         return str(response["ETag"])
@@ -304,8 +307,10 @@ class SigV4Objects(_S3):
         code = _error_field(body, "Code")
         return f"HTTP {response.status}" + (f" {code}" if code else "")
 
-    def _done(self, rel: str, response: HTTPResponse, conn: Any, *, missing_ok: bool = False) -> bytes | None:
-        """The whole body of a success (None: a 404 where absence is an answer); a failure raised, worded."""
+    def _done(self, rel: str, response: HTTPResponse, conn: Any, *, missing_ok: bool = False,
+              conditional: bool = False) -> bytes | None:
+        """The whole body of a success (None: a 404 where absence is an answer); a failure raised, worded.
+        ``conditional``: an If-Match write, which S3 answers with 404 when the object is absent."""
         try:
             body = response.read()
         except (OSError, HTTPException) as exc:
@@ -317,7 +322,8 @@ class SigV4Objects(_S3):
         if response.status == 404 and missing_ok:
             return None
         if response.status == 412 or (response.status == 409
-                                      and _error_field(body, "Code") == "ConditionalRequestConflict"):
+                                      and _error_field(body, "Code") == "ConditionalRequestConflict") or (
+                conditional and response.status == 404 and _error_field(body, "Code") == "NoSuchKey"):
             raise PreconditionFailed(rel)
         raise self._unreachable(rel, self._status(response, body))
 
@@ -344,12 +350,12 @@ class SigV4Objects(_S3):
 
     def put(self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False) -> str:
         response, conn = self._request("PUT", rel, headers=self._conditions(if_match, if_absent), data=data)
-        self._done(rel, response, conn)
+        self._done(rel, response, conn, conditional=if_match is not None)
         return response.getheader("ETag") or ""
 
     def put_file(self, rel: str, path: str, *, if_match: str | None = None, if_absent: bool = False) -> str:
         response, conn = self._request("PUT", rel, headers=self._conditions(if_match, if_absent), path=path)
-        self._done(rel, response, conn)
+        self._done(rel, response, conn, conditional=if_match is not None)
         return response.getheader("ETag") or ""
 
     def head(self, rel: str) -> str | None:
