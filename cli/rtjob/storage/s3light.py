@@ -31,6 +31,7 @@ UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"  # a streamed body's hash is not signed (S
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 TIMEOUT_S = 30
+_BLOCK = 1 << 18  # a body streamed from a file is sent in blocks of this size (http.client's default: 8 KiB)
 
 
 class LightError(Exception):
@@ -161,8 +162,8 @@ def connect(target: Target) -> http.client.HTTPConnection:
     scheme, host, _ = target.base()
     if scheme == "https":
         context = ssl.create_default_context(cafile=target.ca_bundle)
-        return http.client.HTTPSConnection(host, timeout=TIMEOUT_S, context=context)
-    return http.client.HTTPConnection(host, timeout=TIMEOUT_S)
+        return http.client.HTTPSConnection(host, timeout=TIMEOUT_S, context=context, blocksize=_BLOCK)
+    return http.client.HTTPConnection(host, timeout=TIMEOUT_S, blocksize=_BLOCK)
 
 
 def sign(method: str, host: str, path: str, query: dict[str, str], target: Target,
