@@ -184,3 +184,9 @@ def test_the_sigv4_writer_signs_what_a_checking_server_accepts(tmp_path: Path,
         with pytest.raises(BadInput, match="HTTP 403") as caught:
             s3_objects(parse_location(_folder()), None, "sigv4").put("x", b"1")
         assert "rtjobWrongSecret" not in str(caught.value)
+
+
+def test_a_file_that_cannot_be_read_is_bad_input_not_a_storage_failure(objects: Objects, tmp_path: Path) -> None:
+    with pytest.raises(BadInput, match="cannot read"):
+        objects.put_file("gone.txt", str(tmp_path / "gone.txt"), if_absent=True)
+    assert objects.head("gone.txt") is None

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from ..storage.objects import LOCK_SUFFIX, PARTIAL_SUFFIX, Objects, PreconditionFailed
+from ..storage.s3errors import one_line
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open for writing (fdinfo's flags: octal; 01 and 02)
 
@@ -164,7 +165,7 @@ class DirSync:
         except Exception as exc:  # an S3 or file error: one line, tried again at the next scan
             if not os.path.lexists(path):
                 return False  # removed before it could be read: nothing to say
-            self._fail(rel, _one_line(exc))
+            self._fail(rel, _message(exc))
             return False
         self._failing.pop(rel, None)
         try:
@@ -184,7 +185,6 @@ class DirSync:
         return f"{self.objects.uri.rstrip('/')}/{rel}"
 
 
-def _one_line(exc: BaseException) -> str:
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
-    return (lines[0] if lines else type(exc).__name__)[:300]
+def _message(exc: BaseException) -> str:
+    """An error's one line: rtjob's own message, else the exception's text, else its type."""
+    return one_line(getattr(exc, "message", None) or str(exc)) or type(exc).__name__

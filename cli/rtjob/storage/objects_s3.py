@@ -33,7 +33,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from http.client import HTTPException, HTTPResponse
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
 from ..core.errors import BadInput
@@ -41,6 +41,7 @@ from ..jobspec.run_env import endpoint_from_env
 from . import s3light
 from .location import Location
 from .objects import LOCK_SUFFIX, PARTIAL_SUFFIX, Listed, Obj, Objects, PreconditionFailed, check_key
+from .s3errors import one_line
 
 IMPL_VAR = "RTJOB_S3_OBJECTS"
 IMPLS = ("boto3", "sigv4", "pyarrow")
@@ -86,11 +87,6 @@ def _importable(module: str) -> bool:
     except ImportError:
         return False
     return True
-
-
-def _one_line(text: str) -> str:
-    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
-    return (lines[0] if lines else "")[:200]
 
 
 class _S3(Objects):
@@ -150,12 +146,12 @@ class Boto3Objects(_S3):
             if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") or (
                     if_match is not None and (status == 404 or code == "NoSuchKey")):
                 raise PreconditionFailed(rel) from None
-            raise self._unreachable(rel, f"{code or status}: {_one_line(exc.response['Error'].get('Message', ''))}"
+            raise self._unreachable(rel, f"{code or status}: {one_line(exc.response['Error'].get('Message', ''))}"
                                     ) from None
         except bex.NoCredentialsError:
             raise self._unreachable(rel, "no AWS credentials found") from None
         except (bex.BotoCoreError, OSError) as exc:
-            raise self._unreachable(rel, f"{type(exc).__name__}: {_one_line(str(exc))}") from None
+            raise self._unreachable(rel, f"{type(exc).__name__}: {one_line(str(exc))}") from None
 
     def _missing(self, exc: Exception) -> bool:
         import botocore.exceptions as bex
@@ -269,7 +265,7 @@ class SigV4Objects(_S3):
             conn = s3light.connect(target)
             try:
                 if path is not None:
-                    with open(path, "rb") as f:
+                    with self._source(path, conn) as f:
                         signed["Content-Length"] = str(os.fstat(f.fileno()).st_size)
                         conn.request(method, s3light.request_target(f"{base}/{key}"), body=f, headers=signed)
                 else:
@@ -277,9 +273,6 @@ class SigV4Objects(_S3):
                         signed["Content-Length"] = str(len(data or b""))
                     conn.request(method, s3light.request_target(f"{base}/{key}"), body=data, headers=signed)
                 response = conn.getresponse()
-            except FileNotFoundError as exc:
-                conn.close()
-                raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
             except (OSError, HTTPException) as exc:
                 conn.close()
                 if attempt + 1 < _RETRIES:
@@ -302,6 +295,15 @@ class SigV4Objects(_S3):
                 continue
             return response, conn
         raise self._unreachable(rel, "no answer")  # unreachable: the last attempt returns or raises
+
+    @staticmethod
+    def _source(path: str, conn: Any) -> BinaryIO:
+        """The file to upload, open; one that cannot be opened is bad input, not a connection failure."""
+        try:
+            return open(path, "rb")  # noqa: SIM115 (the caller closes it)
+        except OSError as exc:
+            conn.close()
+            raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
 
     def _status(self, response: HTTPResponse, body: bytes) -> str:
         code = _error_field(body, "Code")
@@ -419,7 +421,7 @@ class PyArrowObjects(_S3):
         try:
             self._fs = fs.S3FileSystem(**kwargs)
         except (OSError, ValueError) as exc:
-            raise self._unreachable("", _one_line(str(exc))) from None
+            raise self._unreachable("", one_line(str(exc))) from None
         self._fs_module = fs
 
     def _path(self, rel: str) -> str:
@@ -432,7 +434,7 @@ class PyArrowObjects(_S3):
         except FileNotFoundError:
             raise
         except (OSError, ValueError) as exc:  # pyarrow's IO errors are OSErrors
-            raise self._unreachable(rel, _one_line(str(exc))) from None
+            raise self._unreachable(rel, one_line(str(exc))) from None
 
     def get(self, rel: str, limit: int) -> Obj | None:
         with self._errors(rel):
