@@ -147,10 +147,11 @@ def _port_with_grpc() -> int:
 
 
 @contextmanager
-def seaweed_server(data_dir: str) -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
+def seaweed_server(data_dir: str, graceful: bool = True) -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
     """SeaweedFS (master, volume, filer and S3 gateway in one process, signatures checked) on loopback: a Go server
     whose per-request cost is small next to a client's, for benchmarks (moto's ~2 ms of CPU per request hides the
-    client's speed). Stopped by its pid at the end."""
+    client's speed). Stopped by its pid at the end (``graceful=False``: killed at once, for a test that throws its
+    data away; a graceful stop takes up to ~25 s)."""
     import json
 
     weed = weed_binary()
@@ -167,6 +168,8 @@ def seaweed_server(data_dir: str) -> Iterator[tuple[S3Server, subprocess.Popen[b
     try:
         yield server, proc
     finally:
+        if not graceful:
+            proc.kill()
         proc.terminate()  # a graceful stop takes it up to ~25 s
         try:
             proc.wait(30)

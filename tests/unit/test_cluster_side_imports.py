@@ -32,6 +32,14 @@ CLUSTER_SIDE = (
     "rtjob.runs.records",
     "rtjob.runs.steps",  # a pipeline's step loop
     "rtjob.runs.notify",  # a run's outcome to its notify targets
+    "rtjob.storage.objects",  # a run's folder as objects with conditional writes
+    "rtjob.storage.opening",  # objects_for: a location's objects (and its Store)
+    "rtjob.storage.objects_s3",  # ... on S3: boto3, else stdlib SigV4, else pyarrow, imported when chosen
+    "rtjob.runside.sync",  # RTJOB_RUN_DIR copied to RTJOB_RUN_URI
+    "rtjob.runside.companion",  # the run's companion and its pieces
+    "rtjob.runside.child",
+    "rtjob.runside.logparts",
+    "rtjob.runside.outcome",
 )
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
 BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")

@@ -22,7 +22,7 @@ def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
     and the run's end reads as a SIGTERM kill."""
     if not storage_uri:
         return False
-    from ..storage.objects import objects_for
+    from ..storage.opening import objects_for
 
     try:
         with objects_for(storage_uri, endpoint) as objects:

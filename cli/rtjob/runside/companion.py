@@ -144,7 +144,7 @@ class Companion:
     def _start(self, started: str, run_dir: str | None, source: str | None, log_start: int) -> None:
         if not self.run_uri:
             return
-        from ..storage.objects import objects_for
+        from ..storage.opening import objects_for
         from .logparts import LogParts
         from .outcome import Outcome
 

@@ -6,8 +6,8 @@ lose another's is conditional: ``if_absent`` (create only: S3's ``If-None-Match:
 only the version read: S3's ``If-Match: <etag>``); a lost race is ``PreconditionFailed``, and the writer reads
 again. Local storage gets the same semantics from a lock on the object's folder and an atomic rename.
 
-Importable on the cluster: the stdlib, rtjob_contract and requests at module level only (the S3 clients are
-imported inside ``objects_for``'s choice).
+Importable on the cluster: the stdlib, rtjob_contract and requests at module level only. ``opening.objects_for``
+gives a location's objects: ``LocalObjects`` here, or S3's (objects_s3.py, imported only for an s3:// location).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..core.errors import BadInput
 from ..core.files import write_atomically
-from .location import Location, parse_location
+from .location import Location
 
 PARTIAL_SUFFIX = ".rtjob-partial"  # a temporary name that listings skip (as pull's partial files)
 
@@ -100,17 +100,6 @@ def check_key(rel: str) -> str:
     if not rel or rel.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in rel or "\x00" in rel:
         raise BadInput(f"{rel!r}: not a plain relative name inside a run's folder")
     return rel
-
-
-def objects_for(uri: str, endpoint: str | None = None) -> Objects:
-    """The objects of a folder: a local path (or file://) or s3://bucket/prefix (``endpoint``: an S3-compatible
-    server's URL, else the environment's AWS_ENDPOINT_URL[_S3], else AWS)."""
-    location = parse_location(uri)
-    if location.scheme == "file":
-        return LocalObjects(location)
-    from .objects_s3 import s3_objects
-
-    return s3_objects(location, endpoint)
 
 
 # ---------------------------------------------------------------------------------------------

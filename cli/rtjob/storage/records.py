@@ -72,7 +72,8 @@ def update_record(run_uri: str, endpoint: str | None, change: Callable[[RunRecor
     none yet) and returns the record to write (None: nothing to write). The write is conditional on the version
     read (If-Match; a first record If-None-Match), so a writer that lost a race reads again instead of
     replacing another's write. Readers see the old record or the new one, never half of one."""
-    from .objects import PreconditionFailed, objects_for
+    from .objects import PreconditionFailed
+    from .opening import objects_for
 
     where = _child(parse_location(run_uri), RUN_RECORD_FILE)
     with objects_for(run_uri, endpoint) as objects:
@@ -115,7 +116,7 @@ def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: 
     never read whole: the parts the run's companion wrote for ``attempt_id`` (logs/<attempt>/part-NNNNNN, in
     order), else the archived ``logs/driver.log``; None when neither is there. ``tail_lines``: only the last N
     lines (parts read from the end until they hold N)."""
-    from .objects import objects_for
+    from .opening import objects_for
 
     objects = objects_for(run_uri, endpoint)
     parts = [item.rel for item in objects.list(f"{RUN_LOGS_DIR}/{_segment(attempt_id, 'attempt id')}")

@@ -28,7 +28,7 @@ def s3_error(exc: BaseException, store: Store) -> RtjobError:
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {}) or {}
         code = str(error.get("Code", ""))
-        message = _one_line(str(error.get("Message") or code))
+        message = one_line(str(error.get("Message") or code))
         if code == "NoSuchBucket":
             return Unreachable(f"bucket {store.location.bucket!r} does not exist"
                                + (f" at {store.endpoint}" if store.endpoint else ""))
@@ -40,10 +40,10 @@ def s3_error(exc: BaseException, store: Store) -> RtjobError:
     if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
         return Unreachable(f"cannot reach the S3 endpoint {store.endpoint or 'of AWS'} ({where})")
     if isinstance(exc, bex.BotoCoreError):
-        return Unreachable(f"{where}: {_one_line(str(exc))}")
+        return Unreachable(f"{where}: {one_line(str(exc))}")
     if isinstance(exc, OSError):
-        return Unreachable(f"{where}: {_one_line(str(exc))}")
-    return Unreachable(f"{where}: {type(exc).__name__}: {_one_line(str(exc))}")
+        return Unreachable(f"{where}: {one_line(str(exc))}")
+    return Unreachable(f"{where}: {type(exc).__name__}: {one_line(str(exc))}")
 
 
 def describe_error(exc: BaseException) -> tuple[str, str]:
@@ -51,16 +51,16 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     from .engines import TransferError
 
     if isinstance(exc, TransferError):
-        return exc.code, f"{exc.code}: {_one_line(exc.message)}" if exc.message else exc.code
+        return exc.code, f"{exc.code}: {one_line(exc.message)}" if exc.message else exc.code
     try:
         import botocore.exceptions as bex
     except ImportError:  # local storage: an OSError
-        return type(exc).__name__, f"{type(exc).__name__}: {_one_line(str(exc))}"
+        return type(exc).__name__, f"{type(exc).__name__}: {one_line(str(exc))}"
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {}) or {}
         code = str(error.get("Code", "error"))
-        return code, f"{code}: {_one_line(str(error.get('Message', '')))}"
-    return type(exc).__name__, f"{type(exc).__name__}: {_one_line(str(exc))}"
+        return code, f"{code}: {one_line(str(error.get('Message', '')))}"
+    return type(exc).__name__, f"{type(exc).__name__}: {one_line(str(exc))}"
 
 
 def is_denial(code: str) -> bool:
@@ -68,6 +68,7 @@ def is_denial(code: str) -> bool:
     return code in _DENIED or code in _AUTH
 
 
-def _one_line(text: str) -> str:
+def one_line(text: str) -> str:
+    """The first non-blank line of a message, at most 300 characters."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return (lines[0] if lines else "")[:300]

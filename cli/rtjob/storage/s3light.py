@@ -11,9 +11,11 @@ here is not reported as such: the caller lists again through botocore, whose err
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import hashlib
 import hmac
+import http.client
 import os
 import re
 import xml.etree.ElementTree as ET
@@ -24,10 +26,12 @@ from urllib.parse import quote, unquote_plus, urlsplit
 _CONFIG_WORDS = ("endpoint_url", "addressing_style", "use_dualstack_endpoint", "use_fips_endpoint",
                  "ca_bundle", "s3 =", "services")
 _FLAG_VARS = ("AWS_USE_FIPS_ENDPOINT", "AWS_USE_DUALSTACK_ENDPOINT", "AWS_S3_US_EAST_1_REGIONAL_ENDPOINT")
-_EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
+UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"  # a streamed body's hash is not signed (S3 allows it; TLS guards it on AWS)
 _NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
 _DNS_BUCKET = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$")
 TIMEOUT_S = 30
+_BLOCK = 1 << 18  # a body streamed from a file is sent in blocks of this size (http.client's default: 8 KiB)
 
 
 class LightError(Exception):
@@ -90,6 +94,26 @@ def target_for(bucket: str, endpoint: str | None) -> Target | None:
                   env.get("AWS_CA_BUNDLE") or None)
 
 
+def keys_target(bucket: str, endpoint: str | None) -> Target | None:
+    """The target from the environment's keys alone (the run side's writer: no AWS config is read), None without
+    keys. The region: AWS_REGION / AWS_DEFAULT_REGION, else us-east-1 (AWS names a bucket's own region when asked
+    wrongly: see ``in_region``)."""
+    env = os.environ
+    access, secret = env.get("AWS_ACCESS_KEY_ID"), env.get("AWS_SECRET_ACCESS_KEY")
+    if not access or not secret:
+        return None
+    region = env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or "us-east-1"
+    return Target(bucket, endpoint, region, access, secret, env.get("AWS_SESSION_TOKEN") or None,
+                  env.get("AWS_CA_BUNDLE") or None)
+
+
+def in_region(target: Target, region: str | None) -> Target | None:
+    """The same target signed for the bucket's own region, when S3 named another one (None: no change)."""
+    if not region or region == target.region:
+        return None
+    return dataclasses.replace(target, region=region)
+
+
 def _config_mentions_s3_settings(path: str) -> bool:
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
@@ -101,15 +125,8 @@ def _config_mentions_s3_settings(path: str) -> bool:
 
 def list_objects(target: Target, prefix: str) -> tuple[list[tuple[str, int, str]], str | None]:
     """Every (key, size, ETag as listed) under ``prefix``, and the bucket's region if the server said it."""
-    import http.client
-    import ssl
-
-    scheme, host, path = target.base()
-    if scheme == "https":
-        context = ssl.create_default_context(cafile=target.ca_bundle)
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection(host, timeout=TIMEOUT_S, context=context)
-    else:
-        conn = http.client.HTTPConnection(host, timeout=TIMEOUT_S)
+    _, host, path = target.base()
+    conn = connect(target)
     files: list[tuple[str, int, str]] = []
     region: str | None = None
     query = {"list-type": "2", "prefix": prefix, "encoding-type": "url"}
@@ -138,28 +155,48 @@ def list_objects(target: Target, prefix: str) -> tuple[list[tuple[str, int, str]
         conn.close()
 
 
+def connect(target: Target) -> http.client.HTTPConnection:
+    """A connection to the bucket's host (TLS with the target's CA bundle for https); the caller closes it."""
+    import ssl
+
+    scheme, host, _ = target.base()
+    if scheme == "https":
+        context = ssl.create_default_context(cafile=target.ca_bundle)
+        return http.client.HTTPSConnection(host, timeout=TIMEOUT_S, context=context, blocksize=_BLOCK)
+    return http.client.HTTPConnection(host, timeout=TIMEOUT_S, blocksize=_BLOCK)
+
+
 def sign(method: str, host: str, path: str, query: dict[str, str], target: Target,
-         now: datetime.datetime | None = None) -> dict[str, str]:
-    """AWS Signature Version 4 headers for a body-less S3 request (the SigV4 spec, S3's single-encoded path)."""
+         now: datetime.datetime | None = None, headers: dict[str, str] | None = None,
+         payload_sha256: str = EMPTY_SHA256) -> dict[str, str]:
+    """AWS Signature Version 4 headers for an S3 request (the SigV4 spec, S3's single-encoded path): ``headers``
+    (e.g. If-Match) are signed and returned with the rest; ``payload_sha256`` is the body's SHA-256 (hex), or
+    ``UNSIGNED_PAYLOAD`` for a body streamed from a file."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
-    headers = {"host": host, "x-amz-content-sha256": _EMPTY_SHA256, "x-amz-date": stamp}
+    signed_headers = {name.lower(): value.strip() for name, value in (headers or {}).items()}
+    signed_headers.update({"host": host, "x-amz-content-sha256": payload_sha256, "x-amz-date": stamp})
     if target.token:
-        headers["x-amz-security-token"] = target.token
-    names = sorted(headers)
+        signed_headers["x-amz-security-token"] = target.token
+    names = sorted(signed_headers)
     signed = ";".join(names)
     canonical = "\n".join([method, _quote_path(path), _query(query),
-                           "".join(f"{name}:{headers[name]}\n" for name in names), signed, _EMPTY_SHA256])
+                           "".join(f"{name}:{signed_headers[name]}\n" for name in names), signed, payload_sha256])
     scope = f"{stamp[:8]}/{target.region}/s3/aws4_request"
     to_sign = "\n".join(["AWS4-HMAC-SHA256", stamp, scope, hashlib.sha256(canonical.encode()).hexdigest()])
     key = ("AWS4" + target.secret_key).encode()
     for part in (stamp[:8], target.region, "s3", "aws4_request"):
         key = hmac.new(key, part.encode(), hashlib.sha256).digest()
     signature = hmac.new(key, to_sign.encode(), hashlib.sha256).hexdigest()
-    headers["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={target.access_key}/{scope}, "
-                                f"SignedHeaders={signed}, Signature={signature}")
-    headers["Host"] = headers.pop("host")
-    return headers
+    signed_headers["Authorization"] = (f"AWS4-HMAC-SHA256 Credential={target.access_key}/{scope}, "
+                                       f"SignedHeaders={signed}, Signature={signature}")
+    signed_headers["Host"] = signed_headers.pop("host")
+    return signed_headers
+
+
+def request_target(path: str, query: dict[str, str] | None = None) -> str:
+    """The request line's target for a signed ``path`` (the bucket's path, '/', the key quoted) and query."""
+    return _quote_path(path) + (f"?{_query(query)}" if query else "")
 
 
 def _quote_path(path: str) -> str:

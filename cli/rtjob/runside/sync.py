@@ -1,0 +1,190 @@
+"""RTJOB_RUN_DIR → RTJOB_RUN_URI: the script's local run folder, copied to the run's storage while the run goes.
+
+With remote storage RTJOB_RUN_DIR is a local folder on the driver's node that the script can ``open()``; the
+companion calls ``DirSync.scan`` every few seconds and once more (``final=True``) when the script has ended.
+
+- A file is uploaded once it is *settled*: its (size, mtime_ns) unchanged for ``settle_s`` and no process (of
+  those this user can read in /proc) holding it open for writing. After the upload its (size, mtime_ns) is read
+  again: a file that changed meanwhile is uploaded again at a later scan.
+- An object is overwritten only if this DirSync wrote it: the first upload of a name is ``if_absent`` (an object
+  that is already there, written by someone else, is left alone: one line, once), a later one ``if_match`` on
+  the version this DirSync wrote (a lost condition: someone else wrote it since; left alone, one line).
+- Nothing is ever deleted; symbolic links are not followed (neither files nor folders); names ending in
+  objects.PARTIAL_SUFFIX (rtjob's own temporary names) are skipped.
+- Cheap: a scan of an unchanged tree is one stat per file, no file is read; /proc is read only when some file
+  looks settled and is not synced yet, once per scan.
+- A failing upload is one line through ``say`` (again only when its wording changes) and is retried at the next
+  scan: ``scan`` never raises, except KeyboardInterrupt and SystemExit.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from ..storage.objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
+from ..storage.s3errors import one_line
+
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open for writing (fdinfo's flags: octal; 01 and 02)
+
+State = tuple[int, int]  # (size, mtime_ns)
+
+
+def open_for_writing(proc: str = "/proc") -> set[tuple[int, int]]:
+    """The (st_dev, st_ino) of every file that a process this user can read holds open for writing: each
+    /proc/<pid>/fd/<fd> link to a path whose /proc/<pid>/fdinfo/<fd> ``flags:`` has O_WRONLY or O_RDWR.
+    Processes that cannot be read (another user's, gone meanwhile) are skipped."""
+    held: set[tuple[int, int]] = set()
+    try:
+        pids = [name for name in os.listdir(proc) if name.isdigit()]
+    except OSError:
+        return held
+    for pid in pids:
+        fd_dir = f"{proc}/{pid}/fd"
+        try:
+            fds = os.listdir(fd_dir)
+        except OSError:  # another user's process, or gone
+            continue
+        for fd in fds:
+            try:
+                if not os.readlink(f"{fd_dir}/{fd}").startswith("/"):
+                    continue  # a pipe, a socket, an anonymous inode
+                with open(f"{proc}/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+                    flags = next((int(line.split()[1], 8) for line in f if line.startswith("flags:")), 0)
+                if flags & _WRITE_FLAGS:
+                    st = os.stat(f"{fd_dir}/{fd}")  # the open file itself (the link's target)
+                    held.add((st.st_dev, st.st_ino))
+            except (OSError, ValueError, IndexError):
+                continue  # closed meanwhile, or unreadable
+    return held
+
+
+def held_for_writing(path: str) -> bool:
+    """Whether some process this user can read holds the file at ``path`` open for writing."""
+    st = os.stat(path)
+    return (st.st_dev, st.st_ino) in open_for_writing()
+
+
+@dataclass
+class _Seen:
+    state: State
+    since: float  # monotonic time the file was first seen in this state
+
+
+@dataclass
+class _Synced:
+    state: State | None  # what was uploaded (None: the file changed during the upload)
+    etag: str  # the version this DirSync wrote: the only one it overwrites
+
+
+class DirSync:
+    """Copies the files of ``local_dir`` to ``objects`` (the run's folder), by relative name, one scan at a time."""
+
+    def __init__(self, local_dir: str, objects: Objects, *, settle_s: float = 2.0,
+                 say: Callable[[str], None]) -> None:
+        self.local_dir = os.path.abspath(local_dir)
+        self.objects = objects
+        self.settle_s = settle_s
+        self.say = say
+        self._seen: dict[str, _Seen] = {}
+        self._synced: dict[str, _Synced] = {}
+        self._left: set[str] = set()  # objects someone else wrote: never written, said once
+        self._failing: dict[str, str] = {}  # rel → the last failure said
+
+    def scan(self, final: bool = False) -> int:
+        """One pass; returns the number of files uploaded. ``final``: the script has ended, so every file not
+        yet synced or changed since is uploaded now, settled or not."""
+        now = time.monotonic()
+        held: set[tuple[int, int]] | None = None  # read from /proc once, when first needed
+        uploaded = 0
+        present: set[str] = set()
+        for rel, path, st in self._files():
+            present.add(rel)
+            if rel in self._left:
+                continue
+            state = (st.st_size, st.st_mtime_ns)
+            synced = self._synced.get(rel)
+            if synced is not None and synced.state == state:
+                continue
+            seen = self._seen.get(rel)
+            if seen is None or seen.state != state:
+                self._seen[rel] = seen = _Seen(state, now)
+            if not final:
+                if now - seen.since < self.settle_s:
+                    continue
+                if held is None:
+                    held = open_for_writing()
+                if (st.st_dev, st.st_ino) in held:
+                    continue
+            if self._upload(rel, path, state):
+                uploaded += 1
+        for gone in set(self._seen) - present:  # removed locally: forgotten here, never deleted there
+            del self._seen[gone]
+        return uploaded
+
+    def _files(self) -> Iterator[tuple[str, str, os.stat_result]]:
+        """(relative name, path, lstat) of every regular file below the folder; links are not followed."""
+        stack = [self.local_dir]
+        while stack:
+            folder = stack.pop()
+            try:
+                with os.scandir(folder) as entries:
+                    items = list(entries)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                self._fail(os.path.relpath(folder, self.local_dir), f"cannot read the folder ({exc.strerror})")
+                continue
+            for entry in items:
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue  # removed meanwhile
+                if stat.S_ISDIR(st.st_mode):
+                    stack.append(entry.path)
+                elif stat.S_ISREG(st.st_mode) and not entry.name.endswith(PARTIAL_SUFFIX):
+                    rel = os.path.relpath(entry.path, self.local_dir).replace(os.sep, "/")
+                    yield rel, entry.path, st
+
+    def _upload(self, rel: str, path: str, state: State) -> bool:
+        synced = self._synced.get(rel)
+        try:
+            if synced is None:
+                etag = self.objects.put_file(rel, path, if_absent=True)
+            else:
+                etag = self.objects.put_file(rel, path, if_match=synced.etag)
+        except PreconditionFailed:
+            self._left.add(rel)
+            why = "is already there, not written by this run's sync" if synced is None else \
+                "was changed by someone else since this run's sync wrote it"
+            self.say(f"{self._where(rel)} {why}: left as it is (not overwritten)")
+            return False
+        except Exception as exc:  # an S3 or file error: one line, tried again at the next scan
+            if not os.path.lexists(path):
+                return False  # removed before it could be read: nothing to say
+            self._fail(rel, _message(exc))
+            return False
+        self._failing.pop(rel, None)
+        try:
+            st = os.stat(path, follow_symlinks=False)
+            after: State | None = (st.st_size, st.st_mtime_ns)
+        except OSError:
+            after = None
+        self._synced[rel] = _Synced(state if after == state else None, etag)
+        return True
+
+    def _fail(self, rel: str, message: str) -> None:
+        if self._failing.get(rel) != message:
+            self._failing[rel] = message
+            self.say(f"{self._where(rel)}: not copied yet ({message}); tried again")
+
+    def _where(self, rel: str) -> str:
+        return f"{self.objects.uri.rstrip('/')}/{rel}"
+
+
+def _message(exc: BaseException) -> str:
+    """An error's one line: rtjob's own message, else the exception's text, else its type."""
+    return one_line(getattr(exc, "message", None) or str(exc)) or type(exc).__name__
