@@ -41,7 +41,8 @@ RTJOB_VAR = re.compile(r"\bRTJOB_[A-Z0-9_]+\b")
 # The client's own settings and state (never sent to a job), and the torchrun launcher's private marker.
 CLIENT_ONLY = {name for names in ENV_NAMES.values() for name in names if name.startswith("RTJOB_")} | {
     CONTEXT_ENV, "RTJOB_HOME", "RTJOB_PROJECT", "RTJOB_DEBUG", "RTJOB_SUBMIT_TIMEOUT_S", "RTJOB_FOLLOW_GRACE_S",
-    "RTJOB_STUCK_GRACE_S", "RTJOB_LOCAL_DASHBOARD_WAIT_S", "RTJOB_LOCAL_START_TIMEOUT_S", "RTJOB_S3_ENGINE"}
+    "RTJOB_STUCK_GRACE_S", "RTJOB_LOCAL_DASHBOARD_WAIT_S", "RTJOB_LOCAL_START_TIMEOUT_S", "RTJOB_S3_ENGINE",
+    "RTJOB_S3_OBJECTS"}
 TRAINING_ONLY = {"RTJOB_TORCHRUN_TREE"}
 
 

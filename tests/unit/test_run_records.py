@@ -332,7 +332,7 @@ def test_a_new_field_is_additive_records_of_either_age_are_read() -> None:
 
 def stored_log(run_uri: str, name: str, endpoint: str | None) -> str:
     """One stored log file, whole (a test's small log), as rtjob's readers decode it."""
-    from rtjob.storage.objects import objects_for
+    from rtjob.storage.opening import objects_for
 
     with objects_for(run_uri, endpoint) as objects:
         return b"".join(objects.stream(f"logs/{name}")).decode("utf-8", errors="replace")

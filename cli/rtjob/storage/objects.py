@@ -111,6 +111,8 @@ def _etag_of(path: str) -> str | None:
         st = os.stat(path, follow_symlinks=False)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    if stat.S_ISLNK(st.st_mode):
+        return None  # a link planted under an object's name is no object: never followed, replaced on a write
     if not stat.S_ISREG(st.st_mode):
         raise BadInput(f"{path}: not a regular file")
     # The inode changes on every atomic replace, the size and time on any write in place: a version, not a hash.
@@ -154,8 +156,8 @@ class LocalObjects(Objects):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise BadInput(f"{path}: a symbolic link (not followed)") from None
+            if exc.errno == errno.ELOOP:  # a link is no object rtjob wrote: absent (never followed)
+                return None
             raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
