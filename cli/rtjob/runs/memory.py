@@ -57,6 +57,14 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
         write_record(record.storage_uri, record, record.storage_endpoint)
     except RtjobError as exc:
         events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
+        return
+    from ..storage.index import write_run_entry
+
+    try:  # the team's index: after the record, so a rebuild from the records never misses what an entry says
+        write_run_entry(record.storage_uri, record.storage_endpoint, record)
+    except RtjobError as exc:
+        events.warning(f"run index entry not written beside {record.storage_uri}: {exc.message} (rtjob runs "
+                       "--storage ROOT --reindex adds the run from its record)")
 
 
 def remember(record: RunRecord) -> None:

@@ -426,3 +426,58 @@ def _each(items: list[str], call: Callable[[str], Any], objects: Objects) -> lis
         return [call(item) for item in items]
     with ThreadPoolExecutor(min(CONCURRENCY, len(items)), thread_name_prefix="rtjob-index") as pool:
         return list(pool.map(call, items))
+
+
+# ---------------------------------------------------------------------------------------------
+# What `rtjob runs --storage ROOT` calls
+
+
+@dataclass
+class Indexed:
+    """A team's runs as the index lists them (newest first, ``query`` applied) and what went wrong."""
+
+    rows: list[Row]
+    problems: list[str]
+    compacted: str | None = None  # the index object this listing wrote, if it compacted
+
+
+def list_indexed(root_uri: str, endpoint: str | None, query: Query, *,
+                 compact_after: int = COMPACT_AFTER) -> Indexed | None:
+    """The runs the index under ``root_uri`` holds (None: the root has no index yet: list its records). When
+    ``compact_after`` objects or more are left over beyond the newest index object, the listing compacts them
+    (a failure to, e.g. read-only credentials, is a problem line, never a failed listing)."""
+    objects = index_objects(root_uri, endpoint)
+    try:
+        snapshot = read_index(objects)
+        if not snapshot.present:
+            return None
+        listed = Indexed(list(snapshot.runs(query)), snapshot.problems)
+        if snapshot.leftover() >= compact_after and not snapshot.problems:
+            try:
+                listed.compacted = compact(objects, snapshot)
+            except BadInput as exc:
+                listed.problems.append(f"run index not compacted: {exc.message}")
+            except Exception as exc:  # an S3 error worded by s3_error, a lost write: the listing stands
+                message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+                listed.problems.append(f"run index not compacted: {message}")
+        return listed
+    finally:
+        objects.close()
+
+
+def rebuild(root_uri: str, endpoint: str | None) -> tuple[int, list[str], str]:
+    """``--reindex``: the index rebuilt from every run record under ``root_uri``; returns the number of runs,
+    the records' problems (as list_records reports them) and the new index object's key."""
+    from .records import list_records
+
+    start = _utcnow()
+    listed = list_records(root_uri, endpoint)
+    objects = index_objects(root_uri, endpoint)
+    try:
+        key = reindex(objects, listed.records, now=start)
+    finally:
+        objects.close()
+    problems = list(listed.problems)
+    if listed.without_record:
+        problems.append(f"{listed.without_record} run folder(s) without a record (not indexed)")
+    return len(listed.records), problems, key

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from rtjob_contract import EPOCH_CHECKPOINT_PREFIX, RUN_LOGS_DIR, RUN_RECORD_FILE
+from rtjob_contract import EPOCH_CHECKPOINT_PREFIX, INDEX_DIR, RUN_LOGS_DIR, RUN_RECORD_FILE
 
 from ..core.errors import BadInput
 from ..core.record import RunRecord
@@ -169,6 +169,8 @@ def _plain(root: Location, names: list[str], listed: Listed, parent: str = "") -
     """The folder names rtjob can address (one plain segment); another is a problem line, not a failure."""
     kept = []
     for name in names:
+        if not parent and name == INDEX_DIR:  # the run index beside the job folders (storage/index.py)
+            continue
         try:
             kept.append(check_rel(name))
         except BadInput:
