@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from rtjob.storage.index import compact, index_objects, read_index
 from support.cli import REPO
 from support.s3_server import process_server
