@@ -697,6 +697,15 @@ def bench_records(ctx: Context) -> list[Row]:
     return rows
 
 
+def bench_index(ctx: Context) -> list[Row]:
+    """Issue 27: `rtjob runs --storage` over 100,000 runs served by the run index, beside the per-record listing
+    at 10,000 records (benchmarks/index_bench.py; the seeded SeaweedFS bucket is reused between runs)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.index_bench import run_index_bench
+
+    return _rows(run_index_bench(notes=ctx.notes), 11)
+
+
 def machine() -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
@@ -820,6 +829,7 @@ def main() -> int:
         rows += guarded(["8. `rtjob runs -o json` over 10,000 ledger entries"], bench_ledger, ctx)
         rows += guarded(["9. `rtjob runs --storage` over 1,000 run records"], bench_records, ctx)
         rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
+        rows += guarded(["11. `rtjob runs --storage` over 100,000 runs (run index)"], bench_index, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)

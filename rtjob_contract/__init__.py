@@ -15,6 +15,8 @@ either side spells one of these values itself, or if this module grows a depende
 
 from __future__ import annotations
 
+import datetime
+
 # ---------------------------------------------------------------------------------------------
 # The job's environment: set by rtjob at submit, read by the entrypoints (flags' defaults).
 
@@ -175,3 +177,34 @@ EVENT_LINE_PREFIX = "rtjob-event:"
 EVENT_FIRST_STEP = "first_step"
 # The start-up timeline's stages, in order (a run record's "timeline": stage -> ISO time).
 TIMELINE_STAGES = ("submitted", "accepted", "driver_started", "first_log_line", "first_step", "ended")
+
+# ---------------------------------------------------------------------------------------------
+# A team's runs indexed beside their records (<storage root>/rtjob-index/), so a bucket of 100,000 runs lists in a
+# few requests. Any client, the run-side companion and a supervisor write entries; any client compacts them.
+#   rtjob-index/entries/<stamp>-<run id>-<nonce>.json   one per record write (submit, end): the run's listed fields;
+#                                                       immutable, created if absent; <stamp> is the writer's UTC time
+#                                                       (index_stamp), so entry names sort by time and, for
+#                                                       one run, the greatest name is its latest state
+#   rtjob-index/index/<seq>-<writer>.jsonl              a compaction: a header line, then one line per run (its latest
+#                                                       entry's fields and name), newest first; immutable
+# A reader folds the newest index object, every index object it does not name as folded, and every entry still
+# present: per run id, the row with the greatest entry name wins. "rtjob-index" is not a job's folder name.
+INDEX_DIR = "rtjob-index"
+INDEX_ENTRIES_DIR = "rtjob-index/entries"
+INDEX_OBJECTS_DIR = "rtjob-index/index"
+INDEX_SCHEMA = 1  # an index object or entry of a newer schema is refused (upgrade rtjob), never rewritten
+
+
+def index_entry_name(stamp: str, run_id: str, nonce: str) -> str:
+    """An entry's key relative to the storage root (``stamp``: index_stamp(); ``nonce``: 12 hex digits)."""
+    return f"{INDEX_ENTRIES_DIR}/{stamp}-{run_id}-{nonce}.json"
+
+
+def index_object_name(seq: int, writer: str) -> str:
+    """A compacted index object's key relative to the storage root (``writer``: 12 hex digits, new per write)."""
+    return f"{INDEX_OBJECTS_DIR}/{seq:012d}-{writer}.jsonl"
+
+
+def index_stamp(when: datetime.datetime) -> str:
+    """An entry's time as its name starts: UTC, fixed width (YYYYmmddTHHMMSSffffffZ), so names sort by time."""
+    return when.astimezone(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")

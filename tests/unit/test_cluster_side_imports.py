@@ -20,6 +20,7 @@ CLUSTER_SIDE = (
     "rtjob.backends.ray.retries",  # the retry rule
     "rtjob.core.record",  # the run record
     "rtjob.storage.records",  # the record and log writers
+    "rtjob.storage.index",  # the run index entry a run's end writes (write_run_entry)
     "rtjob.core.redact",
     "rtjob.runs.events",  # what the use cases report
     "rtjob.runs.submission",  # submit and record; follow to the end (Ctrl-C, retries, the archive)

@@ -39,12 +39,15 @@ if TYPE_CHECKING:
                    "rtjob-run.json) instead of this machine's ledger; they are remembered here too.")
 @click.option("--endpoint-url", help="With --storage: the S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / "
                                      "AWS_ENDPOINT_URL).")
+@click.option("--user", "user_filter", metavar="NAME", help="With --storage: only runs this user submitted.")
+@click.option("--reindex", is_flag=True, help="With --storage: rebuild the bucket's run index from the run records "
+                                              "first (runs an older rtjob recorded appear after it).")
 @click.option("--prune", is_flag=True, help="Forget ledger entries of ended runs older than --older-than (storage "
                                             "is never touched).")
 @click.option("--older-than", metavar="DURATION", default="90d", show_default=True, help="With --prune.")
 def runs(output: str, job_filter: str | None, status_filter: str | None, backend_filter: str | None,
-         since: str | None, limit: int, storage_uri: str | None, endpoint_url: str | None, prune: bool,
-         older_than: str) -> int:
+         since: str | None, limit: int, storage_uri: str | None, endpoint_url: str | None, user_filter: str | None,
+         reindex: bool, prune: bool, older_than: str) -> int:
     """List runs rtjob remembers, newest first: every run this machine submitted or followed, after its cluster
     is gone (`rtjob list`: what a cluster knows now).
 
@@ -52,6 +55,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
     Examples:
       rtjob runs --status FAILED --since 7d -o json
       rtjob runs --storage s3://team-bucket/runs      a team's runs, from the bucket alone
+      rtjob runs --storage s3://team-bucket/runs --reindex --user alice
       rtjob runs --prune --older-than 30d
     """
     from ..runs import listing
@@ -65,12 +69,14 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         forgotten = listing.prune(seconds)
         say(f"forgot {forgotten} ended run(s) older than {older_than} (their storage is untouched)")
         return EXIT_SUCCEEDED
+    if storage_uri is None and (user_filter is not None or reindex):
+        raise BadInput(f"{'--user' if user_filter is not None else '--reindex'}: only with --storage URI (the "
+                       "run ledger is this machine's own)")
     if storage_uri is not None:
-        found, problems = listing.from_storage(storage_uri, endpoint_url, job_filter)
+        records, problems = listing.from_storage(storage_uri, endpoint_url, wanted, user=user_filter,
+                                                 backend=backend_filter, reindex=reindex)
         for line in problems:
             say(f"warning: {line}")
-        records = [r for r in found if (backend_filter is None or r.backend == backend_filter)
-                   and wanted.keeps(r.to_run_info())][:limit]
         if output != "text":
             print_data([r.summary() for r in records], output)
         else:

@@ -95,12 +95,37 @@ def recorded_summaries(wanted: RunFilter, backend_name: str | None, settings: Se
     return found
 
 
-def from_storage(root: str, endpoint: str | None, job: str | None) -> tuple[list[RunRecord], list[str]]:
-    """A team's runs, by the records in their storage (no ledger needed); each is remembered in this ledger, so
-    `status`, `logs`, `show`, `results`, `pull` and `rerun` find it from now on."""
+REMEMBER_AT_MOST = 200  # runs listed from an index whose full records are read to remember them in this ledger
+
+
+def from_storage(root: str, endpoint: str | None, wanted: RunFilter, *, user: str | None = None,
+                 backend: str | None = None, reindex: bool = False) -> tuple[list[RunRecord], list[str]]:
+    """A team's runs, newest first, as ``wanted`` (and ``user``, ``backend``) keep them: from the run index beside
+    the records (storage/index.py; ``reindex``: rebuilt from the records first), else, for a root with no index
+    yet, by the records themselves. Runs this ledger does not know are remembered in it (their full records: all
+    of them when listed from the records, the first REMEMBER_AT_MOST when listed from the index), so `status`,
+    `logs`, `show`, `results`, `pull` and `rerun` find them from now on."""
+    from ..storage.index import Query, list_indexed, rebuild, record_of
+
+    problems: list[str] = []
+    if reindex:
+        runs, problems, _key = rebuild(root, endpoint)
+    query = Query(job=wanted.job, status=wanted.status.value if wanted.status else None, user=user, backend=backend,
+                  since=wanted.since, limit=wanted.limit)
+    indexed = list_indexed(root, endpoint, query)
+    if indexed is None:
+        return _by_records(root, endpoint, query, problems)
+    records = [record_of(row) for row in indexed.rows]
+    _remember_full(records[:REMEMBER_AT_MOST], endpoint, indexed.problems)
+    return records, problems + indexed.problems
+
+
+def _by_records(root: str, endpoint: str | None, query: Any, problems: list[str]) -> tuple[list[RunRecord], list[str]]:
+    """A root without an index (runs of an older rtjob only): every record read, each remembered here."""
+    from ..storage.index import entry_of
     from ..storage.records import list_records
 
-    listed = list_records(root, endpoint, job=job)
+    listed = list_records(root, endpoint, job=query.job)
     try:
         book = ledger()
         for record in listed.records:
@@ -108,7 +133,37 @@ def from_storage(root: str, endpoint: str | None, job: str | None) -> tuple[list
                 book.save(record)
     except RtjobError as exc:
         listed.problems.append(f"run ledger not updated: {exc.message}")
-    return listed.records, listed.problems
+    kept = [record for record in listed.records if query.keeps(entry_of(record))]
+    return kept[:query.limit], problems + listed.problems
+
+
+def _remember_full(records: list[RunRecord], endpoint: str | None, problems: list[str]) -> None:
+    """The full records of listed runs this ledger does not know, read from their folders and remembered."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ..storage.records import read_record
+
+    try:
+        book = ledger()
+        unknown = [r for r in records if r.storage_uri and book.get(r.id) is None]
+    except RtjobError as exc:
+        problems.append(f"run ledger not updated: {exc.message}")
+        return
+
+    def full(record: RunRecord) -> RunRecord | None:
+        try:
+            return read_record(record.storage_uri or "", endpoint)
+        except RtjobError:
+            return None  # listed from the index all the same; `rtjob show ID --storage ROOT` reads it later
+
+    with ThreadPoolExecutor(16, thread_name_prefix="rtjob-remember") as pool:
+        found = list(pool.map(full, unknown))
+    try:
+        for record in found:
+            if record is not None:
+                book.save(record)
+    except RtjobError as exc:
+        problems.append(f"run ledger not updated: {exc.message}")
 
 
 def prune(older_than_s: float) -> int:

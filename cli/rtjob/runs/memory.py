@@ -58,6 +58,14 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
         record.__dict__.update(written.__dict__)  # the caller's record is the one written (merged)
     except RtjobError as exc:
         events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
+        return
+    from ..storage.index import write_run_entry
+
+    try:  # the team's index: after the record, so a rebuild from the records never misses what an entry says
+        write_run_entry(record.storage_uri, record.storage_endpoint, record)
+    except RtjobError as exc:
+        events.warning(f"run index entry not written beside {record.storage_uri}: {exc.message} (rtjob runs "
+                       "--storage ROOT --reindex adds the run from its record)")
 
 
 def remember(record: RunRecord) -> None:

@@ -53,7 +53,8 @@ class NoS3Writer(BadInput):
     """No S3 client here can write this location (the client side writes instead)."""
 
 
-def s3_objects(location: Location, endpoint: str | None = None, impl: str | None = None) -> Objects:
+def s3_objects(location: Location, endpoint: str | None = None, impl: str | None = None,
+               concurrency: int = 10) -> Objects:
     """The objects below ``location`` (an s3:// location), through ``impl`` or ``$RTJOB_S3_OBJECTS`` or the first
     of boto3, SigV4 with the environment's keys, pyarrow that is available here."""
     endpoint = endpoint or endpoint_from_env()
@@ -65,7 +66,7 @@ def s3_objects(location: Location, endpoint: str | None = None, impl: str | None
         raise BadInput(f"{IMPL_VAR}={choice!r}: expected auto, boto3, sigv4 or pyarrow")
     if choice in ("auto", "boto3"):
         if _importable("boto3"):
-            return Boto3Objects(location, endpoint, region)
+            return Boto3Objects(location, endpoint, region, concurrency)
         if choice == "boto3":
             raise NoS3Writer(f"{location.uri}: {IMPL_VAR}=boto3, but boto3 cannot be imported here")
     if choice in ("auto", "sigv4"):
@@ -123,7 +124,7 @@ class _S3(Objects):
 
 
 class Boto3Objects(_S3):
-    def __init__(self, location: Location, endpoint: str | None, region: str | None) -> None:
+    def __init__(self, location: Location, endpoint: str | None, region: str | None, concurrency: int = 10) -> None:
         import boto3
         from botocore.config import Config
 
@@ -131,7 +132,8 @@ class Boto3Objects(_S3):
         session = boto3.session.Session()
         self._client = session.client(
             "s3", endpoint_url=endpoint, region_name=region or session.region_name or "us-east-1",
-            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60))
+            config=Config(retries={"max_attempts": 5, "mode": "standard"}, connect_timeout=10, read_timeout=60,
+                          max_pool_connections=max(10, concurrency)))  # a caller's threads share the client
 
     @contextlib.contextmanager
     def _errors(self, rel: str, if_match: str | None = None) -> Iterator[None]:

@@ -19,7 +19,7 @@ def open_store(location: Location, endpoint: str | None = None, concurrency: int
     return LocalStore(location, concurrency)
 
 
-def objects_for(uri: str, endpoint: str | None = None) -> Objects:
+def objects_for(uri: str, endpoint: str | None = None, concurrency: int = 10) -> Objects:
     """The objects of a folder: a local path (or file://) or s3://bucket/prefix (``endpoint``: an S3-compatible
     server's URL, else the environment's AWS_ENDPOINT_URL[_S3], else AWS; objects_s3.py says which S3 client)."""
     location = parse_location(uri)
@@ -27,4 +27,4 @@ def objects_for(uri: str, endpoint: str | None = None) -> Objects:
         return LocalObjects(location)
     from .objects_s3 import s3_objects
 
-    return s3_objects(location, endpoint)
+    return s3_objects(location, endpoint, concurrency=concurrency)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from rtjob_contract import (
     DRIVER_LOG_FILE,
     EPOCH_CHECKPOINT_PREFIX,
+    INDEX_DIR,
     LOG_PART_PREFIX,
     RUN_LOGS_DIR,
     RUN_RECORD_FILE,
@@ -256,6 +257,8 @@ def _plain(root: Location, names: list[str], listed: Listed, parent: str = "") -
     """The folder names rtjob can address (one plain segment); another is a problem line, not a failure."""
     kept = []
     for name in names:
+        if not parent and name == INDEX_DIR:  # the run index beside the job folders (storage/index.py)
+            continue
         try:
             kept.append(check_rel(name))
         except BadInput:
