@@ -54,8 +54,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
     \b
     Examples:
       rtjob runs --status FAILED --since 7d -o json
-      rtjob runs --storage s3://team-bucket/runs      a team's runs, from the bucket alone
-      rtjob runs --storage s3://team-bucket/runs --reindex --user alice
+      rtjob runs --storage s3://team-bucket/runs --user alice   a team's runs, from the bucket's index
       rtjob runs --prune --older-than 30d
     """
     from ..runs import listing

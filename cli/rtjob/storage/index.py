@@ -419,7 +419,7 @@ def _newest_first(row: Row) -> tuple[int, float, str]:
 def _each(items: list[str], call: Callable[[str], Any], objects: Objects) -> list[Any]:
     if len(items) <= 1:
         return [call(item) for item in items]
-    with ThreadPoolExecutor(min(CONCURRENCY, len(items)), thread_name_prefix="rtjob-index") as pool:
+    with ThreadPoolExecutor(min(CONCURRENCY, len(items)), thread_name_prefix="rtjob-index-read") as pool:
         return list(pool.map(call, items))
 
 
