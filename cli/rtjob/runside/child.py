@@ -53,9 +53,11 @@ class Ended:
 class Child:
     """The entrypoint's process (``/bin/sh -c ENTRYPOINT``), with ``env``."""
 
-    def __init__(self, entrypoint: str, env: Mapping[str, str], time_limit_s: float | None = None) -> None:
+    def __init__(self, entrypoint: str, env: Mapping[str, str], time_limit_s: float | None = None,
+                 kill_after_s: float = KILL_AFTER_S) -> None:
         self.entrypoint = entrypoint
         self.time_limit_s = time_limit_s
+        self.kill_after_s = kill_after_s
         self.started = time.monotonic()
         self.proc = subprocess.Popen(entrypoint, shell=True, env=dict(env))  # noqa: S602 - Ray's own way
         self._term_sent_at: float | None = None
@@ -76,7 +78,7 @@ class Child:
         if self.time_limit_s and self._term_sent_at is None and now - self.started >= self.time_limit_s:
             self._term_sent_at = now
             self._signal_others(signal.SIGTERM)
-        elif self._term_sent_at is not None and not self._killed and now - self._term_sent_at >= KILL_AFTER_S:
+        elif self._term_sent_at is not None and not self._killed and now - self._term_sent_at >= self.kill_after_s:
             self._killed = True
             self._signal_others(signal.SIGKILL)
         return None
@@ -93,24 +95,26 @@ class Child:
             time.sleep(step_s)
 
     def _signal_others(self, sig: int) -> None:
-        """``sig`` to every process of the companion's group but the companion (the entrypoint and what it
-        started, as `timeout` signals its group)."""
+        """``sig`` to the entrypoint and everything it started, never the companion: its descendants, and, where
+        the companion leads its process group (as Ray starts it: a new session), the group's other members (what
+        `timeout` signals: also a child that left its parent)."""
         me = os.getpid()
-        group = os.getpgid(0)
-        for pid in _group_members(group):
-            if pid != me:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, sig)
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(self.proc.pid, sig)  # in case /proc could not be read
+        targets = _descendants(me)
+        if os.getpgid(0) == me:
+            targets |= _group_members(me)
+        targets.discard(me)
+        for pid in sorted(targets):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
 
 
-def _group_members(pgid: int) -> list[int]:
-    members: list[int] = []
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, ppid, pgid) of every process /proc shows."""
+    out = []
     try:
         names = os.listdir("/proc")
     except OSError:
-        return members
+        return out
     for name in names:
         if not name.isdigit():
             continue
@@ -120,6 +124,24 @@ def _group_members(pgid: int) -> list[int]:
         except OSError:
             continue
         fields = stat[stat.rfind(")") + 2:].split()  # after "pid (comm) ": state ppid pgrp ...
-        if len(fields) > 2 and fields[2] == str(pgid):
-            members.append(int(name))
-    return members
+        if len(fields) > 2:
+            out.append((int(name), int(fields[1]), int(fields[2])))
+    return out
+
+
+def _descendants(pid: int) -> set[int]:
+    children: dict[int, list[int]] = {}
+    for child, parent, _ in _processes():
+        children.setdefault(parent, []).append(child)
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def _group_members(pgid: int) -> set[int]:
+    return {pid for pid, _, group in _processes() if group == pgid}
