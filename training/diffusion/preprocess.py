@@ -3,7 +3,7 @@
 Reads image–caption pairs (``--data``: a Parquet folder or an image folder, local or ``s3://``, layouts in
 ``pairs.py``; or ``synthetic``: a generated coloured-shapes set), resizes and center-crops them to
 ``--image-size``, encodes images with the VAE (latent mean × ``scaling_factor``) and captions with the CLIP text
-encoder, and writes ``$RTJOB_RUN_DIR/latents/*.parquet`` + ``latents.json`` + ``uncond_embedding.npy`` and the
+encoder, and writes ``$RTJOB_RUN_URI/latents/*.parquet`` + ``latents.json`` + ``uncond_embedding.npy`` and the
 models it used (``models/``) for the pretrain step (layout in ``latents.py``).
 
 ``--vae tiny --text-encoder tiny`` (the local profile) builds tiny random-init models offline; the log says so.
@@ -46,14 +46,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="images of the synthetic set")
     parser.add_argument("--val-percent", type=float, default=10.0, help="held-out share, by image hash")
     parser.add_argument("--batch-size", type=options.positive_int, default=64, help="images per encode batch")
-    parser.add_argument("--output", default=os.environ.get(contract.ENV_RUN_DIR),
-                        help="run folder to write (env RTJOB_RUN_DIR)")
+    # The run's storage folder: Ray Data writes it from workers on any node (RTJOB_RUN_DIR is the driver's node's).
+    parser.add_argument("--output", default=os.environ.get(contract.ENV_RUN_URI) or os.environ.get(contract.ENV_RUN_DIR),
+                        help="run folder to write (env RTJOB_RUN_URI)")
     parser.add_argument("--use-gpu", action=argparse.BooleanOptionalAction,
                         default=options.env_bool(contract.ENV_USE_GPU, False), help="encode on GPUs (one per task)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if not args.output:
-        parser.error("no output folder: pass --output or set RTJOB_RUN_DIR (rtjob sets it when the run has storage)")
+        parser.error("no output folder: pass --output or set RTJOB_RUN_URI (rtjob sets it when the run has storage)")
     if not 0 < args.val_percent < 100:
         parser.error(f"--val-percent must be between 0 and 100, got {args.val_percent}")
     args.output = options.resolve_storage_path(args.output)

@@ -76,7 +76,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.storage_path = options.resolve_storage_path(args.storage_path)
     args.run_name = args.run_name or f"rtjob-sd-pretrain-{time.strftime('%Y%m%d-%H%M%S')}"
     storage = args.storage_path or os.path.expanduser("~/ray_results")
-    args.run_dir = os.environ.get(contract.ENV_RUN_DIR) or f"{storage.rstrip('/')}/{args.run_name}"
+    # Samples are written by the rank-0 worker, on any node: the run's storage folder, not the driver's local one.
+    args.run_dir = (os.environ.get(contract.ENV_RUN_URI) or os.environ.get(contract.ENV_RUN_DIR)
+                    or f"{storage.rstrip('/')}/{args.run_name}")
     args.model, args.dataset = f"unet-{args.unet_size}", args.data  # what ray_ddp.fit prints
     return args
 

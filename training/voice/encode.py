@@ -74,7 +74,7 @@ def run(input_uri: str, out_uri: str, args: argparse.Namespace) -> dict[str, Any
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=f"python -m {__package__}.encode", description=__doc__.split("\n")[0])
     p.add_argument("--input", help="the process step's folder (default: $RTJOB_INPUT_URI)")
-    p.add_argument("--run-dir", help="output folder (default: $RTJOB_RUN_DIR)")
+    p.add_argument("--run-dir", help="output folder (default: $RTJOB_RUN_URI)")
     p.add_argument("--codec", help="a transformers audio codec (hub id or folder); default: offline mel k-means")
     p.add_argument("--codebook-size", type=int, default=64, help="offline codec: k-means codes")
     p.add_argument("--n-mels", type=int, default=40)

@@ -188,7 +188,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--encode-dir", help='the encode step\'s folder (default: $RTJOB_STEP_URIS["encode"])')
     p.add_argument("--train-dir", help='the train step\'s folder (default: $RTJOB_STEP_URIS["train"], '
                    "else $RTJOB_INPUT_URI)")
-    p.add_argument("--run-dir", help="output folder (default: $RTJOB_RUN_DIR)")
+    p.add_argument("--run-dir", help="output folder (default: $RTJOB_RUN_URI)")
     p.add_argument("--seed", type=int, default=0, help="tiny:* base model: the train step's --seed")
     p.add_argument("--max-len", type=int, default=256, help="tokens per example, as the train step's --max-len")
     p.add_argument("--max-examples", type=int, default=None, help="score at most this many held-out examples")

@@ -128,7 +128,7 @@ def write_synthetic(out_uri: str, *, speakers: int, per_speaker: int, seed: int)
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog=f"python -m {__package__}.process", description=__doc__.split("\n")[0])
     p.add_argument("--audio", help="folder or s3:// prefix of audio files with metadata.csv (default: synthetic)")
-    p.add_argument("--run-dir", help="output folder (default: $RTJOB_RUN_DIR)")
+    p.add_argument("--run-dir", help="output folder (default: $RTJOB_RUN_URI)")
     p.add_argument("--val-fraction", type=float, default=0.1)
     p.add_argument("--max-clip-s", type=float, default=2.0)
     p.add_argument("--min-clip-s", type=float, default=0.3)

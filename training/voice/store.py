@@ -109,9 +109,11 @@ def remove_local(tmp: str | None) -> None:
 
 
 def run_dir(flag: str | None) -> str:
-    value = flag or os.environ.get(contract.ENV_RUN_DIR)
+    """The step's output folder: the flag, else the run's storage folder (RTJOB_RUN_URI: Ray Data writes it from
+    workers on any node), else RTJOB_RUN_DIR (an older rtjob's, or a run without the companion)."""
+    value = flag or os.environ.get(contract.ENV_RUN_URI) or os.environ.get(contract.ENV_RUN_DIR)
     if not value:
-        raise ValueError(f"no output folder: pass --run-dir or set {contract.ENV_RUN_DIR}")
+        raise ValueError(f"no output folder: pass --run-dir or set {contract.ENV_RUN_URI}")
     return value
 
 
