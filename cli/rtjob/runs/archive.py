@@ -201,6 +201,10 @@ def before_cluster_stops(backend: Backend, events: RunEvents) -> int:
         if info.status.terminal:
             archive(backend, record, info, events)
         else:
+            if writable_here(record.backend, record.storage_uri):  # its companion records a stop, not a kill
+                from .stopping import mark_stop
+
+                mark_stop(record.storage_uri, record.storage_endpoint)
             archive(backend, record, info, events, final=RunStatus.STOPPED,
                     message="stopped with the embedded cluster (rtjob local down)")
         done += 1
