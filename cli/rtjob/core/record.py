@@ -76,6 +76,7 @@ class RunRecord:
     completed_by: str | None = None
     last_seen: str | None = None
     timeline: dict[str, str] = field(default_factory=dict)
+    companion_cpu_s: float | None = None  # the CPU time the run's companion used (what carrying the run cost)
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 

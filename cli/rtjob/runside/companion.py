@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import resource
 import signal
 import sys
 import tempfile
@@ -174,7 +175,9 @@ class Companion:
         self._guard("the last log part and files", lambda: self._flush(final=True))
         whole = self.parts.write_whole() if self.parts is not None else False
         logs = ([f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"] if whole else [])
-        self.outcome.ended(ended, self.terminated, self.time_limit, logs, self.secrets)
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # the companion's own CPU, not the entrypoint's
+        self.outcome.ended(ended, self.terminated, self.time_limit, logs, self.secrets,
+                           round(usage.ru_utime + usage.ru_stime, 3))
         if self.parts is not None:
             self.parts.close()
 

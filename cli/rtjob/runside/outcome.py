@@ -112,7 +112,7 @@ class Outcome:
         self._update(lambda record: None)
 
     def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
-              secrets: list[str]) -> None:
+              secrets: list[str], cpu_s: float | None = None) -> None:
         stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
         status, message = verdict(ended, terminated, stop_requested, time_limit)
         when = _now()
@@ -126,6 +126,7 @@ class Outcome:
             record.start_time = record.start_time or self.timeline.get("driver_started")
             record.completed_by = WRITER
             record.archived = True
+            record.companion_cpu_s = cpu_s
             if logs:
                 record.logs, record.log_home = list(logs), self.run_uri
             record.metrics = metrics or record.metrics
