@@ -25,8 +25,8 @@ from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.backends.anyscale.backend import AnyscaleBackend
 from rtjob.main import main
 from rtjob.runs import follow
-from support.companion import inner
 from support.cli import REPO, base_env, rtjob
+from support.companion import inner
 from support.fake_anyscale import CLOUD, ApiLikeFake, Step, Timeline
 from support.prices import PRICED_AS, dollars, g5_4xlarge, listed
 from support.scrub import scrub

@@ -68,17 +68,22 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
                        "--storage ROOT --reindex adds the run from its record)")
 
 
-def with_run_side(record: RunRecord) -> RunRecord:
-    """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
-    seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
+def stored_record(record: RunRecord) -> RunRecord | None:
+    """The run's record as its storage holds it now (None: none, or it cannot be read from here)."""
     if not writable_here(record.backend, record.storage_uri):
-        return record
+        return None
     from ..storage.records import read_record
 
     try:
-        stored = read_record(record.storage_uri or "", record.storage_endpoint)
+        return read_record(record.storage_uri or "", record.storage_endpoint)
     except RtjobError:
-        return record
+        return None
+
+
+def with_run_side(record: RunRecord) -> RunRecord:
+    """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
+    seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
+    stored = stored_record(record)
     return record if stored is None else record.keeping_run_side(stored)
 
 
