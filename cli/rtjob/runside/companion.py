@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import resource
@@ -107,6 +108,7 @@ class Companion:
         self.parts: LogParts | None = None
         self.sync: DirSync | None = None
         self.outcome: Outcome | None = None
+        self.log_file: str | None = None  # the driver log file (the companion's stdout)
         limit = env.get(contract.ENV_TIME_LIMIT_S)
         self.time_limit = float(limit) if limit and limit.replace(".", "", 1).isdigit() else None
 
@@ -130,6 +132,9 @@ class Companion:
             if ended is not None:
                 break
             moment = time.monotonic()
+            outcome, log_file = self.outcome, self.log_file
+            if outcome is not None and log_file is not None:
+                self._guard("the timeline", functools.partial(outcome.watch, log_file))
             if moment >= next_flush:
                 self._guard("the log and the run's folder", self._flush)
                 next_flush = moment + INTERVAL_S
@@ -156,6 +161,7 @@ class Companion:
                 "sees the run end)")
         else:
             self.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=outcome.saw_text)
+            self.log_file = source
             outcome.log_from(log_start)
         if run_dir:
             from .sync import DirSync

@@ -79,10 +79,32 @@ class Outcome:
         self.timeline: dict[str, str] = {}
         self._seen = 0  # log bytes seen so far (the timeline's first line is after log_start)
         self.log_start: int | None = None
+        self._peeked = 0  # how far watch() has read the log
 
     # -- the timeline -------------------------------------------------------------------------------------
     def log_from(self, offset: int) -> None:
-        self.log_start = offset
+        self.log_start = self._peeked = offset
+
+    def watch(self, source: str) -> None:
+        """Called every tick until both are seen: the log's first line after the driver started (its size grew)
+        and the first-step event line, read from where the last look stopped (at most 1 MiB a tick)."""
+        if contract.EVENT_FIRST_STEP in self.timeline or self.log_start is None:
+            return
+        try:
+            with open(source, "rb") as f:
+                f.seek(self._peeked)
+                chunk = f.read(1 << 20)
+        except OSError:
+            return
+        if not chunk:
+            return
+        when = _now()
+        self.timeline.setdefault("first_log_line", when)
+        event = f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_FIRST_STEP}".encode()
+        if event in chunk:
+            self.timeline[contract.EVENT_FIRST_STEP] = when
+        cut = chunk.rfind(b"\n") + 1  # the next look starts at a line's start: an event line is never cut
+        self._peeked += cut if cut or len(chunk) == 1 << 20 else 0
 
     def saw_text(self, chunk: bytes) -> None:
         """A new stretch of the driver log (in order): the first line after the driver started, and the event
