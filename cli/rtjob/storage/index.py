@@ -68,11 +68,13 @@ Row = dict[str, Any]
 # Writing an entry: the call a record's writer makes (client, companion, supervisor)
 
 
-def index_objects(root_uri: str, endpoint: str | None = None, concurrency: int = CONCURRENCY) -> Objects:
-    """The storage root's objects (storage/opening.objects_for), shared by ``concurrency`` threads."""
+def index_objects(root_uri: str, endpoint: str | None = None, concurrency: int = CONCURRENCY, *,
+                  light: bool = False) -> Objects:
+    """The storage root's objects (storage/opening.objects_for), shared by ``concurrency`` threads; ``light``: a
+    client's listing, through the stdlib's SigV4 where it serves as boto3 would (no botocore to import)."""
     from .opening import objects_for
 
-    return objects_for(root_uri, endpoint, concurrency)
+    return objects_for(root_uri, endpoint, concurrency, light=light)
 
 
 def root_of(run_uri: str, run_id: str) -> str | None:
@@ -436,12 +438,14 @@ class Indexed:
     compacted: str | None = None  # the index object this listing wrote, if it compacted
 
 
-def list_indexed(root_uri: str, endpoint: str | None, query: Query, *,
-                 compact_after: int = COMPACT_AFTER) -> Indexed | None:
+def list_indexed(root_uri: str, endpoint: str | None, query: Query, *, compact_after: int = COMPACT_AFTER,
+                 objects: Objects | None = None) -> Indexed | None:
     """The runs the index under ``root_uri`` holds (None: the root has no index yet: list its records). When
     ``compact_after`` objects or more are left over beyond the newest index object, the listing compacts them
-    (a failure to, e.g. read-only credentials, is a problem line, never a failed listing)."""
-    objects = index_objects(root_uri, endpoint)
+    (a failure to, e.g. read-only credentials, is a problem line, never a failed listing). ``objects``: the
+    root's, which the caller closes (else opened and closed here)."""
+    own = objects is None
+    objects = objects or index_objects(root_uri, endpoint)
     try:
         snapshot = read_index(objects)
         if not snapshot.present:
@@ -457,7 +461,8 @@ def list_indexed(root_uri: str, endpoint: str | None, query: Query, *,
                 listed.problems.append(f"run index not compacted: {message}")
         return listed
     finally:
-        objects.close()
+        if own:
+            objects.close()
 
 
 def rebuild(root_uri: str, endpoint: str | None) -> tuple[int, list[str], str]:
