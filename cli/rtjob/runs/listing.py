@@ -15,9 +15,9 @@ from .places import writable_here
 
 if TYPE_CHECKING:
     from ..core.record import RunRecord
-    from ..storage.objects import Objects
     from ..jobspec.project import Settings
     from ..ledger import Ledger
+    from ..storage.objects import Objects
     from .events import RunEvents
 
 
@@ -128,7 +128,8 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
     try:
         indexed = list_indexed(root, endpoint, query, objects=objects)
         if indexed is None:
-            return _by_records(root, endpoint, query, problems)  # type: ignore[return-value]
+            records, found = _by_records(root, endpoint, query, problems)
+            return list(records), found
         _remember_full(indexed.rows[:REMEMBER_AT_MOST], root, objects, endpoint, indexed.problems)
     finally:
         objects.close()
