@@ -59,6 +59,8 @@ _AUTH_TEXT = re.compile(r"\b(Bearer|Basic)(\s+)[A-Za-z0-9._~+/=-]{6,}")
 _URL_USERINFO = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*:)(\S+)@(?=[A-Za-z0-9\[])")
 # scheme://KEY@host with no password: the user part is the secret (Sentry DSNs, https://TOKEN@github.com).
 _URL_USER_ONLY = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)([^\s:/@]{6,})@(?=[A-Za-z0-9\[])")
+# Where a text can change but for the hunted values: a URL with a userinfo ('@'), an auth header, a shape's fixed part.
+_MAYBE = re.compile("|".join(re.escape(h) for h in ("@", "Bearer", "Basic", *_SHAPE_HINTS)))
 _SHORTEST_SECRET = HUNT_MIN  # nothing shorter holds a hunted value, a URL password, an auth header or a shape
 
 
@@ -267,6 +269,65 @@ class Redactor:
             return one(str(item))  # what json.dumps(default=str) would print: a path, a date, an enum
 
         return walk(value)
+
+    def rows(self, value: Any) -> list[dict[str, Any]] | None:
+        """``data(value)`` for a listing: a non-empty list of dicts whose values are all scalars (None: ``value`` is
+        not one; call ``data``). Equal to ``data(value)``, cheaper for 100,000 rows: the distinct strings are found
+        first, then one search of them all joined says which could change (a hunted value, or a fixed part of a
+        URL password, an auth header or a secret shape: what ``text`` acts on); only those pass ``text``."""
+        if not isinstance(value, list) or not value or not all(type(row) is dict for row in value):
+            return None
+        strings: dict[str, str] = {}
+        for row in value:
+            for key, val in row.items():
+                if isinstance(val, (dict, list, tuple)):
+                    return None
+                if isinstance(key, str):
+                    strings[key] = key
+                if isinstance(val, str):
+                    strings[val] = val
+        self._redact_all(strings)
+        done = strings.__getitem__
+        plain = (str, bool, int, float, type(None))
+        out = []
+        for row in value:
+            new: dict[str, Any] = {}
+            for key, val in row.items():
+                name = done(key) if isinstance(key, str) else _json_key(key)
+                if isinstance(val, str):
+                    new[name] = done(val)
+                elif isinstance(val, plain):
+                    new[name] = val
+                else:  # what json.dumps(default=str) would print, as data() words it
+                    text = str(val)
+                    new[name] = self.text(text) if len(text) >= _SHORTEST_SECRET else text
+            out.append(new)
+        return out
+
+    def _redact_all(self, strings: dict[str, str]) -> None:
+        """Each value of ``strings`` (text → itself) replaced by ``text(it)``, calling ``text`` only for those a
+        search of them all, joined by a character that no hunted value and no fixed part holds, finds a reason in
+        (the separator stands where a string starts or ends: a non-word character, as nothing is)."""
+        pattern = self._compiled()
+        sep = next((c for c in ("\n", "\x00", "\x1f") if not any(c in v for v in self._values)), None)
+        texts = [t for t in strings if len(t) >= _SHORTEST_SECRET]
+        if sep is None:
+            for text in texts:
+                strings[text] = self.text(text)
+            return
+        joined = sep.join(texts)
+        starts, at = [], 0
+        for text in texts:
+            starts.append(at)
+            at += len(text) + 1
+        hits = [m.start() for m in _MAYBE.finditer(joined)]
+        if pattern is not None:
+            hits += [m.start() for m in pattern.finditer(joined)]
+        import bisect
+
+        for at in set(hits):
+            text = texts[bisect.bisect_right(starts, at) - 1]
+            strings[text] = self.text(text)
 
 
 def _json_key(key: Any) -> str:

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from ..core.record import RunRecord
     from ..jobspec.project import Settings
     from ..ledger import Ledger
+    from ..storage.objects import Objects
     from .events import RunEvents
 
 
@@ -105,19 +106,34 @@ def from_storage(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
     yet, by the records themselves. Runs this ledger does not know are remembered in it (their full records: all
     of them when listed from the records, the first REMEMBER_AT_MOST when listed from the index), so `status`,
     `logs`, `show`, `results`, `pull` and `rerun` find them from now on."""
-    from ..storage.index import Query, list_indexed, rebuild, record_of
+    from ..storage.index import record_of
+
+    rows, problems = storage_rows(root, endpoint, wanted, user=user, backend=backend, reindex=reindex)
+    return [record_of(row) if isinstance(row, dict) else row for row in rows], problems
+
+
+def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, user: str | None = None,
+                 backend: str | None = None, reindex: bool = False) -> tuple[list[Any], list[str]]:
+    """``from_storage``'s runs as the index holds them (rows: storage.index.record_of makes each a record,
+    index.summary_of its JSON), or as records where the root has no index: a listing of 100,000 runs makes no
+    100,000 records to print their summaries."""
+    from ..storage.index import Query, index_objects, list_indexed, rebuild
 
     problems: list[str] = []
     if reindex:
         runs, problems, _key = rebuild(root, endpoint)
     query = Query(job=wanted.job, status=wanted.status.value if wanted.status else None, user=user, backend=backend,
                   since=wanted.since, limit=wanted.limit)
-    indexed = list_indexed(root, endpoint, query)
-    if indexed is None:
-        return _by_records(root, endpoint, query, problems)
-    records = [record_of(row) for row in indexed.rows]
-    _remember_full(records[:REMEMBER_AT_MOST], endpoint, indexed.problems)
-    return records, problems + indexed.problems
+    objects = index_objects(root, endpoint, light=True)
+    try:
+        indexed = list_indexed(root, endpoint, query, objects=objects)
+        if indexed is None:
+            records, found = _by_records(root, endpoint, query, problems)
+            return list(records), found
+        _remember_full(indexed.rows[:REMEMBER_AT_MOST], root, objects, endpoint, indexed.problems)
+    finally:
+        objects.close()
+    return indexed.rows, problems + indexed.problems
 
 
 def _by_records(root: str, endpoint: str | None, query: Any, problems: list[str]) -> tuple[list[RunRecord], list[str]]:
@@ -137,31 +153,41 @@ def _by_records(root: str, endpoint: str | None, query: Any, problems: list[str]
     return kept[:query.limit], problems + listed.problems
 
 
-def _remember_full(records: list[RunRecord], endpoint: str | None, problems: list[str]) -> None:
-    """The full records of listed runs this ledger does not know, read from their folders and remembered."""
+def _remember_full(rows: list[dict[str, Any]], root: str, objects: Objects, endpoint: str | None,
+                   problems: list[str]) -> None:
+    """The full records of listed runs this ledger does not know, read from their folders and remembered (one
+    transaction). A folder below ``root`` is read through the listing's own ``objects`` (no client per record)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..storage.records import read_record
+    from ..core.record import RunRecord
+    from ..storage.records import MAX_RECORD_BYTES, RUN_RECORD_FILE, read_record
 
     try:
         book = ledger()
-        unknown = [r for r in records if r.storage_uri and book.get(r.id) is None]
+        unknown = [row for row in rows if row.get("storage_uri") and book.get(row["id"]) is None]
     except RtjobError as exc:
         problems.append(f"run ledger not updated: {exc.message}")
         return
+    below = root.rstrip("/") + "/"
 
-    def full(record: RunRecord) -> RunRecord | None:
+    def full(row: dict[str, Any]) -> RunRecord | None:
+        uri: str = row["storage_uri"]
         try:
-            return read_record(record.storage_uri or "", endpoint)
+            if uri.startswith(below):
+                rel = f"{uri[len(below):].strip('/')}/{RUN_RECORD_FILE}"
+                got = objects.get(rel, MAX_RECORD_BYTES)
+                return None if got is None else RunRecord.loads(got.data, f"{uri}/{RUN_RECORD_FILE}")
+            return read_record(uri, endpoint)
         except RtjobError:
             return None  # listed from the index all the same; `rtjob show ID --storage ROOT` reads it later
 
-    with ThreadPoolExecutor(16, thread_name_prefix="rtjob-remember") as pool:
-        found = list(pool.map(full, unknown))
+    if len(unknown) > 1:
+        with ThreadPoolExecutor(16, thread_name_prefix="rtjob-remember") as pool:
+            found = list(pool.map(full, unknown))
+    else:
+        found = [full(row) for row in unknown]
     try:
-        for record in found:
-            if record is not None:
-                book.save(record)
+        book.save_many(record for record in found if record is not None)
     except RtjobError as exc:
         problems.append(f"run ledger not updated: {exc.message}")
 

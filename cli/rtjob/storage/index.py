@@ -27,7 +27,6 @@ client is made inside ``index_objects``).
 from __future__ import annotations
 
 import datetime as dt
-import heapq
 import json
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -60,6 +59,7 @@ MAX_INDEX_BYTES = 2 * 1024 * 1024 * 1024
 READ_TRIES = 5  # a listing re-read after a compactor deleted what it had listed; then a problem line
 CONCURRENCY = 16
 _NONCE_HEX = 12
+_PARSE_ONE_BY_ONE = 1000  # a listing of up to this many runs parses the newest index object's lines as it reaches them
 
 Row = dict[str, Any]
 
@@ -68,11 +68,13 @@ Row = dict[str, Any]
 # Writing an entry: the call a record's writer makes (client, companion, supervisor)
 
 
-def index_objects(root_uri: str, endpoint: str | None = None, concurrency: int = CONCURRENCY) -> Objects:
-    """The storage root's objects (storage/opening.objects_for), shared by ``concurrency`` threads."""
+def index_objects(root_uri: str, endpoint: str | None = None, concurrency: int = CONCURRENCY, *,
+                  light: bool = False) -> Objects:
+    """The storage root's objects (storage/opening.objects_for), shared by ``concurrency`` threads; ``light``: a
+    client's listing, through the stdlib's SigV4 where it serves as boto3 would (no botocore to import)."""
     from .opening import objects_for
 
-    return objects_for(root_uri, endpoint, concurrency)
+    return objects_for(root_uri, endpoint, concurrency, light=light)
 
 
 def root_of(run_uri: str, run_id: str) -> str | None:
@@ -190,9 +192,13 @@ class Snapshot:
                         del extra[run_id]
                     else:
                         skip.add(at)
-        newest = (json.loads(line) for at, line in enumerate(self.lines) if at not in skip)
+        kept = (line for at, line in enumerate(self.lines) if at not in skip) if skip else iter(self.lines)
+        if query.limit is None or query.limit > _PARSE_ONE_BY_ONE:  # most of them: parsed in one call
+            newest: Iterator[Row] = iter(json.loads(b"[" + b",".join(kept) + b"]"))
+        else:
+            newest = (json.loads(line) for line in kept)
         count = 0
-        for row in heapq.merge(newest, sorted(extra.values(), key=_newest_first), key=_newest_first):
+        for row in _merged(newest, sorted(extra.values(), key=_newest_first)):
             if query.keeps(row):
                 yield row
                 count += 1
@@ -202,6 +208,24 @@ class Snapshot:
     def leftover(self) -> int:
         """How many objects a compaction would fold beyond the newest index object."""
         return len(self.folded_indexes) - (1 if self.newest else 0) + len(self.entries)
+
+
+def _merged(newest: Iterator[Row], extra: list[Row]) -> Iterator[Row]:
+    """heapq.merge(newest, extra, key=_newest_first) (a tie: newest's first), the rest of ``newest`` as it is once
+    ``extra`` (a few entries) is used up: its rows' times are not parsed."""
+    keys = [_newest_first(row) for row in extra]
+    at = 0
+    for row in newest:
+        if at < len(extra):
+            key = _newest_first(row)
+            while at < len(extra) and keys[at] < key:
+                yield extra[at]
+                at += 1
+        yield row
+        if at == len(extra):
+            break
+    yield from newest
+    yield from extra[at:]
 
 
 def _line_id(line: bytes) -> str:
@@ -390,6 +414,17 @@ def record_of(row: Row) -> RunRecord:
         user=row.get("user"), pipeline=row.get("pipeline"))
 
 
+def record_summary(row: Row) -> Row:
+    """``record_of(row).summary()``, made from the row alone (`rtjob runs -o json` of 100,000 runs)."""
+    return {"id": row["id"], "job": row.get("job"), "backend": row.get("backend") or "?",
+            "status": row.get("status") or "UNKNOWN", "message": row.get("message"),
+            "start_time": row.get("start_time"), "end_time": row.get("end_time"),
+            "storage_uri": row.get("storage_uri"), "exit_code": row.get("exit_code"), "address": row.get("address"),
+            "submitted_at": row.get("submitted_at"), "updated_at": row.get("updated_at"),
+            "archived": bool(row.get("archived")), "git_commit": row.get("git_commit"),
+            "git_dirty": row.get("git_dirty"), "cost_usd": row.get("cost_usd")}
+
+
 def summary_of(row: Row) -> Row:
     """What `rtjob runs -o json` prints of a row (RunRecord.summary()'s keys, in its order)."""
     return {name: row.get(name) for name in FIELDS[:-2]}
@@ -436,12 +471,14 @@ class Indexed:
     compacted: str | None = None  # the index object this listing wrote, if it compacted
 
 
-def list_indexed(root_uri: str, endpoint: str | None, query: Query, *,
-                 compact_after: int = COMPACT_AFTER) -> Indexed | None:
+def list_indexed(root_uri: str, endpoint: str | None, query: Query, *, compact_after: int = COMPACT_AFTER,
+                 objects: Objects | None = None) -> Indexed | None:
     """The runs the index under ``root_uri`` holds (None: the root has no index yet: list its records). When
     ``compact_after`` objects or more are left over beyond the newest index object, the listing compacts them
-    (a failure to, e.g. read-only credentials, is a problem line, never a failed listing)."""
-    objects = index_objects(root_uri, endpoint)
+    (a failure to, e.g. read-only credentials, is a problem line, never a failed listing). ``objects``: the
+    root's, which the caller closes (else opened and closed here)."""
+    own = objects is None
+    objects = objects or index_objects(root_uri, endpoint)
     try:
         snapshot = read_index(objects)
         if not snapshot.present:
@@ -457,7 +494,8 @@ def list_indexed(root_uri: str, endpoint: str | None, query: Query, *,
                 listed.problems.append(f"run index not compacted: {message}")
         return listed
     finally:
-        objects.close()
+        if own:
+            objects.close()
 
 
 def rebuild(root_uri: str, endpoint: str | None) -> tuple[int, list[str], str]:

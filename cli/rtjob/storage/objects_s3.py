@@ -82,6 +82,22 @@ def s3_objects(location: Location, endpoint: str | None = None, impl: str | None
                      "AWS_SECRET_ACCESS_KEY in the environment)")
 
 
+def light_objects(location: Location, endpoint: str | None = None) -> Objects | None:
+    """A client's objects through ``sigv4`` (the stdlib: no botocore to import, no client to build, ~0.5-1 s of a
+    short command) where that serves exactly as boto3 would, as a pull's listing does (s3light.target_for): no
+    ``RTJOB_S3_OBJECTS`` choice, keys, endpoint and region in the environment, no AWS config file that changes
+    S3, no proxy for the endpoint (http.client does not use one). None: ``s3_objects`` decides."""
+    from .engines import AWS_S3, proxy_reason
+
+    if (os.environ.get(IMPL_VAR) or "auto").strip().lower() != "auto":
+        return None
+    endpoint = endpoint or endpoint_from_env()
+    target = s3light.target_for(location.bucket, endpoint)
+    if target is None or proxy_reason(endpoint or AWS_S3) is not None:
+        return None
+    return SigV4Objects(location, target)
+
+
 def _importable(module: str) -> bool:
     try:
         __import__(module)

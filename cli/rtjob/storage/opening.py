@@ -19,12 +19,18 @@ def open_store(location: Location, endpoint: str | None = None, concurrency: int
     return LocalStore(location, concurrency)
 
 
-def objects_for(uri: str, endpoint: str | None = None, concurrency: int = 10) -> Objects:
+def objects_for(uri: str, endpoint: str | None = None, concurrency: int = 10, *, light: bool = False) -> Objects:
     """The objects of a folder: a local path (or file://) or s3://bucket/prefix (``endpoint``: an S3-compatible
-    server's URL, else the environment's AWS_ENDPOINT_URL[_S3], else AWS; objects_s3.py says which S3 client)."""
+    server's URL, else the environment's AWS_ENDPOINT_URL[_S3], else AWS; objects_s3.py says which S3 client).
+    ``light``: a client's command that would spend more time importing botocore than talking to S3 (a listing)
+    uses the stdlib's SigV4 where it serves as boto3 would (objects_s3.light_objects)."""
     location = parse_location(uri)
     if location.scheme == "file":
         return LocalObjects(location)
-    from .objects_s3 import s3_objects
+    from .objects_s3 import light_objects, s3_objects
 
+    if light:
+        found = light_objects(location, endpoint)
+        if found is not None:
+            return found
     return s3_objects(location, endpoint, concurrency=concurrency)
