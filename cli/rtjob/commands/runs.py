@@ -57,15 +57,21 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         cost = record.cost
         data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
         attempts: Attempts | None = Attempts.recorded(record.attempts)
+        carrier = None
     else:
+        from ..runs.carrier import carrier_of
+
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
         attempts = attempts_of(run_id)  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
+        carrier = carrier_of(be, info)  # the run's supervisor on the cluster, if it has one
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     if output != "text":
-        print_data({**run_json(info), "cost": cost, **data_attempts}, output)
+        print_data({**run_json(info), "cost": cost, **data_attempts, **(carrier.to_json() if carrier else {})},
+                   output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
+        line += f"\ncarried by:  {carrier.describe()}" if carrier else ""
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 

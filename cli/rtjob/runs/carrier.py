@@ -1,0 +1,46 @@
+"""Who carries a run where it runs: its supervisor on the cluster (alive, or when it was last seen), as `rtjob
+status` shows it. The backend says whether the supervisor's job runs; the run's record in storage says when the
+supervisor last wrote its heartbeat."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import RtjobError
+from .memory import stored
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..core.model import RunInfo
+
+
+@dataclass
+class Carrier:
+    id: str  # the supervisor's own run id
+    alive: bool
+    status: str  # its job's status
+    last_seen: str | None  # its last heartbeat in the run's record
+
+    def to_json(self) -> dict[str, Any]:
+        return {"carried_by": "supervisor", "supervisor": {"id": self.id, "alive": self.alive, "status": self.status,
+                                                           "last_seen": self.last_seen}}
+
+    def describe(self) -> str:
+        if self.alive:
+            return "supervisor (alive)"
+        seen = f"last seen {self.last_seen}" if self.last_seen else "never seen"
+        return f"supervisor ({self.status.lower()}, {seen})"
+
+
+def carrier_of(backend: Backend, info: RunInfo) -> Carrier | None:
+    """The run's supervisor, or None (it has none, or it cannot be read now: status goes on without it)."""
+    try:
+        supervisor = backend.supervisor_of(info.id)
+    except RtjobError:
+        return None
+    if supervisor is None:
+        return None
+    record = stored(info)
+    last_seen = record.last_seen if record is not None and record.carried_by == "supervisor" else None
+    return Carrier(supervisor.id, not supervisor.status.terminal, supervisor.status.value, last_seen)
