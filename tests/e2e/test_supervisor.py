@@ -163,7 +163,9 @@ def test_a_followed_run_is_still_retried_exactly_once(cluster_env) -> None:
     supervisor, retry = f"{run_id}-supervisor", f"{run_id}-retry1"
     follower = popen_rtjob("submit", *COUNT, "--submission-id", run_id, env=cluster_env)
     try:
-        wait_for(lambda: api.job(supervisor), 120, "the supervisor")
+        # Both watch the first attempt before it is killed: both will go for the retry.
+        wait_for(lambda: api.job(supervisor) and f"carrying {run_id} (attempt {run_id})" in api.logs(supervisor),
+                 120, "the supervisor to carry the run")
         kill_the_first_attempts_driver(api, run_id)
         out, err = follower.communicate(timeout=240)
     finally:
@@ -182,3 +184,51 @@ def test_a_followed_run_is_still_retried_exactly_once(cluster_env) -> None:
     else:
         assert f"retry 1/1: attached to {retry}" in log, log
     assert f"{retry} SUCCEEDED" in err
+
+
+def test_a_retry_submitted_by_the_supervisor_and_clients_at_once_is_created_once(cluster_env, monkeypatch) -> None:
+    """The race itself, forced: the supervisor's submit (REST) and the client's (Ray's own client, through the
+    backend) send the same retry at the same moment from 6 threads: one creates it, every other attaches."""
+    import threading
+
+    from rtjob.backends import backend_class, configured
+    from rtjob.backends.ray.client import RayJobsAPI
+    from rtjob.backends.ray.retries import RayRetries
+    from rtjob.backends.ray.supervisor import submit_over_rest
+    from support.cli import REPO
+
+    api = JobsAPI(cluster_env)
+    run_id = new_id("race")
+    submit = rtjob("submit", "tests/support/jobs/count.yaml", "--set", "max_retries=1", "--set", "args.lines=1",
+                   "--submission-id", run_id, "--no-wait", env=cluster_env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    assert wait_for(ended(api, run_id), 120, f"{run_id} to end") == "SUCCEEDED"
+    data = api.job(run_id)
+    assert data is not None
+    for name in ("RTJOB_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(name, cluster_env[name])
+    rest = RayJobsAPI(api.address, {"Authorization": f"Bearer {api.token}"})
+    as_supervisor = RayRetries(rest, lambda request: submit_over_rest(rest, request))
+    client = backend_class("local")(configured({"backend": "local"}, REPO))
+    as_client = client._retries()
+    barrier = threading.Barrier(6)
+    results: list[tuple[str, bool]] = []
+    errors: list[BaseException] = []
+
+    def go(retries: RayRetries) -> None:
+        try:
+            barrier.wait(30)
+            run, created = retries.resubmit(data, 2)
+            results.append((run.id, created))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in [as_supervisor, as_client] * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert sorted(results) == sorted([(f"{run_id}-retry1", False)] * 5 + [(f"{run_id}-retry1", True)]), results
+    assert wait_for(ended(api, f"{run_id}-retry1"), 120, "the retry to end") == "SUCCEEDED"
+    assert api.job(f"{run_id}-retry2") is None

@@ -15,12 +15,11 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cli import REPO
-
 from rtjob.core.record import RunRecord
 from rtjob.runside.child import KILLED_AFTER_TIMEOUT, TIMED_OUT, Child
 from rtjob.runside.outcome import verdict
 from rtjob.storage.records import update_record
+from support.cli import REPO
 
 SECRET = "companion-secret-4242xyz"
 

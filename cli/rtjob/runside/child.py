@@ -110,7 +110,7 @@ class Child:
 
 def _processes() -> list[tuple[int, int, int]]:
     """(pid, ppid, pgid) of every process /proc shows."""
-    out = []
+    out: list[tuple[int, int, int]] = []
     try:
         names = os.listdir("/proc")
     except OSError:

@@ -1,4 +1,4 @@
-"""``python -m rtjob.runside.supervisor RUN_ID``: a run's supervisor, a Ray job of its own (``<run id>-supervisor``)
+"""``python -m rtjob.runside.supervisor RUN_ID BACKEND``: a run's supervisor, a Ray job of its own (``<run id>-supervisor``)
 that the submitting client starts when the run allows retries. It carries the run's retries with no rtjob client
 alive (the backend's rule: backends/ray/supervisor.py), and keeps its state in the run's record in storage: who
 carries the run (``carried_by: supervisor``) and when it was last seen (``last_seen``, every ~30 s and at each
@@ -69,17 +69,17 @@ class RunSide:
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        say("usage: python -m rtjob.runside.supervisor RUN_ID")
+    if len(args) != 2:
+        say("usage: python -m rtjob.runside.supervisor RUN_ID BACKEND")
         sys.exit(2)
-    run_id = args[0]
+    run_id, backend = args
     from ..backends import backend_class
     from ..backends.base import CarryHooks
 
     side = RunSide(run_id, os.environ.get(contract.ENV_RUN_URI) or None)
     hooks = CarryHooks(stop_requested=side.stop_requested, beat=side.beat, say=say)
     try:
-        code = backend_class("ray").carry(run_id, hooks)
+        code = backend_class(backend).carry(run_id, hooks)
     except Exception as exc:  # noqa: BLE001 - one line in its log, not a traceback
         say(f"stopped carrying {run_id}: {getattr(exc, 'message', None) or f'{type(exc).__name__}: {exc}'}")
         code = 1

@@ -32,6 +32,7 @@ from .request import RayJobRequest
 from .retries import RayRetries, max_retries_of, retry_reason, root_id
 
 MODULE = "rtjob.runside.supervisor"
+CARRIED_BY = "ray"  # the registered backend whose `carry` runs on the cluster (the embedded cluster's too)
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 POLL_S = 1.0
 HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
@@ -76,7 +77,7 @@ def supervisor_request(data: dict[str, Any], dashboard: str) -> RayJobRequest:
         if meta.get(key):
             metadata[key] = str(meta[key])
     return RayJobRequest(run_id=supervisor_id(run_id), job_file=str(meta.get(contract.META_JOB_FILE, "")), notes=[],
-                         entrypoint=f"python -m {MODULE} {shlex.quote(run_id)}", runtime_env=runtime_env,
+                         entrypoint=f"python -m {MODULE} {shlex.quote(run_id)} {CARRIED_BY}", runtime_env=runtime_env,
                          metadata=metadata, entrypoint_num_cpus=0)
 
 
