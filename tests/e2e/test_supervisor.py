@@ -119,8 +119,10 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     assert data["runtime_env"]["working_dir"] == run["runtime_env"]["working_dir"]
     assert data["runtime_env"]["working_dir"].startswith("gcs://")
     assert data["runtime_env"]["py_modules"] == run["runtime_env"]["py_modules"]
-    # The cluster wants a token: whatever the supervisor reads and submits, it authenticated.
+    # The cluster wants a token, and the client gave the supervisor none: whatever it reads and submits, it
+    # authenticated with the token the cluster's own processes carry.
     assert api.get("/api/jobs/", auth=False).status_code == 401
+    assert api.token not in json.dumps(data) and "RAY_AUTH_TOKEN" not in data["runtime_env"]["env_vars"]
 
     kill_the_first_attempts_driver(api, run_id)
     assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
@@ -232,3 +234,53 @@ def test_a_retry_submitted_by_the_supervisor_and_clients_at_once_is_created_once
     assert sorted(results) == sorted([(f"{run_id}-retry1", False)] * 5 + [(f"{run_id}-retry1", True)]), results
     assert wait_for(ended(api, f"{run_id}-retry1"), 120, "the retry to end") == "SUCCEEDED"
     assert api.job(f"{run_id}-retry2") is None
+
+
+def supervisor_pids(run_id: str) -> list[int]:
+    """The supervisor's own process (`python -m rtjob.runside.supervisor RUN_ID ...`), found in /proc."""
+    wanted = f"-m rtjob.runside.supervisor {run_id} "
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if wanted in cmdline and "/bin/sh" not in cmdline.split(" ", 1)[0]:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exactly_once(cluster_env) -> None:
+    """The supervisor is SIGKILLed, then the driver: nothing retries the run until a client looks at it; two
+    `rtjob status` at once start one new supervisor (<id>-supervisor-2), which submits the one retry."""
+    api = JobsAPI(cluster_env)
+    run_id = new_id("supk")
+    first, second, retry = f"{run_id}-supervisor", f"{run_id}-supervisor-2", f"{run_id}-retry1"
+    submit = rtjob("submit", *COUNT, "--submission-id", run_id, "--no-wait", env=cluster_env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    wait_for(lambda: f"carrying {run_id} (attempt {run_id})" in api.logs(first), 120, "the supervisor to carry it")
+    pids = supervisor_pids(run_id)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{pids[0]}").exists(), 30, "the supervisor to be gone")
+    kill_the_first_attempts_driver(api, run_id)
+    assert wait_for(ended(api, run_id), 60, f"{run_id} to end") == "FAILED"
+    assert wait_for(ended(api, first), 60, "the supervisor's job to end") == "FAILED"
+    assert api.job(retry) is None  # nothing carries the run now
+
+    lookers = [popen_rtjob("status", run_id, env=cluster_env) for _ in range(2)]
+    try:
+        answers = [p.communicate(timeout=120) for p in lookers]
+    finally:
+        for p in lookers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert all(p.returncode == 0 for p in lookers), answers
+    assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
+    assert wait_for(ended(api, second), 60, "the new supervisor to end") == "SUCCEEDED", api.logs(second)
+    assert api.job(f"{run_id}-supervisor-3") is None and api.job(f"{run_id}-retry2") is None
+    assert f"retry 1/1: submitted {retry}" in api.logs(second), api.logs(second)
+    assert any(f"started supervisor {second}" in err for _, err in answers), answers

@@ -71,7 +71,7 @@ class Harness:
     def supervisor(self) -> Supervisor:
         hooks = CarryHooks(stop_requested=lambda: self.stops.pop(0) if self.stops else False,
                            beat=self.beats.append, say=self.lines.append)
-        return Supervisor(self.api, RUN, hooks, submit=self.submit)  # type: ignore[arg-type]
+        return Supervisor(self.api, RUN, hooks, submit=self.submit)
 
 
 def test_the_supervisors_request_references_the_runs_packages_and_needs_no_cpu() -> None:
@@ -134,3 +134,21 @@ def test_a_missing_package_is_named_and_nothing_is_retried() -> None:
     assert h.supervisor().run() == 0
     assert h.sent == []
     assert any("no longer has the run's code (gcs://_ray_pkg_wd.zip)" in line for line in h.lines), h.lines
+
+
+@pytest.mark.parametrize("supervisor,attempt,code,wanted", [
+    ("RUNNING", "RUNNING", None, False),  # alive: it carries the run
+    ("FAILED", "RUNNING", None, True),  # died while the run goes on
+    ("FAILED", "FAILED", 137, True),  # died before it retried a lost driver
+    ("FAILED", "FAILED", 1, False),  # nothing left to carry: an ordinary failure is the run's end
+    ("SUCCEEDED", "SUCCEEDED", 0, False),
+])
+def test_a_dead_supervisor_is_replaced_only_while_the_run_has_something_to_carry(
+        supervisor: str, attempt: str, code: int | None, wanted: bool) -> None:
+    from rtjob.backends.ray.supervisor import latest_supervisor, needs_new_supervisor, supervisor_id
+
+    api = JobsAPI(job(RUN, attempt, code), {"submission_id": supervisor_id(RUN), "status": supervisor})
+    n, latest = latest_supervisor(api, RUN)
+    assert n == 1 and latest is not None
+    assert needs_new_supervisor(api, RUN, latest) is wanted
+    assert supervisor_id(RUN, 2) == f"{RUN}-supervisor-2"

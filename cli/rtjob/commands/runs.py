@@ -64,7 +64,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
         attempts = attempts_of(run_id)  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
-        carrier = carrier_of(be, info)  # the run's supervisor on the cluster, if it has one
+        carrier = carrier_of(be, info, PRINTED.note)  # the run's supervisor on the cluster (a dead one replaced)
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     if output != "text":
         print_data({**run_json(info), "cost": cost, **data_attempts, **(carrier.to_json() if carrier else {})},
@@ -197,8 +197,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         if output != "text":
             print_data(run_json(info), output)
         return outcome(info)
+    from ..runs.carrier import carrier_of
     from ..runs.submission import follow_to_end
 
+    carrier_of(be, info, PRINTED.note)  # a supervisor that died is replaced: the run is carried after this wait too
     followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
     return print_followed(followed, output, info)
 

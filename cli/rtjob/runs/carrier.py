@@ -4,6 +4,7 @@ supervisor last wrote its heartbeat."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +34,17 @@ class Carrier:
         return f"supervisor ({self.status.lower()}, {seen})"
 
 
-def carrier_of(backend: Backend, info: RunInfo) -> Carrier | None:
-    """The run's supervisor, or None (it has none, or it cannot be read now: status goes on without it)."""
+def carrier_of(backend: Backend, info: RunInfo, note: Callable[[str], None] | None = None) -> Carrier | None:
+    """The run's supervisor, or None (it has none, or it cannot be read now: status goes on without it). With
+    ``note``, a supervisor that died while the run still had something to carry is replaced first (its
+    replacement's id is deterministic: two clients doing this start one), and ``note`` hears of it."""
     try:
-        supervisor = backend.supervisor_of(info.id)
+        supervisor = before = backend.supervisor_of(info.id)
+        if note is not None and (before is None or before.status.terminal):
+            supervisor = backend.supervise(info.id) or before
+            if supervisor is not None and (before is None or supervisor.id != before.id):
+                gone = f" ({before.id} is {before.status.value})" if before is not None else ""
+                note(f"started supervisor {supervisor.id} to carry the run's retries{gone}")
     except RtjobError:
         return None
     if supervisor is None:

@@ -348,19 +348,27 @@ class RayJobsBackend(Backend):
     # -- the supervisor on the cluster (supervisor.py) ----------------------------------------------------------
     def supervise(self, run_id: str) -> RunInfo | None:
         """Start the run's supervisor (``<run id>-supervisor``; a second submit attaches) when the run allows
-        retries: it references the run's uploaded packages, so they stay while it lives."""
-        from .supervisor import supervisor_request, wants_supervisor
+        retries: it references the run's uploaded packages, so they stay while it lives. One that died while the
+        run still had something to carry is replaced (``-supervisor-2``, ...: two clients start one)."""
+        from .retries import root_id
+        from .supervisor import latest_supervisor, needs_new_supervisor, supervisor_request, wants_supervisor
 
         data = self.api.job(run_id)
+        root = root_id(run_id, data)
+        data = data if root == run_id else self.api.job(root)
         if data is None or not wants_supervisor(data):
             return None
-        return self.submit(supervisor_request(data, self.address)).run
+        n, latest = latest_supervisor(self.api, root)
+        if latest is not None and not needs_new_supervisor(self.api, root, latest):
+            return self._info(latest)
+        return self.submit(supervisor_request(data, self.address, n + 1)).run
 
     def supervisor_of(self, run_id: str) -> RunInfo | None:
         from .retries import root_id
-        from .supervisor import supervisor_id
+        from .supervisor import latest_supervisor
 
-        return self.find(supervisor_id(root_id(run_id, self.api.job(run_id))))
+        _, latest = latest_supervisor(self.api, root_id(run_id, self.api.job(run_id)))
+        return None if latest is None else self._info(latest)
 
     @classmethod
     def carry(cls, run_id: str, hooks: CarryHooks) -> int:

@@ -40,8 +40,47 @@ HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
 PATIENCE_S = 300.0
 
 
-def supervisor_id(run_id: str) -> str:
-    return f"{run_id}{contract.SUPERVISOR_SUFFIX}"
+# A supervisor that died (its node lost, a kill) is replaced by the next client that looks at the run: the
+# replacements' ids are deterministic too (<run id>-supervisor-2, -3, ...), so two clients start one.
+MAX_SUPERVISORS = 20
+
+
+def supervisor_id(run_id: str, n: int = 1) -> str:
+    return f"{run_id}{contract.SUPERVISOR_SUFFIX}" + (f"-{n}" if n > 1 else "")
+
+
+def latest_supervisor(api: RayJobsAPI, run_id: str) -> tuple[int, dict[str, Any] | None]:
+    """The run's latest supervisor (its number and the Jobs API's dict); (0, None) when it has none."""
+    found: tuple[int, dict[str, Any] | None] = (0, None)
+    for n in range(1, MAX_SUPERVISORS + 1):
+        data = api.job(supervisor_id(run_id, n))
+        if data is None:
+            break
+        found = (n, data)
+    return found
+
+
+def needs_new_supervisor(api: RayJobsAPI, run_id: str, latest: dict[str, Any] | None) -> bool:
+    """Whether the run (root id ``run_id``) has something left to carry and no live supervisor carries it: its
+    latest attempt runs, or ended in a way the rule retries with retries left (the supervisor died before it
+    submitted the retry)."""
+    if latest is not None and latest.get("status") not in TERMINAL:
+        return False
+    chain = RayRetries(api, _no_submit).chain_of(run_id)
+    if not chain:
+        return False
+    last = api.job(chain[-1].id) or {}
+    if last.get("status") not in TERMINAL:
+        return True
+    try:
+        attempt = int((last.get("metadata") or {}).get(contract.META_ATTEMPT, 1))
+    except ValueError:
+        attempt = 1
+    return retry_reason(last) is not None and attempt <= max_retries_of(last)
+
+
+def _no_submit(request: RayJobRequest) -> SubmitResult:
+    raise AssertionError(f"reading a run's attempts never submits ({request.run_id})")
 
 
 def is_supervisor(data: dict[str, Any]) -> bool:
@@ -54,9 +93,9 @@ def wants_supervisor(data: dict[str, Any]) -> bool:
     return max_retries_of(data) > 0 and not is_supervisor(data)
 
 
-def supervisor_request(data: dict[str, Any], dashboard: str) -> RayJobRequest:
-    """The supervisor's request for the run ``data`` (as the Jobs API returns it after its submit), reaching the
-    Jobs API at ``dashboard`` from inside the cluster."""
+def supervisor_request(data: dict[str, Any], dashboard: str, n: int = 1) -> RayJobRequest:
+    """The ``n``th supervisor's request for the run ``data`` (as the Jobs API returns it after its submit),
+    reaching the Jobs API at ``dashboard`` from inside the cluster."""
     import shlex
 
     run_id = str(data.get("submission_id"))
@@ -76,7 +115,7 @@ def supervisor_request(data: dict[str, Any], dashboard: str) -> RayJobRequest:
     for key in (contract.META_JOB, contract.META_STORAGE, contract.META_STORAGE_ENDPOINT):
         if meta.get(key):
             metadata[key] = str(meta[key])
-    return RayJobRequest(run_id=supervisor_id(run_id), job_file=str(meta.get(contract.META_JOB_FILE, "")), notes=[],
+    return RayJobRequest(run_id=supervisor_id(run_id, n), job_file=str(meta.get(contract.META_JOB_FILE, "")), notes=[],
                          entrypoint=f"python -m {MODULE} {shlex.quote(run_id)} {CARRIED_BY}", runtime_env=runtime_env,
                          metadata=metadata, entrypoint_num_cpus=0)
 
