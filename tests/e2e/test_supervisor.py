@@ -284,3 +284,20 @@ def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exa
     assert api.job(f"{run_id}-supervisor-3") is None and api.job(f"{run_id}-retry2") is None
     assert f"retry 1/1: submitted {retry}" in api.logs(second), api.logs(second)
     assert any(f"started supervisor {second}" in err for _, err in answers), answers
+
+
+def test_a_stopped_run_is_not_retried_and_its_supervisor_ends(cluster_env) -> None:
+    """`rtjob stop` (the stop marker, then Ray's stop) of a supervised `--no-wait` run: STOPPED, no retry, and the
+    supervisor ends with the run."""
+    api = JobsAPI(cluster_env)
+    run_id = new_id("sups")
+    supervisor = f"{run_id}-supervisor"
+    submit = rtjob("submit", *COUNT, "--submission-id", run_id, "--no-wait", env=cluster_env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    wait_for(lambda: f"carrying {run_id} (attempt {run_id})" in api.logs(supervisor), 120, "the supervisor")
+    wait_for(lambda: "line 3 of" in api.logs(run_id), 120, f"{run_id} to print")
+    stopped = rtjob("stop", run_id, env=cluster_env, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_for(ended(api, supervisor), 60, "the supervisor to end") == "SUCCEEDED", api.logs(supervisor)
+    assert api.status(run_id) == "STOPPED" and api.job(f"{run_id}-retry1") is None
+    assert f"{run_id} ended STOPPED: the run has ended" in api.logs(supervisor)
