@@ -69,8 +69,9 @@ class Harness:
         return SubmitResult(RunInfo(request.run_id, "count", "ray", RunStatus.PENDING), created)
 
     def supervisor(self) -> Supervisor:
+        self.gave_up: list[str] = []
         hooks = CarryHooks(stop_requested=lambda: self.stops.pop(0) if self.stops else False,
-                           beat=self.beats.append, say=self.lines.append)
+                           beat=self.beats.append, say=self.lines.append, gave_up=self.gave_up.append)
         return Supervisor(self.api, RUN, hooks, submit=self.submit)
 
 
@@ -134,6 +135,7 @@ def test_a_missing_package_is_named_and_nothing_is_retried() -> None:
     assert h.supervisor().run() == 0
     assert h.sent == []
     assert any("no longer has the run's code (gcs://_ray_pkg_wd.zip)" in line for line in h.lines), h.lines
+    assert h.gave_up == [f"cannot retry {RUN}: the cluster no longer has the run's code (gcs://_ray_pkg_wd.zip)"]
 
 
 @pytest.mark.parametrize("supervisor,attempt,code,wanted", [
@@ -152,3 +154,22 @@ def test_a_dead_supervisor_is_replaced_only_while_the_run_has_something_to_carry
     assert n == 1 and latest is not None
     assert needs_new_supervisor(api, RUN, latest) is wanted
     assert supervisor_id(RUN, 2) == f"{RUN}-supervisor-2"
+
+
+def test_the_run_side_keeps_the_supervisors_state_in_the_runs_record(tmp_path) -> None:
+    """rtjob.runside.supervisor's hooks on a real (local) run folder: the heartbeat names the supervisor, the
+    stop marker is seen, a run it gave up on is FAILED with the line; the companion keeps carried_by."""
+    from rtjob.runside.supervisor import RunSide
+    from rtjob.storage.records import read_record
+
+    side = RunSide(RUN, str(tmp_path))
+    assert side.stop_requested() is False
+    side.beat(RUN)
+    record = read_record(str(tmp_path), None)
+    assert record is not None and record.carried_by == "supervisor" and record.last_seen
+    (tmp_path / contract.STOP_MARKER_FILE).write_text("now")
+    assert side.stop_requested() is True
+    side.gave_up("cannot retry t-run-1: the cluster no longer has the run's code (gcs://x.zip)")
+    record = read_record(str(tmp_path), None)
+    assert record is not None and record.status == "FAILED" and record.message.startswith("cannot retry")
+    assert record.carried_by == "supervisor"

@@ -41,6 +41,8 @@ class CarryHooks:
     stop_requested: Callable[[], bool]
     beat: Callable[[str | None], None]  # the attempt carried now (None: the run has ended)
     say: Callable[[str], None]
+    # The run ends here though the rule would retry it (its code is gone): the line goes into its record too.
+    gave_up: Callable[[str], None] = lambda line: None
 
 
 class NotSupported(BadInput):

@@ -66,6 +66,27 @@ class RunSide:
         update_record(run_uri, None, change)
         del attempt
 
+    def gave_up(self, line: str) -> None:
+        """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message."""
+        if not self.run_uri:
+            return
+        from ..core.model import RunStatus
+        from ..core.record import RunRecord
+        from ..storage.records import update_record
+
+        def change(stored: RunRecord | None) -> RunRecord | None:
+            if stored is None:
+                return None
+            stored.status = RunStatus.FAILED.value
+            stored.message = line
+            stored.updated_at = _now()
+            return stored
+
+        try:
+            update_record(self.run_uri, None, change)
+        except Exception as exc:  # noqa: BLE001 - the line is in the supervisor's log already
+            say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
+
 
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
@@ -77,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     from ..backends.base import CarryHooks
 
     side = RunSide(run_id, os.environ.get(contract.ENV_RUN_URI) or None)
-    hooks = CarryHooks(stop_requested=side.stop_requested, beat=side.beat, say=say)
+    hooks = CarryHooks(stop_requested=side.stop_requested, beat=side.beat, say=say, gave_up=side.gave_up)
     try:
         code = backend_class(backend).carry(run_id, hooks)
     except Exception as exc:  # noqa: BLE001 - one line in its log, not a traceback

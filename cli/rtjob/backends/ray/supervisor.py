@@ -237,7 +237,9 @@ class Supervisor:
             return None
         missing = self._missing_packages(dict(data.get("runtime_env") or {}))
         if missing:
-            self.hooks.say(f"cannot retry {current}: the cluster no longer has the run's code ({', '.join(missing)})")
+            line = f"cannot retry {current}: the cluster no longer has the run's code ({', '.join(missing)})"
+            self.hooks.say(line)
+            self.hooks.gave_up(line)
             return None
         run, created = self.retries.resubmit(data, attempt + 1)
         if created:
