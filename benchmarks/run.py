@@ -706,6 +706,15 @@ def bench_index(ctx: Context) -> list[Row]:
     return _rows(run_index_bench(notes=ctx.notes), 11)
 
 
+def bench_companion(ctx: Context) -> list[Row]:
+    """Issue 25: the run-side companion's CPU over a training run, and the start-up timeline of cold and warm
+    embedded submits (benchmarks/companion_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.companion_bench import run_companion_bench
+
+    return _rows(run_companion_bench(notes=ctx.notes), 12)
+
+
 def machine() -> dict[str, str]:
     cpu = "unknown"
     with contextlib.suppress(OSError):
@@ -830,6 +839,7 @@ def main() -> int:
         rows += guarded(["9. `rtjob runs --storage` over 1,000 run records"], bench_records, ctx)
         rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
         rows += guarded(["11. `rtjob runs --storage` over 100,000 runs (run index)"], bench_index, ctx)
+        rows += guarded(["12. the run-side companion"], bench_companion, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)

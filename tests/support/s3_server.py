@@ -82,6 +82,13 @@ def bucket_server(bucket: str) -> Iterator[S3Server]:
         yield server
 
 
+def in_env(server: S3Server, monkeypatch: Any) -> S3Server:
+    """``server``'s endpoint and keys as this process's AWS environment (for code that finds S3 by itself)."""
+    for name, value in {**server.env(), "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    return server
+
+
 def bucket_fixture(bucket: str) -> Any:
     """A module-scoped pytest fixture: one moto server holding an empty ``bucket`` for the module's tests
     (``s3 = bucket_fixture("runs")`` at module level)."""

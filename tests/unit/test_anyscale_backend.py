@@ -26,6 +26,7 @@ from rtjob.backends.anyscale.backend import AnyscaleBackend
 from rtjob.main import main
 from rtjob.runs import follow
 from support.cli import REPO, base_env, rtjob
+from support.companion import inner
 from support.fake_anyscale import CLOUD, ApiLikeFake, Step, Timeline
 from support.prices import PRICED_AS, dollars, g5_4xlarge, listed
 from support.scrub import scrub
@@ -116,7 +117,12 @@ def test_submit_follows_to_success_with_logs_json_and_the_exact_request(cli: Cli
     gpu = [g for g in compute.worker_node_types if g.instance_type == "g5.4xlarge"]
     assert len(gpu) == 1 and gpu[0].min_workers == 3 and gpu[0].max_workers == 3
     assert compute.head_node_type.instance_type == "m5.2xlarge"
-    assert cli.fake.uploaded_dirs == [str(REPO)]  # the working dir, packaged by the SDK
+    # The working dir and the run-side companion's packages (py_modules), packaged by the SDK; the entrypoint
+    # runs under the companion.
+    assert cli.fake.uploaded_dirs == [str(REPO), str(REPO / "cli" / "rtjob"), str(REPO / "rtjob_contract")]
+    assert inner(sent.config.entrypoint) != sent.config.entrypoint
+    assert inner(sent.config.entrypoint).startswith("python -m training.ray_ddp --epochs 3")
+    assert sent.config.runtime_env.env_vars["RAY_JOB_STOP_WAIT_TIME_S"] == "30"
 
 
 @pytest.mark.parametrize(("final", "run_status", "status", "code"), [

@@ -167,3 +167,18 @@ def test_a_client_write_never_replaces_the_run_sides_end(tmp_path: Path) -> None
     assert (stored.status, stored.exit_code, stored.completed_by, stored.backend, stored.user) == (
         "FAILED", -9, "companion", "local", "alice")
     assert set(stored.timeline) == {"submitted", "driver_started"}
+
+
+def test_a_run_whose_companion_is_no_longer_seen_reads_unknown_with_when_it_was_seen() -> None:
+    import datetime as dt
+
+    def seen(seconds_ago: float) -> RunRecord:
+        when = (dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds_ago)).isoformat()
+        return RunRecord(id="r1", job="j", backend="ray", status="RUNNING", carried_by="companion", last_seen=when)
+
+    assert seen(10).to_run_info().status.value == "RUNNING"
+    lost = seen(600).to_run_info()
+    assert lost.status.value == "UNKNOWN" and "companion was last seen" in (lost.message or "")
+    ended = seen(600)
+    ended.status = "SUCCEEDED"
+    assert ended.to_run_info().status.value == "SUCCEEDED"

@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from rtjob.runs import notify
@@ -274,3 +275,44 @@ def test_without_apprise_one_line_names_the_extra(monkeypatch: pytest.MonkeyPatc
 def test_durations_read_as_people_write_them() -> None:
     assert [notify.human_duration(s) for s in (0, 42.4, 187, 3725, 90000)] == ["0s", "42s", "3m 07s", "1h 02m",
                                                                               "25h 00m"]
+
+
+def test_a_retry_the_client_submits_is_told_once(receiver: Receiver, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtjob.backends.base import Retry
+    from rtjob.core.model import RunInfo, RunStatus
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.events import Quiet
+    from rtjob.runs.memory import ledger
+    from rtjob.runs.retry_notice import notify_retrying
+
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RETRY_HOOK", receiver.url("/retries"))
+    notify = json.dumps({"on": ["retrying"], "targets": [{"type": "webhook", "env": "RETRY_HOOK"}], "steps": False})
+    ledger().save(RunRecord(id="r1", job="j", backend="local", storage_uri=str(tmp_path / "run"),
+                            request={"submit_job": {"runtime_env": {"env_vars": {"RTJOB_NOTIFY": notify}}}}))
+    retry = RunInfo(id="r1-retry1", job="j", backend="local", status=RunStatus.PENDING)
+    decision = Retry("r1", "its driver was killed by SIGKILL (exit code -9)", 1, 1, retry, created=True)
+    notify_retrying("r1", decision, Quiet())
+    notify_retrying("r1", decision, Quiet())  # another follower that attached to the same retry
+    [body] = receiver.bodies("/retries")
+    assert body["outcome"] == "retrying-2" and "r1-retry1" in body["error"]
+    assert (tmp_path / "run" / "rtjob-notified-retrying-2").exists()
+
+
+@pytest.mark.parametrize(("attempt", "told"), [(1, False), (2, True)])
+def test_a_lost_driver_with_retries_left_is_told_by_its_last_attempt(receiver: Receiver, tmp_path: Path,
+                                                                    attempt: int, told: bool) -> None:
+    from rtjob.runside.child import Ended
+    from rtjob.runside.outcome import Outcome
+    from rtjob.storage.location import parse_location
+    from rtjob.storage.objects import LocalObjects
+
+    run = tmp_path / "run"
+    env = {"RTJOB_NOTIFY": json.dumps({"on": ["failed"], "targets": [{"type": "webhook", "env": "HOOK"}]}),
+           "HOOK": receiver.url("/ends"), "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(
+               {"metadata": {"rtjob.max_retries": "1", "rtjob.attempt": str(attempt)}})}
+    outcome = Outcome(str(run), "r1", env, LocalObjects(parse_location(str(run))), Said().append)
+    outcome.started("2026-11-26T10:00:00+00:00")
+    outcome.ended(Ended(-9), False, None, [], [])
+    assert [b["outcome"] for b in receiver.bodies("/ends")] == (["failed"] if told else [])

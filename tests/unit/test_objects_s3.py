@@ -24,25 +24,27 @@ from rtjob.storage.objects_s3 import (
     s3_objects,
 )
 from rtjob.storage.opening import objects_for
-from support.s3_server import S3Server, bucket_server, free_port, seaweed_server, weed_binary
+from support.s3_server import (
+    S3Server,
+    bucket_fixture,
+    free_port,
+    in_env,
+    seaweed_server,
+    weed_binary,
+)
 
 BUCKET = "objects-tests"
 IMPLS = ("boto3", "sigv4", "pyarrow")
 CLASSES = {"boto3": Boto3Objects, "sigv4": SigV4Objects, "pyarrow": PyArrowObjects}
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture
 def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    for name, value in {**s3.env(), "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
     monkeypatch.delenv(IMPL_VAR, raising=False)
-    return s3
+    return in_env(s3, monkeypatch)
 
 
 def _folder() -> str:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from rtjob.core.record import RunRecord
 from rtjob.storage import index
 from rtjob.storage.index import Query, compact, index_objects, read_index, write_entry, write_run_entry
 from rtjob.storage.records import write_record
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import S3Server, bucket_fixture, in_env
 
 from rtjob_contract import INDEX_ENTRIES_DIR, INDEX_OBJECTS_DIR
 
@@ -23,17 +22,12 @@ BUCKET = "index-tests"
 T0 = dt.datetime(2026, 11, 20, 10, 0, tzinfo=dt.timezone.utc)
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture
 def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    for name, value in {**s3.env(), "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
-    return s3
+    return in_env(s3, monkeypatch)
 
 
 @pytest.fixture(params=["local", "s3"])

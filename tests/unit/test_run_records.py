@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,24 +26,19 @@ from rtjob.storage.records import (
     write_log,
     write_record,
 )
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import S3Server, bucket_fixture, in_env
 
 from rtjob_contract import DRIVER_LOG_FILE, RUN_RECORD_FILE, attempt_log_name
 
 BUCKET = "records-tests"
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture
 def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    for name, value in {**s3.env(), "AWS_EC2_METADATA_DISABLED": "true"}.items():
-        monkeypatch.setenv(name, value)
-    return s3
+    return in_env(s3, monkeypatch)
 
 
 class Root:

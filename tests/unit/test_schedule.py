@@ -82,8 +82,10 @@ def test_dry_run_prints_a_schedule_anyscale_accepts_and_sends_nothing(cli: Cli) 
     assert job.name == "weekly-ddp" and job.max_retries == 0 and job.timeout_s == 7200
     assert job.env_vars["RTJOB_SCHEDULE"] == "weekly-ddp" and "RTJOB_RUN_NAME" not in job.env_vars
     assert job.entrypoint.startswith('export RTJOB_RUN_NAME="${ANYSCALE_HA_JOB_ID:-weekly-ddp-')
-    assert job.entrypoint.endswith("python -m training.ray_ddp --epochs 3 --global-batch-size 128 --lr 0.001 "
-                                   "--dataset mnist")
+    # Each run's folder is named in the shell before the companion starts (it syncs to RTJOB_RUN_URI).
+    assert 'export RTJOB_RUN_URI="$RTJOB_RUN_DIR"; python -m rtjob.runside.companion ' in job.entrypoint
+    assert job.entrypoint.endswith("'python -m training.ray_ddp --epochs 3 --global-batch-size 128 --lr 0.001 "
+                                   "--dataset mnist'")
     assert job.compute_config.worker_nodes[0].min_nodes == job.compute_config.worker_nodes[0].max_nodes == 3
     assert job.tags["rtjob-schedule"] == "weekly-ddp" and "rtjob-run-id" not in job.tags
     assert not cli.fake._schedules

@@ -125,7 +125,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
 
 def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> str:
-    from .printing import run_text, size
+    from .printing import carrier_text, run_text, size, timeline_text
 
     info = record.to_run_info()
     git = record.git or {}
@@ -145,6 +145,10 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> s
                      + (f", compute config {shape['compute_config']}" if shape.get("compute_config") else ""))
     if record.cost:
         lines.append(f"cost:        {record.cost.get('text')}")
+    lines.append(f"carried by:  {carrier_text(record.carried_by, record.last_seen, record.run_status.terminal)}"
+                 + (f"; completed by {record.completed_by}" if record.completed_by else ""))
+    if record.timeline:
+        lines.append(f"timeline:    {timeline_text(record.timeline)}")
     attempts = Attempts.recorded(record.attempts)
     if attempts.worth_showing:
         lines.append(f"attempts:    {attempts.describe()}")

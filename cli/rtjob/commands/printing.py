@@ -188,6 +188,31 @@ def run_text(info: RunInfo) -> str:
     return "\n".join(lines)
 
 
+def timeline_text(timeline: dict[str, str]) -> str:
+    """The start-up timeline as people read it: each stage's time after the first one recorded (submitted)."""
+    import datetime as dt
+
+    from rtjob_contract import TIMELINE_STAGES
+
+    stamps = []
+    for stage in (*TIMELINE_STAGES, *(s for s in timeline if s not in TIMELINE_STAGES)):
+        try:
+            stamps.append((stage, dt.datetime.fromisoformat(timeline[stage])))
+        except (KeyError, ValueError):
+            continue
+    if not stamps:
+        return "-"
+    first = stamps[0][1]
+    return ", ".join(f"{stage.replace('_', ' ')} +{(when - first).total_seconds():.1f}s" for stage, when in stamps)
+
+
+def carrier_text(carried_by: str | None, last_seen: str | None, ended: bool) -> str:
+    """Who carries the run where it runs, and when it last said so."""
+    if not carried_by:
+        return "- (no run-side process: rtjob completes the record when it sees the run end)"
+    return f"{carried_by}" + ("" if ended else f" (last seen {last_seen or '-'})")
+
+
 def run_json(info: RunInfo) -> dict[str, Any]:
     data = info.to_json()
     if data.get("message"):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..core.errors import EXIT_SUCCEEDED, BadInput, Unreachable
+from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError, Unreachable
 from ..core.model import Attempts, RunStatus
 from .events import PRINTED, log_stream, print_followed
 from .options import (
@@ -17,6 +18,7 @@ from .options import (
     run_id_argument,
 )
 from .printing import (
+    carrier_text,
     duration,
     echo,
     outcome,
@@ -25,8 +27,12 @@ from .printing import (
     run_text,
     runs_table,
     say,
+    timeline_text,
 )
 from .settings import backend_for_run, backend_from, parse_timeout
+
+if TYPE_CHECKING:
+    from ..core.record import RunRecord
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -66,14 +72,36 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         data_attempts = attempts.to_json() if attempts else {}
         carrier = carrier_of(be, info, PRINTED.note)  # the run's supervisor on the cluster (a dead one replaced)
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
+    side = _run_side(record, run_id)
     if output != "text":
-        print_data({**run_json(info), "cost": cost, **data_attempts, **(carrier.to_json() if carrier else {})},
-                   output)
+        supervisor = carrier.to_json() if carrier else {}
+        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor}, output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
-        line += f"\ncarried by:  {carrier.describe()}" if carrier else ""
+        if carrier is not None:  # its supervisor on the cluster: alive, or how it ended and when it was last seen
+            line += f"\ncarried by:  {carrier.describe()}"
+        elif side.get("carried_by") or side.get("timeline"):
+            line += f"\ncarried by:  {carrier_text(side['carried_by'], side['last_seen'], info.status.terminal)}"
+        if side.get("timeline"):
+            line += f"\ntimeline:    {timeline_text(side['timeline'])}"
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
+
+
+def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
+    """What the run side recorded (who carries the run, when it was last seen, the start-up timeline): the record's
+    in the run's storage, which its companion keeps, over this ledger's."""
+    from ..runs.memory import find, with_run_side
+
+    try:
+        record = record or find(run_id)
+    except RtjobError:
+        record = None
+    if record is None:
+        return {}
+    record = with_run_side(record)
+    return {"carried_by": record.carried_by, "completed_by": record.completed_by, "last_seen": record.last_seen,
+            "timeline": record.timeline}
 
 
 @click.command(name="list", epilog=EXIT_CODES_HELP)

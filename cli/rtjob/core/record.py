@@ -22,6 +22,8 @@ RECORD_SCHEMA = 1
 
 # Who may write a run's end where the run is: a client never replaces what they wrote (keeping_run_side).
 RUN_SIDE = ("companion", "supervisor")
+# A run-side carrier refreshes last_seen every 30 s: three missed beats and the run's state is not known.
+STALE_S = 90
 # What a run's end sets in its record.
 END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
               "archived", "completed_by")
@@ -77,6 +79,7 @@ class RunRecord:
     completed_by: str | None = None
     last_seen: str | None = None
     timeline: dict[str, str] = field(default_factory=dict)
+    companion_cpu_s: float | None = None  # the CPU time the run's companion used (what carrying the run cost)
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 
@@ -156,9 +159,13 @@ class RunRecord:
         }
 
     def to_run_info(self) -> RunInfo:
-        """The record as the RunInfo every command prints (status, list, wait)."""
+        """The record as the RunInfo every command prints (status, list, wait). A run its companion carried that has
+        not ended and was not seen for STALE_S is UNKNOWN (its driver's node may be gone), saying when it was seen."""
+        status, message = self.run_status, self.message
+        if not status.terminal and self.carried_by and self.last_seen and _older_than(self.last_seen, STALE_S):
+            status, message = RunStatus.UNKNOWN, f"its {self.carried_by} was last seen {self.last_seen}"
         return RunInfo(
-            id=self.id, job=self.job, backend=self.backend, status=self.run_status, message=self.message,
+            id=self.id, job=self.job, backend=self.backend, status=status, message=message,
             start_time=self.start_time or self.submitted_at, end_time=self.end_time, storage_uri=self.storage_uri,
             exit_code=self.exit_code, address=self.address, storage_endpoint=self.storage_endpoint, rate=self.rate,
         )
@@ -185,6 +192,18 @@ class RunRecord:
         record = cls(id=info.id, job=info.job, backend=info.backend)
         record.observe(info)
         return record
+
+
+def _older_than(when: str, seconds: float) -> bool:
+    import datetime as dt
+
+    try:
+        stamp = dt.datetime.fromisoformat(when)
+    except ValueError:
+        return False
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.timezone.utc)
+    return (dt.datetime.now(dt.timezone.utc) - stamp).total_seconds() > seconds
 
 
 def spec_hash(spec: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from ..core.errors import BadInput, RtjobError, Unreachable
 from ..core.model import RunInfo, RunStatus
 from ..core.record import RunRecord
 from ..core.redact import redact, redact_data
-from .memory import ledger, lookup, remember, save, stored
+from .memory import ledger, lookup, remember, save, stored, stored_record
 from .places import local_run_dir, log_home, writable_here
 from .records import now
 
@@ -137,14 +137,7 @@ def _run_side_end(record: RunRecord) -> RunRecord | None:
     """The run's record in its storage when the run side (its companion) wrote the run's end there."""
     from ..core.record import RUN_SIDE
 
-    if not writable_here(record.backend, record.storage_uri):
-        return None
-    from ..storage.records import read_record
-
-    try:
-        stored = read_record(record.storage_uri or "", record.storage_endpoint)
-    except RtjobError:
-        return None
+    stored = stored_record(record)
     return stored if stored is not None and stored.completed_by in RUN_SIDE else None
 
 
@@ -201,6 +194,10 @@ def before_cluster_stops(backend: Backend, events: RunEvents) -> int:
         if info.status.terminal:
             archive(backend, record, info, events)
         else:
+            if writable_here(record.backend, record.storage_uri):  # its companion records a stop, not a kill
+                from .stopping import mark_stop
+
+                mark_stop(record.storage_uri, record.storage_endpoint)
             archive(backend, record, info, events, final=RunStatus.STOPPED,
                     message="stopped with the embedded cluster (rtjob local down)")
         done += 1

@@ -24,8 +24,7 @@ class Carrier:
     last_seen: str | None  # its last heartbeat in the run's record
 
     def to_json(self) -> dict[str, Any]:
-        return {"carried_by": "supervisor", "supervisor": {"id": self.id, "alive": self.alive, "status": self.status,
-                                                           "last_seen": self.last_seen}}
+        return {"supervisor": {"id": self.id, "alive": self.alive, "status": self.status, "last_seen": self.last_seen}}
 
     def describe(self) -> str:
         if self.alive:

@@ -176,14 +176,19 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
     if record.archived:
         return record
     from ..backends import get_backend
+    from ..core.record import RUN_SIDE
+    from .memory import save, with_run_side
 
     try:
         backend = get_backend(settings)
-        if backend.name != record.backend:
-            return record
-        return observe(backend, backend.status(record.id), events) or record
+        if backend.name == record.backend:
+            record = observe(backend, backend.status(record.id), events) or record
     except RtjobError:
-        return record
+        pass
+    merged = with_run_side(record)  # its companion may have written its end where the cluster is gone
+    if merged.completed_by in RUN_SIDE and not record.archived:
+        save(merged, events, to_storage=False)
+    return merged
 
 
 def checkpoints_of(record: RunRecord, events: RunEvents) -> list[dict[str, Any]] | None:

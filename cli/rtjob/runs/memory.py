@@ -68,6 +68,25 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
                        "--storage ROOT --reindex adds the run from its record)")
 
 
+def stored_record(record: RunRecord) -> RunRecord | None:
+    """The run's record as its storage holds it now (None: none, or it cannot be read from here)."""
+    if not writable_here(record.backend, record.storage_uri):
+        return None
+    from ..storage.records import read_record
+
+    try:
+        return read_record(record.storage_uri or "", record.storage_endpoint)
+    except RtjobError:
+        return None
+
+
+def with_run_side(record: RunRecord) -> RunRecord:
+    """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
+    seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
+    stored = stored_record(record)
+    return record if stored is None else record.keeping_run_side(stored)
+
+
 def remember(record: RunRecord) -> None:
     """A record found in a run's storage, remembered in this ledger from now on (a run it knows is left as is).
     Quietly: the command that found it answers from the record either way."""

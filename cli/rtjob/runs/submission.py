@@ -18,6 +18,7 @@ from .follow import follow
 from .memory import find, ledger, save
 from .patience import Patience
 from .records import new_record, now_ms
+from .retry_notice import notify_retrying
 from .runner import Submitted
 from .stopping import stop_run
 from .stuck_watch import NeverFits
@@ -107,6 +108,8 @@ def follow_run(
                 events.note(f"{current} FAILED: {decision.reason}; no retries left (max_retries {decision.max_retries})")
             return info
         events.retrying(current, decision)
+        if decision.created:  # this process submitted it: it tells the run's notify targets
+            notify_retrying(run_id, decision, events)
         current = decision.next_run.id
 
 

@@ -17,6 +17,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import resource
 import signal
 import sys
 import tempfile
@@ -28,6 +29,7 @@ import rtjob_contract as contract
 
 from ..core.redact import secret_arg_values, secret_values
 from .child import Child, Ended
+from .outcome import RAY_JOB_CONFIG, job_metadata
 
 if TYPE_CHECKING:
     from ..storage.objects import Objects
@@ -35,7 +37,6 @@ if TYPE_CHECKING:
     from .outcome import Outcome
     from .sync import DirSync
 
-RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
 SUBMISSION_ID_KEY = "job_submission_id"  # Ray's own metadata key: the attempt's submission id
 INTERVAL_S = float(os.environ.get(contract.ENV_COMPANION_INTERVAL_S) or 5)  # log parts and the folder's sync
 HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)  # the record's last_seen
@@ -54,10 +55,9 @@ def now_iso() -> str:
 
 def attempt_id(env: Mapping[str, str]) -> str | None:
     """This attempt's submission id (a retry's is ``<id>-retryN``), from Ray's job config; else the run's name."""
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        metadata = json.loads(env.get(RAY_JOB_CONFIG) or "{}").get("metadata") or {}
-        if metadata.get(SUBMISSION_ID_KEY):
-            return str(metadata[SUBMISSION_ID_KEY])
+    metadata = job_metadata(env)
+    if metadata.get(SUBMISSION_ID_KEY):
+        return str(metadata[SUBMISSION_ID_KEY])
     return env.get(contract.ENV_RUN_NAME)
 
 
@@ -174,7 +174,9 @@ class Companion:
         self._guard("the last log part and files", lambda: self._flush(final=True))
         whole = self.parts.write_whole() if self.parts is not None else False
         logs = ([f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"] if whole else [])
-        self.outcome.ended(ended, self.terminated, self.time_limit, logs, self.secrets)
+        usage = resource.getrusage(resource.RUSAGE_SELF)  # the companion's own CPU, not the entrypoint's
+        self.outcome.ended(ended, self.terminated, self.time_limit, logs, self.secrets,
+                           round(usage.ru_utime + usage.ru_stime, 3))
         if self.parts is not None:
             self.parts.close()
 

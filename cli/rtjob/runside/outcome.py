@@ -24,11 +24,28 @@ if TYPE_CHECKING:
     from .child import Ended
 
 WRITER = "companion"
+RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
 _TERM_OR_KILL = {-15: "SIGTERM", -9: "SIGKILL", 143: "SIGTERM", 137: "SIGKILL"}
 
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def job_metadata(env: Mapping[str, str]) -> dict[str, Any]:
+    """The job's metadata as Ray gives it to the driver (rtjob's keys, and Ray's own job_submission_id)."""
+    import json
+
+    try:
+        metadata = json.loads(env.get(RAY_JOB_CONFIG) or "{}").get("metadata") or {}
+    except (ValueError, TypeError, AttributeError):
+        return {}
+    return metadata if isinstance(metadata, dict) else {}
+
+
+def retriable(ended: Ended) -> bool:
+    """The entrypoint was killed by SIGKILL or SIGTERM (not at its time limit): a lost driver, retried if allowed."""
+    return not ended.timed_out and ended.code in _TERM_OR_KILL
 
 
 def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
@@ -113,7 +130,7 @@ class Outcome:
         self._update(lambda record: None)
 
     def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
-              secrets: list[str]) -> None:
+              secrets: list[str], cpu_s: float | None = None) -> None:
         stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
         status, message = verdict(ended, terminated, stop_requested, time_limit)
         when = _now()
@@ -127,6 +144,7 @@ class Outcome:
             record.start_time = record.start_time or self.timeline.get("driver_started")
             record.completed_by = WRITER
             record.archived = True
+            record.companion_cpu_s = cpu_s
             if logs:
                 record.logs, record.log_home = list(logs), self.run_uri
             record.metrics = metrics or record.metrics
@@ -137,7 +155,16 @@ class Outcome:
             from ..storage.index import write_run_entry
 
             write_run_entry(self.run_uri, self.endpoint, record)
-        self._notify(record, secrets)
+        if not (status == RunStatus.FAILED.value and retriable(ended) and not stop_requested and self._retries_left()):
+            self._notify(record, secrets)  # a lost driver with retries left: its last attempt tells how it ended
+
+    def _retries_left(self) -> bool:
+        """Does the run's max_retries allow another attempt after this one (rtjob's metadata in Ray's job config)?"""
+        metadata = job_metadata(self.env)
+        try:
+            return int(metadata.get(contract.META_ATTEMPT) or 1) <= int(metadata.get(contract.META_MAX_RETRIES) or 0)
+        except (ValueError, TypeError):
+            return False
 
     def _metrics(self) -> dict[str, Any] | None:
         from ..storage.records import metrics_summary

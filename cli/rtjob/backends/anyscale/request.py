@@ -11,7 +11,9 @@ from ...core.redact import MASK, is_secret, mask_command, mask_mapping
 from ...core.yamlout import dump_yaml
 from ...jobspec.pricing import pinned_compute_config
 from ..base import Request
-from ..packaging import DEFAULT_EXCLUDES  # Anyscale packages a working dir as Ray does
+
+# Anyscale packages a working dir as Ray does; the companion travels as it does on Ray.
+from ..packaging import DEFAULT_EXCLUDES, STOP_WAIT_ENV, STOP_WAIT_S, companion_entrypoint, companion_modules
 from .client import ANYSCALE_VERSION, anyscale_errors
 
 if TYPE_CHECKING:
@@ -59,6 +61,10 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         config["cloud"] = cloud
     if job.spec.project or project:
         config["project"] = job.spec.project or project
+    if job.companion:  # the run-side companion, as on Ray: JobConfig's py_modules, the entrypoint under it
+        config["entrypoint"] = companion_entrypoint(job.entrypoint)
+        config["py_modules"] = companion_modules()
+        config["env_vars"].setdefault(STOP_WAIT_ENV, STOP_WAIT_S)
     return config
 
 

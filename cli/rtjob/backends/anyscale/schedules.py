@@ -30,11 +30,13 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
     env = job["env_vars"]
     env.pop(contract.ENV_RUN_NAME, None)
     env.pop(contract.ENV_RUN_DIR, None)
+    env.pop(contract.ENV_RUN_URI, None)
     env[contract.ENV_SCHEDULE] = name
     run_name = f'"${{ANYSCALE_HA_JOB_ID:-{name}-$(date -u +%Y%m%d-%H%M%S)}}"'
     exports = f"export {contract.ENV_RUN_NAME}={run_name}; "
     if env.get(contract.ENV_STORAGE_PATH):
         exports += f'export {contract.ENV_RUN_DIR}="${contract.ENV_STORAGE_PATH}/${contract.ENV_RUN_NAME}"; '
+        exports += f'export {contract.ENV_RUN_URI}="${contract.ENV_RUN_DIR}"; '  # the companion syncs to it
     job["entrypoint"] = exports + job["entrypoint"]
     tags = dict(job.get("tags") or {})
     tags.pop(contract.TAG_RUN_ID, None)

@@ -1,0 +1,273 @@
+"""Runs that finish their own story (issue 25), on the real embedded cluster with S3 storage (moto on loopback) and a
+webhook receiver on loopback: submitted with --no-wait, the client gone, the run's companion writes the script's
+files, the whole log (as parts, then driver.log) and the completed record to storage, and sends one message.
+
+Until every assertion on the run side is made, the run is observed only through storage (boto3) and Ray's Jobs API
+read directly: rtjob commands archive what they see, which would hide a companion that wrote nothing."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from support.cli import PLANTED, new_id, rtjob
+from support.s3_server import bucket_fixture
+
+pytestmark = pytest.mark.cluster
+
+BUCKET = "side-runs"
+HOOK_SECRET = "hookpathsecret9f8e7d6c"  # the webhook URL's secret path segment (as Slack's carry theirs)
+TOKEN = "side-api-token-5a4b3c2d1e"  # a secret env value the script prints
+PLANTED.update({HOOK_SECRET, TOKEN})
+
+s3 = bucket_fixture(BUCKET)
+
+SCRIPT = '''
+import json, os, sys, time
+run_dir = os.environ["RTJOB_RUN_DIR"]  # a local folder: the companion syncs it to RTJOB_RUN_URI
+os.makedirs(run_dir, exist_ok=True)
+print("using token", os.environ["SIDE_API_TOKEN"], flush=True)
+rows = []
+for epoch in (1, 2):
+    rows.append({"epoch": epoch, "train_loss": 1.0 / epoch, "val_loss": 1.5 / epoch, "val_accuracy": 0.4 * epoch})
+    folder = os.path.join(run_dir, f"checkpoint_epoch_{epoch:04d}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "model.pt"), "wb") as f:
+        f.write(os.urandom(1024))
+    with open(os.path.join(folder, "metrics.json"), "w") as f:
+        json.dump(rows, f)
+    with open(os.path.join(folder, "state.json"), "w") as f:
+        json.dump({"epoch": epoch}, f)
+with open(os.path.join(run_dir, "metrics.json"), "w") as f:
+    json.dump(rows, f)
+mib = int(sys.argv[1])  # lines of 1 KiB: MiB of log
+line = "x" * 1015  # 1 KiB and a byte with its number and newline
+for i in range(mib * 1024):
+    print(f"{i:08d} {line}")
+print("script done", flush=True)
+for i in range(int(sys.argv[2])):  # then a line every 0.2 s (a run to stop or kill)
+    print(f"tick {i}", flush=True)
+    time.sleep(0.2)
+'''
+
+JOB = """
+name: side
+entrypoint: python side.py
+working_dir: ..
+requirements: []
+notify:
+  on: [succeeded, failed, stopped]
+  targets:
+    - type: webhook
+      url: {env: SIDE_HOOK}
+"""
+
+
+class Receiver:
+    """A webhook receiver on loopback: every POST body it got, by path."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[str, dict[str, Any]]] = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                outer.got.append((self.path, json.loads(body or b"{}")))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return None
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/{HOOK_SECRET}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def for_run(self, run_id: str) -> list[dict[str, Any]]:
+        return [body for _, body in self.got if body.get("run_id") == run_id]
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="module")
+def receiver() -> Iterator[Receiver]:
+    server = Receiver()
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("side-project")
+    (root / "jobs").mkdir()
+    (root / "jobs" / "side.yaml").write_text(JOB)
+    (root / "side.py").write_text(SCRIPT)
+    return root
+
+
+@pytest.fixture(scope="module")
+def env(cluster_env: dict[str, str], s3: Any, receiver: Receiver, project: Path) -> dict[str, str]:
+    return {**cluster_env, **s3.env(), "SIDE_HOOK": receiver.url, "SIDE_API_TOKEN": TOKEN,
+            "RTJOB_PROJECT": str(project)}
+
+
+@pytest.fixture(scope="module")
+def jobs_api(cluster_env: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """The embedded cluster's Jobs API, read directly (the address and token `rtjob local env` exports)."""
+    proc = rtjob("local", "env", env=cluster_env)
+    assert proc.returncode == 0, proc.stderr
+    exports = dict(re.findall(r"^export (\w+)=['\"]?([^'\"\n]*)['\"]?$", proc.stdout, re.M))
+    token = Path(exports["RAY_AUTH_TOKEN_PATH"]).read_text().strip()
+    return exports["RAY_API_SERVER_ADDRESS"], {"Authorization": f"Bearer {token}"}
+
+
+def submit(env: dict[str, str], run_id: str, mib: int, ticks: int, project: Path) -> None:
+    proc = rtjob("submit", "side", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials", "--no-wait",
+                 "--submission-id", run_id, "--env", "RTJOB_COMPANION_INTERVAL_S=1", "--env",
+                 "SIDE_API_TOKEN=" + TOKEN, "--set", f"entrypoint=python side.py {mib} {ticks}",
+                 "-o", "json", env=env, cwd=project, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["id"] == run_id
+
+
+def keys(s3: Any, prefix: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for page in s3.client().get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix):
+        out.update({o["Key"][len(prefix):]: o["Size"] for o in page.get("Contents", [])})
+    return out
+
+
+def body(s3: Any, key: str) -> bytes:
+    return s3.client().get_object(Bucket=BUCKET, Key=key)["Body"].read()
+
+
+def record(s3: Any, folder: str) -> dict[str, Any] | None:
+    try:
+        return json.loads(body(s3, f"{folder}/rtjob-run.json"))
+    except Exception:  # noqa: BLE001 - not written yet
+        return None
+
+
+def wait_until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def parts(s3: Any, folder: str, run_id: str) -> bytes:
+    prefix = f"{folder}/logs/{run_id}/"
+    return b"".join(body(s3, prefix + name) for name in sorted(keys(s3, prefix)))
+
+
+def driver_log(jobs_api: tuple[str, dict[str, str]], run_id: str) -> str:
+    address, headers = jobs_api
+    answer = requests.get(f"{address}/api/jobs/{run_id}/logs", headers=headers, timeout=120)
+    answer.raise_for_status()
+    return answer.json()["logs"]
+
+
+def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env, s3, receiver, project, jobs_api):
+    run_id = new_id("side")
+    folder = f"runs/side/{run_id}"
+    submit(env, run_id, mib=40, ticks=0, project=project)  # the client exits at once; nothing follows the run
+    done = wait_until(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 300, "the companion's end")
+    assert done["status"] == "SUCCEEDED" and done["completed_by"] == "companion" and done["exit_code"] == 0
+    assert done["carried_by"] == "companion" and done["archived"] and done["logs"] == ["logs/driver.log"]
+    timeline = done["timeline"]
+    assert timeline["submitted"] <= timeline["accepted"] <= timeline["driver_started"] <= timeline["ended"]
+
+    # The script's files, written to a local RTJOB_RUN_DIR, are in the run's storage.
+    stored = keys(s3, folder + "/")
+    for name in ("metrics.json", "checkpoint_epoch_0002/model.pt", "checkpoint_epoch_0002/state.json"):
+        assert name in stored, sorted(stored)
+    assert not any(k.startswith("s3:") for k in stored)
+
+    # The whole 40 MiB log: the parts joined equal the driver's file, masked; driver.log is the same bytes.
+    joined = parts(s3, folder, run_id)
+    log = driver_log(jobs_api, run_id)
+    assert len(joined) > 40 * 1024 * 1024 and TOKEN in log and TOKEN not in joined.decode()
+    assert joined.decode() == log.replace(TOKEN, "****")
+    assert body(s3, f"{folder}/logs/driver.log") == joined
+
+    # Exactly one message, with what a person needs; the hook's secret is nowhere in storage.
+    wait_until(lambda: receiver.for_run(run_id), 30, "the webhook")
+    [message] = receiver.for_run(run_id)
+    assert message["outcome"] == "succeeded" and message["job"] == "side" and f"rtjob logs {run_id}" in json.dumps(message)
+    for key in stored:
+        if key.endswith((".json", ".log")) or "/logs/" in key:
+            assert HOOK_SECRET.encode() not in body(s3, f"{folder}/{key}"), key
+
+    # Now rtjob: results and pull by run id (a plain script with s3:// storage), logs streamed from storage.
+    results = rtjob("results", run_id, "-o", "json", env=env, cwd=project, timeout=120)
+    assert results.returncode == 0, results.stderr
+    assert [row["epoch"] for row in json.loads(results.stdout)[0]["history"]] == [1, 2]
+    pulled = rtjob("pull", run_id, "--to", str(project / "pulled"), "-o", "json", env=env, cwd=project, timeout=120)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (project / "pulled" / "checkpoint_epoch_0002" / "model.pt").stat().st_size == 1024
+    tail = rtjob("logs", run_id, "--tail", "2", env=env, cwd=project, timeout=120)
+    assert tail.returncode == 0 and tail.stdout.splitlines()[-1] == "script done", tail.stderr
+
+
+def test_a_driver_killed_mid_run_loses_at_most_the_last_interval(env, s3, project, jobs_api):
+    run_id = new_id("kill")
+    folder = f"runs/side/{run_id}"
+    submit(env, run_id, mib=0, ticks=600, project=project)
+    wait_until(lambda: b"tick 20" in parts(s3, folder, run_id), 120, "20 ticks in storage")
+    companion = _companion_of(run_id)
+    os.killpg(os.getpgid(companion), signal.SIGKILL)  # the driver's node lost: the companion dies with it
+    address, headers = jobs_api
+    wait_until(lambda: requests.get(f"{address}/api/jobs/{run_id}", headers=headers, timeout=30).json()["status"]
+               in ("FAILED", "STOPPED"), 120, "Ray to see the driver gone")
+    stored = parts(s3, folder, run_id).decode()
+    log = driver_log(jobs_api, run_id).replace(TOKEN, "****")  # the parts are masked
+    assert log.startswith(stored)  # a prefix of the driver's file, nothing reordered or doubled
+    lost = log[len(stored):].count("tick ")
+    assert lost <= 10, f"{lost} lines lost (a 1 s interval at 5 lines/s, plus the kill's own moment)"
+    kept = record(s3, folder)
+    assert kept is not None and kept.get("completed_by") is None and kept["last_seen"]  # nobody wrote its end
+
+
+def test_rtjob_stop_is_recorded_stopped_with_the_files_whole_log_and_one_message(env, s3, receiver, project):
+    run_id = new_id("stop")
+    folder = f"runs/side/{run_id}"
+    submit(env, run_id, mib=0, ticks=600, project=project)
+    wait_until(lambda: b"tick 3" in parts(s3, folder, run_id), 120, "the run to tick")
+    stop = rtjob("stop", run_id, env=env, cwd=project, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    done = wait_until(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
+    assert done["status"] == "STOPPED" and done["completed_by"] == "companion"
+    assert "metrics.json" in keys(s3, folder + "/")
+    assert body(s3, f"{folder}/logs/driver.log") == parts(s3, folder, run_id)
+    wait_until(lambda: receiver.for_run(run_id), 30, "the webhook")
+    assert [m["outcome"] for m in receiver.for_run(run_id)] == ["stopped"]
+
+
+def _companion_of(run_id: str) -> int:
+    """The pid of the run's companion on this machine (the embedded cluster's head node)."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"rtjob.runside.companion" in cmdline and f"RTJOB_RUN_NAME={run_id}".encode() in environ:
+            return int(pid)
+    raise AssertionError(f"no companion process of {run_id}")
