@@ -70,8 +70,10 @@ class Harness:
 
     def supervisor(self) -> Supervisor:
         self.gave_up: list[str] = []
+        self.retried: list[tuple[str, str, int, str]] = []
         hooks = CarryHooks(stop_requested=lambda: self.stops.pop(0) if self.stops else False,
-                           beat=self.beats.append, say=self.lines.append, gave_up=self.gave_up.append)
+                           beat=self.beats.append, say=self.lines.append, gave_up=self.gave_up.append,
+                           retried=lambda *told: self.retried.append(told))
         return Supervisor(self.api, RUN, hooks, submit=self.submit)
 
 
@@ -102,6 +104,17 @@ def test_a_lost_driver_is_retried_once_and_the_supervisor_ends_with_the_run() ->
     assert sent.metadata[contract.META_ATTEMPT] == "2" and sent.metadata[contract.META_PARENT] == RUN
     assert any("retry 1/1: submitted t-run-1-retry1" in line for line in h.lines), h.lines
     assert h.beats[0] == RUN and h.beats[-1] is None
+    assert h.retried == [(RUN, "its driver was killed by SIGKILL (exit code 137)", 1, f"{RUN}-retry1")]
+
+
+def test_a_retry_another_submitted_first_is_attached_to_and_not_told_again() -> None:
+    h = Harness(JobsAPI(job(RUN, "FAILED", 137)))
+    h.api.jobs[f"{RUN}-retry1"] = {**job(f"{RUN}-retry1", "SUCCEEDED", 0), "submission_id": f"{RUN}-retry1"}
+    supervisor = h.supervisor()
+    supervisor.current_attempt = lambda: RUN  # type: ignore[method-assign]  # it saw the first attempt end first
+    assert supervisor.run() == 0
+    assert supervisor.submitted == [] and h.retried == []
+    assert any(f"retry 1/1: attached to {RUN}-retry1" in line for line in h.lines), h.lines
 
 
 def test_a_run_retried_already_is_carried_from_its_latest_attempt() -> None:
@@ -149,11 +162,16 @@ def test_a_dead_supervisor_is_replaced_only_while_the_run_has_something_to_carry
         supervisor: str, attempt: str, code: int | None, wanted: bool) -> None:
     from rtjob.backends.ray.supervisor import latest_supervisor, needs_new_supervisor, supervisor_id
 
-    api = JobsAPI(job(RUN, attempt, code), {"submission_id": supervisor_id(RUN), "status": supervisor})
+    api = JobsAPI(job(RUN, attempt, code), {"submission_id": supervisor_id(RUN), "status": supervisor, "metadata": {
+        contract.META_ROLE: contract.ROLE_SUPERVISOR, contract.META_SUPERVISES: RUN}})
     n, latest = latest_supervisor(api, RUN)
     assert n == 1 and latest is not None
     assert needs_new_supervisor(api, RUN, latest) is wanted
     assert supervisor_id(RUN, 2) == f"{RUN}-supervisor-2"
+    # A job that merely has the id is not the run's supervisor (one that is not rtjob's, or another run's).
+    api.jobs[supervisor_id(RUN)]["metadata"] = {contract.META_ROLE: contract.ROLE_SUPERVISOR,
+                                                contract.META_SUPERVISES: "another-run"}
+    assert latest_supervisor(api, RUN) == (0, None)
 
 
 def test_the_run_side_keeps_the_supervisors_state_in_the_runs_record(tmp_path) -> None:
@@ -173,3 +191,45 @@ def test_the_run_side_keeps_the_supervisors_state_in_the_runs_record(tmp_path) -
     record = read_record(str(tmp_path), None)
     assert record is not None and record.status == "FAILED" and record.message.startswith("cannot retry")
     assert record.carried_by == "supervisor"
+
+
+def test_a_retry_the_supervisor_submits_is_told_once(tmp_path, monkeypatch) -> None:
+    """`notify: on: [retrying]`: the supervisor's retry reaches a loopback webhook once, however often it is told
+    (the rtjob-notified-retrying-N marker in the run's folder, as a client that submits one claims it)."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from rtjob.runside.supervisor import RunSide
+
+    got: list[dict[str, Any]] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            got.append(json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv(contract.ENV_NOTIFY, json.dumps({"on": ["retrying"], "steps": False,
+                                                            "targets": [{"type": "webhook", "env": "HOOK_URL"}]}))
+        monkeypatch.setenv("HOOK_URL", f"http://127.0.0.1:{server.server_address[1]}/hook")
+        monkeypatch.setenv(contract.ENV_JOB_NAME, "count")
+        side = RunSide(RUN, str(tmp_path))
+        for _ in range(2):
+            side.retried(RUN, "its driver was killed by SIGKILL (exit code 137)", 1, f"{RUN}-retry1")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+    assert len(got) == 1, got
+    text = json.dumps(got[0])
+    assert RUN in text and "retrying" in text and f"{RUN}-retry1" in text and "SIGKILL" in text
+    assert (tmp_path / contract.notified_marker("retrying-2")).exists()

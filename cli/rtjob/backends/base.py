@@ -43,6 +43,8 @@ class CarryHooks:
     say: Callable[[str], None]
     # The run ends here though the rule would retry it (its code is gone): the line goes into its record too.
     gave_up: Callable[[str], None] = lambda line: None
+    # It submitted a retry: (the failed attempt, why it is retried, its attempt number, the retry's id).
+    retried: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
 
 
 class NotSupported(BadInput):

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import RtjobError
+from ..core.model import RunStatus
 from .memory import stored
 
 if TYPE_CHECKING:
@@ -39,7 +40,9 @@ def carrier_of(backend: Backend, info: RunInfo, note: Callable[[str], None] | No
     replacement's id is deterministic: two clients doing this start one), and ``note`` hears of it."""
     try:
         supervisor = before = backend.supervisor_of(info.id)
-        if note is not None and (before is None or before.status.terminal):
+        # A run whose attempt SUCCEEDED or was STOPPED has nothing left to carry; a FAILED one may (a retry).
+        if note is not None and (before is None or before.status.terminal) \
+                and info.status not in (RunStatus.SUCCEEDED, RunStatus.STOPPED):
             supervisor = backend.supervise(info.id) or before
             if supervisor is not None and (before is None or supervisor.id != before.id):
                 gone = f" ({before.id} is {before.status.value})" if before is not None else ""

@@ -66,6 +66,36 @@ class RunSide:
         update_record(run_uri, None, change)
         del attempt
 
+    def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
+        """`notify: on: [retrying]`: the retry it submitted told to the run's targets, once (the
+        ``rtjob-notified-retrying-N`` marker, as a client that submits a retry claims it)."""
+        if not self.run_uri:
+            return
+        from ..runs.notify import Message, config_from_env, send
+        from ..storage.objects import PreconditionFailed
+        from ..storage.opening import objects_for
+
+        try:
+            config = config_from_env(os.environ)
+        except ValueError:
+            return
+        if config is None:
+            return
+        run_uri = self.run_uri
+
+        def claim(outcome: str) -> bool:
+            with objects_for(run_uri) as objects:
+                try:
+                    objects.put(contract.notified_marker(outcome), b"", if_absent=True)
+                    return True
+                except PreconditionFailed:
+                    return False
+
+        message = Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
+                          outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
+                          error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}")
+        send(config, message, claim, say=say)
+
     def gave_up(self, line: str) -> None:
         """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message."""
         if not self.run_uri:
@@ -98,7 +128,8 @@ def main(argv: list[str] | None = None) -> None:
     from ..backends.base import CarryHooks
 
     side = RunSide(run_id, os.environ.get(contract.ENV_RUN_URI) or None)
-    hooks = CarryHooks(stop_requested=side.stop_requested, beat=side.beat, say=say, gave_up=side.gave_up)
+    hooks = CarryHooks(stop_requested=side.stop_requested, beat=side.beat, say=say, gave_up=side.gave_up,
+                       retried=side.retried)
     try:
         code = backend_class(backend).carry(run_id, hooks)
     except Exception as exc:  # noqa: BLE001 - one line in its log, not a traceback

@@ -359,8 +359,8 @@ class RayJobsBackend(Backend):
         if data is None or not wants_supervisor(data):
             return None
         n, latest = latest_supervisor(self.api, root)
-        if latest is not None and not needs_new_supervisor(self.api, root, latest):
-            return self._info(latest)
+        if not needs_new_supervisor(self.api, root, latest):  # alive, or the run has nothing left to carry
+            return None if latest is None else self._info(latest)
         return self.submit(supervisor_request(data, self.address, n + 1)).run
 
     def supervisor_of(self, run_id: str) -> RunInfo | None:

@@ -54,7 +54,7 @@ def latest_supervisor(api: RayJobsAPI, run_id: str) -> tuple[int, dict[str, Any]
     found: tuple[int, dict[str, Any] | None] = (0, None)
     for n in range(1, MAX_SUPERVISORS + 1):
         data = api.job(supervisor_id(run_id, n))
-        if data is None:
+        if data is None or not is_supervisor(data) or (data.get("metadata") or {}).get(contract.META_SUPERVISES) != run_id:
             break
         found = (n, data)
     return found
@@ -242,8 +242,9 @@ class Supervisor:
             self.hooks.gave_up(line)
             return None
         run, created = self.retries.resubmit(data, attempt + 1)
-        if created:
+        if created:  # whoever submits a retry tells it (`notify: on: [retrying]`, once per retry)
             self.submitted.append(run.id)
+            self.hooks.retried(current, reason, attempt, run.id)
         self.hooks.say(f"{current} FAILED: {reason}; retry {attempt}/{allowed}: "
                        f"{'submitted' if created else 'attached to'} {run.id}")
         if self.hooks.stop_requested():  # the stop came while we submitted: what we started stops too
