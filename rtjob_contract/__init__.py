@@ -56,6 +56,8 @@ ENV_COMPANION_INTERVAL_S = "RTJOB_COMPANION_INTERVAL_S"
 ENV_COMPANION_HEARTBEAT_S = "RTJOB_COMPANION_HEARTBEAT_S"
 # The job's time limit (timeout_s, seconds) as the companion enforces it, and as a fact of the request.
 ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
+# The supervisor's way to the cluster's Jobs API from inside (a driver's RAY_ADDRESS is the GCS, not the dashboard)
+ENV_DASHBOARD_ADDRESS = "RTJOB_DASHBOARD_ADDRESS"
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
 # Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
 # {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
@@ -70,7 +72,7 @@ ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
-    ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S,
+    ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -126,6 +128,12 @@ META_ATTEMPT = "rtjob.attempt"  # 2, 3, ... on a retry (rtjob's job-level retrie
 META_PARENT = "rtjob.parent"  # the first attempt's id, on a retry
 META_RATE = "rtjob.rate"  # the priced shape at submit (JSON): prices a finished run without its job file
 META_TAG_PREFIX = "tag."  # the job's own `tags:`
+# A run's supervisor (rtjob.runside.supervisor) is a Ray job of its own, id <run id>-supervisor, that carries the
+# run's retries with no client alive: its metadata says its role and the run it carries; `list` and `runs` hide it.
+META_ROLE = "rtjob.role"
+META_SUPERVISES = "rtjob.supervises"
+ROLE_SUPERVISOR = "supervisor"
+SUPERVISOR_SUFFIX = "-supervisor"
 
 # ... and on Anyscale (job tags).
 TAG_RUN_ID = "rtjob-run-id"

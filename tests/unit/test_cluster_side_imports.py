@@ -41,6 +41,9 @@ CLUSTER_SIDE = (
     "rtjob.runside.child",
     "rtjob.runside.logparts",
     "rtjob.runside.outcome",
+    "rtjob.runside.supervisor",  # a run's supervisor: its retries carried on the cluster
+    "rtjob.backends.ray.supervisor",
+    "rtjob.backends.ray.backend",  # what the supervisor reaches through the registry (RayJobsBackend.carry)
 )
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
 BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -32,6 +32,20 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from ..jobspec.resolve import Placement, ResolvedJob
     from ..jobspec.settings import Settings
     from .capabilities import ComputeConfigs, LocalCluster, Schedules
+
+@dataclass
+class CarryHooks:
+    """What a supervisor needs beyond its backend, given by the run side (rtjob.runside.supervisor): whether the
+    run's stop marker is there, a heartbeat in the run's record, one line to its log."""
+
+    stop_requested: Callable[[], bool]
+    beat: Callable[[str | None], None]  # the attempt carried now (None: the run has ended)
+    say: Callable[[str], None]
+    # The run ends here though the rule would retry it (its code is gone): the line goes into its record too.
+    gave_up: Callable[[str], None] = lambda line: None
+    # It submitted a retry: (the failed attempt, why it is retried, its attempt number, the retry's id).
+    retried: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
+
 
 class NotSupported(BadInput):
     """The backend has no such capability (exit 2: the request, not the run, is wrong)."""
@@ -247,6 +261,25 @@ class Backend(ABC):
         runs on this backend."""
         del run_id, request
         return None
+
+    # -- a supervisor on the cluster (carries a run's retries while no client follows) ---------------------------
+    def supervise(self, run_id: str) -> RunInfo | None:
+        """Start (or attach to) the supervisor of the run ``run_id`` where the run has something for one to carry
+        (retries); None: none needed, or the backend has none."""
+        del run_id
+        return None
+
+    def supervisor_of(self, run_id: str) -> RunInfo | None:
+        """The run's supervisor as the backend knows it now; None: it has none."""
+        del run_id
+        return None
+
+    @classmethod
+    def carry(cls, run_id: str, hooks: CarryHooks) -> int:
+        """Carry the run ``run_id`` on its cluster (the supervisor's process: rtjob.runside.supervisor), with the
+        run side's ``hooks`` (stop marker, heartbeat, log); the process's exit code."""
+        del run_id, hooks
+        raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
 
     # -- optional capabilities with commands of their own (backends/capabilities.py; registry.offering) --------
     def schedules(self) -> Schedules | None:

@@ -63,19 +63,27 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         cost = record.cost
         data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
         attempts: Attempts | None = Attempts.recorded(record.attempts)
+        carrier = None
     else:
+        from ..runs.carrier import carrier_of
+
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
         attempts = attempts_of(run_id)  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
+        carrier = carrier_of(be, info, PRINTED.note)  # the run's supervisor on the cluster (a dead one replaced)
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     side = _run_side(record, run_id)
     if output != "text":
-        print_data({**run_json(info), "cost": cost, **data_attempts, **side}, output)
+        supervisor = carrier.to_json() if carrier else {}
+        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor}, output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
-        if side.get("carried_by") or side.get("timeline"):
-            line += (f"\ncarried by:  {carrier_text(side['carried_by'], side['last_seen'], info.status.terminal)}"
-                     + (f"\ntimeline:    {timeline_text(side['timeline'])}" if side["timeline"] else ""))
+        if carrier is not None:  # its supervisor on the cluster: alive, or how it ended and when it was last seen
+            line += f"\ncarried by:  {carrier.describe()}"
+        elif side.get("carried_by") or side.get("timeline"):
+            line += f"\ncarried by:  {carrier_text(side['carried_by'], side['last_seen'], info.status.terminal)}"
+        if side.get("timeline"):
+            line += f"\ntimeline:    {timeline_text(side['timeline'])}"
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 
@@ -217,8 +225,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         if output != "text":
             print_data(run_json(info), output)
         return outcome(info)
+    from ..runs.carrier import carrier_of
     from ..runs.submission import follow_to_end
 
+    carrier_of(be, info, PRINTED.note)  # a supervisor that died is replaced: the run is carried after this wait too
     followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
     return print_followed(followed, output, info)
 

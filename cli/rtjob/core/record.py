@@ -70,8 +70,9 @@ class RunRecord:
     # steps ({"name", "run_id", "storage_uri", "reused_from"}) in order, and has no request of its own.
     pipeline: str | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)
-    # The run side (rtjob.runside): who carries the run where it runs ("companion"), who wrote its end (a run-side
-    # writer, or "client": a client that saw the backend's verdict), when the run side last said it was alive,
+    # The run side (rtjob.runside): who carries the run where it runs ("companion", or "supervisor" across a run's
+    # attempts: the companion keeps that), who wrote its end (a run-side writer, or "client": a client that saw
+    # the backend's verdict), when the run side last said it was alive,
     # and the start-up timeline (stage -> ISO time: submitted, accepted, driver_started, first_log_line,
     # first_step, ended). The record has several writers: each merges (keeping_run_side) and writes with If-Match.
     carried_by: str | None = None

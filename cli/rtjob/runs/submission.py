@@ -39,6 +39,7 @@ def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
     patience = Patience(events.note)
     existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
     if existing is not None:
+        _supervise(backend, existing, events)
         return Submitted(existing, created=False)
     for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
         events.warning(warning)
@@ -46,7 +47,22 @@ def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
         events.note(f"uploading working dir {planned.upload.describe()}")
     sent = now_ms()  # the start-up timeline's first stages: sent (the upload follows), accepted
     result = patience.call_sync(lambda: backend.submit(planned.request))
+    _supervise(backend, result.run, events)
     return Submitted(result.run, result.created, {"submitted": sent, "accepted": now_ms()} if result.created else {})
+
+
+def _supervise(backend: Backend, run: RunInfo, events: RunEvents) -> None:
+    """The run's supervisor on the cluster (where the backend has one and the run needs it: retries), started or
+    attached to; one warning if it cannot be, and the run goes on (a follower still retries it)."""
+    if run.status.terminal:
+        return
+    try:
+        supervisor = Patience(events.note).call_sync(lambda: backend.supervise(run.id))
+    except RtjobError as exc:
+        events.warning(f"no supervisor for {run.id} ({exc}): its retries happen only while rtjob follows it")
+        return
+    if supervisor is not None:
+        events.note(f"supervisor {supervisor.id} carries the run's retries on the cluster")
 
 
 def follow_run(

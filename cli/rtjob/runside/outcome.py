@@ -126,7 +126,8 @@ class Outcome:
                                          backend="unknown", storage_uri=self.run_uri)
             for stage, when in self.timeline.items():
                 record.timeline.setdefault(stage, when)
-            record.carried_by = WRITER
+            if record.carried_by != contract.ROLE_SUPERVISOR:  # a supervisor carries the run across attempts
+                record.carried_by = WRITER
             record.last_seen = _now()
             record.updated_at = record.last_seen
             change(record)

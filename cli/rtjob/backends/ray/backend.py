@@ -16,7 +16,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, Log, Planned, Request, Retry, Stuck
+from ..base import Backend, CarryHooks, Log, Planned, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
@@ -301,7 +301,10 @@ class RayJobsBackend(Backend):
         return self._info(data)
 
     def _list(self) -> list[RunInfo]:
-        return [self._info(d) for d in self.api.jobs() if d.get("type", "SUBMISSION") == "SUBMISSION"]
+        from .supervisor import is_supervisor  # a run's supervisor is rtjob's, not a run of the user's
+
+        return [self._info(d) for d in self.api.jobs()
+                if d.get("type", "SUBMISSION") == "SUBMISSION" and not is_supervisor(d)]
 
     stop_wait_s = 30.0
 
@@ -341,6 +344,37 @@ class RayJobsBackend(Backend):
 
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
         return self._retries().decide_and_resubmit(run_id, request if isinstance(request, RayJobRequest) else None)
+
+    # -- the supervisor on the cluster (supervisor.py) ----------------------------------------------------------
+    def supervise(self, run_id: str) -> RunInfo | None:
+        """Start the run's supervisor (``<run id>-supervisor``; a second submit attaches) when the run allows
+        retries: it references the run's uploaded packages, so they stay while it lives. One that died while the
+        run still had something to carry is replaced (``-supervisor-2``, ...: two clients start one)."""
+        from .retries import root_id
+        from .supervisor import latest_supervisor, needs_new_supervisor, supervisor_request, wants_supervisor
+
+        data = self.api.job(run_id)
+        root = root_id(run_id, data)
+        data = data if root == run_id else self.api.job(root)
+        if data is None or not wants_supervisor(data):
+            return None
+        n, latest = latest_supervisor(self.api, root)
+        if not needs_new_supervisor(self.api, root, latest):  # alive, or the run has nothing left to carry
+            return None if latest is None else self._info(latest)
+        return self.submit(supervisor_request(data, self.address, n + 1)).run
+
+    def supervisor_of(self, run_id: str) -> RunInfo | None:
+        from .retries import root_id
+        from .supervisor import latest_supervisor
+
+        _, latest = latest_supervisor(self.api, root_id(run_id, self.api.job(run_id)))
+        return None if latest is None else self._info(latest)
+
+    @classmethod
+    def carry(cls, run_id: str, hooks: CarryHooks) -> int:
+        from .supervisor import Supervisor, in_cluster_api
+
+        return Supervisor(in_cluster_api(), run_id, hooks).run()
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
         """The driver log from its start, as it is written: the State API stream (logtail.py)."""

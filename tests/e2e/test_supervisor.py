@@ -1,0 +1,303 @@
+"""The supervisor on the cluster (rtjob.runside.supervisor), for real on the session's 2-node embedded cluster: a
+`--no-wait` run with max_retries 1 whose driver is SIGKILLed once ends SUCCEEDED on <id>-retry1 with no rtjob
+process alive (the supervisor, a Ray job of its own, retried it through the cluster's own Jobs API, token auth on);
+with a client following as well there is still exactly one retry. Observed through the Jobs API and storage only
+until everything is asserted; rtjob commands come after."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from support.cli import new_id, popen_rtjob, rtjob
+from support.s3_server import S3Server, bucket_fixture
+
+pytestmark = pytest.mark.cluster
+
+BUCKET = "rtjob-supervised"
+s3 = bucket_fixture(BUCKET)
+# count.py: 60 lines, 0.25 s apart: long enough to be killed mid-run, a 15 s retry.
+COUNT = ["tests/support/jobs/count.yaml", "--set", "max_retries=1", "--set", "args.lines=60", "--set", "args.interval=0.25"]
+
+
+class JobsAPI:
+    """The embedded cluster's Jobs API read directly (its recorded address and token), never through rtjob."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        local = Path(env["RTJOB_HOME"]) / "local"
+        self.address = json.loads((local / "cluster.json").read_text())["address"].rstrip("/")
+        self.token = (local / "auth_token").read_text().strip()
+
+    def get(self, path: str, auth: bool = True) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
+        return requests.get(f"{self.address}{path}", headers=headers, timeout=10)
+
+    def job(self, run_id: str) -> dict[str, Any] | None:
+        resp = self.get(f"/api/jobs/{run_id}")
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def status(self, run_id: str) -> str | None:
+        data = self.job(run_id)
+        return None if data is None else str(data["status"])
+
+    def logs(self, run_id: str) -> str:
+        resp = self.get(f"/api/jobs/{run_id}/logs")
+        resp.raise_for_status()
+        return str(resp.json()["logs"])
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def entrypoint_pids(run_id: str) -> list[int]:
+    """The job's own entrypoint (`python count.py`, under the companion) of ``run_id``: found in /proc by its
+    command line and the run's RTJOB_RUN_NAME (other runs and clusters are never touched)."""
+    marker = f"RTJOB_RUN_NAME={run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            if cmdline.startswith("python count.py") and marker in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:
+            continue
+    return found
+
+
+def kill_the_first_attempts_driver(api: JobsAPI, run_id: str) -> None:
+    """SIGKILL the first attempt's entrypoint once it prints (the retry, the same run name, is not there yet)."""
+    wait_for(lambda: "line 3 of" in api.logs(run_id), 120, f"{run_id} to print")
+    assert api.job(f"{run_id}-retry1") is None
+    pids = entrypoint_pids(run_id)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+
+
+def ended(api: JobsAPI, run_id: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        status = api.status(run_id)
+        return status if status in ("SUCCEEDED", "FAILED", "STOPPED") else None
+    return check
+
+
+def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster_env, s3: S3Server) -> None:
+    env = {**cluster_env, **s3.env()}
+    api = JobsAPI(env)
+    run_id = new_id("sup")
+    supervisor, retry = f"{run_id}-supervisor", f"{run_id}-retry1"
+    submit = rtjob("submit", *COUNT, "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
+                   "--submission-id", run_id, "--no-wait", env=env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    # The client has exited: what follows is carried on the cluster.
+    data = api.job(supervisor)
+    assert data is not None, submit.stderr
+    assert data["metadata"]["rtjob.role"] == "supervisor" and data["metadata"]["rtjob.supervises"] == run_id
+    assert not data.get("entrypoint_num_cpus")  # 0 CPUs (the Jobs API leaves a 0 out)
+    run = api.job(run_id)
+    assert run is not None
+    # The supervisor keeps the run's packages alive: it references the very URIs a retry reuses.
+    assert data["runtime_env"]["working_dir"] == run["runtime_env"]["working_dir"]
+    assert data["runtime_env"]["working_dir"].startswith("gcs://")
+    assert data["runtime_env"]["py_modules"] == run["runtime_env"]["py_modules"]
+    # The cluster wants a token, and the client gave the supervisor none: whatever it reads and submits, it
+    # authenticated with the token the cluster's own processes carry.
+    assert api.get("/api/jobs/", auth=False).status_code == 401
+    assert api.token not in json.dumps(data) and "RAY_AUTH_TOKEN" not in data["runtime_env"]["env_vars"]
+
+    kill_the_first_attempts_driver(api, run_id)
+    assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
+    assert wait_for(ended(api, supervisor), 60, "the supervisor to end") == "SUCCEEDED", api.logs(supervisor)
+    first = api.job(run_id)
+    assert first is not None and first["status"] == "FAILED" and first["driver_exit_code"] in (137, -9), first
+    assert api.job(f"{run_id}-retry2") is None  # exactly one retry
+    log = api.logs(supervisor)
+    assert f"retry 1/1: submitted {retry}" in log, log
+    assert f"{retry} ended SUCCEEDED: the run has ended" in log, log
+    assert "Unauthorized" not in log and "authentication failed" not in log, log
+    # Its state in the run's record in storage: who carried the run, when it was last seen.
+    body = s3.client().get_object(Bucket=BUCKET, Key=f"runs/count/{run_id}/rtjob-run.json")["Body"].read()
+    record = json.loads(body)
+    assert record["carried_by"] == "supervisor" and record["last_seen"], record
+    assert record["status"] == "SUCCEEDED" and record["completed_by"] == "companion", record
+
+    # Asserted: now rtjob's own views. The supervisor is no run of the user's; status names it.
+    listed = rtjob("list", "--output", "json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    ids = {r["id"] for r in json.loads(listed.stdout)}
+    assert run_id in ids and retry in ids and supervisor not in ids
+    shown = rtjob("status", run_id, "--output", "json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    status = json.loads(shown.stdout)
+    assert status["carried_by"] == "supervisor", status
+    assert status["supervisor"]["alive"] is False and status["supervisor"]["last_seen"] == record["last_seen"]
+    text = rtjob("status", run_id, env=env).stdout
+    assert f"carried by:  supervisor (succeeded, last seen {record['last_seen']})" in text, text
+    runs = rtjob("runs", "--output", "json", env=env)
+    assert runs.returncode == 0, runs.stderr
+    assert supervisor not in runs.stdout
+
+
+def test_a_followed_run_is_still_retried_exactly_once(cluster_env) -> None:
+    """The client follower and the supervisor both see the killed driver and both go for <id>-retry1: one
+    submits it, the other attaches (Ray refuses a second job with the same id)."""
+    api = JobsAPI(cluster_env)
+    run_id = new_id("supf")
+    supervisor, retry = f"{run_id}-supervisor", f"{run_id}-retry1"
+    follower = popen_rtjob("submit", *COUNT, "--submission-id", run_id, env=cluster_env)
+    try:
+        # Both watch the first attempt before it is killed: both will go for the retry.
+        wait_for(lambda: api.job(supervisor) and f"carrying {run_id} (attempt {run_id})" in api.logs(supervisor),
+                 120, "the supervisor to carry the run")
+        kill_the_first_attempts_driver(api, run_id)
+        out, err = follower.communicate(timeout=240)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0, err[-3000:]
+    assert wait_for(ended(api, supervisor), 60, "the supervisor to end") == "SUCCEEDED", api.logs(supervisor)
+    assert api.status(retry) == "SUCCEEDED" and api.job(f"{run_id}-retry2") is None
+    log = api.logs(supervisor)
+    by_supervisor = f"retry 1/1: submitted {retry}" in log
+    by_client = f"retry 1/1: submitted {retry}" in err
+    assert by_supervisor != by_client, (log, err[-3000:])  # exactly one of them submitted it
+    if by_supervisor:
+        assert f"retry 1/1: attaching to {retry}" in err, err[-3000:]
+    else:
+        assert f"retry 1/1: attached to {retry}" in log, log
+    assert f"{retry} SUCCEEDED" in err
+
+
+def test_a_retry_submitted_by_the_supervisor_and_clients_at_once_is_created_once(cluster_env, monkeypatch) -> None:
+    """The race itself, forced: the supervisor's submit (REST) and the client's (Ray's own client, through the
+    backend) send the same retry at the same moment from 6 threads: one creates it, every other attaches."""
+    import threading
+
+    from rtjob.backends import backend_class, configured
+    from rtjob.backends.ray.client import RayJobsAPI
+    from rtjob.backends.ray.retries import RayRetries
+    from rtjob.backends.ray.supervisor import submit_over_rest
+    from support.cli import REPO
+
+    api = JobsAPI(cluster_env)
+    run_id = new_id("race")
+    submit = rtjob("submit", "tests/support/jobs/count.yaml", "--set", "max_retries=1", "--set", "args.lines=1",
+                   "--submission-id", run_id, "--no-wait", env=cluster_env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    assert wait_for(ended(api, run_id), 120, f"{run_id} to end") == "SUCCEEDED"
+    data = api.job(run_id)
+    assert data is not None
+    for name in ("RTJOB_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(name, cluster_env[name])
+    rest = RayJobsAPI(api.address, {"Authorization": f"Bearer {api.token}"})
+    as_supervisor = RayRetries(rest, lambda request: submit_over_rest(rest, request))
+    client = backend_class("local")(configured({"backend": "local"}, REPO))
+    as_client = client._retries()
+    barrier = threading.Barrier(6)
+    results: list[tuple[str, bool]] = []
+    errors: list[BaseException] = []
+
+    def go(retries: RayRetries) -> None:
+        try:
+            barrier.wait(30)
+            run, created = retries.resubmit(data, 2)
+            results.append((run.id, created))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=go, args=(r,)) for r in [as_supervisor, as_client] * 3]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert sorted(results) == sorted([(f"{run_id}-retry1", False)] * 5 + [(f"{run_id}-retry1", True)]), results
+    assert wait_for(ended(api, f"{run_id}-retry1"), 120, "the retry to end") == "SUCCEEDED"
+    assert api.job(f"{run_id}-retry2") is None
+
+
+def supervisor_pids(run_id: str) -> list[int]:
+    """The supervisor's own process (`python -m rtjob.runside.supervisor RUN_ID ...`), found in /proc."""
+    wanted = f"-m rtjob.runside.supervisor {run_id} "
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if wanted in cmdline and "/bin/sh" not in cmdline.split(" ", 1)[0]:
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exactly_once(cluster_env) -> None:
+    """The supervisor is SIGKILLed, then the driver: nothing retries the run until a client looks at it; two
+    `rtjob status` at once start one new supervisor (<id>-supervisor-2), which submits the one retry."""
+    api = JobsAPI(cluster_env)
+    run_id = new_id("supk")
+    first, second, retry = f"{run_id}-supervisor", f"{run_id}-supervisor-2", f"{run_id}-retry1"
+    submit = rtjob("submit", *COUNT, "--submission-id", run_id, "--no-wait", env=cluster_env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    wait_for(lambda: f"carrying {run_id} (attempt {run_id})" in api.logs(first), 120, "the supervisor to carry it")
+    pids = supervisor_pids(run_id)
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    wait_for(lambda: not Path(f"/proc/{pids[0]}").exists(), 30, "the supervisor to be gone")
+    kill_the_first_attempts_driver(api, run_id)
+    assert wait_for(ended(api, run_id), 60, f"{run_id} to end") == "FAILED"
+    assert wait_for(ended(api, first), 60, "the supervisor's job to end") == "FAILED"
+    assert api.job(retry) is None  # nothing carries the run now
+
+    lookers = [popen_rtjob("status", run_id, env=cluster_env) for _ in range(2)]
+    try:
+        answers = [p.communicate(timeout=120) for p in lookers]
+    finally:
+        for p in lookers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert all(p.returncode == 0 for p in lookers), answers
+    assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
+    assert wait_for(ended(api, second), 60, "the new supervisor to end") == "SUCCEEDED", api.logs(second)
+    assert api.job(f"{run_id}-supervisor-3") is None and api.job(f"{run_id}-retry2") is None
+    assert f"retry 1/1: submitted {retry}" in api.logs(second), api.logs(second)
+    assert any(f"started supervisor {second}" in err for _, err in answers), answers
+
+
+def test_a_stopped_run_is_not_retried_and_its_supervisor_ends(cluster_env) -> None:
+    """`rtjob stop` (the stop marker, then Ray's stop) of a supervised `--no-wait` run: STOPPED, no retry, and the
+    supervisor ends with the run."""
+    api = JobsAPI(cluster_env)
+    run_id = new_id("sups")
+    supervisor = f"{run_id}-supervisor"
+    submit = rtjob("submit", *COUNT, "--submission-id", run_id, "--no-wait", env=cluster_env, timeout=180)
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    wait_for(lambda: f"carrying {run_id} (attempt {run_id})" in api.logs(supervisor), 120, "the supervisor")
+    wait_for(lambda: "line 3 of" in api.logs(run_id), 120, f"{run_id} to print")
+    stopped = rtjob("stop", run_id, env=cluster_env, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr
+    assert wait_for(ended(api, supervisor), 60, "the supervisor to end") == "SUCCEEDED", api.logs(supervisor)
+    assert api.status(run_id) == "STOPPED" and api.job(f"{run_id}-retry1") is None
+    assert f"{run_id} ended STOPPED: the run has ended" in api.logs(supervisor)
