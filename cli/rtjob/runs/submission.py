@@ -47,8 +47,9 @@ def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
         events.note(f"uploading working dir {planned.upload.describe()}")
     sent = now_ms()  # the start-up timeline's first stages: sent (the upload follows), accepted
     result = patience.call_sync(lambda: backend.submit(planned.request))
+    accepted = now_ms()
     _supervise(backend, result.run, events)
-    return Submitted(result.run, result.created, {"submitted": sent, "accepted": now_ms()} if result.created else {})
+    return Submitted(result.run, result.created, {"submitted": sent, "accepted": accepted} if result.created else {})
 
 
 def _supervise(backend: Backend, run: RunInfo, events: RunEvents) -> None:
