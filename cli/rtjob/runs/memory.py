@@ -70,7 +70,14 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
 
 def stored_record(record: RunRecord) -> RunRecord | None:
     """The run's record as its storage holds it now (None: none, or it cannot be read from here)."""
-    return stored(record.to_run_info())
+    if not writable_here(record.backend, record.storage_uri):
+        return None
+    from ..storage.records import read_record
+
+    try:
+        return read_record(record.storage_uri or "", record.storage_endpoint)
+    except RtjobError:
+        return None
 
 
 def with_run_side(record: RunRecord) -> RunRecord:
