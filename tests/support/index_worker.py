@@ -1,4 +1,4 @@
-"""One process of the run-index concurrency test (tests/unit/test_run_index_processes.py): a writer submits runs
+"""One process of the run-index concurrency test (tests/e2e/test_run_index_processes.py): a writer submits runs
 (an entry each at submit and at the end, as runs/memory.py writes them) and compacts every few runs; a compactor
 compacts until the stop file appears. Run as ``python -m support.index_worker ROOT ROLE N`` with the S3 server in
 the environment."""

@@ -17,6 +17,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -304,17 +305,27 @@ class Ledger:
             os.close(os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600))
         except OSError as exc:
             raise self._unwritable(exc.strerror or str(exc)) from None
-        conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
-        try:
-            self._check(conn)  # the first reads: a file that is not (our) database fails here, unwritten
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")  # persistent: set once per file
-            conn.execute("PRAGMA synchronous = NORMAL")  # WAL's durable-enough setting: a crash loses no commit
-            self._migrate(conn)
-        except BaseException:
-            conn.close()
-            raise
-        return conn
+        # A new file opened by several processes at once: SQLite answers some of their first reads and the switch
+        # to WAL with "database is locked" at once, without its busy handler (another connection is changing the
+        # journal mode or recovering the WAL index). Those are tried again until BUSY_TIMEOUT_S has passed.
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+            try:
+                self._check(conn)  # the first reads: a file that is not (our) database fails here, unwritten
+                if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                    conn.execute("PRAGMA journal_mode = WAL")  # persistent: set once per file
+                conn.execute("PRAGMA synchronous = NORMAL")  # WAL's durable-enough setting: a crash loses no commit
+                self._migrate(conn)
+                return conn
+            except sqlite3.OperationalError as exc:
+                conn.close()
+                if not _busy(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+            except BaseException:
+                conn.close()
+                raise
 
     def _check(self, conn: sqlite3.Connection) -> int:
         """The file's schema version; BadInput if it is newer than this rtjob's or the file holds something else."""
@@ -342,7 +353,7 @@ class Ledger:
 
     def _error(self, exc: sqlite3.Error) -> RtjobError:
         reason = str(exc)
-        if "locked" in reason or "busy" in reason:
+        if _busy(exc):
             return RtjobError(f"the run ledger {self.path} stayed locked by another rtjob process for "
                               f"{BUSY_TIMEOUT_S:.0f} s; try again")
         if isinstance(exc, sqlite3.OperationalError) and any(
@@ -354,3 +365,9 @@ class Ledger:
     def _unwritable(self, reason: str) -> BadInput:
         return BadInput(f"cannot open the run ledger {self.path} ({reason}): make {self.path.parent} writable, "
                         "or set RTJOB_HOME to a writable folder")
+
+
+def _busy(exc: sqlite3.Error) -> bool:
+    """Whether SQLite refused for another connection's lock (it may pass), not for the file itself."""
+    reason = str(exc)
+    return "locked" in reason or "busy" in reason

@@ -70,14 +70,7 @@ def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
 
 def stored_record(record: RunRecord) -> RunRecord | None:
     """The run's record as its storage holds it now (None: none, or it cannot be read from here)."""
-    if not writable_here(record.backend, record.storage_uri):
-        return None
-    from ..storage.records import read_record
-
-    try:
-        return read_record(record.storage_uri or "", record.storage_endpoint)
-    except RtjobError:
-        return None
+    return stored(record.to_run_info())
 
 
 def with_run_side(record: RunRecord) -> RunRecord:
