@@ -224,17 +224,9 @@ def _run(server: S3Server, env: dict[str, str], work: Path, repeats: int, notes:
 
 
 def main() -> int:
-    import argparse
+    from table import run_alone  # run as a script: this folder is on sys.path
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    notes: list[str] = []
-    rows = run_records_bench(repeats=args.repeats, notes=notes)
-    from table import print_table  # run as a script: this folder is on sys.path
-
-    print_table(rows, notes)
-    return 0
+    return run_alone(__doc__ or "", run_records_bench)
 
 
 if __name__ == "__main__":

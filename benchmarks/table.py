@@ -3,7 +3,7 @@ runs on its own (benchmarks/run.py renders the whole results.md itself)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 HEADER = "| measurement | rtjob | peer | ratio | goal | met? |\n|---|---|---|---|---|---|"
 COLUMNS = ("measurement", "rtjob", "peer", "ratio", "goal", "met")
@@ -16,3 +16,15 @@ def print_table(rows: Iterable[Mapping[str, str]], notes: Iterable[str]) -> None
     print()
     for note in notes:
         print(f"- {note}")
+
+
+def run_alone(doc: str, bench: Callable[..., list[dict[str, str]]]) -> int:
+    """A ``*_bench.py`` run on its own (``--repeats N``): its rows as the table, then its notes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    notes: list[str] = []
+    print_table(bench(repeats=args.repeats, notes=notes), notes)
+    return 0
