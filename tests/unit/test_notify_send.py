@@ -316,3 +316,30 @@ def test_a_lost_driver_with_retries_left_is_told_by_its_last_attempt(receiver: R
     outcome.started("2026-11-26T10:00:00+00:00")
     outcome.ended(Ended(-9), False, None, [], [])
     assert [b["outcome"] for b in receiver.bodies("/ends")] == (["failed"] if told else [])
+
+
+def test_a_github_target_sends_a_repository_dispatch_with_the_token_as_its_bearer(receiver: Receiver) -> None:
+    """GitHub's API is not reachable here: its part of the contract (POST /repos/OWNER/REPO/dispatches, a bearer
+    token, event_type and client_payload of at most 10 keys) goes to the loopback receiver as the target's api_url."""
+    token = "ghp_" + "D1spatchT0ken" * 3
+    said = Said()
+    target = Target("github", "GITHUB_DISPATCH_TOKEN", token, repo="acme/train", api_url=receiver.url("/api"))
+    sent = send(_config(target), _message(error=f"boom {token}"), lambda _: True, say=said)
+    assert sent == ["github target (GITHUB_DISPATCH_TOKEN)"] and said == []
+    [(path, headers, raw)] = receiver.got
+    assert path == "/api/repos/acme/train/dispatches"
+    assert headers["Authorization"] == f"Bearer {token}" and headers["Accept"] == "application/vnd.github+json"
+    body = json.loads(raw)
+    assert body["event_type"] == contract.GITHUB_DISPATCH_EVENT
+    payload = body["client_payload"]
+    assert payload["run_id"] == "rtjob-ddp-resnet-20261126-101500-ab12" and payload["outcome"] == "failed"
+    assert len(payload) <= 10 and token not in raw.decode()  # GitHub's limit; the token never in the body
+
+
+def test_a_github_target_refused_is_one_line_without_its_token(receiver: Receiver) -> None:
+    token = "ghp_" + "R3fusedT0ken" * 3
+    receiver.script["/api/repos/acme/train/dispatches"] = [401]
+    said = Said()
+    target = Target("github", "GITHUB_DISPATCH_TOKEN", token, repo="acme/train", api_url=receiver.url("/api"))
+    assert send(_config(target), _message(), lambda _: True, say=said, retry_delay_s=QUICK) == []
+    assert said == ["notify: github target (GITHUB_DISPATCH_TOKEN): not sent after 1 try (HTTP 401)"]

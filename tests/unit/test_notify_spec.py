@@ -190,3 +190,36 @@ def test_the_run_record_keeps_the_reference_never_the_url(tmp_path: Path, monkey
     text = record.dumps()
     assert "SECRETXYZ123" not in text and "/services/" not in text
     assert record.spec["document"]["notify"]["targets"] == [{"type": "slack", "url": {"env": "SLACK_URL"}}]
+
+
+GH_TOKEN = plant("ghp_" + "N0tifySpecT0ken" * 3)
+
+
+def test_a_github_target_forwards_its_token_masked_and_names_its_repository(tmp_path: Path) -> None:
+    project, env = _project(tmp_path)
+    (project / "jobs" / "gh.yaml").write_text(
+        "name: gh\nentrypoint: python -c pass\nnotify:\n  on: [succeeded, failed]\n  targets:\n"
+        "    - type: github\n      repo: acme/train\n      token: {env: GITHUB_DISPATCH_TOKEN}\n")
+    env["GITHUB_DISPATCH_TOKEN"] = GH_TOKEN
+    proc = _render(project, env, "gh", "--output", "json")
+    data = _json(proc)
+    job_env = data["submit_job"]["runtime_env"]["env_vars"]
+    assert json.loads(job_env[contract.ENV_NOTIFY])["targets"] == [
+        {"type": "github", "env": "GITHUB_DISPATCH_TOKEN", "repo": "acme/train", "api_url": contract.GITHUB_API_URL}]
+    assert job_env["GITHUB_DISPATCH_TOKEN"] == MASK and GH_TOKEN not in proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(("target", "expect"), [
+    ("    - type: github\n      repo: acme/train\n      url: {env: HOOK_URL}\n", "a github target takes repo"),
+    ("    - type: github\n      token: {env: HOOK_URL}\n", "a github target takes repo"),
+    ("    - type: github\n      repo: acme/train\n      token: ghp_literal\n", "a literal token is refused"),
+    ("    - type: webhook\n      url: {env: HOOK_URL}\n      repo: acme/train\n", "a webhook target takes url"),
+])
+def test_a_github_target_takes_its_own_fields_only(tmp_path: Path, target: str, expect: str) -> None:
+    project, env = _project(tmp_path)
+    (project / "jobs" / "gh.yaml").write_text(
+        f"name: gh\nentrypoint: python -c pass\nnotify:\n  on: [failed]\n  targets:\n{target}")
+    proc = _render(project, env, "gh")
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("rtjob: error: jobs/gh.yaml:") and expect in line and "ghp_literal" not in line, line

@@ -24,6 +24,8 @@ import pytest
 import yaml
 from support.cli import REPO, base_env, run_in_process
 
+from rtjob_contract import GITHUB_DISPATCH_EVENT
+
 WORKFLOWS = sorted((REPO / ".github" / "workflows").glob("*.y*ml"))
 RUNNER_ENV = {"GITHUB_OUTPUT", "GITHUB_ENV", "GITHUB_PATH", "GITHUB_STEP_SUMMARY", "GITHUB_WORKSPACE",
               "GITHUB_SHA", "GITHUB_REF", "GITHUB_RUN_ID", "RUNNER_TEMP", "HOME", "PATH", "PWD"}
@@ -120,19 +122,20 @@ def _script_errors(script: str, where: str, env: set[str]) -> list[str]:
 
 def _rtjob_contract(job_id: str, job_def: dict[str, Any], data: dict[str, Any], on: dict[str, Any],
                     expected_job: str | None) -> list[str]:
-    """What a scheduled rtjob run must do (only for jobs that run `rtjob submit`)."""
+    """What a scheduled rtjob run must do (only for jobs that run `rtjob submit` or `rtjob wait`). Two shapes:
+    one job submits and follows the run (exit code, pull, upload, fail unless 0); or a job submits with --no-wait
+    and a check job, started by the run's repository_dispatch, reads how it ended with `rtjob wait` (the same)."""
     steps = job_def.get("steps") or []
     runs = [(i, s) for i, s in enumerate(steps) if "run" in s]
     submits = [(i, s) for i, s in runs if re.search(r"\brtjob submit\b", s["run"])]
-    if not submits:
+    waits = [(i, s) for i, s in runs if re.search(r"\brtjob wait\b", s["run"])]
+    if not submits and not waits:
         return []
     errors = []
     inputs = set((on.get("workflow_dispatch") or {}).get("inputs") or {})
-    if "workflow_dispatch" not in on or not {"nodes", "timeout"} <= inputs:
-        errors.append("on: a workflow_dispatch with `nodes` and `timeout` inputs (a scheduled run also runs by hand)")
     job_env = set(data.get("env") or {}) | set(job_def.get("env") or {})
     errors += _env_errors("workflow", data.get("env") or {}) + _env_errors(job_id, job_def.get("env") or {})
-    for expr in _expressions(job_def.get("env") or {}) + _expressions([s.get("if") for s in steps]):
+    for expr in _expressions([job_def.get("env"), job_def.get("if")]) + _expressions([s.get("if") for s in steps]):
         for name in re.findall(r"\binputs\.([A-Za-z_][A-Za-z0-9_-]*)", expr):
             if name not in inputs:
                 errors.append(f"{job_id}: no workflow_dispatch input {name!r}")
@@ -164,23 +167,52 @@ def _rtjob_contract(job_id: str, job_def: dict[str, Any], data: dict[str, Any], 
         if "pip show torch" not in script:
             errors.append(f"{job_id}: the install step does not check that torch stayed out")
 
-    (submit_index, submit), *_ = submits
-    words = shlex.split(next(line for line in submit["run"].splitlines() if "rtjob submit" in line))
-    ref = words[words.index("submit") + 1]
-    if expected_job is not None and ref != expected_job:
-        errors.append(f"{job_id}: rtjob submit runs {ref!r}, not the job {expected_job!r}")
-    if "--timeout" not in words or "--output" not in words or words[words.index("--output") + 1] != "json":
-        errors.append(f"{job_id}: rtjob submit needs --timeout and --output json")
-    if "--no-wait" in words:
-        errors.append(f"{job_id}: rtjob submit --no-wait would not wait for the job")
-    if "--submission-id" not in words or "github.run_id" not in str((job_def.get("env") or {}).get(
-            words[words.index("--submission-id") + 1].lstrip("$"), "")):
-        errors.append(f"{job_id}: rtjob submit needs --submission-id fixed per workflow run (a re-run attaches)")
-    if "set +e" not in submit["run"] or "rc" not in outputs.get(submit.get("id", ""), set()):
-        errors.append(f"{job_id}: the submit step must record rtjob's exit code as output rc (set +e, id)")
+    if submits:
+        (result_index, result), *_ = submits
+        verb = "submit"
+        words = shlex.split(next(line for line in result["run"].splitlines() if "rtjob submit" in line))
+        ref = words[words.index("submit") + 1]
+        if expected_job is not None and ref != expected_job:
+            errors.append(f"{job_id}: rtjob submit runs {ref!r}, not the job {expected_job!r}")
+        if "--submission-id" not in words or "github.run_id" not in str((job_def.get("env") or {}).get(
+                words[words.index("--submission-id") + 1].lstrip("$"), "")):
+            errors.append(f"{job_id}: rtjob submit needs --submission-id fixed per workflow run (a re-run attaches)")
+        if "--output" not in words or words[words.index("--output") + 1] != "json":
+            errors.append(f"{job_id}: rtjob submit needs --output json")
+        if "--no-wait" in words:  # unattended: the cluster carries the run, a check job reads how it ended
+            if "workflow_dispatch" not in on or not {"nodes", "check_run_id"} <= inputs:
+                errors.append("on: a workflow_dispatch with `nodes` and `check_run_id` inputs")
+            checkers = [j for j, d in data["jobs"].items()
+                        if any(re.search(r"\brtjob wait\b", s.get("run", "")) for s in d.get("steps") or [])]
+            if not checkers:
+                errors.append(f"{job_id}: rtjob submit --no-wait needs a check job (rtjob wait) to fail the workflow")
+            if GITHUB_DISPATCH_EVENT not in ((on.get("repository_dispatch") or {}).get("types") or []):
+                errors.append(f"on: repository_dispatch of type {GITHUB_DISPATCH_EVENT} (the run's github "
+                              "notification) must start the check job")
+            if "repository_dispatch" in str(job_def.get("if", "")) or "schedule" not in str(job_def.get("if", "")):
+                errors.append(f"{job_id}: submits on the schedule only, never on the run's notification")
+            return errors
+        if "workflow_dispatch" not in on or not {"nodes", "timeout"} <= inputs:
+            errors.append("on: a workflow_dispatch with `nodes` and `timeout` inputs (a scheduled run also runs by "
+                          "hand)")
+        if "--timeout" not in words:
+            errors.append(f"{job_id}: rtjob submit needs --timeout and --output json")
+    else:
+        (result_index, result), *_ = waits
+        verb = "wait"
+        words = shlex.split(next(line for line in result["run"].splitlines() if "rtjob wait" in line))
+        if "--timeout" not in words or "--output" not in words or words[words.index("--output") + 1] != "json":
+            errors.append(f"{job_id}: rtjob wait needs --timeout and --output json")
+        run_id = str((job_def.get("env") or {}).get(words[words.index("wait") + 1].lstrip("$"), ""))
+        if "github.event.client_payload.run_id" not in run_id:
+            errors.append(f"{job_id}: rtjob wait must check the run the notification names (client_payload.run_id)")
+        if "repository_dispatch" not in str(job_def.get("if", "")):
+            errors.append(f"{job_id}: the check job must run on the run's repository_dispatch")
+    if "set +e" not in result["run"] or "rc" not in outputs.get(result.get("id", ""), set()):
+        errors.append(f"{job_id}: the {verb} step must record rtjob's exit code as output rc (set +e, id)")
 
-    rc_ref = f"steps.{submit.get('id')}.outputs.rc"
-    later = steps[submit_index + 1:]
+    rc_ref = f"steps.{result.get('id')}.outputs.rc"
+    later = steps[result_index + 1:]
     pulls = [s for s in later if "run" in s and re.search(r"\brtjob pull\b", s["run"])]
     uploads = [s for s in later if str(s.get("uses", "")).startswith("actions/upload-artifact")]
     if not pulls or not (str(pulls[0].get("if", "")).startswith("always()") and rc_ref in pulls[0]["if"]):
@@ -207,8 +239,20 @@ def _rendered(tmp_path: Path, *extra: str) -> str:
 
 @pytest.fixture(scope="module", name="rendered")
 def rendered_fixture(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """One rendered Ray workflow (UTC) for the schema tests to edit."""
-    return _rendered(tmp_path_factory.mktemp("render"))
+    """One rendered Ray workflow (UTC) that follows its run, for the schema tests to edit."""
+    return _rendered(tmp_path_factory.mktemp("render"), "--follow")
+
+
+FOLLOW_ARGS = ("ddp-resnet", "--cron", "0 3 * * 1", "--github", "--backend", "anyscale", "--nodes", "3", "--follow",
+               "--timeout", "2h")
+
+
+@pytest.fixture(scope="module", name="follow_anyscale")
+def follow_anyscale_fixture(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The Anyscale workflow that follows its run (the committed one is unattended), for the mistakes to edit."""
+    proc = _render(*FOLLOW_ARGS, tmp_path=tmp_path_factory.mktemp("follow"))
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
 
 
 def _rendered_by(text: str) -> list[str] | None:
@@ -240,13 +284,63 @@ def test_committed_workflow_is_what_render_prints(path: Path, tmp_path: Path) ->
     assert proc.stdout == text, "stale: re-render it with the command in its header"
 
 
-def test_rendered_ray_workflow_passes(rendered: str) -> None:
+def test_rendered_ray_workflow_that_follows_passes(rendered: str) -> None:
     text = rendered
     assert check_workflow(text, job="hello") == []
+    assert list(load_workflow(text)["jobs"]) == ["train"] and "--no-wait" not in text
     assert 'python -m pip install ".[ray]"\n' in text and "RAY_ADDRESS: ${{ secrets.RAY_ADDRESS }}" in text
     assert "RTJOB_BACKEND: ray" in text and "timeout-minutes: 45" in text
     assert "rtjob submit hello --nodes \"$NODES\"" in text
     assert load_workflow(text)["on"]["schedule"] == [{"cron": "*/30 6-18 * * MON-FRI"}]  # UTC: GitHub's default
+
+
+def test_rendered_workflow_is_unattended_submit_then_a_check_started_by_the_runs_notification(tmp_path: Path) -> None:
+    """The default: a short job submits with --no-wait (no runner held while the job trains); the run's github
+    notification (a repository_dispatch) or a hand-started run with check_run_id starts the check job."""
+    text = _rendered(tmp_path)
+    assert check_workflow(text, job="hello") == []
+    data = load_workflow(text)
+    assert list(data["jobs"]) == ["submit", "check"]
+    assert data["on"]["repository_dispatch"] == {"types": [GITHUB_DISPATCH_EVENT]}
+    assert set(data["on"]["workflow_dispatch"]["inputs"]) == {"nodes", "check_run_id"}
+    submit, check = data["jobs"]["submit"], data["jobs"]["check"]
+    assert 'rtjob submit hello --nodes "$NODES" --submission-id "$RUN_ID" --no-wait --output json' in text
+    assert "repository_dispatch" not in submit["if"] and "repository_dispatch" in check["if"]
+    assert check["env"]["RUN_ID"] == "${{ github.event.client_payload.run_id || inputs.check_run_id }}"
+    assert 'rtjob wait "$RUN_ID" --timeout 1m --output json' in text
+    assert submit["timeout-minutes"] == check["timeout-minutes"] == 30  # neither follows the training
+    args = _rendered_by(text)
+    assert args is not None and "--follow" not in args
+    assert run_in_process(*args, env=base_env(tmp_path / "home")).stdout == text
+
+
+UNATTENDED_MISTAKES = [
+    ("  repository_dispatch:\n    types: [rtjob-run-ended]\n", "", "repository_dispatch of type"),
+    ("    types: [rtjob-run-ended]", "    types: [run-ended]", "repository_dispatch of type"),
+    ("${{ github.event.client_payload.run_id || inputs.check_run_id }}", "${{ inputs.check_run_id }}",
+     "client_payload.run_id"),
+    ('rtjob wait "$RUN_ID" --timeout 1m --output json', 'rtjob wait "$RUN_ID" --output json', "--timeout"),
+    ("if: github.event_name == 'schedule' ||", "if: github.event_name == 'repository_dispatch' ||",
+     "submits on the schedule only"),
+    ("steps.check.outputs.rc)", "steps.chek.outputs.rc)", "no earlier step with id 'chek'"),
+    ("      check_run_id:\n", "      run_id:\n", "check_run_id"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expect"), UNATTENDED_MISTAKES, ids=[m[2] for m in UNATTENDED_MISTAKES])
+def test_checker_catches_each_mistake_of_an_unattended_workflow(old: str, new: str, expect: str) -> None:
+    text = (REPO / ".github" / "workflows" / "train-ddp-resnet-anyscale.yml").read_text()
+    assert old in text
+    errors = check_workflow(text.replace(old, new, 1), job="ddp-resnet")
+    assert any(expect in e for e in errors), errors
+
+
+def test_an_unattended_submit_without_a_check_job_is_caught() -> None:
+    text = (REPO / ".github" / "workflows" / "train-ddp-resnet-anyscale.yml").read_text()
+    data = load_workflow(text)
+    del data["jobs"]["check"]
+    errors = check_workflow(yaml.safe_dump(data, sort_keys=False), job="ddp-resnet")
+    assert any("needs a check job" in e for e in errors), errors
 
 
 def test_rendered_workflow_with_a_timezone(tmp_path: Path) -> None:
@@ -341,8 +435,8 @@ MISTAKES = [
 
 
 @pytest.mark.parametrize(("old", "new", "expect"), MISTAKES, ids=[m[2] for m in MISTAKES])
-def test_checker_catches_each_mistake(old: str, new: str, expect: str) -> None:
-    text = (REPO / ".github" / "workflows" / "train-ddp-resnet-anyscale.yml").read_text()
+def test_checker_catches_each_mistake(old: str, new: str, expect: str, follow_anyscale: str) -> None:
+    text = follow_anyscale
     assert old in text
     errors = check_workflow(text.replace(old, new, 1), job="ddp-resnet")
     assert any(expect in e for e in errors), errors

@@ -285,14 +285,18 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
 @click.option("--github", is_flag=True, help="A GitHub Actions workflow (cron + manual trigger) instead.")
 @click.option("--backend", type=BackendChoice(), default=WITH_ADDRESS, show_default=True,
               help="With --github: where the workflow submits (a cluster: not the embedded one).")
+@click.option("--follow", is_flag=True,
+              help="With --github: one job submits and follows the run to its end, holding its runner (default: "
+                   "a short job submits with --no-wait; a check job, started by the run's `github` notification "
+                   "or by hand, reads how it ended).")
 @click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
-              help="With --github: how long the workflow follows the job (rtjob submit --timeout).")
+              help="With --github --follow: how long the workflow follows the job (rtjob submit --timeout).")
 @click.option("--out", "out", metavar="FILE",
               help="With --github: write the workflow to FILE (e.g. .github/workflows/train.yml) once every "
                    "check passed, instead of printing it; a refused one leaves FILE as it was.")
 def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
                     envs: tuple[str, ...], storage: str | None, compute_config: str | None, github: bool,
-                    backend: str, timeout: str, out: str | None) -> int:
+                    backend: str, follow: bool, timeout: str, out: str | None) -> int:
     """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
     with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
     succeeds (for Ray-cluster users: --backend ray, the default). With --github, --cron is what GitHub
@@ -324,7 +328,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     spec, shown = load_job_file(job, root)  # the job must exist and be valid
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
     text = github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout,
-                           timezone=timezone, root=root)
+                           timezone=timezone, root=root, follow=follow)
     if out is None:
         echo(text, nl=False)
         return EXIT_SUCCEEDED

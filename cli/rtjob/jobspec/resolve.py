@@ -28,6 +28,7 @@ from .schema import (
     ComputeConfig,
     JobSpec,
     Notify,
+    NotifyTarget,
     WorkerGroup,
     describe_validation_error,
     validate_compute_config,
@@ -101,14 +102,14 @@ class NotifyPlan:
     holds its URL: never the URL), and where the `notify:` came from (``render --explain``)."""
 
     on: tuple[str, ...]
-    targets: tuple[tuple[str, str], ...]  # (type, env var name)
+    # {"type", "env": the variable that holds its URL (a github target's token)} + a github target's repo, api_url
+    targets: tuple[dict[str, str], ...]
     steps: bool
     source: str
 
     def to_json(self) -> dict[str, Any]:
         """What RTJOB_NOTIFY holds (JSON, no URL) and render shows."""
-        return {"on": list(self.on), "targets": [{"type": t, "env": name} for t, name in self.targets],
-                "steps": self.steps}
+        return {"on": list(self.on), "targets": [dict(t) for t in self.targets], "steps": self.steps}
 
 
 def resolve_notify(spec: JobSpec, shown: str, settings: Settings, data_env: dict[str, str],
@@ -124,11 +125,11 @@ def resolve_notify(spec: JobSpec, shown: str, settings: Settings, data_env: dict
         if raw is None:
             return None, {}
         notify, source = Notify.model_validate(raw), settings.source("notify")  # checked when it was read
-    plan = NotifyPlan(on=tuple(dict.fromkeys(notify.on)),
-                      targets=tuple((t.type, t.url.env) for t in notify.targets), steps=notify.steps, source=source)
+    plan = NotifyPlan(on=tuple(dict.fromkeys(notify.on)), targets=tuple(_target_json(t) for t in notify.targets),
+                      steps=notify.steps, source=source)
     from_where = "" if source == shown else f" (notify from {source})"
     env: dict[str, str] = {}
-    for kind, name in plan.targets:
+    for kind, name in ((t["type"], t["env"]) for t in plan.targets):
         if name in data_env:
             raise BadInput(f"{shown}: env_vars sets {name}, which a notify {kind} target{from_where} references: "
                            f"leave it out; rtjob forwards {name} from your environment as a secret")
@@ -139,6 +140,14 @@ def resolve_notify(spec: JobSpec, shown: str, settings: Settings, data_env: dict
         env[name] = value
     env[contract.ENV_NOTIFY] = json.dumps(plan.to_json(), separators=(",", ":"))
     return plan, env
+
+
+def _target_json(target: NotifyTarget) -> dict[str, str]:
+    out = {"type": target.type, "env": target.secret.env}
+    if target.type == "github":
+        out["repo"] = str(target.repo)
+        out["api_url"] = (target.api_url or contract.GITHUB_API_URL).rstrip("/")
+    return out
 
 
 @dataclass

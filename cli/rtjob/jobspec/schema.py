@@ -10,7 +10,15 @@ import difflib
 import re
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..core.errors import BadInput
 from .yamlsrc import Located
@@ -50,19 +58,42 @@ class EnvRef(_Strict):
 
 
 class NotifyTarget(_Strict):
-    """Where a notification goes: a JSON webhook, a Slack incoming webhook, or any apprise URL (the `notify`
-    extra). The URL carries the secret (Slack and Discord keep it in the path): only a reference is accepted."""
+    """Where a notification goes: a JSON webhook, a Slack incoming webhook, any apprise URL (the `notify` extra),
+    or a GitHub repository_dispatch (`github`: the repository and a token, e.g. to start the check job of the
+    workflow `schedule render --github` writes). The URL carries the secret (Slack and Discord keep it in the
+    path), as the token does: only references are accepted."""
 
-    type: Literal["webhook", "slack", "apprise"]
-    url: EnvRef
+    type: Literal["webhook", "slack", "apprise", "github"]
+    url: EnvRef | None = None
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9-]*/[A-Za-z0-9._-]+$")] | None = None
+    token: EnvRef | None = None
+    api_url: Annotated[str, Field(pattern=r"^https?://[^\s]+$")] | None = None  # GitHub Enterprise's API
 
-    @field_validator("url", mode="before")
+    @field_validator("url", "token", mode="before")
     @classmethod
-    def _reference_only(cls, value: Any) -> Any:
-        if isinstance(value, str):  # never echoed: the URL is the secret
-            raise ValueError("a literal URL is refused (it holds the secret); reference an environment variable: "
-                             "url: {env: VAR} in YAML, url = {env = \"VAR\"} in TOML")
+    def _reference_only(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str):  # never echoed: the URL (the token) is the secret
+            what = "URL" if info.field_name == "url" else "token"
+            raise ValueError(f"a literal {what} is refused (it holds the secret); reference an environment variable: "
+                             f"{info.field_name}: {{env: VAR}} in YAML, {info.field_name} = {{env = \"VAR\"}} in TOML")
         return value
+
+    @model_validator(mode="after")
+    def _fields_of_its_type(self) -> NotifyTarget:
+        if self.type == "github":
+            if self.repo is None or self.token is None or self.url is not None:
+                raise ValueError("a github target takes repo: OWNER/NAME and token: {env: VAR} (a token that may "
+                                 "create repository_dispatch events), and no url")
+        elif self.url is None or self.repo is not None or self.token is not None or self.api_url is not None:
+            raise ValueError(f"a {self.type} target takes url: {{env: VAR}} only")
+        return self
+
+    @property
+    def secret(self) -> EnvRef:
+        """The reference that holds the target's secret: its URL, or a github target's token."""
+        found = self.token if self.type == "github" else self.url
+        assert found is not None  # _fields_of_its_type
+        return found
 
 
 class Notify(_Strict):

@@ -10,7 +10,8 @@ target naming the variable that holds its URL) and forwards each URL under that 
 * only for an outcome the config lists, and only when ``claim(outcome)`` says this process is the first to
   claim it (the caller creates ``rtjob_contract.notified_marker(outcome)`` if absent): exactly once per outcome;
 * a generic webhook gets a JSON POST of the message's fields, a Slack incoming webhook ``{"text": ...}``, an
-  apprise URL (any service apprise knows; the optional ``notify`` extra) apprise's own request;
+  apprise URL (any service apprise knows; the optional ``notify`` extra) apprise's own request, a ``github``
+  target a repository_dispatch (``rtjob_contract.GITHUB_DISPATCH_EVENT``, the fields as its client_payload);
 * at most ``TRIES`` tries in ``DEADLINE_S`` seconds per target, each request at most ``REQUEST_TIMEOUT_S``;
   connection errors, time-outs, 5xx and 429 are retried, other answers are not;
 * a target that fails is one line through ``say``, naming the target by its type and variable, never by its URL
@@ -105,8 +106,10 @@ def human_duration(seconds: float) -> str:
 @dataclass(frozen=True)
 class Target:
     type: str  # one of rtjob_contract.NOTIFY_TARGET_TYPES
-    env: str  # the variable that holds the URL: how every line names the target
-    url: str = field(repr=False)  # "" when the variable is not set in this environment
+    env: str  # the variable that holds the URL (a github target's token): how every line names the target
+    url: str = field(repr=False)  # its value; "" when the variable is not set in this environment
+    repo: str = ""  # a github target's OWNER/NAME
+    api_url: str = contract.GITHUB_API_URL  # a github target's API (GitHub Enterprise's, or a test's)
 
     @property
     def label(self) -> str:
@@ -130,7 +133,8 @@ def config_from_env(env: Mapping[str, str]) -> NotifyConfig | None:
     try:
         data = json.loads(raw)
         on = tuple(str(o) for o in data["on"])
-        targets = tuple(Target(str(t["type"]), str(t["env"]), env.get(str(t["env"]), "").strip())
+        targets = tuple(Target(str(t["type"]), str(t["env"]), env.get(str(t["env"]), "").strip(),
+                               str(t.get("repo") or ""), str(t.get("api_url") or contract.GITHUB_API_URL))
                         for t in data["targets"])
         steps = bool(data.get("steps", False))
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -190,16 +194,23 @@ def _send_one(target: Target, message: Message, secrets: list[str], retry_delay_
     message = _masked(message, secrets)
     if target.type == "apprise":
         return _apprise(target, message, retry_delay_s)
+    url, headers = target.url, {}
     if target.type == "slack":
         body: dict[str, object] = {"text": message.text()}
     elif target.type == "webhook":
         body = message.to_json()
+    elif target.type == "github":  # repository_dispatch: the token is the secret, the URL is not
+        url = f"{target.api_url.rstrip('/')}/repos/{target.repo}/dispatches"
+        headers = {"Authorization": f"Bearer {target.url}", "Accept": "application/vnd.github+json",
+                   "X-GitHub-Api-Version": "2022-11-28"}
+        body = {"event_type": contract.GITHUB_DISPATCH_EVENT,
+                "client_payload": {k: v for k, v in message.to_json().items() if k != "text"}}
     else:
         return f"not sent: unknown target type (known: {', '.join(contract.NOTIFY_TARGET_TYPES)})"
 
     def post(timeout: float) -> tuple[bool, bool, str]:
         try:
-            response = requests.post(target.url, json=body, timeout=timeout, allow_redirects=False)
+            response = requests.post(url, json=body, headers=headers, timeout=timeout, allow_redirects=False)
         except requests.Timeout:
             return False, True, "timed out"
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):

@@ -1,5 +1,6 @@
 """A GitHub Actions workflow (cron + manual trigger) that runs a job with rtjob and fails unless it succeeds:
-scheduled runs for Ray-cluster users, and a CI alternative to Anyscale schedules."""
+scheduled runs for Ray-cluster users, and a CI alternative to Anyscale schedules. Unattended by default (the
+cluster carries the run; a later short job checks it), or following the run to its end (``follow``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,12 @@ import re
 import shlex
 from pathlib import Path
 
+import rtjob_contract as contract
+
 from ..core.errors import BadInput
 
-_WORKFLOW = """\
+# The pieces of a workflow. <<NAME>> is filled in by github_workflow; each piece ends with a newline.
+_HEADER = """\
 # Scheduled training from GitHub Actions: rtjob job `<<JOB>>` on the <<BACKEND>> backend.
 # Rendered by: <<COMMAND>>
 #
@@ -20,10 +24,29 @@ _WORKFLOW = """\
 #   secrets AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY   read access to that bucket, for `rtjob pull`
 #                                 (rtjob's storage feature) to fetch the run's results
 #
+"""
+
+_FOLLOW_ABOUT = """\
 # Each run installs only rtjob's client extra (no torch), submits and follows the job (exit 0 succeeded,
 # 1 failed or stopped, 2 bad input, 3 unreachable or auth, 4 --timeout reached: the job keeps running),
 # pulls its results and uploads them with run.json as an artifact, and fails unless the job succeeded.
 # Re-running a workflow run attaches to the job it submitted (the run id is fixed per workflow run).
+"""
+
+_UNATTENDED_ABOUT = """\
+# No runner is held while the job trains. The `submit` job installs only rtjob's client extra (no torch) and
+# submits with --no-wait under a run id fixed per workflow run (a re-run attaches): the run's companion and
+# supervisor carry it on the cluster (retries, a pipeline's steps, its record and log in RTJOB_STORAGE).
+# The `check` job reads how the run ended (`rtjob wait ID --timeout 1m`: exit 0 succeeded, 1 failed or stopped,
+# 4 still running), pulls its results, uploads them with run.json and fails unless the run succeeded. It runs
+#   - when the run's notification arrives: a `github` notify target in the job, e.g.
+#       notify: {on: [succeeded, failed, stopped],
+#                targets: [{type: github, repo: OWNER/REPO, token: {env: GITHUB_DISPATCH_TOKEN}}]}
+#     sends a repository_dispatch `<<EVENT>>` with the run's id (the token: contents write on this repository);
+#   - or by hand: Actions -> this workflow -> Run workflow with `check_run_id` set.
+"""
+
+_ON = """\
 name: "train <<JOB>> (<<BACKEND>>)"
 
 on:
@@ -35,29 +58,34 @@ on:
         description: "Nodes of the job's worker group"
         type: string
         default: "<<NODES>>"
-      timeout:
-        description: "How long to follow the job (90s, 15m, 2h); past it the workflow fails, the job keeps running"
-        type: string
-        default: "<<TIMEOUT>>"
-
+<<MORE_ON>>
 permissions:
   contents: read
 
 concurrency:
-  group: rtjob-<<SLUG>>-<<BACKEND>>
+  group: rtjob-<<SLUG>>-<<BACKEND>><<GROUP>>
   cancel-in-progress: false
 
 jobs:
-  train:
-    runs-on: ubuntu-latest
-    timeout-minutes: <<MINUTES>>
-    env:
-      RTJOB_BACKEND: <<BACKEND>>
-<<BACKEND_ENV>>
-      RTJOB_STORAGE: ${{ vars.RTJOB_STORAGE }}
-      NODES: ${{ inputs.nodes || '<<NODES>>' }}
-      TIMEOUT: ${{ inputs.timeout || '<<TIMEOUT>>' }}
-      RUN_ID: rtjob-<<SLUG>>-gh${{ github.run_id }}
+"""
+
+_FOLLOW_ON = """\
+      timeout:
+        description: "How long to follow the job (90s, 15m, 2h); past it the workflow fails, the job keeps running"
+        type: string
+        default: "<<TIMEOUT>>"
+"""
+
+_UNATTENDED_ON = """\
+      check_run_id:
+        description: "Instead of submitting: check how this run ended (its id), pull its results"
+        type: string
+        default: ""
+  repository_dispatch:
+    types: [<<EVENT>>]
+"""
+
+_INSTALL = """\
     steps:
       - uses: actions/checkout@v4
       - uses: actions/setup-python@v5
@@ -71,15 +99,11 @@ jobs:
             echo "::error::torch was installed: the client extra must not pull it"
             exit 1
           fi
-      - name: Submit and follow the job
-        id: submit
-        run: |
-          set +e
-          rtjob submit <<JOBREF>> --nodes "$NODES" --submission-id "$RUN_ID" --timeout "$TIMEOUT" --output json > run.json
-          echo "rc=$?" >> "$GITHUB_OUTPUT"
-          cat run.json
+"""
+
+_RESULTS = """\
       - name: Pull the results from storage
-        if: always() && contains(fromJSON('["0", "1", "4"]'), steps.submit.outputs.rc)
+        if: always() && contains(fromJSON('["0", "1", "4"]'), steps.<<STEP>>.outputs.rc)
         env:
           AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}
           AWS_SECRET_ACCESS_KEY: ${{ secrets.AWS_SECRET_ACCESS_KEY }}
@@ -96,14 +120,74 @@ jobs:
       - name: Fail unless the job succeeded
         if: always()
         env:
-          SUBMIT_RC: ${{ steps.submit.outputs.rc }}
+          SUBMIT_RC: ${{ steps.<<STEP>>.outputs.rc }}
         run: |
           if [ "$SUBMIT_RC" != "0" ]; then
-            echo "::error::rtjob submit exited ${SUBMIT_RC:-nothing}: 1 failed or stopped, 2 bad input, 3 unreachable or auth, 4 timed out (job left running)"
+            echo "::error::rtjob <<VERB>> exited ${SUBMIT_RC:-nothing}: 1 failed or stopped, 2 bad input, 3 unreachable or auth, 4 <<FOUR>>"
             exit 1
           fi
 """
 
+_JOB_ENV = """\
+    env:
+      RTJOB_BACKEND: <<BACKEND>>
+<<BACKEND_ENV>>
+      RTJOB_STORAGE: ${{ vars.RTJOB_STORAGE }}
+"""
+
+_FOLLOW_JOBS = """\
+  train:
+    runs-on: ubuntu-latest
+    timeout-minutes: <<MINUTES>>
+""" + _JOB_ENV + """\
+      NODES: ${{ inputs.nodes || '<<NODES>>' }}
+      TIMEOUT: ${{ inputs.timeout || '<<TIMEOUT>>' }}
+      RUN_ID: rtjob-<<SLUG>>-gh${{ github.run_id }}
+""" + _INSTALL + """\
+      - name: Submit and follow the job
+        id: submit
+        run: |
+          set +e
+          rtjob submit <<JOBREF>> --nodes "$NODES" --submission-id "$RUN_ID" --timeout "$TIMEOUT" --output json > run.json
+          echo "rc=$?" >> "$GITHUB_OUTPUT"
+          cat run.json
+""" + _RESULTS.replace("<<STEP>>", "submit").replace("<<VERB>>", "submit").replace(
+    "<<FOUR>>", "timed out (job left running)")
+
+_UNATTENDED_JOBS = """\
+  submit:
+    if: github.event_name == 'schedule' || (github.event_name == 'workflow_dispatch' && inputs.check_run_id == '')
+    runs-on: ubuntu-latest
+    timeout-minutes: 30
+""" + _JOB_ENV + """\
+      NODES: ${{ inputs.nodes || '<<NODES>>' }}
+      RUN_ID: rtjob-<<SLUG>>-gh${{ github.run_id }}
+""" + _INSTALL + """\
+      - name: Submit the job; the cluster carries it
+        run: |
+          rtjob submit <<JOBREF>> --nodes "$NODES" --submission-id "$RUN_ID" --no-wait --output json > run.json
+          cat run.json
+      - name: Upload run.json
+        uses: actions/upload-artifact@v4
+        with:
+          name: <<SLUG>>-submitted-${{ github.run_id }}-${{ github.run_attempt }}
+          path: run.json
+  check:
+    if: github.event_name == 'repository_dispatch' || (github.event_name == 'workflow_dispatch' && inputs.check_run_id != '')
+    runs-on: ubuntu-latest
+    timeout-minutes: 30
+""" + _JOB_ENV + """\
+      RUN_ID: ${{ github.event.client_payload.run_id || inputs.check_run_id }}
+""" + _INSTALL + """\
+      - name: How the run ended
+        id: check
+        run: |
+          set +e
+          rtjob wait "$RUN_ID" --timeout 1m --output json > run.json
+          echo "rc=$?" >> "$GITHUB_OUTPUT"
+          cat run.json
+""" + _RESULTS.replace("<<STEP>>", "check").replace("<<VERB>>", "wait").replace(
+    "<<FOUR>>", "still running after 1m (check it again later)")
 
 def _schedule_entry(cron: str, timezone: str) -> str:
     """The `on.schedule` entry: UTC (GitHub's default) needs no `timezone:` key, so such files stay as before."""
@@ -127,11 +211,13 @@ def client_install(root: Path, extra: str) -> str:
 
 
 def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeout: str,
-                    timezone: str = "UTC", root: Path | None = None) -> str:
+                    timezone: str = "UTC", root: Path | None = None, follow: bool = False) -> str:
     """A GitHub Actions workflow (cron + manual trigger) that runs ``job_ref`` with rtjob and fails unless
-    it succeeds. ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``timeout`` is
-    rtjob's --timeout; ``root`` is the project the workflow lives in (which client it installs). Cron that
-    GitHub does not run and bad names are BadInput: nothing is rendered."""
+    it succeeds. ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``root`` is the project
+    the workflow lives in (which client it installs). ``follow``: one job submits and follows the run for at most
+    ``timeout`` (rtjob's --timeout), holding its runner; else (unattended) a short `submit` job sends it with
+    --no-wait and a `check` job, started by the run's `github` notification or by hand, reads how it ended.
+    Cron that GitHub does not run and bad names are BadInput: nothing is rendered."""
     from ..backends import backend_class, workflow_backends
     from ..jobspec.cron import validate_github_cron, validate_iana_timezone
     from ..jobspec.overrides import parse_duration
@@ -150,7 +236,7 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
     slug = re.sub(r"[^A-Za-z0-9-]+", "-", job_ref.rsplit("/", 1)[-1].removesuffix(".yaml").removesuffix(".yml"))
     slug = slug.strip("-").lower() or "job"
     command = (f"rtjob schedule render {shlex.quote(job_ref)} --cron {shlex.quote(cron)} --github "
-               f"--backend {backend} --nodes {nodes} --timeout {timeout}")
+               f"--backend {backend} --nodes {nodes}" + (f" --follow --timeout {timeout}" if follow else ""))
     if timezone != "UTC":
         command += f" --timezone {timezone}"
     values = {
@@ -167,8 +253,14 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
         "SLUG": slug,
         # Following the job, plus installing and pulling the results.
         "MINUTES": str(math.ceil(seconds / 60) + 30),
+        "EVENT": contract.GITHUB_DISPATCH_EVENT,
+        # An unattended workflow's submit and check of one run never cancel each other (another group).
+        "GROUP": "" if follow else "-${{ github.event_name == 'repository_dispatch' && 'check' || 'submit' }}",
     }
-    text = _WORKFLOW
+    if follow:
+        text = _HEADER + _FOLLOW_ABOUT + _ON.replace("<<MORE_ON>>", _FOLLOW_ON) + _FOLLOW_JOBS
+    else:
+        text = _HEADER + _UNATTENDED_ABOUT + _ON.replace("<<MORE_ON>>", _UNATTENDED_ON) + _UNATTENDED_JOBS
     for key, value in values.items():
         text = text.replace(f"<<{key}>>", value)
     return text
