@@ -7,35 +7,20 @@ them. Screenshots of each page go to tmp/artifacts/ui/ (RTJOB_TEST_ARTIFACTS ove
 from __future__ import annotations
 
 import os
-import re
 import shutil
-import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import REPO, RTJOB, base_env, plant, record
+from support.browser import chromium, ui_server, until
+from support.cli import REPO, base_env, plant, record
 from support.ui_runs import append_log_part, png, write_run
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 ARTIFACTS = Path(os.environ.get("RTJOB_TEST_ARTIFACTS") or REPO / "tmp" / "artifacts") / "ui"
 HOSTILE_JOB = 'x<script>alert(1)</script>"onload=alert(2)\u202eevil'
 SECRET = plant("planted-ui-secret-4f9c2a7e")
-
-
-def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        got = check()
-        if got:
-            return got
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
 
 
 @pytest.fixture(scope="module")
@@ -75,46 +60,17 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
             os.environ.pop("RTJOB_HOME", None)
         else:
             os.environ["RTJOB_HOME"] = prior
-    log = root.parent / "ui-server.log"  # the server's output, in a file: no pipe to fill
-    with open(log, "w") as out:
-        proc = subprocess.Popen([*RTJOB, "ui", "--storage", str(root), "--port", "0"], env=env, cwd=REPO,
-                                stdout=out, stderr=subprocess.STDOUT, text=True)
     try:
-        match = until(lambda: re.search(r"http://127\.0\.0\.1:\d+/", log.read_text()) or proc.poll() is not None,
-                      timeout=60, what="the server's address")
-        assert proc.poll() is None, f"rtjob ui exited: {log.read_text()}"
-        yield {"url": match.group(0), "root": root, "runs": runs}
+        with ui_server(env, "--storage", str(root), log=root.parent / "ui-server.log") as url:
+            yield {"url": url, "root": root, "runs": runs}
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        record(log.read_text())
         shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    assert Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists(), (
-        "the browser tests need Debian's chromium and chromium-driver: make browser installs them")
-    profile = tempfile.mkdtemp(prefix="rtjob-ui-chromium-")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--window-size=1400,1800", f"--user-data-dir={profile}"):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
-    try:
+    with chromium() as driver:
         yield driver
-    finally:
-        driver.quit()
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def shot(driver: Any, name: str) -> None:

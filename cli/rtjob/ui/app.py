@@ -204,13 +204,23 @@ def create_app(config: Config) -> ASGIApp:
         return JSONResponse(clean_data(record.to_json()))
 
     async def log(request: Request) -> Response:
+        """The log's last lines (?all=1: all of it), streamed. Header x-log-parts: the parts it was read from, for
+        the live stream to start after them."""
         try:
             record = await asyncio.to_thread(record_or_404, request)
-            whole = request.query_params.get("all") == "1"
-            chunks = await asyncio.to_thread(queries.log_tail, record, None if whole else queries.LOG_TAIL_LINES)
         except (_NotFound, RtjobError) as exc:
             return PlainTextResponse(clean(str(exc)), status_code=404)
-        return _text_stream(clean(chunk) for chunk in chunks)
+        whole = request.query_params.get("all") == "1"
+        parts = 0
+        try:
+            if not record.to_run_info().status.terminal:
+                parts = await asyncio.to_thread(queries.LogFollower(record).count)
+            chunks = await asyncio.to_thread(queries.log_tail, record, None if whole else queries.LOG_TAIL_LINES)
+        except RtjobError as exc:
+            if not record.to_run_info().status.terminal:  # a run whose companion has written no part yet
+                return _text_stream(iter(()), parts=parts)
+            return PlainTextResponse(clean(exc.message), status_code=404)
+        return _text_stream((clean(chunk) for chunk in chunks), parts=parts)
 
     async def log_search(request: Request) -> Response:
         needle = request.query_params.get("q", "")
@@ -233,7 +243,8 @@ def create_app(config: Config) -> ASGIApp:
         try:
             record = await asyncio.to_thread(record_or_404, request)
             follower = queries.LogFollower(record)
-            await asyncio.to_thread(follower.start)
+            skip = request.query_params.get("skip", "")
+            await asyncio.to_thread(follower.start, int(skip) if skip.isdigit() else None)
         except (_NotFound, RtjobError) as exc:
             return PlainTextResponse(clean(str(exc)), status_code=404)
 
@@ -332,9 +343,9 @@ def _source(request: Request, config: Config) -> str | None:
     return None
 
 
-def _text_stream(chunks: Iterator[str]) -> StreamingResponse:
+def _text_stream(chunks: Iterator[str], parts: int = 0) -> StreamingResponse:
     return StreamingResponse(_threaded(chunk.encode() for chunk in chunks), media_type="text/plain; charset=utf-8",
-                             headers={"cache-control": "no-store"})
+                             headers={"cache-control": "no-store", "x-log-parts": str(parts)})
 
 
 async def _threaded(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:

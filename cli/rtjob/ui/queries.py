@@ -360,8 +360,13 @@ class LogFollower:
             return [item.rel for item in objects.list(self.prefix)
                     if item.rel.rsplit("/", 1)[-1].startswith(self.part_prefix)]
 
-    def start(self) -> None:
-        self.seen.update(self._parts())
+    def start(self, skip: int | None = None) -> None:
+        """Count the parts there now as read (``skip``: only the first ``skip`` of them: those a tail already showed)."""
+        parts = self._parts()
+        self.seen.update(parts if skip is None else parts[:skip])
+
+    def count(self) -> int:
+        return len(self._parts())
 
     def new_text(self) -> str:
         """The text of the parts written since the last call ('' if none)."""

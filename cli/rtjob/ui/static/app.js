@@ -28,8 +28,10 @@ function appendLog(pre, text) {
 async function fillLog() {
   const pre = document.getElementById("log");
   if (!pre) return;
+  let parts = "";
   try {
     const response = await fetch(pre.dataset.src, {credentials: "same-origin"});
+    parts = response.headers.get("x-log-parts") || "";
     const reader = response.body.getReader();
     const decoder = new TextDecoder();
     for (;;) {
@@ -42,7 +44,7 @@ async function fillLog() {
     appendLog(pre, "(log not readable: " + err + ")\n");
   }
   if (pre.dataset.live) {
-    const source = new EventSource(pre.dataset.live);
+    const source = new EventSource(pre.dataset.live + (parts ? "?skip=" + encodeURIComponent(parts) : ""));
     source.addEventListener("lines", (event) => appendLog(pre, event.data + "\n"));
     source.addEventListener("ended", () => {
       source.close();
