@@ -45,7 +45,7 @@ def test_a_printed_line_appears_without_reload(cluster_env: dict[str, str], brow
             until(lambda: browser.execute_script("return document.getElementById('status').textContent") == "SUCCEEDED",
                   timeout=120,
                   what="the status card turning to the run's end")
-            assert "line 40 of 30" in log.text
+            assert "line 30 of 30" in log.text
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             browser.save_screenshot(str(ARTIFACTS / "live-cluster-run.png"))
             record(browser.page_source)
