@@ -686,6 +686,15 @@ def bench_ledger(ctx: Context) -> list[Row]:
     return _rows(run_ledger_bench(argv, notes=ctx.notes), 8)
 
 
+def bench_ui(ctx: Context) -> list[Row]:
+    """Issue 28: `rtjob ui`'s runs page over 10,000 ledger entries and a 40 MiB log's first screen
+    (benchmarks/ui_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.ui_bench import run_ui_bench
+
+    return _rows(run_ui_bench(notes=ctx.notes), 13)
+
+
 def bench_records(ctx: Context) -> list[Row]:
     """Issue 12: a team's runs listed from a bucket by their run records (benchmarks/records_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -840,6 +849,7 @@ def main() -> int:
         rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
         rows += guarded(["11. `rtjob runs --storage` over 100,000 runs (run index)"], bench_index, ctx)
         rows += guarded(["12. the run-side companion"], bench_companion, ctx)
+        rows += guarded(["13. `rtjob ui` runs page and log"], bench_ui, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)
