@@ -51,3 +51,23 @@ def test_a_printed_line_appears_without_reload(cluster_env: dict[str, str], brow
             record(browser.page_source)
     finally:
         rtjob("wait", run_id, "--timeout", "120s", env=cluster_env, timeout=180)
+
+
+def test_a_pipeline_run_shows_its_steps(cluster_env: dict[str, str], browser: Any, tmp_path: Path) -> None:
+    """A real pipeline (tests/support/jobs/relay.yaml: three tiny steps) run to its end, then its page: every step a
+    node of the graph with its state, each a link to its own run."""
+    from selenium.webdriver.common.by import By
+
+    pid = f"ui-relay-{uuid.uuid4().hex[:8]}"
+    done = rtjob("submit", "tests/support/jobs/relay.yaml", "--submission-id", pid, env=cluster_env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    with serving(cluster_env, log=tmp_path / "ui.log") as url:
+        browser.get(f"{url}runs/{pid}")
+        nodes = browser.find_elements(By.CSS_SELECTOR, "#steps .node")
+        assert [n.text.split("\n")[:2] for n in nodes] == [["first", "SUCCEEDED"], ["second", "SUCCEEDED"],
+                                                           ["third", "SUCCEEDED"]]
+        browser.save_screenshot(str(ARTIFACTS / "pipeline-cluster-run.png"))
+        nodes[1].find_element(By.TAG_NAME, "a").click()
+        until(lambda: f"{pid}-second" in browser.title, what="the step's own page")
+        until(lambda: "step second wrote first,second" in browser.find_element(By.ID, "log").text, what="its log")
+        record(browser.page_source)
