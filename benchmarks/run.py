@@ -695,6 +695,14 @@ def bench_ui(ctx: Context) -> list[Row]:
     return _rows(run_ui_bench(notes=ctx.notes), 13)
 
 
+def bench_ui_latency(ctx: Context) -> list[Row]:
+    """Issue 28: a printed line → `rtjob ui`'s open run page vs `ray job submit` (benchmarks/ui_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.ui_bench import latency_rows
+
+    return _rows(latency_rows(sys.modules[__name__], ctx))
+
+
 def bench_records(ctx: Context) -> list[Row]:
     """Issue 12: a team's runs listed from a bucket by their run records (benchmarks/records_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -825,6 +833,7 @@ def main() -> int:
         "logs": ["4a. log latency print → terminal, median", "4b. log latency, p95", "4c. log lines delivered"],
         "loglat": ["4d. log latency, step by step"],
         "status": ["2. `status ID` of a finished job"],
+        "ui": ["13d. `rtjob ui` printed line → page"],
     }
     try:
         rows += guarded(["1. CLI start-up: `submit --help`"], bench_help, ctx)
@@ -834,6 +843,7 @@ def main() -> int:
                 rows += guarded(cluster_rows["logs"], bench_logs, ctx)
                 rows += guarded(cluster_rows["loglat"], bench_loglat, ctx)
                 rows += guarded(cluster_rows["status"], bench_status, ctx)
+                rows += guarded(cluster_rows["ui"], bench_ui_latency, ctx)
         except BenchError as exc:
             # The cluster itself did not come up: every cluster measurement fails for that reason.
             done = {r.measurement.split(" (")[0] for r in rows}

@@ -1,7 +1,8 @@
 """`rtjob ui` (issue 28): the runs page over 10,000 ledger entries and the first screen of a 40 MiB stored log,
 timed against a real `rtjob ui` server on loopback (its own process, as a user runs it).
 
-    python benchmarks/ui_bench.py          # prints the rows as a Markdown table
+    python benchmarks/ui_bench.py          # prints the rows as a Markdown table (--latency: 13d too, with its
+                                           # own embedded cluster)
     from ui_bench import run_ui_bench      # benchmarks/run.py: rows for results.md
 
 Measurements (one warm-up each, then medians of the repeats; urllib on loopback, no browser):
@@ -25,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -117,6 +119,7 @@ def run_ui_bench(*, repeats: int = REPEATS, notes: list[str] | None = None) -> l
             time.sleep(0.05)
         port = int(match.group(1))
         page = [_get(port, "/?source=ledger") for _ in range(repeats + 1)][1:]
+        searched = [_get(port, "/?source=ledger&q=ddp-resnet-2&sort=cost_usd") for _ in range(repeats + 1)][1:]
         tail = [_get(port, f"/runs/{run_id}/log") for _ in range(repeats + 1)][1:]
         archived = [_get(port, f"/runs/{archived_id}/log") for _ in range(repeats + 1)][1:]
         notes.append(f"13: the runs page answer is {page[0][2] / 1000:.0f} kB (50 rows of {ENTRIES:,}); the log "
@@ -128,6 +131,10 @@ def run_ui_bench(*, repeats: int = REPEATS, notes: list[str] | None = None) -> l
                             f"{repeats})", "rtjob": _spread(whole_page), "peer": "— (no peer keeps this history)",
              "ratio": "—", "goal": f"≤ {PAGE_GOAL_S * 1000:.0f} ms",
              "met": "yes" if statistics.median(whole_page) <= PAGE_GOAL_S else "no"},
+            {"measurement": f"13a2. … searched and sorted by cost (every entry's summary read, matched, sorted)",
+             "rtjob": _spread([w for _, w, _ in searched]), "peer": "—", "ratio": "—",
+             "goal": f"≤ {PAGE_GOAL_S * 1000:.0f} ms",
+             "met": "yes" if statistics.median([w for _, w, _ in searched]) <= PAGE_GOAL_S else "no"},
             {"measurement": f"13b. `rtjob ui` a {LOG_MIB} MiB stored log's first screen (last 1,000 lines), time to "
                             f"first byte (median of {repeats})", "rtjob": _spread(first_log),
              "peer": "— (Ray's dashboard has no log once the cluster is gone)", "ratio": "—",
@@ -149,11 +156,96 @@ def run_ui_bench(*, repeats: int = REPEATS, notes: list[str] | None = None) -> l
         shutil.rmtree(work, ignore_errors=True)
 
 
+UI_LINES = 40
+UI_GAP_S = 0.25
+_OBSERVE = """
+window.arrivals = {};
+const pre = document.getElementById('log');
+const scan = () => {
+  const now = Date.now() / 1000;
+  for (const m of pre.textContent.matchAll(/BENCHLINE (\\d+) (\\d+\\.\\d+)/g)) {
+    if (!(m[1] in window.arrivals)) window.arrivals[m[1]] = [now - parseFloat(m[2]), parseFloat(m[2])];
+  }
+};
+new MutationObserver(scan).observe(pre, {childList: true, characterData: true, subtree: true});
+scan();
+"""
+
+
+def latency_rows(b: Any, c: Any) -> list[dict[str, str]]:
+    """13d: a printed line → the open run page (headless Chromium, `rtjob ui` on loopback; the line's arrival in the
+    page's log, seen by a MutationObserver) beside `ray job submit`'s print → terminal, for the same job
+    (``b``: run.py's module, ``c`` its Context with the embedded cluster up). Only lines printed after the page was
+    open count on rtjob's side (the live path: the companion's log parts, then server-sent events)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from loglat_bench import watch_one
+    from support.browser import chromium, until
+
+    project = Path(c.env["RTJOB_PROJECT"])
+    entry = f"python emitter.py {UI_LINES} {UI_GAP_S}"
+    (project / "jobs" / "bench-ui-logs.yaml").write_text(f"name: bench-ui-logs\nstrategy: custom\nentrypoint: {entry}\n")
+    rt_id = f"bench-ui-{os.urandom(2).hex()}"
+    ray_id = f"bench-ui-ray-{os.urandom(2).hex()}"
+    log = c.work / "ui-latency.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([b.RTJOB, "ui", "--port", "0"], env=c.env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not (match := re.search(r"127\.0\.0\.1:(\d+)/", log.read_text())):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"rtjob ui did not start: {log.read_text()[-300:]}")
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{match.group(1)}/runs/{rt_id}"
+        with chromium() as browser:
+            b.run_checked([b.RTJOB, "submit", "bench-ui-logs", "--submission-id", rt_id, "--no-wait"], c.env,
+                          timeout=120)
+            browser.get(url)
+            opened = time.time()
+            browser.execute_script(_OBSERVE)
+            until(lambda: len(browser.execute_script("return window.arrivals")) >= UI_LINES, timeout=120,
+                  what="every line on the page")
+            arrivals = browser.execute_script("return window.arrivals")
+        c.finished_jobs.append(rt_id)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    live = [lat for lat, printed in arrivals.values() if printed > opened]
+    ray_cmd = [b.RAY, "job", "submit", "--address", c.cluster.address, "--submission-id", ray_id,
+               "--working-dir", c.env["RTJOB_PROJECT"], "--", *entry.split()]
+    peer = watch_one(ray_cmd, b.ray_env(c), ray_id, c.cluster.address, c.cluster.token,
+                     f"{c.cluster.temp_dir}/session_latest/logs")
+    c.finished_jobs.append(ray_id)
+    if not live or not peer.terminal:
+        raise RuntimeError(f"no latency seen: {len(live)} live lines on the page, {len(peer.terminal)} on ray's terminal")
+    mine, theirs = statistics.median(live), statistics.median(peer.terminal.values())
+    c.notes.append(f"13d: {len(live)} of {UI_LINES} lines printed after the page opened ({UI_GAP_S} s apart); the "
+                   "page gets a line when the run's companion uploads the log part that holds it (every 5 s, "
+                   "RTJOB_COMPANION_INTERVAL_S) and the server's 1 s poll of the run's log folder sees it")
+    return [{"measurement": f"13d. `rtjob ui` a printed line → the open run page, median ({UI_LINES} lines "
+                            f"{UI_GAP_S} s apart; headless Chromium)", "rtjob": f"{mine:.3f} s",
+             "peer": f"`ray job submit` print → terminal {theirs:.3f} s", "ratio": f"{mine / theirs:.2f}× (ui/ray)",
+             "goal": "— (reported)", "met": "—"}]
+
+
 def main() -> int:
     from benchmarks.table import print_table
 
     notes: list[str] = []
     rows = run_ui_bench(notes=notes)
+    if "--latency" in sys.argv:  # a private embedded cluster (run.py's), stopped at the end
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import run as bench
+
+        work = Path(tempfile.mkdtemp(prefix="rtjob-uilat-", dir="/tmp"))
+        ctx = bench.Context(work=work, env=bench.base_env(work))
+        bench.make_project(work / "project")
+        with bench.embedded_cluster(ctx):
+            rows += latency_rows(bench, ctx)
+        notes += ctx.notes
     print_table(rows, notes)
     return 0
 

@@ -171,3 +171,22 @@ def test_command_help_lists_the_flags() -> None:
     out = subprocess.run([*RTJOB, "ui", "--help"], capture_output=True, text=True, timeout=60).stdout
     for flag in ("--storage", "--context", "--port", "--host", "--open"):
         assert flag in out
+
+
+def test_ledger_pages_newest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path))
+    ledger().save_many(RunRecord(id=f"p-{n:03d}", job="train" if n % 2 else "eval", backend="local",
+                                 status="SUCCEEDED", start_time=f"2026-11-01T00:{n // 60:02d}:{n % 60:02d}+00:00")
+                       for n in range(120))
+    here = create_app(Config(storage=None, lookup_root=None, endpoint=None, host="127.0.0.1", port=PORT, token=None))
+    first = json.loads(call(here, "/api/runs")[2])
+    assert (first["total"], first["pages"], first["runs"][0]["id"], len(first["runs"])) == (120, 3, "p-119", 50)
+    last = json.loads(call(here, "/api/runs?page=3")[2])
+    assert [r["id"] for r in last["runs"]][-1] == "p-000" and len(last["runs"]) == 20
+    evals = json.loads(call(here, "/api/runs?job=eval&page=2")[2])
+    assert evals["total"] == 60 and evals["runs"][0]["id"] == "p-018"
+    _, _, html = call(here, "/?page=2")
+    assert "page 2 of 3" in html and "older →" in html and "← newer" in html
