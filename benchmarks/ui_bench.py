@@ -131,7 +131,7 @@ def run_ui_bench(*, repeats: int = REPEATS, notes: list[str] | None = None) -> l
                             f"{repeats})", "rtjob": _spread(whole_page), "peer": "— (no peer keeps this history)",
              "ratio": "—", "goal": f"≤ {PAGE_GOAL_S * 1000:.0f} ms",
              "met": "yes" if statistics.median(whole_page) <= PAGE_GOAL_S else "no"},
-            {"measurement": f"13a2. … searched and sorted by cost (every entry's summary read, matched, sorted)",
+            {"measurement": "13a2. … searched and sorted by cost (every entry's summary read, matched, sorted)",
              "rtjob": _spread([w for _, w, _ in searched]), "peer": "—", "ratio": "—",
              "goal": f"≤ {PAGE_GOAL_S * 1000:.0f} ms",
              "met": "yes" if statistics.median([w for _, w, _ in searched]) <= PAGE_GOAL_S else "no"},
