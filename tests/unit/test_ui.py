@@ -190,3 +190,37 @@ def test_ledger_pages_newest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert evals["total"] == 60 and evals["runs"][0]["id"] == "p-018"
     _, _, html = call(here, "/?page=2")
     assert "page 2 of 3" in html and "older →" in html and "← newer" in html
+
+
+def test_on_every_interface_the_printed_token_is_the_key(tmp_path: Path) -> None:
+    """`rtjob ui --host 0.0.0.0`: a token generated and printed once (stderr), required on every request whatever
+    Host name reached the machine; the server stopped by its pid."""
+    import http.client
+    import re
+    import time
+
+    log = tmp_path / "ui.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*RTJOB, "ui", "--host", "0.0.0.0", "--port", "0"], env=base_env(tmp_path),
+                                stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not re.search(r"token .*: (\S+)\n", log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        text = log.read_text()
+        port = re.search(r"http://0\.0\.0\.0:(\d+)/", text).group(1)  # type: ignore[union-attr]
+        token = re.search(r"token .*: (\S+)\n", text).group(1)  # type: ignore[union-attr]
+        assert text.count(token) == 1
+
+        def get(headers: dict[str, str]) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+            conn.request("GET", "/api/runs", headers={"Host": f"build-box.lan:{port}", **headers})
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        assert get({}) == 401 and get({"X-Rtjob-Token": "nope"}) == 401 and get({"X-Rtjob-Token": token}) == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)

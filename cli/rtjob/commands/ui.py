@@ -7,7 +7,7 @@ import click
 
 from ..core.errors import BadInput
 from .options import EXIT_CODES_HELP, context_option
-from .printing import say
+from .printing import echo, say
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 TOKEN_ENV = "RTJOB_UI_TOKEN"
@@ -74,7 +74,7 @@ def ui(storage_uri: str | None, endpoint_url: str | None, port: int, host: str, 
     if token is not None:
         if not os.environ.get(TOKEN_ENV):
             # Printed once, on purpose, before the redactor learns it; never logged by the server afterwards.
-            click.echo(f"token (give it on {url}login, or as header X-Rtjob-Token): {token}", err=True)
+            echo(f"token (give it on {url}login, or as header X-Rtjob-Token): {token}", err=True)
         REDACTOR.add([token])
     if open_browser:
         import webbrowser

@@ -42,6 +42,7 @@ HERE = Path(__file__).parent
 TOKEN_HEADER = "x-rtjob-token"
 TOKEN_COOKIE = "rtjob_ui_token"
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::")  # every interface: any Host name reaches it, and the token guards every request
 LIVE_POLL_S = 1.0
 # Bidi controls and isolates (they reorder what a reader sees: "Trojan Source"), shown as their code points.
 _BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
@@ -96,8 +97,12 @@ class Guard:
         if not host:
             host, port = value, ""
         host = host.strip("[]").lower()
+        if port != str(self.config.port) or not host:
+            return False
+        if self.config.host in WILDCARD:
+            return self.config.token is not None
         names = {*LOOPBACK} if self.config.host in LOOPBACK else {self.config.host.lower()}
-        return host in names and port == str(self.config.port)
+        return host in names
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
