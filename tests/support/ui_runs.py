@@ -37,15 +37,19 @@ def metrics(epochs: int, scale: float = 1.0) -> list[dict[str, Any]]:
             for e in range(1, epochs + 1)]
 
 
-def write_run(root: Path, run_id: str, job: str, *, status: str = "SUCCEEDED", user: str = "alice",
+def write_run(root: Path | str, run_id: str, job: str, *, status: str = "SUCCEEDED", user: str = "alice",
               epochs: int = 3, log_lines: list[str] | None = None, request: dict[str, Any] | None = None,
               samples: dict[str, bytes] | None = None, checkpoints: int = 0, start: str = "2026-11-20T10:00:00+00:00",
               steps: list[dict[str, Any]] | None = None, pipeline: str | None = None, raw_metrics: bytes | None = None,
               backend: str = "local", archived: bool | None = None, scale: float = 1.0) -> RunRecord:
-    """One run's folder ``root/job/run_id`` as a run leaves it, and its index entry; returns its record."""
-    run_dir = root / job / run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    uri = str(run_dir)
+    """One run's folder ``root/job/run_id`` as a run leaves it, and its index entry; returns its record. ``root``: a
+    folder, or an s3:// prefix (the environment's AWS_ENDPOINT_URL and keys reach it)."""
+    if isinstance(root, str) and root.startswith("s3://"):
+        uri = f"{root.rstrip('/')}/{job}/{run_id}"
+    else:
+        run_dir = Path(root) / job / run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        uri = str(run_dir)
     ended = status in ("SUCCEEDED", "FAILED", "STOPPED")
     record = RunRecord(
         id=run_id, job=job, backend=backend, status=status, submitted_at=start, start_time=start,
