@@ -43,6 +43,8 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
                                       "runtime_env": {"env_vars": {"RTJOB_JOB_NAME": "ddp-resnet", "LR": "0.1"}}}),
             "live": write_run(root, "run-live", "count", status="RUNNING", epochs=0, user="carol",
                               start="2026-11-22T09:00:00+00:00", log_lines=["line 1 of 3"]),
+            "long": write_run(root, "run-long", "ddp-resnet", epochs=1, user="frank", start="2026-11-19T09:00:00+00:00",
+                              log_lines=[f"row {n}" for n in range(1, 2501)]),
             "damaged": write_run(root, "run-damaged", "ddp-resnet", raw_metrics=b"{not json", user="dave"),
             "hostile": write_run(root, "run-hostile", HOSTILE_JOB, epochs=1, user="eve",
                                  samples={'pic"onload=alert(3).png': png(8, 8, 2)},
@@ -130,6 +132,22 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
     browser.get(image.get_attribute("src"))
     assert browser.execute_script("return document.images[0].naturalWidth") == 24
     shot(browser, "sample")
+
+
+def test_the_log_opens_at_its_end_and_scrolls_back(team: dict[str, Any], browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(team["url"] + "runs/run-long")
+    log = browser.find_element(By.ID, "log")
+    until(lambda: log.text.endswith("row 2500"), what="the log's last line")
+    assert log.text.splitlines()[0] == "row 1501" and len(log.text.splitlines()) == 1000
+    assert browser.execute_script("const p = arguments[0]; return p.scrollTop + p.clientHeight >= p.scrollHeight - 4", log)
+    button = browser.find_element(By.ID, "earlier")
+    button.click()
+    until(lambda: log.text.splitlines()[0] == "row 501", what="1,000 earlier lines")
+    button.click()
+    until(lambda: log.text.splitlines()[0] == "row 1", what="the log's first line")
+    until(lambda: not button.is_enabled(), what="nothing earlier")
 
 
 def test_live_log_line_appears_without_reload(team: dict[str, Any], browser: Any) -> None:

@@ -209,18 +209,20 @@ def create_app(config: Config) -> ASGIApp:
         return JSONResponse(clean_data(record.to_json()))
 
     async def log(request: Request) -> Response:
-        """The log's last lines (?all=1: all of it), streamed. Header x-log-parts: the parts it was read from, for
+        """The log's last 1,000 lines (?lines=N: the last N, scrolling back; ?all=1: all of it), streamed. Header x-log-parts: the parts it was read from, for
         the live stream to start after them."""
         try:
             record = await asyncio.to_thread(record_or_404, request)
         except (_NotFound, RtjobError) as exc:
             return PlainTextResponse(clean(str(exc)), status_code=404)
         whole = request.query_params.get("all") == "1"
+        asked = request.query_params.get("lines", "")
+        lines = min(int(asked), 10_000_000) if asked.isdigit() and int(asked) > 0 else queries.LOG_TAIL_LINES
         parts = 0
         try:
             if not record.to_run_info().status.terminal:
                 parts = await asyncio.to_thread(queries.LogFollower(record).count)
-            chunks = await asyncio.to_thread(queries.log_tail, record, None if whole else queries.LOG_TAIL_LINES)
+            chunks = await asyncio.to_thread(queries.log_tail, record, None if whole else lines)
         except RtjobError as exc:
             if not record.to_run_info().status.terminal:  # a run whose companion has written no part yet
                 return _text_stream(iter(()), parts=parts)

@@ -54,6 +54,29 @@ async function fillLog() {
   }
 }
 
+// Scrolling back: the last N + 1,000 lines replace the N shown (read from the log's end by the server), the view
+// kept where it was.
+function scrollBack() {
+  const pre = document.getElementById("log");
+  const button = document.getElementById("earlier");
+  if (!pre || !button) return;
+  let shown = 1000;
+  button.addEventListener("click", async () => {
+    shown += 1000;
+    button.disabled = true;
+    const fromBottom = pre.scrollHeight - pre.scrollTop;
+    const response = await fetch(pre.dataset.src + "?lines=" + shown, {credentials: "same-origin"});
+    const text = await response.text();
+    if (response.ok) {
+      pre.textContent = text;
+      pre.scrollTop = pre.scrollHeight - fromBottom;
+    }
+    const count = text.split("\n").length - 1;
+    button.disabled = count < shown;
+    if (count < shown) button.textContent = "the log's first line is shown";
+  });
+}
+
 function refreshStatus() {
   const body = document.body;
   if (!body.dataset.live) return;
@@ -77,5 +100,6 @@ function refreshStatus() {
 document.addEventListener("DOMContentLoaded", () => {
   drawCharts();
   fillLog();
+  scrollBack();
   refreshStatus();
 });
