@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from support.browser import chromium, ui_server, until
 from support.cli import REPO, base_env, plant, record
-from support.ui_runs import append_log_part, png, write_run
+from support.ui_runs import append_log_part, png, wav, write_run
 
 ARTIFACTS = Path(os.environ.get("RTJOB_TEST_ARTIFACTS") or REPO / "tmp" / "artifacts") / "ui"
 HOSTILE_JOB = 'x<script>alert(1)</script>"onload=alert(2)\u202eevil'
@@ -35,7 +35,7 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     try:
         runs = {
             "good": write_run(root, "run-good", "ddp-resnet", epochs=4, checkpoints=2,
-                              samples={"epoch_0004.png": png(24, 24, 4)},
+                              samples={"epoch_0004.png": png(24, 24, 4), "voice/epoch_0004.wav": wav()},
                               log_lines=[f"epoch {e} loss {2 / e:.3f}" for e in range(1, 5)] + [f"token {SECRET}"]),
             "bad": write_run(root, "run-bad", "ddp-resnet", status="FAILED", user="bob", epochs=2, scale=1.4,
                              start="2026-11-21T09:00:00+00:00",
@@ -129,6 +129,9 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
     image = browser.find_element(By.CSS_SELECTOR, "#samples img")
     until(lambda: browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image) == 24,
           what="the sample image")
+    audio = browser.find_element(By.CSS_SELECTOR, "#samples audio")
+    browser.execute_script("arguments[0].load()", audio)
+    until(lambda: browser.execute_script("return arguments[0].duration", audio) == 0.25, what="the audio sample")
     browser.get(image.get_attribute("src"))
     assert browser.execute_script("return document.images[0].naturalWidth") == 24
     shot(browser, "sample")

@@ -31,6 +31,22 @@ def png(width: int, height: int, seed: int) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
+def wav(seconds: float = 0.25, rate: int = 8000) -> bytes:
+    """A short 440 Hz tone as a 16-bit mono WAV (what a voice run's decoded samples are)."""
+    import io
+    import math
+    import wave
+
+    out = io.BytesIO()
+    with wave.open(out, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * n / rate)))
+                               for n in range(int(seconds * rate))))
+    return out.getvalue()
+
+
 def metrics(epochs: int, scale: float = 1.0) -> list[dict[str, Any]]:
     return [{"epoch": e, "train_loss": round(scale * 2.0 / e, 4), "val_loss": round(scale * 2.2 / e, 4),
              "val_accuracy": round(1 - 0.5 / e, 4), "train_samples_per_s": 100.0 + 5 * e, "epoch_time_s": 1.5}
