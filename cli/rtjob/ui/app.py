@@ -34,7 +34,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ..core.errors import BadInput, RtjobError
+from ..core.errors import RtjobError
 from ..core.redact import redact, redact_data
 from . import queries
 
@@ -299,7 +299,7 @@ def create_app(config: Config) -> ASGIApp:
                 found = queries.find_run(run_id, config.lookup_root, config.endpoint)
                 if found is None:
                     raise _NotFound(f"no run {run_id!r} in the ledger or the storage")
-                out.append((found, queries._card(lambda r=found: queries.metrics_of(r))))
+                out.append((found, queries.card_of(lambda r=found: queries.metrics_of(r))))
             return out
         try:
             runs_found = await asyncio.to_thread(gather)
@@ -410,7 +410,3 @@ def _overlaid(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, An
                 series.append({"label": f"{run_id} {key}", "values": [at.get(x) for x in xs]})
         charts.append({"title": key, "x": xs, "series": series})
     return charts
-
-
-def bad_input_line(exc: BadInput) -> str:
-    return clean(exc.message)

@@ -176,7 +176,7 @@ class Card:
     error: str | None = None
 
 
-def _card(call: Any) -> Card:
+def card_of(call: Any) -> Card:
     try:
         return Card(call())
     except RtjobError as exc:
@@ -220,8 +220,8 @@ def run_view(record: RunRecord, storage: str | None, endpoint: str | None) -> Ru
             except RtjobError:
                 status = "UNKNOWN"
         steps.append({**step, "status": "REUSED" if step.get("reused_from") else status})
-    return RunView(record, steps, _card(lambda: _checkpoints(record)), _card(lambda: metrics_of(record)),
-                   _card(lambda: samples_of(record)))
+    return RunView(record, steps, card_of(lambda: _checkpoints(record)), card_of(lambda: metrics_of(record)),
+                   card_of(lambda: samples_of(record)))
 
 
 def _readable(record: RunRecord) -> bool:
