@@ -367,6 +367,8 @@ async def _threaded(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
 
 
 CHART_GROUPS = (("loss", ("loss",)), ("accuracy", ("acc",)), ("samples/s", ("samples_per_s", "throughput")))
+# Bookkeeping a training loop reports beside its metrics (sizes, times, memory): not charted.
+NOT_CHARTED = ("_samples", "_time_s", "_mem_mb", "_bytes")
 
 
 def _grouped(keys: list[str]) -> list[tuple[str, list[str]]]:
@@ -387,7 +389,7 @@ def _charts(rows: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
         return []
     data = queries.series(rows)
     xs = data.pop("epoch")
-    keys = [k for k in data if k != "epoch_time_s"]
+    keys = [k for k in data if not k.endswith(NOT_CHARTED)]
     return [{"title": title, "x": xs, "series": [{"label": k, "values": data[k]} for k in chosen]}
             for title, chosen in _grouped(keys)]
 
@@ -400,7 +402,7 @@ def _overlaid(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, An
     xs = sorted({x for _, data in per_run for x in data["epoch"] if x is not None})
     keys: list[str] = []
     for _, data in per_run:
-        keys.extend(k for k in data if k not in keys and k not in ("epoch", "epoch_time_s"))
+        keys.extend(k for k in data if k not in keys and k != "epoch" and not k.endswith(NOT_CHARTED))
     charts = []
     for key in keys:
         series = []

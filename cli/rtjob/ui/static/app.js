@@ -11,7 +11,7 @@ function drawCharts() {
     const opts = {
       width: 460, height: 240,
       scales: {x: {time: false}},
-      axes: [{label: "epoch"}, {}],
+      axes: [{label: "epoch", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000]}, {}],
       series: [{label: "epoch"}, ...chart.series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length],
                                                                  width: 2, points: {show: true}}))],
     };
