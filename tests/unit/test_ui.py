@@ -124,7 +124,9 @@ def test_paths_cannot_leave_the_run_folder(app: Any) -> None:
     assert call(app, "/runs/u-good/samples/epoch_0001.png")[0] == 200
     for name in ("../rtjob-run.json", "..%2Frtjob-run.json", "/etc/passwd", "a/../../x"):
         assert call(app, f"/runs/u-good/samples/{name}")[0] == 404, name
-    assert call(app, "/runs/..%2Fu-good")[0] == 404
+    for run_id in ("..%2Fu-good", "..", ".", "a%5Cb", "u-good%00"):
+        assert call(app, f"/runs/{run_id}")[0] == 404, run_id
+        assert call(app, f"/runs/{run_id}/log")[0] == 404, run_id
     assert call(app, "/static/../app.py")[0] == 404
 
 

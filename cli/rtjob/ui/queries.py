@@ -189,8 +189,8 @@ def find_run(run_id: str, storage: str | None, endpoint: str | None) -> RunRecor
     """The run's record (ledger, else the storage's), with what its run side wrote since when it has not ended."""
     from ..runs.memory import find, with_run_side
 
-    if not run_id or "/" in run_id or len(run_id) > 256:
-        return None
+    if not run_id or run_id in (".", "..") or any(c in run_id for c in "/\\\x00") or len(run_id) > 256:
+        return None  # a run id is one path segment: none leads out of the storage's run folders
     record = find(run_id, storage, endpoint)
     if record is None:
         return None
