@@ -4,9 +4,27 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install demo test test-unit test-e2e lint bench clean
+.PHONY: install ui-assets browser demo test test-unit test-e2e lint bench clean
 
-$(STAMP): pyproject.toml
+# rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
+# folder (git-ignored, shipped as package data; setup.py refuses to build rtjob without it).
+UI_VENDOR := cli/rtjob/ui/static/vendor
+UI_ASSETS := $(UI_VENDOR)/uPlot.iife.min.js $(UI_VENDOR)/uPlot.min.css
+
+$(UI_ASSETS) &: web/package.json web/package-lock.json
+	cd web && npm ci --no-audit --no-fund --loglevel=error
+	mkdir -p $(UI_VENDOR)
+	cp web/node_modules/uplot/dist/uPlot.iife.min.js web/node_modules/uplot/dist/uPlot.min.css $(UI_VENDOR)/
+	cp web/node_modules/uplot/LICENSE $(UI_VENDOR)/uPlot.LICENSE
+
+ui-assets: $(UI_ASSETS)
+
+# The browser tests' headless Chromium and its driver (Debian's), installed when missing.
+browser:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver)
+
+$(STAMP): pyproject.toml $(UI_ASSETS)
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[all]'
@@ -27,14 +45,14 @@ lint: install
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
 # The fast tests first (no cluster, under a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
 # then the real cluster and S3 server ones (one shared cluster: one process).
-test: lint
+test: lint browser
 	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
 
 test-unit: install
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit
 
-test-e2e: install
+test-e2e: install browser
 	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
 
 bench: install
@@ -45,4 +63,4 @@ bench: install
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) web/node_modules $(UI_VENDOR) .pytest_cache .mypy_cache .ruff_cache

@@ -686,6 +686,23 @@ def bench_ledger(ctx: Context) -> list[Row]:
     return _rows(run_ledger_bench(argv, notes=ctx.notes), 8)
 
 
+def bench_ui(ctx: Context) -> list[Row]:
+    """Issue 28: `rtjob ui`'s runs page over 10,000 ledger entries and a 40 MiB log's first screen
+    (benchmarks/ui_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.ui_bench import run_ui_bench
+
+    return _rows(run_ui_bench(notes=ctx.notes), 13)
+
+
+def bench_ui_latency(ctx: Context) -> list[Row]:
+    """Issue 28: a printed line → `rtjob ui`'s open run page vs `ray job submit` (benchmarks/ui_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.ui_bench import latency_rows
+
+    return _rows(latency_rows(sys.modules[__name__], ctx))
+
+
 def bench_records(ctx: Context) -> list[Row]:
     """Issue 12: a team's runs listed from a bucket by their run records (benchmarks/records_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -816,6 +833,7 @@ def main() -> int:
         "logs": ["4a. log latency print → terminal, median", "4b. log latency, p95", "4c. log lines delivered"],
         "loglat": ["4d. log latency, step by step"],
         "status": ["2. `status ID` of a finished job"],
+        "ui": ["13d. `rtjob ui` printed line → page"],
     }
     try:
         rows += guarded(["1. CLI start-up: `submit --help`"], bench_help, ctx)
@@ -825,6 +843,7 @@ def main() -> int:
                 rows += guarded(cluster_rows["logs"], bench_logs, ctx)
                 rows += guarded(cluster_rows["loglat"], bench_loglat, ctx)
                 rows += guarded(cluster_rows["status"], bench_status, ctx)
+                rows += guarded(cluster_rows["ui"], bench_ui_latency, ctx)
         except BenchError as exc:
             # The cluster itself did not come up: every cluster measurement fails for that reason.
             done = {r.measurement.split(" (")[0] for r in rows}
@@ -840,6 +859,7 @@ def main() -> int:
         rows += guarded(["10. embedded cluster cold start vs by hand"], bench_coldstart, ctx)
         rows += guarded(["11. `rtjob runs --storage` over 100,000 runs (run index)"], bench_index, ctx)
         rows += guarded(["12. the run-side companion"], bench_companion, ctx)
+        rows += guarded(["13. `rtjob ui` runs page and log"], bench_ui, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)

@@ -234,10 +234,17 @@ class Ledger:
         with self._connection(create=False) as conn:
             return int(conn.execute("SELECT count(*) FROM runs").fetchone()[0]) if conn else 0
 
+    def matching(self, *, job: str | None = None, status: str | None = None, backend: str | None = None,
+                 since: dt.datetime | None = None) -> int:
+        """How many runs ``query`` would return with no limit (`rtjob ui`'s pager), counted, not read."""
+        where, params = self._where(job=job, status=status, backend=backend, since=since)
+        with self._connection(create=False) as conn:
+            return int(conn.execute(f"SELECT count(*) FROM runs{where}", params).fetchone()[0]) if conn else 0
+
     # ---- inside
 
-    def _select(self, columns: str, *, job: str | None, status: str | None, backend: str | None,
-                since: dt.datetime | None, limit: int | None) -> list[tuple[str, str]]:
+    def _where(self, *, job: str | None, status: str | None, backend: str | None,
+               since: dt.datetime | None) -> tuple[str, list[Any]]:
         where: list[str] = []
         params: list[Any] = []
         for column, value in (("job", job), ("status", status.upper() if status else None), ("backend", backend)):
@@ -247,8 +254,12 @@ class Ledger:
         if since is not None:
             where.append("started >= ?")
             params.append(sort_time(since))
-        sql = f"SELECT {columns} FROM runs" + (f" WHERE {' AND '.join(where)}" if where else "")
-        sql += f" {_NEWEST_FIRST} LIMIT ?"
+        return (f" WHERE {' AND '.join(where)}" if where else ""), params
+
+    def _select(self, columns: str, *, job: str | None, status: str | None, backend: str | None,
+                since: dt.datetime | None, limit: int | None) -> list[tuple[str, str]]:
+        where, params = self._where(job=job, status=status, backend=backend, since=since)
+        sql = f"SELECT {columns} FROM runs{where} {_NEWEST_FIRST} LIMIT ?"
         params.append(-1 if limit is None else max(limit, 0))
         with self._connection(create=False) as conn:
             return conn.execute(sql, params).fetchall() if conn else []

@@ -113,11 +113,13 @@ def from_storage(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
 
 
 def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, user: str | None = None,
-                 backend: str | None = None, reindex: bool = False) -> tuple[list[Any], list[str]]:
+                 backend: str | None = None, reindex: bool = False,
+                 compact: bool = True) -> tuple[list[Any], list[str]]:
     """``from_storage``'s runs as the index holds them (rows: storage.index.record_of makes each a record,
     index.summary_of its JSON), or as records where the root has no index: a listing of 100,000 runs makes no
-    100,000 records to print their summaries."""
-    from ..storage.index import Query, index_objects, list_indexed, rebuild
+    100,000 records to print their summaries. ``compact`` False: the listing never writes to the storage (`rtjob
+    ui` is read-only), however many index entries are left over."""
+    from ..storage.index import COMPACT_AFTER, Query, index_objects, list_indexed, rebuild
 
     problems: list[str] = []
     if reindex:
@@ -126,7 +128,8 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
                   since=wanted.since, limit=wanted.limit)
     objects = index_objects(root, endpoint, light=True)
     try:
-        indexed = list_indexed(root, endpoint, query, objects=objects)
+        indexed = list_indexed(root, endpoint, query, objects=objects,
+                               compact_after=COMPACT_AFTER if compact else 1 << 62)
         if indexed is None:
             records, found = _by_records(root, endpoint, query, problems)
             return list(records), found

@@ -1,0 +1,414 @@
+"""`rtjob ui`'s web app: Starlette routes over queries.py, server-rendered Jinja templates, one small script.
+
+Safety, in one place: every request's Host header is checked (DNS rebinding); off loopback a token is required
+(header X-Rtjob-Token or the cookie /login sets; never in a URL); every value a template prints, every JSON answer
+and every log line passes the redaction boundary (core/redact.py) and has bidi controls made visible; templates
+autoescape; a sample's name cannot leave the run's samples folder; a card that cannot be read says so in one line.
+Read-only: no route changes a run or writes to its storage."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import re
+from collections.abc import AsyncIterator, Iterator, MutableMapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, quote
+
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ..core.errors import RtjobError
+from ..core.redact import redact, redact_data
+from . import queries
+
+HERE = Path(__file__).parent
+TOKEN_HEADER = "x-rtjob-token"
+TOKEN_COOKIE = "rtjob_ui_token"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+WILDCARD = ("0.0.0.0", "::")  # every interface: any Host name reaches it, and the token guards every request
+LIVE_POLL_S = 1.0
+# Bidi controls and isolates (they reorder what a reader sees: "Trojan Source"), shown as their code points.
+_BIDI = re.compile("[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data: blob:; "
+       "media-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+
+
+def clean(text: str) -> str:
+    """Text as shown: redacted, with bidi controls made visible (<U+202E>)."""
+    return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", redact(text))
+
+
+def clean_data(value: Any) -> Any:
+    value = redact_data(value, ())
+    if isinstance(value, str):
+        return _BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", value)
+    if isinstance(value, list):
+        return [clean_data(item) for item in value]
+    if isinstance(value, dict):
+        return {clean_data(k): clean_data(v) for k, v in value.items()}
+    return value
+
+
+def _finalize(value: Any) -> Any:
+    """Every {{ value }} a template prints passes here before it is escaped."""
+    if isinstance(value, Markup):  # tojson and the like: already escaped markup, redacted as text
+        return Markup(_BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", redact(str(value))))
+    if isinstance(value, str):
+        return clean(value)
+    return value
+
+
+@dataclass
+class Config:
+    storage: str | None  # the team's storage root listed on the runs page (None: this machine's ledger)
+    lookup_root: str | None  # where a run's record is looked for beyond the ledger
+    endpoint: str | None
+    host: str
+    port: int
+    token: str | None  # required off loopback
+
+
+class Guard:
+    """Host header check on every request, and the token when one is set (pure ASGI: streaming stays streaming)."""
+
+    def __init__(self, app: ASGIApp, config: Config) -> None:
+        self.app = app
+        self.config = config
+
+    def _allowed_host(self, value: str) -> bool:
+        host, _, port = value.rpartition(":") if not value.endswith("]") else (value, "", "")
+        if not host:
+            host, port = value, ""
+        host = host.strip("[]").lower()
+        if port != str(self.config.port) or not host:
+            return False
+        if self.config.host in WILDCARD:
+            return self.config.token is not None
+        names = {*LOOPBACK} if self.config.host in LOOPBACK else {self.config.host.lower()}
+        return host in names
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if not self._allowed_host(headers.get("host", "")):
+            await PlainTextResponse("bad Host header", status_code=421)(scope, receive, send)
+            return
+        token = self.config.token
+        if token is not None and scope["path"] not in ("/login",) and not scope["path"].startswith("/static/"):
+            given = headers.get(TOKEN_HEADER) or _cookie(headers.get("cookie", ""), TOKEN_COOKIE) or ""
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                if scope["method"] == "GET" and "text/html" in headers.get("accept", ""):
+                    await RedirectResponse("/login", status_code=303)(scope, receive, send)
+                else:
+                    await PlainTextResponse("a token is required (header X-Rtjob-Token)",
+                                            status_code=401)(scope, receive, send)
+                return
+
+        async def secured(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []),
+                                      (b"content-security-policy", CSP.encode()),
+                                      (b"x-content-type-options", b"nosniff"),
+                                      (b"referrer-policy", b"no-referrer"),
+                                      (b"x-frame-options", b"DENY")]
+            await send(message)
+
+        await self.app(scope, receive, secured)
+
+
+def _cookie(header: str, name: str) -> str | None:
+    for part in header.split(";"):
+        key, _, value = part.strip().partition("=")
+        if key == name:
+            return value
+    return None
+
+
+def create_app(config: Config) -> ASGIApp:
+    env = Environment(loader=FileSystemLoader(str(HERE / "templates")), autoescape=select_autoescape(default=True),
+                      finalize=_finalize)
+    env.filters["urlpart"] = lambda value: quote(str(value), safe="")
+    env.filters["jsonattr"] = lambda value: json.dumps(clean_data(value), separators=(",", ":"))
+
+    def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
+        html = env.get_template(name).render(storage=config.storage, **context)
+        return HTMLResponse(redact(html), status_code=status_code)
+
+    def problem(message: str, status_code: int = 400) -> HTMLResponse:
+        return page("error.html", status_code=status_code, message=message)
+
+    def record_or_404(request: Request) -> Any:
+        record = queries.find_run(request.path_params["run_id"], config.lookup_root, config.endpoint)
+        if record is None:
+            raise _NotFound(f"no run {request.path_params['run_id']!r} in the ledger or the storage")
+        return record
+
+    async def runs(request: Request) -> Response:
+        try:
+            query = queries.RunsQuery.parse(dict(request.query_params))
+            listed = await asyncio.to_thread(queries.runs_page, query, _source(request, config), config.endpoint)
+        except RtjobError as exc:
+            return problem(exc.message)
+        return page("runs.html", listed=listed, query=query, params=dict(request.query_params),
+                    source=request.query_params.get("source", "storage" if config.storage else "ledger"))
+
+    async def runs_json(request: Request) -> Response:
+        try:
+            query = queries.RunsQuery.parse(dict(request.query_params))
+            listed = await asyncio.to_thread(queries.runs_page, query, _source(request, config), config.endpoint)
+        except RtjobError as exc:
+            return JSONResponse({"error": clean(exc.message)}, status_code=400)
+        return JSONResponse(clean_data({"runs": listed.rows, "total": listed.total, "page": listed.page,
+                                        "pages": listed.pages, "problems": listed.problems}))
+
+    async def run(request: Request) -> Response:
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+            view = await asyncio.to_thread(queries.run_view, record, config.lookup_root, config.endpoint)
+        except _NotFound as exc:
+            return problem(str(exc), 404)
+        except RtjobError as exc:
+            return problem(exc.message)
+        return page("run.html", view=view, record=record, info=record.to_run_info(), charts=_charts(view.metrics.data),
+                    request_json=json.dumps(record.request, indent=2) if record.request else None)
+
+    async def run_card(request: Request) -> Response:
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+        except (_NotFound, RtjobError) as exc:
+            return PlainTextResponse(clean(str(exc)), status_code=404)
+        info = record.to_run_info()
+        response = page("status_card.html", record=record, info=info)
+        response.headers["x-run-ended"] = "1" if info.status.terminal else "0"
+        return response
+
+    async def run_json(request: Request) -> Response:
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+        except (_NotFound, RtjobError) as exc:
+            return JSONResponse({"error": clean(str(exc))}, status_code=404)
+        return JSONResponse(clean_data(record.to_json()))
+
+    async def log(request: Request) -> Response:
+        """The log's last 1,000 lines (?lines=N: the last N, scrolling back; ?all=1: all of it), streamed. Header x-log-parts: the parts it was read from, for
+        the live stream to start after them."""
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+        except (_NotFound, RtjobError) as exc:
+            return PlainTextResponse(clean(str(exc)), status_code=404)
+        whole = request.query_params.get("all") == "1"
+        asked = request.query_params.get("lines", "")
+        lines = min(int(asked), 10_000_000) if asked.isdigit() and int(asked) > 0 else queries.LOG_TAIL_LINES
+        parts = 0
+        try:
+            if not record.to_run_info().status.terminal:
+                parts = await asyncio.to_thread(queries.LogFollower(record).count)
+            chunks = await asyncio.to_thread(queries.log_tail, record, None if whole else lines)
+        except RtjobError as exc:
+            if not record.to_run_info().status.terminal:  # a run whose companion has written no part yet
+                return _text_stream(iter(()), parts=parts)
+            return PlainTextResponse(clean(exc.message), status_code=404)
+        return _text_stream((clean(chunk) for chunk in chunks), parts=parts)
+
+    async def log_search(request: Request) -> Response:
+        needle = request.query_params.get("q", "")
+        if not needle:
+            return PlainTextResponse("q: what to search for", status_code=400)
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+        except (_NotFound, RtjobError) as exc:
+            return PlainTextResponse(clean(str(exc)), status_code=404)
+
+        def matches() -> Iterator[str]:
+            try:
+                for number, line in queries.log_search(record, needle):
+                    yield clean(f"{number}: {line}\n")
+            except RtjobError as exc:
+                yield clean(f"(log not readable: {exc.message})\n")
+        return _text_stream(matches())
+
+    async def log_live(request: Request) -> Response:
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+            follower = queries.LogFollower(record)
+            skip = request.query_params.get("skip", "")
+            await asyncio.to_thread(follower.start, int(skip) if skip.isdigit() else None)
+        except (_NotFound, RtjobError) as exc:
+            return PlainTextResponse(clean(str(exc)), status_code=404)
+
+        async def events() -> AsyncIterator[str]:
+            yield "retry: 2000\n\n"
+            idle = 0
+            while not await request.is_disconnected():
+                try:
+                    text = await asyncio.to_thread(follower.new_text)
+                except RtjobError:
+                    text = ""
+                if text:
+                    data = "\n".join(f"data: {line}" for line in clean(text).rstrip("\n").split("\n"))
+                    yield f"event: lines\n{data}\n\n"
+                    idle = 0
+                else:
+                    idle += 1
+                    if idle % 15 == 0:
+                        yield ": still here\n\n"
+                        fresh = await asyncio.to_thread(queries.find_run, record.id, config.lookup_root,
+                                                        config.endpoint)
+                        if fresh is not None and fresh.to_run_info().status.terminal:
+                            yield "event: ended\ndata: ended\n\n"
+                            return
+                await asyncio.sleep(LIVE_POLL_S)
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"cache-control": "no-store"})
+
+    async def sample(request: Request) -> Response:
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+            media, chunks = await asyncio.to_thread(queries.sample_stream, record, request.path_params["name"])
+        except (_NotFound, RtjobError) as exc:
+            return PlainTextResponse(clean(str(exc)), status_code=404)
+        return StreamingResponse(_threaded(chunks), media_type=media)
+
+    async def compare(request: Request) -> Response:
+        ids = [i for i in request.query_params.getlist("run") if i]
+        if not 2 <= len(ids) <= queries.MAX_COMPARE:
+            return problem(f"compare: choose 2 to {queries.MAX_COMPARE} runs (got {len(ids)})")
+
+        def gather() -> list[tuple[Any, queries.Card]]:
+            out = []
+            for run_id in ids:
+                found = queries.find_run(run_id, config.lookup_root, config.endpoint)
+                if found is None:
+                    raise _NotFound(f"no run {run_id!r} in the ledger or the storage")
+                out.append((found, queries.card_of(lambda r=found: queries.metrics_of(r))))
+            return out
+        try:
+            runs_found = await asyncio.to_thread(gather)
+        except _NotFound as exc:
+            return problem(str(exc), 404)
+        except RtjobError as exc:
+            return problem(exc.message)
+        records = [r for r, _ in runs_found]
+        return page("compare.html", runs=runs_found, diff=queries.request_diff(records),
+                    charts=_overlaid([(r.id, card.data or []) for r, card in runs_found]))
+
+    async def login(request: Request) -> Response:
+        if request.method == "POST":
+            body = (await request.body())[:4096].decode("utf-8", "replace")
+            given = (parse_qs(body).get("token") or [""])[0]
+            if config.token is not None and hmac.compare_digest(given.encode(), config.token.encode()):
+                response = RedirectResponse("/", status_code=303)
+                response.set_cookie(TOKEN_COOKIE, given, httponly=True, samesite="strict")
+                return response
+            return page("login.html", status_code=401, wrong=True)
+        return page("login.html", wrong=False)
+
+    routes = [
+        Route("/", runs),
+        Route("/api/runs", runs_json),
+        Route("/runs/{run_id}", run),
+        Route("/runs/{run_id}/card", run_card),
+        Route("/api/runs/{run_id}", run_json),
+        Route("/runs/{run_id}/log", log),
+        Route("/runs/{run_id}/log/search", log_search),
+        Route("/runs/{run_id}/log/live", log_live),
+        Route("/runs/{run_id}/samples/{name:path}", sample),
+        Route("/compare", compare),
+        Route("/login", login, methods=["GET", "POST"]),
+        Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static"),
+    ]
+    return Guard(Starlette(routes=routes), config)
+
+
+class _NotFound(Exception):
+    pass
+
+
+def _source(request: Request, config: Config) -> str | None:
+    """The storage root the runs page lists (None: the ledger): the team's by default when one is configured."""
+    if config.storage and request.query_params.get("source", "storage") == "storage":
+        return config.storage
+    return None
+
+
+def _text_stream(chunks: Iterator[str], parts: int = 0) -> StreamingResponse:
+    return StreamingResponse(_threaded(chunk.encode() for chunk in chunks), media_type="text/plain; charset=utf-8",
+                             headers={"cache-control": "no-store", "x-log-parts": str(parts)})
+
+
+async def _threaded(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    """A blocking iterator (storage reads) driven from a worker thread, one chunk at a time."""
+    done = object()
+    while True:
+        chunk = await asyncio.to_thread(next, chunks, done)
+        if chunk is done:
+            return
+        assert isinstance(chunk, bytes)
+        yield chunk
+
+
+CHART_GROUPS = (("loss", ("loss",)), ("accuracy", ("acc",)), ("samples/s", ("samples_per_s", "throughput")))
+# Bookkeeping a training loop reports beside its metrics (sizes, times, memory): not charted.
+NOT_CHARTED = ("_samples", "_time_s", "_mem_mb", "_bytes")
+
+
+def _grouped(keys: list[str]) -> list[tuple[str, list[str]]]:
+    groups: list[tuple[str, list[str]]] = []
+    taken: set[str] = set()
+    for title, words in CHART_GROUPS:
+        chosen = [k for k in keys if k not in taken and any(w in k for w in words)]
+        if chosen:
+            groups.append((title, chosen))
+            taken.update(chosen)
+    groups += [(k, [k]) for k in keys if k not in taken]
+    return groups
+
+
+def _charts(rows: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """A run's charts: {title, x (epochs), series [{label, values}]}: the page carries the points as data."""
+    if not rows:
+        return []
+    data = queries.series(rows)
+    xs = data.pop("epoch")
+    keys = [k for k in data if not k.endswith(NOT_CHARTED)]
+    return [{"title": title, "x": xs, "series": [{"label": k, "values": data[k]} for k in chosen]}
+            for title, chosen in _grouped(keys)]
+
+
+def _overlaid(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """The compared runs' curves on shared epochs: one chart per metric, a series per run."""
+    per_run = [(run_id, queries.series(rows)) for run_id, rows in runs if rows]
+    if not per_run:
+        return []
+    xs = sorted({x for _, data in per_run for x in data["epoch"] if x is not None})
+    keys: list[str] = []
+    for _, data in per_run:
+        keys.extend(k for k in data if k not in keys and k != "epoch" and not k.endswith(NOT_CHARTED))
+    charts = []
+    for key in keys:
+        series = []
+        for run_id, data in per_run:
+            if key in data:
+                at = dict(zip(data["epoch"], data[key], strict=True))
+                series.append({"label": f"{run_id} {key}", "values": [at.get(x) for x in xs]})
+        charts.append({"title": key, "x": xs, "series": series})
+    return charts

@@ -1,0 +1,228 @@
+"""`rtjob ui`'s app without a browser: its ASGI app called directly (no server, no socket) over runs written with
+rtjob's own writers. The Host check, the token off loopback, the redaction boundary on pages and JSON, escaping,
+paths that cannot leave a run's folder, a damaged record kept to its card, bad input, and the light client
+(no starlette/uvicorn/jinja2 imported by other commands)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rtjob.core.redact import REDACTOR
+from rtjob.ui.app import Config, create_app
+from support.cli import RTJOB, base_env, plant, record, rtjob
+from support.ui_runs import png, write_run
+
+SECRET = plant("planted-unit-ui-secret-93b1c")
+PORT = 8765
+
+
+def call(app: Any, path: str, *, method: str = "GET", host: str = f"127.0.0.1:{PORT}",
+         headers: dict[str, str] | None = None, body: bytes = b"") -> tuple[int, dict[str, str], str]:
+    path, _, query = path.partition("?")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
+             "headers": [(b"host", host.encode())] + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", PORT)}
+    sent: list[dict[str, Any]] = []
+    fed = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal fed
+        if not fed:
+            fed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode(errors="replace")
+    record(text)
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, text
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ui-storage")
+    write_run(root, "u-good", "train", samples={"epoch_0001.png": png(4, 4, 1)}, log_lines=[f"key {SECRET}", "done"])
+    write_run(root, "u-bad", "train", status="FAILED", user="bob", raw_metrics=b"[1, 2")
+    write_run(root, "u-evil", '<script>alert(1)</script>"onload=x\u202e', epochs=1, start="2026-11-22T00:00:00+00:00")
+    REDACTOR.add([SECRET])  # as `rtjob ui` learns it from its environment
+    return root
+
+
+@pytest.fixture(scope="module")
+def app(root: Path) -> Any:
+    return create_app(Config(storage=str(root), lookup_root=str(root), endpoint=None, host="127.0.0.1", port=PORT,
+                             token=None))
+
+
+def test_host_header_is_checked_on_every_request(app: Any) -> None:
+    for host in ("evil.example", f"evil.example:{PORT}", "127.0.0.1:1", ""):
+        status, _, _ = call(app, "/", host=host)
+        assert status == 421, host
+    for host in (f"127.0.0.1:{PORT}", f"localhost:{PORT}", f"[::1]:{PORT}"):
+        assert call(app, "/api/runs", host=host)[0] == 200, host
+
+
+def test_off_loopback_a_token_in_a_header_or_cookie(root: Path) -> None:
+    token = "t0ken-for-the-unit-test-1234"
+    guarded = create_app(Config(storage=str(root), lookup_root=str(root), endpoint=None, host="10.1.2.3", port=PORT,
+                                token=token))
+    host = f"10.1.2.3:{PORT}"
+    assert call(guarded, "/api/runs", host=host)[0] == 401
+    assert call(guarded, "/", host=host, headers={"accept": "text/html"})[0] == 303  # to /login
+    assert call(guarded, "/api/runs", host=host, headers={"x-rtjob-token": "wrong"})[0] == 401
+    assert call(guarded, "/api/runs", host=host, headers={"x-rtjob-token": token})[0] == 200
+    assert call(guarded, "/api/runs", host=host, headers={"cookie": f"rtjob_ui_token={token}"})[0] == 200
+    status, headers, _ = call(guarded, "/login", method="POST", host=host, body=f"token={token}".encode(),
+                              headers={"content-type": "application/x-www-form-urlencoded"})
+    assert status == 303 and "httponly" in headers["set-cookie"].lower() and "samesite=strict" in headers["set-cookie"].lower()
+    assert call(guarded, "/login", method="POST", host=host, body=b"token=nope")[0] == 401
+    assert call(guarded, "/api/runs", host=f"127.0.0.1:{PORT}", headers={"x-rtjob-token": token})[0] == 421
+
+
+def test_runs_json_filters_and_redacts(app: Any) -> None:
+    status, headers, text = call(app, "/api/runs?user=bob")
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert [r["id"] for r in json.loads(text)["runs"]] == ["u-bad"]
+    assert [r["id"] for r in json.loads(call(app, "/api/runs?q=alert")[2])["runs"]] == ["u-evil"]
+    assert [r["id"] for r in json.loads(call(app, "/api/runs?sort=id&order=asc")[2])["runs"]] == ["u-bad", "u-evil", "u-good"]
+    status, _, text = call(app, "/api/runs?status=bogus")
+    assert status == 400 and "status 'BOGUS'" in json.loads(text)["error"]
+    assert call(app, "/api/runs?since=soon")[0] == 400
+    assert call(app, "/?sort=nothing")[0] == 400
+
+
+def test_pages_escape_names_and_make_bidi_visible(app: Any) -> None:
+    status, headers, html = call(app, "/")
+    assert status == 200 and "default-src 'self'" in headers["content-security-policy"]
+    assert "<script>alert(1)" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;&#34;onload=x" in html
+    assert "\u202e" not in html and "&lt;U+202E&gt;" in html
+    _, _, run = call(app, "/runs/u-evil")
+    assert "<script>alert(1)" not in run and "\u202e" not in run
+
+
+def test_log_is_redacted_and_searched(app: Any) -> None:
+    status, headers, text = call(app, "/runs/u-good/log")
+    assert status == 200 and headers["content-type"].startswith("text/plain") and headers["x-content-type-options"] == "nosniff"
+    assert SECRET not in text and "key ****" in text and text.endswith("done\n")
+    assert call(app, "/runs/u-good/log/search?q=DONE")[2] == "2: done\n"
+    assert SECRET not in call(app, f"/runs/u-good/log/search?q={SECRET[:12]}")[2]
+
+
+def test_paths_cannot_leave_the_run_folder(app: Any) -> None:
+    assert call(app, "/runs/u-good/samples/epoch_0001.png")[0] == 200
+    for name in ("../rtjob-run.json", "..%2Frtjob-run.json", "/etc/passwd", "a/../../x"):
+        assert call(app, f"/runs/u-good/samples/{name}")[0] == 404, name
+    for run_id in ("..%2Fu-good", "..", ".", "a%5Cb", "u-good%00"):
+        assert call(app, f"/runs/{run_id}")[0] == 404, run_id
+        assert call(app, f"/runs/{run_id}/log")[0] == 404, run_id
+    assert call(app, "/static/../app.py")[0] == 404
+
+
+def test_a_damaged_metrics_file_stays_on_its_card(app: Any) -> None:
+    status, _, html = call(app, "/runs/u-bad")
+    assert status == 200 and 'class="error card-error"' in html and "metrics.json" in html
+    assert call(app, "/")[0] == 200
+
+
+def test_a_damaged_record_is_a_problem_line_not_a_500(tmp_path: Path) -> None:
+    write_run(tmp_path, "d-ok", "train")
+    bad = tmp_path / "train" / "d-broken"
+    bad.mkdir(parents=True)
+    (bad / "rtjob-run.json").write_text("{broken")
+    broken = create_app(Config(storage=str(tmp_path), lookup_root=str(tmp_path), endpoint=None, host="127.0.0.1",
+                               port=PORT, token=None))
+    (tmp_path / "rtjob-index").rename(tmp_path / "no-index")  # listed by the records: the broken one is read too
+    status, _, html = call(broken, "/")
+    assert status == 200 and "d-ok" in html and 'class="error problem"' in html
+
+
+def test_compare_bounds_and_diff(app: Any) -> None:
+    assert call(app, "/compare?run=u-good")[0] == 400
+    assert call(app, "/compare?" + "&".join(f"run=r{i}" for i in range(6)))[0] == 400
+    status, _, html = call(app, "/compare?run=u-good&run=u-evil")
+    assert status == 200 and 'class="differs"' in html
+
+
+def test_rtjob_help_imports_no_web_stack() -> None:
+    code = ("import sys; from rtjob.commands import cli; import click; "
+            "assert not {'starlette', 'uvicorn', 'jinja2'} & set(sys.modules), sorted(sys.modules)")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
+def test_bad_flags_are_one_line_exit_2(tmp_path: Path) -> None:
+    env = base_env(tmp_path)
+    got = rtjob("ui", "--port", "70000", env=env, timeout=60)
+    assert got.returncode == 2 and "Traceback" not in got.stderr
+    got = rtjob("ui", "--host", "203.0.113.9", "--port", "0", env=env, timeout=60)  # not an address of this machine
+    assert got.returncode == 2 and got.stderr.count("\n") == 1 and "cannot listen there" in got.stderr
+
+
+def test_command_help_lists_the_flags() -> None:
+    out = subprocess.run([*RTJOB, "ui", "--help"], capture_output=True, text=True, timeout=60).stdout
+    for flag in ("--storage", "--context", "--port", "--host", "--open"):
+        assert flag in out
+
+
+def test_ledger_pages_newest_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path))
+    ledger().save_many(RunRecord(id=f"p-{n:03d}", job="train" if n % 2 else "eval", backend="local",
+                                 status="SUCCEEDED", start_time=f"2026-11-01T00:{n // 60:02d}:{n % 60:02d}+00:00")
+                       for n in range(120))
+    here = create_app(Config(storage=None, lookup_root=None, endpoint=None, host="127.0.0.1", port=PORT, token=None))
+    first = json.loads(call(here, "/api/runs")[2])
+    assert (first["total"], first["pages"], first["runs"][0]["id"], len(first["runs"])) == (120, 3, "p-119", 50)
+    last = json.loads(call(here, "/api/runs?page=3")[2])
+    assert [r["id"] for r in last["runs"]][-1] == "p-000" and len(last["runs"]) == 20
+    evals = json.loads(call(here, "/api/runs?job=eval&page=2")[2])
+    assert evals["total"] == 60 and evals["runs"][0]["id"] == "p-018"
+    _, _, html = call(here, "/?page=2")
+    assert "page 2 of 3" in html and "older →" in html and "← newer" in html
+
+
+def test_on_every_interface_the_printed_token_is_the_key(tmp_path: Path) -> None:
+    """`rtjob ui --host 0.0.0.0`: a token generated and printed once (stderr), required on every request whatever
+    Host name reached the machine; the server stopped by its pid."""
+    import http.client
+    import re
+    import time
+
+    log = tmp_path / "ui.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*RTJOB, "ui", "--host", "0.0.0.0", "--port", "0"], env=base_env(tmp_path),
+                                stdout=out, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not re.search(r"token .*: (\S+)\n", log.read_text()):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        text = log.read_text()
+        port = re.search(r"http://0\.0\.0\.0:(\d+)/", text).group(1)  # type: ignore[union-attr]
+        token = re.search(r"token .*: (\S+)\n", text).group(1)  # type: ignore[union-attr]
+        assert text.count(token) == 1
+
+        def get(headers: dict[str, str]) -> int:
+            conn = http.client.HTTPConnection("127.0.0.1", int(port), timeout=30)
+            conn.request("GET", "/api/runs", headers={"Host": f"build-box.lan:{port}", **headers})
+            status = conn.getresponse().status
+            conn.close()
+            return status
+
+        assert get({}) == 401 and get({"X-Rtjob-Token": "nope"}) == 401 and get({"X-Rtjob-Token": token}) == 200
+    finally:
+        proc.terminate()
+        proc.wait(10)
