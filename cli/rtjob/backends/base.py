@@ -47,6 +47,19 @@ class CarryHooks:
     retried: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
 
 
+@dataclass
+class PipelineHooks:
+    """What a pipeline's supervisor needs beyond its backend (rtjob.runside.pipeline_side): the pipeline's stop
+    marker, its record's heartbeat, one line to its log, each step's own hooks (its retries' notices, its
+    record), and the pipeline's end (each step's status, None: never submitted; why, when no step says)."""
+
+    stop_requested: Callable[[], bool]
+    beat: Callable[[str | None], None]
+    say: Callable[[str], None]
+    for_step: Callable[[dict[str, Any]], CarryHooks]
+    ended: Callable[[list[str | None], str | None], None]
+
+
 class NotSupported(BadInput):
     """The backend has no such capability (exit 2: the request, not the run, is wrong)."""
 
@@ -280,6 +293,19 @@ class Backend(ABC):
         run side's ``hooks`` (stop marker, heartbeat, log); the process's exit code."""
         del run_id, hooks
         raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
+
+    def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
+                           requests: builtins.list[Request]) -> RunInfo | None:
+        """Upload every step's packages and start (or attach to) the supervisor that runs the steps ``requests``
+        in order on the cluster; None: the backend has none (a client follower advances the steps)."""
+        del pipeline_id, storage_uri, job, requests
+        return None
+
+    @classmethod
+    def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
+        """Run the pipeline ``pipeline_id``'s steps on its cluster (its supervisor's process)."""
+        del pipeline_id, hooks
+        raise NotSupported(f"backend {cls.name!r} carries no pipeline on the cluster")
 
     # -- optional capabilities with commands of their own (backends/capabilities.py; registry.offering) --------
     def schedules(self) -> Schedules | None:

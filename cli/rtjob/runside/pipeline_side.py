@@ -1,0 +1,97 @@
+"""A pipeline's supervisor, its run side: the pipeline run's folder (its stop marker, its record's heartbeat and end,
+its one notification) and each step's folder (a retry's notice, a step that cannot be retried). The steps' order
+and retries are the backend's (backends/ray/pipeline_supervisor.py).
+
+Imports at module level: the stdlib and rtjob_contract only (the cluster runs it)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from .carrier_side import WRITER, RunSide, _now, say
+
+if TYPE_CHECKING:
+    from ..backends.base import CarryHooks, PipelineHooks
+
+
+class PipelineSide(RunSide):
+    """The pipeline run's folder (RTJOB_RUN_URI of its supervisor)."""
+
+    def step_stop_requested(self, step: RunSide) -> bool:
+        return self.stop_requested() or step.stop_requested()
+
+    def for_step(self, body: dict[str, Any]) -> CarryHooks:
+        from ..backends.base import CarryHooks
+
+        meta = body.get("metadata") or {}
+        step = RunSide(str(body["submission_id"]), meta.get(contract.META_STORAGE) or None)
+        return CarryHooks(stop_requested=lambda: self.step_stop_requested(step), beat=self.beat, say=say,
+                          gave_up=step.gave_up, retried=step.retried)
+
+    def ended(self, statuses: list[str | None], line: str | None) -> None:
+        """The pipeline run's record ended (its status from its steps', each step's status), then its one
+        notification (claimed through the pipeline folder's rtjob-notified-<outcome> marker)."""
+        from ..core.model import RunStatus
+        from ..core.record import RunRecord
+        from ..runs.pipeline import overall
+        from ..storage.records import update_record
+
+        status = overall([RunStatus(s) if s in RunStatus.__members__ else None for s in statuses])
+        if not status.terminal:  # the loop ended with a step unsubmitted: a stop between steps
+            status = RunStatus.STOPPED
+        if self.run_uri:
+            run_uri = self.run_uri
+
+            def change(stored: RunRecord | None) -> RunRecord | None:
+                if stored is None:
+                    return None
+                stored.status = status.value
+                stored.steps = [{**step, "status": st} for step, st in zip(stored.steps or [], statuses, strict=False)]
+                stored.message = line or stored.message
+                stored.end_time = stored.end_time or _now()
+                stored.updated_at = _now()
+                stored.carried_by, stored.last_seen, stored.archived = WRITER, _now(), True
+                stored.completed_by = WRITER  # an end the run side wrote: a client's later write keeps it
+                return stored
+
+            try:
+                record = update_record(run_uri, None, change)
+            except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
+                say(f"pipeline record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
+                record = None
+            self._notify(record)
+        say(f"pipeline {self.run_id} {status.value}")
+
+    def _notify(self, record: Any) -> None:
+        from ..runs.notify import config_from_env, send
+        from ..storage.objects import PreconditionFailed
+        from ..storage.opening import objects_for
+
+        try:
+            config = config_from_env(os.environ)
+        except ValueError:
+            return
+        if config is None or record is None or not self.run_uri:
+            return
+        from .outcome import message_for
+
+        run_uri = self.run_uri
+
+        def claim(outcome: str) -> bool:
+            with objects_for(run_uri) as objects:
+                try:
+                    objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
+                    return True
+                except PreconditionFailed:
+                    return False
+
+        send(config, message_for(record), claim, say=say)
+
+    def hooks(self) -> PipelineHooks:
+        from ..backends.base import PipelineHooks
+
+        return PipelineHooks(stop_requested=self.stop_requested, beat=self.beat, say=say, for_step=self.for_step,
+                             ended=self.ended)
