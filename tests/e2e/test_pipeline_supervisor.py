@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 
 import pytest
-from support.cli import new_id, rtjob
-from support.ray_jobs import JobsAPI, ended, wait_for
+from support.cli import new_id, popen_rtjob, rtjob
+from support.ray_jobs import JobsAPI, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
 from support.webhook import Receiver
 
@@ -110,3 +110,74 @@ def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3
     assert waited.returncode == 0 and json.loads(waited.stdout)["status"] == "SUCCEEDED", waited.stderr[-2000:]
     status = json.loads(rtjob("status", pid, "-o", "json", env=env).stdout)
     assert status["status"] == "SUCCEEDED" and [s["status"] for s in status["steps"]] == ["SUCCEEDED"] * 2
+
+
+def test_a_followed_pipeline_still_has_one_retry_and_one_next_step(cluster_env, s3: S3Server,
+                                                                   receiver: Receiver) -> None:
+    env = setting(cluster_env, s3, receiver)
+    api = JobsAPI(env)
+    pid = new_id("pipef")
+    follower = popen_rtjob(*submit_args(pid), "-o", "json", env=env)
+    try:
+        kill_after_first_checkpoint(api, s3, f"{pid}-train")
+        out, err = follower.communicate(timeout=300)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.communicate()
+    assert follower.returncode == 0 and json.loads(out)["status"] == "SUCCEEDED", err[-3000:]
+    assert wait_for(ended(api, f"{pid}-supervisor"), 120, "the supervisor to end") == "SUCCEEDED"
+    assert_trained_once_then_used(api, s3, pid)
+    assert "submitted" in api.logs(f"{pid}-supervisor")  # the supervisor submitted the steps; the client attached
+    assert [json.loads(b)["run_id"] for p, _, b in receiver.got if p == "/hook"] == [pid]
+
+
+def test_a_stopped_pipeline_runs_nothing_further(cluster_env, s3: S3Server, receiver: Receiver) -> None:
+    """`rtjob stop PIPELINE_ID` during step 1: the step STOPPED, no retry, no step 2; the supervisor ends by itself
+    and records the pipeline STOPPED."""
+    env = setting(cluster_env, s3, receiver)
+    api = JobsAPI(env)
+    pid = new_id("pipes")
+    train = f"{pid}-train"
+    assert rtjob(*submit_args(pid), "--no-wait", env=env, timeout=240).returncode == 0
+    wait_for(lambda: "epoch 1 trained" in (api.logs(train) if api.job(train) else ""), 180, "step 1 to train")
+    stopped = rtjob("stop", pid, env=env, timeout=120)
+    assert stopped.returncode == 0, stopped.stderr[-2000:]
+    assert wait_for(ended(api, f"{pid}-supervisor"), 120, "the supervisor to end") == "SUCCEEDED"
+    assert api.status(train) == "STOPPED" and api.job(f"{train}-retry1") is None and api.job(f"{pid}-use") is None
+    pipeline = record(s3, "epochs", pid)
+    assert pipeline["status"] == "STOPPED" and [s["status"] for s in pipeline["steps"]] == ["STOPPED", None]
+    assert [json.loads(b)["outcome"] for p, _, b in receiver.got if p == "/hook"] == ["stopped"]
+
+
+def test_a_supervisor_killed_between_steps_is_replaced_by_the_next_status_exactly_once(cluster_env, s3: S3Server,
+                                                                                         receiver: Receiver) -> None:
+    env = setting(cluster_env, s3, receiver)
+    api = JobsAPI(env)
+    pid = new_id("pipek")
+    train, use, first, second = f"{pid}-train", f"{pid}-use", f"{pid}-supervisor", f"{pid}-supervisor-2"
+    assert rtjob(*submit_args(pid), "--no-wait", env=env, timeout=240).returncode == 0
+    wait_for(lambda: api.job(train), 120, "the supervisor to submit step 1")
+    pids = wait_for(lambda: supervisor_pids(pid), 60, "the supervisor's process")
+    assert len(pids) == 1, pids
+    os.kill(pids[0], signal.SIGKILL)
+    assert wait_for(ended(api, first), 60, "the supervisor's job to end") == "FAILED"
+    assert wait_for(ended(api, train), 180, "step 1 to end") == "SUCCEEDED"
+    assert api.job(use) is None  # nothing carries the pipeline now
+
+    lookers = [popen_rtjob("status", pid, env=env) for _ in range(2)]
+    try:
+        answers = [p.communicate(timeout=120) for p in lookers]
+    finally:
+        for p in lookers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert all(p.returncode == 0 for p in lookers), answers
+    try:
+        assert wait_for(ended(api, second), 180, "the new supervisor to end") == "SUCCEEDED"
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}: {api.job(second)}\n{api.logs(second)[-3000:] if api.job(second) else ''}\n"
+                             f"{answers}") from None
+    assert api.status(use) == "SUCCEEDED" and api.job(f"{pid}-supervisor-3") is None
+    assert f"submitted {use}" in api.logs(second) and record(s3, "epochs", pid)["status"] == "SUCCEEDED"

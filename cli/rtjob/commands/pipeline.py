@@ -89,10 +89,18 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     """`rtjob status PIPELINE_ID`: the pipeline run and each step's run."""
     from ..runs.steps import pipeline_state
 
+    import dataclasses
+
+    from ..runs.carrier import carrier_of
+
     steps, status = pipeline_state(be, record, storage_root)
+    # Its supervisor: one that died before the pipeline ended is replaced here (exactly once: deterministic ids).
+    carrier = carrier_of(be, dataclasses.replace(record.to_run_info(), status=status), PRINTED.note)
+    current = next((str(step.get("name")) for step, info in steps if info is None or not info.status.terminal), None)
     if output != "text":
         print_data({"id": record.id, "pipeline": record.job, "status": status.value,
-                    "storage_uri": record.storage_uri,
+                    "storage_uri": record.storage_uri, "current_step": None if status.terminal else current,
+                    **(carrier.to_json() if carrier else {}),
                     "steps": [{"name": step.get("name"), "reused_from": step.get("reused_from"),
                                **(run_json(info) if info else {"id": step.get("run_id"), "status": None})}
                               for step, info in steps]}, output)
@@ -101,6 +109,9 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
 
     echo(f"id:          {record.id}\npipeline:    {record.job} ({record.job_file or '-'})\nstatus:      "
          f"{status.value}\nstorage:     {record.storage_uri or '-'}")
+    if carrier is not None:
+        echo(f"carried by:  {carrier.describe()}" + ("" if status.terminal or current is None else
+                                                     f", at step {current}"))
     table = Table(box=None, header_style="bold")
     for column in ("STEP", "RUN ID", "STATUS", "DURATION", "STORAGE"):
         table.add_column(column, overflow="fold")

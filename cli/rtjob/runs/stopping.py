@@ -47,15 +47,15 @@ def stop_run(backend: Backend, run_id: str) -> RunInfo:
     return backend.stop(run_id)
 
 
-def stop_pipeline(backend: Backend, record: RunRecord) -> list[RunInfo]:
-    """Stop a pipeline run: its stop marker first (its supervisor reads it before and after every submit), then its
-    supervisor (so it submits nothing more: no retry, no later step), then every attempt of its steps that has not
-    ended (one the supervisor submitted as it was stopped too). What was stopped, in that order."""
+def stop_pipeline(backend: Backend, record: RunRecord, patience_s: float = 30.0) -> list[RunInfo]:
+    """Stop a pipeline run: its stop marker first (its supervisor reads it before and after every submit: no
+    retry, no later step, and what it submits as the marker appears it stops), then every attempt of its steps that
+    has not ended; its supervisor then ends by itself, recording the pipeline STOPPED, and is stopped after
+    ``patience_s`` if it has not. What was stopped, in that order."""
+    import time
+
     mark_stop(record.storage_uri, record.storage_endpoint)
     stopped: list[RunInfo] = []
-    supervisor = backend.supervisor_of(record.id)
-    if supervisor is not None and not supervisor.status.terminal:
-        stopped.append(backend.stop(supervisor.id))
     for step in record.steps:
         step_id = str(step.get("run_id"))
         try:
@@ -65,4 +65,10 @@ def stop_pipeline(backend: Backend, record: RunRecord) -> list[RunInfo]:
             stopped.extend(info for info in (stop_run(backend, i) for i in ids) if info.status == RunStatus.STOPPED)
         except RtjobError:  # a step never submitted (or gone from the cluster): nothing to stop
             continue
+    deadline = time.monotonic() + patience_s
+    while (supervisor := backend.supervisor_of(record.id)) is not None and not supervisor.status.terminal:
+        if time.monotonic() > deadline:
+            stopped.append(backend.stop(supervisor.id))
+            break
+        time.sleep(0.5)
     return stopped
