@@ -87,11 +87,10 @@ def _error(followed: Followed | None) -> dict[str, str]:
 
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str) -> int:
     """`rtjob status PIPELINE_ID`: the pipeline run and each step's run."""
-    from ..runs.steps import pipeline_state
-
     import dataclasses
 
     from ..runs.carrier import carrier_of
+    from ..runs.steps import pipeline_state
 
     steps, status = pipeline_state(be, record, storage_root)
     # Its supervisor: one that died before the pipeline ended is replaced here (exactly once: deterministic ids).
