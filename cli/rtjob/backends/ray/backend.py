@@ -379,12 +379,18 @@ class RayJobsBackend(Backend):
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
                            requests: builtins.list[Request]) -> RunInfo | None:
-        from .pipeline_supervisor import pipeline_supervisor_request, step_body, upload_packages
-        from .supervisor import latest_supervisor
+        from .pipeline_supervisor import (
+            pipeline_supervisor_request,
+            renewed_if_dead,
+            step_body,
+            upload_packages,
+        )
 
-        _, latest = latest_supervisor(self.api, pipeline_id)
-        if latest is not None:  # a second submit of the pipeline attaches to its supervisor
-            return self._info(latest)
+        existing = renewed_if_dead(self.api, pipeline_id, self.address)
+        if isinstance(existing, RayJobRequest):  # it died before the pipeline ended: the next one goes on
+            return self.submit(existing).run
+        if existing is not None:  # a second submit of the pipeline attaches to its supervisor
+            return self._info(existing)
         bodies = [step_body(upload_packages(self.address, self.api, r)) for r in requests
                   if isinstance(r, RayJobRequest)]
         return self.submit(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address)).run

@@ -1,0 +1,103 @@
+"""The pipeline supervisor's pure rules (backends/ray/pipeline_supervisor.py): which step it carries next given
+the steps' states; the request that carries every step's request and keeps every step's package alive; which
+supervisor replaces a dead one; whose end notifies (runs/notify.py). The real cluster:
+tests/e2e/test_pipeline_supervisor.py."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from rtjob.backends.ray.pipeline_supervisor import (
+    next_action,
+    pipeline_supervisor_request,
+    renewed_if_dead,
+    steps_of,
+)
+from rtjob.runs.notify import NotifyConfig, Target, run_end_notifies
+
+import rtjob_contract as contract
+
+PID = "t-pipe-1"
+
+
+def body(step: str, working_dir: str, *modules: str) -> dict[str, Any]:
+    return {"submission_id": f"{PID}-{step}", "entrypoint": f"python -m rtjob.runside.companion 'python {step}.py'",
+            "runtime_env": {"working_dir": working_dir, "py_modules": list(modules),
+                            "env_vars": {contract.ENV_RUN_NAME: f"{PID}-{step}", contract.ENV_STEP_NAME: step,
+                                         "AWS_ACCESS_KEY_ID": "AKIAX", contract.ENV_NOTIFY: "{}"}},
+            "metadata": {contract.META_STORAGE: f"s3://b/runs/p-{step}/{PID}-{step}"}, "entrypoint_num_cpus": 0,
+            "job_file": "jobs/p.yaml"}
+
+
+@pytest.mark.parametrize(("statuses", "stop", "carried"), [
+    ([None, None], False, 0),  # nothing ran yet: the first step
+    (["RUNNING", None], False, 0),  # a step that runs is carried on (attached to)
+    (["SUCCEEDED", None], False, 1),  # the next step only after the one before SUCCEEDED
+    (["SUCCEEDED", "PENDING"], False, 1),
+    (["FAILED", None], False, None),  # a step that did not succeed (after its retries) ends the pipeline
+    (["STOPPED", None], False, None),
+    (["SUCCEEDED", "SUCCEEDED"], False, None),  # all done
+    (["SUCCEEDED", None], True, None),  # a stop: no later step
+    ([None, None], True, None),
+])
+def test_the_step_carried_next(statuses: list[str | None], stop: bool, carried: int | None) -> None:
+    assert next_action(statuses, stop) == carried
+
+
+def test_the_supervisor_request_carries_every_step_and_references_every_package() -> None:
+    steps = [body("a", "gcs://_ray_pkg_wd.zip", "gcs://_ray_pkg_rtjob.zip"),
+             body("b", "gcs://_ray_pkg_other.zip", "gcs://_ray_pkg_rtjob.zip")]
+    request = pipeline_supervisor_request(PID, f"s3://b/runs/p/{PID}", "p", steps, "http://head:8265")
+    assert request.submission_id == f"{PID}-supervisor" and request.entrypoint_num_cpus == 0
+    assert request.entrypoint == f"python -m rtjob.runside.supervisor {PID} ray"
+    # Ray keeps a package while a job references it: the supervisor references the packages of every step.
+    assert request.runtime_env["working_dir"] == "gcs://_ray_pkg_wd.zip"
+    assert request.runtime_env["py_modules"] == ["gcs://_ray_pkg_rtjob.zip", "gcs://_ray_pkg_other.zip"]
+    env = request.runtime_env["env_vars"]
+    assert json.loads(env[contract.ENV_PIPELINE_STEPS]) == steps
+    assert env[contract.ENV_RUN_URI] == f"s3://b/runs/p/{PID}" and env[contract.ENV_PIPELINE_ID] == PID
+    assert env["AWS_ACCESS_KEY_ID"] == "AKIAX" and contract.ENV_NOTIFY in env  # the record's and the message's
+    assert contract.ENV_RUN_NAME not in env and contract.ENV_STEP_NAME not in env
+    assert request.metadata[contract.META_ROLE] == contract.ROLE_SUPERVISOR
+    assert request.metadata[contract.META_SUPERVISES] == PID
+
+
+class JobsAPI:
+    def __init__(self, *jobs: dict[str, Any]) -> None:
+        self.jobs = {j["submission_id"]: j for j in jobs}
+
+    def job(self, run_id: str) -> dict[str, Any] | None:
+        return self.jobs.get(run_id)
+
+
+def supervisor_job(n: int, status: str) -> dict[str, Any]:
+    request = pipeline_supervisor_request(PID, f"s3://b/runs/p/{PID}", "p", [body("a", "gcs://_ray_pkg_wd.zip")],
+                                          "http://head:8265", n)
+    return {"submission_id": request.submission_id, "status": status, "runtime_env": request.runtime_env,
+            "metadata": request.metadata}
+
+
+def test_a_dead_supervisor_is_replaced_by_the_next_with_the_same_steps_and_a_stopped_one_is_not() -> None:
+    died = JobsAPI(supervisor_job(1, "FAILED"))
+    renewed = renewed_if_dead(died, PID, "http://head:8265")  # type: ignore[arg-type]
+    assert not isinstance(renewed, dict) and renewed is not None
+    assert renewed.submission_id == f"{PID}-supervisor-2"
+    assert steps_of({"runtime_env": renewed.runtime_env}) == steps_of(supervisor_job(1, "FAILED"))
+    for status in ("RUNNING", "SUCCEEDED", "STOPPED"):  # alive, done, or stopped by `rtjob stop`: kept as it is
+        kept = renewed_if_dead(JobsAPI(supervisor_job(1, status)), PID, "http://head:8265")  # type: ignore[arg-type]
+        assert isinstance(kept, dict) and kept["status"] == status
+    two = JobsAPI(supervisor_job(1, "FAILED"), supervisor_job(2, "RUNNING"))
+    assert renewed_if_dead(two, PID, "x")["submission_id"] == f"{PID}-supervisor-2"  # type: ignore[arg-type,index]
+    assert renewed_if_dead(JobsAPI(), PID, "x") is None  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("steps", "env", "told"), [
+    (False, {}, True),  # a plain run tells its end
+    (False, {contract.ENV_PIPELINE_ID: PID}, False),  # a step does not: the pipeline's supervisor sends its one
+    (True, {contract.ENV_PIPELINE_ID: PID}, True),  # notify.steps: true
+])
+def test_whose_end_notifies(steps: bool, env: dict[str, str], told: bool) -> None:
+    config = NotifyConfig(on=("succeeded",), targets=(Target("webhook", "HOOK", "http://x"),), steps=steps)
+    assert run_end_notifies(config, env) is told
