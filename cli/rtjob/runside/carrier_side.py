@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from typing import Any
 
 import rtjob_contract as contract
 
@@ -60,12 +61,13 @@ class RunSide:
         update_record(run_uri, None, change)
         del attempt
 
-    def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
-        """`notify: on: [retrying]`: the retry it submitted told to the run's targets, once (the
-        ``rtjob-notified-retrying-N`` marker, as a client that submits a retry claims it)."""
+    def tell(self, message: Any, *, run_end: bool = False) -> None:
+        """``message`` to the run's notify targets (its config from this process's env), exactly once: only whoever
+        creates the run folder's ``rtjob-notified-<outcome>`` marker first sends it. ``run_end``: the run's own
+        end, which a pipeline's step tells only with ``notify.steps``."""
         if not self.run_uri:
             return
-        from ..runs.notify import Message, config_from_env, send
+        from ..runs.notify import config_from_env, run_end_notifies, send
         from ..storage.objects import PreconditionFailed
         from ..storage.opening import objects_for
 
@@ -73,22 +75,28 @@ class RunSide:
             config = config_from_env(os.environ)
         except ValueError:
             return
-        if config is None:
+        if config is None or (run_end and not run_end_notifies(config, os.environ)):
             return
         run_uri = self.run_uri
 
         def claim(outcome: str) -> bool:
             with objects_for(run_uri) as objects:
                 try:
-                    objects.put(contract.notified_marker(outcome), b"", if_absent=True)
+                    objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
                     return True
                 except PreconditionFailed:
                     return False
 
-        message = Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
-                          outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
-                          error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}")
         send(config, message, claim, say=say)
+
+    def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
+        """`notify: on: [retrying]`: the retry it submitted told to the run's targets, once (the
+        ``rtjob-notified-retrying-N`` marker, as a client that submits a retry claims it)."""
+        from ..runs.notify import Message
+
+        self.tell(Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
+                          outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
+                          error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}"))
 
     def gave_up(self, line: str) -> None:
         """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message."""
@@ -107,6 +115,11 @@ class RunSide:
             return stored
 
         try:
-            update_record(self.run_uri, None, change)
+            record = update_record(self.run_uri, None, change)
         except Exception as exc:  # noqa: BLE001 - the line is in the supervisor's log already
             say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
+            return
+        if record is not None:  # its last attempt's companion left `failed` untold: a retry was due
+            from .outcome import message_for
+
+            self.tell(message_for(record), run_end=True)

@@ -6,7 +6,6 @@ Imports at module level: the stdlib and rtjob_contract only (the cluster runs it
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
@@ -62,33 +61,11 @@ class PipelineSide(RunSide):
             except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
                 say(f"pipeline record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
                 record = None
-            self._notify(record)
+            if record is not None:
+                from .outcome import message_for
+
+                self.tell(message_for(record))
         say(f"pipeline {self.run_id} {status.value}")
-
-    def _notify(self, record: Any) -> None:
-        from ..runs.notify import config_from_env, send
-        from ..storage.objects import PreconditionFailed
-        from ..storage.opening import objects_for
-
-        try:
-            config = config_from_env(os.environ)
-        except ValueError:
-            return
-        if config is None or record is None or not self.run_uri:
-            return
-        from .outcome import message_for
-
-        run_uri = self.run_uri
-
-        def claim(outcome: str) -> bool:
-            with objects_for(run_uri) as objects:
-                try:
-                    objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
-                    return True
-                except PreconditionFailed:
-                    return False
-
-        send(config, message_for(record), claim, say=say)
 
     def hooks(self) -> PipelineHooks:
         from ..backends.base import PipelineHooks
