@@ -101,3 +101,20 @@ def test_a_dead_supervisor_is_replaced_by_the_next_with_the_same_steps_and_a_sto
 def test_whose_end_notifies(steps: bool, env: dict[str, str], told: bool) -> None:
     config = NotifyConfig(on=("succeeded",), targets=(Target("webhook", "HOOK", "http://x"),), steps=steps)
     assert run_end_notifies(config, env) is told
+
+
+def test_the_dry_run_prints_the_supervisors_request_masked(tmp_path) -> None:
+    """render of a pipeline on Ray prints the supervisor's request beside the steps': every step's request inside
+    it, masked (the webhook URL and the AWS secret never printed)."""
+    from support.cli import base_env, rtjob
+
+    env = {**base_env(tmp_path), "AWS_ACCESS_KEY_ID": "AKIAPIPELINEPREVIEW1", "AWS_SECRET_ACCESS_KEY": "pipeSecret/123456",
+           "EPOCHS_HOOK": "http://127.0.0.1:9/hooks/pipeHookSecret99"}
+    shown = rtjob("render", "tests/support/jobs/epochs.yaml", "--storage", "s3://b/runs", "--forward-aws-credentials",
+                  "--submission-id", PID, "-o", "json", env=env)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    sent = json.loads(shown.stdout)["supervisor"]["submit_job"]
+    assert sent["submission_id"] == f"{PID}-supervisor" and sent["entrypoint_num_cpus"] == 0
+    steps = json.loads(sent["runtime_env"]["env_vars"][contract.ENV_PIPELINE_STEPS])
+    assert [s["submission_id"] for s in steps] == [f"{PID}-train", f"{PID}-use"]
+    assert "pipeSecret/123456" not in shown.stdout + shown.stderr and "pipeHookSecret99" not in shown.stdout

@@ -301,6 +301,13 @@ class Backend(ABC):
         del pipeline_id, storage_uri, job, requests
         return None
 
+    def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
+                                    requests: builtins.list[Request]) -> dict[str, Any] | None:
+        """What ``supervise_pipeline`` sends, as render shows it (masked; packages as local paths until the submit
+        uploads them); None: the backend has no pipeline supervisor."""
+        del pipeline_id, storage_uri, job, requests
+        return None
+
     @classmethod
     def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
         """Run the pipeline ``pipeline_id``'s steps on its cluster (its supervisor's process)."""

@@ -33,12 +33,15 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
             return
         except NotSupported:
             pass
+    supervisor = pp.backend.pipeline_supervisor_preview(pp.id, pp.storage_uri, pp.pipeline.name,
+                                                        [s.plan.request for s in pp.steps if s.plan is not None])
     if output != "text":
         steps = [{"name": s.name, "reused_from": s.reused_from,
                   **(render_data(s.plan, settings, explain) if s.plan else {"run_id": s.run_id,
                                                                             "storage_uri": s.storage_uri})}
                  for s in pp.steps]
-        print_data({"pipeline": pp.to_json(), "steps": steps}, output)
+        print_data({"pipeline": pp.to_json(), "steps": steps,
+                    **({"supervisor": supervisor} if supervisor else {})}, output)
         return
     echo("\n".join([
         f"pipeline:  {pp.pipeline.name}  ({pp.pipeline.shown})",
@@ -53,6 +56,10 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
             echo(f"reused:    {step.run_id} of pipeline run {step.reused_from} ({step.storage_uri})")
         else:
             print_render(step.plan, settings, "text", explain)
+    if supervisor is not None:
+        echo(f"\n== supervisor: {pp.id}-supervisor runs the steps on the cluster ==\n"
+             "(submit uploads each step's packages first: their gcs:// URIs replace the local paths shown)")
+        print_data(supervisor, "json")
 
 
 def send_pipeline(pp: PipelinePlan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,

@@ -395,6 +395,14 @@ class RayJobsBackend(Backend):
                   if isinstance(r, RayJobRequest)]
         return self.submit(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address)).run
 
+    def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
+                                    requests: builtins.list[Request]) -> dict[str, Any] | None:
+        from .pipeline_supervisor import pipeline_supervisor_request, step_body
+
+        bodies = [{**step_body(r), "entrypoint": r.masked_entrypoint(), "runtime_env": r.masked_runtime_env()}
+                  for r in requests if isinstance(r, RayJobRequest)]
+        return self.render(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address))
+
     @classmethod
     def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
         from .pipeline_supervisor import PipelineSupervisor, steps_from_env
