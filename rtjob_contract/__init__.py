@@ -68,7 +68,10 @@ META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (
 # outcome reads both from its own environment (rtjob.runs.notify.config_from_env).
 ENV_NOTIFY = "RTJOB_NOTIFY"
 NOTIFY_OUTCOMES = ("succeeded", "failed", "stopped", "retrying")  # what `notify: on:` may name
-NOTIFY_TARGET_TYPES = ("webhook", "slack", "apprise")
+NOTIFY_TARGET_TYPES = ("webhook", "slack", "apprise", "github-dispatch")
+# A github-dispatch target starts a GitHub workflow (`on: repository_dispatch`) with this event type; its
+# client_payload is the message (run_id, outcome, ...): a CI job that checks a run's outcome without a held runner.
+GITHUB_DISPATCH_EVENT = "rtjob-run-ended"
 
 
 ENV_NAMES = frozenset({

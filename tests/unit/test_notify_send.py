@@ -270,3 +270,20 @@ def test_a_lost_driver_with_retries_left_is_told_by_its_last_attempt(receiver: R
     outcome.started("2026-11-26T10:00:00+00:00")
     outcome.ended(Ended(-9), False, None, [], [])
     assert [b["outcome"] for b in receiver.bodies("/ends")] == (["failed"] if told else [])
+
+
+def test_a_github_dispatch_target_starts_a_workflow_with_the_message_as_its_payload(receiver: Receiver) -> None:
+    """`type: github-dispatch`: POST /repos/OWNER/REPO/dispatches with the token (from the URL's user part, never
+    sent in the URL) as the bearer, event_type rtjob-run-ended and the message as client_payload."""
+    url = receiver.url("/repos/o/r/dispatches").replace("http://", "http://ghp_TOKEN123@")
+    config = NotifyConfig(on=("succeeded",), targets=(Target("github-dispatch", "GH_DISPATCH", url),))
+    message = Message(job="relay", run_id="rtjob-relay-gh42", outcome="succeeded", duration_s=3.0, cost_usd=None,
+                      error=None)
+    said: list[str] = []
+    assert send(config, message, lambda outcome: True, say=said.append) == ["github-dispatch target (GH_DISPATCH)"]
+    (path, headers, body), = receiver.got
+    assert path == "/repos/o/r/dispatches" and headers["Authorization"] == "Bearer ghp_TOKEN123"
+    assert headers["Accept"] == "application/vnd.github+json" and said == []
+    sent = json.loads(body)
+    assert sent["event_type"] == contract.GITHUB_DISPATCH_EVENT
+    assert sent["client_payload"]["run_id"] == "rtjob-relay-gh42" and sent["client_payload"]["outcome"] == "succeeded"

@@ -78,7 +78,7 @@ def check_workflow(text: str, job: str | None = None) -> list[str]:
     errors += _schedule_errors(on)
     for job_id, job_def in data["jobs"].items():
         errors += _rtjob_contract(job_id, job_def, data, on, job)
-    return errors
+    return errors + _detached_contract(data, on)
 
 
 def _schedule_errors(on: dict[str, Any]) -> list[str]:
@@ -169,28 +169,77 @@ def _rtjob_contract(job_id: str, job_def: dict[str, Any], data: dict[str, Any], 
     ref = words[words.index("submit") + 1]
     if expected_job is not None and ref != expected_job:
         errors.append(f"{job_id}: rtjob submit runs {ref!r}, not the job {expected_job!r}")
-    if "--timeout" not in words or "--output" not in words or words[words.index("--output") + 1] != "json":
-        errors.append(f"{job_id}: rtjob submit needs --timeout and --output json")
-    if "--no-wait" in words:
-        errors.append(f"{job_id}: rtjob submit --no-wait would not wait for the job")
+    detached = "--no-wait" in words  # then a later job, started by the run's notification, checks the outcome
+    if ("--timeout" not in words and not detached) or "--output" not in words \
+            or words[words.index("--output") + 1] != "json":
+        errors.append(f"{job_id}: rtjob submit needs --output json, and --timeout unless --no-wait")
+    if detached and "repository_dispatch" not in str(job_def.get("if", "")):
+        errors.append(f"{job_id}: rtjob submit --no-wait must not run for the repository_dispatch that checks it")
     if "--submission-id" not in words or "github.run_id" not in str((job_def.get("env") or {}).get(
             words[words.index("--submission-id") + 1].lstrip("$"), "")):
         errors.append(f"{job_id}: rtjob submit needs --submission-id fixed per workflow run (a re-run attaches)")
     if "set +e" not in submit["run"] or "rc" not in outputs.get(submit.get("id", ""), set()):
         errors.append(f"{job_id}: the submit step must record rtjob's exit code as output rc (set +e, id)")
 
-    rc_ref = f"steps.{submit.get('id')}.outputs.rc"
-    later = steps[submit_index + 1:]
+    if detached:
+        return errors + _last_step_errors(job_id, steps, f"steps.{submit.get('id')}.outputs.rc")
+    return errors + _results_errors(job_id, steps, submit_index, submit)
+
+
+def _last_step_errors(job_id: str, steps: list[dict[str, Any]], rc_ref: str) -> list[str]:
+    last = steps[-1]
+    if not ("run" in last and "exit 1" in last["run"] and str(last.get("if", "")).startswith("always()")
+            and rc_ref in yaml.safe_dump(last)):
+        return [f"{job_id}: the last step must fail the workflow (if: always()) unless {rc_ref} is 0"]
+    return []
+
+
+def _results_errors(job_id: str, steps: list[dict[str, Any]], index: int, step: dict[str, Any]) -> list[str]:
+    """After the step that learns the run's outcome (rc): results pulled and uploaded, the workflow failed
+    unless it is 0."""
+    errors = []
+    rc_ref = f"steps.{step.get('id')}.outputs.rc"
+    later = steps[index + 1:]
     pulls = [s for s in later if "run" in s and re.search(r"\brtjob pull\b", s["run"])]
     uploads = [s for s in later if str(s.get("uses", "")).startswith("actions/upload-artifact")]
     if not pulls or not (str(pulls[0].get("if", "")).startswith("always()") and rc_ref in pulls[0]["if"]):
         errors.append(f"{job_id}: results must be pulled (rtjob pull) after any run that ended, by {rc_ref}")
     if not uploads or not str(uploads[0].get("if", "")).startswith("always()"):
         errors.append(f"{job_id}: results must be uploaded with `if: always()` (failed runs too)")
-    last = steps[-1]
-    if not ("run" in last and "exit 1" in last["run"] and str(last.get("if", "")).startswith("always()")
-            and rc_ref in yaml.safe_dump(last)):
-        errors.append(f"{job_id}: the last step must fail the workflow (if: always()) unless {rc_ref} is 0")
+    return errors + _last_step_errors(job_id, steps, rc_ref)
+
+
+def _detached_contract(data: dict[str, Any], on: dict[str, Any]) -> list[str]:
+    """A workflow whose submit does not wait: the run's notification (repository_dispatch, rtjob's event type)
+    starts a job that waits briefly for the outcome of the run the payload names, then pulls and fails as the
+    following shape does."""
+    import rtjob_contract as contract
+
+    jobs = data["jobs"]
+    detached = [j for j in jobs.values() for s in j.get("steps") or []
+                if "run" in s and re.search(r"\brtjob submit\b.*--no-wait", s["run"])]
+    if not detached:
+        return []
+    errors = []
+    if contract.GITHUB_DISPATCH_EVENT not in ((on.get("repository_dispatch") or {}).get("types") or []):
+        errors.append(f"on: repository_dispatch of type {contract.GITHUB_DISPATCH_EVENT} (the run's notification)")
+    checks = [(job_id, j) for job_id, j in jobs.items() if any(
+        "run" in s and re.search(r"\brtjob wait\b", s["run"]) for s in j.get("steps") or [])]
+    if not checks:
+        return [*errors, "a detached workflow needs a job that runs rtjob wait on the repository_dispatch"]
+    for job_id, job_def in checks:
+        steps = job_def["steps"]
+        if "repository_dispatch" not in str(job_def.get("if", "")):
+            errors.append(f"{job_id}: rtjob wait runs only for the repository_dispatch (if:)")
+        if "github.event.client_payload.run_id" not in str((job_def.get("env") or {}).get("RUN_ID", "")):
+            errors.append(f"{job_id}: RUN_ID must come from the dispatch's client_payload.run_id (through env)")
+        index, wait = next((i, s) for i, s in enumerate(steps) if "run" in s and "rtjob wait" in s["run"])
+        words = shlex.split(next(line for line in wait["run"].splitlines() if "rtjob wait" in line))
+        if "--timeout" not in words or "--output" not in words or words[words.index("--output") + 1] != "json":
+            errors.append(f"{job_id}: rtjob wait needs --timeout (short: the run has ended) and --output json")
+        if "set +e" not in wait["run"] or "rc=" not in wait["run"] or "id" not in wait:
+            errors.append(f"{job_id}: the wait step must record rtjob's exit code as output rc (set +e, id)")
+        errors += _results_errors(job_id, steps, index, wait)
     return errors
 
 
@@ -357,3 +406,41 @@ def test_render_bad_input_exits_2(tmp_path: Path) -> None:
         proc = _render(*args, tmp_path=tmp_path)
         assert proc.returncode == 2 and expect in proc.stderr and proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.fixture(scope="module", name="detached")
+def detached_fixture(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One rendered detached workflow: submit --no-wait, checked later by the run's repository_dispatch."""
+    return _rendered(tmp_path_factory.mktemp("render"), "--detached")
+
+
+def test_rendered_detached_workflow_passes(detached: str, tmp_path: Path) -> None:
+    assert check_workflow(detached, job="hello") == []
+    data = load_workflow(detached)
+    assert data["on"]["repository_dispatch"] == {"types": ["rtjob-run-ended"]}
+    assert 'rtjob submit hello --nodes "$NODES" --submission-id "$RUN_ID" --no-wait --output json' in detached
+    assert 'rtjob wait "$RUN_ID" --timeout "$TIMEOUT" --output json' in detached
+    assert data["jobs"]["check"]["env"]["RUN_ID"] == "${{ github.event.client_payload.run_id }}"
+    args = _rendered_by(detached)  # the header's command renders the same file again
+    assert args is not None and args[-1] == "--detached"
+    assert run_in_process(*args, env=base_env(tmp_path / "home")).stdout == detached
+
+
+DETACHED_MISTAKES = [
+    ("    types: [rtjob-run-ended]", "    types: [other]", "repository_dispatch of type rtjob-run-ended"),
+    ("RUN_ID: ${{ github.event.client_payload.run_id }}", "RUN_ID: ${{ github.run_id }}", "client_payload.run_id"),
+    ('rtjob wait "$RUN_ID" --timeout "$TIMEOUT" --output json', 'rtjob wait "$RUN_ID" --output json',
+     "rtjob wait needs --timeout"),
+    ("    if: github.event_name != 'repository_dispatch'\n", "", "must not run for the repository_dispatch"),
+    ("if: always() && contains(fromJSON('[\"0\", \"1\", \"4\"]'), steps.wait.outputs.rc)", "if: always()",
+     "rtjob pull"),
+    ("      - name: Fail unless the job succeeded\n        if: always()\n",
+     "      - name: Fail unless the job succeeded\n", "last step must fail"),
+]
+
+
+@pytest.mark.parametrize(("old", "new", "expect"), DETACHED_MISTAKES, ids=[m[2] for m in DETACHED_MISTAKES])
+def test_checker_catches_each_detached_mistake(detached: str, old: str, new: str, expect: str) -> None:
+    assert old in detached
+    errors = check_workflow(detached.replace(old, new, 1), job="hello")
+    assert any(expect in e for e in errors), errors

@@ -287,12 +287,15 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
               help="With --github: where the workflow submits (a cluster: not the embedded one).")
 @click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
               help="With --github: how long the workflow follows the job (rtjob submit --timeout).")
+@click.option("--detached", is_flag=True,
+              help="With --github: submit with --no-wait and end; the run's github-dispatch notification starts "
+                   "a short job that checks its outcome and pulls its results (no runner held while it runs).")
 @click.option("--out", "out", metavar="FILE",
               help="With --github: write the workflow to FILE (e.g. .github/workflows/train.yml) once every "
                    "check passed, instead of printing it; a refused one leaves FILE as it was.")
 def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
                     envs: tuple[str, ...], storage: str | None, compute_config: str | None, github: bool,
-                    backend: str, timeout: str, out: str | None) -> int:
+                    backend: str, timeout: str, detached: bool, out: str | None) -> int:
     """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
     with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
     succeeds (for Ray-cluster users: --backend ray, the default). With --github, --cron is what GitHub
@@ -303,6 +306,8 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
       rtjob schedule render ddp-resnet --cron '0 3 * * 1' > schedule.yaml   # anyscale schedule apply -f
       rtjob schedule render ddp-resnet --cron '0 3 * * *' --github --timezone Europe/Berlin --out .github/workflows/train.yml
     """
+    if detached and not github:
+        raise BadInput("--detached shapes a --github workflow; an Anyscale schedule never holds a runner")
     if out is not None and not github:
         raise BadInput("--out writes a --github workflow; the Anyscale schedule file is printed (redirect it)")
     if not github:
@@ -324,7 +329,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     spec, shown = load_job_file(job, root)  # the job must exist and be valid
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
     text = github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout,
-                           timezone=timezone, root=root)
+                           timezone=timezone, root=root, detached=detached)
     if out is None:
         echo(text, nl=False)
         return EXIT_SUCCEEDED

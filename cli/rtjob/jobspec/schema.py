@@ -53,7 +53,7 @@ class NotifyTarget(_Strict):
     """Where a notification goes: a JSON webhook, a Slack incoming webhook, or any apprise URL (the `notify`
     extra). The URL carries the secret (Slack and Discord keep it in the path): only a reference is accepted."""
 
-    type: Literal["webhook", "slack", "apprise"]
+    type: Literal["webhook", "slack", "apprise", "github-dispatch"]
     url: EnvRef
 
     @field_validator("url", mode="before")

@@ -196,16 +196,21 @@ def _send_one(target: Target, message: Message, secrets: list[str], retry_delay_
     message = _masked(message, secrets)
     if target.type == "apprise":
         return _apprise(target, message, retry_delay_s)
+    url: str = target.url
+    headers: dict[str, str] = {}
     if target.type == "slack":
         body: dict[str, object] = {"text": message.text()}
     elif target.type == "webhook":
         body = message.to_json()
+    elif target.type == "github-dispatch":
+        url, headers = _dispatch(target.url)
+        body = {"event_type": contract.GITHUB_DISPATCH_EVENT, "client_payload": message.to_json()}
     else:
         return f"not sent: unknown target type (known: {', '.join(contract.NOTIFY_TARGET_TYPES)})"
 
     def post(timeout: float) -> tuple[bool, bool, str]:
         try:
-            response = requests.post(target.url, json=body, timeout=timeout, allow_redirects=False)
+            response = requests.post(url, json=body, headers=headers, timeout=timeout, allow_redirects=False)
         except requests.Timeout:
             return False, True, "timed out"
         except (requests.ConnectionError, requests.exceptions.ChunkedEncodingError):
@@ -219,6 +224,21 @@ def _send_one(target: Target, message: Message, secrets: list[str], retry_delay_
         return False, code >= 500 or code == 429, f"HTTP {code}"
 
     return _tries(post, retry_delay_s)
+
+
+def _dispatch(url: str) -> tuple[str, dict[str, str]]:
+    """A github-dispatch target's URL, ``https://TOKEN@api.github.com/repos/OWNER/REPO/dispatches`` (one secret
+    variable holds both): the URL without the token, and GitHub's headers with it as the bearer token."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    token = parts.password or parts.username or ""
+    host = parts.hostname or ""
+    netloc = f"{host}:{parts.port}" if parts.port else host
+    headers = {"Accept": "application/vnd.github+json", "X-GitHub-Api-Version": "2022-11-28"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, "")), headers
 
 
 def _tries(attempt: Callable[[float], tuple[bool, bool, str]], retry_delay_s: float) -> str | None:

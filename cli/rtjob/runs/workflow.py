@@ -127,9 +127,10 @@ def client_install(root: Path, extra: str) -> str:
 
 
 def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeout: str,
-                    timezone: str = "UTC", root: Path | None = None) -> str:
+                    timezone: str = "UTC", root: Path | None = None, detached: bool = False) -> str:
     """A GitHub Actions workflow (cron + manual trigger) that runs ``job_ref`` with rtjob and fails unless
-    it succeeds. ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``timeout`` is
+    it succeeds (``detached``: submits with --no-wait, and a later job started by the run's notification checks
+    the outcome: workflow_detached.py). ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``timeout`` is
     rtjob's --timeout; ``root`` is the project the workflow lives in (which client it installs). Cron that
     GitHub does not run and bad names are BadInput: nothing is rendered."""
     from ..backends import backend_class, workflow_backends
@@ -153,6 +154,8 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
                f"--backend {backend} --nodes {nodes} --timeout {timeout}")
     if timezone != "UTC":
         command += f" --timezone {timezone}"
+    if detached:
+        command += " --detached"
     values = {
         "JOB": slug,
         "JOBREF": shlex.quote(job_ref),
@@ -169,6 +172,12 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
         "MINUTES": str(math.ceil(seconds / 60) + 30),
     }
     text = _WORKFLOW
+    if detached:
+        import rtjob_contract as contract
+
+        from .workflow_detached import DETACHED, INSTALL_STEPS
+
+        text = DETACHED.replace("<<INSTALL_STEPS>>", INSTALL_STEPS).replace("<<EVENT>>", contract.GITHUB_DISPATCH_EVENT)
     for key, value in values.items():
         text = text.replace(f"<<{key}>>", value)
     return text
