@@ -444,3 +444,16 @@ def test_checker_catches_each_detached_mistake(detached: str, old: str, new: str
     assert old in detached
     errors = check_workflow(detached.replace(old, new, 1), job="hello")
     assert any(expect in e for e in errors), errors
+
+
+def test_a_pipeline_renders_detached_where_the_cluster_carries_it(tmp_path: Path) -> None:
+    """On Ray a pipeline's supervisor runs its steps with no client: the detached workflow submits it; on Anyscale
+    its steps advance only while rtjob follows, so --detached is refused in one line (exit 2)."""
+    pipeline = "tests/support/jobs/relay.yaml"
+    proc = _render(pipeline, "--cron", "0 3 * * *", "--github", "--detached", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert check_workflow(proc.stdout, job=pipeline) == []
+    refused = _render(pipeline, "--cron", "0 3 * * *", "--github", "--detached", "--backend", "anyscale",
+                      tmp_path=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "advance only while rtjob follows" in refused.stderr

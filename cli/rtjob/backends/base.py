@@ -129,6 +129,8 @@ class Backend(ABC):
     # (name, what it holds) and the rtjob extra it installs; empty: the backend takes no workflows.
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = ()
     ci_extra: ClassVar[str] = ""
+    # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
+    carries_pipelines: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

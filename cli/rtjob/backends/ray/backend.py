@@ -66,6 +66,7 @@ class RayJobsBackend(Backend):
     REST (no Ray import); submit uses Ray's own client for its working-dir packaging."""
 
     name = "ray"
+    carries_pipelines = True
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = (
         ("RAY_ADDRESS", "the cluster's dashboard / Jobs API, e.g. https://ray-head.example.com:8265"),
         ("RAY_AUTH_TOKEN", "the cluster's token, if it uses token authentication"),
