@@ -118,3 +118,82 @@ def test_the_dry_run_prints_the_supervisors_request_masked(tmp_path) -> None:
     steps = json.loads(sent["runtime_env"]["env_vars"][contract.ENV_PIPELINE_STEPS])
     assert [s["submission_id"] for s in steps] == [f"{PID}-train", f"{PID}-use"]
     assert "pipeSecret/123456" not in shown.stdout + shown.stderr and "pipeHookSecret99" not in shown.stdout
+
+
+class Cluster:
+    """The Jobs API a pipeline's supervisor reads and submits to, in memory: a step it submits ends at once with
+    the status ``ends`` gives it (SUCCEEDED unless told), as a first attempt."""
+
+    address = "http://head:8265"
+
+    def __init__(self, ends: dict[str, str] | None = None, packages: tuple[str, ...] = ("_ray_pkg_wd.zip",)) -> None:
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.ends = ends or {}
+        self.packages = packages
+        self.sent: list[str] = []
+        self.stopped: list[str] = []
+
+    def job(self, run_id: str) -> dict[str, Any] | None:
+        return self.jobs.get(run_id)
+
+    def request(self, method: str, path: str, **_: Any) -> Any:
+        class Answer:
+            status_code = 200 if path.rsplit("/", 1)[1] in self.packages else 404
+        return Answer()
+
+    def stop(self, run_id: str) -> bool:
+        self.stopped.append(run_id)
+        self.jobs[run_id]["status"] = "STOPPED"
+        return True
+
+    def submit(self, request: Any) -> Any:
+        from rtjob.core.model import RunInfo, RunStatus, SubmitResult
+
+        self.sent.append(request.run_id)
+        self.jobs[request.run_id] = {"submission_id": request.run_id, "status": self.ends.get(request.run_id, "SUCCEEDED"),
+                                     "driver_exit_code": 1, "metadata": request.metadata,
+                                     "runtime_env": request.runtime_env}
+        return SubmitResult(RunInfo(request.run_id, "p", "ray", RunStatus.PENDING), True)
+
+
+def carry(cluster: Cluster, stops: list[bool] | None = None) -> tuple[list[str | None], str | None, list[str]]:
+    from rtjob.backends.base import CarryHooks, PipelineHooks
+    from rtjob.backends.ray.pipeline_supervisor import PipelineSupervisor
+
+    ended: list[tuple[list[str | None], str | None]] = []
+    said: list[str] = []
+    pending = list(stops or [])
+
+    def stop() -> bool:
+        return pending.pop(0) if pending else False
+
+    hooks = PipelineHooks(stop_requested=stop, beat=lambda _: None, say=said.append, ended=lambda s, w: ended.append((s, w)),
+                          for_step=lambda body: CarryHooks(stop_requested=stop, beat=lambda _: None, say=said.append))
+    steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
+    assert PipelineSupervisor(cluster, PID, steps, hooks, submit=cluster.submit).run() == 0  # type: ignore[arg-type]
+    (statuses, why), = ended
+    return statuses, why, said
+
+
+def test_the_steps_run_in_order_and_one_that_ran_is_attached_to() -> None:
+    cluster = Cluster()
+    cluster.jobs[f"{PID}-a"] = {"submission_id": f"{PID}-a", "status": "SUCCEEDED", "metadata": {}}  # a client was first
+    statuses, why, _ = carry(cluster)
+    assert statuses == ["SUCCEEDED", "SUCCEEDED"] and why is None and cluster.sent == [f"{PID}-b"]
+
+
+def test_a_failed_step_ends_the_pipeline_before_the_next() -> None:
+    cluster = Cluster(ends={f"{PID}-a": "FAILED"})
+    statuses, _, _ = carry(cluster)
+    assert statuses == ["FAILED", None] and cluster.sent == [f"{PID}-a"]
+
+
+def test_a_stop_that_appears_while_it_submits_stops_that_step_and_runs_nothing_later() -> None:
+    cluster = Cluster(ends={f"{PID}-a": "RUNNING"})
+    statuses, _, _ = carry(cluster, stops=[False, True])  # the check before the submit, the one after it
+    assert statuses == ["STOPPED", None] and cluster.stopped == [f"{PID}-a"] and cluster.sent == [f"{PID}-a"]
+
+
+def test_a_step_whose_code_is_gone_ends_the_pipeline_failed_naming_it() -> None:
+    statuses, why, _ = carry(Cluster(packages=()))
+    assert statuses == ["FAILED", None] and why is not None and "gcs://_ray_pkg_wd.zip" in why

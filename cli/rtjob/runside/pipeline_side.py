@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 class PipelineSide(RunSide):
     """The pipeline run's folder (RTJOB_RUN_URI of its supervisor)."""
 
+    why: str | None = None  # a step's retry that could not be made: the pipeline's message too
+
     def step_stop_requested(self, step: RunSide) -> bool:
         return self.stop_requested() or step.stop_requested()
 
@@ -27,8 +29,12 @@ class PipelineSide(RunSide):
 
         meta = body.get("metadata") or {}
         step = RunSide(str(body["submission_id"]), meta.get(contract.META_STORAGE) or None)
+        def gave_up(line: str) -> None:  # the step's record says why; so will the pipeline's
+            self.why = line
+            step.gave_up(line)
+
         return CarryHooks(stop_requested=lambda: self.step_stop_requested(step), beat=self.beat, say=say,
-                          gave_up=step.gave_up, retried=step.retried)
+                          gave_up=gave_up, retried=step.retried)
 
     def ended(self, statuses: list[str | None], line: str | None) -> None:
         """The pipeline run's record ended (its status from its steps', each step's status), then its one
@@ -49,7 +55,7 @@ class PipelineSide(RunSide):
                     return None
                 stored.status = status.value
                 stored.steps = [{**step, "status": st} for step, st in zip(stored.steps or [], statuses, strict=False)]
-                stored.message = line or stored.message
+                stored.message = line or self.why or stored.message
                 stored.end_time = stored.end_time or _now()
                 stored.updated_at = _now()
                 stored.carried_by, stored.last_seen, stored.archived = WRITER, _now(), True

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import rtjob_contract as contract
 
+from ...core.model import SubmitResult
 from ..base import PipelineHooks
 from .client import RayJobsAPI
 from .request import RayJobRequest
@@ -137,8 +139,10 @@ def next_action(statuses: list[str | None], stop: bool) -> int | None:
 
 
 class PipelineSupervisor:
-    def __init__(self, api: RayJobsAPI, pipeline_id: str, bodies: list[dict[str, Any]], hooks: PipelineHooks) -> None:
+    def __init__(self, api: RayJobsAPI, pipeline_id: str, bodies: list[dict[str, Any]], hooks: PipelineHooks,
+                 submit: Callable[[RayJobRequest], SubmitResult] | None = None) -> None:
         self.api = api
+        self.submit = submit or (lambda request: submit_over_rest(api, request))
         self.pipeline_id = pipeline_id
         self.bodies = bodies
         self.hooks = hooks
@@ -175,7 +179,7 @@ class PipelineSupervisor:
                 line = f"cannot run step {step_id}: the cluster no longer has its code ({', '.join(missing)})"
                 say(line)
                 return StepOutcome("FAILED", line)
-            created = submit_over_rest(self.api, step_request(body)).created
+            created = self.submit(step_request(body)).created
             say(f"step {i + 1}/{len(self.bodies)}: {'submitted' if created else 'attached to'} {step_id}")
             if self.hooks.stop_requested():  # the stop came while it submitted: what it started stops too
                 say(f"the pipeline's stop was requested: stopping {step_id}")
@@ -183,7 +187,7 @@ class PipelineSupervisor:
                 return StepOutcome("STOPPED")
         else:
             say(f"step {i + 1}/{len(self.bodies)}: attached to {step_id}")
-        Supervisor(self.api, step_id, self.hooks.for_step(body)).run()  # the step's retries, by the run's rule
+        Supervisor(self.api, step_id, self.hooks.for_step(body), self.submit).run()  # the step's retries, by the run's rule
         status = self._final(step_id)
         say(f"step {i + 1}/{len(self.bodies)} {step_id} ended {status}")
         return StepOutcome(status)
