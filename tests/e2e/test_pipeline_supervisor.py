@@ -134,7 +134,7 @@ def test_a_followed_pipeline_still_has_one_retry_and_one_next_step(cluster_env, 
 
 def test_a_stopped_pipeline_runs_nothing_further(cluster_env, s3: S3Server, receiver: Receiver) -> None:
     """`rtjob stop PIPELINE_ID` during step 1: the step STOPPED, no retry, no step 2; the supervisor ends by itself
-    and records the pipeline STOPPED."""
+    and records the pipeline STOPPED. Then a stop between steps: no step 2."""
     env = setting(cluster_env, s3, receiver)
     api = JobsAPI(env)
     pid = new_id("pipes")
@@ -148,6 +148,20 @@ def test_a_stopped_pipeline_runs_nothing_further(cluster_env, s3: S3Server, rece
     pipeline = record(s3, "epochs", pid)
     assert pipeline["status"] == "STOPPED" and [s["status"] for s in pipeline["steps"]] == ["STOPPED", None]
     assert [json.loads(b)["outcome"] for p, _, b in receiver.got if p == "/hook"] == ["stopped"]
+
+    # Between steps: step 1 SUCCEEDED while no supervisor lived (killed), then the stop; the supervisor the next
+    # status starts reads the marker before it would submit step 2, and ends the pipeline STOPPED.
+    pid = new_id("pipeb")
+    train = f"{pid}-train"
+    assert rtjob(*submit_args(pid), "--no-wait", env=env, timeout=240).returncode == 0
+    wait_for(lambda: api.job(train), 120, "the supervisor to submit step 1")
+    pids = wait_for(lambda: supervisor_pids(pid), 60, "the supervisor's process")
+    os.kill(pids[0], signal.SIGKILL)
+    assert wait_for(ended(api, train), 180, "step 1 to end") == "SUCCEEDED"
+    assert rtjob("stop", pid, env=env, timeout=120).returncode == 0
+    assert rtjob("status", pid, env=env, timeout=120).returncode == 0
+    assert wait_for(ended(api, f"{pid}-supervisor-2"), 120, "the next supervisor to end") == "SUCCEEDED"
+    assert api.job(f"{pid}-use") is None and record(s3, "epochs", pid)["status"] == "STOPPED"
 
 
 def test_a_supervisor_killed_between_steps_is_replaced_by_the_next_status_exactly_once(cluster_env, s3: S3Server,
