@@ -110,6 +110,8 @@ def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3
     assert waited.returncode == 0 and json.loads(waited.stdout)["status"] == "SUCCEEDED", waited.stderr[-2000:]
     status = json.loads(rtjob("status", pid, "-o", "json", env=env).stdout)
     assert status["status"] == "SUCCEEDED" and [s["status"] for s in status["steps"]] == ["SUCCEEDED"] * 2
+    assert status["supervisor"]["id"] == f"{pid}-supervisor" and status["supervisor"]["status"] == "SUCCEEDED"
+    assert status["supervisor"]["last_seen"] and status["current_step"] is None
 
 
 def test_a_followed_pipeline_still_has_one_retry_and_one_next_step(cluster_env, s3: S3Server,
