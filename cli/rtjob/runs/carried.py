@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .events import RunEvents
     from .pipeline import PipelinePlan, StepPlan
 
-POLL_S = 1.0
+POLL_S = 0.5  # a step appears within ~1 s of the one before ending
 
 
 def start_supervisor(pp: PipelinePlan, steps: list[StepPlan], events: RunEvents) -> RunInfo | None:
