@@ -30,8 +30,9 @@ def start_supervisor(pp: PipelinePlan, steps: list[StepPlan], events: RunEvents)
     planned = [s for s in steps if s.plan is not None]
     if not planned or planned[0].plan is None:
         return None
-    first = planned[0].plan
-    pp.backend.prepare(first.job, events.note)  # the embedded cluster starts here
+    for step in planned:  # the embedded cluster starts (and grows to the largest step) here: no client later
+        if step.plan is not None:
+            pp.backend.prepare(step.plan.job, events.note)
     try:
         supervisor = Patience(events.note).call_sync(lambda: pp.backend.supervise_pipeline(
             pp.id, pp.storage_uri, pp.pipeline.name, [s.plan.request for s in planned if s.plan is not None]))
