@@ -160,7 +160,7 @@ def carry(cluster: Cluster, stops: list[bool] | None = None) -> tuple[list[str |
     from rtjob.backends.base import CarryHooks, PipelineHooks
     from rtjob.backends.ray.pipeline_supervisor import PipelineSupervisor
 
-    ended: list[tuple[list[str | None], str | None]] = []
+    ended: list[tuple[dict[str, str | None], str | None]] = []
     said: list[str] = []
     pending = list(stops or [])
 
@@ -171,8 +171,9 @@ def carry(cluster: Cluster, stops: list[bool] | None = None) -> tuple[list[str |
                           for_step=lambda body: CarryHooks(stop_requested=stop, beat=lambda _: None, say=said.append))
     steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
     assert PipelineSupervisor(cluster, PID, steps, hooks, submit=cluster.submit).run() == 0  # type: ignore[arg-type]
-    (statuses, why), = ended
-    return statuses, why, said
+    (carried, why), = ended
+    assert list(carried) == [f"{PID}-a", f"{PID}-b"]
+    return list(carried.values()), why, said
 
 
 def test_the_steps_run_in_order_and_one_that_ran_is_attached_to() -> None:
@@ -197,3 +198,22 @@ def test_a_stop_that_appears_while_it_submits_stops_that_step_and_runs_nothing_l
 def test_a_step_whose_code_is_gone_ends_the_pipeline_failed_naming_it() -> None:
     statuses, why, _ = carry(Cluster(packages=()))
     assert statuses == ["FAILED", None] and why is not None and "gcs://_ray_pkg_wd.zip" in why
+
+
+def test_the_pipeline_record_keeps_the_steps_it_did_not_carry(tmp_path) -> None:
+    """`--from train`: the steps before it are reused (SUCCEEDED, not carried); the supervisor's end keeps every
+    recorded step, with its status, and the pipeline's status is from all of them."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runside.pipeline_side import PipelineSide
+    from rtjob.storage.records import read_record, write_record
+
+    steps = [{"name": n, "run_id": f"{PID}-{n}", "reused_from": "earlier" if n in ("a", "b") else None}
+             for n in ("a", "b", "c", "d")]
+    write_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path),
+                                          status="RUNNING", steps=steps), None)
+    PipelineSide(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": "SUCCEEDED"}, None)
+    record = read_record(str(tmp_path), None)
+    assert record is not None and record.status == "SUCCEEDED" and record.completed_by == "supervisor"
+    assert [(s["name"], s["status"]) for s in record.steps] == [(n, "SUCCEEDED") for n in ("a", "b", "c", "d")]
+    PipelineSide(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": None}, None)  # a stop between
+    assert read_record(str(tmp_path), None).status == "STOPPED"  # type: ignore[union-attr]

@@ -51,13 +51,14 @@ class CarryHooks:
 class PipelineHooks:
     """What a pipeline's supervisor needs beyond its backend (rtjob.runside.pipeline_side): the pipeline's stop
     marker, its record's heartbeat, one line to its log, each step's own hooks (its retries' notices, its
-    record), and the pipeline's end (each step's status, None: never submitted; why, when no step says)."""
+    record), and the pipeline's end (the status of each step it carried by run id, None: never submitted; why,
+    when no step says)."""
 
     stop_requested: Callable[[], bool]
     beat: Callable[[str | None], None]
     say: Callable[[str], None]
     for_step: Callable[[dict[str, Any]], CarryHooks]
-    ended: Callable[[list[str | None], str | None], None]
+    ended: Callable[[dict[str, str | None], str | None], None]  # {the step's run id: its status}, why
 
 
 class NotSupported(BadInput):

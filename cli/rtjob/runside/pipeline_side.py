@@ -36,25 +36,30 @@ class PipelineSide(RunSide):
         return CarryHooks(stop_requested=lambda: self.step_stop_requested(step), beat=self.beat, say=say,
                           gave_up=gave_up, retried=step.retried)
 
-    def ended(self, statuses: list[str | None], line: str | None) -> None:
+    def ended(self, carried: dict[str, str | None], line: str | None) -> None:
         """The pipeline run's record ended (its status from its steps', each step's status), then its one
-        notification (claimed through the pipeline folder's rtjob-notified-<outcome> marker)."""
+        notification (claimed through the pipeline folder's rtjob-notified-<outcome> marker). A recorded step it
+        did not carry had SUCCEEDED before (reused by --from, or run under this id already)."""
         from ..core.model import RunStatus
         from ..core.record import RunRecord
         from ..runs.pipeline import overall
-        from ..storage.records import update_record
 
-        status = overall([RunStatus(s) if s in RunStatus.__members__ else None for s in statuses])
-        if not status.terminal:  # the loop ended with a step unsubmitted: a stop between steps
-            status = RunStatus.STOPPED
+        def status_of(statuses: list[str | None]) -> RunStatus:
+            status = overall([RunStatus(s) if s in RunStatus.__members__ else None for s in statuses])
+            return status if status.terminal else RunStatus.STOPPED  # a step left unsubmitted: a stop between
+
+        status = status_of(list(carried.values()))
         if self.run_uri:
-            run_uri = self.run_uri
+            from ..storage.records import update_record
 
             def change(stored: RunRecord | None) -> RunRecord | None:
+                nonlocal status
                 if stored is None:
                     return None
+                stored.steps = [{**step, "status": carried.get(str(step.get("run_id")), RunStatus.SUCCEEDED.value)}
+                                for step in stored.steps or []]
+                status = status_of([step["status"] for step in stored.steps]) if stored.steps else status
                 stored.status = status.value
-                stored.steps = [{**step, "status": st} for step, st in zip(stored.steps or [], statuses, strict=False)]
                 stored.message = line or self.why or stored.message
                 stored.end_time = stored.end_time or _now()
                 stored.updated_at = _now()
@@ -63,7 +68,7 @@ class PipelineSide(RunSide):
                 return stored
 
             try:
-                record = update_record(run_uri, None, change)
+                record = update_record(self.run_uri, None, change)
             except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
                 say(f"pipeline record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
                 record = None

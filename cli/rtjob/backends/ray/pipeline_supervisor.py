@@ -167,7 +167,8 @@ class PipelineSupervisor:
             self.steps[next_step] = self._carry(next_step, self.bodies[next_step])
         if self.hooks.stop_requested():
             say("the pipeline's stop was requested: no later step is submitted")
-        self.hooks.ended([s.status for s in self.steps], next((s.line for s in self.steps if s.line), None))
+        self.hooks.ended({str(b["submission_id"]): s.status for b, s in zip(self.bodies, self.steps, strict=True)},
+                         next((s.line for s in self.steps if s.line), None))
         return 0
 
     def _carry(self, i: int, body: dict[str, Any]) -> StepOutcome:
