@@ -58,6 +58,9 @@ ENV_COMPANION_HEARTBEAT_S = "RTJOB_COMPANION_HEARTBEAT_S"
 ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
 # The supervisor's way to the cluster's Jobs API from inside (a driver's RAY_ADDRESS is the GCS, not the dashboard)
 ENV_DASHBOARD_ADDRESS = "RTJOB_DASHBOARD_ADDRESS"
+# A pipeline's supervisor: JSON [{the step's Jobs API request body}, ...] of the steps it runs, in order, their
+# packages already uploaded (gcs:// URIs), so it needs nothing from the client's checkout.
+ENV_PIPELINE_STEPS = "RTJOB_PIPELINE_STEPS"
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
 # Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
 # {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
@@ -77,7 +80,7 @@ ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
-    ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS,
+    ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
 })
 
 # ---------------------------------------------------------------------------------------------

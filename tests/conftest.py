@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import CAPTURED, PLANTED, base_env, rtjob
+from support.webhook import receiver  # noqa: F401 - a fixture for every test (a loopback webhook target)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -9,14 +9,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-import requests
 from support.cli import new_id, popen_rtjob, rtjob
+from support.ray_jobs import JobsAPI, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
 
 pytestmark = pytest.mark.cluster
@@ -25,46 +22,6 @@ BUCKET = "rtjob-supervised"
 s3 = bucket_fixture(BUCKET)
 # count.py: 60 lines, 0.25 s apart: long enough to be killed mid-run, a 15 s retry.
 COUNT = ["tests/support/jobs/count.yaml", "--set", "max_retries=1", "--set", "args.lines=60", "--set", "args.interval=0.25"]
-
-
-class JobsAPI:
-    """The embedded cluster's Jobs API read directly (its recorded address and token), never through rtjob."""
-
-    def __init__(self, env: dict[str, str]) -> None:
-        local = Path(env["RTJOB_HOME"]) / "local"
-        self.address = json.loads((local / "cluster.json").read_text())["address"].rstrip("/")
-        self.token = (local / "auth_token").read_text().strip()
-
-    def get(self, path: str, auth: bool = True) -> requests.Response:
-        headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
-        return requests.get(f"{self.address}{path}", headers=headers, timeout=10)
-
-    def job(self, run_id: str) -> dict[str, Any] | None:
-        resp = self.get(f"/api/jobs/{run_id}")
-        if resp.status_code == 404:
-            return None
-        resp.raise_for_status()
-        data: dict[str, Any] = resp.json()
-        return data
-
-    def status(self, run_id: str) -> str | None:
-        data = self.job(run_id)
-        return None if data is None else str(data["status"])
-
-    def logs(self, run_id: str) -> str:
-        resp = self.get(f"/api/jobs/{run_id}/logs")
-        resp.raise_for_status()
-        return str(resp.json()["logs"])
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def entrypoint_pids(run_id: str) -> list[int]:
@@ -91,13 +48,6 @@ def kill_the_first_attempts_driver(api: JobsAPI, run_id: str) -> None:
     pids = entrypoint_pids(run_id)
     assert len(pids) == 1, pids
     os.kill(pids[0], signal.SIGKILL)
-
-
-def ended(api: JobsAPI, run_id: str) -> Callable[[], str | None]:
-    def check() -> str | None:
-        status = api.status(run_id)
-        return status if status in ("SUCCEEDED", "FAILED", "STOPPED") else None
-    return check
 
 
 def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster_env, s3: S3Server) -> None:
@@ -234,22 +184,6 @@ def test_a_retry_submitted_by_the_supervisor_and_clients_at_once_is_created_once
     assert sorted(results) == sorted([(f"{run_id}-retry1", False)] * 5 + [(f"{run_id}-retry1", True)]), results
     assert wait_for(ended(api, f"{run_id}-retry1"), 120, "the retry to end") == "SUCCEEDED"
     assert api.job(f"{run_id}-retry2") is None
-
-
-def supervisor_pids(run_id: str) -> list[int]:
-    """The supervisor's own process (`python -m rtjob.runside.supervisor RUN_ID ...`), found in /proc."""
-    wanted = f"-m rtjob.runside.supervisor {run_id} "
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if wanted in cmdline and "/bin/sh" not in cmdline.split(" ", 1)[0]:
-            found.append(int(entry.name))
-    return found
 
 
 def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exactly_once(cluster_env) -> None:

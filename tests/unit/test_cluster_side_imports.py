@@ -43,6 +43,10 @@ CLUSTER_SIDE = (
     "rtjob.runside.outcome",
     "rtjob.runside.supervisor",  # a run's supervisor: its retries carried on the cluster
     "rtjob.backends.ray.supervisor",
+    "rtjob.backends.ray.pipeline_supervisor",  # a pipeline's steps carried on the cluster
+    "rtjob.runside.carrier_side",
+    "rtjob.runside.pipeline_side",
+    "rtjob.runs.carried",
     "rtjob.backends.ray.backend",  # what the supervisor reaches through the registry (RayJobsBackend.carry)
 )
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.

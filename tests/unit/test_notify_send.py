@@ -5,16 +5,13 @@ target's URL (the secret: a token in its path) in no line said and no exception.
 from __future__ import annotations
 
 import json
-import threading
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from rtjob.runs import notify
 from rtjob.runs.notify import Message, NotifyConfig, Target, config_from_env, send
+from support.webhook import Receiver
 
 import rtjob_contract as contract
 
@@ -23,49 +20,6 @@ SLACK_PATH = f"/services/T000/B000/{TOKEN}"
 QUICK = 0.05  # the retry delay in these tests (the default is 1 s, doubled per try)
 
 
-@dataclass
-class Receiver:
-    """A loopback HTTP server: answers POSTs to a path with the statuses scripted for it (then 200)."""
-
-    server: ThreadingHTTPServer
-    got: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
-    script: dict[str, list[int]] = field(default_factory=dict)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
-
-    def bodies(self, path: str) -> list[object]:
-        return [json.loads(body) for p, _, body in self.got if p == path]
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    state: dict[str, Receiver] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:  # noqa: N802 - http.server's name
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            rec = state["r"]
-            rec.got.append((self.path, dict(self.headers), body))
-            queued = rec.script.get(self.path) or []
-            code = queued.pop(0) if queued else 200
-            self.send_response(code)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"ok")
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state["r"] = rec = Receiver(server)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def _message(outcome: str = "failed", **changes: object) -> Message:

@@ -233,3 +233,30 @@ def test_a_retry_the_supervisor_submits_is_told_once(tmp_path, monkeypatch) -> N
     text = json.dumps(got[0])
     assert RUN in text and "retrying" in text and f"{RUN}-retry1" in text and "SIGKILL" in text
     assert (tmp_path / contract.notified_marker("retrying-2")).exists()
+
+
+@pytest.mark.parametrize(("pipeline_step", "told"), [(False, ["failed"]), (True, [])])
+def test_a_run_the_supervisor_gives_up_on_is_told_failed_once(tmp_path, monkeypatch, receiver, pipeline_step: bool,
+                                                              told: list[str]) -> None:
+    """A retry that cannot be made (its code is gone) ends the run FAILED; its last attempt's companion left
+    `failed` untold (a retry was due), so the supervisor tells it, once; a pipeline's step only with notify.steps
+    (the pipeline's supervisor sends the pipeline's one message)."""
+    import json
+
+    from rtjob.core.record import RunRecord
+    from rtjob.runside.supervisor import RunSide
+    from rtjob.storage.records import write_record
+
+    monkeypatch.setenv(contract.ENV_NOTIFY, json.dumps({"on": ["failed"], "steps": False,
+                                                        "targets": [{"type": "webhook", "env": "HOOK_URL"}]}))
+    monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
+    if pipeline_step:
+        monkeypatch.setenv(contract.ENV_PIPELINE_ID, "t-pipe")
+    write_record(str(tmp_path), RunRecord(id=RUN, job="count", backend="local", storage_uri=str(tmp_path),
+                                          status="FAILED"), None)
+    side = RunSide(RUN, str(tmp_path))
+    for _ in range(2):
+        side.gave_up("cannot retry t-run-1: the cluster no longer has the run's code (gcs://x.zip)")
+    assert [(b["run_id"], b["outcome"]) for b in receiver.bodies("/hook")] == [(RUN, o) for o in told]
+    if told:
+        assert receiver.bodies("/hook")[0]["error"].startswith("cannot retry")  # type: ignore[index]

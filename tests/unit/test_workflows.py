@@ -208,6 +208,9 @@ def _rtjob_contract(job_id: str, job_def: dict[str, Any], data: dict[str, Any], 
             errors.append(f"{job_id}: rtjob wait must check the run the notification names (client_payload.run_id)")
         if "repository_dispatch" not in str(job_def.get("if", "")):
             errors.append(f"{job_id}: the check job must run on the run's repository_dispatch")
+        elif "startsWith(github.event.client_payload.run_id, 'rtjob-" not in str(job_def.get("if", "")):
+            errors.append(f"{job_id}: the check job must take only the runs this workflow submits (every workflow "
+                          "listening for the event sees each dispatch)")
     if "set +e" not in result["run"] or "rc" not in outputs.get(result.get("id", ""), set()):
         errors.append(f"{job_id}: the {verb} step must record rtjob's exit code as output rc (set +e, id)")
 
@@ -324,6 +327,8 @@ UNATTENDED_MISTAKES = [
      "submits on the schedule only"),
     ("steps.check.outputs.rc)", "steps.chek.outputs.rc)", "no earlier step with id 'chek'"),
     ("      check_run_id:\n", "      run_id:\n", "check_run_id"),
+    ("github.event_name == 'repository_dispatch' && startsWith(github.event.client_payload.run_id, "
+     "'rtjob-ddp-resnet-gh')", "github.event_name == 'repository_dispatch'", "only the runs this workflow submits"),
 ]
 
 
@@ -451,3 +456,18 @@ def test_render_bad_input_exits_2(tmp_path: Path) -> None:
         proc = _render(*args, tmp_path=tmp_path)
         assert proc.returncode == 2 and expect in proc.stderr and proc.stdout == ""
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_pipeline_renders_unattended_where_the_cluster_carries_it(tmp_path: Path) -> None:
+    """On Ray a pipeline's supervisor runs its steps with no client: the unattended workflow submits it; on Anyscale
+    its steps advance only while rtjob follows, so it needs --follow (else one line, exit 2)."""
+    pipeline = "tests/support/jobs/relay.yaml"
+    proc = _render(pipeline, "--cron", "0 3 * * *", "--github", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert check_workflow(proc.stdout, job=pipeline) == [] and "--no-wait" in proc.stdout
+    refused = _render(pipeline, "--cron", "0 3 * * *", "--github", "--backend", "anyscale", tmp_path=tmp_path)
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "advance only while rtjob follows" in refused.stderr and "--follow" in refused.stderr
+    followed = _render(pipeline, "--cron", "0 3 * * *", "--github", "--backend", "anyscale", "--follow",
+                       tmp_path=tmp_path)
+    assert followed.returncode == 0 and check_workflow(followed.stdout, job=pipeline) == []

@@ -47,6 +47,20 @@ class CarryHooks:
     retried: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
 
 
+@dataclass
+class PipelineHooks:
+    """What a pipeline's supervisor needs beyond its backend (rtjob.runside.pipeline_side): the pipeline's stop
+    marker, its record's heartbeat, one line to its log, each step's own hooks (its retries' notices, its
+    record), and the pipeline's end (the status of each step it carried by run id, None: never submitted; why,
+    when no step says)."""
+
+    stop_requested: Callable[[], bool]
+    beat: Callable[[str | None], None]
+    say: Callable[[str], None]
+    for_step: Callable[[dict[str, Any]], CarryHooks]
+    ended: Callable[[dict[str, str | None], str | None], None]  # {the step's run id: its status}, why
+
+
 class NotSupported(BadInput):
     """The backend has no such capability (exit 2: the request, not the run, is wrong)."""
 
@@ -116,6 +130,8 @@ class Backend(ABC):
     # (name, what it holds) and the rtjob extra it installs; empty: the backend takes no workflows.
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = ()
     ci_extra: ClassVar[str] = ""
+    # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
+    carries_pipelines: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -280,6 +296,26 @@ class Backend(ABC):
         run side's ``hooks`` (stop marker, heartbeat, log); the process's exit code."""
         del run_id, hooks
         raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
+
+    def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
+                           requests: builtins.list[Request]) -> RunInfo | None:
+        """Upload every step's packages and start (or attach to) the supervisor that runs the steps ``requests``
+        in order on the cluster; None: the backend has none (a client follower advances the steps)."""
+        del pipeline_id, storage_uri, job, requests
+        return None
+
+    def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
+                                    requests: builtins.list[Request]) -> dict[str, Any] | None:
+        """What ``supervise_pipeline`` sends, as render shows it (masked; packages as local paths until the submit
+        uploads them); None: the backend has no pipeline supervisor."""
+        del pipeline_id, storage_uri, job, requests
+        return None
+
+    @classmethod
+    def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
+        """Run the pipeline ``pipeline_id``'s steps on its cluster (its supervisor's process)."""
+        del pipeline_id, hooks
+        raise NotSupported(f"backend {cls.name!r} carries no pipeline on the cluster")
 
     # -- optional capabilities with commands of their own (backends/capabilities.py; registry.offering) --------
     def schedules(self) -> Schedules | None:

@@ -307,6 +307,8 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
       rtjob schedule render ddp-resnet --cron '0 3 * * 1' > schedule.yaml   # anyscale schedule apply -f
       rtjob schedule render ddp-resnet --cron '0 3 * * *' --github --timezone Europe/Berlin --out .github/workflows/train.yml
     """
+    if follow and not github:
+        raise BadInput("--follow shapes a --github workflow; an Anyscale schedule never holds a runner")
     if out is not None and not github:
         raise BadInput("--out writes a --github workflow; the Anyscale schedule file is printed (redirect it)")
     if not github:
@@ -314,9 +316,10 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
             job, cron, timezone, name, nodes, sets, envs, storage, compute_config)
         _print_schedule(schedules, planned, schedule, schedule_name, checked, "text")
         return EXIT_SUCCEEDED
+    from ..backends import backend_class
     from ..jobspec.cron import validate_github_cron, validate_iana_timezone
     from ..jobspec.project import project_of
-    from ..jobspec.resolve import load_job_file
+    from ..jobspec.resolve import JobSource, load_job_file
     from ..runs.workflow import github_workflow, write_workflow
 
     cron = validate_github_cron(cron)  # every check before anything is written
@@ -325,9 +328,19 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
         raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
                        "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
     root = project_of(job)  # a job file's own project, wherever rtjob runs
-    spec, shown = load_job_file(job, root)  # the job must exist and be valid
+    from ..runs.pipeline import load
+
+    loaded = load(job, root)  # the job (or pipeline) must exist and be valid
+    if isinstance(loaded, JobSource):
+        spec, shown = load_job_file(job, root)
+        default_nodes = spec.nodes
+    else:  # a pipeline: submit runs its steps; unattended, only where the cluster carries them
+        shown, default_nodes = loaded.shown, 1
+        if not follow and not backend_class(backend).carries_pipelines:
+            raise BadInput(f"{shown}: on --backend {backend} a pipeline's steps advance only while rtjob follows "
+                           "them: add --follow (the workflow follows the pipeline to its end)")
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
-    text = github_workflow(ref, cron, backend=backend, nodes=nodes or spec.nodes, timeout=timeout,
+    text = github_workflow(ref, cron, backend=backend, nodes=nodes or default_nodes, timeout=timeout,
                            timezone=timezone, root=root, follow=follow)
     if out is None:
         echo(text, nl=False)

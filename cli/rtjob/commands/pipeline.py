@@ -33,12 +33,15 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
             return
         except NotSupported:
             pass
+    supervisor = pp.backend.pipeline_supervisor_preview(pp.id, pp.storage_uri, pp.pipeline.name,
+                                                        [s.plan.request for s in pp.steps if s.plan is not None])
     if output != "text":
         steps = [{"name": s.name, "reused_from": s.reused_from,
                   **(render_data(s.plan, settings, explain) if s.plan else {"run_id": s.run_id,
                                                                             "storage_uri": s.storage_uri})}
                  for s in pp.steps]
-        print_data({"pipeline": pp.to_json(), "steps": steps}, output)
+        print_data({"pipeline": pp.to_json(), "steps": steps,
+                    **({"supervisor": supervisor} if supervisor else {})}, output)
         return
     echo("\n".join([
         f"pipeline:  {pp.pipeline.name}  ({pp.pipeline.shown})",
@@ -53,6 +56,10 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
             echo(f"reused:    {step.run_id} of pipeline run {step.reused_from} ({step.storage_uri})")
         else:
             print_render(step.plan, settings, "text", explain)
+    if supervisor is not None:
+        echo(f"\n== supervisor: {pp.id}-supervisor runs the steps on the cluster ==\n"
+             "(submit uploads each step's packages first: their gcs:// URIs replace the local paths shown)")
+        print_data(supervisor, "json")
 
 
 def send_pipeline(pp: PipelinePlan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
@@ -87,12 +94,19 @@ def _error(followed: Followed | None) -> dict[str, str]:
 
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str) -> int:
     """`rtjob status PIPELINE_ID`: the pipeline run and each step's run."""
+    import dataclasses
+
+    from ..runs.carrier import carrier_of
     from ..runs.steps import pipeline_state
 
     steps, status = pipeline_state(be, record, storage_root)
+    # Its supervisor: one that died before the pipeline ended is replaced here (exactly once: deterministic ids).
+    carrier = carrier_of(be, dataclasses.replace(record.to_run_info(), status=status), PRINTED.note)
+    current = next((str(step.get("name")) for step, info in steps if info is None or not info.status.terminal), None)
     if output != "text":
         print_data({"id": record.id, "pipeline": record.job, "status": status.value,
-                    "storage_uri": record.storage_uri,
+                    "storage_uri": record.storage_uri, "current_step": None if status.terminal else current,
+                    **(carrier.to_json() if carrier else {}),
                     "steps": [{"name": step.get("name"), "reused_from": step.get("reused_from"),
                                **(run_json(info) if info else {"id": step.get("run_id"), "status": None})}
                               for step, info in steps]}, output)
@@ -101,6 +115,9 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
 
     echo(f"id:          {record.id}\npipeline:    {record.job} ({record.job_file or '-'})\nstatus:      "
          f"{status.value}\nstorage:     {record.storage_uri or '-'}")
+    if carrier is not None:
+        echo(f"carried by:  {carrier.describe()}" + ("" if status.terminal or current is None else
+                                                     f", at step {current}"))
     table = Table(box=None, header_style="bold")
     for column in ("STEP", "RUN ID", "STATUS", "DURATION", "STORAGE"):
         table.add_column(column, overflow="fold")

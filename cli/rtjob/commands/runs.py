@@ -249,8 +249,20 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     from ..runs.events import stop_begins
     from ..runs.stopping import stop_run
 
-    be = backend_for_run(run_id, backend, address, headers, no_verify_tls)[0]
+    be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     say(stop_begins(run_id))
+    from ..runs.pipeline import find as find_pipeline
+
+    pipeline = find_pipeline(run_id, storage_root) if be.find(run_id) is None else None
+    if pipeline is not None:  # a pipeline run: its supervisor and the step running now
+        from ..runs.stopping import stop_pipeline
+
+        stopped = stop_pipeline(be, pipeline)
+        for one in stopped:
+            say(f"{one.id}: {one.status.value}")
+        if output != "text":
+            print_data({"id": run_id, "stopped": [run_json(one) for one in stopped]}, output)
+        return EXIT_SUCCEEDED
     info = stop_run(be, run_id)
     if output != "text":
         print_data(run_json(info), output)

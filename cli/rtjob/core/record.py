@@ -26,7 +26,7 @@ RUN_SIDE = ("companion", "supervisor")
 STALE_S = 90
 # What a run's end sets in its record.
 END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
-              "archived", "completed_by", "companion_cpu_s")
+              "archived", "completed_by", "companion_cpu_s", "steps")  # steps: a pipeline's, with their states
 
 
 @dataclass

@@ -142,6 +142,12 @@ def config_from_env(env: Mapping[str, str]) -> NotifyConfig | None:
     return NotifyConfig(on=on, targets=targets, steps=steps)
 
 
+def run_end_notifies(config: NotifyConfig, env: Mapping[str, str]) -> bool:
+    """Whether a run's own end is told: a pipeline's step only with ``notify.steps`` (the pipeline's supervisor
+    sends the pipeline's one message)."""
+    return config.steps or not env.get(contract.ENV_PIPELINE_ID)
+
+
 def send(config: NotifyConfig, message: Message, claim: Callable[[str], bool], *, say: Callable[[str], None],
          retry_delay_s: float = RETRY_DELAY_S) -> list[str]:
     """Send ``message`` to every target of ``config`` if its outcome is one ``config.on`` lists and

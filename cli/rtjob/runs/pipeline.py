@@ -7,8 +7,9 @@ to the steps that exist instead of running them twice. Each step's environment c
 before it (``RTJOB_INPUT_URI``: the previous one; ``RTJOB_STEP_URIS``: all of them by name). ``--from STEP ID`` plans
 a new pipeline run that reuses the runs of ID's steps before STEP (found through the run history).
 
-Steps advance while a follower runs (``rtjob submit`` without ``--no-wait``): nothing on the cluster sequences
-them. ``--no-wait`` submits the next step only; the same submit with ``--submission-id ID`` goes on from there.
+On Ray, a supervisor on the cluster runs the steps (carried.py): ``--no-wait`` leaves the whole pipeline to it.
+Where a backend has none, steps advance while a follower runs and ``--no-wait`` submits the next step only; the
+same submit with ``--submission-id ID`` goes on from there.
 The step loop itself (run, wait) is in steps.py.
 """
 
@@ -193,11 +194,13 @@ def overall(statuses: list[RunStatus | None]) -> RunStatus:
     return RunStatus.SUCCEEDED
 
 
-def record_progress(record: RunRecord, statuses: list[RunStatus | None], events: RunEvents) -> None:
-    """The pipeline run's status, from its steps', into the ledger and its storage (once it ends: archived)."""
+def record_progress(record: RunRecord, statuses: list[RunStatus | None], events: RunEvents,
+                    ended: RunStatus | None = None) -> None:
+    """The pipeline run's status, from its steps' (or ``ended``: as its supervisor recorded it), into the ledger
+    and its storage (once it ends: archived)."""
     from .memory import save
 
-    status = overall(statuses)
+    status = ended or overall(statuses)
     if record.updated_at is not None and record.status == status.value and record.archived == status.terminal:
         return
     record.status = status.value

@@ -1,6 +1,7 @@
 """A pipeline run's steps driven to their end: submitted one after another, each recorded and followed like any
-run (submission.py); `rtjob wait` of a pipeline run follows the steps already submitted. Steps advance only while
-a follower runs: nothing on the cluster sequences them."""
+run (submission.py); `rtjob wait` of a pipeline run follows its steps. Where the backend has a supervisor on the
+cluster (Ray), it submits the steps and no client needs to stay (carried.py): a client that follows only attaches to
+the steps it submits. Elsewhere steps advance only while a follower runs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..core.errors import BadInput, RtjobError, WaitTimeout
 from ..core.model import RunStatus
 from .archive import look_up
+from .carried import await_step, recorded_end, start_supervisor, supervisor_now
 from .events import Quiet
 from .memory import find
 from .pipeline import find as find_pipeline
@@ -31,6 +33,7 @@ class StepsOutcome:
 
     statuses: list[RunStatus | None]
     last: Followed | None = None
+    ended: RunStatus | None = None  # as the pipeline's supervisor recorded it (a stop between steps)
 
     @property
     def unfinished(self) -> bool:
@@ -39,7 +42,7 @@ class StepsOutcome:
 
     @property
     def status(self) -> RunStatus:
-        return overall(self.statuses)
+        return self.ended or overall(self.statuses)
 
 
 def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wait: bool, timeout_s: float | None,
@@ -55,15 +58,23 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         record.steps = [s.to_json() for s in pp.steps]
     deadline = time.monotonic() + timeout_s if timeout_s else None
     done = StepsOutcome([None] * len(pp.steps))
+    succeeded = [s.plan is None or _succeeded(find(s.run_id)) for s in pp.steps]
+    supervisor = start_supervisor(pp, [s for s, ok in zip(pp.steps, succeeded, strict=True) if not ok], events)
     for i, step in enumerate(pp.steps):
-        known = find(step.run_id) if step.plan is not None else None
-        if step.plan is None or (known is not None and known.run_status == RunStatus.SUCCEEDED):
+        if succeeded[i] or step.plan is None:
             where = f"of pipeline run {step.reused_from}" if step.plan is None else "already"
             events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id} {where} SUCCEEDED; not run again")
             done.statuses[i] = RunStatus.SUCCEEDED
             continue
+        if supervisor is not None and no_wait:
+            events.note(f"pipeline {pp.id}: its supervisor runs the steps on the cluster; rtjob wait {pp.id} "
+                        "follows them")
+            break
+        if supervisor is not None and await_step(pp.backend, pp.id, step.run_id, deadline) is None:
+            done.ended = recorded_end(pp.backend, record, deadline)  # the supervisor ended it before this step
+            break
         events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id}")
-        submit_and_record(step.plan, attach=True, events=events)
+        submit_and_record(step.plan, attach=True, events=events)  # attaches to the supervisor's submit
         done.statuses[i] = RunStatus.RUNNING
         record_progress(record, done.statuses, events)
         if no_wait:
@@ -94,8 +105,12 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
             events.note(f"pipeline {pp.id} stopped at step {step.name} ({done.last.run.status.value}); after a "
                         f"fix: rtjob submit {pp.pipeline.shown} --from {later[0]} {pp.id}")
             break
-    record_progress(record, done.statuses, events)
+    record_progress(record, done.statuses, events, done.ended)
     return done
+
+
+def _succeeded(record: RunRecord | None) -> bool:
+    return record is not None and record.run_status == RunStatus.SUCCEEDED
 
 
 def step_infos(be: Backend, record: RunRecord,
@@ -105,6 +120,9 @@ def step_infos(be: Backend, record: RunRecord,
     for step in record.steps:
         try:
             info: RunInfo | None = look_up(be, str(step.get("run_id")), storage_root, Quiet())[0]
+            attempts = be.attempts(str(step.get("run_id"))) if info is not None and info.status.terminal else None
+            if attempts is not None and len(attempts.chain) > 1:  # a step that was retried: its last attempt
+                info = look_up(be, attempts.chain[-1].id, storage_root, Quiet())[0]
         except RtjobError:
             info = None
         out.append((step, info))
@@ -113,29 +131,40 @@ def step_infos(be: Backend, record: RunRecord,
 
 def pipeline_state(be: Backend, record: RunRecord,
                    storage_root: str | None) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], RunStatus]:
-    """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's status (recorded)."""
+    """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's status (recorded;
+    a pipeline its supervisor ended is as it recorded it)."""
     steps = step_infos(be, record, storage_root)
     statuses = [info.status if info else None for _, info in steps]
-    record_progress(record, statuses, Quiet())
-    return steps, overall(statuses)
+    ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
+    record_progress(record, statuses, Quiet(), ended)
+    return steps, ended or overall(statuses)
 
 
 def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events: RunEvents,
                timeout_s: float | None) -> tuple[list[dict[str, Any]], StepsOutcome]:
     """`rtjob wait PIPELINE_ID`: follow each submitted step that has not ended, in order, to the pipeline run's
-    outcome. Steps are submitted by a follower only: a next step never submitted is bad input (exit 2)."""
+    outcome. A step its supervisor has not submitted yet is waited for; without a supervisor, a next step never
+    submitted is bad input (exit 2)."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
+    supervisor = supervisor_now(be, record.id)
     steps = step_infos(be, record, storage_root)
     done = StepsOutcome([info.status if info else None for _, info in steps])
-    for i, (_step, info) in enumerate(steps):
+    for i, (step, info) in enumerate(steps):
+        if info is None and supervisor is not None and overall(done.statuses[:i]) != RunStatus.FAILED:
+            info = await_step(be, record.id, str(step.get("run_id")), deadline)
+            if info is None:
+                break
         if info is None or info.status.terminal:
+            done.statuses[i] = info.status if info else None
             continue
         left = None if deadline is None else max(0.001, deadline - time.monotonic())
         done.last = follow_to_end(be, info.id, out=None, timeout_s=left, stop_on_interrupt=False, events=events)
         if not isinstance(done.last, Ended):
             return [s for s, _ in steps], done
         done.statuses[i] = done.last.run.status
-    record_progress(record, done.statuses, events)
+    if supervisor is not None and not overall(done.statuses).terminal:
+        done.ended = recorded_end(be, record, deadline)
+    record_progress(record, done.statuses, events, done.ended)
     if not done.status.terminal:
         waiting = next((str(s.get("name")) for (s, _), st in zip(steps, done.statuses, strict=True) if st is None),
                        "?")

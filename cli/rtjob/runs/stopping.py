@@ -11,10 +11,12 @@ from typing import TYPE_CHECKING
 import rtjob_contract as contract
 
 from ..core.errors import RtjobError
+from ..core.model import RunStatus
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.model import RunInfo
+    from ..core.record import RunRecord
 
 
 def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
@@ -43,3 +45,30 @@ def stop_run(backend: Backend, run_id: str) -> RunInfo:
     if info is not None and not info.status.terminal and writable_here(backend.name, info.storage_uri):
         mark_stop(info.storage_uri, info.storage_endpoint)
     return backend.stop(run_id)
+
+
+def stop_pipeline(backend: Backend, record: RunRecord, patience_s: float = 30.0) -> list[RunInfo]:
+    """Stop a pipeline run: its stop marker first (its supervisor reads it before and after every submit: no
+    retry, no later step, and what it submits as the marker appears it stops), then every attempt of its steps that
+    has not ended; its supervisor then ends by itself, recording the pipeline STOPPED, and is stopped after
+    ``patience_s`` if it has not. What was stopped, in that order."""
+    import time
+
+    mark_stop(record.storage_uri, record.storage_endpoint)
+    stopped: list[RunInfo] = []
+    for step in record.steps:
+        step_id = str(step.get("run_id"))
+        try:
+            attempts = backend.attempts(step_id)
+            ids = [a.id for a in attempts.chain if a.status not in ("SUCCEEDED", "FAILED", "STOPPED")] \
+                if attempts is not None else [step_id]
+            stopped.extend(info for info in (stop_run(backend, i) for i in ids) if info.status == RunStatus.STOPPED)
+        except RtjobError:  # a step never submitted (or gone from the cluster): nothing to stop
+            continue
+    deadline = time.monotonic() + patience_s
+    while (supervisor := backend.supervisor_of(record.id)) is not None and not supervisor.status.terminal:
+        if time.monotonic() > deadline:
+            stopped.append(backend.stop(supervisor.id))
+            break
+        time.sleep(0.5)
+    return stopped

@@ -173,7 +173,7 @@ _UNATTENDED_JOBS = """\
           name: <<SLUG>>-submitted-${{ github.run_id }}-${{ github.run_attempt }}
           path: run.json
   check:
-    if: github.event_name == 'repository_dispatch' || (github.event_name == 'workflow_dispatch' && inputs.check_run_id != '')
+    if: (github.event_name == 'repository_dispatch' && startsWith(github.event.client_payload.run_id, 'rtjob-<<SLUG>>-gh')) || (github.event_name == 'workflow_dispatch' && inputs.check_run_id != '')
     runs-on: ubuntu-latest
     timeout-minutes: 30
 """ + _JOB_ENV + """\

@@ -201,10 +201,10 @@ class Outcome:
         """The outcome's notification, exactly once: only whoever creates its marker first sends it."""
         if record is None:
             return
-        from ..runs.notify import config_from_env, send
+        from ..runs.notify import config_from_env, run_end_notifies, send
 
         config = config_from_env(self.env)
-        if config is None:
+        if config is None or not run_end_notifies(config, self.env):
             return
         send(config, message_for(record), self._claim, say=lambda line: self.say(redact(line, secrets)))
 

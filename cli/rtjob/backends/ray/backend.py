@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import shlex
@@ -16,7 +17,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
 from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, CarryHooks, Log, Planned, Request, Retry, Stuck
+from ..base import Backend, CarryHooks, Log, PipelineHooks, Planned, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build, time_limit_message
@@ -65,6 +66,7 @@ class RayJobsBackend(Backend):
     REST (no Ray import); submit uses Ray's own client for its working-dir packaging."""
 
     name = "ray"
+    carries_pipelines = True
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = (
         ("RAY_ADDRESS", "the cluster's dashboard / Jobs API, e.g. https://ray-head.example.com:8265"),
         ("RAY_AUTH_TOKEN", "the cluster's token, if it uses token authentication"),
@@ -356,7 +358,13 @@ class RayJobsBackend(Backend):
         data = self.api.job(run_id)
         root = root_id(run_id, data)
         data = data if root == run_id else self.api.job(root)
-        if data is None or not wants_supervisor(data):
+        if data is None:  # a pipeline run's id: its supervisor is its only job
+            from .pipeline_supervisor import renewed_if_dead
+
+            renewed = renewed_if_dead(self.api, run_id, self.address)
+            return None if renewed is None else (self.submit(renewed).run if isinstance(renewed, RayJobRequest)
+                                                 else self._info(renewed))
+        if not wants_supervisor(data):
             return None
         n, latest = latest_supervisor(self.api, root)
         if not needs_new_supervisor(self.api, root, latest):  # alive, or the run has nothing left to carry
@@ -369,6 +377,39 @@ class RayJobsBackend(Backend):
 
         _, latest = latest_supervisor(self.api, root_id(run_id, self.api.job(run_id)))
         return None if latest is None else self._info(latest)
+
+    def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
+                           requests: builtins.list[Request]) -> RunInfo | None:
+        from .pipeline_supervisor import (
+            pipeline_supervisor_request,
+            renewed_if_dead,
+            step_body,
+            upload_packages,
+        )
+
+        existing = renewed_if_dead(self.api, pipeline_id, self.address)
+        if isinstance(existing, RayJobRequest):  # it died before the pipeline ended: the next one goes on
+            return self.submit(existing).run
+        if existing is not None:  # a second submit of the pipeline attaches to its supervisor
+            return self._info(existing)
+        bodies = [step_body(upload_packages(self.address, self.api, r)) for r in requests
+                  if isinstance(r, RayJobRequest)]
+        return self.submit(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address)).run
+
+    def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
+                                    requests: builtins.list[Request]) -> dict[str, Any] | None:
+        from .pipeline_supervisor import pipeline_supervisor_request, step_body
+
+        bodies = [{**step_body(r), "entrypoint": r.masked_entrypoint(), "runtime_env": r.masked_runtime_env()}
+                  for r in requests if isinstance(r, RayJobRequest)]
+        return self.render(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address))
+
+    @classmethod
+    def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
+        from .pipeline_supervisor import PipelineSupervisor, steps_from_env
+        from .supervisor import in_cluster_api
+
+        return PipelineSupervisor(in_cluster_api(), pipeline_id, steps_from_env(), hooks).run()
 
     @classmethod
     def carry(cls, run_id: str, hooks: CarryHooks) -> int:

@@ -66,7 +66,7 @@ def needs_new_supervisor(api: RayJobsAPI, run_id: str, latest: dict[str, Any] | 
     submitted the retry)."""
     if latest is not None and latest.get("status") not in TERMINAL:
         return False
-    chain = RayRetries(api, _no_submit).chain_of(run_id)
+    chain = RayRetries(api, no_submit).chain_of(run_id)
     if not chain:
         return False
     last = api.job(chain[-1].id) or {}
@@ -79,8 +79,15 @@ def needs_new_supervisor(api: RayJobsAPI, run_id: str, latest: dict[str, Any] | 
     return retry_reason(last) is not None and attempt <= max_retries_of(last)
 
 
-def _no_submit(request: RayJobRequest) -> SubmitResult:
+def no_submit(request: RayJobRequest) -> SubmitResult:
     raise AssertionError(f"reading a run's attempts never submits ({request.run_id})")
+
+
+def missing_packages(api: RayJobsAPI, runtime_env: dict[str, Any]) -> list[str]:
+    """The uploaded packages (gcs:// URIs) of ``runtime_env`` the cluster no longer has."""
+    uris = [runtime_env.get("working_dir"), *(runtime_env.get("py_modules") or [])]
+    return [uri for uri in uris if isinstance(uri, str) and uri.startswith("gcs://")
+            and api.request("GET", f"/api/packages/gcs/{uri[len('gcs://'):]}").status_code != 200]
 
 
 def is_supervisor(data: dict[str, Any]) -> bool:
@@ -89,8 +96,10 @@ def is_supervisor(data: dict[str, Any]) -> bool:
 
 
 def wants_supervisor(data: dict[str, Any]) -> bool:
-    """Whether the run (the Jobs API's dict) has something for a supervisor to carry: retries."""
-    return max_retries_of(data) > 0 and not is_supervisor(data)
+    """Whether the run (the Jobs API's dict) has something for a supervisor of its own to carry: retries (a
+    pipeline's step has its pipeline's supervisor)."""
+    step = ((data.get("runtime_env") or {}).get("env_vars") or {}).get(contract.ENV_PIPELINE_ID)
+    return max_retries_of(data) > 0 and not is_supervisor(data) and not step
 
 
 def supervisor_request(data: dict[str, Any], dashboard: str, n: int = 1) -> RayJobRequest:
@@ -235,7 +244,7 @@ class Supervisor:
         if self.hooks.stop_requested():
             self.hooks.say(f"{current} FAILED: {reason}; not retried: the run's stop was requested")
             return None
-        missing = self._missing_packages(dict(data.get("runtime_env") or {}))
+        missing = missing_packages(self.api, dict(data.get("runtime_env") or {}))
         if missing:
             line = f"cannot retry {current}: the cluster no longer has the run's code ({', '.join(missing)})"
             self.hooks.say(line)
@@ -254,13 +263,3 @@ class Supervisor:
             except RtjobError as exc:
                 self.hooks.say(f"could not stop {run.id}: {exc}")
         return run.id
-
-    def _missing_packages(self, runtime_env: dict[str, Any]) -> list[str]:
-        """The run's uploaded packages (gcs:// URIs) the cluster no longer has."""
-        uris = [runtime_env.get("working_dir"), *(runtime_env.get("py_modules") or [])]
-        missing = []
-        for uri in uris:
-            if isinstance(uri, str) and uri.startswith("gcs://") \
-                    and self.api.request("GET", f"/api/packages/gcs/{uri[len('gcs://'):]}").status_code != 200:
-                missing.append(uri)
-        return missing

@@ -1,0 +1,53 @@
+"""Test job: short "epochs", each checkpointed straight into the run's storage (RTJOB_STORAGE_PATH/RTJOB_RUN_NAME,
+which a retry of the run shares), resuming after the latest complete one; prints "epoch N trained" once per epoch
+it trains. --consume (a later pipeline step): reads the checkpoints of the step before (RTJOB_INPUT_URI) and
+writes which epochs it found into its own run folder (consumed.txt)."""
+
+import argparse
+import json
+import os
+import time
+
+import pyarrow.fs as pafs
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--epochs", type=int, default=3)
+parser.add_argument("--interval", type=float, default=2.0)
+parser.add_argument("--consume", action="store_true")
+args = parser.parse_args()
+
+
+def folder(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" in uri:
+        return pafs.FileSystem.from_uri(uri)
+    return pafs.LocalFileSystem(), os.path.abspath(uri)
+
+
+def epochs_in(uri: str) -> list[int]:
+    fs, base = folder(uri)
+    found = fs.get_file_info(pafs.FileSelector(base, allow_not_found=True, recursive=True))
+    return sorted(int(f.path.split("checkpoint_epoch_")[1][:4]) for f in found
+                  if f.path.endswith("/state.json") and "checkpoint_epoch_" in f.path)
+
+
+if args.consume:
+    got = epochs_in(os.environ["RTJOB_INPUT_URI"])
+    fs, base = folder(os.environ["RTJOB_RUN_DIR"])
+    fs.create_dir(base)
+    with fs.open_output_stream(f"{base}/consumed.txt") as out:
+        out.write(",".join(map(str, got)).encode())
+    print(f"consumed epochs {got}", flush=True)
+    raise SystemExit(0)
+
+run = f"{os.environ['RTJOB_STORAGE_PATH'].rstrip('/')}/{os.environ['RTJOB_RUN_NAME']}"
+done = epochs_in(run)
+start = (done[-1] if done else 0) + 1
+print(f"starting at epoch {start}", flush=True)
+fs, base = folder(run)
+for epoch in range(start, args.epochs + 1):
+    time.sleep(args.interval)
+    fs.create_dir(f"{base}/checkpoint_epoch_{epoch:04d}")
+    print(f"epoch {epoch} trained", flush=True)
+    with fs.open_output_stream(f"{base}/checkpoint_epoch_{epoch:04d}/state.json") as out:  # last: complete
+        out.write(json.dumps({"epoch": epoch}).encode())
+print("training done", flush=True)

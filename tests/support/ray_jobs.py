@@ -1,0 +1,74 @@
+"""The embedded cluster's Jobs API and processes as a test observes them, never through rtjob."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import requests
+
+
+class JobsAPI:
+    """The embedded cluster's Jobs API read directly (its recorded address and token), never through rtjob."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        local = Path(env["RTJOB_HOME"]) / "local"
+        self.address = json.loads((local / "cluster.json").read_text())["address"].rstrip("/")
+        self.token = (local / "auth_token").read_text().strip()
+
+    def get(self, path: str, auth: bool = True) -> requests.Response:
+        headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
+        return requests.get(f"{self.address}{path}", headers=headers, timeout=10)
+
+    def job(self, run_id: str) -> dict[str, Any] | None:
+        resp = self.get(f"/api/jobs/{run_id}")
+        if resp.status_code == 404:
+            return None
+        resp.raise_for_status()
+        data: dict[str, Any] = resp.json()
+        return data
+
+    def status(self, run_id: str) -> str | None:
+        data = self.job(run_id)
+        return None if data is None else str(data["status"])
+
+    def logs(self, run_id: str) -> str:
+        resp = self.get(f"/api/jobs/{run_id}/logs")
+        resp.raise_for_status()
+        return str(resp.json()["logs"])
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+def ended(api: JobsAPI, run_id: str) -> Callable[[], str | None]:
+    def check() -> str | None:
+        status = api.status(run_id)
+        return status if status in ("SUCCEEDED", "FAILED", "STOPPED") else None
+    return check
+
+
+def supervisor_pids(run_id: str) -> list[int]:
+    """The supervisor's own process (`python -m rtjob.runside.supervisor RUN_ID ...`), found in /proc."""
+    wanted = f"-m rtjob.runside.supervisor {run_id} "
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if wanted in cmdline and "/bin/sh" not in cmdline.split(" ", 1)[0]:
+            found.append(int(entry.name))
+    return found
