@@ -28,7 +28,7 @@ def test_a_printed_line_appears_without_reload(cluster_env: dict[str, str], brow
 
     run_id = f"ui-live-{uuid.uuid4().hex[:8]}"
     sub = rtjob("submit", "tests/support/jobs/count.yaml", "--submission-id", run_id, "--no-wait",
-                "--set", "args.lines=30", "--set", "args.interval=0.4", "--env", "RTJOB_COMPANION_INTERVAL_S=1",
+                "--set", "args.lines=600", "--set", "args.interval=0.3", "--env", "RTJOB_COMPANION_INTERVAL_S=1",
                 env=cluster_env)
     assert sub.returncode == 0, sub.stderr
     try:
@@ -40,12 +40,13 @@ def test_a_printed_line_appears_without_reload(cluster_env: dict[str, str], brow
             first = until(lambda: [ln for ln in log.text.splitlines() if ln.startswith("line ")], timeout=120,
                           what="the job's first lines")
             last_seen = int(first[-1].split()[1])
-            until(lambda: f"line {last_seen + 2} of 30" in log.text, timeout=120, what="a line printed later")
+            until(lambda: f"line {last_seen + 2} of 600" in log.text, timeout=120,
+                  what=f"line {last_seen + 2} (the page first showed up to {first[-1]!r})")
             assert browser.execute_script("return window.notReloaded") is True
-            until(lambda: browser.execute_script("return document.getElementById('status').textContent") == "SUCCEEDED",
-                  timeout=120,
-                  what="the status card turning to the run's end")
-            assert "line 30 of 30" in log.text
+            stopped = rtjob("stop", run_id, env=cluster_env, timeout=120)  # the run ends while its page is open
+            assert stopped.returncode == 0, stopped.stderr
+            until(lambda: browser.execute_script("return document.getElementById('status').textContent") == "STOPPED",
+                  timeout=120, what="the status card turning to the run's end")
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             browser.save_screenshot(str(ARTIFACTS / "live-cluster-run.png"))
             record(browser.page_source)

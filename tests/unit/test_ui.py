@@ -72,6 +72,9 @@ def test_host_header_is_checked_on_every_request(app: Any) -> None:
         assert status == 421, host
     for host in (f"127.0.0.1:{PORT}", f"localhost:{PORT}", f"[::1]:{PORT}"):
         assert call(app, "/api/runs", host=host)[0] == 200, host
+    on_80 = create_app(Config(storage=None, lookup_root=None, endpoint=None, host="127.0.0.1", port=80, token=None))
+    assert call(on_80, "/api/runs", host="localhost")[0] == 200  # a browser leaves the default port out
+    assert call(on_80, "/api/runs", host=f"localhost:{PORT}")[0] == 421
 
 
 def test_off_loopback_a_token_in_a_header_or_cookie(root: Path) -> None:

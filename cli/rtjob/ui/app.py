@@ -97,6 +97,7 @@ class Guard:
         if not host:
             host, port = value, ""
         host = host.strip("[]").lower()
+        port = port or "80"  # a browser leaves the default port out
         if port != str(self.config.port) or not host:
             return False
         if self.config.host in WILDCARD:
