@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from rtjob.storage.location import parse_location
 from rtjob.storage.stores import LocalStore, RemoteFile, Store
-from support.cli import REPO
+from support.cli import REPO, base_env, run_in_process
 
 STORAGE = REPO / "cli" / "rtjob" / "storage"
 
@@ -78,3 +78,22 @@ def test_a_store_is_an_abc_and_says_itself_whether_a_local_file_holds_its_conten
     item = RemoteFile(str(source), "a.bin", 4, "4-0")
     assert store.same_content(item, copy) and not store.same_content(item, other)
     assert store.endpoint is None and store.translate_error(OSError("x")) is None  # a local error is worded as is
+
+
+def test_one_checkpoint_is_pulled_by_its_name_and_an_unknown_name_is_one_line(tmp_path: Path) -> None:
+    """`--checkpoint checkpoint_epoch_0002`: that folder only (the command rtjob ui shows for each checkpoint)."""
+
+    run = tmp_path / "run"
+    for n in (1, 2, 3):
+        (run / f"checkpoint_epoch_000{n}").mkdir(parents=True)
+        (run / f"checkpoint_epoch_000{n}" / "model.pt").write_bytes(b"w" * n)
+    env = base_env(tmp_path / "home")
+    out = tmp_path / "out"
+    proc = run_in_process("pull", str(run), "--to", str(out), "--checkpoint", "checkpoint_epoch_0002", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint_epoch_0002"]
+    missing = run_in_process("pull", str(run), "--to", str(tmp_path / "out2"), "--checkpoint", "checkpoint_epoch_0009",
+                             env=env)
+    assert missing.returncode == 2 and missing.stdout == "" and not (tmp_path / "out2").exists()
+    [line] = missing.stderr.strip().splitlines()
+    assert "--checkpoint checkpoint_epoch_0009: no such checkpoint" in line and "checkpoint_epoch_0003" in line

@@ -54,10 +54,10 @@ def _sources(arg: str, endpoint: str | None, backend: str | None, address: str |
 @click.option("--to", "dest", metavar="DIR", help=f"Destination folder (default: ./{PULLED_RUNS_DIR}/<run id or last segment>, which no submit "
                    "uploads).")
 @click.option("--checkpoint", "choice", default="latest", show_default=True,
-              metavar="latest|best[:METRIC[:min|max]]|all",
+              metavar="latest|best[:METRIC[:min|max]]|all|NAME",
               help="Which checkpoint_* folders: the newest, the best by a metric of its metrics.json "
                    "(else of Ray Train's checkpoint_manager_snapshot.json; default val_loss; min unless the "
-                   "name says accuracy/throughput), or all.")
+                   "name says accuracy/throughput), all, or one by its folder's name (checkpoint_epoch_0003).")
 @click.option("--concurrency", type=click.IntRange(1, 128), default=16, show_default=True,
               help="Requests in flight.")
 @click.option("--endpoint-url", help="S3-compatible endpoint (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, "

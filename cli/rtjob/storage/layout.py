@@ -37,15 +37,23 @@ def default_mode(metric: str) -> str:
 
 @dataclass(frozen=True)
 class CheckpointChoice:
-    kind: str  # latest | best | all
+    kind: str  # latest | best | all | name (one checkpoint by its folder's name)
     metric: str = DEFAULT_METRIC
     mode: str = "min"
+    name: str = ""
 
     def text(self) -> str:
+        if self.kind == "name":
+            return self.name
         return f"best:{self.metric}:{self.mode}" if self.kind == "best" else self.kind
 
 
 def parse_checkpoint_choice(text: str) -> CheckpointChoice:
+    if text.strip().startswith(CHECKPOINT_PREFIX):  # one checkpoint by name: checkpoint_epoch_0003
+        name = text.strip()
+        if "/" in name or "\\" in name or any(ord(c) < 32 for c in name):
+            raise BadInput(f"--checkpoint {name!r}: a checkpoint's folder name, e.g. checkpoint_epoch_0003")
+        return CheckpointChoice("name", name=name)
     parts = text.strip().split(":")
     kind = parts[0].lower()
     if kind in ("latest", "all") and len(parts) == 1:
@@ -56,7 +64,8 @@ def parse_checkpoint_choice(text: str) -> CheckpointChoice:
         if mode not in ("min", "max"):
             raise BadInput(f"--checkpoint {text}: the mode must be min or max, not {mode!r}")
         return CheckpointChoice("best", metric, mode)
-    raise BadInput(f"--checkpoint {text!r}: expected latest, all or best[:METRIC[:min|max]] (e.g. best:val_loss:min)")
+    raise BadInput(f"--checkpoint {text!r}: expected latest, all, best[:METRIC[:min|max]] (e.g. best:val_loss:min) "
+                   "or a checkpoint's name (e.g. checkpoint_epoch_0003)")
 
 
 # A metrics history is a few KB (one small object per epoch): these bound what a hostile file can cost.

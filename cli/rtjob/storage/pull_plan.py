@@ -91,6 +91,12 @@ def plan_pull(store: Store, choice: CheckpointChoice, run_folder: bool = True) -
         chosen = names
     elif choice.kind == "latest":
         chosen = names[-1:]
+    elif choice.kind == "name":
+        if choice.name not in by_ckpt:
+            shown = ", ".join(names[-5:]) if names else "none"
+            raise BadInput(f"--checkpoint {choice.name}: no such checkpoint at {store.describe()} "
+                           f"(there: {shown}{' ...' if len(names) > 5 else ''})")
+        chosen = [choice.name]
     else:
         if not names:
             raise BadInput(f"--checkpoint {choice.text()}: no checkpoint_* folders at {store.describe()}")
