@@ -14,12 +14,12 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from support.cli import new_id, popen_rtjob, rtjob
+from support.ray_jobs import wait_for
 
 EPOCH_LINE = re.compile(r"epoch (\d+)/(\d+) train_loss=([\d.]+) val_loss=([\d.]+) val_acc=([\d.]+)")
 RESUME_LINE = re.compile(r"RESUME: loaded the checkpoint of epoch (\d+); continuing at epoch (\d+)/(\d+)")
@@ -42,16 +42,6 @@ def find_pids(run_id: str, matches: Callable[[str], bool]) -> list[int]:
         except OSError:
             continue
     return found
-
-
-def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> object:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
 def checkpoints(run_dir: Path) -> list[int]:

@@ -12,7 +12,6 @@ import os
 import re
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 import pytest
 import requests
 from support.cli import PLANTED, new_id, rtjob
+from support.ray_jobs import wait_for
 from support.s3_server import bucket_fixture
 
 pytestmark = pytest.mark.cluster
@@ -162,16 +162,6 @@ def record(s3: Any, folder: str) -> dict[str, Any] | None:
         return None
 
 
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def parts(s3: Any, folder: str, run_id: str) -> bytes:
     prefix = f"{folder}/logs/{run_id}/"
     return b"".join(body(s3, prefix + name) for name in sorted(keys(s3, prefix)))
@@ -188,7 +178,7 @@ def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env,
     run_id = new_id("side")
     folder = f"runs/side/{run_id}"
     submit(env, run_id, mib=40, ticks=0, project=project)  # the client exits at once; nothing follows the run
-    done = wait_until(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 300, "the companion's end")
+    done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 300, "the companion's end")
     assert done["status"] == "SUCCEEDED" and done["completed_by"] == "companion" and done["exit_code"] == 0
     assert done["carried_by"] == "companion" and done["archived"] and done["logs"] == ["logs/driver.log"]
     timeline = done["timeline"]
@@ -208,7 +198,7 @@ def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env,
     assert body(s3, f"{folder}/logs/driver.log") == joined
 
     # Exactly one message, with what a person needs; the hook's secret is nowhere in storage.
-    wait_until(lambda: receiver.for_run(run_id), 30, "the webhook")
+    wait_for(lambda: receiver.for_run(run_id), 30, "the webhook")
     [message] = receiver.for_run(run_id)
     assert message["outcome"] == "succeeded" and message["job"] == "side" and f"rtjob logs {run_id}" in json.dumps(message)
     for key in stored:
@@ -230,11 +220,11 @@ def test_a_driver_killed_mid_run_loses_at_most_the_last_interval(env, s3, projec
     run_id = new_id("kill")
     folder = f"runs/side/{run_id}"
     submit(env, run_id, mib=0, ticks=600, project=project)
-    wait_until(lambda: b"tick 20" in parts(s3, folder, run_id), 120, "20 ticks in storage")
+    wait_for(lambda: b"tick 20" in parts(s3, folder, run_id), 120, "20 ticks in storage")
     companion = _companion_of(run_id)
     os.killpg(os.getpgid(companion), signal.SIGKILL)  # the driver's node lost: the companion dies with it
     address, headers = jobs_api
-    wait_until(lambda: requests.get(f"{address}/api/jobs/{run_id}", headers=headers, timeout=30).json()["status"]
+    wait_for(lambda: requests.get(f"{address}/api/jobs/{run_id}", headers=headers, timeout=30).json()["status"]
                in ("FAILED", "STOPPED"), 120, "Ray to see the driver gone")
     stored = parts(s3, folder, run_id).decode()
     log = driver_log(jobs_api, run_id).replace(TOKEN, "****")  # the parts are masked
@@ -249,14 +239,14 @@ def test_rtjob_stop_is_recorded_stopped_with_the_files_whole_log_and_one_message
     run_id = new_id("stop")
     folder = f"runs/side/{run_id}"
     submit(env, run_id, mib=0, ticks=600, project=project)
-    wait_until(lambda: b"tick 3" in parts(s3, folder, run_id), 120, "the run to tick")
+    wait_for(lambda: b"tick 3" in parts(s3, folder, run_id), 120, "the run to tick")
     stop = rtjob("stop", run_id, env=env, cwd=project, timeout=120)
     assert stop.returncode == 0, stop.stderr
-    done = wait_until(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
+    done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
     assert done["status"] == "STOPPED" and done["completed_by"] == "companion"
     assert "metrics.json" in keys(s3, folder + "/")
     assert body(s3, f"{folder}/logs/driver.log") == parts(s3, folder, run_id)
-    wait_until(lambda: receiver.for_run(run_id), 30, "the webhook")
+    wait_for(lambda: receiver.for_run(run_id), 30, "the webhook")
     assert [m["outcome"] for m in receiver.for_run(run_id)] == ["stopped"]
 
 

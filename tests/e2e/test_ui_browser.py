@@ -122,7 +122,9 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
         until(lambda f=figure: canvas_drawn(browser, f), what="a drawn chart")
     assert browser.find_element(By.ID, "status").text == "SUCCEEDED"
     pulls = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#checkpoints code.pull")]
-    assert "rtjob pull run-good" in pulls
+    # one command per checkpoint (each pulls that one), and the best by validation loss
+    assert pulls == ["rtjob pull run-good --checkpoint checkpoint_epoch_0001",
+                     "rtjob pull run-good --checkpoint checkpoint_epoch_0002", "rtjob pull run-good --checkpoint best:val_loss"]
     until(lambda: "epoch 4 loss" in browser.find_element(By.ID, "log").text, what="the log's tail")
     assert "****" in browser.find_element(By.ID, "log").text  # the planted secret, masked
     shot(browser, "run")
