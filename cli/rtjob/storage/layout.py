@@ -64,7 +64,7 @@ def parse_checkpoint_choice(text: str) -> CheckpointChoice:
         if mode not in ("min", "max"):
             raise BadInput(f"--checkpoint {text}: the mode must be min or max, not {mode!r}")
         return CheckpointChoice("best", metric, mode)
-    raise BadInput(f"--checkpoint {text!r}: expected latest, all, best[:METRIC[:min|max]] (e.g. best:val_loss:min) "
+    raise BadInput(f"--checkpoint {text!r}: expected latest, all or best[:METRIC[:min|max]] (e.g. best:val_loss:min), "
                    "or a checkpoint's name (e.g. checkpoint_epoch_0003)")
 
 
