@@ -43,7 +43,7 @@ lint: install
 	$(BIN)/lint-imports --no-logo
 
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
-# The fast tests first (no cluster, under a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
+# The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
 # then the real cluster and S3 server ones (one shared cluster: one process).
 test: lint browser
 	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests/unit
