@@ -61,6 +61,16 @@ ENV_DASHBOARD_ADDRESS = "RTJOB_DASHBOARD_ADDRESS"
 # A pipeline's supervisor: JSON [{the step's Jobs API request body}, ...] of the steps it runs, in order, their
 # packages already uploaded (gcs:// URIs), so it needs nothing from the client's checkout.
 ENV_PIPELINE_STEPS = "RTJOB_PIPELINE_STEPS"
+# A step body whose "code" is this runs the supervisor's own code: its working dir (the driver's cwd) and the rtjob
+# modules it runs from, uploaded to the cluster by the supervisor itself (a pipeline hosted as one Anyscale job,
+# whose packages Anyscale ships with the job, not as gcs:// URIs).
+STEP_CODE_OF_SUPERVISOR = "rtjob-supervisor-code"
+# "outcome": the pipeline's supervisor exits 0 only when the pipeline SUCCEEDED (the job that hosts it shows the
+# pipeline's outcome, and a restart of it by the platform finds the end recorded and exits the same way).
+ENV_SUPERVISOR_EXIT = "RTJOB_SUPERVISOR_EXIT"
+# The backend a run was sent through, for the record its run side begins when no client wrote one first (a step a
+# pipeline hosted on Anyscale runs as a Ray job: its record still says anyscale).
+ENV_BACKEND = "RTJOB_RUN_BACKEND"
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
 # Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
 # {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
@@ -81,6 +91,7 @@ ENV_NAMES = frozenset({
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
+    ENV_SUPERVISOR_EXIT, ENV_BACKEND,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -142,6 +153,10 @@ META_ROLE = "rtjob.role"
 META_SUPERVISES = "rtjob.supervises"
 ROLE_SUPERVISOR = "supervisor"
 SUPERVISOR_SUFFIX = "-supervisor"
+# A supervisor runs `python -m SUPERVISOR_MODULE RUN_ID CARRIER_BACKEND`: the Ray backend's loop (a pipeline hosted as
+# one Anyscale job runs it too: that job's cluster is a Ray cluster, its Jobs API reached from inside).
+SUPERVISOR_MODULE = "rtjob.runside.supervisor"
+CARRIER_BACKEND = "ray"
 
 # ... and on Anyscale (job tags).
 TAG_RUN_ID = "rtjob-run-id"
@@ -149,6 +164,8 @@ TAG_JOB = "rtjob-job"
 TAG_STORAGE = "rtjob-storage"
 TAG_SCHEDULE = "rtjob-schedule"
 TAG_RATE = "rtjob-usd-per-hour"  # "LOW" or "LOW-HIGH": the priced shape at submit
+TAG_ROLE = "rtjob-role"  # "supervisor": the Anyscale job that hosts a pipeline's supervisor (hidden from `list`)
+TAG_SUPERVISES = "rtjob-supervises"  # the pipeline run it carries
 
 # ---------------------------------------------------------------------------------------------
 # What rtjob itself keeps in a run's folder (<storage path>/<run name>/), beside the checkpoints: the run record

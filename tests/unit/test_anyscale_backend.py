@@ -14,6 +14,8 @@ rest in-process: importing anyscale costs seconds per process.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 from dataclasses import dataclass
@@ -426,3 +428,98 @@ def test_help_stays_free_of_anyscale(tmp_path: Path) -> None:
 
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert out.stdout.strip().splitlines()[-1] == "False False", out.stderr
+
+
+# -- a pipeline: one Anyscale job whose driver is its supervisor (backends/anyscale/pipeline.py). What that driver
+# does on the job's cluster runs for real in tests/e2e/test_anyscale_pipeline.py (the job's config run as a Ray job).
+
+PIPELINE = ("submit", "tests/support/jobs/epochs.yaml", "--backend", "anyscale", "--submission-id", "pipe-1")
+HOOK_SECRET = "pipeHookSecret99"
+
+
+@pytest.fixture(name="pipeline_env")
+def pipeline_env_fixture(cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    from rtjob.runs import steps
+
+    monkeypatch.setenv("EPOCHS_HOOK", f"http://127.0.0.1:9/hooks/{HOOK_SECRET}")
+    monkeypatch.setattr(steps, "INSIDE_POLL_S", 0.0)
+    return tmp_path / "store"
+
+
+def test_a_pipeline_is_one_anyscale_job_whose_driver_runs_the_steps(cli: Cli, pipeline_env: Path) -> None:
+    got = cli(*PIPELINE, "--storage", str(pipeline_env), "--env", f"API_TOKEN={SECRET}", "--no-wait", "-o", "json")
+    assert got.code == 0, got.err
+    assert [j.name for j in cli.fake._jobs.values()] == ["pipe-1-supervisor"]  # the steps are not Anyscale jobs
+    sent = cli.fake.submitted_job
+    env = sent.config.runtime_env.env_vars
+    assert sent.config.entrypoint == "python -m rtjob.runside.supervisor pipe-1 ray"
+    steps = json.loads(env["RTJOB_PIPELINE_STEPS"])
+    assert [s["submission_id"] for s in steps] == ["pipe-1-train", "pipe-1-use"]
+    # Each step: a Ray job on the job's cluster, with the supervisor's own code and the step's retries as rtjob's.
+    assert all(s["code"] == "rtjob-supervisor-code" and s["metadata"]["rtjob.max_retries"] == "1" for s in steps)
+    assert steps[0]["runtime_env"]["env_vars"]["API_TOKEN"] == SECRET
+    assert env["RTJOB_RUN_URI"] == f"{pipeline_env}/epochs/pipe-1" and env["RTJOB_SUPERVISOR_EXIT"] == "outcome"
+    assert "RTJOB_RUN_NAME" not in env and sent.config.max_retries == 1
+    assert sent.tags["rtjob-role"] == "supervisor" and sent.tags["rtjob-supervises"] == "pipe-1"
+    assert SECRET not in got.out + got.err and HOOK_SECRET not in got.out + got.err
+    listed = cli("list", "--backend", "anyscale", "-o", "json")
+    assert listed.code == 0 and json.loads(listed.out) == []  # rtjob's own job, not a run of the user's
+    again = cli(*PIPELINE, "--storage", str(pipeline_env), "--no-wait")
+    assert again.code == 0 and len(cli.fake._jobs) == 1, again.err  # the same id attaches
+    shown = cli("render", *PIPELINE[1:], "--storage", str(pipeline_env), "--env", f"API_TOKEN={SECRET}", "-o", "json")
+    preview = json.loads(shown.out)["supervisor"]["job_config"]
+    assert preview["name"] == "pipe-1-supervisor" and SECRET not in shown.out and HOOK_SECRET not in shown.out
+
+
+def test_a_pipeline_whose_steps_need_different_clusters_is_refused_in_one_line(cli: Cli, pipeline_env: Path) -> None:
+    got = cli(*PIPELINE, "--storage", str(pipeline_env), "--set", "use.compute_config=g5-12xlarge")
+    assert got.code == 2 and len(got.err.strip().splitlines()) == 1, got.err
+    assert "steps need one compute config; step use differs from step train" in got.err
+    assert cli.fake._jobs == {}
+    # Node counts may differ: the job's cluster autoscales between the fewest and the most nodes a step asks for.
+    shown = cli("render", "voice-clone", "--backend", "anyscale", "--storage", str(pipeline_env), "-o", "json")
+    assert shown.code == 0, shown.err
+    groups = json.loads(shown.out)["supervisor"]["job_config"]["compute_config"]["worker_nodes"]
+    assert [(g["min_nodes"], g["max_nodes"]) for g in groups] == [(1, 2)]
+
+
+def _record_steps(store: Path, statuses: dict[str, str]) -> None:
+    """The steps' records as their companions write them on the job's cluster, and the pipeline's end as its
+    supervisor writes it (the run side's own code, on this machine's storage)."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runside.pipeline_side import PipelineSide
+    from rtjob.storage.records import write_record
+
+    if (store / "epochs" / "pipe-1" / "rtjob-notified-succeeded").exists() or (store / "epochs-use").exists():
+        return  # once
+    for step, status in statuses.items():
+        uri = f"{store}/epochs-{step}/pipe-1-{step}"
+        write_record(uri, RunRecord(id=f"pipe-1-{step}", job=f"epochs-{step}", backend="anyscale", status=status,
+                                    storage_uri=uri), None)
+    with contextlib.redirect_stdout(io.StringIO()):  # its log lines (the job's driver log there)
+        PipelineSide("pipe-1", f"{store}/epochs/pipe-1").ended({f"pipe-1-{s}": st for s, st in statuses.items()},
+                                                               None)
+
+
+def test_a_followed_pipeline_ends_as_its_supervisor_recorded_with_steps_from_storage(cli: Cli,
+                                                                                    pipeline_env: Path) -> None:
+    timeline = cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "carrying\n", new_run=True),
+                            Step("RUNNING", "RUNNING"), Step("SUCCESS", "SUCCEEDED", "pipeline SUCCEEDED\n"))
+    timeline.fake.on_get_job.insert(0, lambda _: timeline.reads == 2 and _record_steps(
+        pipeline_env, {"train": "SUCCEEDED", "use": "SUCCEEDED"}))
+    got = cli(*PIPELINE, "--storage", str(pipeline_env), "-o", "json")
+    assert got.code == 0, got.err
+    assert json.loads(got.out)["status"] == "SUCCEEDED", got.out
+    assert "step 1/2 train: pipe-1-train SUCCEEDED" in got.err
+    status = json.loads(cli("status", "pipe-1", "-o", "json").out)
+    assert status["status"] == "SUCCEEDED" and [s["status"] for s in status["steps"]] == ["SUCCEEDED"] * 2
+
+
+def test_a_pipeline_job_that_ended_without_recording_its_end_is_failed_not_succeeded(cli: Cli,
+                                                                                    pipeline_env: Path) -> None:
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "x\n", new_run=True),
+                 Step("OUT_OF_RETRIES", "FAILED", "Traceback: no storage\n"))
+    got = cli(*PIPELINE, "--storage", str(pipeline_env), "-o", "json")
+    assert got.code == 1, got.err
+    assert json.loads(got.out)["status"] == "FAILED"
+    assert "pipe-1-supervisor ended FAILED without recording the pipeline's end" in got.err

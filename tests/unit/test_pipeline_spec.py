@@ -92,7 +92,7 @@ def test_the_local_profile_of_defaults_reaches_every_step_on_the_embedded_cluste
     assert all("--quick" in s["submit_job"]["entrypoint"] for s in data["steps"])
 
 
-def test_text_render_names_each_step_and_anyscale_yaml_is_one_job_file_per_step(cli):
+def test_text_render_names_each_step_and_anyscale_yaml_is_the_one_job_file_that_runs_them(cli):
     text = cli("render", "flow", "--submission-id", "p8")
     assert text.returncode == 0, text.stderr
     assert "pipeline:  flow  (jobs/flow.yaml)" in text.stdout and "prep -> train -> report" in text.stdout
@@ -100,9 +100,11 @@ def test_text_render_names_each_step_and_anyscale_yaml_is_one_job_file_per_step(
     files = cli("render", "flow", "--submission-id", "p8", "--backend", "anyscale", "-o", "yaml")
     assert files.returncode == 0, files.stderr
     docs = [d for d in yaml.safe_load_all(files.stdout) if d]
-    assert [d["name"] for d in docs] == ["p8-prep", "p8-train", "p8-report"]
-    assert all(d["entrypoint"] for d in docs)
-    assert docs[1]["env_vars"][contract.ENV_INPUT_URI] == "s3://bucket/runs/flow-prep/p8-prep"
+    assert [d["name"] for d in docs] == ["p8-supervisor"]  # one Anyscale job; its driver runs the steps
+    assert docs[0]["entrypoint"] == "python -m rtjob.runside.supervisor p8 ray"
+    steps = json.loads(docs[0]["env_vars"][contract.ENV_PIPELINE_STEPS])
+    assert [s["submission_id"] for s in steps] == ["p8-prep", "p8-train", "p8-report"]
+    assert steps[1]["runtime_env"]["env_vars"][contract.ENV_INPUT_URI] == "s3://bucket/runs/flow-prep/p8-prep"
 
 
 @pytest.mark.parametrize(("text", "where", "what"), [

@@ -156,9 +156,11 @@ class Cluster:
         return SubmitResult(RunInfo(request.run_id, "p", "ray", RunStatus.PENDING), True)
 
 
-def carry(cluster: Cluster, stops: list[bool] | None = None) -> tuple[list[str | None], str | None, list[str]]:
+def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
+          **more: Any) -> tuple[list[str | None], str | None, list[str]]:
     from rtjob.backends.base import CarryHooks, PipelineHooks
     from rtjob.backends.ray.pipeline_supervisor import PipelineSupervisor
+    from rtjob.runs.pipeline import overall
 
     ended: list[tuple[dict[str, str | None], str | None]] = []
     said: list[str] = []
@@ -167,10 +169,19 @@ def carry(cluster: Cluster, stops: list[bool] | None = None) -> tuple[list[str |
     def stop() -> bool:
         return pending.pop(0) if pending else False
 
-    hooks = PipelineHooks(stop_requested=stop, beat=lambda _: None, say=said.append, ended=lambda s, w: ended.append((s, w)),
-                          for_step=lambda body: CarryHooks(stop_requested=stop, beat=lambda _: None, say=said.append))
+    def end(statuses: dict[str, str | None], why: str | None) -> str:
+        from rtjob.core.model import RunStatus
+
+        ended.append((statuses, why))
+        return overall([RunStatus(s) if s else None for s in statuses.values()]).value
+
+    hooks = PipelineHooks(stop_requested=stop, beat=lambda _: None, say=said.append, ended=end,
+                          for_step=lambda body: CarryHooks(stop_requested=stop, beat=lambda _: None, say=said.append),
+                          **more)
     steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
-    assert PipelineSupervisor(cluster, PID, steps, hooks, submit=cluster.submit).run() == 0  # type: ignore[arg-type]
+    assert PipelineSupervisor(cluster, PID, steps, hooks, submit=cluster.submit).run() == code  # type: ignore[arg-type]
+    if not ended:
+        return [], None, said
     (carried, why), = ended
     assert list(carried) == [f"{PID}-a", f"{PID}-b"]
     return list(carried.values()), why, said
@@ -217,3 +228,23 @@ def test_the_pipeline_record_keeps_the_steps_it_did_not_carry(tmp_path) -> None:
     assert [(s["name"], s["status"]) for s in record.steps] == [(n, "SUCCEEDED") for n in ("a", "b", "c", "d")]
     PipelineSide(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": None}, None)  # a stop between
     assert read_record(str(tmp_path), None).status == "STOPPED"  # type: ignore[union-attr]
+
+
+def test_a_restarted_supervisor_on_a_new_cluster_skips_the_steps_whose_records_say_succeeded() -> None:
+    """The platform restarted the job hosting the supervisor (Anyscale's max_retries) on a cluster that knows no
+    step: step a's record says SUCCEEDED, so only b runs."""
+    cluster = Cluster()
+    statuses, _, _ = carry(cluster, succeeded_before=lambda b: b["submission_id"] == f"{PID}-a")
+    assert statuses == ["SUCCEEDED", "SUCCEEDED"] and cluster.sent == [f"{PID}-b"]
+
+
+def test_a_supervisor_that_finds_the_end_recorded_runs_nothing_and_exits_as_the_pipeline_ended(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster()
+    assert carry(cluster, ended_before=lambda: "SUCCEEDED")[0] == [] and cluster.sent == []
+    monkeypatch.setenv(contract.ENV_SUPERVISOR_EXIT, "outcome")  # the job hosting it shows the pipeline's outcome
+    assert carry(cluster, code=1, ended_before=lambda: "FAILED")[0] == [] and cluster.sent == []
+    assert carry(Cluster(ends={f"{PID}-a": "FAILED"}), code=1)[0] == ["FAILED", None]
+    assert carry(Cluster(), code=0)[0] == ["SUCCEEDED", "SUCCEEDED"]
+    monkeypatch.delenv(contract.ENV_SUPERVISOR_EXIT)  # on Ray a FAILED supervisor job is a dead one: it exits 0
+    assert carry(Cluster(ends={f"{PID}-a": "FAILED"}), code=0)[0] == ["FAILED", None]

@@ -58,7 +58,12 @@ class PipelineHooks:
     beat: Callable[[str | None], None]
     say: Callable[[str], None]
     for_step: Callable[[dict[str, Any]], CarryHooks]
-    ended: Callable[[dict[str, str | None], str | None], None]  # {the step's run id: its status}, why
+    # {the step's run id: its status}, why → the pipeline's status as recorded (None: not known)
+    ended: Callable[[dict[str, str | None], str | None], str | None]
+    # Whether the step (its body) SUCCEEDED as its record says (a cluster that no longer knows it: a new one)
+    succeeded_before: Callable[[dict[str, Any]], bool] = lambda body: False
+    # The pipeline's end as a supervisor recorded it already (a restarted one has nothing to carry); None: not yet
+    ended_before: Callable[[], str | None] = lambda: None
 
 
 class NotSupported(BadInput):
@@ -132,6 +137,9 @@ class Backend(ABC):
     ci_extra: ClassVar[str] = ""
     # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
     carries_pipelines: ClassVar[bool] = False
+    # The steps run inside the job that hosts the pipeline's supervisor (one Anyscale job): the backend sees that
+    # job, not the steps, whose status and logs come from their records in storage.
+    pipeline_steps_inside: ClassVar[bool] = False
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -304,12 +312,23 @@ class Backend(ABC):
         del pipeline_id, storage_uri, job, requests
         return None
 
+    def check_pipeline(self, requests: builtins.list[Request], where: str) -> None:
+        """BadInput (one line) when the planned steps ``requests`` cannot run as one pipeline on this backend."""
+        del requests, where
+
     def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
                                     requests: builtins.list[Request]) -> dict[str, Any] | None:
         """What ``supervise_pipeline`` sends, as render shows it (masked; packages as local paths until the submit
         uploads them); None: the backend has no pipeline supervisor."""
         del pipeline_id, storage_uri, job, requests
         return None
+
+    def pipeline_file(self, pipeline_id: str, storage_uri: str | None, job: str,
+                      requests: builtins.list[Request]) -> str:
+        """What ``supervise_pipeline`` sends, as a file the platform's own CLI accepts (masked), where the pipeline
+        is one job of the platform's (``pipeline_steps_inside``)."""
+        del pipeline_id, storage_uri, job, requests
+        raise NotSupported(f"--output yaml: backend {self.name!r} runs a pipeline as no single job file")
 
     @classmethod
     def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:

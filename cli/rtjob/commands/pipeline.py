@@ -24,6 +24,10 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
     from ..backends.base import NotSupported
     from .render import print_render, render_data
 
+    planned = [s.plan.request for s in pp.steps if s.plan is not None]
+    if output == "yaml" and pp.backend.pipeline_steps_inside:  # one job file: the steps are inside it
+        echo(pp.backend.pipeline_file(pp.id, pp.storage_uri, pp.pipeline.name, planned), nl=False)
+        return
     if output == "yaml":
         try:  # one job file per step for the backend's own CLI (anyscale job submit -f), where it has one
             docs = [f"# step {s.name}: run {s.run_id}\n" + (pp.backend.render_file(s.plan.request) if s.plan else
@@ -33,8 +37,7 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
             return
         except NotSupported:
             pass
-    supervisor = pp.backend.pipeline_supervisor_preview(pp.id, pp.storage_uri, pp.pipeline.name,
-                                                        [s.plan.request for s in pp.steps if s.plan is not None])
+    supervisor = pp.backend.pipeline_supervisor_preview(pp.id, pp.storage_uri, pp.pipeline.name, planned)
     if output != "text":
         steps = [{"name": s.name, "reused_from": s.reused_from,
                   **(render_data(s.plan, settings, explain) if s.plan else {"run_id": s.run_id,
@@ -56,7 +59,11 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
             echo(f"reused:    {step.run_id} of pipeline run {step.reused_from} ({step.storage_uri})")
         else:
             print_render(step.plan, settings, "text", explain)
-    if supervisor is not None:
+    if supervisor is not None and pp.backend.pipeline_steps_inside:
+        echo(f"\n== what is sent: one job, {pp.id}-supervisor, whose driver (the supervisor) runs each step above as "
+             "a Ray job on its cluster (their requests are inside it) ==")
+        print_data(supervisor, "json")
+    elif supervisor is not None:
         echo(f"\n== supervisor: {pp.id}-supervisor runs the steps on the cluster ==\n"
              "(submit uploads each step's packages first: their gcs:// URIs replace the local paths shown)")
         print_data(supervisor, "json")
@@ -83,6 +90,8 @@ def send_pipeline(pp: PipelinePlan, settings: Settings, *, output: str, dry_run:
                               for s, st in zip(pp.steps, statuses, strict=True)], **_error(done.last)}, output)
     elif no_wait:
         echo(pp.id)
+    if done.last is None and not no_wait:  # no step followed here: the end its supervisor recorded decides
+        return EXIT_SUCCEEDED if status == RunStatus.SUCCEEDED else EXIT_FAILED
     return finish(done.last)
 
 

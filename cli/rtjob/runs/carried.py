@@ -37,6 +37,8 @@ def start_supervisor(pp: PipelinePlan, steps: list[StepPlan], events: RunEvents)
         supervisor = Patience(events.note).call_sync(lambda: pp.backend.supervise_pipeline(
             pp.id, pp.storage_uri, pp.pipeline.name, [s.plan.request for s in planned if s.plan is not None]))
     except RtjobError as exc:
+        if pp.backend.pipeline_steps_inside:  # its steps run nowhere else
+            raise
         events.warning(f"no supervisor for pipeline {pp.id} ({exc}): its steps advance only while rtjob follows them")
         return None
     if supervisor is not None:

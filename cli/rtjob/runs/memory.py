@@ -161,7 +161,7 @@ def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
         record = ledger().get(run_id)
     except RtjobError:
         return None
-    if record is None:
+    if record is None or record.backend == "unknown":  # a record its run side began: the settings decide
         return None
     address = record.address
     if address and (MASK in address or on_this_machine(record.backend)):

@@ -7,7 +7,8 @@ to the steps that exist instead of running them twice. Each step's environment c
 before it (``RTJOB_INPUT_URI``: the previous one; ``RTJOB_STEP_URIS``: all of them by name). ``--from STEP ID`` plans
 a new pipeline run that reuses the runs of ID's steps before STEP (found through the run history).
 
-On Ray, a supervisor on the cluster runs the steps (carried.py): ``--no-wait`` leaves the whole pipeline to it.
+On Ray, a supervisor on the cluster runs the steps (carried.py): ``--no-wait`` leaves the whole pipeline to it; on
+Anyscale the supervisor is the driver of one Anyscale job that runs the steps on its cluster.
 Where a backend has none, steps advance while a follower runs and ``--no-wait`` submits the next step only; the
 same submit with ``--submission-id ID`` goes on from there.
 The step loop itself (run, wait) is in steps.py.
@@ -56,6 +57,11 @@ class PipelinePlan:
     steps: list[StepPlan]
     storage_uri: str | None  # <storage root>/<pipeline>/<id>: the pipeline run's record
     storage_endpoint: str | None
+
+    @property
+    def storage_root(self) -> str | None:
+        """The storage root its runs' folders are under (<root>/<pipeline>/<id> is its own)."""
+        return self.storage_uri.rsplit("/", 2)[0] if self.storage_uri else None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "pipeline": self.pipeline.name, "file": self.pipeline.shown,
@@ -158,6 +164,7 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
         steps.append(StepPlan(step.name, planned.job.run_id, planned.job.storage_uri, planned))
     first = next(s.plan for s in steps if s.plan is not None) if any(s.plan for s in steps) else None
     backend = first.backend if first is not None else get_backend(settings)
+    backend.check_pipeline([s.plan.request for s in steps if s.plan is not None], pipeline.shown)
     root = first.job.storage_root if first is not None else None
     return PipelinePlan(
         id=pipeline_id, pipeline=pipeline, backend=backend, settings=settings, steps=steps,

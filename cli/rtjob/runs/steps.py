@@ -60,6 +60,15 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
     done = StepsOutcome([None] * len(pp.steps))
     succeeded = [s.plan is None or _succeeded(find(s.run_id)) for s in pp.steps]
     supervisor = start_supervisor(pp, [s for s, ok in zip(pp.steps, succeeded, strict=True) if not ok], events)
+    if supervisor is not None and pp.backend.pipeline_steps_inside:  # the steps are not the backend's jobs
+        done.statuses = [RunStatus.SUCCEEDED if ok else None for ok in succeeded]
+        if no_wait:
+            events.note(f"pipeline {pp.id}: its steps run inside {supervisor.id}; rtjob wait {pp.id} follows them")
+        else:
+            done.statuses, done.ended = follow_inside(pp.backend, record, pp.storage_root, events,
+                                                      deadline)
+        record_progress(record, done.statuses, events, done.ended)
+        return done
     for i, step in enumerate(pp.steps):
         if succeeded[i] or step.plan is None:
             where = f"of pipeline run {step.reused_from}" if step.plan is None else "already"
@@ -109,6 +118,38 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
     return done
 
 
+def follow_inside(be: Backend, record: RunRecord, storage_root: str | None, events: RunEvents,
+                  deadline: float | None) -> tuple[list[RunStatus | None], RunStatus | None]:
+    """A pipeline whose steps run inside the job hosting its supervisor (Anyscale): that job followed to its end,
+    each step's progress as its record in storage says (a line when it changes), then the pipeline's end as the
+    supervisor recorded it (None: it recorded none; the steps' statuses decide)."""
+    seen: dict[str, RunStatus] = {}
+    while True:
+        supervisor = be.supervisor_of(record.id)
+        steps = step_infos(be, record, storage_root)
+        for n, (step, info) in enumerate(steps, 1):
+            if info is not None and seen.get(info.id) != info.status:
+                seen[info.id] = info.status
+                events.note(f"step {n}/{len(steps)} {step.get('name')}: {info.id} {info.status.value} "
+                            f"(rtjob logs {info.id})")
+        if supervisor is None or supervisor.status.terminal:
+            break
+        if deadline is not None and time.monotonic() > deadline:
+            raise WaitTimeout(f"pipeline {record.id} is still running after the --timeout (its job {supervisor.id} "
+                              "goes on)")
+        time.sleep(INSIDE_POLL_S)
+    statuses = [info.status if info else None for _, info in steps]
+    ended = recorded_end(be, record, deadline)
+    if ended is None and supervisor is not None and not overall(statuses).terminal:
+        events.warning(f"{supervisor.id} ended {supervisor.status.value} without recording the pipeline's end: "
+                       f"{supervisor.message or ''} (rtjob logs {supervisor.id})")
+        ended = RunStatus.FAILED if supervisor.status != RunStatus.STOPPED else RunStatus.STOPPED
+    return statuses, ended
+
+
+INSIDE_POLL_S = 5.0  # the job hosting the steps is read at most this often (and each step's record)
+
+
 def _succeeded(record: RunRecord | None) -> bool:
     return record is not None and record.run_status == RunStatus.SUCCEEDED
 
@@ -118,11 +159,13 @@ def step_infos(be: Backend, record: RunRecord,
     """Each step of a pipeline run as its backend (else its record) reports it; None: not submitted (yet)."""
     out: list[tuple[dict[str, Any], RunInfo | None]] = []
     for step in record.steps:
+        folder = str(step.get("storage_uri") or "")  # <root>/<job>/<run id>: its record is found there first
+        root = folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else storage_root
         try:
-            info: RunInfo | None = look_up(be, str(step.get("run_id")), storage_root, Quiet())[0]
+            info: RunInfo | None = look_up(be, str(step.get("run_id")), root, Quiet())[0]
             attempts = be.attempts(str(step.get("run_id"))) if info is not None and info.status.terminal else None
             if attempts is not None and len(attempts.chain) > 1:  # a step that was retried: its last attempt
-                info = look_up(be, attempts.chain[-1].id, storage_root, Quiet())[0]
+                info = look_up(be, attempts.chain[-1].id, root, Quiet())[0]
         except RtjobError:
             info = None
         out.append((step, info))
@@ -147,6 +190,10 @@ def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events:
     submitted is bad input (exit 2)."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
     supervisor = supervisor_now(be, record.id)
+    if supervisor is not None and be.pipeline_steps_inside:
+        statuses, ended = follow_inside(be, record, storage_root, events, deadline)
+        record_progress(record, statuses, events, ended)
+        return list(record.steps), StepsOutcome(statuses, ended=ended)
     steps = step_infos(be, record, storage_root)
     done = StepsOutcome([info.status if info else None for _, info in steps])
     for i, (step, info) in enumerate(steps):

@@ -52,7 +52,8 @@ class RunSide:
 
         def change(stored: RunRecord | None) -> RunRecord:
             record = stored or RunRecord(id=self.run_id, job=os.environ.get(contract.ENV_JOB_NAME) or None,
-                                         backend="unknown", storage_uri=run_uri)
+                                         backend=os.environ.get(contract.ENV_BACKEND) or "unknown",
+                                         storage_uri=run_uri)
             record.carried_by = WRITER
             record.last_seen = _now()
             record.updated_at = record.last_seen

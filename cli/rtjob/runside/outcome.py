@@ -123,7 +123,8 @@ class Outcome:
     def _update(self, change: Callable[[RunRecord], None]) -> RunRecord | None:
         def apply(stored: RunRecord | None) -> RunRecord:
             record = stored or RunRecord(id=self.run_id, job=self.env.get(contract.ENV_JOB_NAME) or None,
-                                         backend="unknown", storage_uri=self.run_uri)
+                                         backend=self.env.get(contract.ENV_BACKEND) or "unknown",
+                                         storage_uri=self.run_uri)
             for stage, when in self.timeline.items():
                 record.timeline.setdefault(stage, when)
             if record.carried_by != contract.ROLE_SUPERVISOR:  # a supervisor carries the run across attempts

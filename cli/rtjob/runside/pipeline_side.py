@@ -36,7 +36,20 @@ class PipelineSide(RunSide):
         return CarryHooks(stop_requested=lambda: self.step_stop_requested(step), beat=self.beat, say=say,
                           gave_up=gave_up, retried=step.retried)
 
-    def ended(self, carried: dict[str, str | None], line: str | None) -> None:
+    def succeeded_before(self, body: dict[str, Any]) -> bool:
+        """Whether the step's record in storage says SUCCEEDED (a cluster that does not know the step: the
+        platform restarted the job hosting this supervisor on a new one)."""
+        record = _read((body.get("metadata") or {}).get(contract.META_STORAGE))
+        return record is not None and record.status == "SUCCEEDED"
+
+    def ended_before(self) -> str | None:
+        """The pipeline's end, when a supervisor recorded it already (completed_by: supervisor)."""
+        record = _read(self.run_uri)
+        if record is None or record.completed_by != WRITER or not record.run_status.terminal:
+            return None
+        return record.status
+
+    def ended(self, carried: dict[str, str | None], line: str | None) -> str:
         """The pipeline run's record ended (its status from its steps', each step's status), then its one
         notification (claimed through the pipeline folder's rtjob-notified-<outcome> marker). A recorded step it
         did not carry had SUCCEEDED before (reused by --from, or run under this id already)."""
@@ -77,9 +90,23 @@ class PipelineSide(RunSide):
 
                 self.tell(message_for(record))
         say(f"pipeline {self.run_id} {status.value}")
+        return status.value
 
     def hooks(self) -> PipelineHooks:
         from ..backends.base import PipelineHooks
 
         return PipelineHooks(stop_requested=self.stop_requested, beat=self.beat, say=say, for_step=self.for_step,
-                             ended=self.ended)
+                             ended=self.ended, succeeded_before=self.succeeded_before, ended_before=self.ended_before)
+
+
+def _read(run_uri: str | None) -> Any:
+    """The run's record in storage (a RunRecord), or None: no folder, no record, or out of reach now (one line)."""
+    if not run_uri:
+        return None
+    from ..storage.records import read_record
+
+    try:
+        return read_record(run_uri, None)
+    except Exception as exc:  # noqa: BLE001 - unread is unknown: the step is carried as if it had not run
+        say(f"record of {run_uri} not readable: {getattr(exc, 'message', None) or type(exc).__name__}")
+        return None

@@ -81,8 +81,15 @@ def _recorded_rate(tags: dict[str, Any]) -> dict[str, Any] | None:
         return None
 
 
+def _hosts_pipeline(status: Any) -> bool:
+    """Whether the job (a JobStatus) hosts a pipeline's supervisor (the SDK's status carries env, not tags)."""
+    return bool(dict(getattr(status.config, "env_vars", None) or {}).get(contract.ENV_PIPELINE_STEPS))
+
+
 class AnyscaleBackend(Backend):
     name = "anyscale"
+    carries_pipelines = True
+    pipeline_steps_inside = True
     ci_secrets = (("ANYSCALE_CLI_TOKEN", "an Anyscale API key (the SDK reads it; never printed)"),)
     ci_extra = "anyscale,s3"
     # Anyscale's API is polled at most this often per run (follow asks every second).
@@ -215,11 +222,13 @@ class AnyscaleBackend(Backend):
     def _info(self, status: Any) -> RunInfo:
         config = status.config
         env = dict(getattr(config, "env_vars", None) or {})
-        own_run = env.get(contract.ENV_RUN_NAME) == status.name
+        tags = dict(getattr(config, "tags", None) or {})
+        hosts_pipeline = _hosts_pipeline(status)
+        own_run = env.get(contract.ENV_RUN_NAME) == status.name or hosts_pipeline  # these go by their names
         run_id = status.name if own_run else status.id
-        storage = None
+        storage = env.get(contract.ENV_RUN_URI) if hosts_pipeline else None
         storage_path = env.get(contract.ENV_STORAGE_PATH)
-        if storage_path:
+        if storage_path and storage is None:
             if own_run:
                 storage = f"{storage_path}/{status.name}"
             elif env.get(contract.ENV_SCHEDULE):  # a scheduled run names its folder after its Anyscale job id
@@ -246,7 +255,7 @@ class AnyscaleBackend(Backend):
             address=f"{self.address}/jobs/{status.id}",
             entrypoint=getattr(config, "entrypoint", None),
             secrets=secret_values(env) + secret_arg_values(str(getattr(config, "entrypoint", "") or "")),
-            rate=_recorded_rate(dict(getattr(config, "tags", None) or {})),
+            rate=_recorded_rate(tags),
         )
 
     def _submit_new(self, request: Request) -> SubmitResult:
@@ -272,7 +281,8 @@ class AnyscaleBackend(Backend):
     def _list(self) -> list[RunInfo]:
         with self._errors("listing jobs"):
             statuses = list(self._sdk("job").list(max_items=self.list_limit))
-        return [self._info(s) for s in statuses]
+        # a pipeline's supervisor job is rtjob's, not a run of the user's (the pipeline's record lists it)
+        return [self._info(s) for s in statuses if not _hosts_pipeline(s)]
 
     def _stop_running(self, run_id: str) -> RunInfo:
         status = self._status_model(run_id)  # just read by stop
@@ -318,6 +328,51 @@ class AnyscaleBackend(Backend):
         if text:
             yield text
         await asyncio.sleep(self.log_poll_s)
+
+    # -- a pipeline: one Anyscale job whose driver is its supervisor (pipeline.py) ---------------------------
+    def check_pipeline(self, requests: list[Request], where: str) -> None:
+        from .pipeline import check_steps
+
+        check_steps([r for r in requests if isinstance(r, AnyscaleJobRequest)], where)
+
+    def _pipeline_request(self, pipeline_id: str, storage_uri: str | None, job: str,
+                          requests: list[Request]) -> AnyscaleJobRequest:
+        from .pipeline import pipeline_request
+
+        return pipeline_request(pipeline_id, storage_uri, job, [r for r in requests if isinstance(r, AnyscaleJobRequest)])
+
+    def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
+                           requests: list[Request]) -> RunInfo | None:
+        """Submit the pipeline's Anyscale job (a second submit attaches to it: its name is deterministic)."""
+        return self.submit(self._pipeline_request(pipeline_id, storage_uri, job, requests)).run
+
+    def _masked_pipeline_request(self, pipeline_id: str, storage_uri: str | None, job: str,
+                                 requests: list[Request]) -> AnyscaleJobRequest:
+        import dataclasses
+
+        masked = [dataclasses.replace(r, config=masked_config(r.config)) for r in requests
+                  if isinstance(r, AnyscaleJobRequest)]  # the steps inside its env: their secrets masked too
+        return self._pipeline_request(pipeline_id, storage_uri, job, list(masked))
+
+    def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
+                                    requests: list[Request]) -> dict[str, Any] | None:
+        return self.render(self._masked_pipeline_request(pipeline_id, storage_uri, job, requests))
+
+    def pipeline_file(self, pipeline_id: str, storage_uri: str | None, job: str, requests: list[Request]) -> str:
+        return self.render_file(self._masked_pipeline_request(pipeline_id, storage_uri, job, requests))
+
+    def supervisor_of(self, run_id: str) -> RunInfo | None:
+        """The Anyscale job hosting pipeline ``run_id``'s supervisor (None: a plain run, which Anyscale retries)."""
+        from .pipeline import supervisor_name
+
+        if run_id.startswith("prodjob_") or run_id.endswith(contract.SUPERVISOR_SUFFIX):
+            return None
+        info = self.find(supervisor_name(run_id))
+        return info if info is not None and info.id == supervisor_name(run_id) else None
+
+    def supervise(self, run_id: str) -> RunInfo | None:
+        """Anyscale restarts the job hosting a supervisor itself (its max_retries): nothing to replace here."""
+        return self.supervisor_of(run_id)
 
     # -- cost ----------------------------------------------------------------------------------
     def hourly_cost(self, info: RunInfo) -> HourlyCost | None:

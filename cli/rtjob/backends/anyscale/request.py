@@ -145,6 +145,11 @@ def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
     return AnyscaleJobRequest(job.run_id, job.job_file, notes, config, checked)
 
 
+def build_checked(run_id: str, job_file: str, config: dict[str, Any]) -> AnyscaleJobRequest:
+    """A request rtjob composes itself (a pipeline's job), checked with Anyscale's JobConfig model when installed."""
+    return AnyscaleJobRequest(run_id, job_file, [], config, check_with_anyscale("JobConfig", config, job_file))
+
+
 def render_yaml(request: AnyscaleJobRequest, equivalent: str) -> str:
     """The request as a file `anyscale job submit -f FILE` accepts (secret values masked)."""
     where = f" ({request.job_file})" if request.job_file else ""

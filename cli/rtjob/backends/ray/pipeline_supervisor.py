@@ -14,6 +14,7 @@ Imports at module level: the stdlib, rtjob_contract and requests (the cluster ru
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable
@@ -147,6 +148,7 @@ class PipelineSupervisor:
         self.bodies = bodies
         self.hooks = hooks
         self.steps = [StepOutcome(None) for _ in bodies]
+        self._code: dict[str, Any] | None = None  # the supervisor's own code, uploaded (STEP_CODE_OF_SUPERVISOR)
 
     def _final(self, step_id: str) -> str:
         """The step's outcome: its last attempt's status."""
@@ -156,20 +158,51 @@ class PipelineSupervisor:
 
     def run(self) -> int:
         say = self.hooks.say
+        ended = self.hooks.ended_before()
+        if ended is not None:  # a restarted supervisor (the platform's retry of the job hosting it): nothing to do
+            say(f"pipeline {self.pipeline_id} ended {ended} already: nothing to carry")
+            return self._exit_code(ended)
         say(f"carrying pipeline {self.pipeline_id}: {', '.join(str(b['submission_id']) for b in self.bodies)}")
         self.hooks.beat(self.pipeline_id)
         for i, body in enumerate(self.bodies):  # what already ran (an earlier supervisor, a client) is known first
             data = self.api.job(str(body["submission_id"]))
-            if data is not None and str(data.get("status")) == SUCCEEDED and self._final(body["submission_id"]) \
-                    == SUCCEEDED:
+            if (data is not None and str(data.get("status")) == SUCCEEDED and self._final(body["submission_id"])
+                    == SUCCEEDED) or (data is None and self.hooks.succeeded_before(body)):
                 self.steps[i].status = SUCCEEDED
         while (next_step := next_action([s.status for s in self.steps], self.hooks.stop_requested())) is not None:
             self.steps[next_step] = self._carry(next_step, self.bodies[next_step])
         if self.hooks.stop_requested():
             say("the pipeline's stop was requested: no later step is submitted")
-        self.hooks.ended({str(b["submission_id"]): s.status for b, s in zip(self.bodies, self.steps, strict=True)},
-                         next((s.line for s in self.steps if s.line), None))
-        return 0
+        status = self.hooks.ended({str(b["submission_id"]): s.status for b, s in zip(self.bodies, self.steps,
+                                                                                     strict=True)},
+                                  next((s.line for s in self.steps if s.line), None))
+        return self._exit_code(status)
+
+    @staticmethod
+    def _exit_code(status: str | None) -> int:
+        """0, except where the job hosting the supervisor shows the pipeline's outcome (RTJOB_SUPERVISOR_EXIT):
+        on Ray a supervisor job that FAILED is one that died, and is replaced."""
+        import os
+
+        if os.environ.get(contract.ENV_SUPERVISOR_EXIT) != "outcome":
+            return 0
+        return 0 if status == SUCCEEDED else 1
+
+    def _with_code(self, request: RayJobRequest, body: dict[str, Any]) -> RayJobRequest:
+        """A step that runs the supervisor's own code (STEP_CODE_OF_SUPERVISOR): its working dir and rtjob's
+        modules, uploaded once by this process with Ray's own upload (the same content gives the same URI)."""
+        if body.get("code") != contract.STEP_CODE_OF_SUPERVISOR:
+            return request
+        if self._code is None:
+            import os
+
+            from ..packaging import companion_modules
+
+            local = dataclasses.replace(request, runtime_env={
+                "working_dir": os.getcwd(), "py_modules": companion_modules(),
+                "excludes": request.runtime_env.get("excludes") or []})
+            self._code = upload_packages(self.api.address, self.api, local).runtime_env
+        return dataclasses.replace(request, runtime_env={**request.runtime_env, **self._code})
 
     def _carry(self, i: int, body: dict[str, Any]) -> StepOutcome:
         step_id = str(body["submission_id"])
@@ -180,7 +213,7 @@ class PipelineSupervisor:
                 line = f"cannot run step {step_id}: the cluster no longer has its code ({', '.join(missing)})"
                 say(line)
                 return StepOutcome("FAILED", line)
-            created = self.submit(step_request(body)).created
+            created = self.submit(self._with_code(step_request(body), body)).created
             say(f"step {i + 1}/{len(self.bodies)}: {'submitted' if created else 'attached to'} {step_id}")
             if self.hooks.stop_requested():  # the stop came while it submitted: what it started stops too
                 say(f"the pipeline's stop was requested: stopping {step_id}")
@@ -205,7 +238,6 @@ def upload_packages(address: str, api: RayJobsAPI, request: RayJobRequest) -> Ra
     """The request with its local working_dir and py_modules uploaded to the cluster (gcs:// URIs), as Ray's own
     client does at submit (the same content gives the same URI: a client submitting the step later re-uses it)."""
     import copy
-    import dataclasses
 
     from ray.job_submission import JobSubmissionClient
 

@@ -31,10 +31,11 @@ from .client import RayJobsAPI, discover_token
 from .request import RayJobRequest
 from .retries import RayRetries, max_retries_of, retry_reason, root_id
 
-MODULE = "rtjob.runside.supervisor"
-CARRIED_BY = "ray"  # the registered backend whose `carry` runs on the cluster (the embedded cluster's too)
+MODULE = contract.SUPERVISOR_MODULE
+CARRIED_BY = contract.CARRIER_BACKEND  # the registered backend whose `carry` runs on the cluster (the embedded cluster's too)
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 POLL_S = 1.0
+STOP_POLL_S = 5.0
 HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
 # How long the Jobs API may fail to answer (a dashboard restarting) before the supervisor gives up on the run.
 PATIENCE_S = 300.0
@@ -134,9 +135,23 @@ def in_cluster_api(env: dict[str, str] | None = None) -> RayJobsAPI:
     (RTJOB_DASHBOARD_ADDRESS), with the cluster's token as its processes carry it (RAY_AUTH_TOKEN,
     RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)."""
     env = dict(os.environ if env is None else env)
-    address = env.get(contract.ENV_DASHBOARD_ADDRESS) or "http://127.0.0.1:8265"
+    address = env.get(contract.ENV_DASHBOARD_ADDRESS) or _dashboard_from_gcs(env) or "http://127.0.0.1:8265"
     token = discover_token()
     return RayJobsAPI(address, {"Authorization": f"Bearer {token}"} if token else {})
+
+
+def _dashboard_from_gcs(env: dict[str, str]) -> str | None:
+    """The dashboard's address as the cluster itself publishes it (Ray's own lookup from the driver's RAY_ADDRESS,
+    the one `JobSubmissionClient()` makes inside a cluster): a job hosting a pipeline on Anyscale, whose client
+    never saw the dashboard."""
+    if not env.get("RAY_ADDRESS"):
+        return None
+    try:
+        from ray.dashboard.utils import get_address_for_submission_client
+
+        return str(get_address_for_submission_client(None))
+    except Exception:  # noqa: BLE001 - not inside a Ray cluster: the default address
+        return None
 
 
 def submit_over_rest(api: RayJobsAPI, request: RayJobRequest) -> SubmitResult:
@@ -174,6 +189,8 @@ class Supervisor:
         self.retries = RayRetries(api, submit or (lambda request: submit_over_rest(api, request)))
         self.submitted: list[str] = []  # retries this supervisor created (not attached to)
         self._beaten = 0.0
+        self._stop_read = time.monotonic()  # when the stop marker was last read while an attempt ran
+        self._stopping: str | None = None  # the attempt it stopped on the marker
 
     def _job(self, run_id: str) -> dict[str, Any] | None:
         """The attempt as the Jobs API has it; faults that may pass are waited out for PATIENCE_S."""
@@ -194,6 +211,20 @@ class Supervisor:
                 self.hooks.beat(current)
             except Exception as exc:  # noqa: BLE001 - a record out of reach does not stop the run's retries
                 self.hooks.say(f"heartbeat not recorded: {getattr(exc, 'message', None) or type(exc).__name__}")
+
+    def _stop_if_requested(self, current: str) -> None:
+        """The run's stop marker, read every STOP_POLL_S while an attempt runs: a stop that reached only storage
+        (a client that cannot reach this cluster's Jobs API: a pipeline hosted as one Anyscale job) stops it."""
+        if time.monotonic() - self._stop_read < STOP_POLL_S or self._stopping == current:
+            return
+        self._stop_read = time.monotonic()
+        if self.hooks.stop_requested():
+            self._stopping = current
+            self.hooks.say(f"the run's stop was requested: stopping {current}")
+            try:
+                self.api.stop(current)
+            except RtjobError as exc:
+                self.hooks.say(f"could not stop {current}: {exc}")
 
     def current_attempt(self) -> str:
         """The run's latest attempt (a client follower, or an earlier supervisor, may have retried it already)."""
@@ -218,6 +249,7 @@ class Supervisor:
             status = str(data.get("status"))
             if status not in TERMINAL:
                 self._beat(current)
+                self._stop_if_requested(current)
                 time.sleep(POLL_S)
                 continue
             after = self._next(current, data)

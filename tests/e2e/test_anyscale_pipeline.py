@@ -1,0 +1,116 @@
+"""A pipeline on Anyscale, with what Anyscale's cluster would run run for real.
+
+rtjob (in-process) submits through the anyscale SDK to the SDK's shipped fake client (Anyscale's control plane cannot
+run here). The one JobConfig it sent, exactly as the fake received it (entrypoint, env, the working dir and py_modules
+the SDK packaged), is then run the way Anyscale runs a job: as a Ray job on the session's embedded cluster, with no
+rtjob client alive. Its driver, the pipeline's supervisor, finds that cluster's Jobs API from inside (the address
+from Ray's GCS, the token the cluster's processes carry), runs each step there as a Ray job with its own code
+uploaded, and records the pipeline's end and its one notification in S3 (moto). The CLI then reads the steps from
+storage; a restart of the job (Anyscale's max_retries) finds the end recorded and runs nothing again.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rtjob.backends.anyscale import client as anyscale_client
+from rtjob.main import main
+from support.cli import REPO, new_id
+from support.ray_jobs import JobsAPI, ended, wait_for
+from support.s3_server import S3Server, bucket_fixture
+from support.scrub import scrub
+from support.webhook import Receiver
+
+pytestmark = pytest.mark.cluster
+
+BUCKET = "rtjob-anyscale-pipelines"
+s3 = bucket_fixture(BUCKET)
+PIPELINE = "tests/support/jobs/epochs.yaml"
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    try:
+        main(list(args))
+        code = 0
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def host(api: JobsAPI, job_id: str, config: object, dirs: list[str]) -> None:
+    """Run the Anyscale job's config as Anyscale would, as a Ray job: its entrypoint, env, working dir and modules."""
+    from ray.job_submission import JobSubmissionClient
+
+    runtime_env = config.runtime_env  # type: ignore[attr-defined]
+    client = JobSubmissionClient(api.address, headers={"Authorization": f"Bearer {api.token}"})
+    client.submit_job(entrypoint=config.entrypoint, submission_id=job_id,  # type: ignore[attr-defined]
+                      runtime_env={"working_dir": dirs[0], "py_modules": dirs[1:],
+                                   "env_vars": dict(runtime_env.env_vars)}, entrypoint_num_cpus=0)
+
+
+def record(s3: S3Server, job: str, run_id: str) -> dict:
+    got = s3.client().get_object(Bucket=BUCKET, Key=f"runs/{job}/{run_id}/rtjob-run.json")
+    return json.loads(got["Body"].read())
+
+
+def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_cluster(
+        cluster_env: dict[str, str], s3: S3Server, receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from anyscale._private.sdk.timer import FakeTimer
+    from rtjob.backends.anyscale.backend import AnyscaleBackend
+    from rtjob.runs import steps
+    from support.fake_anyscale import ApiLikeFake, Step, Timeline
+
+    scrub(monkeypatch)
+    for name, value in {**s3.env(), "EPOCHS_HOOK": receiver.url("/hook"), "RTJOB_HOME": str(tmp_path / "home"),
+                        "HOME": str(tmp_path / "user")}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(REPO)
+    fake = ApiLikeFake()
+    monkeypatch.setattr(anyscale_client, "default_client", lambda: fake)
+    monkeypatch.setattr(anyscale_client, "default_timer", FakeTimer)
+    monkeypatch.setattr(AnyscaleBackend, "status_poll_s", 0.0)
+    monkeypatch.setattr(steps, "INSIDE_POLL_S", 0.0)
+    api = JobsAPI(cluster_env)
+    pid = new_id("anyp")
+    code, out, err = cli(capsys, "submit", PIPELINE, "--backend", "anyscale", "--storage", f"s3://{BUCKET}/runs",
+                         "--forward-aws-credentials", "--submission-id", pid, "--no-wait")
+    assert code == 0, err
+    sent = fake.submitted_job
+    assert sent.name == f"{pid}-supervisor" and len(fake._jobs) == 1
+    env = sent.config.runtime_env.env_vars
+    assert "RTJOB_DASHBOARD_ADDRESS" not in env  # the client never saw that cluster: the driver finds it itself
+
+    host(api, f"{pid}-supervisor", sent.config, fake.uploaded_dirs)  # Anyscale starts the job: no rtjob alive
+    status = wait_for(ended(api, f"{pid}-supervisor"), 300, "the job hosting the pipeline to end")
+    hosted = api.logs(f"{pid}-supervisor")
+    assert status == "SUCCEEDED", hosted[-3000:]
+    assert f"submitted {pid}-train" in hosted and f"submitted {pid}-use" in hosted, hosted[-3000:]
+    assert api.status(f"{pid}-train") == "SUCCEEDED" and api.status(f"{pid}-use") == "SUCCEEDED"
+    got = s3.client().get_object(Bucket=BUCKET, Key=f"runs/epochs-use/{pid}-use/consumed.txt")["Body"].read()
+    assert got == b"1,2,3"  # step 2 ran on step 1's output
+    pipeline = record(s3, "epochs", pid)
+    assert pipeline["status"] == "SUCCEEDED" and pipeline["completed_by"] == "supervisor"
+    assert [s["status"] for s in pipeline["steps"]] == ["SUCCEEDED", "SUCCEEDED"]
+    assert [(json.loads(b)["run_id"], json.loads(b)["outcome"]) for p, _, b in receiver.got if p == "/hook"] == \
+        [(pid, "succeeded")]
+
+    # The client again: Anyscale says the job SUCCEEDED; the steps come from their records and logs in storage.
+    Timeline(fake, [Step("SUCCESS", "SUCCEEDED", "pipeline SUCCEEDED\n", new_run=True)])
+    code, out, err = cli(capsys, "wait", pid, "--timeout", "1m", "-o", "json")
+    assert code == 0 and json.loads(out)["status"] == "SUCCEEDED", err
+    code, out, err = cli(capsys, "status", pid, "-o", "json")
+    shown = json.loads(out)
+    assert code == 0 and [s["status"] for s in shown["steps"]] == ["SUCCEEDED"] * 2, err
+    assert shown["supervisor"]["id"] == f"{pid}-supervisor"
+    code, out, err = cli(capsys, "logs", f"{pid}-use")
+    assert code == 0 and "consumed epochs [1, 2, 3]" in out, (out[-2000:], err)
+
+    # Anyscale's max_retries restarts the job: the new driver finds the end recorded, runs nothing, exits as it ended.
+    host(api, f"{pid}-supervisor-restart", sent.config, fake.uploaded_dirs)
+    assert wait_for(ended(api, f"{pid}-supervisor-restart"), 120, "the restarted job to end") == "SUCCEEDED"
+    assert "ended SUCCEEDED already: nothing to carry" in api.logs(f"{pid}-supervisor-restart")
+    assert api.job(f"{pid}-train-retry1") is None and len(receiver.got) == 1
