@@ -71,6 +71,9 @@ ENV_SUPERVISOR_EXIT = "RTJOB_SUPERVISOR_EXIT"
 # The backend a run was sent through, for the record its run side begins when no client wrote one first (a step a
 # pipeline hosted on Anyscale runs as a Ray job: its record still says anyscale).
 ENV_BACKEND = "RTJOB_RUN_BACKEND"
+# A scheduled pipeline is planned under this id; each run the schedule starts takes an id of its own (the platform's
+# job id), which its supervisor puts in its place everywhere (RTJOB_PLANNED_ID says which id was planned).
+ENV_PLANNED_ID = "RTJOB_PLANNED_ID"
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
 # Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
 # {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
@@ -91,7 +94,7 @@ ENV_NAMES = frozenset({
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
-    ENV_SUPERVISOR_EXIT, ENV_BACKEND,
+    ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID,
 })
 
 # ---------------------------------------------------------------------------------------------

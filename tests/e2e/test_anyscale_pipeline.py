@@ -18,6 +18,7 @@ import pytest
 from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.main import main
 from support.cli import REPO, new_id
+from support.fake_anyscale import ApiLikeFake, Step, Timeline
 from support.ray_jobs import JobsAPI, ended, wait_for
 from support.s3_server import S3Server, bucket_fixture
 from support.scrub import scrub
@@ -40,15 +41,16 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     return code, out.out, out.err
 
 
-def host(api: JobsAPI, job_id: str, config: object, dirs: list[str]) -> None:
-    """Run the Anyscale job's config as Anyscale would, as a Ray job: its entrypoint, env, working dir and modules."""
+def host(api: JobsAPI, job_id: str, config: object, dirs: list[str], **env: str) -> None:
+    """Run the Anyscale job's config as Anyscale would, as a Ray job: its entrypoint (in a shell), env (plus what
+    Anyscale sets, ``env``), working dir and modules."""
     from ray.job_submission import JobSubmissionClient
 
     runtime_env = config.runtime_env  # type: ignore[attr-defined]
     client = JobSubmissionClient(api.address, headers={"Authorization": f"Bearer {api.token}"})
     client.submit_job(entrypoint=config.entrypoint, submission_id=job_id,  # type: ignore[attr-defined]
                       runtime_env={"working_dir": dirs[0], "py_modules": dirs[1:],
-                                   "env_vars": dict(runtime_env.env_vars)}, entrypoint_num_cpus=0)
+                                   "env_vars": {**runtime_env.env_vars, **env}}, entrypoint_num_cpus=0)
 
 
 def record(s3: S3Server, job: str, run_id: str) -> dict:
@@ -56,13 +58,13 @@ def record(s3: S3Server, job: str, run_id: str) -> dict:
     return json.loads(got["Body"].read())
 
 
-def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_cluster(
-        cluster_env: dict[str, str], s3: S3Server, receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.fixture(name="anyscale")
+def anyscale_fixture(s3: S3Server, receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
+                     tmp_path: Path) -> ApiLikeFake:
+    """The in-process CLI with the anyscale SDK's fake as Anyscale, S3 (moto) as storage, the webhook receiver."""
     from anyscale._private.sdk.timer import FakeTimer
     from rtjob.backends.anyscale.backend import AnyscaleBackend
     from rtjob.runs import steps
-    from support.fake_anyscale import ApiLikeFake, Step, Timeline
 
     scrub(monkeypatch)
     for name, value in {**s3.env(), "EPOCHS_HOOK": receiver.url("/hook"), "RTJOB_HOME": str(tmp_path / "home"),
@@ -74,6 +76,13 @@ def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_clust
     monkeypatch.setattr(anyscale_client, "default_timer", FakeTimer)
     monkeypatch.setattr(AnyscaleBackend, "status_poll_s", 0.0)
     monkeypatch.setattr(steps, "INSIDE_POLL_S", 0.0)
+    return fake
+
+
+def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_cluster(
+        cluster_env: dict[str, str], s3: S3Server, receiver: Receiver, anyscale: ApiLikeFake,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    fake = anyscale
     api = JobsAPI(cluster_env)
     pid = new_id("anyp")
     code, out, err = cli(capsys, "submit", PIPELINE, "--backend", "anyscale", "--storage", f"s3://{BUCKET}/runs",
@@ -114,3 +123,39 @@ def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_clust
     assert wait_for(ended(api, f"{pid}-supervisor-restart"), 120, "the restarted job to end") == "SUCCEEDED"
     assert "ended SUCCEEDED already: nothing to carry" in api.logs(f"{pid}-supervisor-restart")
     assert api.job(f"{pid}-train-retry1") is None and len(receiver.got) == 1
+
+
+def test_a_scheduled_pipeline_runs_under_the_id_of_the_job_its_schedule_started(
+        cluster_env: dict[str, str], s3: S3Server, receiver: Receiver, anyscale: ApiLikeFake,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`schedule apply` of a pipeline; a run the schedule starts (its job made from the schedule's config, as the
+    fake's trigger does not) is hosted on the cluster with the id Anyscale gives it: the supervisor begins the
+    pipeline's record (no client wrote one), runs the steps as <job id>-<step>, and `rtjob status <job id>` shows
+    them from storage."""
+    from anyscale.client.openapi_client.models import CreateInternalProductionJob
+
+    fake = anyscale
+    api = JobsAPI(cluster_env)
+    creds = [f"--env={k}={v}" for k, v in s3.env().items()]  # the steps reach the bucket (moto) with these
+    code, out, err = cli(capsys, "schedule", "apply", PIPELINE, "--cron", "0 3 * * *", "--name", "nightly-epochs",
+                         "--storage", f"s3://{BUCKET}/runs", *creds)
+    assert code == 0, err
+    (schedule,) = fake._schedules.values()
+    job = fake.submit_job(CreateInternalProductionJob(
+        name=schedule.name, project_id=schedule.project_id, config=schedule.config,
+        local_vars_configuration=fake.OPENAPI_NO_VALIDATION))
+    hosted = f"{job.id}-on-the-cluster"
+    host(api, hosted, schedule.config, fake.uploaded_dirs, ANYSCALE_HA_JOB_ID=job.id)
+    assert wait_for(ended(api, hosted), 300, "the scheduled run to end") == "SUCCEEDED", api.logs(hosted)[-3000:]
+    assert api.status(f"{job.id}-train") == "SUCCEEDED" and api.status(f"{job.id}-use") == "SUCCEEDED"
+    pipeline = record(s3, "epochs", job.id)  # begun and ended by the supervisor
+    assert pipeline["status"] == "SUCCEEDED" and pipeline["backend"] == "anyscale"
+    assert [(s["name"], s["status"]) for s in pipeline["steps"]] == [("train", "SUCCEEDED"), ("use", "SUCCEEDED")]
+    assert [json.loads(b)["run_id"] for p, _, b in receiver.got if p == "/hook"] == [job.id]
+
+    Timeline(fake, [Step("SUCCESS", "SUCCEEDED", "pipeline SUCCEEDED\n", new_run=True)])
+    code, out, err = cli(capsys, "status", job.id, "--backend", "anyscale", "-o", "json")
+    shown = json.loads(out)
+    assert code == 0 and shown["status"] == "SUCCEEDED", err
+    assert [(s["id"], s["status"]) for s in shown["steps"]] == [(f"{job.id}-train", "SUCCEEDED"),
+                                                                    (f"{job.id}-use", "SUCCEEDED")]

@@ -266,3 +266,44 @@ def test_a_scheduled_run_gets_its_own_run_dir_in_its_storage() -> None:
     shell_env = {**job["env_vars"], "ANYSCALE_HA_JOB_ID": "prodjob_abc", "PATH": "/usr/bin:/bin"}
     ran = subprocess.run(["bash", "-c", job["entrypoint"]], env=shell_env, capture_output=True, text=True, check=True)
     assert ran.stdout.strip() == "s3://b/runs/x/prodjob_abc"
+
+
+def test_a_pipeline_schedule_runs_one_job_per_trigger_named_after_that_job(cli: Cli,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipeline's schedule: each run is one Anyscale job whose driver (the supervisor) runs the steps, the pipeline
+    planned under a placeholder id that each run replaces with its own job id (ANYSCALE_HA_JOB_ID). What that driver
+    then does runs for real in tests/e2e/test_anyscale_pipeline.py."""
+    from anyscale.client.openapi_client.models import CreateInternalProductionJob
+    from rtjob.runside.pipeline_side import take_run_id
+
+    import rtjob_contract as contract
+
+    monkeypatch.setenv("EPOCHS_HOOK", "http://127.0.0.1:9/hooks/scheduledHookSecret")
+    res = cli("schedule", "apply", "tests/support/jobs/epochs.yaml", "--cron", "0 3 * * *", "--storage",
+              "s3://bucket/runs", "--output", "json")
+    assert res.code == 0, res.err
+    assert "scheduledHookSecret" not in res.out + res.err
+    (schedule,) = cli.fake._schedules.values()
+    config = schedule.config
+    env = config.runtime_env.env_vars
+    planned = env[contract.ENV_PLANNED_ID]
+    assert config.entrypoint.startswith('export RTJOB_PIPELINE_ID="${ANYSCALE_HA_JOB_ID:-epochs-')
+    assert config.entrypoint.endswith('python -m rtjob.runside.supervisor "$RTJOB_PIPELINE_ID" ray')
+    steps = json.loads(env[contract.ENV_PIPELINE_STEPS])
+    assert [s["submission_id"] for s in steps] == [f"{planned}-train", f"{planned}-use"]
+    assert env[contract.ENV_RUN_URI] == f"s3://bucket/runs/epochs/{planned}" and env[contract.ENV_SCHEDULE] == "epochs"
+
+    job = cli.fake.submit_job(CreateInternalProductionJob(  # what a trigger starts (the fake only counts them)
+        name=schedule.name, project_id=schedule.project_id, config=config,
+        local_vars_configuration=cli.fake.OPENAPI_NO_VALIDATION))
+    runs = json.loads(cli("list", "--backend", "anyscale", "--output", "json").out)
+    assert [(r["id"], r["job"], r["storage_uri"]) for r in runs] == [(job.id, "epochs",
+                                                                        f"s3://bucket/runs/epochs/{job.id}")]
+    # Its driver takes that id in the planned one's place: its steps, their folders, its own folder.
+    there = dict(env)
+    assert take_run_id(there, job.id) == f"s3://bucket/runs/epochs/{job.id}"
+    steps = json.loads(there[contract.ENV_PIPELINE_STEPS])
+    assert [s["submission_id"] for s in steps] == [f"{job.id}-train", f"{job.id}-use"]
+    assert steps[1]["runtime_env"]["env_vars"][contract.ENV_INPUT_URI] == \
+        f"s3://bucket/runs/epochs-train/{job.id}-train"
+    assert planned not in json.dumps({k: v for k, v in there.items() if k != contract.ENV_PLANNED_ID})

@@ -64,6 +64,8 @@ class PipelineHooks:
     succeeded_before: Callable[[dict[str, Any]], bool] = lambda body: False
     # The pipeline's end as a supervisor recorded it already (a restarted one has nothing to carry); None: not yet
     ended_before: Callable[[], str | None] = lambda: None
+    # Its steps (their bodies) as it starts: the pipeline's record begun where no client wrote it (a scheduled run)
+    began: Callable[[list[dict[str, Any]]], None] = lambda bodies: None
 
 
 class NotSupported(BadInput):

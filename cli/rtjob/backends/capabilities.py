@@ -25,6 +25,15 @@ class Schedules(ABC):
         """The schedule (plain data, secrets in the clear) that runs ``request``'s job on ``cron``; it holds
         ``cron_expression`` and ``timezone``."""
 
+    def build_pipeline(self, planned_id: str, storage_uri: str | None, job: str, requests: list[Request], name: str,
+                       cron: str, timezone: str) -> Data:
+        """The schedule that runs a pipeline planned under the id ``planned_id`` (each triggered run takes an id of
+        its own) with the steps ``requests`` on ``cron``."""
+        del planned_id, storage_uri, job, requests, name, cron, timezone
+        from .base import NotSupported
+
+        raise NotSupported("this platform's schedules run one job, not a pipeline")
+
     @abstractmethod
     def masked(self, schedule: Data) -> Data:
         """The schedule as printed: secret values masked."""

@@ -6,6 +6,7 @@ scheduled runs. Only click is imported here; the rest when a command runs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -19,7 +20,9 @@ from .printing import say as _say
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..backends.capabilities import ComputeConfigs, Schedules
-    from ..runs.runner import Plan
+    from ..jobspec.pipeline import Pipeline
+    from ..jobspec.pricing import HourlyCost
+    from ..jobspec.settings import Settings
 
 
 def _offering(capability: str) -> Backend:
@@ -186,36 +189,79 @@ def _schedule_job_options(func: Callable[..., Any]) -> Callable[..., Any]:
     return func
 
 
+@dataclass
+class _Scheduled:
+    """What a schedule runs, as its commands print it: a job, or a pipeline (one job whose driver runs its steps)."""
+
+    name: str
+    job_file: str
+    shape: str
+    cost: HourlyCost | None
+    notes: list[str]
+
+
 def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, nodes: int | None,
                       sets: tuple[str, ...], envs: tuple[str, ...], storage: str | None,
-                      compute_config: str | None) -> tuple[Schedules, Plan, dict[str, Any], str, str | None]:
+                      compute_config: str | None) -> tuple[Schedules, _Scheduled, dict[str, Any], str, str | None]:
     """Checks first (cron, time zone: nothing is resolved or sent with a bad one), then the schedule."""
     from ..backends import configured, offering
     from ..core.model import check_run_id
     from ..jobspec.cron import validate_cron, validate_timezone
+    from ..jobspec.pipeline import Pipeline
     from ..jobspec.project import project_of
     from ..jobspec.resolve import Overrides
+    from ..runs.pipeline import load
     from ..runs.runner import plan
 
     cron = validate_cron(cron)
     timezone = validate_timezone(timezone)
     if name is not None:  # pasted into the schedule's shell entrypoint and Anyscale's names
         check_run_id(name, "--name")
+    root = project_of(job)
     settings = configured({"backend": offering("schedules"), "storage": storage, "compute_config": compute_config},
-                          project_of(job))
-    planned = plan(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage)
+                          root)
+    loaded = load(job, root)
+    if isinstance(loaded, Pipeline):  # one job per run, its driver the pipeline's supervisor
+        return _planned_pipeline_schedule(loaded, settings, cron, timezone, name, nodes, sets, envs, storage)
+    planned = plan(job, settings, Overrides(nodes=nodes, sets=sets, env=envs), storage_flag=storage, source=loaded)
     schedules = _schedules(planned.backend)
     schedule_name = name or planned.job.spec.name
     schedule = schedules.build(planned.request, schedule_name, cron, timezone)
     checked = schedules.check(schedule, planned.job.job_file)
-    return schedules, planned, schedule, schedule_name, checked
+    what = _Scheduled(planned.job.spec.name, planned.job.job_file, planned.job.shape_summary(), planned.cost,
+                      planned.notes)
+    return schedules, what, schedule, schedule_name, checked
 
 
-def _print_schedule(schedules: Schedules, planned: Plan, schedule: dict[str, Any], name: str, checked: str | None,
-                    output: str) -> None:
+def _planned_pipeline_schedule(pipeline: Pipeline, settings: Settings, cron: str, timezone: str, name: str | None,
+                               nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...],
+                               storage: str | None) -> tuple[Schedules, _Scheduled, dict[str, Any], str, str | None]:
+    from ..jobspec.pricing import compute_config_cost
+    from ..jobspec.resolve import Overrides
+    from ..runs.pipeline import plan as plan_pipeline
+
+    schedule_name = name or pipeline.name
+    planned_id = f"rtjob-{schedule_name}-planned"  # each run replaces it with its own job id
+    pp = plan_pipeline(pipeline, settings, Overrides(nodes=nodes, sets=sets, env=envs, submission_id=planned_id),
+                       storage)
+    schedules = _schedules(pp.backend)
+    requests = [s.plan.request for s in pp.steps if s.plan is not None]
+    schedule = schedules.build_pipeline(planned_id, pp.storage_uri, pipeline.name, requests, schedule_name, cron,
+                                        timezone)
+    checked = schedules.check(schedule, pipeline.shown)
+    names = " -> ".join(pipeline.step_names())
+    what = _Scheduled(pipeline.name, pipeline.shown, f"pipeline {names}: one job whose driver runs each step on its "
+                      "cluster", compute_config_cost(schedule["job_config"].get("compute_config")),
+                      [note for s in pp.steps if s.plan is not None for note in s.plan.notes
+                       if "timeout_s" not in note])
+    return schedules, what, schedule, schedule_name, checked
+
+
+def _print_schedule(schedules: Schedules, planned: _Scheduled, schedule: dict[str, Any], name: str,
+                    checked: str | None, output: str) -> None:
     from ..jobspec.cron import next_runs
 
-    resolved, cost = planned.job, planned.cost
+    cost = planned.cost
     upcoming = next_runs(schedule["cron_expression"], schedule["timezone"])
     if output != "text":
         print_data({"name": name, "schedule": schedules.masked(schedule), "next_runs": upcoming,
@@ -224,11 +270,11 @@ def _print_schedule(schedules: Schedules, planned: Plan, schedule: dict[str, Any
         return
     header = [
         f"schedule {name}: cron '{schedule['cron_expression']}' ({schedule['timezone']}); next: {', '.join(upcoming)}",
-        f"job {resolved.spec.name} ({resolved.job_file}): {resolved.shape_summary()}",
+        f"job {planned.name} ({planned.job_file}): {planned.shape}",
     ]
     if cost:
         header.append(f"cost per hour of a run: {cost.text()}")
-    header += [f"note: {note}" for note in planned.notes]
+    header += [f"note: {note}" for note in dict.fromkeys(planned.notes)]
     if checked:
         header.append(f"checked with {checked}; `anyscale schedule apply -f FILE` accepts this file")
     _print_yaml(schedules.masked(schedule), header)
@@ -274,7 +320,7 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
         print_data({"id": schedule_id, "name": schedule_name, "cron": schedule["cron_expression"],
                     "timezone": schedule["timezone"], "next_runs": upcoming}, output)
     else:
-        _say(f"schedule {schedule_name} applied ({schedule_id}): {planned.job.spec.name} at "
+        _say(f"schedule {schedule_name} applied ({schedule_id}): {planned.name} at "
              f"'{schedule['cron_expression']}' {schedule['timezone']}; next {upcoming[0]}")
         echo(schedule_id)
     return EXIT_SUCCEEDED

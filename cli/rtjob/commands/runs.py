@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+import rtjob_contract as contract
+
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError, Unreachable
 from ..core.model import Attempts, RunStatus
 from .events import PRINTED, log_stream, print_followed
@@ -54,6 +56,11 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
     info, record = look_up(be, run_id, storage_root, PRINTED, attempts_of)
+    if record is None and be.pipeline_steps_inside and not info.id.endswith(contract.SUPERVISOR_SUFFIX):
+        from ..runs.memory import stored
+
+        found = stored(info)  # a job hosting a pipeline a schedule started: the pipeline's record, which its
+        record = found if found is not None and found.steps else None  # supervisor began
     if record is not None and record.steps:  # a pipeline run: its steps' runs
         from .pipeline import pipeline_status
 

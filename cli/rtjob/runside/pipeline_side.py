@@ -6,6 +6,8 @@ Imports at module level: the stdlib and rtjob_contract only (the cluster runs it
 
 from __future__ import annotations
 
+import os
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
@@ -35,6 +37,33 @@ class PipelineSide(RunSide):
 
         return CarryHooks(stop_requested=lambda: self.step_stop_requested(step), beat=self.beat, say=say,
                           gave_up=gave_up, retried=step.retried)
+
+    def began(self, bodies: list[dict[str, Any]]) -> None:
+        """The pipeline run's record, when no client wrote one (a run its schedule started): its steps' run ids and
+        folders, as a client's submit records them."""
+        if not self.run_uri:
+            return
+        from ..core.record import RunRecord
+        from ..storage.records import update_record
+
+        run_uri = self.run_uri
+
+        def change(stored: RunRecord | None) -> RunRecord | None:
+            if stored is not None:
+                return None
+            job = os.environ.get(contract.ENV_JOB_NAME) or None
+            steps = [{"name": ((b.get("runtime_env") or {}).get("env_vars") or {}).get(contract.ENV_STEP_NAME),
+                      "run_id": str(b["submission_id"]), "reused_from": None,
+                      "storage_uri": (b.get("metadata") or {}).get(contract.META_STORAGE)} for b in bodies]
+            return RunRecord(id=self.run_id, job=job, backend=os.environ.get(contract.ENV_BACKEND) or "unknown",
+                             status="RUNNING", storage_uri=run_uri, job_file=bodies[0].get("job_file") if bodies
+                             else None, spec={"pipeline": job, "steps": [s["name"] for s in steps]}, steps=steps,
+                             start_time=_now(), updated_at=_now(), carried_by=WRITER, last_seen=_now())
+
+        try:
+            update_record(run_uri, None, change)
+        except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
+            say(f"pipeline record not written: {getattr(exc, 'message', None) or type(exc).__name__}")
 
     def succeeded_before(self, body: dict[str, Any]) -> bool:
         """Whether the step's record in storage says SUCCEEDED (a cluster that does not know the step: the
@@ -88,6 +117,12 @@ class PipelineSide(RunSide):
             if record is not None:
                 from .outcome import message_for
 
+                try:  # the team's index learns the end from whoever wrote it (as a step's companion does)
+                    from ..storage.index import write_run_entry
+
+                    write_run_entry(self.run_uri, None, record)
+                except Exception as exc:  # noqa: BLE001 - its record stands; `rtjob runs` finds it by listing
+                    say(f"run index not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
                 self.tell(message_for(record))
         say(f"pipeline {self.run_id} {status.value}")
         return status.value
@@ -96,7 +131,20 @@ class PipelineSide(RunSide):
         from ..backends.base import PipelineHooks
 
         return PipelineHooks(stop_requested=self.stop_requested, beat=self.beat, say=say, for_step=self.for_step,
-                             ended=self.ended, succeeded_before=self.succeeded_before, ended_before=self.ended_before)
+                             ended=self.ended, succeeded_before=self.succeeded_before, ended_before=self.ended_before,
+                             began=self.began)
+
+
+def take_run_id(env: MutableMapping[str, str], run_id: str) -> str | None:
+    """A scheduled pipeline's run (RTJOB_PLANNED_ID: the id it was planned under): ``run_id``, its platform's job id,
+    put in the planned id's place in its steps, their folders and its own (``env`` changed); its folder's URI."""
+    planned = env.get(contract.ENV_PLANNED_ID)
+    if planned and planned != run_id:
+        for name in (contract.ENV_PIPELINE_STEPS, contract.ENV_RUN_URI, contract.ENV_PIPELINE_ID):
+            if env.get(name):
+                env[name] = env[name].replace(planned, run_id)
+        say(f"scheduled run {run_id} of pipeline {env.get(contract.ENV_JOB_NAME)} (planned as {planned})")
+    return env.get(contract.ENV_RUN_URI) or None
 
 
 def _read(run_uri: str | None) -> Any:

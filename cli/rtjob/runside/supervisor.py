@@ -30,8 +30,9 @@ def main(argv: list[str] | None = None) -> None:
     run_uri = os.environ.get(contract.ENV_RUN_URI) or None
     try:
         if os.environ.get(contract.ENV_PIPELINE_STEPS):  # a pipeline's supervisor: its steps in order
-            from .pipeline_side import PipelineSide
+            from .pipeline_side import PipelineSide, take_run_id
 
+            run_uri = take_run_id(os.environ, run_id)
             code = backend_class(backend).carry_pipeline(run_id, PipelineSide(run_id, run_uri).hooks())
         else:
             side = RunSide(run_id, run_uri)

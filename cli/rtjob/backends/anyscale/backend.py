@@ -224,9 +224,12 @@ class AnyscaleBackend(Backend):
         env = dict(getattr(config, "env_vars", None) or {})
         tags = dict(getattr(config, "tags", None) or {})
         hosts_pipeline = _hosts_pipeline(status)
-        own_run = env.get(contract.ENV_RUN_NAME) == status.name or hosts_pipeline  # these go by their names
+        # rtjob's runs and the jobs hosting its pipelines go by their names; a schedule's runs by their job ids
+        own_run = env.get(contract.ENV_RUN_NAME) == status.name or (hosts_pipeline and not env.get(contract.ENV_SCHEDULE))
         run_id = status.name if own_run else status.id
-        storage = env.get(contract.ENV_RUN_URI) if hosts_pipeline else None
+        storage = None
+        if hosts_pipeline and env.get(contract.ENV_RUN_URI):  # a scheduled one's folder: named after its job id
+            storage = env[contract.ENV_RUN_URI].replace(env.get(contract.ENV_PLANNED_ID) or status.id, status.id)
         storage_path = env.get(contract.ENV_STORAGE_PATH)
         if storage_path and storage is None:
             if own_run:
@@ -282,7 +285,8 @@ class AnyscaleBackend(Backend):
         with self._errors("listing jobs"):
             statuses = list(self._sdk("job").list(max_items=self.list_limit))
         # a pipeline's supervisor job is rtjob's, not a run of the user's (the pipeline's record lists it)
-        return [self._info(s) for s in statuses if not _hosts_pipeline(s)]
+        return [self._info(s) for s in statuses if not _hosts_pipeline(s)  # <id>-supervisor: the pipeline's record
+                or (s.config.env_vars or {}).get(contract.ENV_SCHEDULE)]  # a schedule's run: the pipeline run itself
 
     def _stop_running(self, run_id: str) -> RunInfo:
         status = self._status_model(run_id)  # just read by stop
@@ -346,29 +350,26 @@ class AnyscaleBackend(Backend):
         """Submit the pipeline's Anyscale job (a second submit attaches to it: its name is deterministic)."""
         return self.submit(self._pipeline_request(pipeline_id, storage_uri, job, requests)).run
 
-    def _masked_pipeline_request(self, pipeline_id: str, storage_uri: str | None, job: str,
-                                 requests: list[Request]) -> AnyscaleJobRequest:
-        import dataclasses
-
-        masked = [dataclasses.replace(r, config=masked_config(r.config)) for r in requests
-                  if isinstance(r, AnyscaleJobRequest)]  # the steps inside its env: their secrets masked too
-        return self._pipeline_request(pipeline_id, storage_uri, job, list(masked))
-
     def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
                                     requests: list[Request]) -> dict[str, Any] | None:
-        return self.render(self._masked_pipeline_request(pipeline_id, storage_uri, job, requests))
+        return self.render(self._pipeline_request(pipeline_id, storage_uri, job, requests))  # masked: masked_config
 
     def pipeline_file(self, pipeline_id: str, storage_uri: str | None, job: str, requests: list[Request]) -> str:
-        return self.render_file(self._masked_pipeline_request(pipeline_id, storage_uri, job, requests))
+        return self.render_file(self._pipeline_request(pipeline_id, storage_uri, job, requests))
 
     def supervisor_of(self, run_id: str) -> RunInfo | None:
         """The Anyscale job hosting pipeline ``run_id``'s supervisor (None: a plain run, which Anyscale retries)."""
         from .pipeline import supervisor_name
 
-        if run_id.startswith("prodjob_") or run_id.endswith(contract.SUPERVISOR_SUFFIX):
+        if run_id.endswith(contract.SUPERVISOR_SUFFIX):
             return None
-        info = self.find(supervisor_name(run_id))
-        return info if info is not None and info.id == supervisor_name(run_id) else None
+        # A scheduled pipeline's run id is the id of the job that hosts it; else that job is <id>-supervisor.
+        status = self._lookup(run_id if run_id.startswith("prodjob_") else supervisor_name(run_id))
+        if status is None or not _hosts_pipeline(status) or (status.name != supervisor_name(run_id)
+                                                             and status.id != run_id):
+            return None
+        self._cache[status.id] = (time.monotonic(), status)
+        return self._info(status)
 
     def supervise(self, run_id: str) -> RunInfo | None:
         """Anyscale restarts the job hosting a supervisor itself (its max_retries): nothing to replace here."""

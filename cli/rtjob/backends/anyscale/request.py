@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,13 @@ def masked_config(config: dict[str, Any]) -> dict[str, Any]:
     """The JobConfig as printed: secret env values, tags and args masked whole (as the Ray render does)."""
     out = dict(config)
     out["env_vars"] = mask_mapping(config.get("env_vars") or {})
+    steps = (config.get("env_vars") or {}).get(contract.ENV_PIPELINE_STEPS)
+    if steps:  # a pipeline's job: each step inside it masked as a step's own request is
+        bodies = [{**body, "entrypoint": mask_command(str(body.get("entrypoint") or "")),
+                   "runtime_env": {**(body.get("runtime_env") or {}),
+                                   "env_vars": mask_mapping((body.get("runtime_env") or {}).get("env_vars") or {})}}
+                  for body in json.loads(steps)]
+        out["env_vars"][contract.ENV_PIPELINE_STEPS] = json.dumps(bodies, separators=(",", ":"))
     out["tags"] = mask_mapping(config.get("tags") or {})
     if isinstance(config.get("entrypoint"), str):
         out["entrypoint"] = mask_command(config["entrypoint"])

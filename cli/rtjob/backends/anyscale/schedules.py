@@ -49,6 +49,26 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
     return {"job_config": job, "cron_expression": cron, "timezone": timezone}
 
 
+def pipeline_schedule_config(request: AnyscaleJobRequest, planned_id: str, name: str, cron: str,
+                             timezone: str) -> dict[str, Any]:
+    """An Anyscale ScheduleConfig that runs the pipeline job ``request`` (planned under ``planned_id``) on ``cron``:
+    each triggered job's supervisor runs it as pipeline ANYSCALE_HA_JOB_ID (a retry of that job resumes it), its
+    steps as <that id>-<step>, its folders named after it (RTJOB_PLANNED_ID: the id to replace)."""
+    job = copy.deepcopy(request.config)
+    job["name"] = name
+    env = job["env_vars"]
+    env[contract.ENV_SCHEDULE] = name
+    env[contract.ENV_PLANNED_ID] = planned_id
+    run_id = f'"${{ANYSCALE_HA_JOB_ID:-{name}-$(date -u +%Y%m%d-%H%M%S)}}"'
+    job["entrypoint"] = (f"export {contract.ENV_PIPELINE_ID}={run_id}; python -m {contract.SUPERVISOR_MODULE} "
+                         f'"${contract.ENV_PIPELINE_ID}" {contract.CARRIER_BACKEND}')
+    tags = {k: v for k, v in (job.get("tags") or {}).items()
+            if k not in (contract.TAG_RUN_ID, contract.TAG_SUPERVISES, contract.TAG_STORAGE)}
+    tags[contract.TAG_SCHEDULE] = name
+    job["tags"] = tags
+    return {"job_config": job, "cron_expression": cron, "timezone": timezone}
+
+
 def masked_schedule(schedule: dict[str, Any]) -> dict[str, Any]:
     return {**schedule, "job_config": masked_config(schedule["job_config"])}
 
@@ -60,6 +80,14 @@ class AnyscaleSchedules(Schedules):
     def build(self, request: Request, name: str, cron: str, timezone: str) -> dict[str, Any]:
         assert isinstance(request, AnyscaleJobRequest)  # planned by this backend
         return schedule_config(request, name, cron, timezone)
+
+    def build_pipeline(self, planned_id: str, storage_uri: str | None, job: str, requests: list[Request], name: str,
+                       cron: str, timezone: str) -> dict[str, Any]:
+        from .pipeline import pipeline_request
+
+        request = pipeline_request(planned_id, storage_uri, job, [r for r in requests
+                                                                   if isinstance(r, AnyscaleJobRequest)])
+        return pipeline_schedule_config(request, planned_id, name, cron, timezone)
 
     def masked(self, schedule: dict[str, Any]) -> dict[str, Any]:
         return masked_schedule(schedule)

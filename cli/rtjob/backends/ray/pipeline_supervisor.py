@@ -163,6 +163,7 @@ class PipelineSupervisor:
             say(f"pipeline {self.pipeline_id} ended {ended} already: nothing to carry")
             return self._exit_code(ended)
         say(f"carrying pipeline {self.pipeline_id}: {', '.join(str(b['submission_id']) for b in self.bodies)}")
+        self.hooks.began(self.bodies)
         self.hooks.beat(self.pipeline_id)
         for i, body in enumerate(self.bodies):  # what already ran (an earlier supervisor, a client) is known first
             data = self.api.job(str(body["submission_id"]))
