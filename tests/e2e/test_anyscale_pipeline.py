@@ -159,3 +159,33 @@ def test_a_scheduled_pipeline_runs_under_the_id_of_the_job_its_schedule_started(
     assert code == 0 and shown["status"] == "SUCCEEDED", err
     assert [(s["id"], s["status"]) for s in shown["steps"]] == [(f"{job.id}-train", "SUCCEEDED"),
                                                                     (f"{job.id}-use", "SUCCEEDED")]
+
+
+def test_a_stop_reaches_the_steps_inside_the_anyscale_job_through_storage(
+        cluster_env: dict[str, str], s3: S3Server, receiver: Receiver, anyscale: ApiLikeFake,
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rtjob stop` of a pipeline on Anyscale reaches only storage and Anyscale (not that cluster's Jobs API): the
+    supervisor sees the stop marker while step 1 trains, stops it, runs nothing later and records STOPPED; the job,
+    still running as far as Anyscale says, is terminated once rtjob's patience is out."""
+    from rtjob.runs import stopping
+
+    fake = anyscale
+    api = JobsAPI(cluster_env)
+    pid = new_id("anys")
+    train = f"{pid}-train"
+    code, _, err = cli(capsys, "submit", PIPELINE, "--backend", "anyscale", "--storage", f"s3://{BUCKET}/runs",
+                       "--forward-aws-credentials", "--submission-id", pid, "--no-wait")
+    assert code == 0, err
+    host(api, f"{pid}-supervisor", fake.submitted_job.config, fake.uploaded_dirs)
+    wait_for(lambda: "epoch 1 trained" in (api.logs(train) if api.job(train) else ""), 180, "step 1 to train")
+    Timeline(fake, [Step("RUNNING", "RUNNING", "carrying\n", new_run=True)])
+    monkeypatch.setattr(stopping.stop_pipeline, "__defaults__", (2.0,))  # speed only: rtjob's patience with the job
+    code, _, err = cli(capsys, "stop", pid)
+    assert code == 0, err
+    assert wait_for(ended(api, f"{pid}-supervisor"), 120, "the supervisor to end") == "FAILED"  # exits as it ended
+    assert "the run's stop was requested: stopping" in api.logs(f"{pid}-supervisor")
+    assert api.status(train) == "STOPPED" and api.job(f"{train}-retry1") is None and api.job(f"{pid}-use") is None
+    pipeline = record(s3, "epochs", pid)
+    assert pipeline["status"] == "STOPPED" and [s["status"] for s in pipeline["steps"]] == ["STOPPED", None]
+    assert [json.loads(b)["outcome"] for p, _, b in receiver.got if p == "/hook"] == ["stopped"]
+    assert fake.terminated  # the job Anyscale still called RUNNING
