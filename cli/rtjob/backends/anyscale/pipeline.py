@@ -154,4 +154,5 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str,
     for key in ("cloud", "project"):
         if first.get(key):
             config[key] = first[key]
-    return build_checked(supervisor_name(pipeline_id), requests[0].job_file, config)
+    shown = requests[0].job_file.rsplit(" step ", 1)[0]  # the pipeline's file (a step's is "<file> step <name>")
+    return build_checked(supervisor_name(pipeline_id), shown, config)
