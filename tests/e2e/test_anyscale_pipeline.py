@@ -117,6 +117,8 @@ def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_clust
     assert shown["supervisor"]["id"] == f"{pid}-supervisor"
     code, out, err = cli(capsys, "logs", f"{pid}-use")
     assert code == 0 and "consumed epochs [1, 2, 3]" in out, (out[-2000:], err)
+    code, out, err = cli(capsys, "logs", pid)  # every step's log, in order, from storage
+    assert code == 0 and out.index("epoch 3 trained") < out.index("consumed epochs [1, 2, 3]"), (out[-2000:], err)
 
     # Anyscale's max_retries restarts the job: the new driver finds the end recorded, runs nothing, exits as it ended.
     host(api, f"{pid}-supervisor-restart", sent.config, fake.uploaded_dirs)
