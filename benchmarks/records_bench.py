@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -111,17 +112,8 @@ def s3_server(work: Path, notes: list[str]) -> Iterator[S3Server]:
 @contextlib.contextmanager
 def aws_environ(server: S3Server) -> Iterator[dict[str, str]]:
     """This process's and the commands' environment pointed at the server (restored afterwards)."""
-    env = {**server.env(), "AWS_EC2_METADATA_DISABLED": "true"}
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    try:
+    with mock.patch.dict(os.environ, {**server.env(), "AWS_EC2_METADATA_DISABLED": "true"}):
         yield {**os.environ}
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _spread(values: list[float]) -> str:

@@ -169,6 +169,15 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
             proc.wait(timeout=10)
 
 
+def stop(proc: subprocess.Popen[bytes], grace: float = 10) -> None:
+    """Ask a subprocess we started to end (SIGTERM), then kill it if it has not within ``grace`` seconds."""
+    if proc.poll() is None:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+    kill(proc)
+
+
 # ---------------------------------------------------------------------------------------------
 # the Jobs REST API, spoken directly (stdlib only, so the observer costs the same for both sides)
 

@@ -147,12 +147,9 @@ def run_ui_bench(*, repeats: int = REPEATS, notes: list[str] | None = None) -> l
         ]
     finally:
         if proc is not None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            import run  # benchmarks/run.py: this folder is on sys.path (as a script, or under run.py)
+
+            run.stop(proc)
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -207,12 +204,7 @@ def latency_rows(b: Any, c: Any) -> list[dict[str, str]]:
             arrivals = browser.execute_script("return window.arrivals")
         c.finished_jobs.append(rt_id)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        b.stop(proc)
     live = [lat for lat, printed in arrivals.values() if printed > opened]
     ray_cmd = [b.RAY, "job", "submit", "--address", c.cluster.address, "--submission-id", ray_id,
                "--working-dir", c.env["RTJOB_PROJECT"], "--", *entry.split()]

@@ -6,6 +6,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support.cli import CAPTURED, PLANTED, base_env, rtjob
@@ -73,3 +74,23 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
     tool_venv.stop()
     py310.finish()
+
+
+# pytest-xdist, --dist loadfile (make test-unit): the files whose tests import torch (and transformers, diffusers)
+# go to one worker as one unit, so that only one worker spends the ~4 s of those imports.
+TORCH_FILES = {"test_checkpoint_restore.py", "test_diffusion.py", "test_hf_sft.py", "test_training_options.py",
+               "test_voice_audio.py", "test_voice_eval.py"}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class TorchFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            scope: str = super()._split_scope(nodeid)
+            return "torch-files" if scope.rsplit("/", 1)[-1] in TORCH_FILES else scope
+
+    return TorchFilesTogether(config, log)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import new_id, popen_rtjob, rtjob
-from support.ray_jobs import JobsAPI, ended, supervisor_pids, wait_for
+from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
 from support.webhook import Receiver
 
@@ -181,15 +181,7 @@ def test_a_supervisor_killed_between_steps_is_replaced_by_the_next_status_exactl
     assert wait_for(ended(api, train), 180, "step 1 to end") == "SUCCEEDED"
     assert api.job(use) is None  # nothing carries the pipeline now
 
-    lookers = [popen_rtjob("status", pid, env=env) for _ in range(2)]
-    try:
-        answers = [p.communicate(timeout=120) for p in lookers]
-    finally:
-        for p in lookers:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    assert all(p.returncode == 0 for p in lookers), answers
+    answers = concurrent_status(pid, env)
     try:
         assert wait_for(ended(api, second), 180, "the new supervisor to end") == "SUCCEEDED"
     except AssertionError as exc:

@@ -11,9 +11,7 @@ import json
 import os
 import re
 import signal
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ import requests
 from support.cli import PLANTED, new_id, rtjob
 from support.ray_jobs import wait_for
 from support.s3_server import bucket_fixture
+from support.webhook import Receiver, receiving
 
 pytestmark = pytest.mark.cluster
 
@@ -73,41 +72,11 @@ notify:
 """
 
 
-class Receiver:
-    """A webhook receiver on loopback: every POST body it got, by path."""
-
-    def __init__(self) -> None:
-        self.got: list[tuple[str, dict[str, Any]]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's name
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                outer.got.append((self.path, json.loads(body or b"{}")))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: Any) -> None:
-                return None
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/{HOOK_SECRET}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def for_run(self, run_id: str) -> list[dict[str, Any]]:
-        return [body for _, body in self.got if body.get("run_id") == run_id]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    server = Receiver()
-    yield server
-    server.close()
+    """One webhook receiver for the module's runs (the module-scoped `env` names it)."""
+    with receiving() as rec:
+        yield rec
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +90,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def env(cluster_env: dict[str, str], s3: Any, receiver: Receiver, project: Path) -> dict[str, str]:
-    return {**cluster_env, **s3.env(), "SIDE_HOOK": receiver.url, "SIDE_API_TOKEN": TOKEN,
+    return {**cluster_env, **s3.env(), "SIDE_HOOK": receiver.url(f"/hooks/{HOOK_SECRET}"), "SIDE_API_TOKEN": TOKEN,
             "RTJOB_PROJECT": str(project)}
 
 

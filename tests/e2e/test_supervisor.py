@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import new_id, popen_rtjob, rtjob
-from support.ray_jobs import JobsAPI, ended, supervisor_pids, wait_for
+from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
 
 pytestmark = pytest.mark.cluster
@@ -204,15 +204,7 @@ def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exa
     assert wait_for(ended(api, first), 60, "the supervisor's job to end") == "FAILED"
     assert api.job(retry) is None  # nothing carries the run now
 
-    lookers = [popen_rtjob("status", run_id, env=cluster_env) for _ in range(2)]
-    try:
-        answers = [p.communicate(timeout=120) for p in lookers]
-    finally:
-        for p in lookers:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    assert all(p.returncode == 0 for p in lookers), answers
+    answers = concurrent_status(run_id, cluster_env)
     assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
     assert wait_for(ended(api, second), 60, "the new supervisor to end") == "SUCCEEDED", api.logs(second)
     assert api.job(f"{run_id}-supervisor-3") is None and api.job(f"{run_id}-retry2") is None

@@ -10,6 +10,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 from rtjob.storage.index import COMPACT_AFTER, index_objects, write_entry
@@ -30,9 +31,7 @@ def keys(server: S3Server) -> list[tuple[str, str]]:
 def team() -> Iterator[dict[str, Any]]:
     home = Path(tempfile.mkdtemp(prefix="rtjob-ui-s3-", dir="/tmp"))
     with bucket_server("team") as server:
-        saved = {name: os.environ.get(name) for name in server.env()}
-        os.environ.update(server.env())
-        try:
+        with mock.patch.dict(os.environ, server.env()):  # this process's writers find the server; restored after
             first = write_run(ROOT, "s3-run-a", "ddp-resnet", backend="ray", epochs=3,
                               samples={"epoch_0003.png": png(16, 16, 3)}, log_lines=["hello from the bucket"])
             write_run(ROOT, "s3-run-b", "ddp-resnet", backend="anyscale", user="bob", status="FAILED", epochs=2,
@@ -40,12 +39,6 @@ def team() -> Iterator[dict[str, Any]]:
             with index_objects(ROOT, None) as objects:  # more entries left over than a CLI listing leaves
                 for _ in range(COMPACT_AFTER + 5):
                     write_entry(ROOT, None, first, objects=objects)
-        finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
         env = base_env(home, **server.env())
         with ui_server(env, "--storage", ROOT, log=home / "ui.log") as url:
             yield {"url": url, "server": server}

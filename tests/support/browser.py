@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .cli import REPO, RTJOB, record
+from .processes import stop
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -64,10 +65,5 @@ def ui_server(env: dict[str, str], *args: str, log: Path) -> Iterator[str]:
         assert proc.poll() is None, f"rtjob ui exited: {log.read_text()}"
         yield match.group(0)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         record(log.read_text())

@@ -11,18 +11,17 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from anyscale._private.anyscale_client import FakeAnyscaleClient
-from anyscale._private.anyscale_client.common import APIJobRun
-from anyscale.client.openapi_client.models import (
-    Cloud,
-    DecoratedProductionJob,
-    HaJobGoalStates,
-    HaJobStates,
-    ProductionJobStateTransition,
-    RayRuntimeEnvConfig,
-)
+if TYPE_CHECKING:
+    from anyscale._private.anyscale_client import FakeAnyscaleClient
+    from anyscale._private.anyscale_client.common import APIJobRun
+    from anyscale.client.openapi_client.models import ProductionJobStateTransition
+
+# Importing the anyscale SDK costs a process about a second (it imports ray): this module imports it only when
+# `ApiLikeFake` is first read (the module's __getattr__ below) or a Timeline moves a job, so a pytest-xdist worker
+# that collects the Anyscale tests but runs none of them never pays for it. Test modules import ApiLikeFake in
+# their fixtures (annotations under TYPE_CHECKING); Step, Timeline, CLOUD and T0 are free to import anywhere.
 
 CLOUD = "anyscale-cloud"  # the cloud compute_configs/*.yaml name
 T0 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)
@@ -31,73 +30,92 @@ T0 = dt.datetime(2026, 11, 2, 3, 0, tzinfo=dt.timezone.utc)
 def _runtime_env_as_returned(config: Any, fake: FakeAnyscaleClient) -> None:
     """The SDK sends runtime_env as a dict; the real API stores it and returns a RayRuntimeEnvConfig
     (unknown keys dropped), which is what the SDK's status/list read (`runtime_env.pip`, ...)."""
+    from anyscale.client.openapi_client.models import RayRuntimeEnvConfig
+
     runtime_env = getattr(config, "runtime_env", None)
     if isinstance(runtime_env, dict):
         known = {k: v for k, v in runtime_env.items() if k in RayRuntimeEnvConfig.attribute_map}
         config.runtime_env = RayRuntimeEnvConfig(**known, local_vars_configuration=fake.OPENAPI_NO_VALIDATION)
 
 
-class ApiLikeFake(FakeAnyscaleClient):
-    def __init__(self) -> None:
-        super().__init__()
-        # Seeding, not a fix: the cloud that compute_configs/*.yaml name exists in this fake org.
-        self.add_cloud(Cloud(id="cld_rtjob", name=CLOUD, local_vars_configuration=self.OPENAPI_NO_VALIDATION))
-        self.on_get_job: list[Any] = []  # hooks the Timeline uses to play the control plane
-        self.terminated: list[str] = []
+def _define_api_like_fake() -> type:
+    from anyscale._private.anyscale_client import FakeAnyscaleClient
+    from anyscale.client.openapi_client.models import Cloud, DecoratedProductionJob, HaJobStates
 
-    # Fault 1 (FIELD-NOTES: "status() after a submit with working_dir raises 'dict' object has no attribute
-    # 'pip'"): the fake stores the SDK's runtime_env dict as is. Any runtime_env triggers it (rtjob always
-    # sends env_vars), and schedules too.
-    def submit_job(self, model: Any) -> Any:
-        _runtime_env_as_returned(model.config, self)
-        job = super().submit_job(model)
-        job.created_at = T0  # the real API stamps jobs; the fake leaves None
-        job.status_updated_at = T0
-        return job
+    class ApiLikeFake(FakeAnyscaleClient):
+        def __init__(self) -> None:
+            super().__init__()
+            # Seeding, not a fix: the cloud that compute_configs/*.yaml name exists in this fake org.
+            self.add_cloud(Cloud(id="cld_rtjob", name=CLOUD, local_vars_configuration=self.OPENAPI_NO_VALIDATION))
+            self.on_get_job: list[Any] = []  # hooks the Timeline uses to play the control plane
+            self.terminated: list[str] = []
 
-    def apply_schedule(self, model: Any) -> Any:
-        _runtime_env_as_returned(model.config, self)
-        # Fault 2: the real API's apply creates *or updates* the schedule of that name in its project; the
-        # fake always creates a new one (a new id each time).
-        existing = next((s for s in self._schedules.values()
-                         if s.name == model.name and s.project_id == model.project_id), None)
-        schedule = super().apply_schedule(model)
-        if existing is not None:
-            del self._schedules[schedule.id]
-            schedule.id = existing.id
-            schedule.next_trigger_at = existing.next_trigger_at
-            self.update_schedule(schedule)
-        return schedule
+        # Fault 1 (FIELD-NOTES: "status() after a submit with working_dir raises 'dict' object has no attribute
+        # 'pip'"): the fake stores the SDK's runtime_env dict as is. Any runtime_env triggers it (rtjob always
+        # sends env_vars), and schedules too.
+        def submit_job(self, model: Any) -> Any:
+            _runtime_env_as_returned(model.config, self)
+            job = super().submit_job(model)
+            job.created_at = T0  # the real API stamps jobs; the fake leaves None
+            job.status_updated_at = T0
+            return job
 
-    # Fault 3 (FIELD-NOTES: "one wait path raises 'str' object has no attribute 'current_state'"): the fake's
-    # terminate sets `job.state` to the bare string TERMINATED; the API keeps a state-transition object.
-    def terminate_job(self, job_id: str) -> None:
-        self.terminated.append(job_id)
-        job = self._jobs[job_id]
-        job.state = _state(self, HaJobStates.TERMINATED)
-        job.status_updated_at = (job.status_updated_at or T0) + dt.timedelta(seconds=5)
+        def apply_schedule(self, model: Any) -> Any:
+            _runtime_env_as_returned(model.config, self)
+            # Fault 2: the real API's apply creates *or updates* the schedule of that name in its project; the
+            # fake always creates a new one (a new id each time).
+            existing = next((s for s in self._schedules.values()
+                             if s.name == model.name and s.project_id == model.project_id), None)
+            schedule = super().apply_schedule(model)
+            if existing is not None:
+                del self._schedules[schedule.id]
+                schedule.id = existing.id
+                schedule.next_trigger_at = existing.next_trigger_at
+                self.update_schedule(schedule)
+            return schedule
 
-    # Fault 4: list_jobs returns the stored InternalProductionJob objects, where the API returns
-    # DecoratedProductionJob (the SDK's list reads its `project` and `connections`: AttributeError).
-    def list_jobs(self, **kwargs: Any) -> Any:
-        page = super().list_jobs(**kwargs)
-        page.results = [
-            DecoratedProductionJob(
-                **{k: getattr(job, k) for k in job.attribute_map if k in DecoratedProductionJob.attribute_map},
-                project=None, connections=None, local_vars_configuration=self.OPENAPI_NO_VALIDATION,
-            )
-            for job in page.results
-        ]
-        return page
+        # Fault 3 (FIELD-NOTES: "one wait path raises 'str' object has no attribute 'current_state'"): the fake's
+        # terminate sets `job.state` to the bare string TERMINATED; the API keeps a state-transition object.
+        def terminate_job(self, job_id: str) -> None:
+            self.terminated.append(job_id)
+            job = self._jobs[job_id]
+            job.state = _state(self, HaJobStates.TERMINATED)
+            job.status_updated_at = (job.status_updated_at or T0) + dt.timedelta(seconds=5)
 
-    # Not a fix: lets a Timeline move the job the SDK is about to read.
-    def get_job(self, **kwargs: Any) -> Any:
-        for hook in self.on_get_job:
-            hook(kwargs)
-        return super().get_job(**kwargs)
+        # Fault 4: list_jobs returns the stored InternalProductionJob objects, where the API returns
+        # DecoratedProductionJob (the SDK's list reads its `project` and `connections`: AttributeError).
+        def list_jobs(self, **kwargs: Any) -> Any:
+            page = super().list_jobs(**kwargs)
+            page.results = [
+                DecoratedProductionJob(
+                    **{k: getattr(job, k) for k in job.attribute_map if k in DecoratedProductionJob.attribute_map},
+                    project=None, connections=None, local_vars_configuration=self.OPENAPI_NO_VALIDATION,
+                )
+                for job in page.results
+            ]
+            return page
+
+        # Not a fix: lets a Timeline move the job the SDK is about to read.
+        def get_job(self, **kwargs: Any) -> Any:
+            for hook in self.on_get_job:
+                hook(kwargs)
+            return super().get_job(**kwargs)
+
+    ApiLikeFake.__qualname__ = "ApiLikeFake"  # named as if defined at the module's top
+    return ApiLikeFake
+
+
+def __getattr__(name: str) -> Any:
+    """``ApiLikeFake``, its class made (and the SDK imported) at the first read."""
+    if name == "ApiLikeFake":
+        globals()[name] = _define_api_like_fake()
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _state(fake: FakeAnyscaleClient, state: str) -> ProductionJobStateTransition:
+    from anyscale.client.openapi_client.models import HaJobGoalStates, ProductionJobStateTransition
+
     return ProductionJobStateTransition(current_state=state, goal_state=HaJobGoalStates.SUCCESS,
                                         local_vars_configuration=fake.OPENAPI_NO_VALIDATION)
 
@@ -116,7 +134,7 @@ class Timeline:
     """Plays the Anyscale control plane for the one job rtjob submits: each read of that job by id moves
     it one step on (the last step holds)."""
 
-    fake: ApiLikeFake
+    fake: ApiLikeFake  # noqa: F821 - the class the module's __getattr__ makes
     steps: list[Step]
     reads: int = 0
     runs: list[APIJobRun] = field(default_factory=list)
@@ -139,6 +157,8 @@ class Timeline:
         job.state = _state(self.fake, step.state)
         job.status_updated_at = now
         if step.new_run:
+            from anyscale._private.anyscale_client.common import APIJobRun
+
             run = APIJobRun(id=f"run-{len(self.runs) + 1}", name=f"raysubmit_{len(self.runs) + 1}",
                             status=step.run_status, created_at=now, ha_job_id=job_id,
                             local_vars_configuration=self.fake.OPENAPI_NO_VALIDATION)

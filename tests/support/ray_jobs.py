@@ -1,4 +1,5 @@
-"""The embedded cluster's Jobs API and processes as a test observes them, never through rtjob."""
+"""The embedded cluster's Jobs API and processes as a test observes them, never through rtjob; and clients
+(`rtjob status`) looking at a run at the same moment."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import requests
+
+from .cli import popen_rtjob
 
 
 class JobsAPI:
@@ -72,3 +75,19 @@ def supervisor_pids(run_id: str) -> list[int]:
         if wanted in cmdline and "/bin/sh" not in cmdline.split(" ", 1)[0]:
             found.append(int(entry.name))
     return found
+
+
+def concurrent_status(run_id: str, env: dict[str, str], lookers: int = 2,
+                      timeout: float = 120) -> list[tuple[str, str]]:
+    """``lookers`` `rtjob status RUN_ID` started at once: their (stdout, stderr), each one asserted to exit 0. One
+    still running after ``timeout`` seconds is killed and reaped."""
+    procs = [popen_rtjob("status", run_id, env=env) for _ in range(lookers)]
+    try:
+        answers = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert all(p.returncode == 0 for p in procs), answers
+    return answers

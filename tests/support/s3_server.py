@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from .processes import stop
+
 REGION = "us-east-1"
 
 
@@ -121,12 +123,7 @@ def process_server() -> Iterator[tuple[S3Server, subprocess.Popen[bytes]]]:
         access, secret = dummy_keys()
         yield S3Server(f"http://127.0.0.1:{port}", access, secret), proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
 
 
 def weed_binary() -> str | None:
@@ -177,12 +174,7 @@ def seaweed_server(data_dir: str, graceful: bool = True) -> Iterator[tuple[S3Ser
     finally:
         if not graceful:
             proc.kill()
-        proc.terminate()  # a graceful stop takes it up to ~25 s
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, grace=30)  # a graceful stop takes it up to ~25 s
 
 
 def _start_weed(weed: str, data_dir: str, store: str, config: str, access: str,

@@ -1,12 +1,15 @@
-"""A loopback webhook receiver (a pytest fixture): what notifications arrive, as a target sees them."""
+"""A loopback webhook receiver (a pytest fixture, or `receiving()` for a module's own scope): what notifications
+arrive, as a target sees them."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import pytest
 
@@ -25,9 +28,29 @@ class Receiver:
     def bodies(self, path: str) -> list[object]:
         return [json.loads(body) for p, _, body in self.got if p == path]
 
+    def for_run(self, run_id: str) -> list[dict[str, Any]]:
+        """The JSON messages (to any path) about run ``run_id``."""
+        messages = []
+        for _, _, body in self.got:
+            try:
+                message = json.loads(body or b"{}")
+            except ValueError:
+                continue
+            if isinstance(message, dict) and message.get("run_id") == run_id:
+                messages.append(message)
+        return messages
+
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
+    """A receiver for one test."""
+    with receiving() as rec:
+        yield rec
+
+
+@contextmanager
+def receiving() -> Iterator[Receiver]:
+    """A receiver serving until the block ends."""
     state: dict[str, Receiver] = {}
 
     class Handler(BaseHTTPRequestHandler):

@@ -20,6 +20,7 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -29,9 +30,12 @@ from rtjob.main import main
 from rtjob.runs import follow
 from support.cli import REPO, base_env, rtjob
 from support.companion import inner
-from support.fake_anyscale import CLOUD, ApiLikeFake, Step, Timeline
+from support.fake_anyscale import CLOUD, Step, Timeline
 from support.prices import PRICED_AS, dollars, g5_4xlarge, listed
 from support.scrub import scrub
+
+if TYPE_CHECKING:  # the anyscale SDK (seconds to import) only where a test runs: in the `cli` fixture
+    from support.fake_anyscale import ApiLikeFake
 
 SECRET = "sk-live-0123456789abcdefghijklmn"
 
@@ -64,6 +68,7 @@ class Cli:
 def cli_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
     """The rtjob CLI with the Anyscale backend's client injected: the SDK's fake (a fresh org per test)."""
     from anyscale._private.sdk.timer import FakeTimer
+    from support.fake_anyscale import ApiLikeFake
 
     scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))

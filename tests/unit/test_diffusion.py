@@ -10,17 +10,26 @@ import io
 from pathlib import Path
 
 import numpy as np
-import pyarrow.parquet as pq
 import pytest
-import torch
-from PIL import Image
+from support.lazy import lazy
 from support.s3_server import S3Server, bucket_server
 
-from training.diffusion import checkpoint, components, encode, latents, objective, pairs, sampling
+# torch, diffusers and transformers cost an xdist worker seconds to import: imported at their first use (in the
+# worker that runs these tests), never at collection (support/lazy.py).
+torch = lazy("torch")
+pq = lazy("pyarrow.parquet")
+Image = lazy("PIL.Image")
+checkpoint = lazy("training.diffusion.checkpoint")
+components = lazy("training.diffusion.components")
+encode = lazy("training.diffusion.encode")
+latents = lazy("training.diffusion.latents")
+objective = lazy("training.diffusion.objective")
+pairs = lazy("training.diffusion.pairs")
+sampling = lazy("training.diffusion.sampling")
 
 BUCKET = "sd-tests"
-CPU = torch.device("cpu")
 SIZE = 32
+PREDICTION_TYPES = ["epsilon", "v_prediction"]  # objective.PREDICTION_TYPES, which a test below checks
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -199,14 +208,19 @@ def fixed_batch_loss(unet, scheduler, z, emb, precision="fp32") -> float:
         return float(objective.loss_sum(unet, scheduler, z, emb, noise, timesteps, precision)) / z.size(0)
 
 
-@pytest.mark.parametrize("prediction_type", objective.PREDICTION_TYPES)
+def test_the_parametrized_prediction_types_are_objectives_own():
+    assert tuple(PREDICTION_TYPES) == objective.PREDICTION_TYPES
+
+
+@pytest.mark.parametrize("prediction_type", PREDICTION_TYPES)
 def test_training_steps_reduce_the_loss_of_a_fixed_batch(encoded, prediction_type):
     z, emb = encoded
     torch.manual_seed(0)
     unet, scheduler = tiny_unet(), objective.noise_scheduler(prediction_type)
     optimizer = torch.optim.AdamW(unet.parameters(), lr=2e-3)
     before = fixed_batch_loss(unet, scheduler, z, emb)
-    stats = objective.train_epoch(unet, [(z, emb)] * 15, optimizer, scheduler, CPU, max_grad_norm=1.0)
+    stats = objective.train_epoch(unet, [(z, emb)] * 15, optimizer, scheduler, torch.device("cpu"),
+                                  max_grad_norm=1.0)
     assert stats.samples == 15 * len(z) and stats.loss > 0
     assert fixed_batch_loss(unet, scheduler, z, emb) < 0.8 * before
 
@@ -256,7 +270,7 @@ def test_checkpoint_reloads_resumes_and_is_a_pipeline_that_generates(tmp_path, f
     unet, scheduler = tiny_unet(), objective.noise_scheduler("epsilon")
     optimizer = torch.optim.AdamW(unet.parameters(), lr=1e-3)
     ema = objective.new_ema(unet, decay=0.9)
-    objective.train_epoch(unet, [(z, emb)] * 3, optimizer, scheduler, CPU, ema=ema)
+    objective.train_epoch(unet, [(z, emb)] * 3, optimizer, scheduler, torch.device("cpu"), ema=ema)
     folder = tmp_path / "checkpoint_epoch_0002"
     checkpoint.export(str(folder), unet, ema, frozen, scheduler)
     torch.save(optimizer.state_dict(), folder / "optimizer.pt")
@@ -265,14 +279,14 @@ def test_checkpoint_reloads_resumes_and_is_a_pipeline_that_generates(tmp_path, f
     shared.write_run_state(str(folder), {"epoch": 2, "ema_step": ema.optimization_step}, [{"epoch": 1}, {"epoch": 2}])
 
     resumed = tiny_unet(seed=5)
-    ema2, last_epoch, history = checkpoint.restore(str(folder), resumed, CPU, ema_decay=0.9)
+    ema2, last_epoch, history = checkpoint.restore(str(folder), resumed, torch.device("cpu"), ema_decay=0.9)
     assert (last_epoch, [r["epoch"] for r in history], ema2.optimization_step) == (2, [1, 2], 3)
     for mine, theirs in zip(unet.parameters(), resumed.parameters(), strict=True):
         assert torch.equal(mine, theirs)  # the raw trained weights
     for mine, theirs in zip(ema.shadow_params, ema2.shadow_params, strict=True):
         assert torch.equal(mine, theirs)  # the EMA weights
     optimizer2 = torch.optim.AdamW(resumed.parameters(), lr=1e-3)
-    shared.load_optimizer(str(folder), optimizer2, CPU)
+    shared.load_optimizer(str(folder), optimizer2, torch.device("cpu"))
     assert optimizer2.state_dict()["state"][0]["step"] == optimizer.state_dict()["state"][0]["step"]
 
     pipeline = StableDiffusionPipeline.from_pretrained(str(folder), safety_checker=None)
@@ -316,7 +330,8 @@ def test_fp32_and_bf16_short_runs_reach_similar_loss(encoded):
         unet, scheduler = tiny_unet(), objective.noise_scheduler("epsilon")
         optimizer = torch.optim.AdamW(unet.parameters(), lr=5e-3)
         before = fixed_batch_loss(unet, scheduler, z, emb)
-        objective.train_epoch(unet, [(z, emb)] * 6, optimizer, scheduler, CPU, precision=precision)
+        objective.train_epoch(unet, [(z, emb)] * 6, optimizer, scheduler, torch.device("cpu"),
+                              precision=precision)
         final[precision] = fixed_batch_loss(unet, scheduler, z, emb)  # measured in fp32 for both
         assert final[precision] < 0.8 * before, (precision, before, final)
     assert final["bf16"] == pytest.approx(final["fp32"], rel=0.15), final

@@ -12,18 +12,28 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
+from support.lazy import lazy
 from support.s3_server import S3Server, bucket_server
 
 import rtjob_contract as contract
-from training import hf_sft
-from training.hf import checkpoint, data, model, steps
+
+# torch and transformers cost an xdist worker seconds to import: imported at their first use (in the worker
+# that runs these tests), never at collection (support/lazy.py).
+torch = lazy("torch")
+dist = lazy("torch.distributed")
+mp = lazy("torch.multiprocessing")
+hf_sft = lazy("training.hf_sft")
+checkpoint = lazy("training.hf.checkpoint")
+data = lazy("training.hf.data")
+model = lazy("training.hf.model")
+steps = lazy("training.hf.steps")
 
 BUCKET = "hf-models"
-CPU = torch.device("cpu")
 AUDIO = [f"<a{i}>" for i in range(4)] + ["<|speaker|>"]
+
+
+def cpu() -> torch.device:
+    return torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
@@ -144,8 +154,8 @@ def test_default_data_is_the_pipeline_input_else_builtin(monkeypatch: pytest.Mon
 def test_epoch_loss_is_token_weighted_not_a_mean_of_batch_means(tok):
     net = model.load_model("tiny:qwen3", tok, seed=3)
     pairs = [("Reverse: ab\nAnswer: ", "ba"), ("Add: 10+20\nAnswer: ", "30"), ("x", "a much longer completion")]
-    whole = steps.evaluate(net, [batch_of(tok, pairs)], CPU)
-    split = steps.evaluate(net, [batch_of(tok, pairs[:1]), batch_of(tok, pairs[1:])], CPU)
+    whole = steps.evaluate(net, [batch_of(tok, pairs)], cpu())
+    split = steps.evaluate(net, [batch_of(tok, pairs[:1]), batch_of(tok, pairs[1:])], cpu())
     assert split.loss == pytest.approx(whole.loss, rel=1e-5) and split.accuracy == whole.accuracy
     assert split.samples == 3
     # By hand: the summed cross entropy of every target token over their count.
@@ -161,8 +171,8 @@ def test_grad_accumulation_steps_like_one_big_batch(tok):
     pairs = data.builtin_pairs(8, 0, "train")
     nets = [model.load_model("tiny:qwen3", tok, seed=1) for _ in range(2)]
     optimizers = [torch.optim.SGD(n.parameters(), lr=0.5) for n in nets]
-    steps.train_epoch(nets[0], [batch_of(tok, pairs)], optimizers[0], CPU, grad_accum=1)
-    steps.train_epoch(nets[1], [batch_of(tok, pairs[:3]), batch_of(tok, pairs[3:])], optimizers[1], CPU,
+    steps.train_epoch(nets[0], [batch_of(tok, pairs)], optimizers[0], cpu(), grad_accum=1)
+    steps.train_epoch(nets[1], [batch_of(tok, pairs[:3]), batch_of(tok, pairs[3:])], optimizers[1], cpu(),
                       grad_accum=2)
     for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
@@ -178,7 +188,7 @@ def _two_rank_eval(rank: int, port: int, out: str) -> None:
         net = model.load_model("tiny:qwen3", tokenizer, seed=5)
         _, val = data.load_pairs(data.BUILTIN, 8, 11, 0)
         shard = [val[i] for i in range(rank, len(val), 2)]  # 6 and 5 examples: unequal shards
-        stats = steps.evaluate(net, [batch_of(tokenizer, shard[:2]), batch_of(tokenizer, shard[2:])], CPU)
+        stats = steps.evaluate(net, [batch_of(tokenizer, shard[:2]), batch_of(tokenizer, shard[2:])], cpu())
         if rank == 0:
             Path(out).write_text(json.dumps([stats.loss, stats.accuracy, stats.samples]))
     finally:
@@ -204,7 +214,7 @@ def test_metrics_all_reduced_over_two_gloo_ranks_equal_one_process_over_all_exam
     assert [proc.exitcode for proc in ranks] == [0, 0]
     loss, accuracy, samples = json.loads(out.read_text())
     _, val = data.load_pairs(data.BUILTIN, 8, 11, 0)
-    single = steps.evaluate(model.load_model("tiny:qwen3", tok, seed=5), [batch_of(tok, val)], CPU)
+    single = steps.evaluate(model.load_model("tiny:qwen3", tok, seed=5), [batch_of(tok, val)], cpu())
     assert samples == 11 and loss == pytest.approx(single.loss, rel=1e-5) and accuracy == single.accuracy
 
 
@@ -213,8 +223,8 @@ def test_metrics_all_reduced_over_two_gloo_ranks_equal_one_process_over_all_exam
 
 def test_fp16_is_refused_on_cpu_in_the_worker():  # the command line's refusal: test_training_options.py
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
-        steps.grad_scaler("fp16", CPU)
-    assert steps.grad_scaler("bf16", CPU) is None
+        steps.grad_scaler("fp16", cpu())
+    assert steps.grad_scaler("bf16", cpu()) is None
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -231,8 +241,8 @@ def test_bad_flags_are_usage_errors(argv, message, capsys: pytest.CaptureFixture
 def test_bf16_autocast_on_cpu_gives_close_logits(tok):
     net = model.load_model("tiny:qwen3", tok)
     batch = batch_of(tok, data.builtin_pairs(4, 0, "val"))
-    fp32 = steps.evaluate(net, [batch], CPU, precision="fp32")
-    bf16 = steps.evaluate(net, [batch], CPU, precision="bf16")
+    fp32 = steps.evaluate(net, [batch], cpu(), precision="fp32")
+    bf16 = steps.evaluate(net, [batch], cpu(), precision="bf16")
     assert bf16.loss == pytest.approx(fp32.loss, rel=2e-2)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
@@ -21,9 +22,11 @@ from rtjob.jobspec.cron import (
     validate_iana_timezone,
     validate_timezone,
 )
-from support.fake_anyscale import ApiLikeFake
 from support.prices import dollars, g5_4xlarge
 from test_anyscale_backend import Cli, cli_fixture  # noqa: F401 - the in-process CLI fixture, `cli`
+
+if TYPE_CHECKING:  # the anyscale SDK: imported by the `cli` fixture, not when this file is collected
+    from support.fake_anyscale import ApiLikeFake
 
 APPLY = ("schedule", "apply", "ddp-resnet", "--nodes", "3", "--storage", "s3://bucket/runs")
 

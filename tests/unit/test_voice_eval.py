@@ -8,11 +8,13 @@ import math
 from types import SimpleNamespace
 
 import pytest
-import torch
 from support.cli import base_env, rtjob
+from support.lazy import lazy
 
 import rtjob_contract as contract
 from training.voice import scoring
+
+torch = lazy("torch")  # seconds to import: at its first use, not when an xdist worker collects this file
 
 CODES = {0, 1, 2, 3}
 END, EOS = 4, 5
@@ -46,21 +48,25 @@ def test_per_speaker_baseline_and_smoothing():
     assert scores.accuracy == 1.0  # b's top code is 3 (both right), the fallback's is 0 (right)
 
 
-class ConstantLM(torch.nn.Module):
-    """A 'language model' whose next-token distribution is always ``probs`` (what the unigram predicts)."""
+def constant_lm(probs: list[float]) -> torch.nn.Module:
+    """A 'language model' whose next-token distribution is always ``probs`` (what the unigram predicts). The class
+    is made here, not at the module's top: torch is imported at its first use (support/lazy.py)."""
 
-    def __init__(self, probs: list[float]) -> None:
-        super().__init__()
-        self.logits = torch.log(torch.tensor(probs, dtype=torch.float64))
+    class ConstantLM(torch.nn.Module):
+        def __init__(self, probs: list[float]) -> None:
+            super().__init__()
+            self.logits = torch.log(torch.tensor(probs, dtype=torch.float64))
 
-    def forward(self, input_ids: torch.Tensor, **_: object) -> SimpleNamespace:
-        return SimpleNamespace(logits=self.logits.expand(*input_ids.shape, -1), past_key_values=None)
+        def forward(self, input_ids: torch.Tensor, **_: object) -> SimpleNamespace:
+            return SimpleNamespace(logits=self.logits.expand(*input_ids.shape, -1), past_key_values=None)
+
+    return ConstantLM(probs)
 
 
 def test_model_scores_agree_with_the_unigram_scores_for_a_unigram_model():
     toy = _toy()
     unigram = scoring.Unigram((seq for _, seq in toy), VOCAB, CODES, alpha=1.0)
-    model = ConstantLM([unigram.prob[v] for v in VOCAB] + [1e-9])  # + a pad token the targets never use
+    model = constant_lm([unigram.prob[v] for v in VOCAB] + [1e-9])  # + a pad token the targets never use
     # (input_ids, labels): a 2-token prompt (ignored), then the targets; uneven lengths exercise the padding.
     examples = [([9, 9, *seq], [scoring.IGNORE, scoring.IGNORE, *seq]) for _, seq in toy]
     examples = [([min(t, 6) for t in ids], labels) for ids, labels in examples]
@@ -72,10 +78,10 @@ def test_model_scores_agree_with_the_unigram_scores_for_a_unigram_model():
 
 
 def test_generation_only_emits_allowed_tokens_and_stops_at_the_stop_token():
-    favourite_is_forbidden = ConstantLM([0.05, 0.3, 0.05, 0.05, 0.05, 0.5])  # 5 (eos) most likely, not allowed
+    favourite_is_forbidden = constant_lm([0.05, 0.3, 0.05, 0.05, 0.05, 0.5])  # 5 (eos) most likely, not allowed
     assert scoring.generate_codes(favourite_is_forbidden, [0, 1], allowed=[0, 1, 2, 3, END], stop_id=END,
                                   max_new=7) == [1] * 7
-    stops = ConstantLM([0.1, 0.1, 0.1, 0.1, 0.5, 0.1])
+    stops = constant_lm([0.1, 0.1, 0.1, 0.1, 0.5, 0.1])
     assert scoring.generate_codes(stops, [0], allowed=[0, 1, 2, 3, END], stop_id=END, max_new=7) == []
 
 
