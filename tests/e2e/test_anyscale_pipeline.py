@@ -15,10 +15,9 @@ import json
 from pathlib import Path
 
 import pytest
-from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.main import main
 from support.cli import REPO, new_id
-from support.fake_anyscale import ApiLikeFake, Step, Timeline
+from support.fake_anyscale import ApiLikeFake, Step, Timeline, use_fake
 from support.ray_jobs import JobsAPI, ended, wait_for
 from support.s3_server import S3Server, bucket_fixture
 from support.scrub import scrub
@@ -62,21 +61,12 @@ def record(s3: S3Server, job: str, run_id: str) -> dict:
 def anyscale_fixture(s3: S3Server, receiver: Receiver, monkeypatch: pytest.MonkeyPatch,
                      tmp_path: Path) -> ApiLikeFake:
     """The in-process CLI with the anyscale SDK's fake as Anyscale, S3 (moto) as storage, the webhook receiver."""
-    from anyscale._private.sdk.timer import FakeTimer
-    from rtjob.backends.anyscale.backend import AnyscaleBackend
-    from rtjob.runs import steps
-
     scrub(monkeypatch)
     for name, value in {**s3.env(), "EPOCHS_HOOK": receiver.url("/hook"), "RTJOB_HOME": str(tmp_path / "home"),
                         "HOME": str(tmp_path / "user")}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(REPO)
-    fake = ApiLikeFake()
-    monkeypatch.setattr(anyscale_client, "default_client", lambda: fake)
-    monkeypatch.setattr(anyscale_client, "default_timer", FakeTimer)
-    monkeypatch.setattr(AnyscaleBackend, "status_poll_s", 0.0)
-    monkeypatch.setattr(steps, "INSIDE_POLL_S", 0.0)
-    return fake
+    return use_fake(monkeypatch)
 
 
 def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_cluster(

@@ -172,3 +172,19 @@ class Timeline:
             self.log += step.log
             self.fake.add_job_run_logs(self.runs[-1].id, self.log)
         self.fake.update_job(job)
+
+
+def use_fake(monkeypatch: Any) -> Any:
+    """A fresh fake Anyscale org as the client rtjob's Anyscale backend builds (with the SDK's FakeTimer), and the
+    backend reading it without its 5 s pacing (speed only); the ApiLikeFake returned."""
+    from anyscale._private.sdk.timer import FakeTimer
+    from rtjob.backends.anyscale import client as anyscale_client
+    from rtjob.backends.anyscale.backend import AnyscaleBackend
+    from rtjob.runs import steps
+
+    fake = __getattr__("ApiLikeFake")()
+    monkeypatch.setattr(anyscale_client, "default_client", lambda: fake)
+    monkeypatch.setattr(anyscale_client, "default_timer", FakeTimer)
+    monkeypatch.setattr(AnyscaleBackend, "status_poll_s", 0.0)
+    monkeypatch.setattr(steps, "INSIDE_POLL_S", 0.0)
+    return fake

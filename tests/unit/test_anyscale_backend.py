@@ -67,20 +67,16 @@ class Cli:
 @pytest.fixture(name="cli")
 def cli_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Cli:
     """The rtjob CLI with the Anyscale backend's client injected: the SDK's fake (a fresh org per test)."""
-    from anyscale._private.sdk.timer import FakeTimer
-    from support.fake_anyscale import ApiLikeFake
+    from support.fake_anyscale import use_fake
 
     scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.anyscale/credentials.json, no ~/.ray
     monkeypatch.chdir(REPO)
-    fake = ApiLikeFake()
-    monkeypatch.setattr(anyscale_client, "default_client", lambda: fake)
-    monkeypatch.setattr(anyscale_client, "default_timer", FakeTimer)
+    fake = use_fake(monkeypatch)
     # Speed only: follow polls every second and the adapter reads Anyscale at most every 5 s.
     monkeypatch.setattr(follow, "POLL_S", 0.01)
     monkeypatch.setattr(follow, "RECONNECT_S", 0.01)
-    monkeypatch.setattr(AnyscaleBackend, "status_poll_s", 0.0)
     monkeypatch.setattr(AnyscaleBackend, "log_poll_s", 0.01)
     return Cli(fake, capsys)
 
@@ -444,10 +440,7 @@ HOOK_SECRET = "pipeHookSecret99"
 
 @pytest.fixture(name="pipeline_env")
 def pipeline_env_fixture(cli: Cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
-    from rtjob.runs import steps
-
     monkeypatch.setenv("EPOCHS_HOOK", f"http://127.0.0.1:9/hooks/{HOOK_SECRET}")
-    monkeypatch.setattr(steps, "INSIDE_POLL_S", 0.0)
     return tmp_path / "store"
 
 
