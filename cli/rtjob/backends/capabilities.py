@@ -30,9 +30,9 @@ class Schedules(ABC):
         """The schedule that runs a pipeline planned under the id ``planned_id`` (each triggered run takes an id of
         its own) with the steps ``requests`` on ``cron``."""
         del planned_id, storage_uri, job, requests, name, cron, timezone
-        from .base import NotSupported
+        from ..core.errors import BadInput
 
-        raise NotSupported("this platform's schedules run one job, not a pipeline")
+        raise BadInput("this platform's schedules run one job, not a pipeline")
 
     @abstractmethod
     def masked(self, schedule: Data) -> Data:
