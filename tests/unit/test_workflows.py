@@ -14,6 +14,7 @@ and only read variables the workflow sets. The last tests feed it broken workflo
 from __future__ import annotations
 
 import functools
+import json
 import re
 import shlex
 import subprocess
@@ -471,3 +472,38 @@ def test_a_pipeline_renders_unattended_where_the_cluster_carries_it(tmp_path: Pa
     followed = _render(pipeline, "--cron", "0 3 * * *", "--github", "--backend", "anyscale", "--follow",
                        tmp_path=tmp_path)
     assert followed.returncode == 0 and check_workflow(followed.stdout, job=pipeline) == []
+
+
+def test_a_check_cron_starts_the_check_job_for_the_run_this_workflow_submitted_last(tmp_path: Path) -> None:
+    """--check-cron: the check job also runs on a cron of its own (no notify token on the cluster): it finds the
+    newest run id of this workflow's shape in RTJOB_STORAGE's run index (a pipeline step's id is not one), then
+    checks it as for a notification. The submit job runs on the submit cron only."""
+    text = _rendered(tmp_path, "--check-cron", "0 20 * * MON-FRI")
+    assert check_workflow(text, job="hello") == []
+    data = load_workflow(text)
+    assert [e["cron"] for e in data["on"]["schedule"]] == ["*/30 6-18 * * MON-FRI", "0 20 * * MON-FRI"]
+    submit, check = data["jobs"]["submit"], data["jobs"]["check"]
+    assert "github.event.schedule == '*/30 6-18 * * MON-FRI'" in submit["if"]
+    assert "github.event.schedule == '0 20 * * MON-FRI'" in check["if"]
+    (find,) = [s for s in check["steps"] if s.get("name") == "The run this workflow submitted last"]
+    assert find["if"] == "env.RUN_ID == ''" and check["steps"].index(find) < next(
+        i for i, s in enumerate(check["steps"]) if "rtjob wait" in s.get("run", ""))
+    assert 'rtjob runs --storage "$RTJOB_STORAGE" --since 30d --limit 500 --output json > runs.json' in find["run"]
+    # The script's choice, run for real: the newest id of this workflow's shape, never a step's, never another's.
+    pick = next(line for line in find["run"].splitlines() if line.startswith("RUN_ID=$("))
+    script = pick + '\necho "$RUN_ID"\n'
+    for runs, expect in [
+        (["rtjob-other-gh30", "rtjob-hello-gh29-train", "rtjob-hello-gh29", "rtjob-hello-gh28"], "rtjob-hello-gh29"),
+        (["rtjob-hello-20261126-0300-ab12", "rtjob-hello-ghX"], ""),
+    ]:
+        (tmp_path / "runs.json").write_text(json.dumps([{"id": r, "status": "SUCCEEDED"} for r in runs]))
+        got = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=30)
+        assert got.returncode == 0 and got.stdout.strip() == expect, got.stderr
+    args = _rendered_by(text)
+    assert args is not None and run_in_process(*args, env=base_env(tmp_path / "home")).stdout == text
+    for extra, expect in [(("--check-cron", "*/30 6-18 * * MON-FRI"), "is --cron"),
+                          (("--check-cron", "0 20 * *"), "--cron '0 20 * *'"),
+                          (("--check-cron", "0 20 * * *", "--follow"), "not with --follow")]:
+        proc = _render("hello", "--cron", "*/30 6-18 * * MON-FRI", "--github", *extra, tmp_path=tmp_path)
+        assert proc.returncode == 2 and expect in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, \
+            proc.stderr

@@ -337,12 +337,15 @@ def schedule_apply(job: str, cron: str, timezone: str, name: str | None, nodes: 
                    "or by hand, reads how it ended).")
 @click.option("--timeout", default="2h", show_default=True, metavar="DURATION",
               help="With --github --follow: how long the workflow follows the job (rtjob submit --timeout).")
+@click.option("--check-cron", metavar="CRON",
+              help="With --github (not --follow): also start the check job on this cron; it checks the run the "
+                   "workflow submitted last (found in RTJOB_STORAGE's run index): no notify token needed.")
 @click.option("--out", "out", metavar="FILE",
               help="With --github: write the workflow to FILE (e.g. .github/workflows/train.yml) once every "
                    "check passed, instead of printing it; a refused one leaves FILE as it was.")
 def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes: int | None, sets: tuple[str, ...],
                     envs: tuple[str, ...], storage: str | None, compute_config: str | None, github: bool,
-                    backend: str, follow: bool, timeout: str, out: str | None) -> int:
+                    backend: str, follow: bool, timeout: str, check_cron: str | None, out: str | None) -> int:
     """Print what would run JOB on --cron: the Anyscale schedule file (`anyscale schedule apply -f`), or
     with --github a workflow for .github/workflows/ that submits with rtjob and fails unless the job
     succeeds (for Ray-cluster users: --backend ray, the default). With --github, --cron is what GitHub
@@ -355,6 +358,8 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     """
     if follow and not github:
         raise BadInput("--follow shapes a --github workflow; an Anyscale schedule never holds a runner")
+    if check_cron is not None and (follow or not github):
+        raise BadInput("--check-cron starts the check job of an unattended --github workflow (not with --follow)")
     if out is not None and not github:
         raise BadInput("--out writes a --github workflow; the Anyscale schedule file is printed (redirect it)")
     if not github:
@@ -387,7 +392,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
                            "them: add --follow (the workflow follows the pipeline to its end)")
     ref = job if "/" not in job and not job.endswith((".yaml", ".yml")) else shown
     text = github_workflow(ref, cron, backend=backend, nodes=nodes or default_nodes, timeout=timeout,
-                           timezone=timezone, root=root, follow=follow)
+                           timezone=timezone, root=root, follow=follow, check_cron=check_cron)
     if out is None:
         echo(text, nl=False)
         return EXIT_SUCCEEDED

@@ -43,7 +43,7 @@ _UNATTENDED_ABOUT = """\
 #       notify: {on: [succeeded, failed, stopped],
 #                targets: [{type: github, repo: OWNER/REPO, token: {env: GITHUB_DISPATCH_TOKEN}}]}
 #     sends a repository_dispatch `<<EVENT>>` with the run's id (the token: contents write on this repository);
-#   - or by hand: Actions -> this workflow -> Run workflow with `check_run_id` set.
+#   - or by hand: Actions -> this workflow -> Run workflow with `check_run_id` set.<<CHECK_CRON_ABOUT>>
 """
 
 _ON = """\
@@ -156,7 +156,7 @@ _FOLLOW_JOBS = """\
 
 _UNATTENDED_JOBS = """\
   submit:
-    if: github.event_name == 'schedule' || (github.event_name == 'workflow_dispatch' && inputs.check_run_id == '')
+    if: <<SUBMIT_ON>> || (github.event_name == 'workflow_dispatch' && inputs.check_run_id == '')
     runs-on: ubuntu-latest
     timeout-minutes: 30
 """ + _JOB_ENV + """\
@@ -173,13 +173,13 @@ _UNATTENDED_JOBS = """\
           name: <<SLUG>>-submitted-${{ github.run_id }}-${{ github.run_attempt }}
           path: run.json
   check:
-    if: (github.event_name == 'repository_dispatch' && startsWith(github.event.client_payload.run_id, 'rtjob-<<SLUG>>-gh')) || (github.event_name == 'workflow_dispatch' && inputs.check_run_id != '')
+    if: (github.event_name == 'repository_dispatch' && startsWith(github.event.client_payload.run_id, 'rtjob-<<SLUG>>-gh')) || (github.event_name == 'workflow_dispatch' && inputs.check_run_id != '')<<CHECK_IF>>
     runs-on: ubuntu-latest
     timeout-minutes: 30
 """ + _JOB_ENV + """\
       RUN_ID: ${{ github.event.client_payload.run_id || inputs.check_run_id }}
 """ + _INSTALL + """\
-      - name: How the run ended
+<<FIND_RUN>>      - name: How the run ended
         id: check
         run: |
           set +e
@@ -188,6 +188,29 @@ _UNATTENDED_JOBS = """\
           cat run.json
 """ + _RESULTS.replace("<<STEP>>", "check").replace("<<VERB>>", "wait").replace(
     "<<FOUR>>", "still running after 1m (check it again later)")
+
+# With --check-cron: the check job also starts on a cron of its own, for the run this workflow submitted last (its
+# id: rtjob-<slug>-gh<workflow run id>, the newest in the bucket's run index; a pipeline's steps' ids are longer).
+_FIND_RUN = """\
+      - name: The run this workflow submitted last
+        if: env.RUN_ID == ''
+        env:
+          AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}
+          AWS_SECRET_ACCESS_KEY: ${{ secrets.AWS_SECRET_ACCESS_KEY }}
+        run: |
+          rtjob runs --storage "$RTJOB_STORAGE" --since 30d --limit 500 --output json > runs.json
+          RUN_ID=$(python3 -c 'import json, re, sys; print(next((r["id"] for r in json.load(open("runs.json")) if re.fullmatch(sys.argv[1], r["id"])), ""))' 'rtjob-<<SLUG>>-gh[0-9]+')
+          if [ -z "$RUN_ID" ]; then
+            echo "::error::no run of this workflow in the last 30 days in $RTJOB_STORAGE"
+            exit 1
+          fi
+          echo "RUN_ID=$RUN_ID" >> "$GITHUB_ENV"
+"""
+
+_CHECK_CRON_ABOUT = """
+#   - on its own cron (<<CHECK_CRON>>): it checks the run this workflow submitted last, found in
+#     RTJOB_STORAGE's run index (no notify token on the cluster needed)."""
+
 
 def _schedule_entry(cron: str, timezone: str) -> str:
     """The `on.schedule` entry: UTC (GitHub's default) needs no `timezone:` key, so such files stay as before."""
@@ -211,7 +234,8 @@ def client_install(root: Path, extra: str) -> str:
 
 
 def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeout: str,
-                    timezone: str = "UTC", root: Path | None = None, follow: bool = False) -> str:
+                    timezone: str = "UTC", root: Path | None = None, follow: bool = False,
+                    check_cron: str | None = None) -> str:
     """A GitHub Actions workflow (cron + manual trigger) that runs ``job_ref`` with rtjob and fails unless
     it succeeds. ``cron`` runs in ``timezone`` (an IANA name; GitHub's default is UTC); ``root`` is the project
     the workflow lives in (which client it installs). ``follow``: one job submits and follows the run for at most
@@ -224,6 +248,11 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
 
     cron = validate_github_cron(cron)
     timezone = validate_iana_timezone(timezone)
+    if check_cron is not None:
+        check_cron = validate_github_cron(check_cron)
+        if check_cron == cron:
+            raise BadInput(f"--check-cron {check_cron!r} is --cron: the check runs after the submit, on a cron of its "
+                           "own (e.g. 6 hours later)")
 
     if any(ord(c) < 32 or ord(c) == 127 for c in job_ref + timeout):  # pasted into YAML and shell lines
         raise BadInput("a job reference or --timeout with a control character cannot go into a workflow file")
@@ -239,6 +268,11 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
                f"--backend {backend} --nodes {nodes}" + (f" --follow --timeout {timeout}" if follow else ""))
     if timezone != "UTC":
         command += f" --timezone {timezone}"
+    if check_cron is not None:
+        command += f" --check-cron {shlex.quote(check_cron)}"
+    # With a check cron, a job tells the two schedules apart by github.event.schedule (the cron as written).
+    on_cron = ("github.event_name == 'schedule'" if check_cron is None
+               else f"(github.event_name == 'schedule' && github.event.schedule == '{cron}')")
     values = {
         "JOB": slug,
         "JOBREF": shlex.quote(job_ref),
@@ -247,7 +281,14 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
         "NEEDS": "\n".join(f"#   secret {name:<21} {what}" for name, what in cls.ci_secrets),
         "BACKEND_ENV": "\n".join(f"      {name}: ${{{{ secrets.{name} }}}}" for name, _ in cls.ci_secrets),
         "INSTALL": client_install(root or Path.cwd(), cls.ci_extra),
-        "SCHEDULE": _schedule_entry(cron, timezone),
+        "SCHEDULE": _schedule_entry(cron, timezone) + (
+            "" if check_cron is None else "\n" + _schedule_entry(check_cron, timezone).replace(
+                "  # GitHub", "  # the check job's; GitHub")),
+        "SUBMIT_ON": on_cron,
+        "CHECK_IF": "" if check_cron is None else (
+            f" || (github.event_name == 'schedule' && github.event.schedule == '{check_cron}')"),
+        "FIND_RUN": "" if check_cron is None else _FIND_RUN.replace("<<SLUG>>", slug),
+        "CHECK_CRON_ABOUT": "" if check_cron is None else _CHECK_CRON_ABOUT.replace("<<CHECK_CRON>>", check_cron),
         "NODES": str(nodes),
         "TIMEOUT": timeout,
         "SLUG": slug,
@@ -255,7 +296,10 @@ def github_workflow(job_ref: str, cron: str, *, backend: str, nodes: int, timeou
         "MINUTES": str(math.ceil(seconds / 60) + 30),
         "EVENT": contract.GITHUB_DISPATCH_EVENT,
         # An unattended workflow's submit and check of one run never cancel each other (another group).
-        "GROUP": "" if follow else "-${{ github.event_name == 'repository_dispatch' && 'check' || 'submit' }}",
+        "GROUP": "" if follow else ("-${{ github.event_name == 'repository_dispatch' && 'check' || 'submit' }}"
+                                    if check_cron is None else
+                                    f"-${{{{ (github.event_name == 'repository_dispatch' || github.event.schedule == "
+                                    f"'{check_cron}') && 'check' || 'submit' }}}}"),
     }
     if follow:
         text = _HEADER + _FOLLOW_ABOUT + _ON.replace("<<MORE_ON>>", _FOLLOW_ON) + _FOLLOW_JOBS
