@@ -229,7 +229,8 @@ class AnyscaleBackend(Backend):
         run_id = status.name if own_run else status.id
         storage = None
         if hosts_pipeline and env.get(contract.ENV_RUN_URI):  # a scheduled one's folder: named after its job id
-            storage = env[contract.ENV_RUN_URI].replace(env.get(contract.ENV_PLANNED_ID) or status.id, status.id)
+            planned = env.get(contract.ENV_PLANNED_ID)
+            storage = env[contract.ENV_RUN_URI].replace(planned, status.id) if planned else env[contract.ENV_RUN_URI]
         storage_path = env.get(contract.ENV_STORAGE_PATH)
         if storage_path and storage is None:
             if own_run:
@@ -363,6 +364,9 @@ class AnyscaleBackend(Backend):
 
         if run_id.endswith(contract.SUPERVISOR_SUFFIX):
             return None
+        known = self._cache.get(self._ids.get(run_id, ""))
+        if known is not None and not _hosts_pipeline(known[1]):
+            return None  # a plain run this backend has just read: no second call to Anyscale for `status`
         # A scheduled pipeline's run id is the id of the job that hosts it; else that job is <id>-supervisor.
         status = self._lookup(run_id if run_id.startswith("prodjob_") else supervisor_name(run_id))
         if status is None or not _hosts_pipeline(status) or (status.name != supervisor_name(run_id)

@@ -132,14 +132,15 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str,
             contract.TAG_JOB: job, contract.TAG_RUN_ID: pipeline_id}
     if storage_uri:
         tags[contract.TAG_STORAGE] = storage_uri
-    rate = compute_config_cost(shared_compute_config(requests))
+    compute = shared_compute_config(requests)
+    rate = compute_config_cost(compute)
     if rate is not None:  # the shape's range, so the ended pipeline is priced without its file
         tags[contract.TAG_RATE] = f"{rate.low:.4f}" if rate.fixed else f"{rate.low:.4f}-{rate.high:.4f}"
     config: dict[str, Any] = {
         "name": supervisor_name(pipeline_id),
         "entrypoint": f"python -m {contract.SUPERVISOR_MODULE} {shlex.quote(pipeline_id)} {contract.CARRIER_BACKEND}",
         "image_uri": first.get("image_uri"),
-        "compute_config": shared_compute_config(requests),
+        "compute_config": compute,
         "working_dir": first.get("working_dir"),
         "excludes": list(first.get("excludes") or []),
         "requirements": [],  # the supervisor needs none; each step's requirements are its own runtime_env's pip
