@@ -40,6 +40,9 @@ ENV_SCHEDULE = "RTJOB_SCHEDULE"  # set on runs an Anyscale schedule starts: the 
 ENV_PIPELINE_ID = "RTJOB_PIPELINE_ID"  # the pipeline run's id (its steps' run ids are <id>-<step>)
 ENV_STEP_NAME = "RTJOB_STEP_NAME"  # this step's name in the pipeline file
 ENV_INPUT_URI = "RTJOB_INPUT_URI"  # the previous step's run folder (unset for the first step)
+# ... and as a local folder on the driver's node (the folder itself with local storage; with remote storage a copy
+# the companion syncs down before the step starts: read-only by intent, never uploaded back, removed at the end).
+ENV_INPUT_DIR = "RTJOB_INPUT_DIR"
 ENV_STEP_URIS = "RTJOB_STEP_URIS"  # JSON {step name: run folder} of every earlier step
 
 # The run side: a small rtjob process (the companion, rtjob.runside) runs every run's entrypoint and writes the
@@ -92,7 +95,7 @@ GITHUB_API_URL = "https://api.github.com"
 ENV_NAMES = frozenset({
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
-    ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
+    ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_INPUT_DIR, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
     ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID,
 })
@@ -183,6 +186,18 @@ DRIVER_LOG_FILE = "driver.log"  # the run's (last attempt's) driver log: logs/dr
 def attempt_log_name(run_id: str) -> str:
     """The archived driver log of one attempt (logs/<attempt id>.log)."""
     return f"{run_id}.log"
+
+
+# What the attempts of a run synced from RTJOB_RUN_DIR to its storage: one manifest per attempt
+# (rtjob-sync/<attempt id>.json: {"written": {relative name: the version (ETag) that attempt's sync left}}). A later
+# attempt (a retry, on this node or a new cluster) replaces an object only while it is a version some attempt of the
+# run wrote; an object no attempt wrote is never overwritten.
+RUN_SYNC_DIR = "rtjob-sync"
+
+
+def sync_manifest_name(attempt_id: str) -> str:
+    """The key of one attempt's sync manifest, relative to the run's folder."""
+    return f"{RUN_SYNC_DIR}/{attempt_id}.json"
 
 # ---------------------------------------------------------------------------------------------
 # The run side's files in a run's folder (written by the companion, read by every client).

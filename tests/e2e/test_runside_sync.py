@@ -19,6 +19,7 @@ from rtjob.runside import sync
 from rtjob.runside.sync import DirSync, held_for_writing, open_for_writing
 from rtjob.storage.objects import PARTIAL_SUFFIX, LocalObjects, Objects
 from rtjob.storage.opening import objects_for
+from rtjob.storage.run_files import seed, written_by_run
 from support.s3_server import S3Server, bucket_server
 
 BUCKET = "sync-tests"
@@ -141,6 +142,55 @@ def test_an_object_this_sync_did_not_write_is_never_overwritten(tmp_path: Path, 
     assert dirsync.scan(final=True) == 0
     assert _data(target, "mine.txt") == b"another writer's"
     assert len(said) == 2 and "mine.txt" in said[1]
+
+
+def test_a_retry_replaces_what_earlier_attempts_wrote_and_never_what_no_attempt_wrote(
+        tmp_path: Path, target: Objects) -> None:
+    """Three attempts of one run, each in a fresh node folder seeded from the run's storage (as on a new node or
+    a new cluster): each replaces what an earlier attempt wrote; an object no attempt wrote (there before the run,
+    or changed by someone else between attempts) is never overwritten, said in one line."""
+    target.put("theirs.csv", b"there before the run")
+    first = tmp_path / "node-1"
+    first.mkdir()
+    (first / "metrics.json").write_text('[{"epoch": 1}]')
+    (first / "ckpt.txt").write_text("epoch 1")
+    (first / "theirs.csv").write_text("the script's")
+    said = Said()
+    one = DirSync(str(first), target, settle_s=SETTLE, say=said, attempt_id="run")
+    assert one.scan(final=True) == 2 and one.complete
+    assert _data(target, "theirs.csv") == b"there before the run" and len(one.notes) == 1
+    assert sorted(written_by_run(target)) == ["ckpt.txt", "metrics.json"]
+
+    second = tmp_path / "node-2"
+    second.mkdir()
+    seeded = seed(target, str(second))  # what the run has in storage, not what node 1 left
+    assert sorted(seeded.ours) == ["ckpt.txt", "metrics.json"] and list(seeded.others) == ["theirs.csv"]
+    assert sorted(p.name for p in second.iterdir()) == ["ckpt.txt", "metrics.json", "theirs.csv"]  # no rtjob files
+    assert (second / "ckpt.txt").read_text() == "epoch 1"  # a script resumes from it
+    two = DirSync(str(second), target, settle_s=SETTLE, say=said, attempt_id="run-retry1")
+    two.adopt(seeded)
+    assert two.scan(final=True) == 0  # unchanged: nothing uploaded again
+    (second / "metrics.json").write_text('[{"epoch": 1}, {"epoch": 2}]')
+    (second / "theirs.csv").write_text("the retry's")
+    assert two.scan(final=True) == 1
+    assert _data(target, "metrics.json") == b'[{"epoch": 1}, {"epoch": 2}]'  # the retry's rows
+    assert _data(target, "theirs.csv") == b"there before the run"
+    assert "theirs.csv was not written by any attempt of this run: left as it is" in two.notes[-1]
+
+    target.put("ckpt.txt", b"someone else's, between attempts")
+    third = tmp_path / "node-3"
+    third.mkdir()
+    seeded = seed(target, str(third))
+    assert sorted(seeded.ours) == ["metrics.json"] and sorted(seeded.others) == ["ckpt.txt", "theirs.csv"]
+    three = DirSync(str(third), target, settle_s=SETTLE, say=said, attempt_id="run-retry2")
+    three.adopt(seeded)
+    (third / "metrics.json").write_text('[{"epoch": 3}]')
+    (third / "ckpt.txt").write_text("epoch 3")
+    assert three.scan(final=True) == 1
+    assert _data(target, "metrics.json") == b'[{"epoch": 3}]'
+    assert _data(target, "ckpt.txt") == b"someone else's, between attempts"
+    assert sorted(item.rel for item in target.list("rtjob-sync")) == [
+        "rtjob-sync/run-retry1.json", "rtjob-sync/run-retry2.json", "rtjob-sync/run.json"]
 
 
 def test_final_uploads_everything_now_and_nothing_is_ever_deleted(tmp_path: Path, target: Objects) -> None:

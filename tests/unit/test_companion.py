@@ -106,6 +106,11 @@ def test_the_log_reaches_storage_as_masked_parts_equal_to_the_driver_file(tmp_pa
     assert SECRET not in stored and stored == log.replace(SECRET, "****")
     assert len(list((storage / "logs" / "r1").iterdir())) >= 3  # written as it grew, not once at the end
     assert (storage / "logs" / "driver.log").read_text() == stored  # the whole log at a clean end
+    assert (storage / "logs" / "r1.log").read_text() == stored  # and as the attempt's own archived log
+    record = record_of(storage)
+    assert record["logs"] == ["logs/r1.log", "logs/driver.log"]
+    assert [(a["id"], a["attempt"], a["status"], a["exit_code"]) for a in record["attempts"]] == [
+        ("r1", 1, "SUCCEEDED", 0)]
     timeline = record_of(storage)["timeline"]
     assert timeline["driver_started"] <= timeline["first_log_line"] <= timeline["first_step"] <= timeline["ended"]
 
@@ -182,3 +187,30 @@ def test_a_run_whose_companion_is_no_longer_seen_reads_unknown_with_when_it_was_
     ended = seen(600)
     ended.status = "SUCCEEDED"
     assert ended.to_run_info().status.value == "SUCCEEDED"
+
+
+def test_node_folders_are_per_user_private_and_made_afresh_for_each_attempt(tmp_path: Path) -> None:
+    from rtjob.storage.node_dirs import fresh_run_folder, node_root, remove_run_folder, run_folder
+
+    root = node_root(str(tmp_path))
+    assert root == str(tmp_path / f"rtjob-run-dirs-{os.getuid()}")
+    folder = fresh_run_folder("run-1", str(tmp_path))
+    assert folder == run_folder("run-1", str(tmp_path)) and os.path.isdir(folder)
+    assert os.stat(root).st_mode & 0o777 == 0o700 and os.stat(folder).st_mode & 0o777 == 0o700
+    Path(folder, "left-by-attempt-1.txt").write_text("stale")
+    os.chmod(root, 0o755)  # made by an older rtjob: made private again
+    again = fresh_run_folder("run-1", str(tmp_path))
+    assert os.listdir(again) == [] and os.stat(root).st_mode & 0o777 == 0o700
+    assert remove_run_folder("run-1", str(tmp_path)) and not os.path.exists(folder)
+    assert not remove_run_folder("run-1", str(tmp_path))
+    with pytest.raises(ValueError):
+        run_folder("../etc", str(tmp_path))
+    # A root that is a link (planted by someone else) is refused: the companion takes a private folder instead.
+    other = tmp_path / "other"
+    other.mkdir()
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    os.symlink(other, node_root(str(linked)))
+    with pytest.raises(PermissionError):
+        fresh_run_folder("run-2", str(linked))
+    assert os.listdir(other) == []

@@ -65,16 +65,22 @@ def local_down() -> int:
     Examples:
       rtjob local down
     """
-    from ..runs.archive import before_cluster_stops
+    from ..runs.archive import before_cluster_stops, node_folders_of
+    from ..storage.node_dirs import remove_run_folder
     from .events import PRINTED
 
     backend, cluster = _cluster()
+    run_ids: list[str] = []
     if cluster.running():  # its runs' logs and ends are saved before they are gone
         archived = before_cluster_stops(backend, PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
+        run_ids = node_folders_of(backend, PRINTED)
     count = cluster.down(log=say)
     say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
+    removed = sum(remove_run_folder(run_id) for run_id in run_ids)  # its nodes are this machine
+    if removed:
+        say(f"removed {removed} node folder(s) of its runs")
     return EXIT_SUCCEEDED
 
 

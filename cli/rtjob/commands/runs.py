@@ -91,6 +91,8 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
             line += f"\ncarried by:  {carrier_text(side['carried_by'], side['last_seen'], info.status.terminal)}"
         if side.get("timeline"):
             line += f"\ntimeline:    {timeline_text(side['timeline'])}"
+        for note in side.get("sync_notes") or []:  # an object no attempt of the run wrote: never overwritten
+            line += f"\nsync:        {note}"
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 
@@ -108,7 +110,7 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
         return {}
     record = with_run_side(record)
     return {"carried_by": record.carried_by, "completed_by": record.completed_by, "last_seen": record.last_seen,
-            "timeline": record.timeline}
+            "timeline": record.timeline, "sync_notes": record.sync_notes}
 
 
 @click.command(name="list", epilog=EXIT_CODES_HELP)
@@ -158,14 +160,17 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
 @click.option("--follow", "-f", is_flag=True, help="Keep streaming until the run ends; exit with its outcome.")
 @click.option("--timeout", metavar="DURATION", help="With --follow: give up after this long (exit 4).")
 @click.option("--tail", "tail_lines", type=click.IntRange(1), metavar="N", help="Only the last N lines.")
+@click.option("--attempt", "attempt", type=click.IntRange(1), metavar="N",
+              help="The log of attempt N of a retried run (1: the first), from the run's storage or its cluster.")
 def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-         follow: bool, timeout: str | None, tail_lines: int | None) -> int:
-    """Print a run's log (all of it; --tail N the end; --follow keeps streaming).
+         follow: bool, timeout: str | None, tail_lines: int | None, attempt: int | None) -> int:
+    """Print a run's log (all of it; --tail N the end; --follow keeps streaming; --attempt N one attempt's).
 
     \b
     Examples:
       rtjob logs RUN_ID --tail 50
       rtjob logs RUN_ID --follow --timeout 30m
+      rtjob logs RUN_ID --attempt 1
     """
     from ..core.redact import redact
     from ..runs.archive import archived_log, look_up
@@ -183,6 +188,14 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         from .pipeline import pipeline_logs
 
         return pipeline_logs(be, record, storage_root, tail_lines)
+    if attempt is not None:
+        if follow:
+            raise click.UsageError("--attempt and --follow: choose one (--follow follows the run's latest attempt)")
+        from ..runs.archive import attempt_log
+
+        for text in attempt_log(be, run_id, attempt, info, record, storage_root, tail_lines):
+            echo(redact(text, info.secrets), nl=False)
+        return EXIT_SUCCEEDED
     if record is not None:  # the cluster no longer knows it: the log archived when the run ended
         if follow and not info.status.terminal:
             raise click.UsageError(f"--follow: the cluster no longer knows run {run_id} ({info.message})")

@@ -26,7 +26,7 @@ RUN_SIDE = ("companion", "supervisor")
 STALE_S = 90
 # What a run's end sets in its record.
 END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
-              "archived", "completed_by", "companion_cpu_s", "steps")  # steps: a pipeline's, with their states
+              "archived", "completed_by", "companion_cpu_s", "steps", "sync_notes")  # steps: a pipeline's, with their states
 
 
 @dataclass
@@ -80,6 +80,9 @@ class RunRecord:
     last_seen: str | None = None
     timeline: dict[str, str] = field(default_factory=dict)
     companion_cpu_s: float | None = None  # the CPU time the run's companion used (what carrying the run cost)
+    # What the last attempt's sync of RTJOB_RUN_DIR said (one line each): an object no attempt of the run wrote,
+    # left as it is (never overwritten), and a node folder kept because something did not reach the storage.
+    sync_notes: list[str] = field(default_factory=list)
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 

@@ -233,3 +233,51 @@ def archived_log(record: RunRecord, tail_lines: int | None = None) -> Iterator[s
         raise BadInput(f"run {record.id}: its cluster no longer knows it and its log was not archived (rtjob "
                        f"archives a log when it sees the run end; this one's cluster stopped before that)")
     return chunks
+
+
+def attempt_log(backend: Backend, run_id: str, number: int, info: RunInfo, record: RunRecord | None,
+                storage_root: str | None, tail_lines: int | None = None) -> Iterator[str]:
+    """Attempt ``number`` (1: the first) of the run: its log as the run's storage keeps it (the attempt's archived
+    ``logs/<attempt id>.log`` or its parts), else as its cluster still has it; BadInput when neither has it."""
+    from ..core.model import Attempts
+    from ..storage.records import log_chunks
+    from .memory import find
+
+    known = record
+    if known is None:
+        try:
+            known = find(run_id, storage_root)
+        except RtjobError:
+            known = None
+    recorded = known.attempts if known is not None else []
+    if known is not None:  # the attempts its companions recorded in the run's storage, when they know more
+        in_storage = _quiet(lambda: stored_record(known), None, "the run's record")
+        if in_storage is not None and len(in_storage.attempts) > len(recorded):
+            recorded = in_storage.attempts
+    chain = Attempts.recorded(recorded).chain
+    if record is None and len(chain) < number:  # the cluster knows the run: its own list of attempts
+        asked = _quiet(lambda: backend.attempts(run_id), None, "attempts")
+        chain = asked.chain if asked is not None and asked.chain else chain
+    if not chain and number == 1:
+        attempt_id = run_id
+    elif number > len(chain):
+        raise BadInput(f"--attempt {number}: run {run_id} has {len(chain) or 1} attempt(s)")
+    else:
+        attempt_id = chain[number - 1].id
+    if known is not None and known.storage_uri and writable_here(known.backend, known.storage_uri):
+        home, endpoint = log_home(known)
+        chunks = log_chunks(home, endpoint, attempt_id, tail_lines, latest=number == len(chain) or not chain)
+        if chunks is not None:
+            return chunks
+    if record is None:  # the cluster knows the run
+        text = backend.last_lines(attempt_id, tail_lines) if tail_lines else backend.logs(attempt_id)
+        return iter([redact(text, info.secrets)])
+    raise BadInput(f"run {run_id}: attempt {number} ({attempt_id}) has no log in the run's storage and its cluster "
+                   "no longer knows it")
+
+
+def node_folders_of(backend: Backend, events: RunEvents) -> list[str]:
+    """The run ids whose node folders (storage/node_dirs.py) the embedded cluster's runs may have left on this
+    machine: every run it holds (a retry shares its first attempt's folder, which is listed too)."""
+    listed = _quiet(backend.list, events, "the cluster's runs (their node folders)")
+    return [info.id for info in listed or []]

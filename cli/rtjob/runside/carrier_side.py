@@ -95,9 +95,21 @@ class RunSide:
         ``rtjob-notified-retrying-N`` marker, as a client that submits a retry claims it)."""
         from ..runs.notify import Message
 
+        self.archive_log(failed)
         self.tell(Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
                           outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
                           error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}"))
+
+    def archive_log(self, attempt_id: str) -> None:
+        """The ended attempt's ``logs/<attempt id>.log`` from its parts, when its companion could not write it."""
+        if not self.run_uri:
+            return
+        from ..storage.records import archive_attempt_log
+
+        try:
+            archive_attempt_log(self.run_uri, None, attempt_id)
+        except Exception as exc:  # noqa: BLE001 - its parts stay readable
+            say(f"log of {attempt_id} not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
 
     def gave_up(self, line: str) -> None:
         """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message."""

@@ -2,9 +2,14 @@
 
 It runs the job's own entrypoint as its child (runside/child.py: as Ray would, with the job's time limit) and,
 while the run goes and at its end, writes the run's story to the run's storage from where the run is, so nothing
-depends on a client that watches: the log as parts (logparts.py), the script's ``RTJOB_RUN_DIR`` synced to
-``RTJOB_RUN_URI`` (sync.py), the record's start, heartbeat (``last_seen``) and end (outcome.py), and the
-notification of the outcome. Then it exits as the entrypoint did, so Ray's ``driver_exit_code`` is what it would
+depends on a client that watches: the log as parts (logparts.py) and each attempt's whole log, the script's
+``RTJOB_RUN_DIR`` synced to ``RTJOB_RUN_URI`` (sync.py), the record's start, heartbeat (``last_seen``) and end
+(outcome.py), and the notification of the outcome.
+
+With remote storage the script's folders are node folders (storage/node_dirs.py): made afresh for each attempt and
+seeded from what the run has in storage before the entrypoint starts (a retry resumes from the run's files, never
+from what an earlier attempt left on the node), a pipeline step's input synced down beside it
+(``RTJOB_INPUT_DIR``), and removed once the run's end is synced (kept, and said in the record, when a sync failed). Then it exits as the entrypoint did, so Ray's ``driver_exit_code`` is what it would
 be without it.
 
 A companion error never changes the script's exit code or stops it: it is one line in the driver log. With
@@ -19,6 +24,7 @@ import functools
 import json
 import os
 import resource
+import shutil
 import signal
 import sys
 import tempfile
@@ -62,25 +68,19 @@ def attempt_id(env: Mapping[str, str]) -> str | None:
     return env.get(contract.ENV_RUN_NAME)
 
 
-def local_run_dir(run_uri: str, run_id: str) -> str | None:
-    """Where the script's ``RTJOB_RUN_DIR`` is on this node: the run's folder itself when it is a local path,
-    else a folder of the node that the companion syncs to the run's storage."""
-    if "://" not in run_uri:
-        return None
-    return os.path.join(tempfile.gettempdir(), "rtjob-run-dirs", run_id)
-
-
-def child_env(env: Mapping[str, str], run_dir: str | None) -> dict[str, str]:
-    """The entrypoint's environment: the job's, with ``RTJOB_RUN_DIR`` the local folder (also in the runtime_env
-    Ray gives the driver's workers, so Ray tasks on this node write there too)."""
+def child_env(env: Mapping[str, str], run_dir: str | None, input_dir: str | None = None) -> dict[str, str]:
+    """The entrypoint's environment: the job's, with ``RTJOB_RUN_DIR`` the local folder and ``RTJOB_INPUT_DIR``
+    the step before's (also in the runtime_env Ray gives the driver's workers, so Ray tasks on this node see them)."""
     out = dict(env)
-    if run_dir is None:
+    local = {name: value for name, value in ((contract.ENV_RUN_DIR, run_dir), (contract.ENV_INPUT_DIR, input_dir))
+             if value}
+    if not local:
         return out
-    out[contract.ENV_RUN_DIR] = run_dir
+    out.update(local)
     with contextlib.suppress(ValueError, TypeError, AttributeError):
         config = json.loads(out.get(RAY_JOB_CONFIG) or "")
         runtime_env = config.setdefault("runtime_env", {}) or {}
-        runtime_env.setdefault("env_vars", {})[contract.ENV_RUN_DIR] = run_dir
+        runtime_env.setdefault("env_vars", {}).update(local)
         config["runtime_env"] = runtime_env
         out[RAY_JOB_CONFIG] = json.dumps(config)
     return out
@@ -107,6 +107,10 @@ class Companion:
         self.objects: Objects | None = None
         self.parts: LogParts | None = None
         self.sync: DirSync | None = None
+        self.node_folder: str | None = None  # the run's folder on this node (remote storage only)
+        self.run_dir: str | None = None  # the script's RTJOB_RUN_DIR there
+        self.input_dir: str | None = None  # a pipeline step's RTJOB_INPUT_DIR
+        self.input_uri = env.get(contract.ENV_INPUT_URI) or None
         self.outcome: Outcome | None = None
         self.log_file: str | None = None  # the driver log file (the companion's stdout)
         limit = env.get(contract.ENV_TIME_LIMIT_S)
@@ -118,14 +122,11 @@ class Companion:
     def run(self) -> Ended:
         started = now_iso()
         signal.signal(signal.SIGTERM, self._on_term)
-        run_dir = local_run_dir(self.run_uri, self.run_id) if self.run_uri else None
-        if run_dir:
-            with contextlib.suppress(OSError):
-                os.makedirs(run_dir, exist_ok=True)
+        self._guard("the node folder", self._node_folders)
         source = log_source()
         log_start = os.path.getsize(source) if source else 0  # what Ray wrote before the entrypoint's first line
-        child = Child(self.entrypoint, child_env(self.env, run_dir), self.time_limit)
-        self._guard("starting", lambda: self._start(started, run_dir, source, log_start))
+        self._guard("starting", lambda: self._start(started, source, log_start))
+        child = Child(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
         next_flush = next_beat = time.monotonic()
         while True:
             ended = child.poll()
@@ -146,7 +147,27 @@ class Companion:
         self._guard("the run's end", lambda: self._end(ended))
         return ended
 
-    def _start(self, started: str, run_dir: str | None, source: str | None, log_start: int) -> None:
+    def _node_folders(self) -> None:
+        """The run's node folder (remote storage): afresh, private, with ``run/`` and (a step's) ``input/``; a
+        local input folder is the step's input itself."""
+        if self.input_uri and "://" not in self.input_uri:
+            self.input_dir = self.input_uri
+        if not self.run_uri or "://" not in self.run_uri:
+            return
+        from ..storage.node_dirs import INPUT_SUBDIR, RUN_SUBDIR, fresh_run_folder
+
+        try:
+            self.node_folder = fresh_run_folder(self.run_id)
+        except (OSError, ValueError) as exc:  # a root that is not this user's: a private folder of its own
+            self.node_folder = tempfile.mkdtemp(prefix=f"rtjob-run-{os.getuid()}-")
+            say(f"node folder in {self.node_folder} ({exc})")
+        self.run_dir = os.path.join(self.node_folder, RUN_SUBDIR)
+        os.mkdir(self.run_dir, 0o700)
+        if self.input_uri and "://" in self.input_uri:
+            self.input_dir = os.path.join(self.node_folder, INPUT_SUBDIR)
+            os.mkdir(self.input_dir, 0o700)
+
+    def _start(self, started: str, source: str | None, log_start: int) -> None:
         if not self.run_uri:
             return
         from ..storage.opening import objects_for
@@ -154,7 +175,7 @@ class Companion:
         from .outcome import Outcome
 
         self.objects = objects = objects_for(self.run_uri)
-        self.outcome = outcome = Outcome(self.run_uri, self.run_id, self.env, objects, say)
+        self.outcome = outcome = Outcome(self.run_uri, self.run_id, self.env, objects, say, self.attempt)
         outcome.started(started)
         if source is None:
             say("stdout is not a file: the log is not written to the run's storage (rtjob archives it when it "
@@ -163,10 +184,25 @@ class Companion:
             self.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=outcome.saw_text)
             self.log_file = source
             outcome.log_from(log_start)
-        if run_dir:
+        if self.run_dir:
+            from ..storage.run_files import seed
             from .sync import DirSync
 
-            self.sync = DirSync(run_dir, objects, say=say)
+            sync = DirSync(self.run_dir, objects, say=say, attempt_id=self.attempt)
+            sync.adopt(seed(objects, self.run_dir))  # what the run has in storage, before the entrypoint starts
+            self.sync = sync
+        if self.input_dir and self.input_uri and "://" in self.input_uri:
+            self._guard("the step's input", self._input_down)
+
+    def _input_down(self) -> None:
+        """The step before's output into RTJOB_INPUT_DIR (never uploaded back)."""
+        from ..storage.opening import objects_for
+        from ..storage.run_files import download_folder
+
+        assert self.input_uri is not None and self.input_dir is not None
+        with objects_for(self.input_uri) as objects:
+            got = download_folder(objects, self.input_dir)
+        say(f"the step's input: {len(got)} file(s) from {self.input_uri} in {self.input_dir}")
 
     def _flush(self, final: bool = False) -> None:
         if self.parts is not None:
@@ -176,15 +212,30 @@ class Companion:
 
     def _end(self, ended: Ended) -> None:
         if self.outcome is None:
+            self._leave_node_folder(kept=self.node_folder is not None)
             return
         self._guard("the last log part and files", lambda: self._flush(final=True))
-        whole = self.parts.write_whole() if self.parts is not None else False
-        logs = ([f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"] if whole else [])
+        logs = self.parts.write_whole() if self.parts is not None else []
+        notes = list(self.sync.notes) if self.sync is not None else []
+        keep = self.node_folder is not None and (self.sync is None or not self.sync.complete)
+        if keep:
+            notes.append(f"the node folder {self.node_folder} on {os.uname().nodename} was kept: not everything in "
+                         "it reached the run's storage")
         usage = resource.getrusage(resource.RUSAGE_SELF)  # the companion's own CPU, not the entrypoint's
         self.outcome.ended(ended, self.terminated, self.time_limit, logs, self.secrets,
-                           round(usage.ru_utime + usage.ru_stime, 3))
+                           round(usage.ru_utime + usage.ru_stime, 3), notes)
         if self.parts is not None:
             self.parts.close()
+        self._leave_node_folder(kept=keep)
+
+    def _leave_node_folder(self, kept: bool) -> None:
+        """The node folder removed once the run's end is synced; kept (said in the log) when a sync failed."""
+        if self.node_folder is None:
+            return
+        if kept:
+            say(f"the node folder {self.node_folder} was kept: not everything in it reached the run's storage")
+        else:
+            shutil.rmtree(self.node_folder, ignore_errors=True)
 
     def _guard(self, what: str, call: object) -> None:
         """A companion step: an error is one line in the driver log, never the run's end."""

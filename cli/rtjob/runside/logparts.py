@@ -6,7 +6,7 @@ the entrypoint writes as it always did: nothing between it and its log, and the 
 file, masked. A part ends at a line end (a secret never spans two parts) unless it is the last; a part is at most
 PART_MAX bytes, so a 40 MiB burst becomes several parts and nothing is read whole. What could not be uploaded is
 tried again at the next flush: the parts stay in order and none is skipped. The masked bytes are also kept in a
-local file, which becomes ``logs/driver.log`` at a clean end."""
+local file, which becomes ``logs/<attempt id>.log`` and ``logs/driver.log`` when the attempt ends."""
 
 from __future__ import annotations
 
@@ -81,15 +81,19 @@ class LogParts:
             os.close(fd)
         return uploaded
 
-    def write_whole(self) -> bool:
-        """``logs/driver.log``: every part joined (a clean end; the parts stay)."""
+    def write_whole(self) -> list[str]:
+        """The attempt's whole log (every part joined; the parts stay): ``logs/<attempt id>.log``, and
+        ``logs/driver.log`` (the run's latest attempt's). Returns the names written, relative to the run's folder."""
         self._whole.flush()
-        try:
-            self.objects.put_file(f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}", self._whole.name)
-            return True
-        except (RtjobError, OSError) as exc:
-            self.say(f"rtjob companion: the whole log was not uploaded: {_message(exc)}")
-            return False
+        written = []
+        for name in (contract.attempt_log_name(self.attempt_id), contract.DRIVER_LOG_FILE):
+            rel = f"{contract.RUN_LOGS_DIR}/{name}"
+            try:
+                self.objects.put_file(rel, self._whole.name)
+                written.append(rel)
+            except (RtjobError, OSError) as exc:
+                self.say(f"rtjob companion: {rel} was not uploaded: {_message(exc)}")
+        return written
 
     def close(self) -> None:
         self._whole.close()

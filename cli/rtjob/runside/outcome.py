@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from .child import Ended
 
 WRITER = "companion"
+LATEST_LOG = f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
 _TERM_OR_KILL = {-15: "SIGTERM", -9: "SIGKILL", 143: "SIGTERM", 137: "SIGKILL"}
 
@@ -69,9 +70,10 @@ def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: fl
 
 class Outcome:
     def __init__(self, run_uri: str, run_id: str, env: Mapping[str, str], objects: Objects,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], attempt_id: str | None = None) -> None:
         self.run_uri = run_uri
         self.run_id = run_id
+        self.attempt_id = attempt_id or run_id
         self.env = env
         self.objects = objects
         self.say = say
@@ -141,19 +143,34 @@ class Outcome:
 
         def change(record: RunRecord) -> None:
             if record.completed_by in RUN_SIDE:  # an earlier attempt's end: this attempt runs now
+                attempt_logs = [rel for rel in record.logs if rel != LATEST_LOG]  # each attempt's stays listed
                 for name in END_FIELDS:
                     setattr(record, name, _empty(name))
+                record.logs = attempt_logs
             if not record.run_status.terminal:
                 record.status = RunStatus.RUNNING.value
             record.start_time = record.start_time or when
+            self._attempt(record, RunStatus.RUNNING.value, None, None)
 
         self._update(change)
+
+    def _attempt(self, record: RunRecord, status: str, code: int | None, reason: str | None) -> None:
+        """This attempt in the record's attempts (Attempt.to_json()'s shape, in attempt order): the run side's
+        own account of them, which the storage keeps when no client saw them."""
+        try:
+            number = int(job_metadata(self.env).get(contract.META_ATTEMPT) or 1)
+        except (ValueError, TypeError):
+            number = 1
+        entry = {"id": self.attempt_id, "attempt": number, "status": status, "exit_code": code,
+                 "retry_reason": reason}
+        others = [a for a in record.attempts if isinstance(a, dict) and a.get("id") != self.attempt_id]
+        record.attempts = sorted([*others, entry], key=lambda a: a.get("attempt") or 0)
 
     def heartbeat(self) -> None:
         self._update(lambda record: None)
 
     def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
-              secrets: list[str], cpu_s: float | None = None) -> None:
+              secrets: list[str], cpu_s: float | None = None, sync_notes: list[str] | None = None) -> None:
         stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
         status, message = verdict(ended, terminated, stop_requested, time_limit)
         when = _now()
@@ -167,9 +184,12 @@ class Outcome:
             record.start_time = record.start_time or self.timeline.get("driver_started")
             record.completed_by = WRITER
             record.archived = True
+            self._attempt(record, status, ended.code, record.message if status == RunStatus.FAILED.value and
+                          retriable(ended) and not stop_requested else None)
             record.companion_cpu_s = cpu_s
             if logs:
-                record.logs, record.log_home = list(logs), self.run_uri
+                record.logs, record.log_home = list(dict.fromkeys([*record.logs, *logs])), self.run_uri
+            record.sync_notes = [redact(line, secrets) for line in sync_notes or []]
             record.metrics = metrics or record.metrics
             record.cost = _cost(record) or record.cost
 
@@ -238,7 +258,7 @@ def _seconds(record: RunRecord) -> float | None:
 
 
 def _empty(name: str) -> Any:
-    return {"logs": [], "archived": False}.get(name)
+    return {"logs": [], "archived": False, "sync_notes": []}.get(name)
 
 
 def _cost(record: RunRecord) -> dict[str, Any] | None:

@@ -6,9 +6,13 @@ companion calls ``DirSync.scan`` every few seconds and once more (``final=True``
 - A file is uploaded once it is *settled*: its (size, mtime_ns) unchanged for ``settle_s`` and no process (of
   those this user can read in /proc) holding it open for writing. After the upload its (size, mtime_ns) is read
   again: a file that changed meanwhile is uploaded again at a later scan.
-- An object is overwritten only if this DirSync wrote it: the first upload of a name is ``if_absent`` (an object
-  that is already there, written by someone else, is left alone: one line, once), a later one ``if_match`` on
-  the version this DirSync wrote (a lost condition: someone else wrote it since; left alone, one line).
+- An object is overwritten only if an attempt of this run wrote it (storage/run_files.py: the rule lives in the
+  run's storage): ``adopt`` takes the node folder as it was seeded from the run's storage, each file the run's
+  (replaced ``if_match`` on the version an attempt wrote) or not (never uploaded: one line if the script changes
+  it); a name new to storage is uploaded ``if_absent`` (an object that appeared meanwhile, written by someone else,
+  is left alone: one line, once), a later one ``if_match`` on the version this DirSync wrote (a lost condition:
+  someone else wrote it since; left alone, one line). After a pass that uploaded something, the attempt's
+  manifest (``rtjob-sync/<attempt id>.json``) names every version the run holds as its own.
 - Nothing is ever deleted; symbolic links are not followed (neither files nor folders); names ending in
   objects.PARTIAL_SUFFIX (rtjob's own temporary names) are skipped.
 - Cheap: a scan of an unchanged tree is one stat per file, no file is read; /proc is read only when some file
@@ -25,12 +29,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+import rtjob_contract as contract
+
 from ..storage.objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
+from ..storage.run_files import Seeded, write_manifest
 from ..storage.s3errors import one_line
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open for writing (fdinfo's flags: octal; 01 and 02)
 
 State = tuple[int, int]  # (size, mtime_ns)
+MANIFEST_KEY = contract.RUN_SYNC_DIR  # what a failure of the manifest's write is kept under
 
 
 def open_for_writing(proc: str = "/proc") -> set[tuple[int, int]]:
@@ -77,22 +85,39 @@ class _Seen:
 @dataclass
 class _Synced:
     state: State | None  # what was uploaded (None: the file changed during the upload)
-    etag: str  # the version this DirSync wrote: the only one it overwrites
+    etag: str | None  # the version of the run's it overwrites (None: a file of someone else's, never uploaded)
 
 
 class DirSync:
     """Copies the files of ``local_dir`` to ``objects`` (the run's folder), by relative name, one scan at a time."""
 
     def __init__(self, local_dir: str, objects: Objects, *, settle_s: float = 2.0,
-                 say: Callable[[str], None]) -> None:
+                 say: Callable[[str], None], attempt_id: str | None = None) -> None:
         self.local_dir = os.path.abspath(local_dir)
         self.objects = objects
         self.settle_s = settle_s
         self.say = say
+        self.attempt_id = attempt_id  # names this attempt's manifest (None: none is written)
         self._seen: dict[str, _Seen] = {}
         self._synced: dict[str, _Synced] = {}
         self._left: set[str] = set()  # objects someone else wrote: never written, said once
         self._failing: dict[str, str] = {}  # rel → the last failure said
+        self._manifest_due = False
+        self.notes: list[str] = []  # the lines said about objects left as they are (the record keeps them)
+
+    def adopt(self, seeded: Seeded) -> None:
+        """The folder as ``run_files.seed`` filled it: the run's files are synced at their versions (a change
+        replaces them), the others are known as someone else's."""
+        for rel, (state, etag) in seeded.ours.items():
+            self._synced[rel] = _Synced(state, etag)
+        for rel, state in seeded.others.items():
+            self._synced[rel] = _Synced(state, None)
+
+    @property
+    def complete(self) -> bool:
+        """Everything seen is in storage (or left there on purpose) and the manifest says so: the node's copy is
+        no longer needed."""
+        return not self._failing and not self._manifest_due
 
     def scan(self, final: bool = False) -> int:
         """One pass; returns the number of files uploaded. ``final``: the script has ended, so every file not
@@ -123,7 +148,21 @@ class DirSync:
                 uploaded += 1
         for gone in set(self._seen) - present:  # removed locally: forgotten here, never deleted there
             del self._seen[gone]
+        self._manifest_due = self._manifest_due or uploaded > 0
+        if self._manifest_due and self.attempt_id is not None:
+            self._write_manifest()
         return uploaded
+
+    def _write_manifest(self) -> None:
+        assert self.attempt_id is not None
+        written = {rel: synced.etag for rel, synced in self._synced.items() if synced.etag is not None}
+        try:
+            write_manifest(self.objects, self.attempt_id, written)
+        except Exception as exc:  # noqa: BLE001 - one line, written again after the next pass
+            self._fail(MANIFEST_KEY, f"the sync manifest was not written ({_message(exc)})")
+            return
+        self._failing.pop(MANIFEST_KEY, None)
+        self._manifest_due = False
 
     def _files(self) -> Iterator[tuple[str, str, os.stat_result]]:
         """(relative name, path, lstat) of every regular file below the folder; links are not followed."""
@@ -151,16 +190,17 @@ class DirSync:
 
     def _upload(self, rel: str, path: str, state: State) -> bool:
         synced = self._synced.get(rel)
+        if synced is not None and synced.etag is None:  # seeded, and no attempt of this run wrote it
+            self._leave(rel, "was not written by any attempt of this run")
+            return False
         try:
             if synced is None:
                 etag = self.objects.put_file(rel, path, if_absent=True)
             else:
                 etag = self.objects.put_file(rel, path, if_match=synced.etag)
         except PreconditionFailed:
-            self._left.add(rel)
-            why = "is already there, not written by this run's sync" if synced is None else \
-                "was changed by someone else since this run's sync wrote it"
-            self.say(f"{self._where(rel)} {why}: left as it is (not overwritten)")
+            self._leave(rel, "is already there, not written by any attempt of this run" if synced is None else
+                        "was changed by someone else since this run's sync wrote it")
             return False
         except Exception as exc:  # an S3 or file error: one line, tried again at the next scan
             if not os.path.lexists(path):
@@ -175,6 +215,12 @@ class DirSync:
             after = None
         self._synced[rel] = _Synced(state if after == state else None, etag)
         return True
+
+    def _leave(self, rel: str, why: str) -> None:
+        self._left.add(rel)
+        line = f"{self._where(rel)} {why}: left as it is (not overwritten)"
+        self.notes.append(line)
+        self.say(line)
 
     def _fail(self, rel: str, message: str) -> None:
         if self._failing.get(rel) != message:

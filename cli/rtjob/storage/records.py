@@ -25,6 +25,7 @@ from rtjob_contract import (
     LOG_PART_PREFIX,
     RUN_LOGS_DIR,
     RUN_RECORD_FILE,
+    attempt_log_name,
 )
 
 from ..core.errors import BadInput, RtjobError
@@ -112,11 +113,12 @@ def write_log(run_uri: str, name: str, text: str, endpoint: str | None) -> str:
 
 
 def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: int | None = None,
-               chunk: int = 1 << 20) -> Iterator[str] | None:
+               chunk: int = 1 << 20, latest: bool = True) -> Iterator[str] | None:
     """A run's stored log as text chunks that end at line ends (a secret is never cut in two for the redactor),
     never read whole: the parts the run's companion wrote for ``attempt_id`` (logs/<attempt>/part-NNNNNN, in
-    order), else the archived ``logs/driver.log``; None when neither is there. ``tail_lines``: only the last N
-    lines (parts read from the end until they hold N)."""
+    order), else that attempt's archived ``logs/<attempt>.log``, else (``latest``: the run's latest attempt) the
+    archived ``logs/driver.log``; None when none is there. ``tail_lines``: only the last N lines (parts read from
+    the end until they hold N)."""
     from .opening import objects_for
 
     objects = objects_for(run_uri, endpoint)
@@ -126,13 +128,41 @@ def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: 
         if tail_lines:
             return _tail(objects, parts, tail_lines)
         return _lines_aligned(block for rel in parts for block in objects.stream(rel, chunk))
-    whole = f"{RUN_LOGS_DIR}/{DRIVER_LOG_FILE}"
-    if objects.head(whole) is None:
-        objects.close()
-        return None
-    if tail_lines:
-        return _tail(objects, [whole], tail_lines)
-    return _lines_aligned(objects.stream(whole, chunk))
+    for whole in [f"{RUN_LOGS_DIR}/{attempt_log_name(attempt_id)}"] + ([f"{RUN_LOGS_DIR}/{DRIVER_LOG_FILE}"] if latest else []):
+        if objects.head(whole) is not None:
+            if tail_lines:
+                return _tail(objects, [whole], tail_lines)
+            return _lines_aligned(objects.stream(whole, chunk))
+    objects.close()
+    return None
+
+
+def archive_attempt_log(run_uri: str, endpoint: str | None, attempt_id: str) -> str | None:
+    """``logs/<attempt id>.log`` from the attempt's log parts, when its companion could not write it (its node
+    was lost): created only if absent, never replacing the companion's. Returns its name relative to the run's
+    folder, None when the attempt has no parts."""
+    import contextlib
+    import tempfile
+
+    from .objects import PreconditionFailed
+    from .opening import objects_for
+
+    rel = f"{RUN_LOGS_DIR}/{attempt_log_name(attempt_id)}"
+    with objects_for(run_uri, endpoint) as objects:
+        if objects.head(rel) is not None:
+            return rel
+        parts = [item.rel for item in objects.list(f"{RUN_LOGS_DIR}/{_segment(attempt_id, 'attempt id')}")
+                 if item.rel.rsplit("/", 1)[-1].startswith(LOG_PART_PREFIX)]
+        if not parts:
+            return None
+        with tempfile.NamedTemporaryFile(prefix="rtjob-log-") as joined:
+            for part in parts:
+                for block in objects.stream(part):
+                    joined.write(block)
+            joined.flush()
+            with contextlib.suppress(PreconditionFailed):  # its companion (or another reader) wrote it first
+                objects.put_file(rel, joined.name, if_absent=True)
+    return rel
 
 
 def _lines_aligned(blocks: Iterator[bytes]) -> Iterator[str]:
