@@ -73,7 +73,10 @@ def assert_trained_once_then_used(api: JobsAPI, s3: S3Server, pid: str) -> None:
     trained = [line for line in (first + retry).splitlines() if line.startswith("epoch ") and "trained" in line]
     assert trained == ["epoch 1 trained", "epoch 2 trained", "epoch 3 trained"], trained
     got = s3.client().get_object(Bucket=BUCKET, Key=f"runs/epochs-use/{use}/consumed.txt")["Body"].read()
-    assert got == b"1,2,3"
+    assert got == b"1,2,3"  # read with open() from RTJOB_INPUT_DIR, synced down from the train step's folder
+    used = keys(s3, f"runs/epochs-use/{use}/")
+    assert f"runs/epochs-use/{use}/consumed.txt" in used and not any("checkpoint_epoch" in k for k in used), used
+    assert "consumed epochs [1, 2, 3] from /" in api.logs(use)  # never uploaded back; a local path
     for job, step in (("epochs-train", train), ("epochs-use", use)):  # each step's record and whole log stored
         rec = record(s3, job, step)
         assert rec["status"] == "SUCCEEDED" and rec["logs"], rec

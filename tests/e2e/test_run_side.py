@@ -143,13 +143,15 @@ def driver_log(jobs_api: tuple[str, dict[str, str]], run_id: str) -> str:
     return answer.json()["logs"]
 
 
-def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env, s3, receiver, project, jobs_api):
+def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env, s3, receiver, project, jobs_api,
+                                                                          tmp_path):
     run_id = new_id("side")
     folder = f"runs/side/{run_id}"
     submit(env, run_id, mib=40, ticks=0, project=project)  # the client exits at once; nothing follows the run
     done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 300, "the companion's end")
     assert done["status"] == "SUCCEEDED" and done["completed_by"] == "companion" and done["exit_code"] == 0
-    assert done["carried_by"] == "companion" and done["archived"] and done["logs"] == ["logs/driver.log"]
+    assert done["carried_by"] == "companion" and done["archived"]
+    assert done["logs"] == [f"logs/{run_id}.log", "logs/driver.log"]  # the attempt's archived log, and the latest
     timeline = done["timeline"]
     assert timeline["submitted"] <= timeline["accepted"] <= timeline["driver_started"] <= timeline["ended"]
 
@@ -164,7 +166,7 @@ def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env,
     log = driver_log(jobs_api, run_id)
     assert len(joined) > 40 * 1024 * 1024 and TOKEN in log and TOKEN not in joined.decode()
     assert joined.decode() == log.replace(TOKEN, "****")
-    assert body(s3, f"{folder}/logs/driver.log") == joined
+    assert body(s3, f"{folder}/logs/driver.log") == joined == body(s3, f"{folder}/logs/{run_id}.log")
 
     # Exactly one message, with what a person needs; the hook's secret is nowhere in storage.
     wait_for(lambda: receiver.for_run(run_id), 30, "the webhook")
@@ -178,9 +180,10 @@ def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env,
     results = rtjob("results", run_id, "-o", "json", env=env, cwd=project, timeout=120)
     assert results.returncode == 0, results.stderr
     assert [row["epoch"] for row in json.loads(results.stdout)[0]["history"]] == [1, 2]
-    pulled = rtjob("pull", run_id, "--to", str(project / "pulled"), "-o", "json", env=env, cwd=project, timeout=120)
+    # (outside the project: a later run's working dir would ship what was pulled)
+    pulled = rtjob("pull", run_id, "--to", str(tmp_path / "pulled"), "-o", "json", env=env, cwd=project, timeout=120)
     assert pulled.returncode == 0, pulled.stderr
-    assert (project / "pulled" / "checkpoint_epoch_0002" / "model.pt").stat().st_size == 1024
+    assert (tmp_path / "pulled" / "checkpoint_epoch_0002" / "model.pt").stat().st_size == 1024
     tail = rtjob("logs", run_id, "--tail", "2", env=env, cwd=project, timeout=120)
     assert tail.returncode == 0 and tail.stdout.splitlines()[-1] == "script done", tail.stderr
 

@@ -1,18 +1,22 @@
 """The supervisor on the cluster (rtjob.runside.supervisor), for real on the session's 2-node embedded cluster: a
 `--no-wait` run with max_retries 1 whose driver is SIGKILLed once ends SUCCEEDED on <id>-retry1 with no rtjob
-process alive (the supervisor, a Ray job of its own, retried it through the cluster's own Jobs API, token auth on);
-with a client following as well there is still exactly one retry. Observed through the Jobs API and storage only
-until everything is asserted; rtjob commands come after."""
+process alive (the supervisor, a Ray job of its own, retried it through the cluster's own Jobs API, token auth on),
+and with s3 storage the retry resumes from the run's own checkpoint file and replaces attempt 1's files (the bucket,
+`results` and `pull` have the retry's rows; each attempt's log is archived and read back with `logs --attempt N`,
+also from a fresh client with no cluster address; no node folder is left); with a client following as well there is
+still exactly one retry. Observed through the Jobs API and storage only until everything is asserted; rtjob commands
+come after."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import stat
 from pathlib import Path
 
 import pytest
-from support.cli import new_id, popen_rtjob, rtjob
+from support.cli import base_env, new_id, popen_rtjob, rtjob
 from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
 
@@ -50,12 +54,32 @@ def kill_the_first_attempts_driver(api: JobsAPI, run_id: str) -> None:
     os.kill(pids[0], signal.SIGKILL)
 
 
-def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster_env, s3: S3Server) -> None:
+def metrics_rows(s3: S3Server, folder: str) -> list[int]:
+    client = s3.client()
+    try:
+        body = client.get_object(Bucket=BUCKET, Key=f"{folder}/metrics.json")["Body"].read()
+    except client.exceptions.NoSuchKey:
+        return []
+    return [row["epoch"] for row in json.loads(body)]
+
+
+def node_folder(run_id: str) -> Path:
+    """The run's node folder on the driver's node (this machine: the embedded cluster's nodes run here)."""
+    from rtjob.storage.node_dirs import run_folder
+
+    return Path(run_folder(run_id))
+
+
+def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster_env, s3: S3Server,
+                                                                          tmp_path: Path) -> None:
     env = {**cluster_env, **s3.env()}
     api = JobsAPI(env)
     run_id = new_id("sup")
     supervisor, retry = f"{run_id}-supervisor", f"{run_id}-retry1"
-    submit = rtjob("submit", *COUNT, "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
+    folder = f"runs/count/{run_id}"
+    # An "epoch" every 20 lines (5 s): metrics.json and checkpoint.json in RTJOB_RUN_DIR, synced to the bucket.
+    submit = rtjob("submit", *COUNT, "--set", "args.epoch_every=20", "--env", "RTJOB_COMPANION_INTERVAL_S=1",
+                   "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
                    "--submission-id", run_id, "--no-wait", env=env, timeout=180)
     assert submit.returncode == 0, submit.stderr[-3000:]
     # The client has exited: what follows is carried on the cluster.
@@ -74,7 +98,17 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     assert api.get("/api/jobs/", auth=False).status_code == 401
     assert api.token not in json.dumps(data) and "RAY_AUTH_TOKEN" not in data["runtime_env"]["env_vars"]
 
-    kill_the_first_attempts_driver(api, run_id)
+    # The first attempt's folders on its node: private to this user, one per run.
+    run_dir = node_folder(run_id) / "run"
+    wait_for(lambda: run_dir.is_dir(), 60, "the run's node folder")
+    for path in (run_dir.parent.parent, run_dir.parent, run_dir):
+        st = path.lstat()
+        assert stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700, path
+    # Killed once epoch 1's metrics.json (and its checkpoint) are in the bucket, mid-epoch 2.
+    wait_for(lambda: metrics_rows(s3, folder) == [1] and api.status(run_id) == "RUNNING", 120, "epoch 1 synced")
+    pids = entrypoint_pids(run_id)
+    assert len(pids) == 1 and api.job(retry) is None, pids
+    os.kill(pids[0], signal.SIGKILL)
     assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
     assert wait_for(ended(api, supervisor), 60, "the supervisor to end") == "SUCCEEDED", api.logs(supervisor)
     first = api.job(run_id)
@@ -89,6 +123,19 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     record = json.loads(body)
     assert record["carried_by"] == "supervisor" and record["last_seen"], record
     assert record["status"] == "SUCCEEDED" and record["completed_by"] == "companion", record
+    # The retry resumed from the run's checkpoint (seeded from the bucket) and its files replaced attempt 1's.
+    first_log, retry_log = api.logs(run_id), api.logs(retry)
+    assert "resuming" not in first_log and "resuming after line 20 (its checkpoint)" in retry_log, retry_log[-2000:]
+    assert "line 1 of 60" not in retry_log and "line 21 of 60" in retry_log
+    assert metrics_rows(s3, folder) == [1, 2, 3]
+    assert record["metrics"]["last"]["epoch"] == 3, record["metrics"]
+    assert [(a["id"], a["status"]) for a in record["attempts"]] == [(run_id, "FAILED"), (retry, "SUCCEEDED")]
+    assert record["sync_notes"] == [] and "not overwritten" not in retry_log
+    stored = {item["Key"] for item in s3.client().list_objects_v2(Bucket=BUCKET, Prefix=folder)["Contents"]}
+    assert {f"{folder}/logs/{run_id}.log", f"{folder}/logs/{retry}.log", f"{folder}/rtjob-sync/{run_id}.json",
+            f"{folder}/rtjob-sync/{retry}.json"} <= stored, stored
+    # Nothing left on the node: each attempt's folder removed once its end was synced.
+    assert not node_folder(run_id).exists()
 
     # Asserted: now rtjob's own views. The supervisor is no run of the user's; status names it.
     listed = rtjob("list", "--output", "json", env=env)
@@ -105,6 +152,25 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     runs = rtjob("runs", "--output", "json", env=env)
     assert runs.returncode == 0, runs.stderr
     assert supervisor not in runs.stdout
+    # results and pull: the latest state (the retry's rows).
+    results = rtjob("results", run_id, "-o", "json", env=env)
+    assert results.returncode == 0, results.stderr
+    assert [r["epoch"] for r in json.loads(results.stdout)[0]["history"]] == [1, 2, 3]
+    pulled = rtjob("pull", run_id, "--to", str(tmp_path / "pulled"), env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert [r["epoch"] for r in json.loads((tmp_path / "pulled" / "metrics.json").read_text())] == [1, 2, 3]
+    # Each attempt's log, from the cluster's client and from a fresh client with no cluster address (only the
+    # bucket: the session's cluster cannot be taken down mid-session, so this client knows no cluster at all).
+    fresh = {**base_env(tmp_path / "fresh-home"), **s3.env()}
+    assert rtjob("runs", "--storage", f"s3://{BUCKET}/runs", "-o", "json", env=fresh).returncode == 0
+    for client in (env, fresh):
+        one = rtjob("logs", run_id, "--attempt", "1", env=client)
+        two = rtjob("logs", run_id, "--attempt", "2", env=client)
+        assert one.returncode == 0 and two.returncode == 0, (one.stderr, two.stderr)
+        assert "line 20 of 60" in one.stdout and "resuming" not in one.stdout and "line 60 of 60" not in one.stdout
+        assert "resuming after line 20" in two.stdout and "line 60 of 60" in two.stdout
+        third = rtjob("logs", run_id, "--attempt", "3", env=client)
+        assert third.returncode == 2 and "has 2 attempt(s)" in third.stderr, third.stderr
 
 
 def test_a_followed_run_is_still_retried_exactly_once(cluster_env) -> None:

@@ -1,6 +1,11 @@
-"""Test job: prints numbered lines at a steady pace (for follow, reconnect and latency tests)."""
+"""Test job: prints numbered lines at a steady pace (for follow, reconnect and latency tests). With --epoch-every N,
+every N lines are an "epoch": metrics.json (a row per epoch so far) and checkpoint.json (the last line done) are
+written to $RTJOB_RUN_DIR, and a run that finds its checkpoint there resumes after that line (a plain script
+resuming from its own checkpoint file, as a retry of the run does)."""
 
 import argparse
+import json
+import os
 import sys
 import time
 
@@ -11,9 +16,31 @@ parser.add_argument("--exit-code", type=int, default=0)
 parser.add_argument("--sleep-after", type=float, default=0.0)
 parser.add_argument("--no-final-newline", action="store_true")
 parser.add_argument("--progress-after", type=int, default=0, help="after this line, a progress bar as tqdm draws it")
+parser.add_argument("--epoch-every", type=int, default=0)
 args = parser.parse_args()
-for i in range(1, args.lines + 1):
+
+
+def write(path: str, data: object) -> None:
+    with open(path + ".tmp", "w") as f:
+        json.dump(data, f)
+    os.replace(path + ".tmp", path)
+
+
+start = 1
+run_dir = os.environ.get("RTJOB_RUN_DIR", "")
+checkpoint = os.path.join(run_dir, "checkpoint.json")
+if args.epoch_every:
+    os.makedirs(run_dir, exist_ok=True)
+    if os.path.exists(checkpoint):
+        with open(checkpoint) as f:
+            start = json.load(f)["line"] + 1
+        print(f"resuming after line {start - 1} (its checkpoint)", flush=True)
+for i in range(start, args.lines + 1):
     print(f"line {i} of {args.lines}", flush=True)
+    if args.epoch_every and i % args.epoch_every == 0:
+        write(os.path.join(run_dir, "metrics.json"),
+              [{"epoch": e, "train_loss": 1.0 / e} for e in range(1, i // args.epoch_every + 1)])
+        write(checkpoint, {"line": i})
     if i == args.progress_after:
         # tqdm redraws with a carriage return and ends with a newline: one line of the file, three to Ray's readers
         for step in range(3):

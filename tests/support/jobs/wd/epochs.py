@@ -1,7 +1,7 @@
 """Test job: short "epochs", each checkpointed straight into the run's storage (RTJOB_STORAGE_PATH/RTJOB_RUN_NAME,
 which a retry of the run shares), resuming after the latest complete one; prints "epoch N trained" once per epoch
-it trains. --consume (a later pipeline step): reads the checkpoints of the step before (RTJOB_INPUT_URI) and
-writes which epochs it found into its own run folder (consumed.txt)."""
+it trains. --consume (a later pipeline step): reads the checkpoints of the step before with open() from the local
+folder rtjob gives it (RTJOB_INPUT_DIR) and writes which epochs it found into its own run folder (consumed.txt)."""
 
 import argparse
 import json
@@ -31,12 +31,16 @@ def epochs_in(uri: str) -> list[int]:
 
 
 if args.consume:
-    got = epochs_in(os.environ["RTJOB_INPUT_URI"])
-    fs, base = folder(os.environ["RTJOB_RUN_DIR"])
-    fs.create_dir(base)
-    with fs.open_output_stream(f"{base}/consumed.txt") as out:
-        out.write(",".join(map(str, got)).encode())
-    print(f"consumed epochs {got}", flush=True)
+    inputs = os.environ["RTJOB_INPUT_DIR"]  # a local folder, whatever the storage
+    got = []
+    for name in sorted(os.listdir(inputs)):
+        if name.startswith("checkpoint_epoch_") and os.path.exists(os.path.join(inputs, name, "state.json")):
+            with open(os.path.join(inputs, name, "state.json")) as f:
+                got.append(json.load(f)["epoch"])
+    os.makedirs(os.environ["RTJOB_RUN_DIR"], exist_ok=True)
+    with open(os.path.join(os.environ["RTJOB_RUN_DIR"], "consumed.txt"), "w") as out:
+        out.write(",".join(map(str, got)))
+    print(f"consumed epochs {got} from {inputs}", flush=True)
     raise SystemExit(0)
 
 run = f"{os.environ['RTJOB_STORAGE_PATH'].rstrip('/')}/{os.environ['RTJOB_RUN_NAME']}"

@@ -1,4 +1,4 @@
-"""Test pipeline step: appends its step name to what the previous step wrote (RTJOB_INPUT_URI/relay.txt) and writes
+"""Test pipeline step: appends its step name to what the previous step wrote (RTJOB_INPUT_DIR/relay.txt) and writes
 the result into its own run folder (RTJOB_RUN_DIR/relay.txt); --fail exits 3 after writing nothing."""
 
 import argparse
@@ -12,7 +12,8 @@ args = parser.parse_args()
 step = os.environ["RTJOB_STEP_NAME"]
 before = ""
 if os.environ.get("RTJOB_INPUT_URI"):
-    before = (Path(os.environ["RTJOB_INPUT_URI"]) / "relay.txt").read_text() + ","
+    with open(Path(os.environ["RTJOB_INPUT_DIR"]) / "relay.txt") as f:  # a local folder beside the URI
+        before = f.read() + ","
 if args.fail:
     print(f"step {step} failing on purpose", flush=True)
     sys.exit(3)
