@@ -163,9 +163,9 @@ def test_a_retry_replaces_what_earlier_attempts_wrote_and_never_what_no_attempt_
 
     second = tmp_path / "node-2"
     second.mkdir()
-    seeded = seed(target, str(second))  # what the run has in storage, not what node 1 left
-    assert sorted(seeded.ours) == ["ckpt.txt", "metrics.json"] and list(seeded.others) == ["theirs.csv"]
-    assert sorted(p.name for p in second.iterdir()) == ["ckpt.txt", "metrics.json", "theirs.csv"]  # no rtjob files
+    seeded = seed(target, str(second))  # what the run synced to storage, not what node 1 left
+    assert sorted(seeded.ours) == ["ckpt.txt", "metrics.json"] and seeded.others == 1
+    assert sorted(p.name for p in second.iterdir()) == ["ckpt.txt", "metrics.json"]  # no rtjob files, not theirs
     assert (second / "ckpt.txt").read_text() == "epoch 1"  # a script resumes from it
     two = DirSync(str(second), target, settle_s=SETTLE, say=said, attempt_id="run-retry1")
     two.adopt(seeded)
@@ -175,13 +175,13 @@ def test_a_retry_replaces_what_earlier_attempts_wrote_and_never_what_no_attempt_
     assert two.scan(final=True) == 1
     assert _data(target, "metrics.json") == b'[{"epoch": 1}, {"epoch": 2}]'  # the retry's rows
     assert _data(target, "theirs.csv") == b"there before the run"
-    assert "theirs.csv was not written by any attempt of this run: left as it is" in two.notes[-1]
+    assert "theirs.csv is already there, not written by any attempt of this run: left as it is" in two.notes[-1]
 
     target.put("ckpt.txt", b"someone else's, between attempts")
     third = tmp_path / "node-3"
     third.mkdir()
     seeded = seed(target, str(third))
-    assert sorted(seeded.ours) == ["metrics.json"] and sorted(seeded.others) == ["ckpt.txt", "theirs.csv"]
+    assert sorted(seeded.ours) == ["metrics.json"] and seeded.others == 2
     three = DirSync(str(third), target, settle_s=SETTLE, say=said, attempt_id="run-retry2")
     three.adopt(seeded)
     (third / "metrics.json").write_text('[{"epoch": 3}]')

@@ -98,6 +98,8 @@ def test_record_and_logs_round_trip(root: Root) -> None:
     assert write_log(run, DRIVER_LOG_FILE, text, root.endpoint) == "logs/driver.log"
     assert write_log(run, attempt_log_name("r1"), "first attempt\n", root.endpoint) == "logs/r1.log"
     assert "".join(log_chunks(run, root.endpoint, "r1") or []) == text  # no parts: the archived driver.log
+    assert "".join(log_chunks(run, root.endpoint, "r1", latest=False) or []) == "first attempt\n"  # --attempt 1
+    assert log_chunks(run, root.endpoint, "r1-retry9", latest=False) is None
     assert "".join(log_chunks(run, root.endpoint, "r1", tail_lines=1) or []) == "ünïcode ✓\n"
     assert stored_log(run, attempt_log_name("r1"), root.endpoint) == "first attempt\n"
     root.put("ddp-resnet/r1/logs/raw.log", b"ok \xff\xfe bytes\n")  # a log that is not UTF-8 still reads

@@ -189,8 +189,11 @@ class Companion:
             from .sync import DirSync
 
             sync = DirSync(self.run_dir, objects, say=say, attempt_id=self.attempt)
-            sync.adopt(seed(objects, self.run_dir))  # what the run has in storage, before the entrypoint starts
+            seeded = seed(objects, self.run_dir)  # what earlier attempts synced, before the entrypoint starts
+            sync.adopt(seeded)
             self.sync = sync
+            if seeded.ours:
+                say(f"{len(seeded.ours)} file(s) earlier attempts of the run synced are in RTJOB_RUN_DIR again")
         if self.input_dir and self.input_uri and "://" in self.input_uri:
             self._guard("the step's input", self._input_down)
 

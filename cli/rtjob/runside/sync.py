@@ -7,9 +7,8 @@ companion calls ``DirSync.scan`` every few seconds and once more (``final=True``
   those this user can read in /proc) holding it open for writing. After the upload its (size, mtime_ns) is read
   again: a file that changed meanwhile is uploaded again at a later scan.
 - An object is overwritten only if an attempt of this run wrote it (storage/run_files.py: the rule lives in the
-  run's storage): ``adopt`` takes the node folder as it was seeded from the run's storage, each file the run's
-  (replaced ``if_match`` on the version an attempt wrote) or not (never uploaded: one line if the script changes
-  it); a name new to storage is uploaded ``if_absent`` (an object that appeared meanwhile, written by someone else,
+  run's storage): ``adopt`` takes the node folder as it was seeded from the run's storage, the files earlier
+  attempts synced (replaced ``if_match`` on the version an attempt wrote); any other name is uploaded ``if_absent`` (an object that appeared meanwhile, written by someone else,
   is left alone: one line, once), a later one ``if_match`` on the version this DirSync wrote (a lost condition:
   someone else wrote it since; left alone, one line). After a pass that uploaded something, the attempt's
   manifest (``rtjob-sync/<attempt id>.json``) names every version the run holds as its own.
@@ -85,7 +84,7 @@ class _Seen:
 @dataclass
 class _Synced:
     state: State | None  # what was uploaded (None: the file changed during the upload)
-    etag: str | None  # the version of the run's it overwrites (None: a file of someone else's, never uploaded)
+    etag: str  # the version of the run's it overwrites: one this or an earlier attempt wrote
 
 
 class DirSync:
@@ -107,11 +106,9 @@ class DirSync:
 
     def adopt(self, seeded: Seeded) -> None:
         """The folder as ``run_files.seed`` filled it: the run's files are synced at their versions (a change
-        replaces them), the others are known as someone else's."""
+        replaces them). The folder's other objects were not copied: a file of that name is uploaded only if absent."""
         for rel, (state, etag) in seeded.ours.items():
             self._synced[rel] = _Synced(state, etag)
-        for rel, state in seeded.others.items():
-            self._synced[rel] = _Synced(state, None)
 
     @property
     def complete(self) -> bool:
@@ -190,9 +187,6 @@ class DirSync:
 
     def _upload(self, rel: str, path: str, state: State) -> bool:
         synced = self._synced.get(rel)
-        if synced is not None and synced.etag is None:  # seeded, and no attempt of this run wrote it
-            self._leave(rel, "was not written by any attempt of this run")
-            return False
         try:
             if synced is None:
                 etag = self.objects.put_file(rel, path, if_absent=True)

@@ -116,8 +116,8 @@ def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: 
                chunk: int = 1 << 20, latest: bool = True) -> Iterator[str] | None:
     """A run's stored log as text chunks that end at line ends (a secret is never cut in two for the redactor),
     never read whole: the parts the run's companion wrote for ``attempt_id`` (logs/<attempt>/part-NNNNNN, in
-    order), else that attempt's archived ``logs/<attempt>.log``, else (``latest``: the run's latest attempt) the
-    archived ``logs/driver.log``; None when none is there. ``tail_lines``: only the last N lines (parts read from
+    order), else (``latest``: the run's latest attempt) the archived ``logs/driver.log``, else the attempt's archived
+    ``logs/<attempt>.log``; None when none is there. ``tail_lines``: only the last N lines (parts read from
     the end until they hold N)."""
     from .opening import objects_for
 
@@ -128,7 +128,8 @@ def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: 
         if tail_lines:
             return _tail(objects, parts, tail_lines)
         return _lines_aligned(block for rel in parts for block in objects.stream(rel, chunk))
-    for whole in [f"{RUN_LOGS_DIR}/{attempt_log_name(attempt_id)}"] + ([f"{RUN_LOGS_DIR}/{DRIVER_LOG_FILE}"] if latest else []):
+    wholes = [f"{RUN_LOGS_DIR}/{attempt_log_name(attempt_id)}"]  # the latest attempt's is also driver.log
+    for whole in ([f"{RUN_LOGS_DIR}/{DRIVER_LOG_FILE}"] if latest else []) + wholes:
         if objects.head(whole) is not None:
             if tail_lines:
                 return _tail(objects, [whole], tail_lines)

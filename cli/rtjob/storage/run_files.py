@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import rtjob_contract as contract
@@ -63,46 +62,56 @@ def write_manifest(objects: Objects, attempt_id: str, written: dict[str, str]) -
 
 @dataclass
 class Seeded:
-    """A node folder seeded from the run's storage: the run's own files (state and version: a later change
-    replaces them) and the others (never uploaded)."""
+    """A node folder seeded from the run's storage: the run's own files, with their local state and version (a
+    later change replaces them); the other objects of the folder are not copied (a script reads what it did not
+    write through RTJOB_RUN_URI, as it wrote it) and never overwritten."""
 
     ours: dict[str, tuple[State, str]] = field(default_factory=dict)
-    others: dict[str, State] = field(default_factory=dict)
+    others: int = 0
 
 
-def download_folder(objects: Objects, local_dir: str, keep: Callable[[str], bool] = lambda rel: True,
-                    ) -> dict[str, tuple[State, str | None]]:
-    """Every object below ``objects`` (but rtjob's own) into ``local_dir``: rel → (local state, version listed).
-    Names that cannot become a local path are left out (see keys.unsafe_reason)."""
-    got: dict[str, tuple[State, str | None]] = {}
+def download(objects: Objects, rels: list[str], local_dir: str) -> dict[str, State]:
+    """The objects ``rels`` into ``local_dir`` (each through a temporary name): rel → its local state. Names
+    that cannot become a local path are left out (keys.unsafe_reason)."""
+    got: dict[str, State] = {}
     base = os.path.abspath(local_dir)
-    for item in objects.list(""):
-        if rtjob_side(item.rel) or not keep(item.rel) or unsafe_reason(item.rel) is not None:
+    for rel in rels:
+        if unsafe_reason(rel) is not None:
             continue
-        path = os.path.join(base, *item.rel.split("/"))
+        path = os.path.join(base, *rel.split("/"))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         tmp = f"{path}.{os.urandom(4).hex()}{PARTIAL_SUFFIX}"
         try:
             with open(tmp, "xb") as out:
-                for block in objects.stream(item.rel):
+                for block in objects.stream(rel):
                     out.write(block)
             os.replace(tmp, path)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         st = os.stat(path, follow_symlinks=False)
-        got[item.rel] = ((st.st_size, st.st_mtime_ns), item.etag)
+        got[rel] = (st.st_size, st.st_mtime_ns)
     return got
 
 
+def download_folder(objects: Objects, local_dir: str) -> dict[str, State]:
+    """Every object of a run's folder but rtjob's own (a pipeline step's input) into ``local_dir``."""
+    return download(objects, [item.rel for item in objects.list("") if not rtjob_side(item.rel)], local_dir)
+
+
 def seed(objects: Objects, local_dir: str) -> Seeded:
-    """A new attempt's node folder: what the run has in storage, each file marked the run's or not."""
+    """A new attempt's node folder: the files earlier attempts of the run synced, as the run's storage has them."""
     written = written_by_run(objects)
     seeded = Seeded()
-    for rel, (state, etag) in download_folder(objects, local_dir).items():
-        etag = etag if etag is not None else objects.head(rel)
-        if etag is not None and bare(etag) in written.get(rel, ()):
-            seeded.ours[rel] = (state, etag)
+    versions: dict[str, str] = {}
+    for item in objects.list(""):
+        if rtjob_side(item.rel):
+            continue
+        etag = item.etag if item.etag is not None or item.rel not in written else objects.head(item.rel)
+        if etag is not None and bare(etag) in written.get(item.rel, ()):
+            versions[item.rel] = etag
         else:
-            seeded.others[rel] = state
+            seeded.others += 1
+    for rel, state in download(objects, sorted(versions), local_dir).items():
+        seeded.ours[rel] = (state, versions[rel])
     return seeded
