@@ -77,6 +77,8 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     run_id = new_id("sup")
     supervisor, retry = f"{run_id}-supervisor", f"{run_id}-retry1"
     folder = f"runs/count/{run_id}"
+    # An object no attempt of the run writes, there before it: the script's summary.txt never overwrites it.
+    s3.client().put_object(Bucket=BUCKET, Key=f"{folder}/summary.txt", Body=b"someone else's")
     # An "epoch" every 20 lines (5 s): metrics.json and checkpoint.json in RTJOB_RUN_DIR, synced to the bucket.
     submit = rtjob("submit", *COUNT, "--set", "args.epoch_every=20", "--env", "RTJOB_COMPANION_INTERVAL_S=1",
                    "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
@@ -130,7 +132,11 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     assert metrics_rows(s3, folder) == [1, 2, 3]
     assert record["metrics"]["last"]["epoch"] == 3, record["metrics"]
     assert [(a["id"], a["status"]) for a in record["attempts"]] == [(run_id, "FAILED"), (retry, "SUCCEEDED")]
-    assert record["sync_notes"] == [] and "not overwritten" not in retry_log
+    left = f"s3://{BUCKET}/{folder}/summary.txt is already there, not written by any attempt of this run: left as " \
+           "it is (not overwritten)"
+    assert record["sync_notes"] == [left] and left in retry_log, record["sync_notes"]
+    body = s3.client().get_object(Bucket=BUCKET, Key=f"{folder}/summary.txt")["Body"].read()
+    assert body == b"someone else's"
     stored = {item["Key"] for item in s3.client().list_objects_v2(Bucket=BUCKET, Prefix=folder)["Contents"]}
     assert {f"{folder}/logs/{run_id}.log", f"{folder}/logs/{retry}.log", f"{folder}/rtjob-sync/{run_id}.json",
             f"{folder}/rtjob-sync/{retry}.json"} <= stored, stored
@@ -149,6 +155,7 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     assert status["supervisor"]["alive"] is False and status["supervisor"]["last_seen"] == record["last_seen"]
     text = rtjob("status", run_id, env=env).stdout
     assert f"carried by:  supervisor (succeeded, last seen {record['last_seen']})" in text, text
+    assert f"\nsync:        {left}" in text and status["sync_notes"] == [left], text
     runs = rtjob("runs", "--output", "json", env=env)
     assert runs.returncode == 0, runs.stderr
     assert supervisor not in runs.stdout

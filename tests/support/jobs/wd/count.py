@@ -1,7 +1,7 @@
 """Test job: prints numbered lines at a steady pace (for follow, reconnect and latency tests). With --epoch-every N,
 every N lines are an "epoch": metrics.json (a row per epoch so far) and checkpoint.json (the last line done) are
 written to $RTJOB_RUN_DIR, and a run that finds its checkpoint there resumes after that line (a plain script
-resuming from its own checkpoint file, as a retry of the run does)."""
+resuming from its own checkpoint file, as a retry of the run does); summary.txt at the end."""
 
 import argparse
 import json
@@ -49,6 +49,9 @@ for i in range(start, args.lines + 1):
         sys.stdout.write("\n")
         sys.stdout.flush()
     time.sleep(args.interval)
+if args.epoch_every:
+    with open(os.path.join(run_dir, "summary.txt"), "w") as f:
+        f.write(f"{args.lines} lines")
 time.sleep(args.sleep_after)
 if args.exit_code:
     print(f"failing on purpose with exit code {args.exit_code}", flush=True)
