@@ -60,8 +60,20 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     assert record["git"] and len(record["git"]["commit"]) == 40  # the repository's own commit
     assert record["spec"]["overrides"]["env"] == ["WANDB_API_KEY=<rtjob:secret>"]
 
+    # Node folders (s3 storage): the running run's, and one planted as an attempt killed with its node would leave
+    # it; another cluster's run's folder is not this cluster's to remove.
+    from rtjob.storage.node_dirs import run_folder
+
+    assert Path(run_folder(cut_id), "run").is_dir()
+    left, other = Path(run_folder(done_id)), Path(run_folder(new_id("other")))
+    for folder in (left, other):
+        (folder / "run").mkdir(parents=True, mode=0o700)
+        (folder / "run" / "checkpoint.json").write_text("{}")
     down = rtjob("local", "down", env=env, timeout=180)
     assert "archived 1 run(s)" in ok(down) + down.stderr
+    assert not Path(run_folder(cut_id)).exists() and not left.exists()
+    assert (other / "run" / "checkpoint.json").exists()
+    shutil.rmtree(other)
 
     # This machine, the cluster gone: the ledger and the bucket still answer.
     listed = {r["id"]: r for r in json.loads(ok(rtjob("runs", "-o", "json", env=env)))}

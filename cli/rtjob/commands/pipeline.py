@@ -51,7 +51,8 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
         f"run id:    {pp.id}  (step S runs as {pp.id}-S)",
         f"storage:   {pp.storage_uri or '-'}",
         f"steps:     {' -> '.join(pp.pipeline.step_names())}",
-        "inputs:    each step gets RTJOB_INPUT_URI (the previous step's run folder) and RTJOB_STEP_URIS",
+        "inputs:    each step gets RTJOB_INPUT_URI (the previous step's run folder), RTJOB_INPUT_DIR (the same, "
+        "a local folder) and RTJOB_STEP_URIS",
     ]))
     for i, step in enumerate(pp.steps, 1):
         echo(f"\n== step {i}/{len(pp.steps)}: {step.name} ==")

@@ -182,6 +182,8 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     info, record = look_up(be, run_id, storage_root, Quiet())
     if record is not None and record.steps:  # a pipeline run: each step's log
+        if attempt is not None:
+            raise click.UsageError(f"--attempt: {run_id} is a pipeline run; ask for one step's run id")
         if follow:
             raise click.UsageError(f"--follow: {run_id} is a pipeline run; follow one step's run id, or rtjob "
                                    f"submit {record.job_file or record.job} --submission-id {run_id} to follow it")
