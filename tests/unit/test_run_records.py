@@ -17,6 +17,7 @@ from rtjob.core.errors import BadInput, Unreachable
 from rtjob.core.record import RECORD_SCHEMA, RunRecord
 from rtjob.storage import records
 from rtjob.storage.records import (
+    archive_attempt_log,
     checkpoints,
     find_record,
     list_records,
@@ -28,7 +29,7 @@ from rtjob.storage.records import (
 )
 from support.s3_server import S3Server, bucket_fixture, in_env
 
-from rtjob_contract import DRIVER_LOG_FILE, RUN_RECORD_FILE, attempt_log_name
+from rtjob_contract import DRIVER_LOG_FILE, RUN_RECORD_FILE, attempt_log_name, log_part_name
 
 BUCKET = "records-tests"
 
@@ -100,6 +101,21 @@ def test_record_and_logs_round_trip(root: Root) -> None:
     assert "".join(log_chunks(run, root.endpoint, "r1") or []) == text  # no parts: the archived driver.log
     assert "".join(log_chunks(run, root.endpoint, "r1", latest=False) or []) == "first attempt\n"  # --attempt 1
     assert log_chunks(run, root.endpoint, "r1-retry9", latest=False) is None
+    # An attempt whose companion died with its node: its parts joined into logs/<attempt>.log, created once.
+    from rtjob.storage.opening import objects_for
+
+    with objects_for(run, root.endpoint) as objects:
+        objects.put(log_part_name("r1-retry1", 0), b"part one\n")
+        objects.put(log_part_name("r1-retry1", 1), b"part two\n")
+    assert archive_attempt_log(run, root.endpoint, "r1-retry1") == "logs/r1-retry1.log"
+    with objects_for(run, root.endpoint) as objects:
+        got = objects.get("logs/r1-retry1.log", 1024)
+        assert got is not None and got.data == b"part one\npart two\n"
+        objects.put(log_part_name("r1-retry1", 2), b"late\n")
+    assert archive_attempt_log(run, root.endpoint, "r1-retry1") == "logs/r1-retry1.log"  # never replaced
+    with objects_for(run, root.endpoint) as objects:
+        assert objects.get("logs/r1-retry1.log", 1024).data == b"part one\npart two\n"  # type: ignore[union-attr]
+    assert archive_attempt_log(run, root.endpoint, "r1-retry5") is None  # no parts: nothing
     assert "".join(log_chunks(run, root.endpoint, "r1", tail_lines=1) or []) == "ünïcode ✓\n"
     assert stored_log(run, attempt_log_name("r1"), root.endpoint) == "first attempt\n"
     root.put("ddp-resnet/r1/logs/raw.log", b"ok \xff\xfe bytes\n")  # a log that is not UTF-8 still reads

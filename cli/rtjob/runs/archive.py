@@ -112,6 +112,12 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             texts[contract.DRIVER_LOG_FILE] = last_log = text
     if run_side is not None and run_side.logs:
         texts = {}
+        if record.storage_uri and writable_here(record.backend, record.storage_uri) and attempts is not None:
+            from ..storage.records import archive_attempt_log
+
+            for earlier in [a.id for a in attempts.chain[:-1]]:  # a companion lost with its node left only parts
+                _quiet(functools.partial(archive_attempt_log, record.storage_uri, record.storage_endpoint, earlier),
+                       events, f"the log of {earlier}")
     if texts:
         record.log_home, record.logs = _write_logs(record, texts, events)
     # Asked now, while the cluster still knows the run: an unchanged Ray Train script's own storage.
