@@ -9,8 +9,9 @@ depends on a client that watches: the log as parts (logparts.py) and each attemp
 With remote storage the script's folders are node folders (storage/node_dirs.py): made afresh for each attempt and
 seeded from what the run has in storage before the entrypoint starts (a retry resumes from the run's files, never
 from what an earlier attempt left on the node), a pipeline step's input synced down beside it
-(``RTJOB_INPUT_DIR``), and removed once the run's end is synced (kept, and said in the record, when a sync failed). Then it exits as the entrypoint did, so Ray's ``driver_exit_code`` is what it would
-be without it.
+(``RTJOB_INPUT_DIR``), and removed once the run's end is synced (kept, and said in the record, when a sync failed).
+
+Then it exits as the entrypoint did, so Ray's ``driver_exit_code`` is what it would be without it.
 
 A companion error never changes the script's exit code or stops it: it is one line in the driver log. With
 ``RTJOB_COMPANION=0`` in the job's environment the entrypoint runs bare (exec'd, nothing else).
@@ -188,12 +189,16 @@ class Companion:
             from ..storage.run_files import seed
             from .sync import DirSync
 
-            sync = DirSync(self.run_dir, objects, say=say, attempt_id=self.attempt)
-            seeded = seed(objects, self.run_dir)  # what earlier attempts synced, before the entrypoint starts
-            sync.adopt(seeded)
-            self.sync = sync
-            if seeded.ours:
-                say(f"{len(seeded.ours)} file(s) earlier attempts of the run synced are in RTJOB_RUN_DIR again")
+            self.sync = sync = DirSync(self.run_dir, objects, say=say, attempt_id=self.attempt)
+            try:
+                seeded = seed(objects, self.run_dir)  # what earlier attempts synced, before the entrypoint starts
+            except Exception as exc:  # noqa: BLE001 - the run goes on; what is in storage is never overwritten
+                say(f"RTJOB_RUN_DIR not seeded from the run's storage "
+                    f"({getattr(exc, 'message', None) or type(exc).__name__}): its objects are left as they are")
+            else:
+                sync.adopt(seeded)
+                if seeded.ours:
+                    say(f"{len(seeded.ours)} file(s) earlier attempts of the run synced are in RTJOB_RUN_DIR again")
         if self.input_dir and self.input_uri and "://" in self.input_uri:
             self._guard("the step's input", self._input_down)
 
