@@ -162,7 +162,7 @@ def _spawned_main(rank: int, tmp: str) -> None:
         out["offload_noreshard"] = full_state_dict(variant)
 
         # 4. Mixed precision: the dtype the blocks compute with, and that it still learns.
-        mixed = shard_model(_tiny_vit(), cpu, FSDPOptions(mixed_precision=True))
+        mixed = shard_model(_tiny_vit(), cpu, FSDPOptions(precision="bf16"))
         seen: dict[str, str] = {}
         block = mixed.encoder.layers[0]
         block.mlp[0].register_forward_hook(lambda mod, args, res: seen.update(block_weight=str(mod.weight.dtype)))
