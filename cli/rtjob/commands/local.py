@@ -92,8 +92,10 @@ def local_status(output: str) -> int:
     if output != "text":
         print_data(running, output)
     else:
+        gpus = (f"GPUs:    {running['gpus']:g} ({running['gpus_per_node']} per node, each node its own)\n"
+                if running.get("gpus") else "")
         echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
-                   f"logs:    {running['temp_dir']}")
+             f"{gpus}logs:    {running['temp_dir']}")
     return EXIT_SUCCEEDED
 
 
