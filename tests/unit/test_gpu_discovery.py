@@ -96,3 +96,12 @@ def test_a_machine_without_gpus_resolves_as_before(tmp_path):
     env = base_env(tmp_path / "home", PATH=f"{Path(sys.executable).parent}{os.pathsep}/usr/bin:/bin")
     run = json.loads(run_in_process("render", "ddp-vit", "--submission-id", "g-5", "-o", "json", env=env).stdout)["run"]
     assert run["gpus_per_node"] == 0 and "GPU" not in run["resources_per_worker"] and run["profile"] == "local"
+
+
+def test_local_up_refuses_more_gpus_than_the_machine_has_before_starting_anything(gpu_env):
+    out = run_in_process("local", "up", "--nodes", "2", "--gpus-per-node", "2", env=gpu_env)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "rtjob: error: --nodes 2 x --gpus-per-node 2 needs 4 GPU(s); this machine has 2 (0: NVIDIA A10G (22 GiB); "
+        "1: NVIDIA A10G (22 GiB))"]
+    assert not (Path(gpu_env["RTJOB_HOME"]) / "local" / "cluster.json").exists()
