@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install ui-assets browser demo test test-unit test-e2e lint bench clean
+.PHONY: install ui-assets browser demo test test-unit test-e2e test-gpu lint bench bench-gpu clean
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
 # folder (git-ignored, shipped as package data; setup.py refuses to build rtjob without it).
@@ -45,15 +45,25 @@ lint: install
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
 # The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
 # then the real cluster and S3 server ones (one shared cluster: one process).
+# GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
 test: lint browser
-	$(BIN)/python -m pytest -q -ra -n 2 --dist loadfile tests/unit
-	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
+	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile tests/unit
+	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
 
 test-unit: install
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=15 tests/unit
+	$(BIN)/python -m pytest -q -m "not gpu" -n 2 --dist loadfile --durations=15 tests/unit
 
 test-e2e: install browser
-	$(BIN)/python -m pytest -q -ra --durations=25 tests/e2e
+	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
+
+# On a machine with a CUDA GPU (its own Python with torch; no venv needed, GPU_PY=python3 by default): the
+# gpu-marked tests, and the GPU benchmark (benchmarks/gpu_bench.py, <= 5 min; its table under $OUT or benchmarks/).
+GPU_PY ?= $(shell test -x $(BIN)/python && echo $(BIN)/python || echo python3)
+test-gpu:
+	$(GPU_PY) -m pytest -q -ra -p no:cacheprovider -m gpu tests/gpu
+
+bench-gpu:
+	$(GPU_PY) benchmarks/gpu_bench.py --out $${OUT:-benchmarks}/gpu-results.md
 
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'  # the storage benchmarks' S3 server (SeaweedFS)

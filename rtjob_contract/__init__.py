@@ -226,8 +226,14 @@ def notified_marker(outcome: str) -> str:
 # notes with its time: "rtjob-event: first_step".
 EVENT_LINE_PREFIX = "rtjob-event:"
 EVENT_FIRST_STEP = "first_step"
+EVENT_WORKERS_STARTED = "workers_started"  # a Ray Train worker group's loop began (rank 0)
+# The events the companion notes, in the order they come.
+TIMELINE_EVENTS = (EVENT_WORKERS_STARTED, EVENT_FIRST_STEP)
 # The start-up timeline's stages, in order (a run record's "timeline": stage -> ISO time).
-TIMELINE_STAGES = ("submitted", "accepted", "driver_started", "first_log_line", "first_step", "ended")
+TIMELINE_STAGES = ("submitted", "accepted", "driver_started", "first_log_line", EVENT_WORKERS_STARTED,
+                   EVENT_FIRST_STEP, "ended")
+# One field of every metrics row of rtjob's entrypoints: the precision the epoch trained in (bf16, fp16, fp32).
+METRIC_PRECISION = "precision"
 
 # ---------------------------------------------------------------------------------------------
 # A team's runs indexed beside their records (<storage root>/rtjob-index/), so a bucket of 100,000 runs lists in a

@@ -64,8 +64,9 @@ def save_and_report(
     optimizer: torch.optim.Optimizer,
     epoch: int,
     history: list[dict],
+    scaler: torch.amp.GradScaler | None = None,
 ) -> None:
-    """Report ``metrics`` from every rank; rank 0 attaches the checkpoint for ``epoch``."""
+    """Report ``metrics`` from every rank; rank 0 attaches the checkpoint for ``epoch`` (with fp16: the scaler's)."""
     context = ray.train.get_context()
     name = checkpoint_dir_name(epoch)
     if context.get_world_rank() != 0:
@@ -73,7 +74,7 @@ def save_and_report(
         return
     with tempfile.TemporaryDirectory(prefix="rtjob-ckpt-") as tmp:
         torch.save(unwrap(model).state_dict(), os.path.join(tmp, MODEL_FILE))
-        save_optimizer(tmp, optimizer)
+        save_optimizer(tmp, optimizer, scaler)
         write_run_state(tmp, {"epoch": epoch, "written_by_rank": 0, "world_size": context.get_world_size()}, history)
         # Synchronous upload: the temp dir may be removed as soon as report returns.
         ray.train.report(
@@ -82,7 +83,8 @@ def save_and_report(
 
 
 def restore(
-    model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+    model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[int, list[dict]]:
     """Load the latest reported checkpoint, if any; return ``(last_epoch, history)``.
 
@@ -94,7 +96,7 @@ def restore(
         return 0, []
     with local_copy(checkpoint) as path:
         unwrap(model).load_state_dict(torch.load(os.path.join(path, MODEL_FILE), map_location=device))
-        load_optimizer(path, optimizer, device)
+        load_optimizer(path, optimizer, device, scaler)
         return read_run_state(path)
 
 

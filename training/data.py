@@ -10,6 +10,7 @@ CIFAR-10 or fails and says how to train offline.
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -91,11 +92,8 @@ def load_datasets(
     if name in _TORCHVISION:
         return load_torchvision(name, data_dir or default_data_dir(), train_size, val_size)
     if name in ("synthetic", "synthetic-cifar10"):
-        channels, size = INPUT_SHAPES[name]
-        return (
-            make_synthetic(train_size or SYNTHETIC_TRAIN_SIZE, seed, "train", channels, size),
-            make_synthetic(val_size or SYNTHETIC_VAL_SIZE, seed, "val", channels, size),
-        )
+        return (synthetic(name, train_size or SYNTHETIC_TRAIN_SIZE, seed, "train", data_dir),
+                synthetic(name, val_size or SYNTHETIC_VAL_SIZE, seed, "val", data_dir))
     raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(DATASETS)}")
 
 
@@ -161,6 +159,31 @@ def _normalize(x: torch.Tensor, mean: tuple[float, ...], std: tuple[float, ...])
 
 
 # --- Synthetic digit-like data ------------------------------------------------------
+
+# A synthetic split this large is generated once per machine and kept in the data folder: 50,000 CIFAR-shaped
+# images take ~45 s of one core to draw (every rank of every run drew them; measured here, a busy 2-core machine),
+# loading the kept file a fraction of a second. Smaller splits (tests, the local profiles) are drawn each time.
+SYNTHETIC_CACHE_MIN = 8192
+
+
+def synthetic(name: str, size: int, seed: int, split: str, data_dir: str | None = None) -> TensorDataset:
+    """Split ``split`` of synthetic dataset ``name``: ``make_synthetic``'s, from the node's cache when large."""
+    channels, image_size = INPUT_SHAPES[name]
+    if size < SYNTHETIC_CACHE_MIN:
+        return make_synthetic(size, seed, split, channels, image_size)
+    folder = os.path.join(data_dir or default_data_dir(), "synthetic")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"{name}-{split}-{size}-seed{seed}-{_generator_code()}.pt")
+    with FileLock(path + ".lock"):  # the first rank of a node draws and writes; the others wait, then read
+        if not os.path.exists(path):
+            dataset = make_synthetic(size, seed, split, channels, image_size)
+            tmp = f"{path}.{os.getpid()}.tmp"
+            torch.save({"x": dataset.tensors[0], "y": dataset.tensors[1]}, tmp)
+            os.replace(tmp, path)
+            return dataset
+    saved = torch.load(path, weights_only=True)
+    return TensorDataset(saved["x"], saved["y"])
+
 
 _POINTS_PER_PROTOTYPE = 4  # a 3-segment polyline per class, like a digit's strokes
 
@@ -231,6 +254,17 @@ def _colorize(ink: torch.Tensor, labels: torch.Tensor, colors: torch.Tensor, gen
     return _normalize(rgb, CIFAR10_MEAN, CIFAR10_STD)
 
 
+@functools.cache
+def _generator_code() -> str:
+    """A digest of the generator's own code: a kept file is named by it, so a changed generator never reads an old
+    file."""
+    import hashlib
+    import inspect
+
+    code = "".join(inspect.getsource(f) for f in _GENERATOR)
+    return hashlib.sha1(code.encode()).hexdigest()[:10]
+
+
 def _render(segments: torch.Tensor, width: torch.Tensor, image_size: int = IMAGE_SIZE, chunk: int = 2048) -> torch.Tensor:
     """Anti-aliased strokes: (N, S, 4) segments -> (N, image_size, image_size) images in [0, 1]."""
     coords = torch.arange(image_size, dtype=torch.float32)
@@ -244,3 +278,6 @@ def _render(segments: torch.Tensor, width: torch.Tensor, image_size: int = IMAGE
         dist = (ap - t[..., None] * ab).norm(dim=-1)  # distance of each pixel to each segment
         out.append((w[:, :, :, None] + 0.5 - dist).clamp(0.0, 1.0).amax(dim=1))
     return torch.cat(out)
+
+
+_GENERATOR = (make_synthetic, _render, _colorize)  # as defined here (what the kept files' names digest)

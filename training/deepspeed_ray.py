@@ -34,9 +34,12 @@ DEEPSPEED_DIR = "deepspeed"
 
 
 def deepspeed_config(
-    *, micro_batch: int, world_size: int, zero_stage: int = 2, cpu_offload: bool = False
+    *, micro_batch: int, world_size: int, zero_stage: int = 2, cpu_offload: bool = False, precision: str = "fp32",
 ) -> dict:
-    """The engine's config: one optimizer step per micro batch, ZeRO ``zero_stage``."""
+    """The engine's config: one optimizer step per micro batch, ZeRO ``zero_stage``, ``precision`` (the run's
+    ``--precision``, training/precision.py): bf16 = DeepSpeed's torch autocast to bfloat16 over fp32 weights (as the
+    other strategies train), fp16 = DeepSpeed's fp16 mode (half weights, fp32 master copy, its own dynamic loss
+    scale, kept in its checkpoints) with the inputs cast to half."""
     zero: dict = {"stage": zero_stage}
     if cpu_offload:
         zero["offload_optimizer"] = {"device": "cpu"}
@@ -55,7 +58,16 @@ def deepspeed_config(
         # ... also when the optimizer state is offloaded.
         "zero_force_ds_cpu_optimizer": False,
         "steps_per_print": 10**9,  # the loop logs its own epoch lines
+        **_precision_config(precision),
     }
+
+
+def _precision_config(precision: str) -> dict:
+    if precision == "bf16":
+        return {"torch_autocast": {"enabled": True, "dtype": "bfloat16"}}
+    if precision == "fp16":
+        return {"fp16": {"enabled": True, "auto_cast": True}}
+    return {}
 
 
 def initialize(model: nn.Module, lr: float, config: dict) -> tuple[Any, torch.optim.Optimizer]:
@@ -109,12 +121,12 @@ class DeepSpeedStrategy:
         self.zero_stage = config["zero_stage"]
         ds_config = deepspeed_config(
             micro_batch=micro_batch, world_size=world_size, zero_stage=self.zero_stage,
-            cpu_offload=config["cpu_offload"],
+            cpu_offload=config["cpu_offload"], precision=config["precision"],
         )
         self.module, self.optimizer = initialize(model, config["lr"], ds_config)
         self.name = f"deepspeed-zero{self.zero_stage}"
         offload = ", CPU offload" if config["cpu_offload"] else ""
-        self.summary = f"DeepSpeed ZeRO-{self.zero_stage} over {world_size} ranks{offload}"
+        self.summary = f"DeepSpeed ZeRO-{self.zero_stage} over {world_size} ranks{offload}, {config['precision']}"
 
     def step(self, loss: torch.Tensor) -> None:
         self.module.backward(loss)
@@ -157,6 +169,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
     return ray_ddp.parse_args(
         argv, prog=f"python -m {__package__}.deepspeed_ray", kind="deepspeed", add_strategy_args=add_deepspeed_args,
+        compiles=False,
         description="DeepSpeed ZeRO-2/3 inside Ray Train, with DeepSpeed checkpoints and resume",
     )
 

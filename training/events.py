@@ -4,16 +4,31 @@ run-side companion notes when it sees each. Torch-free: any entrypoint can call 
 from __future__ import annotations
 
 import os
+import sys
 
 import rtjob_contract as contract
 
 _said: set[str] = set()
 
 
-def first_step(rank: int | None = None) -> None:
-    """Once per process, on the first rank only (``rank``, else $RANK): the first training step is done."""
+def say_once(event: str, rank: int | None = None) -> None:
+    """Print ``event``'s line once per process, on the first rank only (``rank``, else $RANK).
+
+    Written to stdout directly, not with print(): in a Ray Train worker print() is patched to go to Ray's logger
+    and, where stdout is redirected, to stdout as well, so a printed event reached the driver's log twice."""
     rank = int(os.environ.get("RANK", "0") or 0) if rank is None else rank
-    if contract.EVENT_FIRST_STEP in _said or rank != 0:
+    if event in _said or rank != 0:
         return
-    _said.add(contract.EVENT_FIRST_STEP)
-    print(f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_FIRST_STEP}", flush=True)
+    _said.add(event)
+    sys.stdout.write(f"{contract.EVENT_LINE_PREFIX} {event}\n")
+    sys.stdout.flush()
+
+
+def first_step(rank: int | None = None) -> None:
+    """The first training step is done."""
+    say_once(contract.EVENT_FIRST_STEP, rank)
+
+
+def workers_started(rank: int | None = None) -> None:
+    """A Ray Train worker group is up: its loop has started (before data, model and the first checkpoint)."""
+    say_once(contract.EVENT_WORKERS_STARTED, rank)

@@ -76,6 +76,11 @@ class RunStorage:
         with self.fs.open_input_stream(f"{self.run_dir}/{name}/{filename}") as f:
             return bytes(f.read())
 
+    def has(self, name: str, filename: str) -> bool:
+        import pyarrow.fs as pafs
+
+        return bool(self.fs.get_file_info(f"{self.run_dir}/{name}/{filename}").type == pafs.FileType.File)
+
     def delete(self, name: str) -> None:
         self.fs.delete_dir(f"{self.run_dir}/{name}")
 
@@ -95,8 +100,10 @@ def save(
     history: list[dict],
     world_size: int,
     keep: int,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> str:
-    """Rank 0 only: write the checkpoint of ``epoch`` and keep the newest ``keep``. Returns its path."""
+    """Rank 0 only: write the checkpoint of ``epoch`` (with fp16, the GradScaler's state too) and keep the newest
+    ``keep``. Returns its path."""
     files = {
         checkpoint.MODEL_FILE: _torch_bytes(checkpoint.unwrap(model).state_dict()),
         checkpoint.OPTIMIZER_FILE: _torch_bytes(optimizer.state_dict()),
@@ -105,6 +112,8 @@ def save(
             {"epoch": epoch, "written_by_rank": 0, "world_size": world_size}, indent=1
         ).encode(),
     }
+    if scaler is not None:
+        files[checkpoint.SCALER_FILE] = _torch_bytes(scaler.state_dict())
     path = storage.write(checkpoint.checkpoint_dir_name(epoch), files)
     for old in storage.complete_checkpoints()[:-keep]:
         storage.delete(old)
@@ -114,9 +123,11 @@ def save(
 
 
 def restore(
-    storage: RunStorage, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device
+    storage: RunStorage, model: nn.Module, optimizer: torch.optim.Optimizer, device: torch.device,
+    scaler: torch.amp.GradScaler | None = None,
 ) -> tuple[int, list[dict], str | None]:
-    """Load the newest complete checkpoint into ``model``/``optimizer`` on every rank.
+    """Load the newest complete checkpoint into ``model``/``optimizer`` (and ``scaler``, where the checkpoint has
+    its state) on every rank.
 
     Returns ``(last_epoch, history, path)``; ``(0, [], None)`` for a fresh run.
     """
@@ -132,6 +143,8 @@ def restore(
             torch.load(os.path.join(tmp, checkpoint.MODEL_FILE), map_location=device)
         )
         optimizer.load_state_dict(torch.load(os.path.join(tmp, checkpoint.OPTIMIZER_FILE), map_location=device))
+    if scaler is not None and storage.has(name, checkpoint.SCALER_FILE):
+        scaler.load_state_dict(torch.load(io.BytesIO(storage.read(name, checkpoint.SCALER_FILE)), weights_only=True))
     state = json.loads(storage.read(name, checkpoint.STATE_FILE))
     history = json.loads(storage.read(name, checkpoint.METRICS_FILE))
     return int(state["epoch"]), history, f"{storage.display}/{name}"

@@ -6,8 +6,10 @@ a 1-D device mesh over all workers (gloo on CPU, nccl on GPU). Ray's
 ``prepare_model(parallel_strategy="fsdp")`` is not used: it refuses to run without a GPU
 and wraps with FSDP1, which has none of the options below.
 
-Options: ``--mixed-precision`` trains with bf16 parameters for compute and fp32 gradient
-reduction (the sharded master weights and the optimizer stay fp32); ``--cpu-offload``
+Options: ``--precision bf16`` (the default with a GPU; training/precision.py) trains with bf16 parameters for
+compute and fp32 gradient reduction (the sharded master weights and the optimizer stay fp32), ``fp16`` the same
+in float16 with a GradScaler (checkpointed), ``fp32`` without a cast (the old ``--mixed-precision`` is refused
+with a line naming ``--precision bf16``); ``--cpu-offload``
 keeps sharded parameters, gradients and optimizer state in CPU memory; ``--no-reshard``
 keeps the gathered parameters from forward to backward (less communication, more memory).
 
@@ -43,17 +45,19 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 
+from . import loop, precision
+
 SHARDED_DIR = "sharded"
 
 
 @dataclass(frozen=True)
 class FSDPOptions:
-    mixed_precision: bool = False  # bf16 params in forward/backward, fp32 gradient reduction
+    precision: str = "fp32"  # bf16/fp16: params cast for forward/backward, fp32 gradient reduction
     cpu_offload: bool = False
     reshard_after_forward: bool = True
 
     def describe(self) -> str:
-        parts = ["bf16 params + fp32 reduce" if self.mixed_precision else "fp32",
+        parts = [f"{self.precision} params + fp32 reduce" if self.precision != "fp32" else "fp32",
                  "CPU offload" if self.cpu_offload else "no offload",
                  "reshard after forward" if self.reshard_after_forward else "no reshard after forward"]
         return ", ".join(parts)
@@ -77,8 +81,9 @@ def shard_model(
     ``units``: the submodules to shard before the root (default: ``sharding_units(model)``)."""
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     kwargs: dict = {"mesh": mesh, "reshard_after_forward": options.reshard_after_forward}
-    if options.mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+    if options.precision != "fp32":
+        param_dtype = torch.bfloat16 if options.precision == "bf16" else torch.float16
+        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     if options.cpu_offload:
         # Pinned memory needs CUDA; on a CPU-only machine the shards simply stay in (pageable) RAM.
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=device.type == "cuda")
@@ -123,27 +128,32 @@ class FSDP2Strategy:
 
     def __init__(self, model: nn.Module, config: dict, device: torch.device) -> None:
         self.options = FSDPOptions(
-            mixed_precision=config["mixed_precision"], cpu_offload=config["cpu_offload"],
+            precision=config["precision"], cpu_offload=config["cpu_offload"],
             reshard_after_forward=not config["no_reshard"],
         )
+        self.device = device
         self.module: nn.Module = shard_model(model, device, self.options)
         self.optimizer = torch.optim.Adam(self.module.parameters(), lr=config["lr"])
+        self.scaler = precision.grad_scaler(self.options.precision, device)
+        self.step = loop.optimizer_step(self.optimizer, self.scaler)
         self.summary = f"FSDP2 over {dist.get_world_size()} ranks ({self.options.describe()})"
 
-    def step(self, loss: torch.Tensor) -> None:
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
-
     def save(self, directory: str, epoch: int) -> dict:
+        from . import checkpoint  # Ray Train's side: the sharding functions above need no Ray
+
         save_sharded(self.module, self.optimizer, os.path.join(directory, SHARDED_DIR))
+        if dist.get_rank() == 0:
+            checkpoint.save_optimizer(directory, None, self.scaler)  # fp16: the loss scale (one for all ranks)
         return {"sharded": f"{SHARDED_DIR}/", "fsdp": asdict(self.options)}
 
     def full_state_dict(self) -> dict[str, Any] | None:
         return full_state_dict(self.module)
 
     def load(self, directory: str) -> None:
+        from . import checkpoint
+
         load_sharded(self.module, self.optimizer, os.path.join(directory, SHARDED_DIR))
+        checkpoint.load_optimizer(directory, None, self.device, self.scaler)
 
 
 # --- entrypoint ----------------------------------------------------------------------------
@@ -155,12 +165,17 @@ def train_loop_per_worker(config: dict) -> None:
     sharded.train_loop(config, FSDP2Strategy)
 
 
+class _Replaced(argparse.Action):
+    """The flag ``--mixed-precision`` (bf16 parameters) became ``--precision bf16``, one flag for every entrypoint."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any, **kwargs: Any) -> None:
+        parser.error("--mixed-precision was replaced by --precision bf16 (bf16 parameters, fp32 gradient "
+                     "reduction); in a job's args: precision: bf16")
+
+
 def add_fsdp_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("fsdp2")
-    group.add_argument(
-        "--mixed-precision", action="store_true",
-        help="bf16 parameters in forward/backward, fp32 gradient reduction (MixedPrecisionPolicy)",
-    )
+    group.add_argument("--mixed-precision", action=_Replaced, nargs=0, help=argparse.SUPPRESS)
     group.add_argument(
         "--cpu-offload", action="store_true",
         help="keep sharded parameters, gradients and optimizer state in CPU memory (CPUOffloadPolicy)",
@@ -175,7 +190,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     from . import ray_ddp
 
     return ray_ddp.parse_args(
-        argv, prog=f"python -m {__package__}.fsdp2", kind="fsdp2", add_strategy_args=add_fsdp_args,
+        argv, prog=f"python -m {__package__}.fsdp2", kind="fsdp2", add_strategy_args=add_fsdp_args, compiles=False,
         description="FSDP2 (fully_shard per block) inside Ray Train, with DCP checkpoints and resume",
     )
 
@@ -184,9 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     from . import ray_ddp
 
     args = parse_args(argv)
-    print(f"STRATEGY: fsdp2 ({FSDPOptions(args.mixed_precision, args.cpu_offload, not args.no_reshard).describe()})",
+    print(f"STRATEGY: fsdp2 ({FSDPOptions(args.precision, args.cpu_offload, not args.no_reshard).describe()})",
           flush=True)
-    extra = {"mixed_precision": args.mixed_precision, "cpu_offload": args.cpu_offload, "no_reshard": args.no_reshard}
+    extra = {"cpu_offload": args.cpu_offload, "no_reshard": args.no_reshard}
     # By reference (not the copy in __main__ under `python -m`): workers import it from the working dir.
     loop_fn = importlib.import_module(f"{__package__}.fsdp2").train_loop_per_worker
     return ray_ddp.fit(args, ray_ddp.build_trainer(args, loop_fn, extra))

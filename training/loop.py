@@ -20,6 +20,7 @@ from torch.nn import functional as F
 
 import rtjob_contract as contract
 
+from . import precision as amp
 from .events import first_step
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
@@ -48,32 +49,42 @@ def train_epoch(
     device: torch.device,
     loss_fn: LossFn = F.cross_entropy,
     step: StepFn | None = None,
+    *,
+    precision: str = "fp32",
+    scaler: torch.amp.GradScaler | None = None,
 ) -> EpochStats:
-    """``optimizer`` steps after ``loss.backward()``; or pass ``optimizer=None, step=fn``."""
+    """``optimizer`` steps after ``loss.backward()`` (through ``scaler`` with fp16); or pass ``optimizer=None,
+    step=fn``. The forward pass and the loss run under ``precision``'s autocast (training/precision.py)."""
     if step is None:
         if optimizer is None:
             raise ValueError("train_epoch needs an optimizer or a step function")
-        step = _optimizer_step(optimizer)
-    return _run_epoch(model, loader, device, loss_fn, step)
+        step = optimizer_step(optimizer, scaler)
+    return _run_epoch(model, loader, device, loss_fn, step, precision)
 
 
-def _optimizer_step(optimizer: torch.optim.Optimizer) -> StepFn:
+def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None) -> StepFn:
     def step(loss: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
+        if scaler is None:
+            loss.backward()
+            optimizer.step()
+            return
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)  # skipped when the scaled gradients overflowed
+        scaler.update()
 
     return step
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn = F.cross_entropy) -> EpochStats:
-    return _run_epoch(model, loader, device, loss_fn, step=None)
+def evaluate(model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn = F.cross_entropy, *,
+             precision: str = "fp32") -> EpochStats:
+    return _run_epoch(model, loader, device, loss_fn, None, precision)
 
 
 def _run_epoch(
     model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn,
-    step: StepFn | None,
+    step: StepFn | None, precision: str = "fp32",
 ) -> EpochStats:
     model.train(step is not None)
     if device.type == "cuda":
@@ -85,13 +96,14 @@ def _run_epoch(
     if dist.is_available() and dist.is_initialized():
         # Every rank starts its clock together. Otherwise a rank that went on while rank 0 was still
         # writing or uploading the last checkpoint counts its wait for rank 0 as training time.
-        dist.barrier()
+        barrier(device)
     start = time.perf_counter()
     for inputs, targets in loader:
         inputs = inputs.to(device, non_blocking=True)  # no-op if the loader already moved them
         targets = targets.to(device, non_blocking=True)
-        outputs = model(inputs)
-        loss = loss_fn(outputs, targets)  # batch mean, used for the gradient
+        with amp.autocast(precision, device):
+            outputs = model(inputs)
+        loss = loss_fn(outputs.float(), targets)  # batch mean, used for the gradient; in fp32 under autocast too
         if step is not None:
             step(loss)
             first_step(dist.get_rank() if dist.is_initialized() else 0)
@@ -116,6 +128,16 @@ def _run_epoch(
         samples_per_s=count_total / time_max if time_max > 0 else 0.0,
         peak_mem_mb=mem_max,
     )
+
+
+def barrier(device: torch.device) -> None:
+    """``dist.barrier`` on ``device``'s GPU. Without ``device_ids`` NCCL guesses the GPU from the global rank (and
+    warns "Guessing device ID based on global rank ... can cause a hang"): Ray Train's process group is not bound
+    to a device (its ``init_process_group`` passes no ``device_id``), so rtjob names it here."""
+    if device.type == "cuda" and device.index is not None:
+        dist.barrier(device_ids=[device.index])
+    else:
+        dist.barrier()
 
 
 def all_reduce(
@@ -159,10 +181,11 @@ AfterEpoch = Callable[[int, dict], None]
 
 def run_epochs(
     first: int, epochs: int, history: list[dict], one_epoch: OneEpoch, after_epoch: AfterEpoch,
-    log: Callable[[str], None] | None,
+    log: Callable[[str], None] | None, precision: str | None = None,
 ) -> dict:
-    """Epochs ``first``..``epochs``: time each, append its metrics to ``history``, log its line
-    (``log`` is None on ranks that stay quiet), then hand it to ``after_epoch``. Returns the last metrics."""
+    """Epochs ``first``..``epochs``: time each, append its metrics to ``history`` (with the ``precision`` it trained
+    in, where given), log its line (``log`` is None on ranks that stay quiet), then hand it to ``after_epoch``.
+    Returns the last metrics."""
     metrics: dict = {}
     for epoch in range(first, epochs + 1):
         start = time.perf_counter()
@@ -170,6 +193,8 @@ def run_epochs(
         seconds = time.perf_counter() - start
         metrics = {contract.METRIC_EPOCH: epoch, contract.METRIC_EPOCH_TIME: seconds, **train_stats.as_dict("train_"),
                    **val_stats.as_dict("val_")}
+        if precision is not None:
+            metrics[contract.METRIC_PRECISION] = precision
         history.append(metrics)
         if log is not None:
             log(format_epoch_line(epoch, epochs, train_stats, val_stats, seconds))

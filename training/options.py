@@ -14,6 +14,7 @@ from typing import TypeVar
 
 import rtjob_contract as contract
 
+from . import precision
 from .data import DATASETS
 from .models import MODELS
 from .vit import DEFAULT_VIT_SIZE, VIT_SIZES
@@ -85,6 +86,12 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--train-size", type=positive_int, help="limit the training set (default: all / synthetic 2048)")
     group.add_argument("--val-size", type=positive_int, help="limit the validation set (default: all / synthetic 512)")
     group.add_argument("--seed", type=int, default=0)
+    precision.add_precision_arg(group)
+    group.add_argument(
+        "--compile", action="store_true",
+        help="torch.compile the model (off by default: its gain on a GPU awaits measurement; the first steps "
+        "include the compile time)",
+    )
 
 
 def add_ray_args(parser: argparse.ArgumentParser) -> None:
@@ -147,13 +154,8 @@ def resolve_storage_path(path: str | None) -> str | None:
     return os.path.abspath(os.path.expanduser(path))
 
 
-PRECISIONS = ("bf16", "fp16", "fp32")
-
-
-def add_precision_arg(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--precision", choices=PRECISIONS,
-                       help="bf16 (autocast; default with --use-gpu), fp16 (autocast + GradScaler, GPU only) or "
-                       "fp32 (default on CPU)")
+PRECISIONS = precision.PRECISIONS
+add_precision_arg = precision.add_precision_arg
 
 
 def parse_ray_entrypoint(parser: argparse.ArgumentParser, add_args: Callable[[argparse.ArgumentParser], None],
@@ -167,7 +169,5 @@ def parse_ray_entrypoint(parser: argparse.ArgumentParser, add_args: Callable[[ar
         parser.error(str(exc))
     args = parser.parse_args(argv)
     if hasattr(args, "precision"):
-        args.precision = args.precision or ("bf16" if args.use_gpu else "fp32")
-        if args.precision == "fp16" and not args.use_gpu:
-            parser.error("--precision fp16 needs a GPU (float16 autocast + GradScaler); use bf16 or fp32 on CPU")
+        precision.resolve_arg(parser, args)
     return args

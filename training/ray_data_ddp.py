@@ -173,7 +173,8 @@ def _batches(iterator: Any, batch_size: int, seed: int | None = None, shuffle: i
         yield batch[IMAGE], batch[LABEL]
 
 
-def evaluate_shard(model: torch.nn.Module, batches: Iterator, device: torch.device) -> loop.EpochStats:
+def evaluate_shard(model: torch.nn.Module, batches: Iterator, device: torch.device,
+                   precision: str = "fp32") -> loop.EpochStats:
     """Evaluate this rank's validation shard, which may be any size, even empty.
 
     A DDP module's forward can be a collective (it broadcasts buffers such as BatchNorm's
@@ -184,7 +185,7 @@ def evaluate_shard(model: torch.nn.Module, batches: Iterator, device: torch.devi
     if torch.distributed.is_initialized():
         for buffer in module.buffers():
             torch.distributed.broadcast(buffer, src=0)
-    return loop.evaluate(module, batches, device)
+    return loop.evaluate(module, batches, device, precision=precision)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -200,19 +201,23 @@ def train_loop_per_worker(config: dict) -> None:
     train_shard = ray.train.get_dataset_shard("train")
     val_shard = ray.train.get_dataset_shard("val")
 
-    device, model, optimizer, last_epoch, history = ray_ddp.replicated_model(config, rank)
+    replica = ray_ddp.replicated_model(config, rank)
+    model, optimizer, device, amp = replica.model, replica.optimizer, replica.device, replica.precision
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
         # A different local shuffle every epoch (and per rank), reproducible from the seed.
         seed = config["seed"] * 1000 + epoch * 10 + rank
         train_batches = _batches(train_shard, batch_size, seed, config["shuffle_buffer"])
-        train_stats = loop.train_epoch(model, train_batches, optimizer, device)
-        return train_stats, evaluate_shard(model, _batches(val_shard, batch_size), device)
+        train_stats = loop.train_epoch(replica.forward, train_batches, optimizer, device, precision=amp,
+                                       scaler=replica.scaler)
+        return train_stats, evaluate_shard(model, _batches(val_shard, batch_size), device, amp)
 
     def report(epoch: int, metrics: dict) -> None:
-        checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
+        checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=replica.history,
+                                   scaler=replica.scaler)
 
-    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
+    loop.run_epochs(replica.last_epoch + 1, config["epochs"], replica.history, one_epoch, report,
+                    log.info if rank == 0 else None, amp)
 
 
 # --- driver -------------------------------------------------------------------------

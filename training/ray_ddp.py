@@ -15,6 +15,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import ray
@@ -23,7 +24,7 @@ import ray.train.torch
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from . import checkpoint, data, loop, options
+from . import checkpoint, data, events, loop, options, precision
 from .models import model_for
 
 # Worker output goes through logging, not print: Ray Train V2 patches print() in workers
@@ -43,6 +44,15 @@ def setup_worker(config: dict) -> None:
         from ray.train.v2._internal.execution import context as train_context
 
         logging.getLogger(train_context.__file__).setLevel(config.get("train_log_level", "WARNING"))
+    events.workers_started(ray.train.get_context().get_world_rank())
+
+
+def worker_precision(config: dict, device: torch.device, rank: int) -> tuple[str, torch.amp.GradScaler | None]:
+    """``(precision, GradScaler or None)`` of this worker on ``device``; rank 0 logs the PRECISION line."""
+    amp, line = precision.for_device(config.get("precision") or "fp32", device)
+    if rank == 0:
+        log.info(line)
+    return amp, precision.grad_scaler(amp, device)
 
 
 def train_loop_per_worker(config: dict) -> None:
@@ -62,29 +72,47 @@ def train_loop_per_worker(config: dict) -> None:
         add_dist_sampler=False,
     )
 
-    device, model, optimizer, last_epoch, history = replicated_model(config, rank)
+    replica = replicated_model(config, rank)
+    model, optimizer, device, amp = replica.model, replica.optimizer, replica.device, replica.precision
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
         set_sampler_epoch(train_loader, epoch)
-        return loop.train_epoch(model, train_loader, optimizer, device), loop.evaluate(model, val_loader, device)
+        return (loop.train_epoch(replica.forward, train_loader, optimizer, device, precision=amp,
+                                 scaler=replica.scaler),
+                loop.evaluate(replica.forward, val_loader, device, precision=amp))
 
     def report(epoch: int, metrics: dict) -> None:
-        checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=history)
+        checkpoint.save_and_report(metrics, model=model, optimizer=optimizer, epoch=epoch, history=replica.history,
+                                   scaler=replica.scaler)
 
-    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
+    loop.run_epochs(replica.last_epoch + 1, config["epochs"], replica.history, one_epoch, report,
+                    log.info if rank == 0 else None, amp)
 
 
-def replicated_model(
-    config: dict, rank: int
-) -> tuple[torch.device, torch.nn.Module, torch.optim.Optimizer, int, list[dict]]:
-    """The DDP-wrapped model, its Adam optimizer and the restored checkpoint (``last_epoch``, ``history``)."""
+@dataclass
+class Replica:
+    """A DDP worker's model and what trains it: ``forward`` is ``model`` compiled (``--compile``) or itself."""
+    device: torch.device
+    model: torch.nn.Module
+    forward: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    precision: str
+    scaler: torch.amp.GradScaler | None
+    last_epoch: int  # of the restored checkpoint (0: a fresh run)
+    history: list[dict]
+
+
+def replicated_model(config: dict, rank: int) -> Replica:
+    """The DDP-wrapped model, its Adam optimizer, its precision and the restored checkpoint."""
     device = ray.train.torch.get_device()
+    amp, scaler = worker_precision(config, device, rank)
     model = ray.train.torch.prepare_model(model_for(config))
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    last_epoch, history = checkpoint.restore(model, optimizer, device)
+    last_epoch, history = checkpoint.restore(model, optimizer, device, scaler)
     if rank == 0 and last_epoch:
         log.info(loop.resume_line(last_epoch, config["epochs"]))
-    return device, model, optimizer, last_epoch, history
+    forward = precision.maybe_compile(model, bool(config.get("compile")))
+    return Replica(device, model, forward, optimizer, amp, scaler, last_epoch, history)
 
 
 def worker_data(config: dict, rank: int, world_size: int) -> tuple[Dataset, Dataset, int]:
@@ -110,8 +138,10 @@ def parse_args(
     argv: list[str] | None = None, *, prog: str = f"python -m {__package__}.ray_ddp",
     description: str = "Ray Train DDP (ResNet18 or ViT; MNIST, FashionMNIST, CIFAR-10 or synthetic data)",
     add_strategy_args: Callable[[argparse.ArgumentParser], None] | None = None, kind: str = "ddp",
+    compiles: bool = True,
 ) -> argparse.Namespace:
-    """Flags of a Ray Train entrypoint; other strategies add theirs with ``add_strategy_args``."""
+    """Flags of a Ray Train entrypoint; other strategies add theirs with ``add_strategy_args`` (``compiles``: whether
+    the strategy takes ``--compile``)."""
     parser = argparse.ArgumentParser(prog=prog, description=description)
     try:  # defaults come from RTJOB_* variables: a bad value is a usage error, not a crash
         options.add_training_args(parser)
@@ -121,6 +151,10 @@ def parse_args(
     if add_strategy_args is not None:
         add_strategy_args(parser)
     args = parser.parse_args(argv)
+    precision.resolve_arg(parser, args)
+    if args.compile and not compiles:
+        parser.error(f"--compile is not supported with {kind} (torch.compile is wired for the DDP, Ray Data, "
+                     "torchrun and single-process entrypoints)")
     args.storage_path = options.resolve_storage_path(args.storage_path)
     args.run_name = args.run_name or f"rtjob-{kind}-{args.dataset}-{time.strftime('%Y%m%d-%H%M%S')}"
     return args
@@ -128,7 +162,7 @@ def parse_args(
 
 # The flags every worker loop of the image-classification entrypoints reads from its config.
 CONFIG_KEYS = ("epochs", "global_batch_size", "lr", "model", "vit_size", "dataset", "data_dir", "train_size",
-               "val_size", "seed", "train_log_level")
+               "val_size", "seed", "train_log_level", "precision", "compile")
 
 
 def build_trainer(
@@ -181,7 +215,8 @@ def fit(args: argparse.Namespace, trainer: ray.train.torch.TorchTrainer) -> int:
     print(f"RUN: name={args.run_name} storage={args.storage_path or '~/ray_results'} "
           f"workers={args.num_workers} use_gpu={args.use_gpu} cpus_per_worker={args.cpus_per_worker} "
           f"model={args.model} dataset={args.dataset} epochs={args.epochs} "
-          f"global_batch_size={args.global_batch_size}",
+          f"global_batch_size={args.global_batch_size} precision={args.precision}"
+          f"{' compile' if getattr(args, 'compile', False) else ''}",
           flush=True)
     try:
         result = trainer.fit()

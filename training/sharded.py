@@ -33,7 +33,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader
 
-from . import checkpoint, data, loop
+from . import checkpoint, data, loop, precision
 from .models import model_for
 from .ray_ddp import set_sampler_epoch, setup_worker, worker_data
 
@@ -109,11 +109,13 @@ def train_loop(config: dict, make_strategy: StrategyFactory) -> None:
         DataLoader(train_set, batch_size=batch_size, shuffle=True)
     )
     device = ray.train.torch.get_device()
+    amp, line = precision.for_device(config.get("precision") or "fp32", device)
     model = model_for(config)
     params = sum(p.numel() for p in model.parameters())
-    strategy = make_strategy(model, config, device)
+    strategy = make_strategy(model, {**config, "precision": amp}, device)  # it applies the precision itself
     last_epoch, history = restore(strategy)
     if rank == 0:
+        log.info(line)
         log.info(f"MODEL: {config['model']} ({params / 1e6:.2f}M parameters), {strategy.summary}")
         if last_epoch:
             log.info(loop.resume_line(last_epoch, config["epochs"]))
@@ -126,7 +128,8 @@ def train_loop(config: dict, make_strategy: StrategyFactory) -> None:
     def report(epoch: int, metrics: dict) -> None:
         save_and_report(metrics, strategy=strategy, epoch=epoch, history=history)
 
-    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
+    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None,
+                    amp)
 
 
 def save_and_report(metrics: dict, *, strategy: Strategy, epoch: int, history: list[dict]) -> None:

@@ -23,7 +23,7 @@ import torch
 
 import rtjob_contract as contract
 
-from . import data, file_checkpoint, loop, options
+from . import data, file_checkpoint, loop, options, precision
 from .models import model_for
 
 
@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(str(exc))
     args = parser.parse_args(argv)
+    precision.resolve_arg(parser, args)
     if args.num_workers != 1:
         parser.error("--num-workers: the single-process baseline runs exactly 1 worker; "
                      "use training.ray_ddp / training.fsdp2 / training.deepspeed_ray to scale out")
@@ -72,6 +73,8 @@ def train(config: dict) -> dict:
         if not torch.cuda.is_available():
             raise SystemExit("ERROR: --use-gpu but CUDA is not available here")
         device = torch.device("cuda", 0)
+    amp, line = precision.for_device(config["precision"], device)
+    log(line)
     torch.manual_seed(config["seed"])
     train_set, val_set = data.load_datasets(
         config["dataset"], config["data_dir"], config["train_size"], config["val_size"], config["seed"]
@@ -86,22 +89,25 @@ def train(config: dict) -> dict:
     log(f"MODEL: {config['model']} ({params / 1e6:.2f}M parameters), 1 process, device {device.type}, "
         f"batch {batch_size}, {torch.get_num_threads()} CPU threads")
     optimizer = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    scaler = precision.grad_scaler(amp, device)
+    forward = precision.maybe_compile(model, config.get("compile", False))  # checkpoints save `model`
 
     storage = file_checkpoint.RunStorage(config["storage_path"], config["run_name"])
-    last_epoch, history, path = file_checkpoint.restore(storage, model, optimizer, device)
+    last_epoch, history, path = file_checkpoint.restore(storage, model, optimizer, device, scaler)
     if last_epoch:
         log(loop.resume_line(last_epoch, config["epochs"], path or ""))
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
-        return loop.train_epoch(model, train_loader, optimizer, device), loop.evaluate(model, val_loader, device)
+        return (loop.train_epoch(forward, train_loader, optimizer, device, precision=amp, scaler=scaler),
+                loop.evaluate(forward, val_loader, device, precision=amp))
 
     def save(epoch: int, metrics: dict) -> None:
         file_checkpoint.save(  # prints its own CHECKPOINT line
             storage, model=model, optimizer=optimizer, epoch=epoch, history=history,
-            world_size=1, keep=config["keep_checkpoints"],
+            world_size=1, keep=config["keep_checkpoints"], scaler=scaler,
         )
 
-    metrics = loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, save, log)
+    metrics = loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, save, log, amp)
     return metrics
 
 
@@ -109,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     config = vars(args)
     log(f"RUN: name={args.run_name} storage={args.storage_path} workers=1 use_gpu={args.use_gpu} "
-        f"model={args.model} dataset={args.dataset} epochs={args.epochs} global_batch_size={args.global_batch_size}")
+        f"model={args.model} dataset={args.dataset} epochs={args.epochs} global_batch_size={args.global_batch_size} "
+        f"precision={args.precision}{' compile' if args.compile else ''}")
     if args.use_gpu and not torch.cuda.is_available():
         # A Ray job's entrypoint runs on the head node: run the same loop on a GPU node instead.
         import ray

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import rtjob_contract as contract
 
-from . import data, file_checkpoint, loop, options
+from . import data, file_checkpoint, loop, options, precision
 from .models import model_for
 
 
@@ -56,6 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         parser.error(str(exc))
     args = parser.parse_args(argv)
+    precision.resolve_arg(parser, args)
     if not args.run_name:
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             parser.error("--run-name (or RTJOB_RUN_NAME) is required with more than one process")
@@ -118,31 +119,36 @@ def _train(
     # Validation: every sample exactly once over all ranks (no padding), so the means are exact.
     val_loader = DataLoader(data.eval_shard(val_set, rank, world_size), batch_size=batch_size, pin_memory=pin)
 
+    amp, line = precision.for_device(args.precision, device)
+    log(line)
     model = model_for(vars(args)).to(device)
     if distributed:
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    scaler = precision.grad_scaler(amp, device)
+    forward = precision.maybe_compile(model, args.compile)  # checkpoints save `model`
 
     storage = file_checkpoint.RunStorage(args.storage_path, args.run_name)
-    last_epoch, history, restored = file_checkpoint.restore(storage, model, optimizer, device)
+    last_epoch, history, restored = file_checkpoint.restore(storage, model, optimizer, device, scaler)
     if last_epoch:
         log(loop.resume_line(last_epoch, args.epochs, restored or ""))
 
     def one_epoch(epoch: int) -> tuple[loop.EpochStats, loop.EpochStats]:
         sampler.set_epoch(epoch)  # a new shuffle every epoch, the same on every rank
-        return loop.train_epoch(model, train_loader, optimizer, device), loop.evaluate(model, val_loader, device)
+        return (loop.train_epoch(forward, train_loader, optimizer, device, precision=amp, scaler=scaler),
+                loop.evaluate(forward, val_loader, device, precision=amp))
 
     path = restored
 
     def save(epoch: int, metrics: dict) -> None:
         nonlocal path
         if rank == 0:
-            path = file_checkpoint.save(storage, model=model, optimizer=optimizer, epoch=epoch,
-                                        history=history, world_size=world_size, keep=args.keep_checkpoints)
+            path = file_checkpoint.save(storage, model=model, optimizer=optimizer, epoch=epoch, history=history,
+                                        world_size=world_size, keep=args.keep_checkpoints, scaler=scaler)
         if distributed:
             dist.barrier()  # nobody starts the next epoch (or exits) before the checkpoint exists
 
-    loop.run_epochs(last_epoch + 1, args.epochs, history, one_epoch, save, log)
+    loop.run_epochs(last_epoch + 1, args.epochs, history, one_epoch, save, log, amp)
     return {"metrics": history[-1] if history else {}, "checkpoint": path, "run_dir": storage.display}
 
 
@@ -150,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     world = os.environ.get("WORLD_SIZE", "1")
     log(f"RUN: name={args.run_name} storage={args.storage_path} processes={world} use_gpu={args.use_gpu} "
-        f"dataset={args.dataset} epochs={args.epochs} global_batch_size={args.global_batch_size}")
+        f"dataset={args.dataset} epochs={args.epochs} global_batch_size={args.global_batch_size} "
+        f"precision={args.precision}{' compile' if args.compile else ''}")
     try:
         result = train(args)
     except data.DatasetUnavailable as exc:

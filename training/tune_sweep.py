@@ -121,7 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     trials = len(args.lrs) * len(args.batch_sizes)
     print(f"RUN: name={args.run_name} storage={args.storage_path} sweep lr={args.lrs} "
           f"global_batch_size={args.batch_sizes} ({trials} trials, {args.max_concurrent_trials} at a time) "
-          f"workers={args.num_workers} dataset={args.dataset} epochs={args.epochs} max_failures={args.max_failures}",
+          f"workers={args.num_workers} dataset={args.dataset} epochs={args.epochs} max_failures={args.max_failures} "
+          f"precision={args.precision}",
           flush=True)
     # Tune lists its results relative to os.getcwd(): the driver works from a stable folder, not from the
     # runtime_env's copy of the working dir (which Ray may unpack again when a node's first worker starts).

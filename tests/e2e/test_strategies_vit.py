@@ -162,7 +162,7 @@ def _spawned_main(rank: int, tmp: str) -> None:
         out["offload_noreshard"] = full_state_dict(variant)
 
         # 4. Mixed precision: the dtype the blocks compute with, and that it still learns.
-        mixed = shard_model(_tiny_vit(), cpu, FSDPOptions(mixed_precision=True))
+        mixed = shard_model(_tiny_vit(), cpu, FSDPOptions(precision="bf16"))
         seen: dict[str, str] = {}
         block = mixed.encoder.layers[0]
         block.mlp[0].register_forward_hook(lambda mod, args, res: seen.update(block_weight=str(mod.weight.dtype)))
@@ -191,15 +191,17 @@ def _spawned_main(rank: int, tmp: str) -> None:
 
         out["deepspeed"] = {}
         x, y = _batches()
-        for stage, offload in ((2, False), (3, True)):
+        # ... and ZeRO-2 with the run's --precision bf16 (DeepSpeed's torch_autocast over fp32 weights).
+        for stage, offload, precision in ((2, False, "fp32"), (3, True, "fp32"), (2, False, "bf16")):
             config = deepspeed_ray.deepspeed_config(micro_batch=PER_RANK, world_size=WORLD, zero_stage=stage,
-                                                    cpu_offload=offload)
+                                                    cpu_offload=offload, precision=precision)
             engine, _ = deepspeed_ray.initialize(_tiny_vit(), LR, config)
             for step in range(STEPS):
                 part = _rank_slice(step, rank)
                 engine.backward(F.cross_entropy(engine(x[part]).float(), y[part]))
                 engine.step()
-            out["deepspeed"][f"zero{stage}"] = deepspeed_ray.full_state_dict(engine, stage)  # ZeRO-3: a collective
+            key = f"zero{stage}" if precision == "fp32" else f"zero{stage}-{precision}"
+            out["deepspeed"][key] = deepspeed_ray.full_state_dict(engine, stage)  # ZeRO-3: a collective
         if rank == 0:
             torch.save(out, f"{tmp}/rank0.pt")
         dist.barrier()
@@ -276,6 +278,13 @@ def test_fsdp2_mixed_precision_computes_in_bf16_keeps_fp32_shards_and_learns(spa
     first, second = mixed["train_loss"]
     assert second < first, mixed
     assert mixed["val_samples"] == 200 and mixed["val_accuracy"] > 0.2, mixed  # chance: 0.1
+
+
+def test_deepspeed_bf16_from_the_precision_option_computes_in_bf16_and_stays_beside_fp32(spawned):
+    fp32, bf16 = spawned["deepspeed"]["zero2"], spawned["deepspeed"]["zero2-bf16"]
+    assert all(value.dtype == torch.float32 for value in bf16.values())  # fp32 weights under the autocast
+    assert any(not torch.equal(fp32[key], bf16[key]) for key in fp32)  # bf16 matmuls changed the numbers ...
+    _assert_same_state(fp32, bf16, atol=5e-3)  # ... a little
 
 
 def test_deepspeed_zero2_and_zero3_offload_train_the_same_weights_as_one_process(spawned):

@@ -46,7 +46,7 @@ def _fake_cluster(tmp_path: Path) -> cluster.LocalCluster:
 def _patch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, expected: int, fail: str = "") -> list[str]:
     seen = tmp_path / "seen"
     seen.mkdir()
-    monkeypatch.setattr(cluster, "_spawn_ray", lambda args, token_path, what: subprocess.Popen(
+    monkeypatch.setattr(cluster, "_spawn_ray", lambda args, token_path, what, extra_env=None: subprocess.Popen(
         [sys.executable, "-c", FAKE_RAY_START, str(seen), str(expected), fail, *args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     stopped: list[str] = []

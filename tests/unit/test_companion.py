@@ -97,6 +97,7 @@ def test_the_log_reaches_storage_as_masked_parts_equal_to_the_driver_file(tmp_pa
               "for i in range(3000):\n"
               f"    print(f'line {{i}} token {SECRET}' if i % 500 == 0 else f'line {{i}} ' + 'x' * 200)\n"
               "    if i % 1000 == 0: sys.stdout.flush(); time.sleep(0.5)\n"
+              "    if i == 1500: print('(RayTrainWorker pid=1) rtjob-event: workers_started', flush=True)\n"
               "print('rtjob-event: first_step', flush=True)\n")
     (tmp_path / "s.py").write_text(script)
     rc, log, storage = companion(tmp_path, f"{sys.executable} {tmp_path / 's.py'}", tmp_path / "run")
@@ -112,7 +113,8 @@ def test_the_log_reaches_storage_as_masked_parts_equal_to_the_driver_file(tmp_pa
     assert [(a["id"], a["attempt"], a["status"], a["exit_code"]) for a in record["attempts"]] == [
         ("r1", 1, "SUCCEEDED", 0)]
     timeline = record_of(storage)["timeline"]
-    assert timeline["driver_started"] <= timeline["first_log_line"] <= timeline["first_step"] <= timeline["ended"]
+    assert (timeline["driver_started"] <= timeline["first_log_line"] <= timeline["workers_started"]
+            <= timeline["first_step"] <= timeline["ended"])
 
 
 def test_a_stop_marker_makes_the_stops_sigterm_a_stop() -> None:

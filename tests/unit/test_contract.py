@@ -59,8 +59,8 @@ def _strings(path: Path) -> list[tuple[int, str]]:
 def test_every_contract_value_is_scanned_for_or_checked_through_its_readers() -> None:
     assert {"SCALER_FILE", "RUN_RECORD_FILE", "DRIVER_LOG_FILE", "MODEL_FILE", "META_JOB", "TAG_RUN_ID",
             "EPOCH_CHECKPOINT_PREFIX", "ENV_RUN_NAME"} <= set(SPELLED.values())
-    assert {"RUN_LOGS_DIR", "SAMPLES_DIR", "LOG_PART_PREFIX", "EVENT_FIRST_STEP", "ROLE_SUPERVISOR",
-            "SUPERVISOR_SUFFIX", "CARRIER_BACKEND", *(n for n in CONSTANTS if n.startswith("METRIC_"))} == THROUGH_READERS
+    assert {"RUN_LOGS_DIR", "SAMPLES_DIR", "LOG_PART_PREFIX", "EVENT_FIRST_STEP", "EVENT_WORKERS_STARTED",
+            "ROLE_SUPERVISOR", "SUPERVISOR_SUFFIX", "CARRIER_BACKEND", *(n for n in CONSTANTS if n.startswith("METRIC_"))} == THROUGH_READERS
     assert len(SPELLED) + len(THROUGH_READERS) == len(CONSTANTS)  # no two names share a value
 
 
@@ -80,7 +80,9 @@ def test_the_ordinary_words_are_read_and_written_through_the_contract() -> None:
     """rtjob's log folder in a run (the client alone writes and reads it), the samples folder (training writes,
     `rtjob results` reads) and the evaluation rows' model key; the metric keys: test_results_reads_..."""
     assert {"RUN_LOGS_DIR", "SAMPLES_DIR", "METRIC_MODEL", "LOG_PART_PREFIX", "EVENT_FIRST_STEP"} <= _named(CLI)
-    assert {"SAMPLES_DIR", "METRIC_MODEL", "EVENT_FIRST_STEP"} <= _named(TRAINING)
+    assert {"SAMPLES_DIR", "METRIC_MODEL", "EVENT_FIRST_STEP", "EVENT_WORKERS_STARTED", "METRIC_PRECISION"} \
+        <= _named(TRAINING)
+    assert "TIMELINE_EVENTS" in _named(CLI)  # the companion notes every event line the entrypoints print
 
 
 @pytest.mark.parametrize("side", [CLI, TRAINING], ids=["cli", "training"])

@@ -180,6 +180,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
     assert data["run"] == {
         "id": RUN_ID, "job": "ddp-resnet", "job_file": "jobs/ddp-resnet.yaml", "nodes": 2, "workers": 2,
         "resources_per_worker": {"CPU": 1.0}, "compute_config": spec["compute_config"], "storage_uri": storage_uri,
+        "profile": "local", "gpus_per_node": 0,  # the embedded cluster: the local profile, no GPU on this machine
     }
     # What is uploaded: the project root, measured as Ray packs it (tests/ excluded by the job).
     assert upload["working_dir"] == str(REPO) and upload["files"] > 0 and upload["bytes"] > 0

@@ -113,7 +113,7 @@ def test_the_embedded_node_size_follows_the_shape(two_line_job, monkeypatch, tmp
     class Running:
         token, address = "t0ken", "http://127.0.0.1:1"
 
-    def fake_up(nodes: int, cpus_per_node: int, log: Any = None) -> Running:
+    def fake_up(nodes: int, cpus_per_node: int, log: Any = None, gpus_per_node: int = 0) -> Running:
         asked.append((nodes, cpus_per_node))
         return Running()
 

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from .. import checkpoint as shared_checkpoint
 from .. import data as shared_data
 from .. import loop
+from .. import precision as amp
 from ..hf import steps as hf_steps
 from ..ray_ddp import set_sampler_epoch, setup_worker
 from . import checkpoint, components, latents, objective, sampling
@@ -79,8 +80,10 @@ def train_loop_per_worker(config: dict) -> None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
-    precision = config["precision"]
-    hf_steps.check_precision(precision, device.type)
+    precision, line = amp.for_device(config["precision"], device)  # the one rule (bf16 support, TF32)
+    config["precision"] = precision
+    if rank == 0:
+        log.info(line)
     meta, uncond = latents.read_meta(config["data"])
     scheduler = objective.noise_scheduler(config["prediction_type"])
     scaler = hf_steps.grad_scaler(precision, device)
@@ -116,7 +119,7 @@ def train_loop_per_worker(config: dict) -> None:
         checkpoint.save_and_report(metrics, unet=net, optimizer=optimizer, ema=ema, frozen=frozen,
                                    scheduler=scheduler, epoch=epoch, history=history, scaler=scaler)
 
-    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, after_epoch, None)
+    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, after_epoch, None, precision)
 
 
 def sample(net: torch.nn.Module, ema: Any, frozen: tuple[Any, Any, Any], scheduler: Any, config: dict,

@@ -23,30 +23,17 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .. import loop
+from .. import loop, precision
 from ..events import first_step
-from ..options import PRECISIONS
 from .data import IGNORE
 
 Batch = dict[str, torch.Tensor]
 
 
-def check_precision(precision: str, device_type: str) -> None:
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision {precision!r}; choose one of {', '.join(PRECISIONS)}")
-    if precision == "fp16" and device_type != "cuda":
-        raise ValueError("--precision fp16 needs a GPU (float16 autocast + GradScaler); use bf16 or fp32 on CPU")
-
-
-def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
-    if precision == "fp32":
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=torch.bfloat16 if precision == "bf16" else torch.float16)
-
-
-def grad_scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
-    check_precision(precision, device.type)
-    return torch.amp.GradScaler(device.type) if precision == "fp16" else None
+# The one precision rule of every entrypoint (training/precision.py), under the names this module's callers use.
+check_precision = precision.check
+autocast = precision.autocast
+grad_scaler = precision.grad_scaler
 
 
 def token_sums(model: nn.Module, batch: Batch, precision: str, device: torch.device) -> tuple[torch.Tensor, ...]:
@@ -102,7 +89,7 @@ class Accumulator:
         self.tokens = torch.zeros((), dtype=torch.int64, device=device)
         self.samples = 0
         if dist.is_available() and dist.is_initialized():
-            dist.barrier()  # every rank starts its clock together (rank 0 may still be writing a checkpoint)
+            loop.barrier(device)  # every rank starts its clock together (rank 0 may still be writing a checkpoint)
         self.start = time.perf_counter()
 
     def add(self, loss_sum: torch.Tensor, correct: torch.Tensor, tokens: torch.Tensor, samples: int) -> None:

@@ -18,7 +18,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from .. import data as shared_data
-from .. import fsdp2, loop
+from .. import fsdp2, loop, precision
 from ..ray_ddp import set_sampler_epoch, setup_worker
 from ..sharded import lockstep_batches
 from . import checkpoint, data, model, steps
@@ -75,7 +75,9 @@ def train_loop_per_worker(config: dict) -> None:
     context = ray.train.get_context()
     rank, world = context.get_world_rank(), context.get_world_size()
     device = ray.train.torch.get_device()
-    steps.check_precision(config["precision"], device.type)
+    config["precision"], line = precision.for_device(config["precision"], device)  # the one rule (bf16 support)
+    if rank == 0:
+        log.info(line)
     torch.manual_seed(config["seed"])
     sharded = config["fsdp"]
     scaler = steps.grad_scaler(config["precision"], device)
@@ -118,7 +120,8 @@ def train_loop_per_worker(config: dict) -> None:
         checkpoint.save_and_report(metrics, model=net, optimizer=optimizer, tokenizer=tokenizer, epoch=epoch,
                                    history=history, sharded=sharded, scaler=scaler)
 
-    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None)
+    loop.run_epochs(last_epoch + 1, config["epochs"], history, one_epoch, report, log.info if rank == 0 else None,
+                    config["precision"])
 
 
 def _data_dir(config: dict) -> str | None:

@@ -91,8 +91,9 @@ class LocalCluster(ABC):
     """A cluster on this machine that the backend starts on demand."""
 
     @abstractmethod
-    def up(self, nodes: int, cpus_per_node: int, log: Log) -> Data:
-        """Start it (or grow it to ``nodes``); it as ``describe`` shows it."""
+    def up(self, nodes: int, cpus_per_node: int, log: Log, gpus_per_node: int = 0) -> Data:
+        """Start it (or grow it to ``nodes``), each node with its own ``gpus_per_node`` of this machine's GPUs; it
+        as ``describe`` shows it."""
 
     @abstractmethod
     def running(self) -> bool:

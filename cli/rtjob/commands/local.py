@@ -44,15 +44,27 @@ def local() -> None:
 @local.command("up")
 @click.option("--nodes", type=click.IntRange(1, 16), default=1, show_default=True, help="Ray nodes (raylets) to run.")
 @click.option("--cpus-per-node", type=click.IntRange(1, 64), default=1, show_default=True)
-def local_up(nodes: int, cpus_per_node: int) -> int:
+@click.option("--gpus-per-node", type=click.IntRange(0, 64), default=0, show_default=True,
+              help="This machine's GPUs each node gets, its own (found with nvidia-smi).")
+def local_up(nodes: int, cpus_per_node: int, gpus_per_node: int) -> int:
     """Start the embedded cluster (or grow it to NODES nodes).
 
     \b
     Examples:
       rtjob local up
       rtjob local up --nodes 2 --cpus-per-node 2
+      rtjob local up --nodes 2 --gpus-per-node 1   # on a machine with 2 GPUs: one each
     """
-    running = _cluster()[1].up(nodes, cpus_per_node, log=say)
+    if gpus_per_node:
+        from ..core.errors import BadInput
+        from ..jobspec.gpus import machine_gpus
+
+        here = machine_gpus()
+        if nodes * gpus_per_node > len(here):
+            raise BadInput(f"--nodes {nodes} x --gpus-per-node {gpus_per_node} needs {nodes * gpus_per_node} GPU(s); "
+                           f"this machine has {len(here)}" + (f" ({'; '.join(g.describe() for g in here)})"
+                                                               if here else " (nvidia-smi found none)"))
+    running = _cluster()[1].up(nodes, cpus_per_node, log=say, gpus_per_node=gpus_per_node)
     say(f"embedded cluster up: {running['nodes']} node(s), dashboard {running['address']}")
     return EXIT_SUCCEEDED
 
@@ -98,8 +110,10 @@ def local_status(output: str) -> int:
     if output != "text":
         print_data(running, output)
     else:
+        gpus = (f"GPUs:    {running['gpus']:g} ({running['gpus_per_node']} per node, each node its own)\n"
+                if running.get("gpus") else "")
         echo(f"address: {running['address']}\nnodes:   {running['nodes']}\nCPUs:    {running['cpus']:g}\n"
-                   f"logs:    {running['temp_dir']}")
+             f"{gpus}logs:    {running['temp_dir']}")
     return EXIT_SUCCEEDED
 
 

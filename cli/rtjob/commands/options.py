@@ -106,6 +106,9 @@ def job_options(func: F) -> F:
         click.option("--forward-aws-credentials", is_flag=True,
                      help="Copy this client's AWS credentials (standard chain) into the job's environment, "
                           "masked everywhere; off by default."),
+        click.option("--real-shape", is_flag=True,
+                     help="Embedded cluster: run the job as written (its args, data, epochs), not its `local:` "
+                          "profile (sized for a CPU laptop): for a workstation's GPUs."),
     ])
 
 

@@ -48,6 +48,14 @@ def _cluster_text(planned: Plan, running: dict[str, Any] | None) -> str:
     return text
 
 
+def _embedded_text(job: Any) -> str:
+    """Which configuration runs on the embedded cluster, and this machine's GPUs it gets."""
+    profile = ("the job's `local:` profile (sized for a CPU laptop; --real-shape runs the job as written)"
+               if job.local_profile else "the job as written (--real-shape; its `local:` profile not applied)")
+    gpus = f"{job.local_gpus_per_node} GPU per node of this machine's" if job.local_gpus_per_node else "no GPU"
+    return f"{profile}; {gpus}"
+
+
 def files_data(upload: Upload) -> dict[str, Any]:
     """What `render --files` shows: every uploaded file (path, size), and what was left out grouped by top-level
     path and the rule that excluded it (Ray's default, a .gitignore/.rayignore, the job's excludes, rtjob's)."""
@@ -97,6 +105,9 @@ def render_data(planned: Plan, settings: Settings, explain: bool, files: bool = 
         "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
         "upload": planned.upload.to_json() if planned.upload else None,
     }
+    if job.embedded:  # which configuration runs on this machine, and its GPUs
+        data["run"].update({"profile": "local" if job.local_profile else "real shape (--real-shape)",
+                            "gpus_per_node": job.local_gpus_per_node})
     if not job.shape_declared:  # null, never an invented worker count; and what the embedded cluster offers
         data["run"].update({"nodes": job.sized_nodes, "workers": None, "resources_per_worker": None,
                             "shape": "set by the entrypoint", "cpus_per_node": job.local_cpus_per_node})
@@ -141,6 +152,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
         f"backend:   {backend.name}  {backend.display_address}",
         f"shape:     {shape}",
         f"compute:   {job.compute_config_name or '-'}",
+        *([f"embedded:  {_embedded_text(job)}"] if job.embedded else []),
         *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...],
           name: str | None, storage: str | None, submission_id: str | None, forward_aws_credentials: bool,
-          resume: tuple[str, str] | None = None) -> Plan | PipelinePlan:
+          resume: tuple[str, str] | None = None, real_shape: bool = False) -> Plan | PipelinePlan:
     """One run's plan, or a pipeline's (a job file with `steps:`): every step planned before anything runs."""
     from ..core.errors import BadInput
     from ..jobspec.resolve import JobSource, Overrides
@@ -35,7 +35,7 @@ def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...]
     from ..runs.runner import plan
 
     overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
-                          forward_aws_credentials=forward_aws_credentials)
+                          forward_aws_credentials=forward_aws_credentials, real_shape=real_shape)
     loaded = pipelines.load(job, settings.root)
     if isinstance(loaded, JobSource):
         if resume is not None:
@@ -61,7 +61,7 @@ FROM_HELP = ("Pipelines: a new pipeline run that reuses the runs of PIPELINE_ID'
 @click.option("--from", "resume", nargs=2, metavar="STEP PIPELINE_ID", help=FROM_HELP)
 def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
-           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
+           real_shape: bool, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
            explain: bool, files: bool, resume: tuple[str, str] | None) -> int:
     """Print the exact request a submit would send (same as submit --dry-run). Sends nothing.
 
@@ -74,7 +74,7 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
                              compute_config=compute_config)
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
-                    resume or None)
+                    resume or None, real_shape)
     from ..runs.pipeline import PipelinePlan
 
     if isinstance(planned, PipelinePlan):
@@ -93,7 +93,7 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 @click.option("--from", "resume", nargs=2, metavar="STEP PIPELINE_ID", help=FROM_HELP)
 def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
-           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
+           real_shape: bool, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
            no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool,
            resume: tuple[str, str] | None) -> int:
     """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome.
@@ -109,7 +109,7 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
                              compute_config=compute_config)
     # Planned once, before anything starts: every check that needs no cluster fails here first.
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
-                    resume or None)
+                    resume or None, real_shape)
     from ..runs.pipeline import PipelinePlan
 
     if isinstance(planned, PipelinePlan):

@@ -20,6 +20,7 @@ import rtjob_contract as contract
 from ..core.errors import BadInput
 from ..core.model import check_run_id
 from . import catalog
+from .gpus import machine_gpus
 from .overrides import apply_set, parse_env, parse_set
 from .project import find_compute_config_file, find_job_file, job_file_root
 from .requirements import declared_at, read_requirements, split_satisfied
@@ -76,6 +77,9 @@ class Overrides:
     name: str | None = None
     submission_id: str | None = None
     forward_aws_credentials: bool = False  # copy the client's AWS credentials into the job (only when asked)
+    # On the embedded cluster: the job as written (its args, data, epochs), not its `local:` profile: a
+    # workstation's GPUs can train the real configuration.
+    real_shape: bool = False
 
 
 @dataclass
@@ -180,6 +184,8 @@ class ResolvedJob:
     # neither shows nor exports a worker count.
     shape_declared: bool = True
     local_cpus_per_node: int | None = None  # the embedded cluster's node size (None: not the embedded cluster)
+    local_gpus_per_node: int = 0  # this machine's GPUs each embedded node gets (its own: jobspec/gpus.py)
+    local_profile: bool = False  # the job's `local:` profile applied (embedded cluster, without --real-shape)
     companion: bool = True  # the entrypoint runs under rtjob's run-side companion (job `companion:`, RTJOB_COMPANION)
 
     @property
@@ -357,6 +363,17 @@ def declares_shape(spec: JobSpec, cc_name: str | None) -> bool:
     return bool(cc_name or spec.resources_per_worker.model_fields_set)
 
 
+def _wants_gpu(spec: JobSpec, cc: ComputeConfig | None, shown: str) -> bool:
+    """Whether the job trains on GPUs where it runs for real: resources_per_worker.gpus, or its compute config's
+    worker group (or head) offers GPUs."""
+    if spec.resources_per_worker.gpus:
+        return True
+    if cc is None:
+        return False
+    group = pick_group(cc, spec.worker_group, shown)
+    return _node_offer(group, cc, shown)[1] > 0
+
+
 def machine_cpus() -> int:
     """The CPUs this process may use (its affinity mask where the platform has one)."""
     import os
@@ -392,8 +409,11 @@ def resolve(
     """The job ``ref`` (its file, or ``source``'s recorded documents) as one run on ``placement``."""
     root = settings.root
     backend = placement.backend
-    spec, shown, located = _load_job(ref, root, overrides, placement.embedded, source)
+    local_profile = placement.embedded and not overrides.real_shape
+    spec, shown, located = _load_job(ref, root, overrides, local_profile, source)
     notes: list[str] = []
+    nodes = spec.nodes
+    local_gpus = 0
 
     # Precedence: --compute-config > the job's compute_config > RTJOB_COMPUTE_CONFIG / [tool.rtjob]; an error
     # names where the name came from (the flag, the job file, the variable), not always the job file.
@@ -428,13 +448,30 @@ def resolve(
         # for what it needs.
         sized = shape_declared or "nodes" in spec.model_fields_set or "cpus_per_node" in spec.local.model_fields_set
         local_cpus = spec.local.cpus_per_node if sized else machine_cpus()
-        node_cpus, node_gpus = float(local_cpus), 0.0
-        if cc is not None:
-            notes.append(f"compute config {cc_name} describes the cloud cluster; the embedded cluster uses "
-                         f"{local_cpus} CPU per node, no GPU")
+        node_cpus = float(local_cpus)
         cpus = rpw.cpus or 1.0
-        gpus = rpw.gpus or 0.0
-        per_node = max(1, int(node_cpus // cpus))
+        here = machine_gpus() if rpw.gpus != 0 and _wants_gpu(spec, cc, cc_shown or shown) else ()
+        if here:
+            # This machine's GPUs, each embedded node its own: the job's nodes, at most one per GPU a worker needs
+            # (an explicit --nodes beyond that is refused), and the machine's GPUs split evenly between them.
+            gpus = rpw.gpus or 1.0
+            if overrides.nodes is None:
+                nodes = max(1, min(nodes, int(len(here) // gpus)))
+            if nodes * gpus > len(here):
+                raise BadInput(
+                    f"{shown}: {nodes} node(s) x {gpus:g} GPU per worker need {nodes * gpus:g} GPU(s); this machine "
+                    f"has {len(here)} ({'; '.join(g.describe() for g in here)}): use --nodes "
+                    f"{max(1, int(len(here) // gpus))}, or --set resources_per_worker.gpus=0 to train on CPUs")
+            local_gpus = len(here) // nodes
+            per_node = max(1, int(local_gpus // gpus))
+            notes.append(f"the embedded cluster: {nodes} node(s) x {local_gpus} GPU of this machine's {len(here)}"
+                         f" ({here[0].name}), {per_node} worker(s) per node")
+        else:
+            gpus = rpw.gpus or 0.0
+            per_node = max(1, int(node_cpus // cpus))
+            if cc is not None:
+                notes.append(f"compute config {cc_name} describes the cloud cluster; the embedded cluster uses "
+                             f"{local_cpus} CPU per node, no GPU")
     else:
         group = pick_group(cc, spec.worker_group, cc_shown or shown) if cc else None
         if cc is None:
@@ -474,7 +511,7 @@ def resolve(
     storage_root = storage_root.rstrip("/") if storage_root else None
     storage_uri = f"{storage_root}/{spec.name}/{run_id}" if storage_root else None
 
-    num_workers = spec.nodes * per_node
+    num_workers = nodes * per_node
     env = {
         "PYTHONUNBUFFERED": "1",
         **RAY_DEFAULT_ENV,
@@ -484,7 +521,7 @@ def resolve(
     }
     if shape_declared:  # never an invented shape: a script that sets its own would be told something false
         env.update({
-            contract.ENV_NODES: str(spec.nodes),
+            contract.ENV_NODES: str(nodes),
             contract.ENV_NUM_WORKERS: str(num_workers),
             contract.ENV_CPUS_PER_WORKER: f"{cpus:g}",
             contract.ENV_GPUS_PER_WORKER: f"{gpus:g}",
@@ -516,7 +553,7 @@ def resolve(
         job_file=source.job_file if source is not None else shown,
         backend=backend,
         run_id=run_id,
-        nodes=spec.nodes,
+        nodes=nodes,
         workers_per_node=per_node,
         num_workers=num_workers,
         cpus_per_worker=cpus,
@@ -535,6 +572,8 @@ def resolve(
         embedded=placement.embedded,
         shape_declared=shape_declared,
         local_cpus_per_node=local_cpus,
+        local_gpus_per_node=local_gpus,
+        local_profile=local_profile,
         companion=spec.companion and os.environ.get(contract.ENV_COMPANION) != "0",
         requirements=requirements,
         document=located.data,

@@ -154,7 +154,7 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
         step_overrides = Overrides(
             nodes=None if step.declares_nodes else overrides.nodes, sets=tuple(sets[step.name]),
             env=(*overrides.env, *env), submission_id=f"{pipeline_id}-{step.name}",
-            forward_aws_credentials=overrides.forward_aws_credentials)
+            forward_aws_credentials=overrides.forward_aws_credentials, real_shape=overrides.real_shape)
         source = JobSource(path=step.path, job_file=step.shown, shown=step.shown, document=step.document)
         planned = runner.plan(step.job_name, settings, step_overrides, storage_flag, source=source)
         planned.pipeline = pipeline_id

@@ -102,9 +102,7 @@ class Outcome:
             return
         when = _now()
         self.timeline.setdefault("first_log_line", when)
-        event = f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_FIRST_STEP}".encode()
-        if event in chunk:
-            self.timeline[contract.EVENT_FIRST_STEP] = when
+        self._note_events(chunk, when)
         cut = chunk.rfind(b"\n") + 1  # the next look starts at a line's start: an event line is never cut
         self._peeked += cut if cut or len(chunk) == 1 << 20 else 0
 
@@ -115,11 +113,17 @@ class Outcome:
         when = _now()
         if "first_log_line" not in self.timeline and self.log_start is not None and self._seen > self.log_start:
             self.timeline["first_log_line"] = when
-        if contract.EVENT_FIRST_STEP not in self.timeline and contract.EVENT_LINE_PREFIX.encode() in chunk:
-            event = f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_FIRST_STEP}".encode()
-            if event in chunk:
-                self.timeline[contract.EVENT_FIRST_STEP] = when
+        if contract.EVENT_FIRST_STEP not in self.timeline:
+            self._note_events(chunk, when)
         del start
+
+    def _note_events(self, chunk: bytes, when: str) -> None:
+        """The event lines (contract.TIMELINE_EVENTS) in ``chunk``, each noted at its first sight."""
+        if contract.EVENT_LINE_PREFIX.encode() not in chunk:
+            return
+        for name in contract.TIMELINE_EVENTS:
+            if name not in self.timeline and f"{contract.EVENT_LINE_PREFIX} {name}".encode() in chunk:
+                self.timeline[name] = when
 
     # -- writes -------------------------------------------------------------------------------------------
     def _update(self, change: Callable[[RunRecord], None]) -> RunRecord | None:

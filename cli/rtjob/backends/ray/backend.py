@@ -504,7 +504,8 @@ class EmbeddedRayBackend(RayJobsBackend):
     def prepare(self, job: ResolvedJob, log: Log) -> None:
         from . import cluster
 
-        self._connect(cluster.up(job.nodes, job.local_cpus_per_node or 1, log=log))
+        self._connect(cluster.up(job.nodes, job.local_cpus_per_node or 1, log=log,
+                                 gpus_per_node=job.local_gpus_per_node))
 
     def _submit_new(self, request: Request) -> SubmitResult:
         assert isinstance(request, RayJobRequest)

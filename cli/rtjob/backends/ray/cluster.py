@@ -72,6 +72,7 @@ class LocalCluster:
     token_path: str
     cpus_per_node: int
     started_at: float
+    gpus_per_node: int = 0  # this machine's GPUs each node was started with (its own: node_gpu_env)
 
     @property
     def token(self) -> str:
@@ -160,8 +161,11 @@ def _url_port(value: object, pattern: str) -> bool:
 def _state_problem(raw: object) -> str | None:
     """Why a parsed cluster.json cannot be trusted, or None."""
     names = {f.name for f in fields(LocalCluster)}
-    if not isinstance(raw, dict) or set(raw) != names:
+    optional = {"gpus_per_node"}  # a cluster started before rtjob gave nodes GPUs has none
+    if not isinstance(raw, dict) or not names - optional <= set(raw) <= names:
         return f"it does not hold exactly {', '.join(sorted(names))}"
+    if not isinstance(raw.get("gpus_per_node", 0), int):
+        return "gpus_per_node is not a number"
     if not _url_port(raw["address"], r"http://127\.0\.0\.1:(\d+)"):
         return f"address {raw['address']!r} is not a local dashboard URL"
     if not _url_port(raw["gcs_address"], r"127\.0\.0\.1:(\d+)"):
@@ -267,10 +271,23 @@ def _node_ports(ports: list[int]) -> list[str]:
     ]
 
 
-def _spawn_ray(args: list[str], token_path: str, what: str) -> subprocess.Popen[str]:
+def node_gpu_env(index: int, gpus_per_node: int) -> dict[str, str]:
+    """Node ``index``'s (1 = the head) CUDA_VISIBLE_DEVICES: its own ``gpus_per_node`` of this machine's GPUs
+    (jobspec/gpus.py), so that two nodes never train on one GPU; none (an empty list) without GPUs, so that a
+    CPU node's workers never see one either."""
+    from ...jobspec.gpus import machine_gpus, slices
+
+    if gpus_per_node <= 0:
+        return {"CUDA_VISIBLE_DEVICES": ""} if machine_gpus() else {}
+    return {"CUDA_VISIBLE_DEVICES": slices(machine_gpus(), index, gpus_per_node)[index - 1]}
+
+
+def _spawn_ray(args: list[str], token_path: str, what: str, extra_env: dict[str, str] | None = None,
+               ) -> subprocess.Popen[str]:
     """Start one `ray start` without waiting for it (``_finish_ray`` waits)."""
     try:
-        return subprocess.Popen([*_ray_executable(), *args], env=_env(token_path), stdout=subprocess.PIPE,
+        return subprocess.Popen([*_ray_executable(), *args], env={**_env(token_path), **(extra_env or {})},
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     except OSError as exc:
         raise Unreachable(f"could not {what}: {exc}") from None
@@ -334,7 +351,7 @@ def _require_nodes(cluster: LocalCluster, count: int) -> list[dict[str, Any]]:
     return nodes
 
 
-def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
+def _start_head(cpus_per_node: int, say: Log, nodes: int = 1, gpus_per_node: int = 0) -> LocalCluster:
     """A new cluster's head node and, with ``nodes`` > 1, its other nodes: those start while the head's
     `ray start` still brings up its dashboard and raylet, as soon as its GCS can take them
     (``_gcs_ready``). Anything that goes wrong on the way stops what was started."""
@@ -351,6 +368,7 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
         token_path=str(_token_file()),
         cpus_per_node=cpus_per_node,
         started_at=time.time(),
+        gpus_per_node=gpus_per_node,
     )
     # Record before starting, so `down` can clean up even a half-started cluster (if this rtjob dies).
     write_atomically(_state_file(), json.dumps(asdict(cluster), indent=2))
@@ -362,19 +380,21 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1) -> LocalCluster:
             [
                 "start", "--head", "--port", str(gcs_port), "--dashboard-host", "127.0.0.1",
                 "--dashboard-port", str(dash_port), "--ray-client-server-port", str(client_port),
-                "--num-cpus", str(cpus_per_node), "--num-gpus", "0", "--temp-dir", temp_dir,
+                "--num-cpus", str(cpus_per_node), "--num-gpus", str(gpus_per_node), "--temp-dir", temp_dir,
                 "--object-store-memory", str(OBJECT_STORE_BYTES), "--disable-usage-stats",
                 *_node_ports(agent_ports[:PORTS_PER_NODE]),
             ],
             cluster.token_path,
             what,
+            node_gpu_env(1, gpus_per_node),
         )
         try:
             if nodes > 1:
                 while head.poll() is None and not _gcs_ready(temp_dir) and time.monotonic() < deadline:
                     time.sleep(GCS_POLL_S)
                 if head.poll() in (None, 0):  # a head that failed is reported below, with no node started
-                    others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say, agent_ports[PORTS_PER_NODE:])
+                    others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say, agent_ports[PORTS_PER_NODE:],
+                                          gpus_per_node)
             _finish_ray(head, what, deadline)
         finally:
             if head.poll() is None:  # interrupted while waiting: `ray start` must not outlive the cleanup
@@ -403,12 +423,13 @@ def _gcs_ready(temp_dir: str) -> bool:
 
 
 def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log) -> None:
-    """Add nodes ``first``..``nodes`` to a running cluster, all at once (``_spawn_nodes``, ``_join_nodes``)."""
-    _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say))
+    """Add nodes ``first``..``nodes`` to a running cluster, all at once (``_spawn_nodes``, ``_join_nodes``), with
+    the GPUs per node the cluster was started with."""
+    _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say, None, cluster.gpus_per_node))
 
 
 def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log,
-                 ports: list[int] | None = None) -> dict[int, subprocess.Popen[str]]:
+                 ports: list[int] | None = None, gpus_per_node: int = 0) -> dict[int, subprocess.Popen[str]]:
     """Start `ray start --address` for nodes ``first``..``nodes`` together, without waiting for them. Every
     node's ports are chosen up front (``ports``, or free ones chosen together here; the caller holds the
     cluster lock, so no other rtjob picks ports meanwhile)."""
@@ -427,10 +448,11 @@ def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: i
             os.makedirs(node_dir, exist_ok=True)
             args = [
                 "start", "--address", cluster.gcs_address, "--num-cpus", str(cpus_per_node),
-                "--num-gpus", "0", "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
+                "--num-gpus", str(gpus_per_node), "--object-store-memory", str(OBJECT_STORE_BYTES), "--temp-dir", node_dir,
                 "--disable-usage-stats", *_node_ports(ports[slot * PORTS_PER_NODE:(slot + 1) * PORTS_PER_NODE]),
             ]
-            started[index] = _spawn_ray(args, cluster.token_path, f"add node {index} to the embedded cluster")
+            started[index] = _spawn_ray(args, cluster.token_path, f"add node {index} to the embedded cluster",
+                                        node_gpu_env(index, gpus_per_node))
     except BaseException:  # a node could not be spawned: none of these stays half-started
         _stop_nodes(cluster, started, indexes)
         raise
@@ -491,11 +513,15 @@ def _reusable(cluster: LocalCluster | None, say: Log) -> LocalCluster | None:
                       f"while its processes run (nothing was stopped): retry, or `rtjob local down` to stop it")
 
 
-def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None) -> LocalCluster:
-    """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``."""
+def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None, gpus_per_node: int = 0) -> LocalCluster:
+    """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``. With
+    ``gpus_per_node``, each node gets its own that many of this machine's GPUs."""
     say = log or (lambda msg: None)
     with _locked(say):
-        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say, nodes)
+        cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say, nodes, gpus_per_node)
+        if cluster.gpus_per_node != gpus_per_node:
+            say(f"the embedded cluster runs with {cluster.gpus_per_node} GPU per node, this job asks for "
+                f"{gpus_per_node}: `rtjob local down` lets the next submit start it at that size")
         # Counted from an answer, never from a missed one: a dashboard that blinks must not add every node again.
         current = len(_require_nodes(cluster, 1))
         if cluster.cpus_per_node < cpus_per_node and cluster.cpus_per_node * current < cpus_per_node * nodes:
@@ -622,7 +648,9 @@ def require() -> LocalCluster:
 
 
 def describe(cluster: LocalCluster) -> dict[str, Any]:
-    """The cluster as `rtjob local status` shows it: address, alive nodes, CPUs, its temp dir."""
+    """The cluster as `rtjob local status` shows it: address, alive nodes, CPUs, GPUs, its temp dir."""
     nodes = alive_nodes(cluster) or []
     cpus = sum(float((n.get("resources_total") or {}).get("CPU", 0)) for n in nodes)
-    return {"address": cluster.address, "nodes": len(nodes), "cpus": cpus, "temp_dir": cluster.temp_dir}
+    gpus = sum(float((n.get("resources_total") or {}).get("GPU", 0)) for n in nodes)
+    return {"address": cluster.address, "nodes": len(nodes), "cpus": cpus, "gpus": gpus,
+            "gpus_per_node": cluster.gpus_per_node, "temp_dir": cluster.temp_dir}

@@ -10,8 +10,8 @@ from . import cluster
 
 
 class EmbeddedCluster(LocalCluster):
-    def up(self, nodes: int, cpus_per_node: int, log: Log) -> dict[str, Any]:
-        return cluster.describe(cluster.up(nodes, cpus_per_node, log=log))
+    def up(self, nodes: int, cpus_per_node: int, log: Log, gpus_per_node: int = 0) -> dict[str, Any]:
+        return cluster.describe(cluster.up(nodes, cpus_per_node, log=log, gpus_per_node=gpus_per_node))
 
     def running(self) -> bool:
         return self.dashboard() is not None
