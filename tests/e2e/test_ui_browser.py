@@ -142,17 +142,19 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
 def test_the_log_opens_at_its_end_and_scrolls_back(team: dict[str, Any], browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
+    def lines() -> list[str]:
+        return browser.find_element(By.ID, "log").text.splitlines()
+
     browser.get(team["url"] + "runs/run-long")
-    log = browser.find_element(By.ID, "log")
-    until(lambda: log.text.endswith("row 2500"), what="the log's last line")
-    assert log.text.splitlines()[0] == "row 1501" and len(log.text.splitlines()) == 1000
-    assert browser.execute_script("const p = arguments[0]; return p.scrollTop + p.clientHeight >= p.scrollHeight - 4", log)
-    button = browser.find_element(By.ID, "earlier")
-    button.click()
-    until(lambda: log.text.splitlines()[0] == "row 501", what="1,000 earlier lines")
-    button.click()
-    until(lambda: log.text.splitlines()[0] == "row 1", what="the log's first line")
-    until(lambda: not button.is_enabled(), what="nothing earlier")
+    until(lambda: lines()[-1:] == ["row 2500"], what="the log's last line")
+    assert lines()[0] == "row 1501" and len(lines()) == 1000
+    assert browser.execute_script("const p = document.getElementById('log');"
+                                  "return p.scrollTop + p.clientHeight >= p.scrollHeight - 4")
+    browser.find_element(By.ID, "earlier").click()
+    until(lambda: lines()[0] == "row 501", what="1,000 earlier lines")
+    browser.find_element(By.ID, "earlier").click()
+    until(lambda: lines()[0] == "row 1", what="the log's first line")
+    until(lambda: not browser.find_element(By.ID, "earlier").is_enabled(), what="nothing earlier")
 
 
 def test_live_log_line_appears_without_reload(team: dict[str, Any], browser: Any) -> None:

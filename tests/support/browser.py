@@ -23,13 +23,23 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
 
 
 def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """``check()`` once it is truthy. A page that navigates or re-renders while ``check`` reads it (an element gone
+    stale, or not there yet) counts as "not yet": ``check`` runs again and looks its elements up afresh, so a check
+    must find its elements itself rather than hold one found before the wait."""
+    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
-        got = check()
+        try:
+            got = check()
+        except (StaleElementReferenceException, NoSuchElementException) as err:
+            got, last = None, err
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            seen = f" (last: {type(last).__name__})" if last else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{seen}")
         time.sleep(0.1)
 
 
