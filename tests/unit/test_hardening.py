@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rtjob.core.errors import BadInput, RtjobError
 from rtjob.core.redact import MASK, Redactor, is_secret, is_secret_name, mask_command, secret_arg_values
-from rtjob.jobspec.overrides import parse_env, parse_headers, parse_set
+from rtjob.jobspec.overrides import MAX_DURATION_DAYS, parse_duration, parse_env, parse_headers, parse_set
 from rtjob.jobspec.schema import validate_job
 from rtjob.jobspec.yamlsrc import parse_yaml
 from support.cli import REPO, base_env, plant, record, run_in_process
@@ -114,6 +114,23 @@ def test_overrides_raise_bad_input_or_parse(items: list[str]) -> None:
             parse(items)
         except BadInput as exc:
             assert "\n" not in exc.message
+
+
+@FAST
+@given(text=st.one_of(st.text(max_size=30), st.from_regex(r"\A\s?\d{1,400}(\.\d{1,30})?\s?(ms|s|sec|m|min|h|hr|d)?\Z")))
+def test_durations_are_bounded_seconds_or_one_line_of_bad_input(text: str) -> None:
+    """Every duration option (--since, --older-than, --timeout, the UI's since) parses here: what it accepts is
+    a number of seconds every caller can add to a date or wait on; anything else is one line of bad input."""
+    import datetime as dt
+    import threading
+
+    try:
+        seconds = parse_duration(text, "--since")
+    except BadInput as exc:
+        assert "\n" not in exc.message and exc.message.startswith("--since ")
+        return
+    assert 0 < seconds <= MAX_DURATION_DAYS * 86400 < threading.TIMEOUT_MAX
+    assert dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
 
 
 @FAST

@@ -103,6 +103,9 @@ def test_runs_json_filters_and_redacts(app: Any) -> None:
     status, _, text = call(app, "/api/runs?status=bogus")
     assert status == 400 and "status 'BOGUS'" in json.loads(text)["error"]
     assert call(app, "/api/runs?since=soon")[0] == 400
+    for since in ("1000000d", "9" * 400, "99999999999999h"):  # overflow is bad input, never a 500
+        assert call(app, f"/api/runs?since={since}")[0] == 400
+        assert call(app, f"/?since={since}")[0] == 400
     assert call(app, "/?sort=nothing")[0] == 400
 
 
