@@ -77,6 +77,22 @@ def test_ordinary_words_are_not_masked_and_secret_words_are() -> None:
                                    f"pw={MASK} x={MASK}")
 
 
+def test_hugging_face_words_and_identifiers_are_not_masked() -> None:
+    text = ("hf_sft hf_token_path shelf_life rtjob_training.hf hf_ HF_HUB_OFFLINE=1 my_hf_tokenizer "
+            "training/hf_sft.py --model hf-internal-testing/tiny-random-gpt2 load_hf_dataset_from_the_hub_cache_dir "
+            "x_hf_abcdefghijklmnopqrstuvwxyzabcdefgh hf_abcdefghijklmnopqrstuvwxyz_path")
+    assert Redactor().text(text) == text
+
+
+@FAST
+@given(words=st.lists(st.text(string.ascii_letters + string.digits, min_size=1, max_size=29), min_size=1, max_size=5),
+       before=st.sampled_from(["", " ", "=", "'", "(", "/"]))
+def test_hf_identifiers_are_never_masked(words: list[str], before: str) -> None:
+    """`hf_` then words of under 30 characters joined by `_` (every identifier, module or flag name): kept."""
+    text = f"x{before}hf_{'_'.join(words)} y"
+    assert Redactor().text(text) == text
+
+
 @pytest.mark.parametrize("text,hidden", [
     ("DATABASE_URL=postgres://app:p@ss/w#rd@db.internal:5432/prod", "p@ss/w#rd"),
     ("SENTRY_DSN=https://abcdef0123456789@o1.ingest.sentry.io/5", None),
@@ -87,6 +103,8 @@ def test_ordinary_words_are_not_masked_and_secret_words_are() -> None:
     ("aws AKIAIOSFODNN7EXAMPLE and ASIAIOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
     ("Authorization: Bearer abc.def-ghi_jkl", "abc.def-ghi_jkl"),
+    ("HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh printed", "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"),
+    ("token: 'hf_" + "abcdefghijklmnopqrstuvwxyzabcdefgh'", "abcdefghijklmnopqrstuvwxyzabcdefgh"),
 ])
 def test_secret_shapes_are_masked_in_free_text_whatever_their_name(text: str, hidden: str | None) -> None:
     out = Redactor().text(text)
