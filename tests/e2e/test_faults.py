@@ -130,6 +130,7 @@ def test_a_job_that_prints_its_secrets_shows_them_masked(cluster_env: dict[str, 
     token = plant("hf-token-canary-a1b2c3d4e5")
     api_key = plant("apikey-canary-99887766")
     shaped = plant("ghp_" + "Z" * 36)
+    hub = plant("hf_" + "JobOwnHubTokenRtjobNeverSawXyZaBcD")  # a Hugging Face token the job has from elsewhere
     job = tmp_path / "leaky.yaml"
     wd = tmp_path / "wd"
     wd.mkdir()
@@ -137,7 +138,8 @@ def test_a_job_that_prints_its_secrets_shows_them_masked(cluster_env: dict[str, 
         "import os, sys\n"
         "print('token is', os.environ['HF_TOKEN'], flush=True)\n"
         "print('args are', ' '.join(sys.argv[1:]), flush=True)\n"
-        f"print('shaped {shaped} and hf-token-canary-ordinary', flush=True)\n")
+        f"print('shaped {shaped} and hf-token-canary-ordinary', flush=True)\n"
+        f"print('HF_TOKEN={hub} for hf_sft', flush=True)\n")
     job.write_text(f"name: leaky\nentrypoint: python leak.py\nworking_dir: {wd}\nargs:\n  api_key: {api_key}\n")
     run_id = new_id("leaky")
     proc = rtjob("submit", str(job), "--submission-id", run_id, "--env", f"HF_TOKEN={token}", env=cluster_env,
@@ -147,7 +149,8 @@ def test_a_job_that_prints_its_secrets_shows_them_masked(cluster_env: dict[str, 
     status = rtjob("status", run_id, "-o", "json", env=cluster_env)
     for out in (proc, logs, status):
         text = out.stdout + out.stderr
-        for secret in (token, api_key, shaped):
+        for secret in (token, api_key, shaped, hub):
             assert secret not in text, (secret, text)
     assert "token is ****" in proc.stdout and "--api-key ****" in proc.stdout
     assert "hf-token-canary-ordinary" in proc.stdout and "token is ****" in logs.stdout
+    assert "HF_TOKEN=**** for hf_sft" in proc.stdout and "HF_TOKEN=**** for hf_sft" in logs.stdout

@@ -90,6 +90,14 @@ def canvas_drawn(driver: Any, figure: Any) -> bool:
         "for (let i = 3; i < d.length; i += 4) if (d[i] !== 0) return true; return false;", figure))
 
 
+def chart_drawn(driver: Any, n: int) -> bool:
+    """The page's n-th chart is drawn (looked up on each check)."""
+    from selenium.webdriver.common.by import By
+
+    figures = driver.find_elements(By.CSS_SELECTOR, "figure.chart")
+    return len(figures) > n and canvas_drawn(driver, figures[n])
+
+
 def test_runs_page_filters_and_search(team: dict[str, Any], browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -118,8 +126,8 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
     figures = browser.find_elements(By.CSS_SELECTOR, "figure.chart")
     assert [f.get_attribute("data-title") for f in figures] == ["loss", "accuracy", "samples/s"]
     assert all(f.get_attribute("data-points") == "4" for f in figures)
-    for figure in figures:
-        until(lambda f=figure: canvas_drawn(browser, f), what="a drawn chart")
+    for n in range(len(figures)):
+        until(lambda n=n: chart_drawn(browser, n), what="a drawn chart")
     assert browser.find_element(By.ID, "status").text == "SUCCEEDED"
     pulls = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#checkpoints code.pull")]
     # one command per checkpoint (each pulls that one), and the best by validation loss
@@ -128,13 +136,13 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
     until(lambda: "epoch 4 loss" in browser.find_element(By.ID, "log").text, what="the log's tail")
     assert "****" in browser.find_element(By.ID, "log").text  # the planted secret, masked
     shot(browser, "run")
-    image = browser.find_element(By.CSS_SELECTOR, "#samples img")
-    until(lambda: browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image) == 24,
+    until(lambda: browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth",
+                                         browser.find_element(By.CSS_SELECTOR, "#samples img")) == 24,
           what="the sample image")
-    audio = browser.find_element(By.CSS_SELECTOR, "#samples audio")
-    browser.execute_script("arguments[0].load()", audio)
-    until(lambda: browser.execute_script("return arguments[0].duration", audio) == 0.25, what="the audio sample")
-    browser.get(image.get_attribute("src"))
+    browser.execute_script("document.querySelector('#samples audio').load()")
+    until(lambda: browser.execute_script("return document.querySelector('#samples audio').duration") == 0.25,
+          what="the audio sample")
+    browser.get(browser.find_element(By.CSS_SELECTOR, "#samples img").get_attribute("src"))
     assert browser.execute_script("return document.images[0].naturalWidth") == 24
     shot(browser, "sample")
 
@@ -142,17 +150,19 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
 def test_the_log_opens_at_its_end_and_scrolls_back(team: dict[str, Any], browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
+    def lines() -> list[str]:
+        return browser.find_element(By.ID, "log").text.splitlines()
+
     browser.get(team["url"] + "runs/run-long")
-    log = browser.find_element(By.ID, "log")
-    until(lambda: log.text.endswith("row 2500"), what="the log's last line")
-    assert log.text.splitlines()[0] == "row 1501" and len(log.text.splitlines()) == 1000
-    assert browser.execute_script("const p = arguments[0]; return p.scrollTop + p.clientHeight >= p.scrollHeight - 4", log)
-    button = browser.find_element(By.ID, "earlier")
-    button.click()
-    until(lambda: log.text.splitlines()[0] == "row 501", what="1,000 earlier lines")
-    button.click()
-    until(lambda: log.text.splitlines()[0] == "row 1", what="the log's first line")
-    until(lambda: not button.is_enabled(), what="nothing earlier")
+    until(lambda: lines()[-1:] == ["row 2500"], what="the log's last line")
+    assert lines()[0] == "row 1501" and len(lines()) == 1000
+    assert browser.execute_script("const p = document.getElementById('log');"
+                                  "return p.scrollTop + p.clientHeight >= p.scrollHeight - 4")
+    browser.find_element(By.ID, "earlier").click()
+    until(lambda: lines()[0] == "row 501", what="1,000 earlier lines")
+    browser.find_element(By.ID, "earlier").click()
+    until(lambda: lines()[0] == "row 1", what="the log's first line")
+    until(lambda: not browser.find_element(By.ID, "earlier").is_enabled(), what="nothing earlier")
 
 
 def test_live_log_line_appears_without_reload(team: dict[str, Any], browser: Any) -> None:
@@ -186,8 +196,8 @@ def test_compare_two_runs(team: dict[str, Any], browser: Any) -> None:
     until(lambda: "compare" in browser.title, what="the compare page")
     figures = browser.find_elements(By.CSS_SELECTOR, "figure.chart")
     assert figures and all(f.get_attribute("data-points") == "4" for f in figures)
-    for figure in figures:
-        until(lambda f=figure: canvas_drawn(browser, f), what="a drawn chart")
+    for n in range(len(figures)):
+        until(lambda n=n: chart_drawn(browser, n), what="a drawn chart")
     differs = [row.find_element(By.TAG_NAME, "code").text for row in browser.find_elements(By.CSS_SELECTOR, "tr.differs")]
     assert "entrypoint" in differs and "runtime_env.env_vars.LR" in differs
     shot(browser, "compare")

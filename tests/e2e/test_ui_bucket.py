@@ -64,8 +64,8 @@ def test_a_team_bucket_browsed_without_a_write(team: dict[str, Any], browser: An
     figures = browser.find_elements(By.CSS_SELECTOR, "figure.chart")
     assert figures and all(f.get_attribute("data-points") == "3" for f in figures)
     until(lambda: "hello from the bucket" in browser.find_element(By.ID, "log").text, what="the log from S3")
-    image = browser.find_element(By.CSS_SELECTOR, "#samples img")
-    until(lambda: browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth", image) == 16,
+    until(lambda: browser.execute_script("return arguments[0].complete && arguments[0].naturalWidth",
+                                         browser.find_element(By.CSS_SELECTOR, "#samples img")) == 16,
           what="the sample image from S3")
     artifacts = REPO / "tmp" / "artifacts" / "ui"
     artifacts.mkdir(parents=True, exist_ok=True)

@@ -36,11 +36,13 @@ def test_a_printed_line_appears_without_reload(cluster_env: dict[str, str], brow
             browser.get(f"{url}runs/{run_id}")
             assert browser.find_element(By.TAG_NAME, "body").get_attribute("data-live") == "1"
             browser.execute_script("window.notReloaded = true")
-            log = browser.find_element(By.ID, "log")
-            first = until(lambda: [ln for ln in log.text.splitlines() if ln.startswith("line ")], timeout=120,
+            def log() -> str:  # looked up on every check (until() looks a stale element up again)
+                return str(browser.find_element(By.ID, "log").text)
+
+            first = until(lambda: [ln for ln in log().splitlines() if ln.startswith("line ")], timeout=120,
                           what="the job's first lines")
             last_seen = int(first[-1].split()[1])
-            until(lambda: f"line {last_seen + 2} of 600" in log.text, timeout=120,
+            until(lambda: f"line {last_seen + 2} of 600" in log(), timeout=120,
                   what=f"line {last_seen + 2} (the page first showed up to {first[-1]!r})")
             assert browser.execute_script("return window.notReloaded") is True
             stopped = rtjob("stop", run_id, env=cluster_env, timeout=120)  # the run ends while its page is open

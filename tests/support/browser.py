@@ -22,14 +22,44 @@ FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-
          "--disable-background-networking", "--disable-component-update", "--disable-sync", "--window-size=1400,1800")
 
 
+# What chromedriver answers for an element of a document that a navigation or a re-render replaced, besides
+# StaleElementReferenceException: a generic error with one of these messages (seen: "Node with given id does not
+# belong to the document" while a form's submit loaded the next page).
+_REPLACED_DOCUMENT = ("does not belong to the document", "No node with given id", "Could not find node with given id",
+                      "Cannot find context with specified id", "Execution context was destroyed")
+
+
+def _page_changed(err: Exception) -> bool:
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        WebDriverException,
+    )
+
+    if isinstance(err, (StaleElementReferenceException, NoSuchElementException)):
+        return True
+    return isinstance(err, WebDriverException) and any(text in str(err.msg) for text in _REPLACED_DOCUMENT)
+
+
 def until(check: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
+    """``check()`` once it is truthy. A page that navigates or re-renders while ``check`` reads it (an element gone
+    stale or of a replaced document, or not there yet) counts as "not yet": ``check`` runs again and looks its
+    elements up afresh, so a check must find its elements itself rather than hold one found before the wait.
+    Any other error fails at once."""
     deadline = time.monotonic() + timeout
+    last: Exception | None = None
     while True:
-        got = check()
+        try:
+            got = check()
+        except Exception as err:  # noqa: BLE001 (re-raised unless the page changed under the check)
+            if not _page_changed(err):
+                raise
+            got, last = None, err
         if got:
             return got
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+            seen = f" (last: {type(last).__name__})" if last else ""
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{seen}")
         time.sleep(0.1)
 
 

@@ -154,6 +154,16 @@ CASES = [
     pytest.param(flags("--timeout", "5x", cmd="submit", expect=("--timeout '5x'", "not a duration")), id="timeout-5x"),
     pytest.param(flags("--timeout", "-3", cmd="submit", expect=("--timeout '-3'",)), id="timeout-negative"),
     pytest.param(flags("--timeout", "0", cmd="submit", expect=("--timeout '0'", "greater than zero")), id="timeout-zero"),
+    # Every duration option: an absurd length is bad input, never an overflow (exit 70).
+    pytest.param(flags("--timeout", "1000000d", cmd="submit", expect=("--timeout '1000000d'", "at most 36500d")),
+                 id="timeout-overflow"),
+    pytest.param(Case(("runs", "--since", "1000000d"), ("--since '1000000d'", "at most 36500d")), id="runs-since-overflow"),
+    pytest.param(Case(("list", "--since", "9" * 400), ("--since '999", "...'", "at most 36500d")),
+                 id="list-since-beyond-a-float"),
+    pytest.param(Case(("runs", "--prune", "--older-than", "1000000d"), ("--older-than '1000000d'", "at most 36500d")),
+                 id="prune-older-than-overflow"),
+    pytest.param(Case(("wait", "some-run", "--timeout", "99999999999999h"), ("--timeout", "at most 36500d")),
+                 id="wait-timeout-overflow"),
     # -- backends, addresses, headers, settings -------------------------------------------------------------
     pytest.param(flags("--backend", "nope", expect=("'--backend'", "'nope'", "'local'")), id="backend-nope"),
     pytest.param(flags("--backend", "ray", cmd="submit", expect=("backend 'ray' needs an address",)),

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from rtjob.core.errors import BadInput, RtjobError
 from rtjob.core.redact import MASK, Redactor, is_secret, is_secret_name, mask_command, secret_arg_values
-from rtjob.jobspec.overrides import parse_env, parse_headers, parse_set
+from rtjob.jobspec.overrides import MAX_DURATION_DAYS, parse_duration, parse_env, parse_headers, parse_set
 from rtjob.jobspec.schema import validate_job
 from rtjob.jobspec.yamlsrc import parse_yaml
 from support.cli import REPO, base_env, plant, record, run_in_process
@@ -77,6 +77,22 @@ def test_ordinary_words_are_not_masked_and_secret_words_are() -> None:
                                    f"pw={MASK} x={MASK}")
 
 
+def test_hugging_face_words_and_identifiers_are_not_masked() -> None:
+    text = ("hf_sft hf_token_path shelf_life rtjob_training.hf hf_ HF_HUB_OFFLINE=1 my_hf_tokenizer "
+            "training/hf_sft.py --model hf-internal-testing/tiny-random-gpt2 load_hf_dataset_from_the_hub_cache_dir "
+            "x_hf_abcdefghijklmnopqrstuvwxyzabcdefgh hf_abcdefghijklmnopqrstuvwxyz_path")
+    assert Redactor().text(text) == text
+
+
+@FAST
+@given(words=st.lists(st.text(string.ascii_letters + string.digits, min_size=1, max_size=29), min_size=1, max_size=5),
+       before=st.sampled_from(["", " ", "=", "'", "(", "/"]))
+def test_hf_identifiers_are_never_masked(words: list[str], before: str) -> None:
+    """`hf_` then words of under 30 characters joined by `_` (every identifier, module or flag name): kept."""
+    text = f"x{before}hf_{'_'.join(words)} y"
+    assert Redactor().text(text) == text
+
+
 @pytest.mark.parametrize("text,hidden", [
     ("DATABASE_URL=postgres://app:p@ss/w#rd@db.internal:5432/prod", "p@ss/w#rd"),
     ("SENTRY_DSN=https://abcdef0123456789@o1.ingest.sentry.io/5", None),
@@ -87,6 +103,8 @@ def test_ordinary_words_are_not_masked_and_secret_words_are() -> None:
     ("aws AKIAIOSFODNN7EXAMPLE and ASIAIOSFODNN7EXAMPLE", "IOSFODNN7EXAMPLE"),
     ("jwt eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.sig", "eyJzdWIiOiIxMjM0NTY3ODkwIn0"),
     ("Authorization: Bearer abc.def-ghi_jkl", "abc.def-ghi_jkl"),
+    ("HF_TOKEN=hf_" + "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh printed", "AbCdEfGhIjKlMnOpQrStUvWxYzAbCdEfGh"),
+    ("token: 'hf_" + "abcdefghijklmnopqrstuvwxyzabcdefgh'", "abcdefghijklmnopqrstuvwxyzabcdefgh"),
 ])
 def test_secret_shapes_are_masked_in_free_text_whatever_their_name(text: str, hidden: str | None) -> None:
     out = Redactor().text(text)
@@ -114,6 +132,23 @@ def test_overrides_raise_bad_input_or_parse(items: list[str]) -> None:
             parse(items)
         except BadInput as exc:
             assert "\n" not in exc.message
+
+
+@FAST
+@given(text=st.one_of(st.text(max_size=30), st.from_regex(r"\A\s?\d{1,400}(\.\d{1,30})?\s?(ms|s|sec|m|min|h|hr|d)?\Z")))
+def test_durations_are_bounded_seconds_or_one_line_of_bad_input(text: str) -> None:
+    """Every duration option (--since, --older-than, --timeout, the UI's since) parses here: what it accepts is
+    a number of seconds every caller can add to a date or wait on; anything else is one line of bad input."""
+    import datetime as dt
+    import threading
+
+    try:
+        seconds = parse_duration(text, "--since")
+    except BadInput as exc:
+        assert "\n" not in exc.message and exc.message.startswith("--since ")
+        return
+    assert 0 < seconds <= MAX_DURATION_DAYS * 86400 < threading.TIMEOUT_MAX
+    assert dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=seconds)
 
 
 @FAST

@@ -19,6 +19,7 @@ from support.cli import RTJOB, base_env, plant, record, rtjob
 from support.ui_runs import png, write_run
 
 SECRET = plant("planted-unit-ui-secret-93b1c")
+HF_TOKEN = plant("hf_" + "UiUnitHubTokenNeverToldToRtjobAbCd")  # the shape of a Hugging Face token (hf_ + 34 letters)
 PORT = 8765
 
 
@@ -53,7 +54,8 @@ def call(app: Any, path: str, *, method: str = "GET", host: str = f"127.0.0.1:{P
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ui-storage")
-    write_run(root, "u-good", "train", samples={"epoch_0001.png": png(4, 4, 1)}, log_lines=[f"key {SECRET}", "done"])
+    write_run(root, "u-good", "train", samples={"epoch_0001.png": png(4, 4, 1)}, log_lines=[f"key {SECRET}", f"HF_TOKEN={HF_TOKEN} hf_sft shelf_life rtjob_training.hf",
+                                                                                "done"])
     write_run(root, "u-bad", "train", status="FAILED", user="bob", raw_metrics=b"[1, 2")
     write_run(root, "u-evil", '<script>alert(1)</script>"onload=x\u202e', epochs=1, start="2026-11-22T00:00:00+00:00")
     REDACTOR.add([SECRET])  # as `rtjob ui` learns it from its environment
@@ -103,6 +105,9 @@ def test_runs_json_filters_and_redacts(app: Any) -> None:
     status, _, text = call(app, "/api/runs?status=bogus")
     assert status == 400 and "status 'BOGUS'" in json.loads(text)["error"]
     assert call(app, "/api/runs?since=soon")[0] == 400
+    for since in ("1000000d", "9" * 400, "99999999999999h"):  # overflow is bad input, never a 500
+        assert call(app, f"/api/runs?since={since}")[0] == 400
+        assert call(app, f"/?since={since}")[0] == 400
     assert call(app, "/?sort=nothing")[0] == 400
 
 
@@ -119,7 +124,9 @@ def test_log_is_redacted_and_searched(app: Any) -> None:
     status, headers, text = call(app, "/runs/u-good/log")
     assert status == 200 and headers["content-type"].startswith("text/plain") and headers["x-content-type-options"] == "nosniff"
     assert SECRET not in text and "key ****" in text and text.endswith("done\n")
-    assert call(app, "/runs/u-good/log/search?q=DONE")[2] == "2: done\n"
+    # a token rtjob never learned, masked by its shape; the words beside it are not
+    assert HF_TOKEN not in text and "HF_TOKEN=**** hf_sft shelf_life rtjob_training.hf\n" in text
+    assert call(app, "/runs/u-good/log/search?q=DONE")[2] == "3: done\n"
     assert SECRET not in call(app, f"/runs/u-good/log/search?q={SECRET[:12]}")[2]
 
 

@@ -5,8 +5,8 @@ Two kinds of masking, one boundary:
 * **Structured fields** (an env value, an arg, a tag, a header, a token) are masked *whole* when their name
   says secret (on word boundaries: ``DB_PASS``, ``MYSQL_PWD``, ``SENTRY_DSN``, ``WANDB_API_KEY``; not
   ``TOKENIZERS_PARALLELISM``, ``AUTHOR``, ``SORT_KEY``), when their value has a secret's shape (AWS key id,
-  JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``), when it is a URL with a password, or, in a
-  job's environment, when ``RTJOB_NOTIFY`` names the variable as a notification target's URL.
+  JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``, ``hf_``), when it is a URL with a password,
+  or, in a job's environment, when ``RTJOB_NOTIFY`` names the variable as a notification target's URL.
 * **Free text** (logs, messages, JSON strings, rendered files) passes ``REDACTOR``, the process-wide redactor
   that every secret value of this run is fed to as it becomes known. It hunts only values of ``HUNT_MIN`` or
   more characters (``false``, ``1``, ``alice`` are never masked), those shorter than ``ANYWHERE_MIN`` as whole
@@ -49,8 +49,11 @@ _SHAPES = [
     r"xox[abprse]-[A-Za-z0-9-]{6,}",  # Slack
     r"sk-[A-Za-z0-9_-]{20,}",  # OpenAI-style keys
     r"aph0_[A-Za-z0-9_-]{10,}",  # Anyscale
+    # Hugging Face user access tokens: hf_ + 34 letters (the shape gitleaks and detect-secrets match); 30+ letters
+    # or digits here. An identifier (hf_sft, hf_token_path) has an underscore or is far shorter: never masked.
+    r"hf_[A-Za-z0-9]{30,}",
 ]
-_SHAPE_HINTS = ("AKIA", "ASIA", "eyJ", "gh", "xox", "sk-", "aph0_")  # a fixed part of each shape (github_pat_: "gh")
+_SHAPE_HINTS = ("AKIA", "ASIA", "eyJ", "gh", "xox", "sk-", "aph0_", "hf_")  # a fixed part of each shape (github_pat_: "gh")
 _HINTS = re.compile("|".join(re.escape(h) for h in ("://", "Bearer", "Basic", *_SHAPE_HINTS)))
 _SHAPE_VALUE = re.compile(r"^(?:(?:Bearer|Basic)\s+\S+|" + "|".join(_SHAPES) + r")$")
 _SHAPE_TEXT = re.compile(r"(?<![A-Za-z0-9_])(?:" + "|".join(_SHAPES) + r")(?![A-Za-z0-9_])")

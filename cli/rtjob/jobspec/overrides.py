@@ -16,6 +16,9 @@ _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|m|min|h|hr|d)?\s*$", re
 _KEY_CHARS = r"A-Za-z0-9_.\-"
 _HEADER_CHARS = r"A-Za-z0-9!#$%&'*+.^_`|~\-"
 _UNIT_S = {"ms": 0.001, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400, None: 1}
+# The longest duration any option takes: `now - 100 years` is still a date and 100 years fits every timeout
+# (threading.TIMEOUT_MAX is ~292 years), so no caller meets an overflow.
+MAX_DURATION_DAYS = 36500
 
 
 def _leading(item: str, chars: str) -> str:
@@ -25,13 +28,17 @@ def _leading(item: str, chars: str) -> str:
 
 
 def parse_duration(text: str, flag: str = "--timeout") -> float:
-    """'90s', '2h', '15m', '1.5h' or plain seconds → seconds."""
+    """'90s', '2h', '15m', '1.5h' or plain seconds → seconds, more than zero and at most MAX_DURATION_DAYS (every
+    duration option and the UI's `since` come through here)."""
     match = _DURATION.match(text or "")
+    shown = text if len(text or "") <= 40 else text[:37] + "..."
     if not match:
-        raise BadInput(f"{flag} {text!r}: not a duration; use e.g. 90s, 15m, 2h or a number of seconds")
+        raise BadInput(f"{flag} {shown!r}: not a duration; use e.g. 90s, 15m, 2h or a number of seconds")
     value = float(match.group(1)) * _UNIT_S[(match.group(2) or "").lower() or None]
     if value <= 0:
-        raise BadInput(f"{flag} {text!r}: must be greater than zero")
+        raise BadInput(f"{flag} {shown!r}: must be greater than zero")
+    if value > MAX_DURATION_DAYS * 86400:  # also a number too long for a float (inf)
+        raise BadInput(f"{flag} {shown!r}: too long; at most {MAX_DURATION_DAYS}d (100 years)")
     return value
 
 

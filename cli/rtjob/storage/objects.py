@@ -26,6 +26,7 @@ from pathlib import Path
 from ..core.errors import BadInput
 from ..core.files import write_atomically
 from .location import Location
+from .stores import open_below
 
 PARTIAL_SUFFIX = ".rtjob-partial"  # a temporary name that listings skip (as pull's partial files)
 
@@ -106,6 +107,11 @@ def check_key(rel: str) -> str:
 # Local storage: the same conditions through a lock on the folder and an atomic rename.
 
 
+def _version(st: os.stat_result) -> str:
+    # The inode changes on every atomic replace, the size and time on any write in place: a version, not a hash.
+    return hashlib.sha256(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+
+
 def _etag_of(path: str) -> str | None:
     try:
         st = os.stat(path, follow_symlinks=False)
@@ -115,13 +121,28 @@ def _etag_of(path: str) -> str | None:
         return None  # a link planted under an object's name is no object: never followed, replaced on a write
     if not stat.S_ISREG(st.st_mode):
         raise BadInput(f"{path}: not a regular file")
-    # The inode changes on every atomic replace, the size and time on any write in place: a version, not a hash.
-    return hashlib.sha256(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
+    return _version(st)
+
+
+_ABSENT_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # none there, or a link on the way (never followed)
 
 
 class LocalObjects(Objects):
+    """A folder's files as objects. Reads go through no symbolic link inside the folder, to a file or a folder,
+    wherever it points (``stores.open_below``): a link is no object rtjob or a run wrote, so it reads as absent and
+    is listed nowhere."""
+
     def __init__(self, location: Location) -> None:
         self.location = location
+
+    def _open(self, rel: str, flags: int = os.O_RDONLY) -> int | None:
+        """``rel``'s descriptor (None: absent, or a link on the way)."""
+        try:
+            return open_below(self.location.path, check_key(rel), flags)
+        except OSError as exc:
+            if exc.errno in _ABSENT_ERRNOS:
+                return None
+            raise BadInput(f"{self._path(rel)}: cannot read ({exc.strerror or exc})") from None
 
     def _path(self, rel: str) -> str:
         return os.path.join(self.location.path, *check_key(rel).split("/"))
@@ -150,22 +171,18 @@ class LocalObjects(Objects):
             os.close(fd)
 
     def get(self, rel: str, limit: int) -> Obj | None:
-        path = self._path(rel)
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except (FileNotFoundError, NotADirectoryError):
+        fd = self._open(rel, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open must not block
+        if fd is None:
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:  # a link is no object rtjob wrote: absent (never followed)
-                return None
-            raise BadInput(f"{path}: cannot read ({exc.strerror or exc})") from None
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode):
+                raise BadInput(f"{self._path(rel)}: not a regular file")
+            os.set_blocking(fd, True)
             data = f.read(limit + 1)
         if len(data) > limit:
-            raise BadInput(f"{path}: larger than {limit} bytes")
-        etag = hashlib.sha256(f"{st.st_ino}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:32]
-        return Obj(data, etag)
+            raise BadInput(f"{self._path(rel)}: larger than {limit} bytes")
+        return Obj(data, _version(st))
 
     def _conditional(self, rel: str, write: object, if_match: str | None, if_absent: bool) -> str:
         try:
@@ -209,26 +226,45 @@ class LocalObjects(Objects):
         return self._conditional(rel, write, if_match, if_absent)
 
     def head(self, rel: str) -> str | None:
-        return _etag_of(self._path(rel))
+        fd = self._open(rel, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open must not block
+        if fd is None:
+            return None
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BadInput(f"{self._path(rel)}: not a regular file")
+        return _version(st)
 
     def list(self, prefix: str = "") -> list[Listed]:
-        base = self._path(prefix) if prefix else self.location.path
+        """Regular files only: a linked file or folder is not listed, and a linked folder is not entered
+        (os.fwalk by descriptors: a folder swapped for a link while it is read is not entered either)."""
+        try:
+            top = (self._open(prefix, os.O_RDONLY | os.O_DIRECTORY) if prefix
+                   else os.open(self.location.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        if top is None:
+            return []
         out: list[Listed] = []
-        for folder, dirs, files in os.walk(base):
-            dirs[:] = [d for d in dirs if not os.path.islink(os.path.join(folder, d))]
-            for name in files:
-                if name.endswith(PARTIAL_SUFFIX):
-                    continue
-                full = os.path.join(folder, name)
-                st = os.lstat(full)
-                if stat.S_ISREG(st.st_mode):
-                    rel = os.path.relpath(full, self.location.path).replace(os.sep, "/")
-                    out.append(Listed(rel, st.st_size))
+        try:
+            for folder, _dirs, files, dir_fd in os.fwalk(".", dir_fd=top):
+                inside = "/".join(p for p in (prefix, *folder.split(os.sep)[1:]) if p)
+                for name in files:
+                    if name.endswith(PARTIAL_SUFFIX):
+                        continue
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode):
+                        out.append(Listed(f"{inside}/{name}" if inside else name, st.st_size))
+        finally:
+            os.close(top)
         return sorted(out, key=lambda item: item.rel)
 
     def stream(self, rel: str, chunk: int = 1 << 20) -> Iterator[bytes]:
-        path = self._path(rel)
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = self._open(rel)
+        if fd is None:
+            raise BadInput(f"{self._path(rel)}: no such object (a symbolic link is not followed)")
         with os.fdopen(fd, "rb") as f:
             while block := f.read(chunk):
                 yield block

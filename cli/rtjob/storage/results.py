@@ -85,27 +85,32 @@ def _snapshot_rows(read: Callable[[int], bytes], where: str) -> list[dict[str, A
     return load_history(read, where, parse=parse_snapshot_rows)  # in the order they were reported
 
 
-def _read_file(path: Path, limit: int) -> bytes:
+def _read_file(root: Path, rel: str, limit: int) -> bytes:
     try:
-        with open_regular(path, follow=True) as f:  # a link is the user's own here; a FIFO never is a history
-            return read_capped(f, limit, str(path))
+        with open_regular(rel, root=str(root)) as f:  # through no link inside the folder; a FIFO never is a history
+            return read_capped(f, limit, str(root / rel))
     except OSError as exc:
-        raise unreadable(str(path), exc.strerror or str(exc)) from None
+        raise unreadable(str(root / rel), exc.strerror or str(exc)) from None
+
+
+def _plain_file(path: Path) -> bool:
+    """A regular file in a folder that is no link (a link to a file or a folder is never followed, wherever it
+    points: it reads as absent)."""
+    return not path.is_symlink() and not path.parent.is_symlink() and path.is_file()
 
 
 def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
     """DIR/metrics.json (a pulled run), else the newest checkpoint_*/metrics.json in DIR, else Ray Train's own
     snapshot (a plain Ray Train script's run folder)."""
-    candidates = [path / METRICS_FILE]
-    ckpts = sorted((p for p in path.glob("checkpoint_*/" + METRICS_FILE) if p.is_file()),
+    ckpts = sorted((p for p in path.glob("checkpoint_*/" + METRICS_FILE) if _plain_file(p)),
                    key=lambda p: natural_key(p.parent.name), reverse=True)
-    candidates += ckpts
-    for candidate in candidates:
-        if candidate.is_file():
-            return _rows(partial(_read_file, candidate), str(candidate)), str(candidate)
+    for candidate in [path / METRICS_FILE, *ckpts]:
+        if _plain_file(candidate):
+            rel = candidate.relative_to(path).as_posix()
+            return _rows(partial(_read_file, path, rel), str(candidate)), str(candidate)
     snapshot = path / SNAPSHOT_FILE
-    if snapshot.is_file():
-        return _snapshot_rows(partial(_read_file, snapshot), str(snapshot)), str(snapshot)
+    if _plain_file(snapshot):
+        return _snapshot_rows(partial(_read_file, path, SNAPSHOT_FILE), str(snapshot)), str(snapshot)
     if nothing_but_rtjobs_own(p.name for p in path.iterdir()):
         raise NothingStored(str(path), f"{path}: {NO_HISTORY}")
     raise NoHistory(f"{path}: {NO_HISTORY}")
@@ -115,7 +120,8 @@ def location_holds_results(location: Location, endpoint: str | None = None) -> b
     """``holds_results`` of what is stored at ``location`` (a folder that does not exist holds nothing)."""
     if location.scheme == "file":
         root = Path(location.path)
-        return root.is_dir() and holds_results(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file())
+        return root.is_dir() and holds_results(p.relative_to(root).as_posix() for p in root.rglob("*")
+                                               if not p.is_symlink() and p.is_file())
     store = open_store(location, endpoint, concurrency=4)
     try:
         return holds_results(f.rel for f in store.list_files())

@@ -2,7 +2,8 @@
 ``rtjob results``: pulled next to where ``rtjob pull`` puts the run, through pull itself (every safety rule: keys
 checked before a byte is written, partial files renamed when whole, unchanged files skipped), then listed.
 
-A run folder in local storage is read where it is: nothing is copied.
+A run folder in local storage is read where it is: nothing is copied, and no symbolic link inside it (to a file or a
+folder, wherever it points) is followed: each is skipped and named in one line.
 """
 
 from __future__ import annotations
@@ -34,14 +35,30 @@ class Sample:
         return {"path": str(self.path), "epoch": self.epoch, "image": self.is_image}
 
 
-def _listed(folder: Path) -> list[Sample]:
-    files = sorted((p for p in folder.rglob("*") if p.is_file() and not is_bookkeeping(p.name)),
-                   key=lambda p: natural_key(str(p.relative_to(folder))))
+def _listed(paths: list[Path], folder: Path) -> list[Sample]:
+    files = sorted((p for p in paths if not is_bookkeeping(p.name)), key=lambda p: natural_key(str(p.relative_to(folder))))
     out = []
     for path in files:
         match = _EPOCH.match(path.name)
         out.append(Sample(path, int(match.group(1)) if match else None))
     return out
+
+
+def _pulled(folder: Path) -> list[Sample]:
+    """The samples pull wrote into ``folder`` (pull writes no link: one found there is not taken either)."""
+    return _listed([p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()], folder)
+
+
+def _in_place(location: Location) -> tuple[list[Sample], list[str]]:
+    """A local run folder's samples, listed as pull lists a folder: every link below the run's folder refused."""
+    from .stores import LocalStore
+
+    store = LocalStore(location)
+    below = f"{SAMPLES_DIR}/"
+    files = [Path(f.key) for f in store.list_files() if f.rel.startswith(below)]
+    skipped = [f"sample {key} skipped: {reason} (not followed)" for key, reason in store.refused
+               if key.startswith(below)]
+    return _listed(files, Path(location.path) / SAMPLES_DIR), skipped
 
 
 def chosen(samples: list[Sample], which: str) -> list[Sample]:
@@ -57,8 +74,7 @@ def fetch(location: Location, endpoint: str | None, dest: Path) -> tuple[list[Sa
     """The run's samples as local files (pulled into ``dest``/samples for a storage URI; [] if it has none), and a
     line for each stored file that was refused or failed (the others are shown all the same)."""
     if location.scheme == "file":
-        folder = Path(location.path) / SAMPLES_DIR
-        return (_listed(folder) if folder.is_dir() else []), []
+        return _in_place(location)
     from .location import parse_location
     from .pull import pull
 
@@ -70,4 +86,4 @@ def fetch(location: Location, endpoint: str | None, dest: Path) -> tuple[list[Sa
         return [], []
     problems = [f"sample {item['key']} refused: {item['reason']}" for item in report.refused]
     problems += [f"sample {item['key']} failed: {item['error']}" for item in report.failed]
-    return _listed(target), problems
+    return _pulled(target), problems

@@ -42,10 +42,31 @@ def create_file(path: Path | str, append: bool = False) -> BinaryIO:
     return os.fdopen(os.open(path, flags, 0o666), "ab" if append else "wb")
 
 
-def open_regular(path: Path | str, follow: bool = False) -> BinaryIO:
+def open_below(root: str, rel: str, flags: int = os.O_RDONLY) -> int:
+    """A file descriptor of ``rel`` ('/'-separated) inside the folder ``root``, through no symbolic link inside
+    ``root``: each folder is opened from the one above it with O_NOFOLLOW, so a linked folder (``samples/linkdir ->
+    /etc``) stops the walk as a linked file does (OSError ENOTDIR or ELOOP), wherever the link points. ``root``
+    itself is the caller's own path (a run's folder, as the user named it)."""
+    parts = rel.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise OSError(errno.EINVAL, "not a plain relative name", rel)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        return os.open(parts[-1], flags | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: Path | str, follow: bool = False, root: str | None = None) -> BinaryIO:
     """Open a file to read it only if it is a regular file: O_NONBLOCK so that a FIFO cannot block the open
-    (a FIFO swapped in after the listing would hang the pull), O_NOFOLLOW unless links are welcome."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+    (a FIFO swapped in after the listing would hang the pull), O_NOFOLLOW unless links are welcome. With ``root``:
+    ``path`` is a '/'-separated name inside that folder, opened through no link at all (``open_below``)."""
+    flags = os.O_RDONLY | os.O_NONBLOCK
+    fd = open_below(root, str(path), flags) if root is not None else os.open(path, flags | (0 if follow else os.O_NOFOLLOW))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file", str(path))
@@ -190,7 +211,7 @@ class LocalStore(Store):
         return files
 
     def read(self, item: RemoteFile, limit: int) -> bytes:
-        with open_regular(item.key) as f:
+        with open_regular(item.rel, root=self.location.path) as f:
             return read_capped(f, limit, item.key)
 
     def download(self, jobs: list[tuple[RemoteFile, Path]], on_progress: ProgressFn | None,
@@ -202,7 +223,7 @@ class LocalStore(Store):
         def copy(item: RemoteFile, target: Path) -> None:
             error: BaseException | None = None
             try:
-                with open_regular(item.key) as src, create_file(target) as dst:
+                with open_regular(item.rel, root=self.location.path) as src, create_file(target) as dst:
                     while chunk := src.read(1 << 20):
                         dst.write(chunk)
                         progress(len(chunk))
@@ -242,9 +263,9 @@ class LocalStore(Store):
     def get_bytes(self, rel: str, limit: int) -> bytes | None:
         path = self._path(rel)
         try:
-            with open_regular(path) as f:
+            with open_regular(check_rel(rel), root=self.location.path) as f:
                 return read_capped(f, limit, path)
-        except (FileNotFoundError, NotADirectoryError):
+        except (FileNotFoundError, NotADirectoryError):  # a linked folder on the way too: not followed, absent
             return None
         except OSError as exc:
             if exc.errno == errno.ELOOP:

@@ -82,13 +82,17 @@ function refreshStatus() {
   if (!body.dataset.live) return;
   const card = document.getElementById("status-card");
   const url = "/runs/" + encodeURIComponent(body.dataset.run) + "/card";
+  let shown = null;
   const tick = async () => {
     try {
       const response = await fetch(url, {credentials: "same-origin"});
       if (response.ok) {
         const html = await response.text();  // server-rendered, escaped fragment
-        const doc = new DOMParser().parseFromString(html, "text/html");
-        card.replaceChildren(...doc.body.childNodes);
+        if (html !== shown) {  // an unchanged card is left as it is (no needless re-render of its elements)
+          const doc = new DOMParser().parseFromString(html, "text/html");
+          card.replaceChildren(...doc.body.childNodes);
+          shown = html;
+        }
         if (response.headers.get("x-run-ended") === "1") return;
       }
     } catch (err) { /* the server is restarting: try again */ }
