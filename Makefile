@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install ui-assets browser demo test test-unit test-e2e test-gpu lint bench bench-gpu clean
+.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint bench bench-gpu clean
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
 # folder (git-ignored, shipped as package data; setup.py refuses to build rtjob without it).
@@ -42,18 +42,24 @@ lint: install
 	$(BIN)/mypy cli/rtjob
 	$(BIN)/lint-imports --no-logo
 
+# Bytecode for rtjob's own sources (and the tests' helpers), as `pip install rtjob` leaves it: the editable install
+# has none, and with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every rtjob command a test or a
+# benchmark starts would compile its modules again (~0.06 s of CPU per command; the suites start hundreds).
+bytecode: install
+	$(BIN)/python -m compileall -q cli/rtjob rtjob_contract training tests/support
+
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
 # The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
 # then the real cluster and S3 server ones (one shared cluster: one process).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
-test: lint browser
+test: lint browser bytecode
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
 
-test-unit: install
+test-unit: bytecode
 	$(BIN)/python -m pytest -q -m "not gpu" -n 2 --dist loadfile --durations=15 tests/unit
 
-test-e2e: install browser
+test-e2e: bytecode browser
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
 
 # On a machine with a CUDA GPU (its own Python with torch; no venv needed, GPU_PY=python3 by default): the
@@ -65,11 +71,8 @@ test-gpu:
 bench-gpu:
 	$(GPU_PY) benchmarks/gpu_bench.py --out $${OUT:-benchmarks}/gpu-results.md
 
-bench: install
+bench: bytecode  # rtjob's commands compiled, as the peers' are
 	$(BIN)/pip install -q -e '.[bench]'  # the storage benchmarks' S3 server (SeaweedFS)
-	# Bytecode for rtjob's own sources, as `pip install rtjob` leaves it: the editable install has none, and with
-	# PYTHONDONTWRITEBYTECODE set every rtjob command would compile its modules again (the peers' are compiled).
-	$(BIN)/python -m compileall -q cli/rtjob rtjob_contract training
 	$(BIN)/python benchmarks/run.py
 
 clean:

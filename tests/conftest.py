@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from support.cli import CAPTURED, PLANTED, base_env, rtjob
+from support.s3_server import S3Server, threaded_server
 from support.webhook import receiver  # noqa: F401 - a fixture for every test (a loopback webhook target)
 
 
@@ -36,6 +37,14 @@ def cluster_env() -> Iterator[dict[str, str]]:
     finally:
         rtjob("local", "down", env=env, timeout=120)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def shared_s3() -> Iterator[S3Server]:
+    """One real S3 server (moto, in a thread of this process) for the session's test modules, each in a bucket of
+    its own (support.s3_server.bucket_fixture); stopped at the end."""
+    with threaded_server() as server:
+        yield server
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,12 +1,14 @@
 """The embedded cluster with concurrent rtjob processes and damaged state (hardening issue, part 4).
 
-Real `ray start`, real processes, each test in its own RTJOB_HOME. A test's cluster is found by the
+Real `ray start`, real processes, each test in its own RTJOB_HOME (except three that look at one start: the
+concurrent ups, the token's file, then the damaged state, which stops it). A test's cluster is found by the
 RTJOB_HOME in its processes' environment (Ray's daemons inherit it from `ray start`), so a regression that
 leaks a second cluster is still stopped at the end, and nothing of another session's is ever touched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +20,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -68,8 +71,8 @@ def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-@pytest.fixture
-def home() -> Iterator[Path]:
+@contextlib.contextmanager
+def _private_home() -> Iterator[Path]:
     """A private RTJOB_HOME; at the end `rtjob local down`, then a safety net for anything it left."""
     path = Path(tempfile.mkdtemp(prefix="rtjob-t-", dir="/tmp"))
     try:
@@ -86,12 +89,46 @@ def home() -> Iterator[Path]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def test_two_concurrent_ups_share_one_cluster(home: Path) -> None:
+@pytest.fixture
+def home() -> Iterator[Path]:
+    with _private_home() as path:
+        yield path
+
+
+@dataclass
+class ConcurrentUps:
+    """Two `rtjob local up --nodes 2` started together in a fresh home whose token path was a link to a
+    world-readable decoy file before the first start."""
+
+    home: Path
+    decoy: Path
+    codes: list[int | None]
+    outs: list[tuple[str, str]]
+
+
+@pytest.fixture(scope="module")
+def concurrent_ups() -> Iterator[ConcurrentUps]:
+    """One cluster start shared by the tests that look at how it started (the concurrent ups, the token's file),
+    then by the damaged-state test, which stops it (it comes last of them: pytest runs a file's tests in order)."""
+    with _private_home() as home:
+        local = home / "local"
+        local.mkdir()
+        decoy = home / "decoy.txt"
+        decoy.write_text("decoy\n")
+        decoy.chmod(0o644)
+        (local / "auth_token").symlink_to(decoy)
+        env = base_env(home)
+        first = popen_rtjob("local", "up", "--nodes", "2", env=env)
+        second = popen_rtjob("local", "up", "--nodes", "2", env=env)
+        outs = [proc.communicate(timeout=300) for proc in (first, second)]
+        yield ConcurrentUps(home, decoy, [first.returncode, second.returncode], outs)
+
+
+def test_two_concurrent_ups_share_one_cluster(concurrent_ups: ConcurrentUps) -> None:
     """Two `rtjob local up --nodes 2` started together: the second waits on the lock, then reuses."""
+    home, outs = concurrent_ups.home, concurrent_ups.outs
     env = base_env(home)
-    first, second = popen_rtjob("local", "up", "--nodes", "2", env=env), popen_rtjob("local", "up", "--nodes", "2", env=env)
-    outs = [proc.communicate(timeout=300) for proc in (first, second)]
-    assert [first.returncode, second.returncode] == [0, 0], outs
+    assert concurrent_ups.codes == [0, 0], outs
     stderr = "\n".join(err for _, err in outs)
     assert stderr.count("starting the embedded Ray cluster") == 1, stderr
     assert "waiting for it" in stderr, stderr
@@ -109,6 +146,70 @@ def test_two_concurrent_ups_share_one_cluster(home: Path) -> None:
     assert "starting" not in again.stderr
     assert Path(state["token_path"]).read_text() == token
     assert [p.pid for p in _gcs(home)] == [gcs[0].pid]
+
+
+def test_token_and_state_are_private_from_the_start(concurrent_ups: ConcurrentUps) -> None:
+    """The token is written into a new 0600 file, never into whatever lay at its path (here a link to a
+    world-readable file), and cluster.json is 0600 too."""
+    assert concurrent_ups.codes == [0, 0], concurrent_ups.outs
+    local, decoy = concurrent_ups.home / "local", concurrent_ups.decoy
+    assert decoy.read_text() == "decoy\n" and stat.S_IMODE(decoy.stat().st_mode) == 0o644
+    token = local / "auth_token"
+    assert not token.is_symlink() and len(token.read_text()) == 64
+    for path in (token, local / "cluster.json"):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_damaged_state_kills_nothing_and_down_still_cleans_up(concurrent_ups: ConcurrentUps) -> None:
+    """A damaged cluster.json: `up` and `status` exit 3 with one line and stop nothing (a decoy whose
+    command line carries /tmp survives); `down` reports it and still stops this home's own cluster (the one the
+    concurrent ups started: this test is their cluster's last user)."""
+    home = concurrent_ups.home
+    env = base_env(home)
+    assert rtjob("local", "up", env=env, timeout=180).returncode == 0  # reuses it (or starts one, run alone)
+    state_file = home / "local" / "cluster.json"
+    good = _state(home)
+    (home / "good-cluster.json").write_text(json.dumps(good))
+    gcs_pid = _gcs(home)[0].pid
+
+    # A harmless decoy whose command line carries /tmp, a folder of its own and a client server's
+    # module on another port, and folders that look like
+    # rtjob's but are not: another user's, and a link to the real temp dir.
+    decoy_dir = Path(tempfile.mkdtemp(prefix="rtjob-decoy-", dir="/tmp"))
+    other = Path(tempfile.mkdtemp(prefix="rtjob-ray-other", dir="/tmp"))
+    link = Path(f"/tmp/rtjob-ray-link{os.getpid()}")
+    link.symlink_to(good["temp_dir"])
+    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "/tmp", str(decoy_dir),
+                              "-m", "ray.util.client.server", "--address=192.0.2.1:1"])  # another port
+    try:
+        damaged = {"a decoy's folder": str(decoy_dir), "/tmp": "/tmp", "no temp_dir": "", "a link": str(link)}
+        if os.getuid() == 0:  # only root can make a folder that belongs to another user
+            os.chown(other, 65534, 65534)
+            damaged["another user's folder"] = str(other)
+        texts = {what: json.dumps({**good, "temp_dir": value}) for what, value in damaged.items()}
+        texts.update({"empty": "", "not JSON": "{not json"})
+        for what, text in texts.items():
+            state_file.write_text(text)
+            for args in (("local", "up"), ("local", "status")):
+                proc = rtjob(*args, env=env, timeout=120)
+                assert proc.returncode == 3, (what, args, proc.stderr)
+                assert len(_lines(proc.stderr)) == 1 and "cluster.json is damaged" in proc.stderr, (what, proc.stderr)
+            assert decoy.poll() is None and psutil.pid_exists(gcs_pid), what
+            assert decoy_dir.exists() and other.exists() and Path(good["temp_dir"]).exists(), what
+
+        state_file.write_text(json.dumps({**good, "temp_dir": "/tmp"}))
+        down = rtjob("local", "down", env=env, timeout=180)
+        assert down.returncode == 0, down.stderr
+        assert "is damaged" in down.stderr and "processes ended" in down.stderr, down.stderr
+        assert _home_processes(home) == [] and not Path(good["temp_dir"]).exists()
+        assert not state_file.exists()
+        assert decoy.poll() is None and decoy_dir.exists() and other.exists()
+    finally:  # good-cluster.json stays: the fixture puts it back before its own `local down`
+        decoy.kill()
+        decoy.wait(timeout=10)
+        link.unlink(missing_ok=True)
+        shutil.rmtree(decoy_dir, ignore_errors=True)
+        shutil.rmtree(other, ignore_errors=True)
 
 
 def test_two_submits_racing_to_start_the_cluster_both_succeed_on_one(home: Path) -> None:
@@ -205,25 +306,6 @@ def test_slow_dashboard_is_waited_for_never_killed(home: Path) -> None:
     assert _state(home)["temp_dir"] != temp_dir and not os.path.exists(temp_dir)
 
 
-def test_token_and_state_are_private_from_the_start(home: Path) -> None:
-    """The token is written into a new 0600 file, never into whatever lay at its path (here a link to a
-    world-readable file), and cluster.json is 0600 too."""
-    local = home / "local"
-    local.mkdir()
-    decoy = home / "decoy.txt"
-    decoy.write_text("decoy\n")
-    decoy.chmod(0o644)
-    (local / "auth_token").symlink_to(decoy)
-
-    up = rtjob("local", "up", env=base_env(home), timeout=180)
-    assert up.returncode == 0, up.stderr
-    assert decoy.read_text() == "decoy\n" and stat.S_IMODE(decoy.stat().st_mode) == 0o644
-    token = local / "auth_token"
-    assert not token.is_symlink() and len(token.read_text()) == 64
-    for path in (token, local / "cluster.json"):
-        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-
-
 def test_ray_start_timeout_is_one_line_and_cleans_up(home: Path) -> None:
     """`ray start` that never finishes (its GCS is stopped with SIGSTOP as soon as it appears) is cut by
     its time-out: exit 3, one error line, no traceback, nothing of the half-started cluster left."""
@@ -245,56 +327,6 @@ def test_ray_start_timeout_is_one_line_and_cleans_up(home: Path) -> None:
     assert not (home / "local" / "cluster.json").exists()
     owners = [p / "rtjob-owner.json" for p in Path("/tmp").glob("rtjob-ray-*")]
     assert not [o for o in owners if o.exists() and str((home / "local").resolve()) in o.read_text()]
-
-
-def test_damaged_state_kills_nothing_and_down_still_cleans_up(home: Path) -> None:
-    """A damaged cluster.json: `up` and `status` exit 3 with one line and stop nothing (a decoy whose
-    command line carries /tmp survives); `down` reports it and still stops this home's own cluster."""
-    env = base_env(home)
-    assert rtjob("local", "up", env=env, timeout=180).returncode == 0
-    state_file = home / "local" / "cluster.json"
-    good = _state(home)
-    (home / "good-cluster.json").write_text(json.dumps(good))
-    gcs_pid = _gcs(home)[0].pid
-
-    # A harmless decoy whose command line carries /tmp, a folder of its own and a client server's
-    # module on another port, and folders that look like
-    # rtjob's but are not: another user's, and a link to the real temp dir.
-    decoy_dir = Path(tempfile.mkdtemp(prefix="rtjob-decoy-", dir="/tmp"))
-    other = Path(tempfile.mkdtemp(prefix="rtjob-ray-other", dir="/tmp"))
-    link = Path(f"/tmp/rtjob-ray-link{os.getpid()}")
-    link.symlink_to(good["temp_dir"])
-    decoy = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "/tmp", str(decoy_dir),
-                              "-m", "ray.util.client.server", "--address=192.0.2.1:1"])  # another port
-    try:
-        damaged = {"a decoy's folder": str(decoy_dir), "/tmp": "/tmp", "no temp_dir": "", "a link": str(link)}
-        if os.getuid() == 0:  # only root can make a folder that belongs to another user
-            os.chown(other, 65534, 65534)
-            damaged["another user's folder"] = str(other)
-        texts = {what: json.dumps({**good, "temp_dir": value}) for what, value in damaged.items()}
-        texts.update({"empty": "", "not JSON": "{not json"})
-        for what, text in texts.items():
-            state_file.write_text(text)
-            for args in (("local", "up"), ("local", "status")):
-                proc = rtjob(*args, env=env, timeout=120)
-                assert proc.returncode == 3, (what, args, proc.stderr)
-                assert len(_lines(proc.stderr)) == 1 and "cluster.json is damaged" in proc.stderr, (what, proc.stderr)
-            assert decoy.poll() is None and psutil.pid_exists(gcs_pid), what
-            assert decoy_dir.exists() and other.exists() and Path(good["temp_dir"]).exists(), what
-
-        state_file.write_text(json.dumps({**good, "temp_dir": "/tmp"}))
-        down = rtjob("local", "down", env=env, timeout=180)
-        assert down.returncode == 0, down.stderr
-        assert "is damaged" in down.stderr and "processes ended" in down.stderr, down.stderr
-        assert _home_processes(home) == [] and not Path(good["temp_dir"]).exists()
-        assert not state_file.exists()
-        assert decoy.poll() is None and decoy_dir.exists() and other.exists()
-    finally:  # good-cluster.json stays: the fixture puts it back before its own `local down`
-        decoy.kill()
-        decoy.wait(timeout=10)
-        link.unlink(missing_ok=True)
-        shutil.rmtree(decoy_dir, ignore_errors=True)
-        shutil.rmtree(other, ignore_errors=True)
 
 
 def test_three_nodes_start_in_parallel_each_in_its_own_folder_with_rtjobs_ray_settings(home: Path) -> None:

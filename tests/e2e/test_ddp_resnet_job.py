@@ -1,26 +1,25 @@
-"""The first job end to end: `rtjob submit ddp-resnet --nodes 2` on the real 2-node embedded cluster."""
+"""The first job end to end: `rtjob submit ddp-resnet --nodes 2` on the real 2-node embedded cluster (the session's
+one run of it, support/shared_runs.py: test_training.py looks at the same run and resumes it)."""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch
-from support.cli import REPO, new_id, rtjob
+from support.cli import REPO
+from support.shared_runs import ddp_resnet
 
 pytestmark = pytest.mark.cluster
 
 
 def test_ddp_resnet_on_two_local_nodes_succeeds_with_falling_loss_and_rank0_checkpoints(cluster_env):
-    run_id = new_id("ddp")
-    proc = rtjob("submit", "ddp-resnet", "--nodes", "2", "--submission-id", run_id, "--output", "json",
-                 env=cluster_env, timeout=600)
-    log = proc.stderr  # with --output json the followed log goes to stderr
+    shared = ddp_resnet(cluster_env)
+    proc, log, run = shared.proc, shared.log, shared.run  # with --output json the followed log goes to stderr
     assert proc.returncode == 0, log[-3000:]
-    run = json.loads(proc.stdout)
-    assert run["status"] == "SUCCEEDED" and run["job"] == "ddp-resnet"
+    run_id = proc.args[proc.args.index("--submission-id") + 1]
+    assert run["status"] == "SUCCEEDED" and run["job"] == "ddp-resnet" and run["id"] == run_id
     # No silent fallback: the local profile chose synthetic data and the log says so.
     assert "using SYNTHETIC digit-like data" in log
     epochs = re.findall(r"epoch (\d)/2 train_loss=([\d.]+) val_loss=([\d.]+) val_acc=([\d.]+)", log)
@@ -32,9 +31,9 @@ def test_ddp_resnet_on_two_local_nodes_succeeds_with_falling_loss_and_rank0_chec
     # job's train_log_level (WARNING), like the rest of Ray Train's own logging.
     assert "Reporting training result" not in log, log[-3000:]
     # Rank-0 checkpoints, one per epoch, in the run's own storage folder.
-    run_dir = Path(run["storage_uri"])
+    run_dir = shared.run_dir
     assert run_dir.name == run_id and run_dir.parent.name == "ddp-resnet"
-    checkpoints = sorted(p.name for p in run_dir.glob("checkpoint_epoch_*"))
+    checkpoints = shared.checkpoints  # as the run left them (test_training.py resumes the run later)
     assert checkpoints == ["checkpoint_epoch_0001", "checkpoint_epoch_0002"]
     state = json.loads((run_dir / checkpoints[-1] / "state.json").read_text())
     assert state["epoch"] == 2 and state["written_by_rank"] == 0 and state["world_size"] == 2

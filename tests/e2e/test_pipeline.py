@@ -8,11 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from support import shared_runs
 from support.cli import new_id, rtjob
 
 pytestmark = pytest.mark.cluster
 
-PIPELINE = "tests/support/jobs/relay.yaml"
+PIPELINE = shared_runs.RELAY
 
 
 def ok(proc) -> str:
@@ -25,13 +26,13 @@ def _relay(storage_uri: str) -> str:
 
 
 def test_steps_hand_their_folders_down_and_no_wait_leaves_them_to_the_supervisor(cluster_env, tmp_path):
-    pid = new_id("relay")
-    first = json.loads(ok(rtjob("submit", PIPELINE, "--submission-id", pid, "--no-wait", "-o", "json",
-                                env=cluster_env, timeout=300)))
+    relay = shared_runs.relay(cluster_env)  # `submit --no-wait`, then `wait` (test_ui_live_cluster.py shows its page)
+    pid = relay.pid
+    first = json.loads(ok(relay.submitted))
     assert first["id"] == pid and [s["run_id"] for s in first["steps"]] == [f"{pid}-{n}" for n in
                                                                            ("first", "second", "third")]
     # The client submitted nothing: the pipeline's supervisor on the cluster runs every step; wait follows them.
-    done = json.loads(ok(rtjob("wait", pid, "-o", "json", env=cluster_env, timeout=300)))
+    done = json.loads(ok(relay.waited))
     assert done["status"] == "SUCCEEDED" and [s["status"] for s in done["steps"]] == ["SUCCEEDED"] * 3
     again = rtjob("submit", PIPELINE, "--submission-id", pid, "-o", "json", env=cluster_env, timeout=300)
     assert json.loads(ok(again))["status"] == "SUCCEEDED" and "already SUCCEEDED" in again.stderr

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from support.cli import base_env, rtjob
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import bucket_fixture
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -94,10 +93,7 @@ def test_several_runs_side_by_side_from_pulled_and_stored_layouts(env, tmp_path)
     assert [d["label"] for d in data] == ["run-a", "run-a (2)"]
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server("results-tests") as server:
-        yield server
+s3 = bucket_fixture("results-tests")
 
 
 def test_results_read_from_s3_without_pulling(s3, env):

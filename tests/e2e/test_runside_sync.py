@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,16 +20,13 @@ from rtjob.runside.sync import DirSync, held_for_writing, open_for_writing
 from rtjob.storage.objects import PARTIAL_SUFFIX, LocalObjects, Objects
 from rtjob.storage.opening import objects_for
 from rtjob.storage.run_files import seed, written_by_run
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import S3Server, bucket_fixture
 
 BUCKET = "sync-tests"
 SETTLE = 0.2
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -13,23 +13,20 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from rtjob.jobspec.project import PULLED_RUNS_DIR
 from support.cli import RTJOB, base_env, popen_rtjob, rtjob
-from support.s3_server import S3Server, bucket_server, process_server
+from support.s3_server import S3Server, bucket_fixture, process_server
 from support.tcp_proxy import DroppingProxy
 
 BUCKET = "pull-tests"
 
 
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    with bucket_server(BUCKET) as server:
-        yield server
+s3 = bucket_fixture(BUCKET)
 
 
 @pytest.fixture

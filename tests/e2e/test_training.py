@@ -1,22 +1,14 @@
-"""Real, tiny tests of the training package: no mocks, CPU only, about 2-3 minutes.
+"""Real, tiny tests of the training package: no mocks, CPU only.
 
-The Ray test runs ``python -m training.ray_ddp`` as a subprocess with its own HOME and
-RAY_TMPDIR, so it starts a private local Ray instance (never touching ~/.ray/auth_token,
-/tmp/ray or other clusters on this machine) and the driver shuts it down on exit. It
-never runs ``ray stop``, which would end every Ray process on the machine.
+The Ray tests look at ``python -m training.ray_ddp`` as the session's ddp-resnet run on the 2-node embedded cluster
+(support/shared_runs.py, shared with test_ddp_resnet_job.py: a Ray Train run costs ~30 s here), then resume it
+with one more epoch through the same storage path and run name.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,15 +16,14 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from support.cli import new_id, rtjob
+from support.shared_runs import DdpRun, ddp_resnet
 from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 from training import data, loop
 from training.models import build_model
-
-ROOT = Path(__file__).resolve().parents[2]
-
 
 # --- data ---------------------------------------------------------------------------
 
@@ -140,60 +131,6 @@ def test_epoch_means_are_exact_over_ranks_with_uneven_batches(tmp_path):
 EPOCH_LINE = re.compile(
     r"epoch (\d+)/(\d+) train_loss=([\d.]+) val_loss=([\d.]+) val_acc=([\d.]+) samples/s=([\d.]+) time=([\d.]+)s"
 )
-TINY = ["--num-workers", "2", "--dataset", "synthetic", "--train-size", "512", "--val-size", "256",
-        "--global-batch-size", "32", "--seed", "0"]
-
-
-class RayRun:
-    """Runs the entrypoint in a private Ray sandbox; cleans up only what it started."""
-
-    first: subprocess.CompletedProcess  # the 2-epoch run both tests look at
-
-    def __init__(self) -> None:
-        # Short path: Ray's unix sockets live under RAY_TMPDIR and paths are capped ~107 chars.
-        self.sandbox = Path(tempfile.mkdtemp(prefix="rtddp-", dir="/tmp"))
-        self.storage = self.sandbox / "results"
-        (self.sandbox / "home").mkdir()
-
-    def __call__(self, *flags: str, timeout: int = 240) -> subprocess.CompletedProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "RTJOB_"))}
-        env.update(HOME=str(self.sandbox / "home"), RAY_TMPDIR=str(self.sandbox), PYTHONUNBUFFERED="1")
-        cmd = [sys.executable, "-m", "training.ray_ddp", *TINY, "--storage-path", str(self.storage),
-               "--run-name", "ddp-test", *flags]
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
-        proc.output = proc.stdout + proc.stderr
-        assert proc.returncode == 0, proc.output[-6000:]
-        return proc
-
-    @property
-    def run_dir(self) -> Path:
-        return self.storage / "ddp-test"
-
-    def checkpoints(self) -> list[str]:
-        return sorted(p.name for p in self.run_dir.iterdir() if p.is_dir() and p.name.startswith("checkpoint_"))
-
-    def close(self) -> None:
-        # The driver shuts its Ray instance down on exit; anything still alive that was
-        # started from this sandbox (e.g. after a timeout) is ours to end, by pid.
-        deadline = time.time() + 15
-        while (pids := _pids_mentioning(str(self.sandbox))) and time.time() < deadline:
-            time.sleep(0.5)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        shutil.rmtree(self.sandbox, ignore_errors=True)
-
-
-def _pids_mentioning(marker: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                pass
-    return pids
 
 
 def _epoch_lines(output: str) -> list[tuple[int, int, float, float, float]]:
@@ -204,30 +141,33 @@ def _read_json(path: Path):
     return json.loads(path.read_text())
 
 
+def _checkpoints(run_dir: Path) -> list[str]:
+    return sorted(p.name for p in run_dir.iterdir() if p.is_dir() and p.name.startswith("checkpoint_"))
+
+
 @pytest.fixture(scope="module")
-def ray_run():  # one first run shared by both tests: a Ray start costs ~20-40 s here
-    run = RayRun()
-    try:
-        run.first = run("--epochs", "2")
-        yield run
-    finally:
-        run.close()
+def ray_run(cluster_env: dict[str, str]) -> DdpRun:
+    """`python -m training.ray_ddp` (2 Ray Train workers, 2 epochs of its synthetic set) as the session's
+    ddp-resnet run on the embedded cluster (support/shared_runs.py: test_ddp_resnet_job.py looks at the same run)."""
+    run = ddp_resnet(cluster_env)
+    assert run.proc.returncode == 0, run.log[-6000:]  # with --output json the followed log goes to stderr
+    return run
 
 
 @pytest.mark.cluster
 def test_ray_ddp_two_workers_learns_and_rank0_checkpoints_each_epoch(ray_run):
     from training import checkpoint  # imports ray; kept out of the module the gloo children import
 
-    lines = _epoch_lines(ray_run.first.output)
-    assert [(e, n) for e, n, *_ in lines] == [(1, 2), (2, 2)], ray_run.first.output[-4000:]
+    lines = _epoch_lines(ray_run.log)
+    assert [(e, n) for e, n, *_ in lines] == [(1, 2), (2, 2)], ray_run.log[-4000:]
     (_, _, loss1, _, _), (_, _, loss2, _, acc2) = lines
     assert loss2 < loss1, f"train loss should fall: {loss1} -> {loss2}"
     assert acc2 > 0.2, f"val accuracy should beat chance (0.1): {acc2}"
-    assert "DATA: using SYNTHETIC digit-like data" in ray_run.first.output
-    assert "RESULT: checkpoint=" in ray_run.first.output
+    assert "DATA: using SYNTHETIC digit-like data" in ray_run.log
+    assert "RESULT: checkpoint=" in ray_run.log
 
-    assert ray_run.checkpoints() == ["checkpoint_epoch_0001", "checkpoint_epoch_0002"]
-    for epoch, name in enumerate(ray_run.checkpoints(), start=1):
+    assert ray_run.checkpoints == ["checkpoint_epoch_0001", "checkpoint_epoch_0002"]
+    for epoch, name in enumerate(ray_run.checkpoints, start=1):
         folder = ray_run.run_dir / name
         files = {checkpoint.MODEL_FILE, checkpoint.OPTIMIZER_FILE, checkpoint.STATE_FILE, checkpoint.METRICS_FILE}
         assert {p.name for p in folder.iterdir()} == files
@@ -235,23 +175,29 @@ def test_ray_ddp_two_workers_learns_and_rank0_checkpoints_each_epoch(ray_run):
         assert state == {"epoch": epoch, "written_by_rank": 0, "world_size": 2}
         assert [m["epoch"] for m in _read_json(folder / checkpoint.METRICS_FILE)] == list(range(1, epoch + 1))
     history = _read_json(ray_run.run_dir / "checkpoint_epoch_0002" / checkpoint.METRICS_FILE)
-    assert [m["train_samples"] for m in history] == [512, 512]  # every sample once per epoch
-    assert [m["val_samples"] for m in history] == [256, 256]
+    # every sample once per epoch (the synthetic set's sizes: the job's local profile sets none)
+    assert [m["train_samples"] for m in history] == [data.SYNTHETIC_TRAIN_SIZE] * 2
+    assert [m["val_samples"] for m in history] == [data.SYNTHETIC_VAL_SIZE] * 2
 
 
 @pytest.mark.cluster
-def test_ray_ddp_resume_continues_at_next_epoch(ray_run):
+def test_ray_ddp_resume_continues_at_next_epoch(ray_run, cluster_env):
     from training import checkpoint
 
     first_history = _read_json(ray_run.run_dir / "checkpoint_epoch_0002" / checkpoint.METRICS_FILE)
-    second = ray_run("--epochs", "3")
+    # The same storage path and run name (the first run's id), one more epoch: a new run id that resumes.
+    second = rtjob("submit", "ddp-resnet", "--nodes", "2", "--submission-id", new_id("ddp-resume"), "--output", "json",
+                   "--set", f"args.run_name={ray_run.run['id']}", "--set", "args.epochs=3",
+                   env=cluster_env, timeout=600)
+    output = second.stderr
+    assert second.returncode == 0, output[-6000:]
 
-    assert "RESUME: loaded the checkpoint of epoch 2; continuing at epoch 3/3" in second.output
-    lines = _epoch_lines(second.output)
-    assert [(e, n) for e, n, *_ in lines] == [(3, 3)], second.output[-4000:]
+    assert "RESUME: loaded the checkpoint of epoch 2; continuing at epoch 3/3" in output
+    lines = _epoch_lines(output)
+    assert [(e, n) for e, n, *_ in lines] == [(3, 3)], output[-4000:]
     # Started from the trained weights, not from scratch: better than the first epoch.
     assert lines[0][2] < first_history[0]["train_loss"]
 
-    assert ray_run.checkpoints() == [f"checkpoint_epoch_000{e}" for e in (1, 2, 3)]
+    assert _checkpoints(ray_run.run_dir) == [f"checkpoint_epoch_000{e}" for e in (1, 2, 3)]
     history = _read_json(ray_run.run_dir / "checkpoint_epoch_0003" / checkpoint.METRICS_FILE)
     assert history[:2] == first_history and history[2]["epoch"] == 3

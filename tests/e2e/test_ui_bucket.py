@@ -16,7 +16,7 @@ import pytest
 from rtjob.storage.index import COMPACT_AFTER, index_objects, write_entry
 from support.browser import chromium, ui_server, until
 from support.cli import REPO, base_env, record
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import S3Server, with_bucket
 from support.ui_runs import png, write_run
 
 ROOT = "s3://team/runs"
@@ -28,20 +28,20 @@ def keys(server: S3Server) -> list[tuple[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def team() -> Iterator[dict[str, Any]]:
+def team(shared_s3: S3Server) -> Iterator[dict[str, Any]]:
     home = Path(tempfile.mkdtemp(prefix="rtjob-ui-s3-", dir="/tmp"))
-    with bucket_server("team") as server:
-        with mock.patch.dict(os.environ, server.env()):  # this process's writers find the server; restored after
-            first = write_run(ROOT, "s3-run-a", "ddp-resnet", backend="ray", epochs=3,
-                              samples={"epoch_0003.png": png(16, 16, 3)}, log_lines=["hello from the bucket"])
-            write_run(ROOT, "s3-run-b", "ddp-resnet", backend="anyscale", user="bob", status="FAILED", epochs=2,
-                      start="2026-11-21T10:00:00+00:00")
-            with index_objects(ROOT, None) as objects:  # more entries left over than a CLI listing leaves
-                for _ in range(COMPACT_AFTER + 5):
-                    write_entry(ROOT, None, first, objects=objects)
-        env = base_env(home, **server.env())
-        with ui_server(env, "--storage", ROOT, log=home / "ui.log") as url:
-            yield {"url": url, "server": server}
+    server = with_bucket(shared_s3, "team")
+    with mock.patch.dict(os.environ, server.env()):  # this process's writers find the server; restored after
+        first = write_run(ROOT, "s3-run-a", "ddp-resnet", backend="ray", epochs=3,
+                          samples={"epoch_0003.png": png(16, 16, 3)}, log_lines=["hello from the bucket"])
+        write_run(ROOT, "s3-run-b", "ddp-resnet", backend="anyscale", user="bob", status="FAILED", epochs=2,
+                  start="2026-11-21T10:00:00+00:00")
+        with index_objects(ROOT, None) as objects:  # more entries left over than a CLI listing leaves
+            for _ in range(COMPACT_AFTER + 5):
+                write_entry(ROOT, None, first, objects=objects)
+    env = base_env(home, **server.env())
+    with ui_server(env, "--storage", ROOT, log=home / "ui.log") as url:
+        yield {"url": url, "server": server}
 
 
 @pytest.fixture(scope="module")

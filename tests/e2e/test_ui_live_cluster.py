@@ -4,12 +4,14 @@ status card turns to the run's end by itself."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import shared_runs
 from support.browser import chromium, until
 from support.browser import ui_server as serving
 from support.cli import REPO, record, rtjob
@@ -57,13 +59,15 @@ def test_a_printed_line_appears_without_reload(cluster_env: dict[str, str], brow
 
 
 def test_a_pipeline_run_shows_its_steps(cluster_env: dict[str, str], browser: Any, tmp_path: Path) -> None:
-    """A real pipeline (tests/support/jobs/relay.yaml: three tiny steps) run to its end, then its page: every step a
-    node of the graph with its state, each a link to its own run."""
+    """A real pipeline (tests/support/jobs/relay.yaml: three tiny steps; the session's run of it, which
+    test_pipeline.py checks too) run to its end, then its page: every step a node of the graph with its state, each a
+    link to its own run."""
     from selenium.webdriver.common.by import By
 
-    pid = f"ui-relay-{uuid.uuid4().hex[:8]}"
-    done = rtjob("submit", "tests/support/jobs/relay.yaml", "--submission-id", pid, env=cluster_env, timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
+    relay = shared_runs.relay(cluster_env)
+    pid, done = relay.pid, relay.waited
+    assert relay.submitted.returncode == 0 and done.returncode == 0, (relay.submitted.stderr + done.stderr)[-2000:]
+    assert json.loads(done.stdout)["status"] == "SUCCEEDED", done.stdout
     with serving(cluster_env, log=tmp_path / "ui.log") as url:
         browser.get(f"{url}runs/{pid}")
         nodes = browser.find_elements(By.CSS_SELECTOR, "#steps .node")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.s3_server import S3Server, bucket_server
+from support.s3_server import S3Server, with_bucket
 
 import rtjob_contract as contract
 from training.voice import audio, encode, process, sft, store, synthetic
@@ -22,9 +22,10 @@ BUCKET = "voice"
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    """A moto server whose credentials this process (and so the Ray workers it starts) uses."""
-    with bucket_server(BUCKET) as server, pytest.MonkeyPatch.context() as patch:
+def s3(shared_s3: S3Server) -> Iterator[S3Server]:
+    """The session's moto server, whose credentials this process (and so the Ray workers it starts) uses."""
+    server = with_bucket(shared_s3, BUCKET)
+    with pytest.MonkeyPatch.context() as patch:
         for name, value in server.env().items():
             patch.setenv(name, value)
         yield server

@@ -91,15 +91,21 @@ def in_env(server: S3Server, monkeypatch: Any) -> S3Server:
     return server
 
 
+def with_bucket(server: S3Server, bucket: str) -> S3Server:
+    """``server`` once it holds an empty ``bucket`` (a name of the test module's own)."""
+    server.client().create_bucket(Bucket=bucket)
+    return server
+
+
 def bucket_fixture(bucket: str) -> Any:
-    """A module-scoped pytest fixture: one moto server holding an empty ``bucket`` for the module's tests
-    (``s3 = bucket_fixture("runs")`` at module level)."""
+    """A module-scoped pytest fixture: the session's moto server (``shared_s3`` in tests/conftest.py: a server
+    costs ~0.6 s to start and stop) holding an empty ``bucket`` for the module's tests (``s3 =
+    bucket_fixture("runs")`` at module level; each module names a bucket of its own)."""
     import pytest
 
     @pytest.fixture(scope="module")
-    def s3() -> Iterator[S3Server]:
-        with bucket_server(bucket) as server:
-            yield server
+    def s3(shared_s3: S3Server) -> S3Server:
+        return with_bucket(shared_s3, bucket)
 
     return s3
 

@@ -581,14 +581,31 @@ def _head_alive(cluster: LocalCluster) -> bool:
                         and _carries(args, cluster.temp_dir)))
 
 
-def _stop(procs: list[Any], grace: float = 10.0) -> int:
+def _is_gcs(proc: Any) -> bool:
     import psutil
 
-    for proc in procs:
-        with contextlib.suppress(psutil.Error):
-            proc.terminate()
-            proc.resume()  # a stopped (SIGSTOP) process handles SIGTERM only once it runs again
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    with contextlib.suppress(psutil.Error, IndexError):
+        return os.path.basename(proc.cmdline()[0]) == "gcs_server"
+    return False
+
+
+def _stop(procs: list[Any], grace: float = 10.0) -> int:
+    """SIGTERM, the GCS last; SIGKILL what is left ``grace`` seconds after the first SIGTERM. Raylets, their
+    runtime-env agents and the log monitors end by themselves within a few seconds while the GCS still answers
+    them, but not once it is gone: stopped all at once they were still there after 10 s and had to be killed."""
+    import psutil
+
+    deadline = time.monotonic() + grace
+    gcs = [proc for proc in procs if _is_gcs(proc)]
+    alive: list[Any] = []
+    for group in ([proc for proc in procs if proc not in gcs], gcs):
+        for proc in group:
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        for proc in procs:  # a stopped (SIGSTOP) process handles SIGTERM, or answers, only once it runs again
+            with contextlib.suppress(psutil.Error):
+                proc.resume()
+        alive += psutil.wait_procs(group, timeout=max(0.0, deadline - time.monotonic()))[1]
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
