@@ -87,8 +87,8 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # pytest-xdist, --dist loadfile (make test-unit): the files whose tests import torch (and transformers, diffusers)
 # go to one worker as one unit, so that only one worker spends the ~4 s of those imports.
-TORCH_FILES = {"test_checkpoint_restore.py", "test_diffusion.py", "test_hf_sft.py", "test_training_options.py",
-               "test_voice_audio.py", "test_voice_eval.py"}
+TORCH_FILES = {"test_checkpoint_restore.py", "test_diffusion.py", "test_hf_sft.py", "test_precision.py",
+               "test_synthetic_cache.py", "test_voice_audio.py", "test_voice_eval.py"}
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -221,7 +221,7 @@ def test_metrics_all_reduced_over_two_gloo_ranks_equal_one_process_over_all_exam
 # --- precision ---------------------------------------------------------------------------------------------
 
 
-def test_fp16_is_refused_on_cpu_in_the_worker():  # the command line's refusal: test_training_options.py
+def test_fp16_is_refused_on_cpu_in_the_worker():  # the command line's refusal: test_precision.py
     with pytest.raises(ValueError, match="fp16 needs a GPU"):
         steps.grad_scaler("fp16", cpu())
     assert steps.grad_scaler("bf16", cpu()) is None
