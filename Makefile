@@ -43,15 +43,16 @@ lint: install
 	$(BIN)/lint-imports --no-logo
 
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
-# The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
+# The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once;
+# in a new random order each time, pytest-randomly: the seed it prints replays one with -p randomly --randomly-seed=N),
 # then the real cluster and S3 server ones (one shared cluster: one process).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
 test: lint browser
-	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile tests/unit
+	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
 
 test-unit: install
-	$(BIN)/python -m pytest -q -m "not gpu" -n 2 --dist loadfile --durations=15 tests/unit
+	$(BIN)/python -m pytest -q -m "not gpu" -p randomly -n 2 --dist loadfile --durations=15 tests/unit
 
 test-e2e: install browser
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e

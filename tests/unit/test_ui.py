@@ -56,8 +56,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_run(root, "u-good", "train", samples={"epoch_0001.png": png(4, 4, 1)}, log_lines=[f"key {SECRET}", "done"])
     write_run(root, "u-bad", "train", status="FAILED", user="bob", raw_metrics=b"[1, 2")
     write_run(root, "u-evil", '<script>alert(1)</script>"onload=x\u202e', epochs=1, start="2026-11-22T00:00:00+00:00")
-    REDACTOR.add([SECRET])  # as `rtjob ui` learns it from its environment
     return root
+
+
+@pytest.fixture(autouse=True)
+def ui_knows_the_secret() -> None:
+    """As `rtjob ui` learns it from its environment (after the redactor is emptied for each test)."""
+    REDACTOR.add([SECRET])
 
 
 @pytest.fixture(scope="module")
