@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: install ui-assets browser demo test test-unit test-e2e test-gpu lint bench bench-gpu clean
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
-# folder (git-ignored, shipped as package data; setup.py refuses to build rtjob without it).
+# folder (git-ignored, shipped as package data; a build without it, e.g. `pip install .` without npm, leaves it out
+# and `rtjob ui` then says in one line what it lacks).
 UI_VENDOR := cli/rtjob/ui/static/vendor
 UI_ASSETS := $(UI_VENDOR)/uPlot.iife.min.js $(UI_VENDOR)/uPlot.min.css
 
