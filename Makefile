@@ -45,15 +45,18 @@ lint: install
 
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
 # The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once;
-# in a new random order each time, pytest-randomly: the seed it prints replays one with -p randomly --randomly-seed=N),
+# in a new random order each time, pytest-randomly: `make test UNIT_SEED=N` replays the order a run printed),
 # then the real cluster and S3 server ones (one shared cluster: one process).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
+UNIT_SEED := $(shell date +%s)
 test: lint browser
-	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly -n 2 --dist loadfile tests/unit
+	@echo "unit tests in random order: UNIT_SEED=$(UNIT_SEED)"
+	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
 
 test-unit: install
-	$(BIN)/python -m pytest -q -m "not gpu" -p randomly -n 2 --dist loadfile --durations=15 tests/unit
+	@echo "unit tests in random order: UNIT_SEED=$(UNIT_SEED)"
+	$(BIN)/python -m pytest -q -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile --durations=15 tests/unit
 
 test-e2e: install browser
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
