@@ -7,7 +7,8 @@ STAMP := $(VENV)/.installed-stamp
 .PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint bench bench-gpu clean
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
-# folder (git-ignored, shipped as package data; setup.py refuses to build rtjob without it).
+# folder (git-ignored, shipped as package data; a build without it, e.g. `pip install .` without npm, leaves it out
+# and `rtjob ui` then says in one line what it lacks).
 UI_VENDOR := cli/rtjob/ui/static/vendor
 UI_ASSETS := $(UI_VENDOR)/uPlot.iife.min.js $(UI_VENDOR)/uPlot.min.css
 
@@ -49,15 +50,20 @@ bytecode: install
 	$(BIN)/python -m compileall -q cli/rtjob rtjob_contract training tests/support
 
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
-# The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once),
+# The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once;
+# in a shuffled order, pytest-randomly: a fixed seed, so CI is repeatable; `make test-unit UNIT_SEED=N`
+# tries another order, and a failing order is replayed with its printed seed),
 # then the real cluster and S3 server ones (one shared cluster: one process).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
+UNIT_SEED ?= 20261127
 test: lint browser bytecode
-	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile tests/unit
+	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
+	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
 
 test-unit: bytecode
-	$(BIN)/python -m pytest -q -m "not gpu" -n 2 --dist loadfile --durations=15 tests/unit
+	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
+	$(BIN)/python -m pytest -q -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile --durations=15 tests/unit
 
 test-e2e: bytecode browser
 	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e

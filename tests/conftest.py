@@ -25,6 +25,17 @@ def private_user_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[No
         yield
 
 
+@pytest.fixture(autouse=True)
+def fresh_redactor() -> Iterator[None]:
+    """Each test starts with the process-wide redactor empty, as a new rtjob process does, and leaves it empty:
+    a secret one test's in-process CLI learned from its (monkeypatched) environment never masks another's output."""
+    from rtjob.core.redact import REDACTOR
+
+    REDACTOR.clear()
+    yield
+    REDACTOR.clear()
+
+
 @pytest.fixture(scope="session")
 def cluster_env() -> Iterator[dict[str, str]]:
     """A real 2-node embedded Ray cluster (token auth on) in a private RTJOB_HOME; stopped at the end."""

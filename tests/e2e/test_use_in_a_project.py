@@ -109,6 +109,11 @@ def test_the_wheel_carries_rtjob_the_contract_training_and_builtins(tool: Path) 
             "rtjob_training/ray_ddp.py", "rtjob/jobspec/builtin_compute_configs/g5-4xlarge.yaml"} <= names
     assert len([n for n in names if n.startswith("rtjob/jobspec/builtin_compute_configs/")]) == len(catalog.CATALOG)
     assert not any(n.startswith(("training/", "tests/", "jobs/")) for n in names)
+    # Built from a clean clone without npm: no chart library, and `rtjob ui` says so in one line (exit 2).
+    assert not any(n.startswith("rtjob/ui/static/vendor/") for n in names) and "rtjob/ui/static/app.js" in names
+    env = {k: v for k, v in os.environ.items() if k not in NOT_THE_WHEEL}
+    ui = _run([str(tool), "ui", "--port", "0"], env, tool.parent, timeout=120)
+    assert ui.returncode == 2 and ui.stderr.count("\n") == 1 and "make ui-assets" in ui.stderr, ui.stderr
 
 
 def test_init_submit_pull_results_in_a_fresh_project(tool: Path, tmp_path: Path) -> None:

@@ -14,18 +14,23 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# Build outputs, caches and local state: not part of the source a wheel is built from (a stale build/lib would
-# put removed modules back into the wheel).
-NOT_SOURCE = shutil.ignore_patterns(".git", ".venv", "build", "dist", "*.egg-info", "__pycache__", ".*_cache",
-                                    ".hypothesis", ".rtjob", "data", "results", "rtjob-runs")
 EXTRA = "ray"
 WHEELS = "wheels"  # under the scratch folder
 
 
 def source_copy(dest: Path) -> Path:
-    """This checkout's source files (not its build outputs) under ``dest``/rtjob."""
+    """This checkout under ``dest``/rtjob as a clean clone holds it: the files git tracks, and new ones it does not
+    ignore. No build outputs (a stale build/lib would put removed modules back into the wheel), no caches, and
+    no npm-built chart library (cli/rtjob/ui/static/vendor is git-ignored): a user's `pip install .` without npm."""
     source = dest / "rtjob"
-    shutil.copytree(REPO, source, ignore=NOT_SOURCE, symlinks=True)
+    listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                            capture_output=True, check=True, timeout=60).stdout.decode()
+    for name in filter(None, listed.split("\0")):
+        path = REPO / name
+        if not path.exists() and not path.is_symlink():  # deleted here, not yet committed
+            continue
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, source / name, follow_symlinks=False)
     return source
 
 

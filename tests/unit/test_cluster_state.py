@@ -97,3 +97,29 @@ def test_client_server_needs_the_module_and_the_gcs_port() -> None:
     assert not cluster._is_client_server(server, 3785)
     assert not cluster._is_client_server(["python", "-m", "other", "--address=192.0.2.2:37859"], 37859)
     assert not cluster._is_client_server(["python", "ray.util.client.server", "--port=37859"], 37859)
+
+
+def test_down_says_what_it_stops_before_it_waits(good: dict) -> None:
+    """`rtjob local down` names what it stops before the seconds Ray's daemons take to end: here a real process
+    whose command line carries the cluster's temp dir (as each Ray daemon's does)."""
+    import subprocess
+    import sys
+
+    cluster._state_file().write_text(json.dumps(good))
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", f"--temp-dir={good['temp_dir']}"])
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        lines.append(line)
+        if line.startswith("stopping"):
+            assert proc.poll() is None, "said after it stopped"
+
+    try:
+        assert cluster.down(log=say) == 1
+        assert proc.wait(timeout=30) is not None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert lines == ["stopping 1 process(es) of the embedded cluster"], lines
+    assert not cluster._state_file().exists() and not Path(good["temp_dir"]).exists()

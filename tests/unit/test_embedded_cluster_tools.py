@@ -135,3 +135,39 @@ def test_render_describes_what_submit_would_start_when_none_runs(project, capsys
     assert render(capsys)["run"]["cluster"] == {"running": False}
     text = in_process(capsys, "render", "train", "--backend", "local", "--nodes", "2").stdout
     assert "submit starts the embedded cluster with 2 node(s) × 2 CPU" in text
+
+
+def test_local_status_without_a_cluster_is_an_answer_not_an_error(project, capsys) -> None:
+    """No cluster recorded: "not running", exit 0 (a status question answered), in text and JSON."""
+    text = in_process(capsys, "local", "status")
+    assert text.returncode == 0 and text.stdout.startswith("not running") and not text.stderr, text
+    data = in_process(capsys, "local", "status", "-o", "json")
+    assert data.returncode == 0 and json.loads(data.stdout) == {"running": False}, data
+
+
+def test_local_status_of_a_running_cluster(project, running, capsys) -> None:
+    proc = in_process(capsys, "local", "status", "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["running"] is True and data["nodes"] == 2 and data["cpus"] == 4 and data["address"] == DASHBOARD
+
+
+def test_local_status_of_a_damaged_state_is_exit_3(project, tmp_path, monkeypatch, capsys) -> None:
+    """A state file that is not JSON, or that names a cluster whose processes are gone: exit 3, one line that
+    says `rtjob local down` clears it."""
+    from rtjob.backends.ray import cluster
+
+    state_file = tmp_path / "home" / "local" / "cluster.json"
+    state_file.parent.mkdir(parents=True)
+    state_file.write_text("{not json")
+    proc = in_process(capsys, "local", "status")
+    assert proc.returncode == 3 and proc.stderr.count("\n") == 1 and "is damaged (it is not JSON)" in proc.stderr
+
+    gone = cluster.LocalCluster(address=DASHBOARD, gcs_address=GCS, temp_dir=str(tmp_path / "ray"),
+                                token_path=str(tmp_path / "token"), cpus_per_node=1, started_at=0.0)
+    monkeypatch.setattr(cluster, "load_state", lambda: gone)
+    monkeypatch.setattr(cluster, "alive_nodes", lambda found: None)  # its dashboard does not answer...
+    for output in ("text", "json"):
+        proc = in_process(capsys, "local", "status", "-o", output)
+        assert proc.returncode == 3 and not proc.stdout, proc  # ...and no process of it runs: gone
+        assert "the cluster it records is gone" in proc.stderr and "rtjob local down" in proc.stderr, proc.stderr

@@ -188,10 +188,12 @@ def test_secret_names(name: str):
 
 @pytest.mark.parametrize("name", ["WANDB_PROJECT", "WANDB_MODE", "PYTHONUNBUFFERED", "RTJOB_NUM_WORKERS",
                                   "NCCL_DEBUG", "X-Team", "KEYBOARD_LAYOUT", "MONKEY_COUNT",
-                                  "TOKENIZERS_PARALLELISM", "AUTHOR", "SORT_KEY", "KEY", "PWD", "PASSAGE_COUNT"])
+                                  "TOKENIZERS_PARALLELISM", "AUTHOR", "SORT_KEY", "KEY", "PWD", "PASSAGE_COUNT",
+                                  "AWS_SHARED_CREDENTIALS_FILE", "TOKEN_PATH", "SSH_PRIVATE_KEY_FILE", "SECRETS_DIR"])
 def test_public_names(name: str):
     assert not is_secret_name(name)
     assert mask_mapping({name: "visible"}) == {name: "visible"}
+    assert secret_values({name: "/dev/null"}) == []  # never hunted in free text ("> /dev/null" stays)
 
 
 @pytest.mark.parametrize("value", ["AKIAIOSFODNN7EXAMPLE", "ASIAIOSFODNN7EXAMPLE", "Bearer abc",

@@ -58,8 +58,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                                                                 "done"])
     write_run(root, "u-bad", "train", status="FAILED", user="bob", raw_metrics=b"[1, 2")
     write_run(root, "u-evil", '<script>alert(1)</script>"onload=x\u202e', epochs=1, start="2026-11-22T00:00:00+00:00")
-    REDACTOR.add([SECRET])  # as `rtjob ui` learns it from its environment
     return root
+
+
+@pytest.fixture(autouse=True)
+def ui_knows_the_secret() -> None:
+    """As `rtjob ui` learns it from its environment (after the redactor is emptied for each test)."""
+    REDACTOR.add([SECRET])
 
 
 @pytest.fixture(scope="module")
@@ -236,3 +241,16 @@ def test_on_every_interface_the_printed_token_is_the_key(tmp_path: Path) -> None
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_without_its_chart_library_ui_says_what_it_lacks_in_one_line(tmp_path: Path, monkeypatch, capsys) -> None:
+    """A wheel built without npm holds no chart library (the vendor folder is git-ignored): `rtjob ui` exits 2 with
+    one line naming the missing files and how to add them, before it listens anywhere."""
+    import rtjob.ui
+    from support.cli import in_process
+
+    monkeypatch.setattr(rtjob.ui, "VENDOR", tmp_path / "vendor")  # where a clean clone's build has nothing
+    proc = in_process(capsys, "ui", "--port", "0")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not proc.stdout, proc
+    assert "uPlot.iife.min.js, uPlot.min.css" in proc.stderr and "make ui-assets" in proc.stderr, proc.stderr
+    assert "serving" not in proc.stderr

@@ -104,8 +104,9 @@ class LocalCluster(ABC):
         """Stop only the processes rtjob started; how many were ended."""
 
     @abstractmethod
-    def describe(self) -> Data:
-        """{address, nodes, cpus, temp_dir}; Unreachable (exit 3) if it is not running."""
+    def describe(self) -> Data | None:
+        """{address, nodes, cpus, temp_dir}; None if none is recorded (not running: an answer, not an error);
+        Unreachable (exit 3) if its state is damaged or names a cluster that does not answer."""
 
     @abstractmethod
     def dashboard(self) -> str | None:

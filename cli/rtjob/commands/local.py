@@ -84,6 +84,7 @@ def local_down() -> int:
     backend, cluster = _cluster()
     run_ids: list[str] = []
     if cluster.running():  # its runs' logs and ends are saved before they are gone
+        say("saving the embedded cluster's runs (logs and ends) before it stops")
         archived = before_cluster_stops(backend, PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
@@ -99,7 +100,8 @@ def local_down() -> int:
 @local.command("status")
 @output_option
 def local_status(output: str) -> int:
-    """Show the embedded cluster's nodes and resources (exit 3 if it is not running).
+    """Show the embedded cluster's nodes and resources, or that it is not running (exit 0 either way; exit 3 when
+    its recorded state is damaged or names a cluster that does not answer).
 
     \b
     Examples:
@@ -107,6 +109,13 @@ def local_status(output: str) -> int:
       rtjob local status -o yaml
     """
     running = _cluster()[1].describe()
+    if running is None:
+        if output != "text":
+            print_data({"running": False}, output)
+        else:
+            echo("not running (rtjob submit or rtjob local up starts it)")
+        return EXIT_SUCCEEDED
+    running = {"running": True, **running}
     if output != "text":
         print_data(running, output)
     else:

@@ -39,6 +39,13 @@ def ui(storage_uri: str | None, endpoint_url: str | None, port: int, host: str, 
     import secrets
     import socket
 
+    from .. import ui as ui_package
+
+    missing = ui_package.missing_chart_assets()
+    if missing:
+        raise BadInput(f"rtjob ui: this rtjob was built without its chart library ({', '.join(missing)} not in "
+                       f"{ui_package.VENDOR}): in rtjob's clone run `make ui-assets` (needs npm) and install it "
+                       "again (pip install .)")
     try:
         import uvicorn
 

@@ -4,9 +4,10 @@ Two kinds of masking, one boundary:
 
 * **Structured fields** (an env value, an arg, a tag, a header, a token) are masked *whole* when their name
   says secret (on word boundaries: ``DB_PASS``, ``MYSQL_PWD``, ``SENTRY_DSN``, ``WANDB_API_KEY``; not
-  ``TOKENIZERS_PARALLELISM``, ``AUTHOR``, ``SORT_KEY``), when their value has a secret's shape (AWS key id,
-  JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``, ``xox*``, ``hf_``), when it is a URL with a password,
-  or, in a job's environment, when ``RTJOB_NOTIFY`` names the variable as a notification target's URL.
+  ``TOKENIZERS_PARALLELISM``, ``AUTHOR``, ``SORT_KEY``, nor a path to one: ``AWS_SHARED_CREDENTIALS_FILE``), when
+  their value has a secret's shape (AWS key id, JWT, ``Bearer ...``, ``sk-``, ``ghp_``, ``github_pat_``,
+  ``xox*``, ``hf_``), when it is a URL with a password, or, in a job's environment, when ``RTJOB_NOTIFY`` names
+  the variable as a notification target's URL.
 * **Free text** (logs, messages, JSON strings, rendered files) passes ``REDACTOR``, the process-wide redactor
   that every secret value of this run is fed to as it becomes known. It hunts only values of ``HUNT_MIN`` or
   more characters (``false``, ``1``, ``alice`` are never masked), those shorter than ``ANYWHERE_MIN`` as whole
@@ -38,6 +39,9 @@ _SECRET_WORDS = frozenset({
 # KEY is secret only with one of these before it (API_KEY, SECRET_KEY, ...) or as *_KEY_ID; SORT_KEY is not.
 _KEY_QUALIFIERS = frozenset({"API", "SECRET", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION", "MASTER", "CLIENT",
                              "LICENSE", "SSH", "GPG", "PGP", "SERVICE", "ACCOUNT", "WEBHOOK"})
+# A name that ends in one of these holds where a secret is kept, not the secret (AWS_SHARED_CREDENTIALS_FILE,
+# TOKEN_PATH): a path is shown, and hunting it would mask every "/dev/null" rtjob prints.
+_LOCATION_WORDS = frozenset({"FILE", "FILES", "FILENAME", "PATH", "DIR", "FOLDER"})
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 # Secret shapes, whole values (structured fields) and tokens in free text.
@@ -74,6 +78,8 @@ def _words(name: str) -> list[str]:
 def is_secret_name(name: str) -> bool:
     """Does a variable/flag/header/tag name say its value is secret (on word boundaries)?"""
     words = _words(name)
+    if words and words[-1] in _LOCATION_WORDS:
+        return False
     for i, word in enumerate(words):
         if word in _SECRET_WORDS:
             return True

@@ -613,15 +613,31 @@ def _stop(procs: list[Any], grace: float = 10.0) -> int:
     return len(procs)
 
 
-def _stop_dir(temp_dir: str, gcs_port: int | None = None) -> int:
-    """Stop one validated cluster temp dir's processes and remove the folder."""
-    count = _stop(_processes_in(temp_dir, gcs_port))
+def _stop_dir(temp_dir: str, gcs_port: int | None = None, say: Log | None = None) -> int:
+    """Stop one validated cluster temp dir's processes and remove the folder; ``say`` says what stops, before
+    the wait for them to end (Ray's daemons take seconds)."""
+    procs = _processes_in(temp_dir, gcs_port)
+    if say is not None and procs:
+        nodes = sum(1 for p in procs if _name(p) == "raylet")
+        say(f"stopping the embedded cluster: {nodes} node(s), {len(procs)} processes" if nodes else
+            f"stopping {len(procs)} process(es) of the embedded cluster")
+    count = _stop(procs)
     shutil.rmtree(temp_dir, ignore_errors=True)
     return count
 
 
-def _discard(cluster: LocalCluster) -> int:
-    count = _stop_dir(cluster.temp_dir, cluster.gcs_port)
+def _name(proc: Any) -> str:
+    """A process's program name ("" once it is gone)."""
+    import psutil
+
+    try:
+        return str(proc.name())
+    except psutil.Error:
+        return ""
+
+
+def _discard(cluster: LocalCluster, say: Log | None = None) -> int:
+    count = _stop_dir(cluster.temp_dir, cluster.gcs_port, say)
     _state_file().unlink(missing_ok=True)
     return count
 
@@ -650,9 +666,9 @@ def down(log: Log | None = None) -> int:
         except DamagedState as exc:
             say(f"{exc.path} is damaged ({exc.problem}); stopping only this home's own clusters")
             cluster = None
-        count = _discard(cluster) if cluster is not None else 0
+        count = _discard(cluster, say) if cluster is not None else 0
         for temp_dir, gcs_port in _own_temp_dirs():
-            count += _stop_dir(temp_dir, gcs_port)
+            count += _stop_dir(temp_dir, gcs_port, say)
         _state_file().unlink(missing_ok=True)
         return count
 
@@ -662,6 +678,21 @@ def require() -> LocalCluster:
     if cluster is None or alive_nodes(cluster) is None:
         raise Unreachable("the embedded Ray cluster is not running (rtjob submit or rtjob local up starts it)")
     return cluster
+
+
+def status() -> dict[str, Any] | None:
+    """The running cluster as `rtjob local status` shows it; None when none is recorded (not running: an answer).
+    DamagedState when its record cannot be trusted or names a cluster whose processes are gone, Unreachable when
+    its processes run but its dashboard does not answer."""
+    cluster = load_state()
+    if cluster is None:
+        return None
+    if alive_nodes(cluster) is None:
+        if not _head_alive(cluster):
+            raise DamagedState(_state_file(), "the cluster it records is gone")
+        raise Unreachable(f"the embedded cluster's dashboard {cluster.address} does not answer while its "
+                          f"processes run: retry, or `rtjob local down` to stop it")
+    return describe(cluster)
 
 
 def describe(cluster: LocalCluster) -> dict[str, Any]:

@@ -26,8 +26,8 @@ class EmbeddedCluster(LocalCluster):
     def down(self, log: Log) -> int:
         return cluster.down(log=log)
 
-    def describe(self) -> dict[str, Any]:
-        return cluster.describe(cluster.require())
+    def describe(self) -> dict[str, Any] | None:
+        return cluster.status()
 
     def env(self) -> dict[str, str]:
         running = cluster.require()
