@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from support.cli import base_env, new_id, plant, rtjob, wait_for_status
+from support.ray_jobs import wait_for
 from support.s3_server import S3Server, bucket_fixture
 
 pytestmark = pytest.mark.cluster
@@ -54,6 +55,9 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     ok(rtjob("submit", SLOW, "--storage", storage, "--submission-id", cut_id, "--no-wait",
              "--set", "args.lines=100000", "--set", "args.interval=0.05", env=env, timeout=300))
     wait_for_status(env, cut_id, {"RUNNING"}, timeout=120)
+    # RUNNING is the job's start: the companion seeds the run's folder before the script prints its first line.
+    wait_for(lambda: " of 100000" in rtjob("logs", cut_id, "--tail", "5", env=env).stdout, timeout=120,
+             what=f"{cut_id}'s first lines")
     record = json.loads(s3.client().get_object(Bucket=BUCKET, Key=f"team/checkpoints/{done_id}/rtjob-run.json")
                         ["Body"].read())
     assert record["status"] == "SUCCEEDED" and record["archived"] is True
