@@ -84,10 +84,14 @@ def test_a_gpu_job_keeps_its_gpus_on_the_embedded_cluster_and_render_says_which_
     assert cpu["gpus_per_node"] == 0 and "GPU" not in cpu["resources_per_worker"]
 
 
+def refusal(out) -> list[str]:
+    """A bad-input answer's lines (exit 2 asserted)."""
+    assert out.returncode == 2, out.stderr
+    return out.stderr.strip().splitlines()
+
+
 def test_more_gpus_than_the_machine_has_is_one_line_and_exit_2(gpu_env):
-    out = run_in_process("submit", "ddp-vit", "--nodes", "3", "--submission-id", "g-4", env=gpu_env)
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
+    assert refusal(run_in_process("submit", "ddp-vit", "--nodes", "3", "--submission-id", "g-4", env=gpu_env)) == [
         "rtjob: error: jobs/ddp-vit.yaml: 3 node(s) x 1 GPU per worker need 3 GPU(s); this machine has 2 (0: NVIDIA A10G "
         "(22 GiB); 1: NVIDIA A10G (22 GiB)): use --nodes 2, or --set resources_per_worker.gpus=0 to train on CPUs"]
 
@@ -99,9 +103,7 @@ def test_a_machine_without_gpus_resolves_as_before(tmp_path):
 
 
 def test_local_up_refuses_more_gpus_than_the_machine_has_before_starting_anything(gpu_env):
-    out = run_in_process("local", "up", "--nodes", "2", "--gpus-per-node", "2", env=gpu_env)
-    assert out.returncode == 2
-    assert out.stderr.strip().splitlines() == [
+    assert refusal(run_in_process("local", "up", "--nodes", "2", "--gpus-per-node", "2", env=gpu_env)) == [
         "rtjob: error: --nodes 2 x --gpus-per-node 2 needs 4 GPU(s); this machine has 2 (0: NVIDIA A10G (22 GiB); "
         "1: NVIDIA A10G (22 GiB))"]
     assert not (Path(gpu_env["RTJOB_HOME"]) / "local" / "cluster.json").exists()

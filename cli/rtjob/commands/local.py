@@ -57,13 +57,12 @@ def local_up(nodes: int, cpus_per_node: int, gpus_per_node: int) -> int:
     """
     if gpus_per_node:
         from ..core.errors import BadInput
-        from ..jobspec.gpus import machine_gpus
+        from ..jobspec.gpus import inventory, machine_gpus
 
         here = machine_gpus()
         if nodes * gpus_per_node > len(here):
             raise BadInput(f"--nodes {nodes} x --gpus-per-node {gpus_per_node} needs {nodes * gpus_per_node} GPU(s); "
-                           f"this machine has {len(here)}" + (f" ({'; '.join(g.describe() for g in here)})"
-                                                               if here else " (nvidia-smi found none)"))
+                           f"this machine has {inventory(here)}")
     running = _cluster()[1].up(nodes, cpus_per_node, log=say, gpus_per_node=gpus_per_node)
     say(f"embedded cluster up: {running['nodes']} node(s), dashboard {running['address']}")
     return EXIT_SUCCEEDED

@@ -64,6 +64,11 @@ def _visible(gpus: tuple[Gpu, ...], cuda_visible: str | None) -> tuple[Gpu, ...]
     return tuple(chosen)
 
 
+def inventory(gpus: tuple[Gpu, ...]) -> str:
+    """How many GPUs this machine has and which, for a refusal: ``2 (0: NVIDIA A10G (22 GiB); 1: ...)``."""
+    return f"{len(gpus)} ({'; '.join(g.describe() for g in gpus)})" if gpus else "0 (nvidia-smi found none)"
+
+
 def slices(gpus: tuple[Gpu, ...], nodes: int, per_node: int) -> list[str]:
     """Each node's CUDA_VISIBLE_DEVICES (node 1 = the head): its own ``per_node`` GPUs, in order."""
     return [",".join(g.index for g in gpus[i * per_node:(i + 1) * per_node]) for i in range(nodes)]

@@ -20,7 +20,7 @@ import rtjob_contract as contract
 from ..core.errors import BadInput
 from ..core.model import check_run_id
 from . import catalog
-from .gpus import machine_gpus
+from .gpus import inventory, machine_gpus
 from .overrides import apply_set, parse_env, parse_set
 from .project import find_compute_config_file, find_job_file, job_file_root
 from .requirements import declared_at, read_requirements, split_satisfied
@@ -55,7 +55,7 @@ class Placement:
     (``Backend.placement``), so nothing here tests a backend's name."""
 
     backend: str
-    # Runs on this machine (the embedded cluster): the job's `local:` profile applies, CPU only, no cost.
+    # Runs on this machine (the embedded cluster): the job's `local:` profile applies (unless --real-shape), this machine's GPUs if any, no cost.
     embedded: bool = False
     # Takes compute configs registered with the platform (PREFIX NAME[:VERSION]), not only files.
     registered: Registered | None = None
@@ -443,7 +443,7 @@ def resolve(
     shape_declared = declares_shape(spec, cc_name)
     local_cpus: int | None = None
     if placement.embedded:
-        # The embedded cluster: N Ray nodes on this machine, CPU only, `local.cpus_per_node` each (`nodes` and it
+        # The embedded cluster: N Ray nodes on this machine, `local.cpus_per_node` CPUs each (and GPUs, below) (`nodes` and it
         # size the cluster). A job that sizes nothing gets one node with the machine's CPUs: its script asks Ray
         # for what it needs.
         sized = shape_declared or "nodes" in spec.model_fields_set or "cpus_per_node" in spec.local.model_fields_set
@@ -460,7 +460,7 @@ def resolve(
             if nodes * gpus > len(here):
                 raise BadInput(
                     f"{shown}: {nodes} node(s) x {gpus:g} GPU per worker need {nodes * gpus:g} GPU(s); this machine "
-                    f"has {len(here)} ({'; '.join(g.describe() for g in here)}): use --nodes "
+                    f"has {inventory(here)}: use --nodes "
                     f"{max(1, int(len(here) // gpus))}, or --set resources_per_worker.gpus=0 to train on CPUs")
             local_gpus = len(here) // nodes
             per_node = max(1, int(local_gpus // gpus))
