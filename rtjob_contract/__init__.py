@@ -139,6 +139,17 @@ METRIC_EPOCH_TIME = "epoch_time_s"
 # An evaluation's rows (one per model compared, not per epoch): which model or baseline the row measures.
 METRIC_MODEL = "model"
 
+# Live rows, appended while the run trains (JSON Lines in the run's folder, one object a line; any script may write
+# them to $RTJOB_RUN_DIR and the companion's periodic sync uploads what is there, also while the file grows).
+# Step rows: {"step": int, "time": unix seconds, "epoch": int (optional), and any numeric series: "loss", "lr",
+# "samples_per_s", "gpu_mem_mb", ...}. rtjob's entrypoints write one every few steps beside their epoch rows.
+STEP_METRICS_FILE = "metrics.jsonl"
+STEP_KEY = "step"
+STEP_TIME = "time"
+# System rows, about every 10 s per node of the run: {"time": unix seconds, "node": name or IP, "cpu_percent",
+# "mem_used_mb", "mem_total_mb", "gpus": [{"index", "util_percent", "mem_used_mb", "mem_total_mb"}] (empty: no GPU)}.
+SYSTEM_METRICS_FILE = "system.jsonl"
+
 # ---------------------------------------------------------------------------------------------
 # What rtjob records with a run on Ray (job metadata: string values).
 
