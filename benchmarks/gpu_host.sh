@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Every check for a one-GPU machine, in one go, each stage under its own time limit (a stage that hangs costs its
+# share, not the run): the gpu-marked tests (make test-gpu), the GPU benchmark (make bench-gpu: its table), and
+# `rtjob submit ddp-vit` against a Ray cluster started by hand with the GPU (`ray start --num-gpus 1`), default
+# precision. Logs and the table land in $OUT.
+#
+# The GPU machine has Python 3.12 with torch but no Ray and no network: build its wheels here first,
+#   ../shared/gpu-host/wheelhouse.sh .gpu-wheels && mkdir -p .gpu-host && cp ../shared/gpu-host/activate.sh .gpu-host/
+# (both folders are git-ignored), carry them, and run `OUT=... bash benchmarks/gpu_host.sh` there.
+# REHEARSE=1 runs the same stages here on the CPU with the project's venv (tiny sizes, no GPU).
+set -uo pipefail
+OUT=${OUT:-$PWD/benchmarks/.work/gpu-host}
+mkdir -p "$OUT"
+step() { echo "== $(date -u +%T) $*" | tee -a "$OUT/steps.log"; }
+if [[ ${REHEARSE:-0} == 1 ]]; then
+  PY=$PWD/.venv/bin/python; BENCH=(--rehearse --budget-s 240); GPU_SET=(--set resources_per_worker.gpus=0)
+  SIZE=(--set args.vit_size=tiny --set args.train_size=256 --set args.val_size=64 --set args.global_batch_size=32)
+  export PATH=$PWD/.venv/bin:$PATH
+else
+  step "activate the wheel set"
+  # shellcheck disable=SC1091
+  source .gpu-host/activate.sh .gpu-wheels || { step "activate failed"; exit 1; }
+  PY=python3; BENCH=(); GPU_SET=()
+  SIZE=(--set args.vit_size=base --set args.train_size=25600 --set args.val_size=2560 --set args.global_batch_size=256)
+  nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1
+fi
+$PY -c "import platform, torch, ray; print('python', platform.python_version(), 'torch', torch.__version__, 'ray',
+ray.__version__, 'cuda', torch.cuda.is_available() and torch.cuda.get_device_name(0))" 2>&1 | tee -a "$OUT/steps.log"
+
+step "test-gpu"
+timeout 150 $PY -m pytest -q -ra -p no:cacheprovider --confcutdir=tests/gpu -m gpu tests/gpu >"$OUT/test-gpu.log" 2>&1
+step "test-gpu exit $?"
+
+step "bench-gpu"
+timeout 330 $PY benchmarks/gpu_bench.py "${BENCH[@]}" --out "$OUT/gpu-results.md" >"$OUT/bench.log" 2>&1
+step "bench-gpu exit $?"
+
+step "a Ray cluster started by hand with the GPU, then rtjob submit ddp-vit --address"
+home=$(mktemp -d); export RTJOB_HOME=$home/rtjob RAY_USAGE_STATS_ENABLED=0
+ray start --head --num-gpus "$([[ ${REHEARSE:-0} == 1 ]] && echo 0 || echo 1)" --num-cpus 4 --port 6391 \
+  --dashboard-port 8275 --dashboard-agent-listen-port 52375 --include-dashboard true --temp-dir "$home/ray" \
+  >"$OUT/ray-cluster.log" 2>&1
+timeout 240 $PY -m rtjob.main submit ddp-vit --address http://127.0.0.1:8275 --nodes 1 --set 'requirements=[]' \
+  --set args.dataset=synthetic-cifar10 --set args.epochs=2 "${SIZE[@]}" "${GPU_SET[@]}" --storage "$home/store" \
+  >>"$OUT/ray-cluster.log" 2>&1
+step "submit to the hand-started cluster exit $?"
+grep -E "precision|samples/s|SUCCEEDED|FAILED" "$OUT/ray-cluster.log" | tail -8 | tee -a "$OUT/steps.log"
+# By pid (never `ray stop`: it ends every cluster of the machine): the processes that name this cluster's folder.
+pkill -TERM -f -- "$home/ray" ; for _ in 1 2 3 4 5; do pgrep -f -- "$home/ray" >/dev/null || break; sleep 1; done
+pkill -KILL -f -- "$home/ray"
+rm -rf "$home"
+step "done"
