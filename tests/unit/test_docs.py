@@ -260,3 +260,17 @@ def test_the_exit_code_table_lists_every_code() -> None:
     rows = {int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", table, re.MULTILINE)}
     codes = {value for name, value in vars(errors).items() if name.startswith("EXIT_") and isinstance(value, int)}
     assert rows == codes, f"docs/reference/exit-codes.md lists {sorted(rows)}; core/errors.py has {sorted(codes)}"
+
+
+# -- environment variables ------------------------------------------------------------------------------------
+
+def test_the_environment_page_names_every_contract_variable_and_no_other() -> None:
+    import rtjob_contract
+
+    page = (DOCS / "reference" / "environment.md").read_text(encoding="utf-8")
+    named = set(re.findall(r"`(RTJOB_[A-Z0-9_]+)`", page))
+    assert not rtjob_contract.ENV_NAMES - named, f"environment.md lacks {sorted(rtjob_contract.ENV_NAMES - named)}"
+    source = "\n".join(p.read_text(encoding="utf-8") for folder in ("cli", "rtjob_contract", "training")
+                       for p in (REPO / folder).rglob("*.py"))
+    phantom = sorted(name for name in named if name not in source)
+    assert not phantom, f"environment.md names variables no code reads or sets: {phantom}"
