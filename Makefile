@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint bench bench-gpu clean
+.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
 # folder (git-ignored, shipped as package data; a build without it, e.g. `pip install .` without npm, leaves it out
@@ -39,9 +39,14 @@ demo: install
 
 # Lint, types, and the layer rules (import-linter contracts in pyproject.toml; see docs/ARCHITECTURE.md).
 lint: install
-	$(BIN)/ruff check cli rtjob_contract training tests benchmarks
+	$(BIN)/ruff check cli rtjob_contract training tests benchmarks tools
 	$(BIN)/mypy cli/rtjob
 	$(BIN)/lint-imports --no-logo
+
+# The generated reference pages (every command's --help, the job schema): run after changing a command, an option
+# or the schema; tests/unit/test_docs.py (in the unit tier, so in `make test`) fails while they are stale.
+docs-cli:
+	$(BIN)/python tools/gen_reference.py
 
 # Bytecode for rtjob's own sources (and the tests' helpers), as `pip install rtjob` leaves it: the editable install
 # has none, and with PYTHONDONTWRITEBYTECODE set (as on this project's machines) every rtjob command a test or a

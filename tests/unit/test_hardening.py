@@ -258,8 +258,8 @@ def test_an_internal_error_exits_70_with_one_line_and_a_saved_redacted_traceback
 def test_exit_code_tables_list_70() -> None:
     help_text = run_in_process("status", "--help", env=base_env(REPO / ".rtjob-unused")).stdout
     assert "70  internal error in rtjob itself" in help_text
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "| 70 |" in readme
+    table = (REPO / "docs" / "reference" / "exit-codes.md").read_text(encoding="utf-8")
+    assert "| 70 |" in table
 
 
 # -- a dashboard address that answers wrongly -----------------------------------------------------------------
