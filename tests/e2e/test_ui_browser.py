@@ -27,6 +27,7 @@ from rtjob_contract import STEP_METRICS_FILE, SYSTEM_METRICS_FILE
 ARTIFACTS = Path(os.environ.get("RTJOB_TEST_ARTIFACTS") or REPO / "tmp" / "artifacts") / "ui"
 DOCS_IMAGE = REPO / "docs" / "images" / "ui-run.png"
 LONG_TAG = "x" * 3000
+NOW = time.time()
 TAGS = {"team": "vision", "note": "שלום עולם · مرحبا · 🚀", "long": LONG_TAG}
 # A failed run's log as Ray and a training script print it: worker prefixes in colour, a \r progress bar, a traceback.
 TERM_LOG = [*(f"\x1b[36m(RayTrainWorker pid=4242, ip=10.0.0.7)\x1b[0m step {n} \x1b[32mloss 0.{n:02d}\x1b[0m"
@@ -69,7 +70,10 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         # A run its record says is RUNNING, its live rows growing (the test appends to them as its sync would).
         runs["grow"] = write_run(root, "run-grow", "live-train", status="RUNNING", epochs=1, user="gita",
                                  start="2026-11-18T09:00:00+00:00", archived=False, log_lines=["training starts"],
-                                 step_rows=step_rows(0, 90), system_rows=system_rows(3))
+                                 step_rows=step_rows(0, 90, start=NOW - 200), system_rows=system_rows(3, start=NOW - 50))
+        # GPU rows from a fake source (no GPU here): what the companion's sampler writes on a GPU node.
+        write_run(root, "run-gpu", "gpu-train", epochs=2, user="gita", start="2026-11-18T06:00:00+00:00",
+                  step_rows=step_rows(0, 50), system_rows=system_rows(4, gpus=2))
         runs["term"] = write_run(root, "run-term", "ansi-train", status="FAILED", epochs=0, user="hana",
                                  start="2026-11-18T08:00:00+00:00", log_lines=TERM_LOG)
         runs["tagged"] = write_run(root, "run-tagged", "tagged-train", epochs=2, user="ivan",
@@ -279,8 +283,8 @@ def test_a_running_run_grows_its_curves_and_ends_without_reload(team: dict[str, 
     assert browser.find_element(By.ID, "live-step").text == "90"
     until(lambda: chart_drawn(browser, 0), what="a drawn step chart")
     browser.execute_script("window.notReloaded = true")
-    append_rows(grow, STEP_METRICS_FILE, step_rows(100, 190))
-    append_rows(grow, SYSTEM_METRICS_FILE, system_rows(5)[3:])
+    append_rows(grow, STEP_METRICS_FILE, step_rows(100, 190, start=NOW - 200))
+    append_rows(grow, SYSTEM_METRICS_FILE, system_rows(5, start=NOW - 50)[3:])
     until(lambda: points(browser, "#step-charts", "loss") == 20, what="the curves grown to 20 rows")
     until(lambda: points(browser, "#system-charts", "CPU %") == 5, what="the system chart grown to 5 rows")
     assert browser.find_element(By.ID, "live-step").text == "190" and browser.find_element(By.ID, "live-epoch").text == "2"
@@ -299,6 +303,18 @@ def test_a_running_run_grows_its_curves_and_ends_without_reload(team: dict[str, 
     print(f"the end shown {time.monotonic() - began:.1f} s after the record")
     until(lambda: browser.execute_script("return document.body.dataset.ended") == "1", what="the polling stopped")
     assert browser.execute_script("return window.notReloaded") is True
+
+
+def test_gpu_rows_drawn_per_gpu(team: dict[str, Any], browser: Any) -> None:
+    """System rows with two GPUs (a fake source: written by the fixture as a GPU node's sampler writes them): a chart
+    of their utilisation and one of their memory, a series per GPU, beside CPU and memory."""
+    browser.get(team["url"] + "runs/run-gpu")
+    until(lambda: titles(browser, "#system-charts") == ["CPU %", "memory (GB)", "GPU utilisation %",
+                                                        "GPU memory (GB)"], what="the GPU charts")
+    legend = browser.execute_script("return [...document.querySelectorAll('#system-charts figure')].map("
+                                    "f => [...f.querySelectorAll('.u-legend .u-label')].filter(l => l.offsetParent).map(l => l.textContent))")
+    assert legend == [["cpu"], ["used"], ["gpu0", "gpu1"], ["gpu0", "gpu1"]], legend
+    shot(browser, "gpu-run")
 
 
 def test_a_log_as_a_terminal_shows_it(team: dict[str, Any], browser: Any) -> None:
@@ -367,6 +383,11 @@ def test_runs_table_columns_tags_and_times(team: dict[str, Any], browser: Any) -
     assert [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#runs thead th.metric-col, #runs thead th.arg-col")] \
         == ["val_loss"]
     browser.get(team["url"])  # the team storage's view: user and duration from today's index entries
+    browser.execute_script("window.notReloaded = true")
+    write_run(team["root"], "run-late", "late-train", epochs=1, user="jon", start="2026-11-18T05:00:00+00:00")
+    until(lambda: browser.find_elements(By.CSS_SELECTOR, 'tr[data-run="run-late"]'), timeout=30,
+          what="a new run in the table without a reload (it refreshes itself every 10 s)")
+    assert browser.execute_script("return window.notReloaded") is True
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-run="run-good"] td.duration').text == "5 min 00 s"
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-run="run-tagged"] td.user').text == "ivan"
     colours = {browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{r}"] .status').value_of_css_property("color")

@@ -18,6 +18,13 @@ function ema(values, weight) {
   return values.map((v) => (v == null ? null : (last = last == null ? v : weight * last + (1 - weight) * v)));
 }
 
+// A y tick with 3 significant digits (uPlot's default rounds a learning rate's 0.0008 and 0.001 alike).
+function tick(v) {
+  if (v == null) return "";
+  const a = Math.abs(v);
+  return a !== 0 && (a < 1e-4 || a >= 1e6) ? v.toExponential(1) : String(Number(v.toPrecision(3)));
+}
+
 function chartWidth(fig) {
   return Math.max(200, Math.floor(fig.clientWidth || fig.parentElement.clientWidth || 400));
 }
@@ -38,7 +45,7 @@ function draw(entry) {
   entry.u = new uPlot({
     width: chartWidth(fig), height: 220,
     scales: {x: {time: !!chart.time}},
-    axes: [{label: chart.xlabel || undefined}, {size: 56}],
+    axes: [{label: chart.xlabel || undefined}, {size: 60, values: (u, splits) => splits.map(tick)}],
     legend: {live: false},
     cursor: {drag: {x: true, y: false}},
     hooks: {setSelect: [(u) => { if (u.select.width > 0) entry.zoomed = true; }]},
