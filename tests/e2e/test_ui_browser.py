@@ -289,6 +289,14 @@ def test_a_running_run_grows_its_curves_and_ends_without_reload(team: dict[str, 
     until(lambda: points(browser, "#system-charts", "CPU %") == 5, what="the system chart grown to 5 rows")
     assert browser.find_element(By.ID, "live-step").text == "190" and browser.find_element(By.ID, "live-epoch").text == "2"
     assert browser.execute_script("return window.notReloaded") is True
+    from selenium.webdriver.support.ui import Select
+
+    Select(browser.find_element(By.ID, "x-axis")).select_by_value("time")  # the x axis: time, then steps again
+    until(lambda: {f.get_attribute("data-x") for f in browser.find_elements(By.CSS_SELECTOR, "#step-charts figure")}
+          == {"time"}, what="the step charts redrawn over time")
+    until(lambda: chart_drawn(browser, 0), what="a drawn chart over time")
+    Select(browser.find_element(By.ID, "x-axis")).select_by_value("step")
+    assert points(browser, "#step-charts", "loss") == 20
     browser.find_element(By.ID, "smoothing").send_keys("\ue014" * 10)  # arrow right: smoothing 0.2
     until(lambda: browser.find_element(By.ID, "smoothing-value").text == "0.20", what="the smoothing control")
     shot(browser, "live-run")

@@ -32,6 +32,7 @@ function chartWidth(fig) {
 function draw(entry) {
   const {fig, chart} = entry;
   fig.dataset.points = String(chart.x.length);
+  fig.dataset.x = chart.time ? "time" : (chart.xlabel || "x");
   const data = [chart.x, ...chart.series.map((s) => ema(s.values, smoothing))];
   const shape = chart.series.map((s) => s.label).join("\u0000") + (chart.time ? "|t" : "|n") + (chart.xlabel || "");
   if (entry.u && entry.shape === shape) {
