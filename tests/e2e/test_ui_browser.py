@@ -385,8 +385,11 @@ def test_runs_table_columns_tags_and_times(team: dict[str, Any], browser: Any) -
     assert started.text.endswith("ago") and started.get_attribute("title") == "2026-11-18T07:00:00+00:00"
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-run="run-good"] td.duration').text == "5 min 00 s"
     shot(browser, "runs-columns")
-    browser.get(team["url"] + "?source=ledger&q=" + "שלום")  # tags are searched
-    assert [r.get_attribute("data-run") for r in browser.find_elements(By.CSS_SELECTOR, "tr.run")] == ["run-tagged"]
+    # tags are searched where the rows carry them (the ledger's: with a user filter, which reads the records; the
+    # team storage's: the index entries' tags)
+    for needle, found in (("مرحبا", ["run-tagged"]), ("nowhere", [])):
+        browser.get(team["url"] + "?source=ledger&user=ivan&q=" + needle)
+        assert [r.get_attribute("data-run") for r in browser.find_elements(By.CSS_SELECTOR, "tr.run")] == found
     browser.get(team["url"] + "?source=ledger&cols=metric.val_loss")  # the columns chosen
     assert [h.text for h in browser.find_elements(By.CSS_SELECTOR, "#runs thead th.metric-col, #runs thead th.arg-col")] \
         == ["val_loss"]

@@ -307,3 +307,11 @@ def test_log_lines_as_a_terminal_leaves_them_and_search_context(root: Path) -> N
     # 3 and 5 share their context (2..6), 12 stands alone (11..13)
     assert [[line["n"] for line in group] for group in groups] == [[2, 3, 4, 5, 6], [11, 12, 13]]
     assert [line["n"] for group in groups for line in group if line["match"]] == [3, 5, 12]
+
+
+def test_search_matches_tags_and_description_of_index_rows() -> None:
+    from rtjob.ui.queries import _matches
+
+    row = {"id": "r1", "job": "train", "tags": {"team": "ויז'ן", "goal": "🚀 faster"}, "description": "baseline run"}
+    assert _matches(row, "ויז") and _matches(row, "🚀") and _matches(row, "BASELINE") and _matches(row, "team=")
+    assert not _matches(row, "nowhere") and not _matches({"id": "r2", "tags": None}, "team")

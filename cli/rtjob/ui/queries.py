@@ -118,8 +118,22 @@ def runs_page(query: RunsQuery, storage: str | None, endpoint: str | None) -> Ru
     total = len(rows)
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
-    shown = [table_row(row) for row in rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]]
-    return RunsPage(shown, total, page, pages, source, problems)
+    shown = rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+    if not storage:
+        shown = _with_records(shown)
+    return RunsPage([table_row(row) for row in shown], total, page, pages, source, problems)
+
+
+def _with_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger summaries of one page as table rows from their records (user, tags, args, final metrics)."""
+    from ..runs.memory import ledger
+
+    book = ledger()
+    out = []
+    for row in rows:
+        record = None if "user" in row else book.get(str(row.get("id")))
+        out.append(record_row(record) if record is not None else row)
+    return out
 
 
 def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
@@ -140,15 +154,17 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
 
 
 def _ledger_rows(query: RunsQuery, problems: list[str]) -> list[dict[str, Any]]:
-    """This machine's runs from the ledger, newest first, as table rows (their records read: the summaries do not
-    name the user, tags or args)."""
+    """This machine's runs from the ledger, newest first: their summaries (a search matches id, job, message), or
+    with a user filter their records (the summaries do not name the user, tags or args)."""
     from ..runs.memory import ledger
 
     book = ledger()
     filters: dict[str, Any] = {"job": query.job, "status": query.status, "backend": query.backend,
                                "since": query.since_time(), "limit": None}
-    rows = [record_row(record) for record in book.query(**filters)
-            if not query.user or record.user == query.user]
+    if query.user:
+        rows = [record_row(record) for record in book.query(**filters) if record.user == query.user]
+    else:  # the summaries (a search over 10,000 runs reads no record); the shown page's records are read after
+        rows = book.summaries(**filters)
     problems.extend(book.warnings)
     book.warnings.clear()
     return rows
