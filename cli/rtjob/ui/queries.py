@@ -433,19 +433,6 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def request_diff(records: list[RunRecord]) -> list[dict[str, Any]]:
-    """The runs' requests side by side, flattened to dotted keys: {key, values (one per run), differs}."""
-    flats = [_flatten(record.request or {}) for record in records]
-    keys: list[str] = []
-    for flat in flats:
-        keys.extend(key for key in flat if key not in keys)
-    rows = []
-    for key in keys:
-        values = [flat.get(key) for flat in flats]
-        rows.append({"key": key, "values": values, "differs": any(v != values[0] for v in values[1:])})
-    return rows
-
-
 # -- live rows (metrics.jsonl, system.jsonl) and the live summary --------------------------------------------------
 
 MAX_LIVE_BYTES = 64 * 1024 * 1024
