@@ -73,5 +73,5 @@ def test_a_team_bucket_browsed_without_a_write(team: dict[str, Any], browser: An
     record(browser.page_source)
     browser.get(team["url"] + "compare?run=s3-run-a&run=s3-run-b")
     differs = [row.find_element(By.TAG_NAME, "code").text for row in browser.find_elements(By.CSS_SELECTOR, "tr.differs")]
-    assert differs == ["entrypoint"]
+    assert differs == ["epochs", "entrypoint"]  # the arg (from the entrypoint's flags) and the entrypoint
     assert keys(team["server"]) == before, "browsing wrote to the bucket"

@@ -57,7 +57,9 @@ def write_run(root: Path | str, run_id: str, job: str, *, status: str = "SUCCEED
               epochs: int = 3, log_lines: list[str] | None = None, request: dict[str, Any] | None = None,
               samples: dict[str, bytes] | None = None, checkpoints: int = 0, start: str = "2026-11-20T10:00:00+00:00",
               steps: list[dict[str, Any]] | None = None, pipeline: str | None = None, raw_metrics: bytes | None = None,
-              backend: str = "local", archived: bool | None = None, scale: float = 1.0) -> RunRecord:
+              backend: str = "local", archived: bool | None = None, scale: float = 1.0,
+              step_rows: list[dict[str, Any]] | None = None, system_rows: list[dict[str, Any]] | None = None,
+              entry: dict[str, Any] | None = None, document: dict[str, Any] | None = None) -> RunRecord:
     """One run's folder ``root/job/run_id`` as a run leaves it, and its index entry; returns its record. ``root``: a
     folder, or an s3:// prefix (the environment's AWS_ENDPOINT_URL and keys reach it)."""
     if isinstance(root, str) and root.startswith("s3://"):
@@ -71,12 +73,14 @@ def write_run(root: Path | str, run_id: str, job: str, *, status: str = "SUCCEED
         id=run_id, job=job, backend=backend, status=status, submitted_at=start, start_time=start,
         end_time=start.replace("10:00", "10:05") if ended else None, storage_uri=uri, user=user, host="laptop",
         git={"commit": "0123456789abcdef0123456789abcdef01234567", "dirty": run_id.endswith("dirty"), "branch": "main"},
-        shape={"nodes": 1, "workers": 2, "compute_config": "cpu-small"}, spec={"job": job},
+        shape={"nodes": 1, "workers": 2, "compute_config": "cpu-small"},
+        spec={"job": job, **({"document": document} if document else {})},
         request=request or {"entrypoint": f"python {job}.py --epochs {epochs}", "runtime_env": {"env_vars": {
             "RTJOB_JOB_NAME": job, "LR": "0.01"}}},
         cost={"estimated_usd": 0.0123} if ended else None, attempts=[{"id": run_id, "attempt": 1, "status": status,
                                                                      "exit_code": 0 if status == "SUCCEEDED" else None,
                                                                      "retry_reason": None}],
+        metrics={"last": metrics(epochs, scale)[-1]} if ended and epochs and raw_metrics is None else None,
         archived=ended if archived is None else archived, carried_by="companion", completed_by="companion" if ended else None,
         timeline={"submitted": start, "accepted": start, "driver_started": start, "first_log_line": start},
         steps=steps or [], pipeline=pipeline,
@@ -89,6 +93,9 @@ def write_run(root: Path | str, run_id: str, job: str, *, status: str = "SUCCEED
             objects.put(contract.METRICS_FILE, raw_metrics)
         elif epochs:
             objects.put(contract.METRICS_FILE, json.dumps(metrics(epochs, scale)).encode())
+        for name, rows in ((contract.STEP_METRICS_FILE, step_rows), (contract.SYSTEM_METRICS_FILE, system_rows)):
+            if rows is not None:
+                objects.put(name, jsonl(rows))
         for name, data in (samples or {}).items():
             objects.put(f"{contract.SAMPLES_DIR}/{name}", data)
         for e in range(1, checkpoints + 1):
@@ -96,7 +103,49 @@ def write_run(root: Path | str, run_id: str, job: str, *, status: str = "SUCCEED
             objects.put(f"{ckpt}/{contract.MODEL_FILE}", b"weights" * 10)
             objects.put(f"{ckpt}/{contract.STATE_FILE}", json.dumps({"epoch": e}).encode())
     write_entry(str(root), None, record)
+    if entry:
+        _entry_with(str(root), record, entry)
     return record
+
+
+def jsonl(rows: list[dict[str, Any]]) -> bytes:
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows).encode()
+
+
+def _entry_with(root: str, record: RunRecord, fields: dict[str, Any]) -> None:
+    """A newer index entry for ``record`` carrying ``fields`` besides today's (as the index writes them now)."""
+    import datetime as dt
+    import os
+
+    from rtjob.storage import index
+
+    stamp = index.index_stamp(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1))
+    key = index.index_entry_name(stamp, record.id, os.urandom(6).hex())
+    data = json.dumps({"schema": contract.INDEX_SCHEMA, **index.entry_of(record), **fields}, ensure_ascii=False)
+    with index.index_objects(root, None) as objects:
+        objects.put(key, data.encode(), if_absent=True)
+
+
+def append_rows(record: RunRecord, name: str, rows: list[dict[str, Any]]) -> None:
+    """More live rows appended to the run's ``name`` (metrics.jsonl, system.jsonl), as the run's sync uploads them."""
+    assert record.storage_uri is not None
+    with objects_for(record.storage_uri) as objects:
+        got = objects.get(name, 1 << 26)
+        objects.put(name, (got.data if got else b"") + jsonl(rows))
+
+
+def step_rows(first: int, last: int, start: float = 1_790_000_000.0) -> list[dict[str, Any]]:
+    """Step rows ``first``..``last`` (every 10th step) as an entrypoint writes them: loss, lr, samples/s."""
+    return [{"step": s, "time": start + s, "epoch": 1 + s // 100, "loss": round(2.5 / (1 + s / 50), 4),
+             "lr": 0.001 * (1 - s / 1000), "samples_per_s": 400.0 + (s % 30)} for s in range(first, last + 1, 10)]
+
+
+def system_rows(count: int, start: float = 1_790_000_000.0, gpus: int = 0) -> list[dict[str, Any]]:
+    """System rows every 10 s of one node (CPU only unless ``gpus``)."""
+    return [{"time": start + 10 * n, "node": "127.0.0.1", "cpu_percent": 35.0 + 10 * (n % 4),
+             "mem_used_mb": 6000.0 + 50 * n, "mem_total_mb": 24000.0,
+             "gpus": [{"index": g, "util_percent": 80.0 + n % 10, "mem_used_mb": 9000.0 + 10 * n,
+                       "mem_total_mb": 81559.0} for g in range(gpus)]} for n in range(count)]
 
 
 def append_log_part(record: RunRecord, index: int, lines: list[str]) -> None:

@@ -254,3 +254,64 @@ def test_without_its_chart_library_ui_says_what_it_lacks_in_one_line(tmp_path: P
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and not proc.stdout, proc
     assert "uPlot.iife.min.js, uPlot.min.css" in proc.stderr and "make ui-assets" in proc.stderr, proc.stderr
     assert "serving" not in proc.stderr
+
+
+def test_live_rows_summary_and_bad_queries(root: Path, app: Any) -> None:
+    """The run page's poll: status, the last step, the step and system rows after those already shown (a row still
+    being written left for the next poll); every bad query a 400, never a 500."""
+    from rtjob.storage.opening import objects_for
+    from support.ui_runs import jsonl, step_rows, system_rows
+
+    import rtjob_contract as contract
+
+    live = write_run(root, "u-live", "train", status="RUNNING", epochs=1, step_rows=step_rows(0, 40),
+                     system_rows=system_rows(2))
+    status, _, text = call(app, "/api/runs/u-live/live")
+    got = json.loads(text)
+    assert status == 200 and got["status"] == "RUNNING" and not got["ended"] and got["step"] == 40
+    assert got["steps_n"] == 5 and len(got["steps"]) == 5 and got["system_n"] == 2 and got["epoch_charts"]
+    assert live.storage_uri is not None
+    with objects_for(live.storage_uri) as objects:  # one more row, and half of the next one
+        objects.put(contract.STEP_METRICS_FILE, jsonl(step_rows(0, 50)) + b'{"step": 60, "lo')
+    got = json.loads(call(app, "/api/runs/u-live/live?steps=5&system=2")[2])
+    assert [r["step"] for r in got["steps"]] == [50] and got["steps_n"] == 6 and got["system"] == []
+    assert json.loads(call(app, "/api/runs/u-good/live")[2])["ended"] is True
+    for path in ("/api/runs/u-live/live?steps=-1", "/api/runs/u-live/live?system=%C2%B2", "/runs/u-good/log/find",
+                 "/runs/u-good/log/find?q=a&context=99", "/?cols=nothing", "/?page=%C2%B2", "/api/runs?page=x",
+                 "/compare?run=u-good"):
+        assert call(app, path)[0] == 400, path
+    assert call(app, "/runs/u-good/log?lines=%C2%B2")[0] == 200  # a line count that is no number: the default
+    assert call(app, "/runs/nope/log/find?q=a")[0] == 404
+    status, headers, _ = call(app, "/favicon.ico")
+    assert status == 200 and headers["content-type"] == "image/svg+xml"
+
+
+def test_log_search_page_and_download(app: Any) -> None:
+    status, _, html = call(app, "/runs/u-good/log/find?q=DONE&context=1")
+    assert status == 200 and "<mark>done</mark>" in html and SECRET not in html and "1 matching line(s)" in html
+    status, headers, text = call(app, "/runs/u-good/log?all=1&download=1")
+    assert status == 200 and headers["content-disposition"] == 'attachment; filename="u-good.log"' and "done" in text
+    status, headers, _ = call(app, "/?colsform=1&c=args.epochs&c=metric.val_loss&user=bob")
+    assert status == 303 and headers["location"] == "/?user=bob&cols=args.epochs%2Cmetric.val_loss"
+
+
+def test_log_lines_as_a_terminal_leaves_them_and_search_context(root: Path) -> None:
+    from rtjob.ui import queries
+
+    assert queries.terminal_line("\x1b[36m(RayTrainWorker pid=1)\x1b[0m ok\r") == "(RayTrainWorker pid=1) ok"
+    assert queries.terminal_line("  0%|  | 0/9\r 50%|# | 4/9\r100%|##| 9/9") == "100%|##| 9/9"
+    assert queries.marked("a Bad bad", "bad") == [("a ", False), ("Bad", True), (" ", False), ("bad", True)]
+    lines = [f"line {n}" + (" hit" if n in (3, 5, 12) else "") for n in range(1, 16)]
+    record = write_run(root, "u-search", "train", log_lines=lines)
+    groups = queries.log_matches(record, "HIT", context=1)
+    # 3 and 5 share their context (2..6), 12 stands alone (11..13)
+    assert [[line["n"] for line in group] for group in groups] == [[2, 3, 4, 5, 6], [11, 12, 13]]
+    assert [line["n"] for group in groups for line in group if line["match"]] == [3, 5, 12]
+
+
+def test_search_matches_tags_and_description_of_index_rows() -> None:
+    from rtjob.ui.queries import _matches
+
+    row = {"id": "r1", "job": "train", "tags": {"team": "ויז'ן", "goal": "🚀 faster"}, "description": "baseline run"}
+    assert _matches(row, "ויז") and _matches(row, "🚀") and _matches(row, "BASELINE") and _matches(row, "team=")
+    assert not _matches(row, "nowhere") and not _matches({"id": "r2", "tags": None}, "team")

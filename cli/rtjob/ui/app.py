@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Iterator, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, quote
+from urllib.parse import parse_qs, quote, urlencode
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
@@ -149,6 +149,10 @@ def create_app(config: Config) -> ASGIApp:
                       finalize=_finalize)
     env.filters["urlpart"] = lambda value: quote(str(value), safe="")
     env.filters["jsonattr"] = lambda value: json.dumps(clean_data(value), separators=(",", ":"))
+    env.filters["ago"] = _ago
+    env.filters["duration"] = _duration
+    env.filters["short"] = _short
+    env.filters["num"] = _num
 
     def page(name: str, status_code: int = 200, **context: Any) -> HTMLResponse:
         html = env.get_template(name).render(storage=config.storage, **context)
@@ -164,12 +168,19 @@ def create_app(config: Config) -> ASGIApp:
         return record
 
     async def runs(request: Request) -> Response:
+        if request.query_params.get("colsform"):  # the columns form: its ticks as one cols=a,b in the URL
+            kept = [(k, v) for k, v in request.query_params.multi_items() if k not in ("c", "colsform", "cols")]
+            chosen = ",".join(request.query_params.getlist("c"))
+            return RedirectResponse("/?" + urlencode([*kept, ("cols", chosen)]), status_code=303)
         try:
             query = queries.RunsQuery.parse(dict(request.query_params))
+            asked = queries.parse_columns(request.query_params.get("cols"))
             listed = await asyncio.to_thread(queries.runs_page, query, _source(request, config), config.endpoint)
         except RtjobError as exc:
             return problem(exc.message)
+        choosable, arg_cols, metric_cols = queries.table_columns(listed.rows, asked)
         return page("runs.html", listed=listed, query=query, params=dict(request.query_params),
+                    choosable=choosable, arg_cols=arg_cols, metric_cols=metric_cols, now=_now(),
                     source=request.query_params.get("source", "storage" if config.storage else "ledger"))
 
     async def runs_json(request: Request) -> Response:
@@ -190,7 +201,7 @@ def create_app(config: Config) -> ASGIApp:
         except RtjobError as exc:
             return problem(exc.message)
         return page("run.html", view=view, record=record, info=record.to_run_info(), charts=_charts(view.metrics.data),
-                    request_json=json.dumps(record.request, indent=2) if record.request else None)
+                    request_json=json.dumps(record.request, indent=2, ensure_ascii=False) if record.request else None)
 
     async def run_card(request: Request) -> Response:
         try:
@@ -209,6 +220,51 @@ def create_app(config: Config) -> ASGIApp:
             return JSONResponse({"error": clean(str(exc))}, status_code=404)
         return JSONResponse(clean_data(record.to_json()))
 
+    async def run_live(request: Request) -> Response:
+        """The run page's poll (about every second while the run is not ended): its status, attempt, last step or
+        epoch and its time, the epoch rows, and the step and system rows after the ?steps=N / ?system=M already
+        shown."""
+        steps_shown = _count(request.query_params.get("steps", "0"), "steps")
+        system_shown = _count(request.query_params.get("system", "0"), "system")
+        if steps_shown is None or system_shown is None:
+            return JSONResponse({"error": "steps, system: expected whole numbers (rows already shown)"},
+                                status_code=400)
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+        except (_NotFound, RtjobError) as exc:
+            return JSONResponse({"error": clean(str(exc))}, status_code=404)
+        from rtjob_contract import STEP_METRICS_FILE, SYSTEM_METRICS_FILE
+
+        def gather() -> dict[str, Any]:
+            steps = queries.card_of(lambda: queries.live_rows(record, STEP_METRICS_FILE, steps_shown))
+            system = queries.card_of(lambda: queries.live_rows(record, SYSTEM_METRICS_FILE, system_shown))
+            epochs = queries.card_of(lambda: queries.metrics_of(record))
+            step_rows, steps_n = steps.data or ([], steps_shown)
+            system_rows, system_n = system.data or ([], system_shown)
+            return {**queries.live_summary(record, step_rows, epochs.data or []),
+                    "epoch_charts": _charts(epochs.data), "steps": step_rows, "steps_n": steps_n,
+                    "system": system_rows, "system_n": system_n,
+                    "problems": [c.error for c in (steps, system, epochs) if c.error]}
+        return JSONResponse(clean_data(await asyncio.to_thread(gather)), headers={"cache-control": "no-store"})
+
+    async def log_find(request: Request) -> Response:
+        """Search inside the app: the matching lines highlighted, with their context, each a link to the run."""
+        needle = request.query_params.get("q", "")
+        if not needle or len(needle) > 500:
+            return problem("q: what to search for (1 to 500 characters)")
+        context = _count(request.query_params.get("context", "2"), "context")
+        if context is None or context > 20:
+            return problem("context: lines around each match, 0 to 20")
+        try:
+            record = await asyncio.to_thread(record_or_404, request)
+            groups = await asyncio.to_thread(queries.log_matches, record, needle, context)
+        except _NotFound as exc:
+            return problem(str(exc), 404)
+        except RtjobError as exc:
+            return problem(f"the log is not readable: {exc.message}", 404)
+        return page("log_find.html", record=record, needle=needle, groups=groups, context=context,
+                    matches=sum(1 for g in groups for line in g if line["match"]))
+
     async def log(request: Request) -> Response:
         """The log's last 1,000 lines (?lines=N: the last N, scrolling back; ?all=1: all of it), streamed. Header x-log-parts: the parts it was read from, for
         the live stream to start after them."""
@@ -218,7 +274,7 @@ def create_app(config: Config) -> ASGIApp:
             return PlainTextResponse(clean(str(exc)), status_code=404)
         whole = request.query_params.get("all") == "1"
         asked = request.query_params.get("lines", "")
-        lines = min(int(asked), 10_000_000) if asked.isdigit() and int(asked) > 0 else queries.LOG_TAIL_LINES
+        lines = _count(asked, "lines") or queries.LOG_TAIL_LINES
         parts = 0
         try:
             if not record.to_run_info().status.terminal:
@@ -228,7 +284,10 @@ def create_app(config: Config) -> ASGIApp:
             if not record.to_run_info().status.terminal:  # a run whose companion has written no part yet
                 return _text_stream(iter(()), parts=parts)
             return PlainTextResponse(clean(exc.message), status_code=404)
-        return _text_stream((clean(chunk) for chunk in chunks), parts=parts)
+        response = _text_stream((clean(chunk) for chunk in chunks), parts=parts)
+        if whole and request.query_params.get("download") == "1":
+            response.headers["content-disposition"] = f'attachment; filename="{_file_name(record.id)}.log"'
+        return response
 
     async def log_search(request: Request) -> Response:
         needle = request.query_params.get("q", "")
@@ -252,7 +311,7 @@ def create_app(config: Config) -> ASGIApp:
             record = await asyncio.to_thread(record_or_404, request)
             follower = queries.LogFollower(record)
             skip = request.query_params.get("skip", "")
-            await asyncio.to_thread(follower.start, int(skip) if skip.isdigit() else None)
+            await asyncio.to_thread(follower.start, _count(skip, "skip"))
         except (_NotFound, RtjobError) as exc:
             return PlainTextResponse(clean(str(exc)), status_code=404)
 
@@ -309,7 +368,8 @@ def create_app(config: Config) -> ASGIApp:
         except RtjobError as exc:
             return problem(exc.message)
         records = [r for r, _ in runs_found]
-        return page("compare.html", runs=runs_found, diff=queries.request_diff(records),
+        entries = [queries.record_row(r) for r in records]
+        return page("compare.html", runs=runs_found, diff=queries.compare_rows(records, entries),
                     charts=_overlaid([(r.id, card.data or []) for r, card in runs_found]))
 
     async def login(request: Request) -> Response:
@@ -328,6 +388,9 @@ def create_app(config: Config) -> ASGIApp:
         Route("/api/runs", runs_json),
         Route("/runs/{run_id}", run),
         Route("/runs/{run_id}/card", run_card),
+        Route("/api/runs/{run_id}/live", run_live),
+        Route("/runs/{run_id}/log/find", log_find),
+        Route("/favicon.ico", favicon),
         Route("/api/runs/{run_id}", run_json),
         Route("/runs/{run_id}/log", log),
         Route("/runs/{run_id}/log/search", log_search),
@@ -342,6 +405,67 @@ def create_app(config: Config) -> ASGIApp:
 
 class _NotFound(Exception):
     pass
+
+
+async def favicon(request: Request) -> Response:
+    return Response((HERE / "static" / "favicon.svg").read_bytes(), media_type="image/svg+xml",
+                    headers={"cache-control": "max-age=86400"})
+
+
+def _count(value: str, name: str) -> int | None:
+    """A query's whole number of at most 9 digits (rows shown, lines of context); None: not one."""
+    return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else None
+
+
+def _file_name(run_id: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", run_id)[:120] or "run"
+
+
+def _ago(when: Any) -> str:
+    """An ISO time as "5 min ago" (the page shows the absolute one on hover)."""
+    import datetime as dt
+
+    try:
+        then = dt.datetime.fromisoformat(str(when))
+    except ValueError:
+        return str(when or "")
+    if then.tzinfo is None:
+        return str(when)
+    seconds = (dt.datetime.now(dt.timezone.utc) - then).total_seconds()
+    if seconds < 0:
+        return "just now"
+    for size, unit in ((86400 * 365, "y"), (86400 * 30, "mo"), (86400, "d"), (3600, "h"), (60, "min")):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return f"{int(seconds)} s ago"
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)) or isinstance(seconds, bool):
+        return ""
+    whole = int(seconds)
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    return f"{minutes} min {secs:02d} s" if minutes else f"{secs} s"
+
+
+def _short(value: Any, size: int = 60) -> str:
+    text = str(value)
+    return text if len(text) <= size else text[:size - 1] + "…"
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _source(request: Request, config: Config) -> str | None:
@@ -396,8 +520,9 @@ def _charts(rows: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
 
 
 def _overlaid(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any]]:
-    """The compared runs' curves on shared epochs: one chart per metric, a series per run."""
-    per_run = [(run_id, queries.series(rows)) for run_id, rows in runs if rows]
+    """The compared runs' curves on shared epochs: one chart per metric, a series per run, labelled by the run's
+    number on the page (the page's key says which run: legends stay short)."""
+    per_run = [(str(n), queries.series(rows)) for n, (_, rows) in enumerate(runs, 1) if rows]
     if not per_run:
         return []
     xs = sorted({x for _, data in per_run for x in data["epoch"] if x is not None})
@@ -410,6 +535,6 @@ def _overlaid(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, An
         for run_id, data in per_run:
             if key in data:
                 at = dict(zip(data["epoch"], data[key], strict=True))
-                series.append({"label": f"{run_id} {key}", "values": [at.get(x) for x in xs]})
+                series.append({"label": f"run {run_id}", "values": [at.get(x) for x in xs]})
         charts.append({"title": key, "x": xs, "series": series})
     return charts

@@ -8,6 +8,8 @@ Everything returned here is still unredacted data: app.py passes it through the 
 from __future__ import annotations
 
 import datetime as dt
+import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,7 +84,11 @@ class RunsPage:
 
 def _matches(row: dict[str, Any], q: str) -> bool:
     needle = q.lower()
-    return any(needle in str(row.get(name) or "").lower() for name in ("id", "job", "user", "message", "pipeline"))
+    if any(needle in str(row.get(name) or "").lower() for name in ("id", "job", "user", "message", "pipeline",
+                                                                   "description")):
+        return True
+    tags = row.get("tags")
+    return isinstance(tags, dict) and any(needle in f"{k}={v}".lower() for k, v in tags.items())
 
 
 def _sort_key(name: str) -> Any:
@@ -113,11 +119,26 @@ def runs_page(query: RunsQuery, storage: str | None, endpoint: str | None) -> Ru
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
     shown = rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
-    return RunsPage(shown, total, page, pages, source, problems)
+    if not storage:
+        shown = _with_records(shown)
+    return RunsPage([table_row(row) for row in shown], total, page, pages, source, problems)
+
+
+def _with_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Ledger summaries of one page as table rows from their records (user, tags, args, final metrics)."""
+    from ..runs.memory import ledger
+
+    book = ledger()
+    out = []
+    for row in rows:
+        record = None if "user" in row else book.get(str(row.get("id")))
+        out.append(record_row(record) if record is not None else row)
+    return out
 
 
 def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
-    """Newest first from the ledger: the runs up to the asked page read (their summaries), the rest counted."""
+    """Newest first from the ledger: the runs up to the asked page read (their records: the user, args, tags), the
+    rest counted."""
     from ..runs.memory import ledger
 
     book = ledger()
@@ -126,24 +147,23 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
     total = book.matching(**filters)
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
-    rows = book.summaries(**filters, limit=page * PAGE_SIZE)[(page - 1) * PAGE_SIZE:]
+    rows = [record_row(r) for r in book.query(**filters, limit=page * PAGE_SIZE)[(page - 1) * PAGE_SIZE:]]
     problems.extend(book.warnings)
     book.warnings.clear()
-    return RunsPage(rows, total, page, pages, "ledger", problems)
+    return RunsPage([table_row(row) for row in rows], total, page, pages, "ledger", problems)
 
 
 def _ledger_rows(query: RunsQuery, problems: list[str]) -> list[dict[str, Any]]:
-    """This machine's runs from the ledger's summaries (no record parsed), newest first; a user filter reads the
-    records (the summaries do not name the user)."""
+    """This machine's runs from the ledger, newest first: their summaries (a search matches id, job, message), or
+    with a user filter their records (the summaries do not name the user, tags or args)."""
     from ..runs.memory import ledger
 
     book = ledger()
     filters: dict[str, Any] = {"job": query.job, "status": query.status, "backend": query.backend,
                                "since": query.since_time(), "limit": None}
     if query.user:
-        rows = [{**record.summary(), "user": record.user, "pipeline": record.pipeline}
-                for record in book.query(**filters) if record.user == query.user]
-    else:
+        rows = [record_row(record) for record in book.query(**filters) if record.user == query.user]
+    else:  # the summaries (a search over 10,000 runs reads no record); the shown page's records are read after
         rows = book.summaries(**filters)
     problems.extend(book.warnings)
     book.warnings.clear()
@@ -159,7 +179,7 @@ def _storage_rows(query: RunsQuery, storage: str, endpoint: str | None, problems
     rows = []
     for row in found:
         if isinstance(row, RunRecord):
-            rows.append({**row.summary(), "user": row.user, "pipeline": row.pipeline})
+            rows.append(record_row(row))
         else:
             rows.append(dict(row))
     return rows
@@ -413,14 +433,268 @@ def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
     return {prefix: value}
 
 
-def request_diff(records: list[RunRecord]) -> list[dict[str, Any]]:
-    """The runs' requests side by side, flattened to dotted keys: {key, values (one per run), differs}."""
-    flats = [_flatten(record.request or {}) for record in records]
-    keys: list[str] = []
-    for flat in flats:
-        keys.extend(key for key in flat if key not in keys)
+# -- live rows (metrics.jsonl, system.jsonl) and the live summary --------------------------------------------------
+
+MAX_LIVE_BYTES = 64 * 1024 * 1024
+
+
+def live_rows(record: RunRecord, name: str, skip: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The run's JSON-lines rows ``name`` (STEP_METRICS_FILE or SYSTEM_METRICS_FILE) after the first ``skip``
+    complete lines, and the count of complete lines now. A line still being written (no newline yet) and a line
+    that is not a JSON object are left out; absent or unreadable here: ([], 0)."""
+    from ..storage.opening import objects_for
+
+    if not _readable(record):
+        return [], 0
+    assert record.storage_uri is not None
+    with objects_for(record.storage_uri, record.storage_endpoint) as objects:
+        got = objects.get(name, MAX_LIVE_BYTES)
+    if got is None:
+        return [], 0
+    lines = got.data.split(b"\n")[:-1]  # the last piece has no newline yet: a row still being appended
     rows = []
-    for key in keys:
-        values = [flat.get(key) for flat in flats]
-        rows.append({"key": key, "values": values, "differs": any(v != values[0] for v in values[1:])})
+    for line in lines[skip:]:
+        try:
+            row = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows, len(lines)
+
+
+def live_summary(record: RunRecord, steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run page's live header shows: status, message, the attempt, the last step or epoch and its time."""
+    info = record.to_run_info()
+    last_step = steps[-1] if steps else None
+    last_epoch = epochs[-1] if epochs else None
+    attempt = record.attempts[-1] if record.attempts else None
+    return {
+        "id": record.id, "status": info.status.value, "ended": info.status.terminal, "message": info.message,
+        "exit_code": record.exit_code, "start_time": info.start_time, "end_time": record.end_time,
+        "last_seen": record.last_seen,
+        "attempt": (attempt.get("attempt") or len(record.attempts)) if attempt else None,
+        "attempts": len(record.attempts),
+        "step": last_step.get("step") if last_step else None,
+        "step_time": last_step.get("time") if last_step else None,
+        "epoch": (last_step or {}).get("epoch", last_epoch.get("epoch") if last_epoch else None),
+    }
+
+
+# -- the log as a terminal shows it (for search results: the page's script renders the log itself) ------------------
+
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def terminal_line(line: str) -> str:
+    """One log line as a terminal leaves it: escape sequences (colours) dropped, a carriage-return-redrawn line
+    (a progress bar) reduced to its last state."""
+    line = line.rstrip("\r")
+    if "\r" in line:
+        line = line.rsplit("\r", 1)[1]
+    return _ESCAPES.sub("", line)
+
+
+def marked(line: str, needle: str) -> list[tuple[str, bool]]:
+    """``line`` cut into (text, is a match of ``needle``) pieces, case-insensitively."""
+    out: list[tuple[str, bool]] = []
+    lowered, size, at = line.lower(), len(needle), 0
+    while needle:
+        found = lowered.find(needle.lower(), at)
+        if found < 0:
+            break
+        if found > at:
+            out.append((line[at:found], False))
+        out.append((line[found:found + size], True))
+        at = found + size
+    if at < len(line) or not out:
+        out.append((line[at:], False))
+    return out
+
+
+def log_matches(record: RunRecord, needle: str, context: int = 2, limit: int = 200) -> list[list[dict[str, Any]]]:
+    """The log's lines holding ``needle`` with ``context`` lines either side, as groups of adjacent lines
+    [{n, pieces, match}] (overlapping contexts merged); at most ``limit`` matches."""
+    from collections import deque
+
+    groups: list[list[dict[str, Any]]] = []
+    before: deque[tuple[int, str]] = deque(maxlen=context)
+    after = 0
+    found = 0
+    number = 0
+    lowered = needle.lower()
+    current: list[dict[str, Any]] | None = None
+    for chunk in log_tail(record, None):
+        for raw in chunk.splitlines():
+            number += 1
+            line = terminal_line(raw)
+            if lowered in line.lower() and found < limit:
+                found += 1
+                first = before[0][0] if before else number
+                if current is None or current[-1]["n"] < first - 1:
+                    current = []
+                    groups.append(current)
+                current.extend({"n": n, "pieces": [(t, False)], "match": False} for n, t in before)
+                current.append({"n": number, "pieces": marked(line, needle), "match": True})
+                before.clear()
+                after = context
+            elif after > 0 and current is not None:
+                current.append({"n": number, "pieces": [(line, False)], "match": False})
+                after -= 1
+            else:
+                before.append((number, line))
+        if found >= limit and after <= 0:
+            break
+    return groups
+
+
+# -- the runs table's columns ----------------------------------------------------------------------------------
+
+def _recorded_part(record: RunRecord, name: str) -> dict[str, Any]:
+    """``args`` or ``tags`` as the run's recorded spec holds them (the job document, then its --set overrides)."""
+    spec = record.spec or {}
+    document = spec.get("document")
+    found = document.get(name) if isinstance(document, dict) else None
+    out: dict[str, Any] = dict(found) if isinstance(found, dict) else {}
+    sets = (spec.get("overrides") or {}).get("sets") if isinstance(spec.get("overrides"), dict) else None
+    for item in sets or []:
+        key, eq, value = str(item).partition("=")
+        if eq and key.startswith(f"{name}."):
+            out[key[len(name) + 1:]] = value
+    return out
+
+
+def record_row(record: RunRecord) -> dict[str, Any]:
+    """A record as a runs-table row: its index entry's fields (today's, and attempts, tags, args, final_metrics as
+    the index now writes them) read from the record itself."""
+    from ..storage.results import number
+
+    last = (record.metrics or {}).get("last") if isinstance(record.metrics, dict) else None
+    finals = {k: v for k, v in (last or {}).items() if k != "epoch" and number(v) is not None}
+    return {**record.summary(), "user": record.user, "pipeline": record.pipeline, "attempts": len(record.attempts),
+            "tags": _recorded_part(record, "tags"), "args": _recorded_part(record, "args"), "final_metrics": finals}
+
+
+def _seconds(start: Any, end: Any) -> float | None:
+    try:
+        began = dt.datetime.fromisoformat(str(start))
+        ended = dt.datetime.fromisoformat(str(end)) if end else dt.datetime.now(dt.timezone.utc)
+    except ValueError:
+        return None
+    if began.tzinfo is None or ended.tzinfo is None:
+        return None
+    return max(0.0, (ended - began).total_seconds())
+
+
+def table_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A listed row with what the table shows filled in: duration (the entry's, else from its times: a run not
+    ended counts up to now), tags, args and final metrics as dicts (absent from older entries: empty)."""
+    from ..storage.results import number
+
+    out = dict(row)
+    started = row.get("start_time") or row.get("submitted_at")
+    duration = number(row.get("duration_s"))
+    if duration is None and started and (row.get("end_time") or row.get("status") in ("RUNNING", "PENDING")):
+        duration = _seconds(started, row.get("end_time"))
+    out["duration_s"] = duration
+    for name in ("tags", "args", "final_metrics"):
+        out[name] = row.get(name) if isinstance(row.get(name), dict) else {}
+    out["final_metrics"] = {k: v for k, v in out["final_metrics"].items() if number(v) is not None}
+    return out
+
+
+PREFERRED_METRICS = ("val_loss", "val_accuracy", "train_loss", "loss", "accuracy")
+DEFAULT_ARG_COLUMNS = 3
+
+
+def table_columns(rows: list[dict[str, Any]], chosen: list[str] | None) -> tuple[list[str], list[str], list[str]]:
+    """(every column one may choose: "args.X" and "metric.Y", the chosen ones, in that order). Chosen: as asked,
+    else the first few args and the preferred final metrics the shown rows hold."""
+    args: list[str] = []
+    metrics: list[str] = []
+    for row in rows:
+        args.extend(f"args.{k}" for k in row["args"] if f"args.{k}" not in args)
+        metrics.extend(f"metric.{k}" for k in row["final_metrics"] if f"metric.{k}" not in metrics)
+    choosable = args + metrics
+    if chosen is None:
+        preferred = [f"metric.{m}" for m in PREFERRED_METRICS if f"metric.{m}" in metrics][:2]
+        return choosable, args[:DEFAULT_ARG_COLUMNS], preferred
+    return choosable, [c for c in chosen if c.startswith("args.")], [c for c in chosen if c.startswith("metric.")]
+
+
+def parse_columns(value: str | None) -> list[str] | None:
+    """``cols``: comma-separated "args.X" / "metric.Y" (None: the default choice)."""
+    if value is None:
+        return None
+    cols = [c.strip() for c in value.split(",") if c.strip()]
+    for col in cols:
+        if not col.startswith(("args.", "metric.")) or len(col) > 200:
+            raise BadInput(f"cols {col[:60]!r}: expected args.NAME or metric.NAME, comma-separated")
+    return cols
+
+
+# -- compare: what was asked, without what differs in every run anyway --------------------------------------------
+
+# Keys whose values name the run itself (ids, folders, addresses): shown, never counted as a difference.
+_OWN_KEY = re.compile(r"(^|[._])(id|run_id|submission_id|uri|url|path|dir|working_dir|storage|address|"
+                      r"endpoint|[A-Z0-9_]*(RUN_ID|_URI|_DIR|_PATH|_ID|JOB_NAME))$", re.IGNORECASE)
+
+
+def _entrypoint_args(entrypoint: Any) -> dict[str, str]:
+    """``--name value`` / ``--name=value`` / a bare ``--flag`` of an entrypoint command, as args."""
+    import shlex
+
+    try:
+        words = shlex.split(str(entrypoint)) if entrypoint else []
+    except ValueError:
+        return {}
+    out: dict[str, str] = {}
+    for n, word in enumerate(words):
+        if word.startswith("--") and len(word) > 2:
+            name, eq, value = word[2:].partition("=")
+            if not eq:
+                following = words[n + 1] if n + 1 < len(words) else None
+                value = following if following is not None and not following.startswith("--") else "true"
+            out[name] = value
+    return out
+
+
+def compare_rows(records: list[RunRecord], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs side by side: {section, key, values, differs, own}: args (its entrypoint's flags, and the job's
+    args over them), tags, env (names and values), shape, then the rest of the request flattened. ``own``: a value
+    that names the run itself (ids, paths): never counted as a difference."""
+    def args_of(record: RunRecord, entry: dict[str, Any]) -> dict[str, Any]:
+        found = entry.get("args") if isinstance(entry.get("args"), dict) else None
+        flags = _entrypoint_args((record.request or {}).get("entrypoint"))
+        return {**flags, **(found or _recorded_part(record, "args"))}
+
+    def env_of(record: RunRecord) -> dict[str, Any]:
+        env = ((record.request or {}).get("runtime_env") or {}).get("env_vars") or {}
+        return env if isinstance(env, dict) else {}
+
+    def rest_of(record: RunRecord) -> dict[str, Any]:
+        flat = _flatten(record.request or {})
+        return {k: v for k, v in flat.items() if not k.startswith("runtime_env.env_vars.")}
+
+    def tags_of(entry: dict[str, Any]) -> dict[str, Any]:
+        tags = entry.get("tags")
+        return tags if isinstance(tags, dict) else {}
+
+    sections = [("args", [args_of(r, e) for r, e in zip(records, entries, strict=True)]),
+                ("tags", [tags_of(e) for e in entries]),
+                ("env", [env_of(r) for r in records]),
+                ("shape", [dict(r.shape or {}) for r in records]),
+                ("request", [rest_of(r) for r in records])]
+    rows = []
+    for section, dicts in sections:
+        flats = [_flatten(d) if d else {} for d in dicts]
+        keys: list[str] = []
+        for flat in flats:
+            keys.extend(key for key in flat if key not in keys and key)
+        for key in keys:
+            values = [flat.get(key) for flat in flats]
+            own = bool(_OWN_KEY.search(key))
+            differs = any(v != values[0] for v in values[1:])
+            rows.append({"section": section, "key": key, "values": values, "differs": differs and not own,
+                         "own": own})
     return rows
