@@ -83,13 +83,16 @@ def local_down() -> int:
     backend, cluster = _cluster()
     run_ids: list[str] = []
     if cluster.running():  # its runs' logs and ends are saved before they are gone
-        say("saving the embedded cluster's runs (logs and ends) before it stops")
+        say("saving the embedded cluster's runs (logs and ends; one still running is recorded STOPPED) before it "
+            "stops")
         archived = before_cluster_stops(backend, PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
         run_ids = node_folders_of(backend, PRINTED)
-    count = cluster.down(log=say)
+    count = cluster.down(log=say)  # says what it stops before it waits for it
     say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
+    if run_ids:
+        say(f"removing the node folders of {len(run_ids)} run(s)")
     removed = sum(remove_run_folder(run_id) for run_id in run_ids)  # its nodes are this machine
     if removed:
         say(f"removed {removed} node folder(s) of its runs")
