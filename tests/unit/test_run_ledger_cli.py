@@ -129,3 +129,14 @@ def test_show_is_a_summary_with_the_request_behind_a_flag(home: Path, capsys: py
     assert full.returncode == 0 and '"submit_job"' in full.stdout and "RTJOB_VAR_19" in full.stdout
     assert json.loads(in_process(capsys, "show", "r9", "--backend", "local", "-o", "json").stdout)["request"] == \
         record.request
+
+
+@pytest.mark.parametrize("recorded", ["2026-11-27T10:06:08.123+00:00", "2026-11-27T10:06:08+00:00",
+                                      "2026-11-27T10:06:08.999999Z", "2026-11-27T10:06:08", "2026-11-27T11:06:08+01:00"])
+def test_every_printed_time_has_one_format(recorded: str) -> None:
+    """Whatever precision or zone a time was recorded in (the companion's milliseconds, Ray's seconds), commands
+    print it one way: UTC to the second, with a Z."""
+    from rtjob.core.model import stamp
+
+    assert stamp(recorded) == "2026-11-27T10:06:08Z"
+    assert stamp(None) == "-" and stamp("soon") == "soon"

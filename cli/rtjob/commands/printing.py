@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED
-from ..core.model import RunInfo, RunStatus
+from ..core.model import RunInfo, RunStatus, stamp
 from ..core.redact import REDACTOR, redact
 
 
@@ -173,20 +173,6 @@ def size(nbytes: float) -> str:
         if nbytes < 1000 or unit == "TB":
             return f"{nbytes:.3g} {unit}" if nbytes < 100 else f"{nbytes:.0f} {unit}"
     raise AssertionError("unreachable")
-
-
-def stamp(when: str | None) -> str:
-    """A time as every command prints it: UTC to the second with a Z ("2026-11-27T10:06:08Z"), whatever precision
-    or zone it was recorded in (a naive time is UTC: rtjob records UTC); '-' for none; unreadable text as it is."""
-    if not when:
-        return "-"
-    try:
-        moment = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
-    except ValueError:
-        return when
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
-    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def command_text(request: dict[str, Any] | None) -> str | None:

@@ -279,13 +279,20 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     pipeline = find_pipeline(run_id, storage_root) if be.find(run_id) is None else None
     if pipeline is not None:  # a pipeline run: its supervisor and the step running now
+        from ..runs.steps import pipeline_state
         from ..runs.stopping import stop_pipeline
 
         stopped = stop_pipeline(be, pipeline)
         for one in stopped:
             say(f"{one.id}: {one.status.value}")
+        steps, final = pipeline_state(be, pipeline, storage_root)  # its final state, as `status` reads it
         if output != "text":
-            print_data({"id": run_id, "stopped": [run_json(one) for one in stopped]}, output)
+            print_data({"id": run_id, "status": final.value, "stopped": [run_json(one) for one in stopped],
+                        "steps": [{"name": step.get("name"), "id": step.get("run_id"),
+                                   "status": info.status.value if info else None} for step, info in steps]}, output)
+        else:
+            say(f"{run_id}: {final.value} (steps: " + ", ".join(
+                f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
         return EXIT_SUCCEEDED
     info = stop_run(be, run_id)
     if output != "text":
