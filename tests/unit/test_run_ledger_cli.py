@@ -98,7 +98,7 @@ def test_show_prints_metric_values_and_checkpoint_sizes_not_reprs() -> None:
     text = _show_text(record, [{"name": "checkpoint_000002", "files": 3, "bytes": 812},
                                {"name": "checkpoint_000003", "files": 3, "bytes": 12_400_000}])
     metrics = next(line for line in text.splitlines() if line.startswith("metrics:"))
-    assert metrics == "metrics:     accuracy=-, val_loss=0.1235, epoch=3, samples_per_s=41235, best_epoch=2"
+    assert metrics == "metrics:     val_loss=0.1235, epoch=3, samples_per_s=41235, best_epoch=2"  # no empty ones
     assert "checkpoint_000002  3 files, 812 B" in text and "checkpoint_000003  3 files, 12.4 MB" in text
     assert "train runs:  /tmp/mine/exp" in text
 

@@ -163,9 +163,10 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
                      + (f"; completed by {record.completed_by}" if record.completed_by else ""))
     if record.timeline:
         lines.append(f"timeline:    {timeline_text(record.timeline)}")
-    if record.metrics:
-        lines.append("metrics:     " + ", ".join(f"{k}={_value(v)}" for k, v in record.metrics.items()
-                                                  if not isinstance(v, (dict, list))))
+    shown_metrics = {k: v for k, v in (record.metrics or {}).items()  # the values there are: no '-', no run/source
+                     if v is not None and k not in ("run", "source") and not isinstance(v, (dict, list))}
+    if shown_metrics:
+        lines.append("metrics:     " + ", ".join(f"{k}={_value(v)}" for k, v in shown_metrics.items()))
     lines.append(f"logs:        {', '.join(record.logs) if record.logs else '- (not archived: rtjob has not seen it end)'}")
     if checkpoints is not None:
         lines.append(f"checkpoints: {len(checkpoints) or '-'}")
