@@ -137,12 +137,12 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
 
     info = record.to_run_info()
     git = record.git or {}
-    lines = [run_text(info)]
+    lines = [run_text(info)]  # ends with its storage: what the script got as its folder beside it
+    if record.storage_uri:
+        lines.append(f"run dir:     {run_dir_text(record.storage_uri, record.id)}")
     attempts = Attempts.recorded(record.attempts)
     if attempts.worth_showing:
         lines.append(f"attempts:    {attempts.describe()}")
-    if record.storage_uri:
-        lines.append(f"run dir:     {run_dir_text(record.storage_uri, record.id)}")
     command = command_text(record.request)
     if command:
         lines.append(f"command:     {command}")
