@@ -167,13 +167,15 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
                    "script printed).")
 def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
          follow: bool, timeout: str | None, tail_lines: int | None, attempt: int | None, raw: bool) -> int:
-    """Print a run's log (all of it; --tail N the end; --follow keeps streaming; --attempt N one attempt's).
+    """Print a run's log (all of it; --tail N the end; --follow keeps streaming; --attempt N one attempt's): what
+    its script printed; --raw adds Ray's and rtjob's own lines (the wrapper command, rtjob-event lines).
 
     \b
     Examples:
       rtjob logs RUN_ID --tail 50
       rtjob logs RUN_ID --follow --timeout 30m
       rtjob logs RUN_ID --attempt 1
+      rtjob logs RUN_ID --raw
     """
     from ..runs.archive import archived_log, look_up
     from ..runs.events import Quiet
