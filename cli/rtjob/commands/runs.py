@@ -174,8 +174,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     Examples:
       rtjob logs RUN_ID --tail 50
       rtjob logs RUN_ID --follow --timeout 30m
-      rtjob logs RUN_ID --attempt 1
-      rtjob logs RUN_ID --raw
+      rtjob logs RUN_ID --attempt 1 --raw
     """
     from ..runs.archive import archived_log, look_up
     from ..runs.events import Quiet
