@@ -338,7 +338,11 @@ def test_three_nodes_start_in_parallel_each_in_its_own_folder_with_rtjobs_ray_se
     env = base_env(home)
     up = rtjob("local", "up", "--nodes", "3", env=env, timeout=300)
     assert up.returncode == 0, up.stderr
-    assert "adding nodes 2-3/3 to the embedded cluster, in parallel" in up.stderr, up.stderr
+    for stage in ("starting the embedded Ray cluster", "adding nodes 2-3/3 to the embedded cluster, in parallel",
+                  "head node started", "node 2 joined", "node 3 joined", "dashboard ready: http://127.0.0.1:",
+                  "embedded cluster up: 3 node(s)"):
+        assert stage in up.stderr, (stage, up.stderr)  # a line per stage, as it happens
+    assert "\r" not in up.stderr  # no spinner
     status = rtjob("local", "status", "--output", "json", env=env, timeout=60)
     assert status.returncode == 0 and json.loads(status.stdout)["nodes"] == 3, status.stderr
 
@@ -353,4 +357,6 @@ def test_three_nodes_start_in_parallel_each_in_its_own_folder_with_rtjobs_ray_se
 
     down = rtjob("local", "down", env=env, timeout=180)
     assert down.returncode == 0, down.stderr
+    assert "stopping the embedded cluster: 3 node(s)" in down.stderr, down.stderr
+    assert "embedded cluster stopped" in down.stderr, down.stderr
     assert _home_processes(home) == [] and not Path(temp_dir).exists()

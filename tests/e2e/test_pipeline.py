@@ -29,6 +29,9 @@ def test_steps_hand_their_folders_down_and_no_wait_leaves_them_to_the_supervisor
     relay = shared_runs.relay(cluster_env)  # `submit --no-wait`, then `wait` (test_ui_live_cluster.py shows its page)
     pid = relay.pid
     first = json.loads(ok(relay.submitted))
+    # Quiet: rtjob's own line for the upload, none of Ray's client INFO (packaging.py, "already exists").
+    assert "uploading working dir" in relay.submitted.stderr, relay.submitted.stderr
+    assert "packaging.py" not in relay.submitted.stderr and "INFO" not in relay.submitted.stderr, relay.submitted.stderr
     assert first["id"] == pid and [s["run_id"] for s in first["steps"]] == [f"{pid}-{n}" for n in
                                                                            ("first", "second", "third")]
     # The client submitted nothing: the pipeline's supervisor on the cluster runs every step; wait follows them.
@@ -45,6 +48,11 @@ def test_steps_hand_their_folders_down_and_no_wait_leaves_them_to_the_supervisor
     logs = ok(rtjob("logs", pid, env=cluster_env))
     assert logs.index("== step first") < logs.index("step first wrote first") < logs.index("== step second")
     assert "step third wrote first,second,third" in logs
+    # The user's view of a log: the script's output, not Ray's wrapper or rtjob's own lines (--raw has them).
+    for internal in ("Running entrypoint for job", "rtjob.runside.companion", "Runtime env is setting up", "rtjob-event:"):
+        assert internal not in logs, (internal, logs)
+    raw = ok(rtjob("logs", pid, "--raw", env=cluster_env))
+    assert "Running entrypoint for job" in raw and "step third wrote first,second,third" in raw
     pulled = json.loads(ok(rtjob("pull", pid, "--to", str(tmp_path / "p"), "-o", "json", env=cluster_env)))
     assert [p["step"] for p in pulled] == ["first", "second", "third"]
     assert (tmp_path / "p" / "second" / "relay.txt").read_text() == "first,second"

@@ -148,6 +148,8 @@ def test_a_stopped_pipeline_runs_nothing_further(cluster_env, s3: S3Server, rece
     wait_for(lambda: "epoch 1 trained" in (api.logs(train) if api.job(train) else ""), 180, "step 1 to train")
     stopped = rtjob("stop", pid, env=env, timeout=120)
     assert stopped.returncode == 0, stopped.stderr[-2000:]
+    # Its final state, as `stop` of a run prints one (the pipeline's, with its steps').
+    assert f"rtjob: {pid}: STOPPED (steps: train STOPPED, use not run)" in stopped.stderr, stopped.stderr[-2000:]
     assert wait_for(ended(api, f"{pid}-supervisor"), 120, "the supervisor to end") == "SUCCEEDED"
     assert api.status(train) == "STOPPED" and api.job(f"{train}-retry1") is None and api.job(f"{pid}-use") is None
     pipeline = record(s3, "epochs", pid)

@@ -97,12 +97,12 @@ def put_raw(key: str, data: bytes) -> None:
     s3_backends[DEFAULT_ACCOUNT_ID]["aws"].put_object(BUCKET, key, data)
 
 
-BOOKKEEPING = (".rtjob-pull.jsonl", ".rtjob-pull.lock")  # rtjob pull's own files in DIR: not the run's
+MANIFEST = ".rtjob/pull.jsonl"  # rtjob pull's own folder in DIR (its manifest; its lock while it runs): not the run's
 
 
 def local_files(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*")
-            if p.is_file() and p.name not in BOOKKEEPING}
+            if p.is_file() and ".rtjob" not in p.relative_to(root).parts}
 
 
 def partials(root: Path) -> list[Path]:
@@ -188,7 +188,7 @@ def test_repull_skips_unchanged_files_and_fetches_changed_ones(s3, cli, tmp_path
     assert (dest / "checkpoint_epoch_0002" / "model.pt").read_bytes() == changed
 
     # Without rtjob's record, files are compared by content (the ETag is their MD5): equal ones stay ...
-    (dest / ".rtjob-pull.jsonl").unlink()
+    (dest / MANIFEST).unlink()
     fourth = cli.json("pull", uri, "--to", str(dest), "--checkpoint", "all")
     assert fourth["downloaded"] == 0 and fourth["skipped"] == 15
     # ... and a local file damaged in place (same size, same mtime) is noticed once the record is gone.
@@ -196,7 +196,7 @@ def test_repull_skips_unchanged_files_and_fetches_changed_ones(s3, cli, tmp_path
     stat = target.stat()
     target.write_bytes(b"\0" * stat.st_size)
     os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    (dest / ".rtjob-pull.jsonl").unlink()
+    (dest / MANIFEST).unlink()
     fifth = cli.json("pull", uri, "--to", str(dest), "--checkpoint", "all")
     assert fifth["downloaded"] == 1 and target.read_bytes() == files["checkpoint_epoch_0001/model.pt"]
 
@@ -282,7 +282,7 @@ def test_a_pull_killed_mid_transfer_leaves_no_partial_file_and_reruns_to_identic
     # No file under its real name is partial: each is complete or absent; the rest are temporary names.
     finished = 0
     for path in dest.rglob("*"):
-        if not path.is_file() or path.name in BOOKKEEPING:
+        if not path.is_file() or ".rtjob" in path.relative_to(dest).parts:
             continue
         rel = path.relative_to(dest).as_posix()
         if ".rtjob-partial" in path.name:
@@ -409,6 +409,7 @@ def test_hidden_characters_and_names_that_differ_only_in_case_are_refused(s3, cl
     ("a\u0085b", "control character in the name"), ("\x7f", "control character in the name"),
     ("A/.RTJOB-PULL.JSONL", "reserved name (rtjob's own bookkeeping)"),
     ("a/.rtjob-pull.lock", "reserved name (rtjob's own bookkeeping)"),
+    (".rtjob/pull.jsonl", "reserved name (rtjob's own bookkeeping)"), ("a/.RTJOB/x", "reserved name (rtjob's own bookkeeping)"),
     ("caf\u00e9/na\u00efve \u4e2d\u6587.pt", None),
 ])
 def test_unsafe_reason_for_hidden_characters_and_reserved_names(rel, reason):
@@ -421,7 +422,7 @@ def test_unsafe_reason_for_hidden_characters_and_reserved_names(rel, reason):
 # hostile destinations: links under rtjob's own names, a second pull
 
 
-@pytest.mark.parametrize("planted", [".rtjob-pull.jsonl", ".rtjob-pull.lock",
+@pytest.mark.parametrize("planted", [".rtjob", ".rtjob/pull.jsonl", ".rtjob/pull.lock",
                                      "checkpoint_epoch_0003/model.pt.rtjob-partial"])
 @pytest.mark.parametrize("victim_exists", [True, False])
 def test_a_link_planted_under_rtjobs_own_names_is_refused_and_nothing_is_written_through_it(
@@ -472,7 +473,8 @@ def test_writes_never_follow_a_link_planted_after_the_checks(s3, tmp_path, monke
     [item] = store.list_files()
     if kind == "manifest":
         manifest = Manifest(dest)
-        (dest / ".rtjob-pull.jsonl").symlink_to(victim)
+        (dest / ".rtjob").mkdir()
+        (dest / MANIFEST).symlink_to(victim)
         with pytest.raises(OSError) as caught:
             manifest.record(PullItem(item, "model.pt"), victim.stat())
         errors = [caught.value]
@@ -516,7 +518,7 @@ def test_a_second_pull_into_the_same_folder_exits_2_at_once_and_leaves_the_first
     try:
         partial = dest / "checkpoint_epoch_0001" / "model.pt.rtjob-partial"
         # The partial file exists from the GET's start (the CRT engine writes a part only once it has all of it).
-        wait_until(lambda: (dest / ".rtjob-pull.lock").exists() and partial.exists(), first,
+        wait_until(lambda: (dest / ".rtjob" / "pull.lock").exists() and partial.exists(), first,
                    "the first pull is writing its partial file")
         start = time.monotonic()
         second = cli("pull", uri, "--to", str(dest))  # straight to the server: it would finish first
@@ -532,8 +534,27 @@ def test_a_second_pull_into_the_same_folder_exits_2_at_once_and_leaves_the_first
         proxy.close()
     assert first.returncode == 0, err
     assert json.loads(out)["downloaded"] == 2 and local_files(dest) == files and partials(dest) == []
-    # The lock is released with the pull: the next one goes ahead.
+    # The lock is released and removed with the pull: the next one goes ahead; the manifest stays, hidden.
+    assert sorted(p.name for p in dest.iterdir()) == [".rtjob", "checkpoint_epoch_0001"]
+    assert [p.name for p in (dest / ".rtjob").iterdir()] == ["pull.jsonl"]
     assert cli.json("pull", uri, "--to", str(dest))["skipped"] == 2
+
+
+def test_an_older_pulls_manifest_in_the_folder_is_taken_over_and_removed(cli, tmp_path):
+    """A folder an older rtjob pulled into (its manifest, .rtjob-pull.jsonl, in the folder itself): the next pull
+    skips what that manifest records and keeps its record in .rtjob/ only; the user's folder holds the run's files
+    and one hidden folder, no lock."""
+    run, dest = tmp_path / "run", tmp_path / "dest"
+    (run / "checkpoint_epoch_0001").mkdir(parents=True)
+    (run / "checkpoint_epoch_0001" / "model.pt").write_bytes(b"weights")
+    (run / "metrics.json").write_text("[]")
+    assert cli.json("pull", str(run), "--to", str(dest), "--checkpoint", "all")["downloaded"] == 2
+    (dest / MANIFEST).rename(dest / ".rtjob-pull.jsonl")  # as an older rtjob left it
+    (dest / ".rtjob").rmdir()
+    again = cli.json("pull", str(run), "--to", str(dest), "--checkpoint", "all")
+    assert again["downloaded"] == 0 and again["skipped"] == 2
+    assert sorted(p.name for p in dest.iterdir()) == [".rtjob", "checkpoint_epoch_0001", "metrics.json"]
+    assert len((dest / MANIFEST).read_text().splitlines()) == 2
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from rtjob.core.model import stamp
 from support.cli import base_env, new_id, popen_rtjob, rtjob
 from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
@@ -154,7 +155,7 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     assert status["carried_by"] == "supervisor", status
     assert status["supervisor"]["alive"] is False and status["supervisor"]["last_seen"] == record["last_seen"]
     text = rtjob("status", run_id, env=env).stdout
-    assert f"carried by:  supervisor (succeeded, last seen {record['last_seen']})" in text, text
+    assert f"carried by:  supervisor (succeeded, last seen {stamp(record['last_seen'])})" in text, text
     assert f"\nsync:        {left}" in text and status["sync_notes"] == [left], text
     runs = rtjob("runs", "--output", "json", env=env)
     assert runs.returncode == 0, runs.stderr

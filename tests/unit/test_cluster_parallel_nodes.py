@@ -71,7 +71,8 @@ def test_extra_nodes_start_together_each_with_its_own_folder_and_ports(monkeypat
     heard: list[str] = []
     cluster._add_nodes(found, 2, 4, 1, heard.append)
 
-    assert heard == ["adding nodes 2-4/4 to the embedded cluster, in parallel"]
+    assert heard == ["adding nodes 2-4/4 to the embedded cluster, in parallel",  # a line per stage, as it happens
+                     "node 2 joined", "node 3 joined", "node 4 joined"]
     started = _started(tmp_path)
     assert sorted(started) == ["n2", "n3", "n4"]
     ports = _agent_ports(started)

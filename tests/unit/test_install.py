@@ -193,6 +193,10 @@ def test_init_scaffolds_a_fresh_folder_that_validates(cli) -> None:
     assert job.splitlines()[0] == "# yaml-language-server: $schema=../schemas/job.schema.json"
     assert json.loads((root / "schemas" / "job.schema.json").read_text())["title"] == "rtjob job"
     assert '\nentrypoint: "python src/fit.py --epochs 2"\n' in job
+    # Its comment says what the script gets: RTJOB_RUN_DIR is a local folder synced to the run's storage URI.
+    comment = " ".join(line.lstrip("# ") for line in job.splitlines() if line.startswith("#"))
+    assert "RTJOB_RUN_DIR, a local folder on the driver's node that rtjob syncs to this run's folder in its " \
+           "storage (RTJOB_RUN_URI" in comment, comment
     assert {".env*", ".rtjob/", "rtjob-runs/"} <= set((root / ".gitignore").read_text().splitlines())
     assert tomllib.loads((root / "rtjob.toml").read_text()) == {}  # every key commented out
     (root / "src").mkdir()

@@ -59,6 +59,8 @@ def test_a_job_by_path_belongs_to_its_own_project_from_home_from_a_parent_and_fr
         assert data["run"]["upload"]["files"] == 3  # rtjob.toml, jobs/train.yaml, train.py: no .env
         # Settings come from the job's project (its rtjob.toml), not from where rtjob runs.
         assert data["run"]["storage_uri"].startswith("s3://team-bucket/runs/train/"), cwd
+        # What the script gets as RTJOB_RUN_DIR: a local folder on the driver's node, synced to that URI.
+        assert data["run"]["run_dir"] == f"$TMPDIR/rtjob-run-dirs-<uid>/{data['run']['id']}/run"
     assert data["run"]["job_file"] == "jobs/train.yaml"  # outside the current folder: within its project
     assert _render(cli, "jobs/train.yaml", project)["run"]["job_file"] == "jobs/train.yaml"
     text = cli("render", str(job), cwd=elsewhere)

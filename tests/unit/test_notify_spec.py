@@ -134,6 +134,14 @@ def test_a_variable_missing_on_the_client_is_bad_input_naming_it_and_the_job_fil
     proc = _render(project, env, "plain")
     assert proc.returncode == 2 and "environment variable HOOK_URL is not set" in proc.stderr
     assert f"(notify from {project / 'pyproject.toml'} [tool.rtjob])" in proc.stderr
+    # validate checks the files: an unset variable is one warning line per job, exit 0 (render refuses it, above).
+    checked = run_in_process("validate", "own", "plain", env=env, cwd=project)
+    assert checked.returncode == 0, checked.stderr
+    warnings = [line for line in checked.stderr.splitlines() if line.startswith("warning")]
+    assert len(warnings) == 2 and "SLACK_URL is not set" in warnings[0] and "HOOK_URL is not set" in warnings[1]
+    assert all("render and submit refuse it here" in line for line in warnings), warnings
+    env.update(SLACK_URL=SLACK, HOOK_URL=HOOK)
+    assert "is not set" not in run_in_process("validate", "own", "plain", env=env, cwd=project).stderr
 
 
 def test_the_job_may_not_set_a_forwarded_variable_itself(tmp_path: Path) -> None:

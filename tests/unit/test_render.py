@@ -180,6 +180,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
     assert data["run"] == {
         "id": RUN_ID, "job": "ddp-resnet", "job_file": "jobs/ddp-resnet.yaml", "nodes": 2, "workers": 2,
         "resources_per_worker": {"CPU": 1.0}, "compute_config": spec["compute_config"], "storage_uri": storage_uri,
+        "run_dir": storage_uri,  # a folder as storage: the script's RTJOB_RUN_DIR is that folder itself
         "profile": "local", "gpus_per_node": 0,  # the embedded cluster: the local profile, no GPU on this machine
     }
     # What is uploaded: the project root, measured as Ray packs it (tests/ excluded by the job).
@@ -225,7 +226,9 @@ def test_text_render_shows_an_equivalent_ray_job_submit(out):
     assert argv[2:5] == ["ray", "job", "submit"]
     sep = argv.index("--")
     opts = dict(zip(argv[5:sep:2], argv[6:sep:2], strict=True))
-    assert opts["--address"] == request["address"]
+    # The embedded cluster does not run: its address is chosen when it starts, and said so (never a made-up port).
+    assert request["address"] == "(chosen when the embedded cluster starts: submit starts it)"
+    assert opts["--address"] == "$RAY_API_SERVER_ADDRESS"
     assert opts["--submission-id"] == RUN_ID
     assert json.loads(opts["--runtime-env-json"]) == job["runtime_env"]
     assert json.loads(opts["--metadata-json"]) == job["metadata"]
@@ -240,7 +243,7 @@ def test_equivalent_command_parses_with_rays_own_cli(out):
     argv = shlex.split(command)[5:]  # after the env assignments and `ray job submit`
     ctx = ray_cli.job_cli_group.commands["submit"].make_context("submit", argv)
     job = request["submit_job"]
-    assert ctx.params["address"] == request["address"]
+    assert ctx.params["address"] == "$RAY_API_SERVER_ADDRESS"  # a shell expands it (rtjob local env sets it)
     assert ctx.params["submission_id"] == RUN_ID
     assert json.loads(ctx.params["runtime_env_json"]) == job["runtime_env"]
     assert json.loads(ctx.params["metadata_json"]) == job["metadata"]

@@ -88,3 +88,20 @@ def test_a_run_without_samples_shows_none(cli, tmp_path):
     write_files(tmp_path / "plain", {"metrics.json": json.dumps(HISTORY)})
     out = cli("results", str(tmp_path / "plain"))
     assert out.returncode == 0 and "samples of" not in out.stdout
+
+
+def test_the_table_shows_only_the_columns_that_have_values(cli, tmp_path):
+    """A script that writes only train_loss gets EPOCH and TRAIN LOSS, not rtjob's always-empty columns; two such
+    runs side by side: a summary without empty columns either."""
+    history = [{"epoch": 1, "train_loss": 0.9}, {"epoch": 2, "train_loss": 0.7}]
+    for name in ("a", "b"):
+        write_files(tmp_path / name, {"metrics.json": json.dumps(history)})
+    out = cli("results", str(tmp_path / "a"))
+    assert out.returncode == 0, out.stderr
+    header = next(line for line in out.stdout.splitlines() if "TRAIN LOSS" in line)
+    assert header.split() == ["EPOCH", "TRAIN", "LOSS"], out.stdout
+    both = cli("results", str(tmp_path / "a"), str(tmp_path / "b"))
+    assert both.returncode == 0, both.stderr
+    summary = next(line for line in both.stdout.splitlines() if line.lstrip().startswith("RUN"))
+    assert summary.split() == ["RUN", "EPOCHS", "TRAIN", "LOSS"], both.stdout
+    assert "val loss / accuracy" not in both.stdout  # no run validated: no per-epoch table of dashes

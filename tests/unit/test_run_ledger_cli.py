@@ -98,6 +98,45 @@ def test_show_prints_metric_values_and_checkpoint_sizes_not_reprs() -> None:
     text = _show_text(record, [{"name": "checkpoint_000002", "files": 3, "bytes": 812},
                                {"name": "checkpoint_000003", "files": 3, "bytes": 12_400_000}])
     metrics = next(line for line in text.splitlines() if line.startswith("metrics:"))
-    assert metrics == "metrics:     accuracy=-, val_loss=0.1235, epoch=3, samples_per_s=41235, best_epoch=2"
+    assert metrics == "metrics:     val_loss=0.1235, epoch=3, samples_per_s=41235, best_epoch=2"  # no empty ones
     assert "checkpoint_000002  3 files, 812 B" in text and "checkpoint_000003  3 files, 12.4 MB" in text
     assert "train runs:  /tmp/mine/exp" in text
+
+
+def test_show_is_a_summary_with_the_request_behind_a_flag(home: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`show`: the job's own command (not the companion that wraps it), what the script's RTJOB_RUN_DIR is beside its
+    storage, times in one format, about 15 lines; the request with --request and in -o json."""
+    record = _record("r9", "SUCCEEDED", 1, backend="local")
+    record.storage_uri = "s3://bucket/runs/j/r9"
+    record.submitted_at = "2026-11-27T10:06:08.123456+00:00"
+    record.start_time, record.end_time = "2026-11-27T10:06:09+00:00", "2026-11-27T10:07:10.5+00:00"
+    record.request = {"backend": "ray", "submit_job": {
+        "entrypoint": "python -m rtjob.runside.companion 'python train.py --epochs 2'",
+        "runtime_env": {"env_vars": {f"RTJOB_VAR_{n}": str(n) for n in range(20)}}}}
+    with Ledger(home / "ledger.sqlite3") as book:
+        book.save(record)
+    text = in_process(capsys, "show", "r9", "--backend", "local")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert len(lines) <= 18 and '"submit_job"' not in text.stdout, text.stdout
+    assert "command:     python train.py --epochs 2" in lines
+    assert "run dir:     $TMPDIR/rtjob-run-dirs-<uid>/r9/run on the driver's node (RTJOB_RUN_DIR), synced to the " \
+           "storage (RTJOB_RUN_URI)" in lines
+    assert "started:     2026-11-27T10:06:09Z" in lines and "ended:       2026-11-27T10:07:10Z" in lines
+    assert any(line.startswith("submitted:   2026-11-27T10:06:08Z") for line in lines), lines
+    assert "request:     rtjob show r9 --request (or -o json)" in lines
+    full = in_process(capsys, "show", "r9", "--backend", "local", "--request")
+    assert full.returncode == 0 and '"submit_job"' in full.stdout and "RTJOB_VAR_19" in full.stdout
+    assert json.loads(in_process(capsys, "show", "r9", "--backend", "local", "-o", "json").stdout)["request"] == \
+        record.request
+
+
+@pytest.mark.parametrize("recorded", ["2026-11-27T10:06:08.123+00:00", "2026-11-27T10:06:08+00:00",
+                                      "2026-11-27T10:06:08.999999Z", "2026-11-27T10:06:08", "2026-11-27T11:06:08+01:00"])
+def test_every_printed_time_has_one_format(recorded: str) -> None:
+    """Whatever precision or zone a time was recorded in (the companion's milliseconds, Ray's seconds), commands
+    print it one way: UTC to the second, with a Z."""
+    from rtjob.core.model import stamp
+
+    assert stamp(recorded) == "2026-11-27T10:06:08Z"
+    assert stamp(None) == "-" and stamp("soon") == "soon"

@@ -91,7 +91,7 @@ def test_one_checkpoint_is_pulled_by_its_name_and_an_unknown_name_is_one_line(tm
     out = tmp_path / "out"
     proc = run_in_process("pull", str(run), "--to", str(out), "--checkpoint", "checkpoint_epoch_0002", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == ["checkpoint_epoch_0002"]
+    assert sorted(p.name for p in out.iterdir() if p.is_dir()) == [".rtjob", "checkpoint_epoch_0002"]  # + its manifest
     missing = run_in_process("pull", str(run), "--to", str(tmp_path / "out2"), "--checkpoint", "checkpoint_epoch_0009",
                              env=env)
     assert missing.returncode == 2 and missing.stdout == "" and not (tmp_path / "out2").exists()

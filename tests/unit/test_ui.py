@@ -54,8 +54,9 @@ def call(app: Any, path: str, *, method: str = "GET", host: str = f"127.0.0.1:{P
 @pytest.fixture(scope="module")
 def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ui-storage")
-    write_run(root, "u-good", "train", samples={"epoch_0001.png": png(4, 4, 1)}, log_lines=[f"key {SECRET}", f"HF_TOKEN={HF_TOKEN} hf_sft shelf_life rtjob_training.hf",
-                                                                                "done"])
+    write_run(root, "u-good", "train", samples={"epoch_0001.png": png(4, 4, 1)}, log_lines=[
+        "Running entrypoint for job u-good: python -m rtjob.runside.companion 'python train.py'",  # not the script's
+        f"key {SECRET}", f"HF_TOKEN={HF_TOKEN} hf_sft shelf_life rtjob_training.hf", "rtjob-event: first_step", "done"])
     write_run(root, "u-bad", "train", status="FAILED", user="bob", raw_metrics=b"[1, 2")
     write_run(root, "u-evil", '<script>alert(1)</script>"onload=x\u202e', epochs=1, start="2026-11-22T00:00:00+00:00")
     return root
@@ -131,6 +132,7 @@ def test_log_is_redacted_and_searched(app: Any) -> None:
     assert SECRET not in text and "key ****" in text and text.endswith("done\n")
     # a token rtjob never learned, masked by its shape; the words beside it are not
     assert HF_TOKEN not in text and "HF_TOKEN=**** hf_sft shelf_life rtjob_training.hf\n" in text
+    assert "Running entrypoint" not in text and "rtjob-event" not in text  # the user's view (runs/logview.py)
     assert call(app, "/runs/u-good/log/search?q=DONE")[2] == "3: done\n"
     assert SECRET not in call(app, f"/runs/u-good/log/search?q={SECRET[:12]}")[2]
 

@@ -210,3 +210,15 @@ def companion_modules() -> list[str]:
 def companion_entrypoint(entrypoint: str) -> str:
     """The entrypoint Ray runs: the companion with the job's own entrypoint as one argument (run with sh -c)."""
     return f"python -m {COMPANION_MODULE} {shlex.quote(entrypoint)}"
+
+
+def script_entrypoint(entrypoint: str) -> str:
+    """The job's own entrypoint inside ``companion_entrypoint``'s (as it is, when it is not one)."""
+    prefix = f"python -m {COMPANION_MODULE} "
+    if not entrypoint.startswith(prefix):
+        return entrypoint
+    try:
+        parts = shlex.split(entrypoint[len(prefix):])
+    except ValueError:
+        return entrypoint
+    return parts[0] if len(parts) == 1 else entrypoint

@@ -24,7 +24,10 @@ from .storage import pull, results
 
 @click.group(context_settings=CONTEXT, epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="rtjob", prog_name="rtjob")
-def cli() -> None:
+@click.option("--verbose", "-v", is_flag=True,
+              help="Let Ray's client log its packaging and uploads at INFO (RTJOB_VERBOSE=1 does the same).")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool) -> None:
     """Submit PyTorch training jobs to Ray clusters and Anyscale from one job spec.
 
     \b
@@ -33,6 +36,23 @@ def cli() -> None:
       rtjob render ddp-resnet --output json      show the exact request, send nothing
       rtjob wait RUN_ID --timeout 2h             wait with an exit code CI can trust
     """
+    if verbose:  # for this command only: a caller that runs main() in its process gets its environment back
+        import os
+
+        from ..core.verbosity import VERBOSE_ENV
+
+        before = os.environ.get(VERBOSE_ENV)
+        os.environ[VERBOSE_ENV] = "1"
+        ctx.call_on_close(lambda: _restore(VERBOSE_ENV, before))
+
+
+def _restore(name: str, value: str | None) -> None:
+    import os
+
+    if value is None:
+        os.environ.pop(name, None)
+    else:
+        os.environ[name] = value
 
 
 for _command in [submit.render, submit.submit, submit.rerun, *runs.COMMANDS, *history.COMMANDS, *project.COMMANDS, *ui.COMMANDS,

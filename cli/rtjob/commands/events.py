@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, TextIO, cast
 
 from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
 from ..core.model import RunStatus
 from ..core.redact import redact
-from .printing import duration, outcome, print_data, run_json, say
+from .printing import duration, echo, outcome, print_data, run_json, say
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from ..backends.base import Retry
     from ..core.model import RunInfo
     from ..runs.runner import Plan, Submitted
@@ -74,9 +76,13 @@ def closing(message: str) -> str:
     return _LOG_TAIL.sub("", lines[0]) if lines else ""
 
 
-def log_stream(output: str) -> TextIO:
-    """Where a followed run's log goes: stdout, or stderr when stdout carries -o json/yaml."""
-    return sys.stdout if output == "text" else sys.stderr
+def log_stream(output: str, raw: bool = False) -> TextIO:
+    """Where a followed run's log goes: stdout, or stderr when stdout carries -o json/yaml; the user's view of it
+    (runs/logview.py) unless ``raw``."""
+    from ..runs.logview import UserView
+
+    out = sys.stdout if output == "text" else sys.stderr
+    return out if raw else cast("TextIO", UserView(out))  # a text stream: write and flush are what followers use
 
 
 def exit_code(followed: Followed) -> int:
@@ -119,3 +125,18 @@ def print_followed(followed: Followed, output: str, known: RunInfo) -> int:
         error = followed_error(followed)
         print_data({**run_json(run), **({"error": error} if error else {})}, output)
     return finish(followed)
+
+
+def print_log(chunks: Iterable[str], secrets: list[str], tail_lines: int | None, raw: bool) -> None:
+    """A log's chunks, masked: the user's view of them (runs/logview.py) unless ``raw``; ``tail_lines``: its last
+    N lines (``chunks`` were read with some slack, for the lines the view hides)."""
+    from ..runs.logview import user_chunks, user_tail
+
+    if raw:
+        shown: Iterable[str] = chunks
+    elif tail_lines:
+        shown = [user_tail(chunks, tail_lines)]
+    else:
+        shown = user_chunks(chunks)
+    for text in shown:
+        echo(redact(text, secrets), nl=False)

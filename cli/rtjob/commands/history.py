@@ -97,14 +97,18 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
 @output_option
 @click.option("--storage", "storage_uri", metavar="URI",
               help="Look for the run's record in this storage (default: the ledger, then the project's storage).")
+@click.option("--request", "with_request", is_flag=True,
+              help="Also print the exact request that was sent (secrets masked; -o json always has it).")
 def show(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-         output: str, storage_uri: str | None) -> int:
-    """Show everything rtjob recorded about a run: what ran (job, request, spec hash, git commit), where, how it
-    ended, its cost, metrics, archived logs and the checkpoints in its storage.
+         output: str, storage_uri: str | None, with_request: bool) -> int:
+    """Show what rtjob recorded about a run: a summary of what ran (its command, job, git commit), where, how it
+    ended, its attempts, cost, metrics, archived logs and the checkpoints in its storage; --request (or -o json)
+    adds the exact request.
 
     \b
     Examples:
       rtjob show RUN_ID
+      rtjob show RUN_ID --request
       rtjob show RUN_ID -o json | jq .git
     """
     from ..runs.listing import checkpoints_of, refreshed
@@ -122,41 +126,47 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     if output != "text":
         print_data({**record.to_json(), "checkpoints": checkpoints}, output)
         return EXIT_SUCCEEDED
-    echo(_show_text(record, checkpoints))
+    echo(_show_text(record, checkpoints, with_request))
     return EXIT_SUCCEEDED
 
 
-def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> str:
-    from .printing import carrier_text, run_text, size, timeline_text
+def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with_request: bool = False) -> str:
+    """A run's summary: what a person asks first (status, times, attempts, command, storage), then the facts worth a
+    line; the request only with ``with_request`` (`show --request`)."""
+    from .printing import carrier_text, command_text, run_dir_text, run_text, size, stamp, timeline_text
 
     info = record.to_run_info()
     git = record.git or {}
-    lines = [run_text(info)]
-    if git:
-        lines.append(f"git:         {git.get('commit') or '-'}{' (uncommitted changes)' if git.get('dirty') else ''}"
-                     f"{' on ' + git['branch'] if git.get('branch') else ''}")
-    lines += [
-        f"submitted:   {record.submitted_at or '- (seen, not submitted from here)'}"
-        + (f" by {record.user}@{record.host}" if record.user else ""),
-        f"job file:    {record.job_file or '-'}" + (f"  (project {record.project_root})" if record.project_root else ""),
-        f"spec hash:   {record.spec_hash or '-'}",
-    ]
+    lines = [run_text(info)]  # ends with its storage: what the script got as its folder beside it
+    if record.storage_uri:
+        lines.append(f"run dir:     {run_dir_text(record.storage_uri, record.id)}")
+    attempts = Attempts.recorded(record.attempts)
+    if attempts.worth_showing:
+        lines.append(f"attempts:    {attempts.describe()}")
+    command = command_text(record.request)
+    if command:
+        lines.append(f"command:     {command}")
+    lines.append(f"submitted:   {stamp(record.submitted_at) if record.submitted_at else '- (seen, not submitted from here)'}"
+                 + (f" by {record.user}@{record.host}" if record.user else "")
+                 + (f"; git {git.get('commit') or '-'}{' (uncommitted changes)' if git.get('dirty') else ''}"
+                    f"{' on ' + git['branch'] if git.get('branch') else ''}" if git else ""))
+    lines.append(f"job file:    {record.job_file or '-'}"
+                 + (f"  (project {record.project_root})" if record.project_root else ""))
     shape = record.shape or {}
     if shape.get("nodes") is not None:
         lines.append(f"shape:       {shape['nodes']} node(s), {shape['workers']} worker(s)"
                      + (f", compute config {shape['compute_config']}" if shape.get("compute_config") else ""))
     if record.cost:
         lines.append(f"cost:        {record.cost.get('text')}")
-    lines.append(f"carried by:  {carrier_text(record.carried_by, record.last_seen, record.run_status.terminal)}"
-                 + (f"; completed by {record.completed_by}" if record.completed_by else ""))
+    if record.carried_by or not record.run_status.terminal:
+        lines.append(f"carried by:  {carrier_text(record.carried_by, record.last_seen, record.run_status.terminal)}"
+                     + (f"; completed by {record.completed_by}" if record.completed_by else ""))
     if record.timeline:
         lines.append(f"timeline:    {timeline_text(record.timeline)}")
-    attempts = Attempts.recorded(record.attempts)
-    if attempts.worth_showing:
-        lines.append(f"attempts:    {attempts.describe()}")
-    if record.metrics:
-        lines.append("metrics:     " + ", ".join(f"{k}={_value(v)}" for k, v in record.metrics.items()
-                                                  if not isinstance(v, (dict, list))))
+    shown_metrics = {k: v for k, v in (record.metrics or {}).items()  # the values there are: no '-', no run/source
+                     if v is not None and k not in ("run", "source") and not isinstance(v, (dict, list))}
+    if shown_metrics:
+        lines.append("metrics:     " + ", ".join(f"{k}={_value(v)}" for k, v in shown_metrics.items()))
     lines.append(f"logs:        {', '.join(record.logs) if record.logs else '- (not archived: rtjob has not seen it end)'}")
     if checkpoints is not None:
         lines.append(f"checkpoints: {len(checkpoints) or '-'}")
@@ -164,8 +174,12 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None) -> s
     if record.train_storage:
         lines.append(f"train runs:  {', '.join(record.train_storage)}  (where its script stored its Ray Train runs)")
     if record.request is not None:
-        lines.append("request:")
-        lines.append(json.dumps(record.request, indent=2))
+        if with_request:
+            lines.append(f"spec hash:   {record.spec_hash or '-'}")
+            lines.append("request:")
+            lines.append(json.dumps(record.request, indent=2))
+        else:
+            lines.append(f"request:     rtjob show {record.id} --request (or -o json)")
     return "\n".join(lines)
 
 

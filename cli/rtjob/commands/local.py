@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING
 
 import click
@@ -77,22 +78,25 @@ def local_down() -> int:
       rtjob local down
     """
     from ..runs.archive import before_cluster_stops, node_folders_of
-    from ..storage.node_dirs import remove_run_folder
+    from ..storage.node_dirs import remove_run_folder, run_folder
     from .events import PRINTED
 
     backend, cluster = _cluster()
     run_ids: list[str] = []
     if cluster.running():  # its runs' logs and ends are saved before they are gone
-        say("saving the embedded cluster's runs (logs and ends) before it stops")
+        say("saving the embedded cluster's runs (logs and ends; one still running is recorded STOPPED) before it "
+            "stops")
         archived = before_cluster_stops(backend, PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
         run_ids = node_folders_of(backend, PRINTED)
-    count = cluster.down(log=say)
+    count = cluster.down(log=say)  # says what it stops before it waits for it
     say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
-    removed = sum(remove_run_folder(run_id) for run_id in run_ids)  # its nodes are this machine
-    if removed:
-        say(f"removed {removed} node folder(s) of its runs")
+    present = [run_id for run_id in run_ids if os.path.lexists(run_folder(run_id))]  # its nodes are this machine
+    if present:
+        say(f"removing the node folders of {len(present)} run(s)")
+    for run_id in present:
+        remove_run_folder(run_id)
     return EXIT_SUCCEEDED
 
 

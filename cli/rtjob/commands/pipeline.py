@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import EXIT_FAILED, EXIT_SUCCEEDED
 from ..core.model import RunStatus
-from .events import PRINTED, finish, followed_error, log_stream
+from .events import PRINTED, finish, followed_error, log_stream, print_log
 from .printing import duration, echo, print_data, print_rich, run_json, say
 
 if TYPE_CHECKING:
@@ -159,12 +159,15 @@ def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, outp
     return EXIT_SUCCEEDED if status == RunStatus.SUCCEEDED else EXIT_FAILED
 
 
-def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail_lines: int | None) -> int:
+def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail_lines: int | None,
+                  raw: bool = False) -> int:
     """`rtjob logs PIPELINE_ID`: each step's log in order, under a header naming the step and its run."""
     from ..core.errors import RtjobError
-    from ..core.redact import redact
     from ..runs.archive import archived_log, look_up
     from ..runs.events import Quiet
+    from ..runs.logview import TAIL_SLACK
+
+    read_lines = tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines
 
     for step in record.steps:
         run_id = str(step.get("run_id"))
@@ -172,14 +175,13 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
         try:
             info, recorded = look_up(be, run_id, storage_root, Quiet())
             if recorded is not None:
-                chunks = list(archived_log(recorded, tail_lines))
+                chunks = list(archived_log(recorded, read_lines))
             else:
-                chunks = [be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)]
+                chunks = [be.last_lines(run_id, read_lines) if read_lines else be.logs(run_id)]
         except RtjobError as exc:
             echo(f"(no log: {exc.message})")
             continue
-        for text in chunks:
-            echo(redact(text, info.secrets), nl=False)
+        print_log(chunks, info.secrets, tail_lines, raw)
         if chunks and not chunks[-1].endswith("\n"):
             echo("")
     return EXIT_SUCCEEDED

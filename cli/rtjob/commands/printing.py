@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED
-from ..core.model import RunInfo, RunStatus
+from ..core.model import RunInfo, RunStatus, stamp
 from ..core.redact import REDACTOR, redact
 
 
@@ -175,6 +175,39 @@ def size(nbytes: float) -> str:
     raise AssertionError("unreachable")
 
 
+def command_text(request: dict[str, Any] | None) -> str | None:
+    """The job's own command line in a recorded request (what the run's companion wraps), None if it has none."""
+    from ..backends.packaging import script_entrypoint
+
+    def find(value: Any) -> str | None:
+        if isinstance(value, dict):
+            if isinstance(value.get("entrypoint"), str):
+                return str(value["entrypoint"])
+            for item in value.values():
+                found = find(item)
+                if found:
+                    return found
+        return None
+
+    entrypoint = find(request)
+    return script_entrypoint(entrypoint) if entrypoint else None
+
+
+def run_dir_of(storage_uri: str, run_id: str) -> str:
+    """The RTJOB_RUN_DIR the run's script gets: the storage folder itself when it is a folder, else a local folder on
+    the driver's node (storage/node_dirs.py) that the run's companion syncs to the storage (RTJOB_RUN_URI)."""
+    from ..storage.node_dirs import ROOT_PREFIX, RUN_SUBDIR
+
+    return storage_uri if "://" not in storage_uri else f"$TMPDIR/{ROOT_PREFIX}<uid>/{run_id}/{RUN_SUBDIR}"
+
+
+def run_dir_text(storage_uri: str, run_id: str) -> str:
+    """RTJOB_RUN_DIR as people read it, beside the storage it lands in (RTJOB_RUN_URI)."""
+    if "://" not in storage_uri:
+        return "the storage folder itself (RTJOB_RUN_DIR = RTJOB_RUN_URI)"
+    return f"{run_dir_of(storage_uri, run_id)} on the driver's node (RTJOB_RUN_DIR), synced to the storage (RTJOB_RUN_URI)"
+
+
 def duration(info: RunInfo) -> str:
     if not info.start_time:
         return "-"
@@ -192,8 +225,8 @@ def run_text(info: RunInfo) -> str:
         f"backend:     {info.backend} ({info.address})",
         f"status:      {info.status.value}",
         f"message:     {message or '-'}",
-        f"started:     {info.start_time or '-'}",
-        f"ended:       {info.end_time or '-'}",
+        f"started:     {stamp(info.start_time)}",
+        f"ended:       {stamp(info.end_time)}",
         f"duration:    {duration(info)}",
         f"exit code:   {info.exit_code if info.exit_code is not None else '-'}",
         f"storage:     {info.storage_uri or '-'}",
@@ -223,7 +256,7 @@ def carrier_text(carried_by: str | None, last_seen: str | None, ended: bool) -> 
     """Who carries the run where it runs, and when it last said so."""
     if not carried_by:
         return "- (no run-side process: rtjob completes the record when it sees the run end)"
-    return f"{carried_by}" + ("" if ended else f" (last seen {last_seen or '-'})")
+    return f"{carried_by}" + ("" if ended else f" (last seen {stamp(last_seen)})")
 
 
 def run_json(info: RunInfo) -> dict[str, Any]:
@@ -241,7 +274,7 @@ def runs_table(runs: list[RunInfo]) -> None:
         table.add_column(column, overflow="fold")
     for run in runs:
         table.add_row(
-            run.id, run.job or "-", run.status.value, (run.start_time or "-").replace("+00:00", "Z"),
+            run.id, run.job or "-", run.status.value, stamp(run.start_time),
             duration(run), run.storage_uri or "-",
         )
     print_rich(table)

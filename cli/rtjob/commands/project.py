@@ -107,6 +107,7 @@ def validate(refs: tuple[str, ...], output: str) -> int:
                 # The requirements file exists, and every line can install on a cluster.
                 lines = requirement_lines(spec.requirements, source.path, declared_at(shown, source.lines))
                 warnings += cluster_problems(lines or [])
+                warnings += _notify_unset(spec, shown, job_ref)
                 if spec.image_uri is None and spec.requirements is None:
                     warnings.append(f"{shown}: declares neither image_uri nor requirements: on a stock cluster "
                                     "(Anyscale's default image, a plain Ray cluster) its entrypoint may miss packages "
@@ -137,6 +138,20 @@ def validate(refs: tuple[str, ...], output: str) -> int:
             if item.get("warning"):
                 echo(f"warning {item['warning']}", err=True)
     return EXIT_SUCCEEDED if all(item["ok"] for item in checked) else EXIT_BAD_INPUT
+
+
+def _notify_unset(spec: Any, shown: str, ref: str) -> list[str]:
+    """A warning when the job's notifications (its `notify:`, else the project's or a context's) name a variable this
+    machine does not set: validate checks the files, the variable is a fact of where render and submit run (they
+    refuse it)."""
+    from ..jobspec.resolve import resolve_notify
+    from .settings import settings_from
+
+    try:
+        resolve_notify(spec, shown, settings_from(None, None, (), False, job=ref), spec.env_vars)
+    except RtjobError as exc:
+        return [f"{exc.message}: render and submit refuse it here"]
+    return []
 
 
 @click.command()

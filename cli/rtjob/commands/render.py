@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .printing import echo, print_data
+from .printing import echo, print_data, run_dir_of, run_dir_text
 
 if TYPE_CHECKING:
     from ..backends.base import Upload
@@ -34,6 +34,27 @@ def running_cluster(planned: Plan) -> dict[str, Any] | None:
         return cluster.describe()
     except Unreachable:
         return None
+
+
+UNSTARTED_ADDRESS = "(chosen when the embedded cluster starts: submit starts it)"
+ADDRESS_VARIABLE = "$RAY_API_SERVER_ADDRESS"  # what `eval "$(rtjob local env)"` sets once it runs
+
+
+def _not_started(planned: Plan) -> bool:
+    """Whether the run would go to an embedded cluster that does not run yet: its dashboard's port is chosen when
+    it starts, so the address the backend holds now is no fact."""
+    cluster = planned.backend.local_cluster()
+    return cluster is not None and not cluster.running()
+
+
+def _rendered(planned: Plan) -> tuple[dict[str, Any], str]:
+    """The request as the backend renders it and its equivalent command, with the address said as it is known."""
+    rendered = dict(planned.backend.render(planned.request))
+    equivalent = planned.backend.equivalent_command(planned.request)
+    if _not_started(planned) and isinstance(rendered.get("address"), str):
+        equivalent = equivalent.replace(rendered["address"], ADDRESS_VARIABLE)
+        rendered["address"] = UNSTARTED_ADDRESS
+    return rendered, equivalent
 
 
 def _cluster_text(planned: Plan, running: dict[str, Any] | None) -> str:
@@ -97,12 +118,13 @@ def _explained(planned: Plan, settings: Settings) -> dict[str, dict[str, Any]]:
 def render_data(planned: Plan, settings: Settings, explain: bool, files: bool = False) -> dict[str, Any]:
     """What render -o json prints: the request as the backend renders it, the run's shape and cost."""
     job, cost = planned.job, planned.cost
-    data = dict(planned.backend.render(planned.request))
+    data = _rendered(planned)[0]
     data["cost"] = cost.to_json() if cost else None
     data["run"] = {
         "id": job.run_id, "job": job.spec.name, "job_file": job.job_file, "nodes": job.nodes,
         "workers": job.num_workers, "resources_per_worker": job.worker_resources(),
         "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
+        "run_dir": run_dir_of(job.storage_uri, job.run_id) if job.storage_uri else None,  # what the script gets
         "upload": planned.upload.to_json() if planned.upload else None,
     }
     if job.embedded:  # which configuration runs on this machine, and its GPUs
@@ -138,7 +160,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
     if output != "text":
         print_data(render_data(planned, settings, explain, files), output)
         return
-    rendered = backend.render(request)
+    rendered, equivalent = _rendered(planned)
     cost = planned.cost
     res = ", ".join(f"{k}={v:g}" for k, v in job.worker_resources().items())
     if job.shape_declared:
@@ -156,6 +178,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
         *([f"cost:      {cost.text()}"] if cost else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",
+        *([f"run dir:   {run_dir_text(job.storage_uri, job.run_id)}"] if job.storage_uri else []),
         f"upload:    {planned.upload.describe() if planned.upload else '-'}",
     ]
     if files and planned.upload:
@@ -172,5 +195,5 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
     lines.append("request:")
     lines.append(json.dumps(rendered, indent=2))
     lines.append("equivalent:")
-    lines.append("  " + backend.equivalent_command(request))
+    lines.append("  " + equivalent)
     echo("\n".join(lines))

@@ -28,7 +28,8 @@ def _run_table(run: res.RunHistory) -> list[Any]:
     # to the width of the table.
     out: list[Any] = [f"{run.label}  ({run.source})"]
     table = Table(box=None, header_style="bold")
-    columns = res.columns_for(run.rows)
+    columns = [(key, title, fmt) for key, title, fmt in res.columns_for(run.rows)  # only columns with a value
+               if any(_cell(row.get(key), fmt) != "-" for row in run.rows)]
     for _, title, fmt in columns:
         table.add_column(title.upper(), justify="left" if fmt == "{}" else "right")
     for row in run.rows:
@@ -52,6 +53,7 @@ def _comparison(runs: list[res.RunHistory]) -> list[Any]:
     for run in runs:
         table.add_column(run.label, justify="right", overflow="fold")
     epochs = sorted({e for run in runs for e in run.epochs()})
+    rows = []
     for epoch in epochs:
         cells = [str(epoch)]
         for run in runs:
@@ -59,18 +61,25 @@ def _comparison(runs: list[res.RunHistory]) -> list[Any]:
                 (r for r, e in zip(run.rows, run.epochs(), strict=False) if e == epoch), None)
             cells.append(f"{_cell(hit.get('val_loss'), '{:.4f}')} / {_cell(hit.get('val_accuracy'), '{:.4f}')}"
                          if hit else "-")
-        table.add_row(*cells)
-    out += [table, ""]
-    table = Table(title="summary", box=None, header_style="bold", title_justify="left")
-    for title in ("RUN", "EPOCHS", "TRAIN LOSS", "VAL LOSS", "BEST VAL LOSS (EPOCH)", "ACCURACY", "SAMPLES/S",
-                  "TIME"):
-        table.add_column(title, justify="left" if title == "RUN" else "right", overflow="fold")
+        rows.append(cells)
+    if any(cell not in ("-", "- / -") for cells in rows for cell in cells[1:]):  # else no run validated: no table
+        for cells in rows:
+            table.add_row(*cells)
+        out += [table, ""]
+    summaries = []
     for run in runs:
         s = res.summary(run)
-        best_text = f"{_cell(s['best_val_loss'], '{:.4f}')} ({s['best_epoch'] or '-'})"
-        table.add_row(s["run"], str(s["epochs"]), _cell(s["train_loss"], "{:.4f}"), _cell(s["val_loss"], "{:.4f}"),
-                      best_text, _cell(s["accuracy"], "{:.4f}"), _cell(s["samples_per_s"], "{:.1f}"),
-                      _cell(s["time_s"], "{:.1f}s"))
+        best = _cell(s["best_val_loss"], "{:.4f}")
+        summaries.append([s["run"], str(s["epochs"]), _cell(s["train_loss"], "{:.4f}"), _cell(s["val_loss"], "{:.4f}"),
+                     best if best == "-" else f"{best} ({s['best_epoch'] or '-'})", _cell(s["accuracy"], "{:.4f}"),
+                     _cell(s["samples_per_s"], "{:.1f}"), _cell(s["time_s"], "{:.1f}s")])
+    titles = ("RUN", "EPOCHS", "TRAIN LOSS", "VAL LOSS", "BEST VAL LOSS (EPOCH)", "ACCURACY", "SAMPLES/S", "TIME")
+    shown = [i for i in range(len(titles)) if i < 2 or any(row[i] != "-" for row in summaries)]  # columns with a value
+    table = Table(title="summary", box=None, header_style="bold", title_justify="left")
+    for i in shown:
+        table.add_column(titles[i], justify="left" if i == 0 else "right", overflow="fold")
+    for row in summaries:
+        table.add_row(*(row[i] for i in shown))
     out.append(table)
     return out
 

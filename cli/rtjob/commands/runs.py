@@ -11,7 +11,7 @@ import rtjob_contract as contract
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError, Unreachable
 from ..core.model import Attempts, RunStatus
-from .events import PRINTED, log_stream, print_followed
+from .events import PRINTED, log_stream, print_followed, print_log
 from .options import (
     EXIT_CODES_HELP,
     backend_options,
@@ -162,25 +162,30 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
 @click.option("--tail", "tail_lines", type=click.IntRange(1), metavar="N", help="Only the last N lines.")
 @click.option("--attempt", "attempt", type=click.IntRange(1), metavar="N",
               help="The log of attempt N of a retried run (1: the first), from the run's storage or its cluster.")
+@click.option("--raw", is_flag=True,
+              help="Every line of the driver log, Ray's and rtjob's own lines too (the default shows what the "
+                   "script printed).")
 def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-         follow: bool, timeout: str | None, tail_lines: int | None, attempt: int | None) -> int:
-    """Print a run's log (all of it; --tail N the end; --follow keeps streaming; --attempt N one attempt's).
+         follow: bool, timeout: str | None, tail_lines: int | None, attempt: int | None, raw: bool) -> int:
+    """Print a run's log (all of it; --tail N the end; --follow keeps streaming; --attempt N one attempt's): what
+    its script printed; --raw adds Ray's and rtjob's own lines (the wrapper command, rtjob-event lines).
 
     \b
     Examples:
       rtjob logs RUN_ID --tail 50
       rtjob logs RUN_ID --follow --timeout 30m
-      rtjob logs RUN_ID --attempt 1
+      rtjob logs RUN_ID --attempt 1 --raw
     """
-    from ..core.redact import redact
     from ..runs.archive import archived_log, look_up
     from ..runs.events import Quiet
+    from ..runs.logview import TAIL_SLACK
 
     timeout_s = parse_timeout(timeout)
     if follow and tail_lines:
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     info, record = look_up(be, run_id, storage_root, Quiet())
+    read_lines = tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines  # some lines are not shown
     if record is not None and record.steps:  # a pipeline run: each step's log
         if attempt is not None:
             raise click.UsageError(f"--attempt: {run_id} is a pipeline run; ask for one step's run id")
@@ -189,29 +194,27 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
                                    f"submit {record.job_file or record.job} --submission-id {run_id} to follow it")
         from .pipeline import pipeline_logs
 
-        return pipeline_logs(be, record, storage_root, tail_lines)
+        return pipeline_logs(be, record, storage_root, tail_lines, raw)
     if attempt is not None:
         if follow:
             raise click.UsageError("--attempt and --follow: choose one (--follow follows the run's latest attempt)")
         from ..runs.archive import attempt_log
 
-        for text in attempt_log(be, run_id, attempt, info, record, storage_root, tail_lines):
-            echo(redact(text, info.secrets), nl=False)
+        print_log(attempt_log(be, run_id, attempt, info, record, storage_root, read_lines), info.secrets,
+                  tail_lines, raw)
         return EXIT_SUCCEEDED
     if record is not None:  # the cluster no longer knows it: the log archived when the run ended
         if follow and not info.status.terminal:
             raise click.UsageError(f"--follow: the cluster no longer knows run {run_id} ({info.message})")
-        for text in archived_log(record, tail_lines):  # streamed: a log of any size, never read whole
-            echo(redact(text, info.secrets), nl=False)
+        print_log(archived_log(record, read_lines), info.secrets, tail_lines, raw)  # streamed, never read whole
         return EXIT_SUCCEEDED
     if follow:
         from ..runs.submission import follow_to_end
 
-        followed = follow_to_end(be, run_id, out=log_stream("text"), timeout_s=timeout_s, stop_on_interrupt=False,
-                                 events=PRINTED)
+        followed = follow_to_end(be, run_id, out=log_stream("text", raw), timeout_s=timeout_s,
+                                 stop_on_interrupt=False, events=PRINTED)
         return print_followed(followed, "text", info)
-    text = be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)
-    echo(redact(text, info.secrets), nl=False)
+    print_log([be.last_lines(run_id, read_lines) if read_lines else be.logs(run_id)], info.secrets, tail_lines, raw)
     return EXIT_SUCCEEDED
 
 
@@ -277,13 +280,20 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     pipeline = find_pipeline(run_id, storage_root) if be.find(run_id) is None else None
     if pipeline is not None:  # a pipeline run: its supervisor and the step running now
+        from ..runs.steps import pipeline_state
         from ..runs.stopping import stop_pipeline
 
         stopped = stop_pipeline(be, pipeline)
         for one in stopped:
             say(f"{one.id}: {one.status.value}")
+        steps, final = pipeline_state(be, pipeline, storage_root)  # its final state, as `status` reads it
         if output != "text":
-            print_data({"id": run_id, "stopped": [run_json(one) for one in stopped]}, output)
+            print_data({"id": run_id, "status": final.value, "stopped": [run_json(one) for one in stopped],
+                        "steps": [{"name": step.get("name"), "id": step.get("run_id"),
+                                   "status": info.status.value if info else None} for step, info in steps]}, output)
+        else:
+            say(f"{run_id}: {final.value} (steps: " + ", ".join(
+                f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
         return EXIT_SUCCEEDED
     info = stop_run(be, run_id)
     if output != "text":

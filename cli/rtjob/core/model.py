@@ -41,6 +41,21 @@ def iso_time(ms: float | int | None) -> str | None:
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
 
 
+def stamp(when: str | None) -> str:
+    """A time as every command prints it: UTC to the second with a Z ("2026-11-27T10:06:08Z"), whatever precision
+    or zone it was recorded in (a naive time is UTC: rtjob records UTC); '-' for none; unreadable text as it is.
+    JSON output keeps the recorded value."""
+    if not when:
+        return "-"
+    try:
+        moment = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except ValueError:
+        return when
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=dt.timezone.utc)
+    return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 @dataclass
 class RunInfo:
     """What every backend reports about one run (the JSON contract of status/list/wait/stop/submit)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import BadInput
-from .model import RunInfo, RunStatus
+from .model import RunInfo, RunStatus, stamp
 
 # Bump when a field changes meaning; readers refuse a record from a newer rtjob. A new field with a default is
 # additive, not a bump: an older rtjob drops it when it reads the record (from_json), a newer one fills the default.
@@ -166,7 +166,7 @@ class RunRecord:
         not ended and was not seen for STALE_S is UNKNOWN (its driver's node may be gone), saying when it was seen."""
         status, message = self.run_status, self.message
         if not status.terminal and self.carried_by and self.last_seen and _older_than(self.last_seen, STALE_S):
-            status, message = RunStatus.UNKNOWN, f"its {self.carried_by} was last seen {self.last_seen}"
+            status, message = RunStatus.UNKNOWN, f"its {self.carried_by} was last seen {stamp(self.last_seen)}"
         return RunInfo(
             id=self.id, job=self.job, backend=self.backend, status=status, message=message,
             start_time=self.start_time or self.submitted_at, end_time=self.end_time, storage_uri=self.storage_uri,

@@ -33,6 +33,8 @@ def start_supervisor(pp: PipelinePlan, steps: list[StepPlan], events: RunEvents)
     for step in planned:  # the embedded cluster starts (and grows to the largest step) here: no client later
         if step.plan is not None:
             pp.backend.prepare(step.plan.job, events.note)
+    for upload in dict.fromkeys(s.plan.upload.describe() for s in planned if s.plan and s.plan.upload):
+        events.note(f"uploading working dir {upload}")  # as a single job's submit says it (steps share one, often)
     try:
         supervisor = Patience(events.note).call_sync(lambda: pp.backend.supervise_pipeline(
             pp.id, pp.storage_uri, pp.pipeline.name, [s.plan.request for s in planned if s.plan is not None]))

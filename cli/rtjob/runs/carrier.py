@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import RtjobError
-from ..core.model import RunStatus
+from ..core.model import RunStatus, stamp
 from .memory import stored
 
 if TYPE_CHECKING:
@@ -30,7 +30,7 @@ class Carrier:
     def describe(self) -> str:
         if self.alive:
             return "supervisor (alive)"
-        seen = f"last seen {self.last_seen}" if self.last_seen else "never seen"
+        seen = f"last seen {stamp(self.last_seen)}" if self.last_seen else "never seen"
         return f"supervisor ({self.status.lower()}, {seen})"
 
 

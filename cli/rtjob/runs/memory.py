@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import BadInput, RtjobError, Unreachable
-from ..core.model import RunInfo, RunStatus
+from ..core.model import RunInfo, RunStatus, stamp
 from ..core.record import RunRecord
 from .places import writable_here
 from .records import now
@@ -175,5 +175,5 @@ def remembered_info(record: RunRecord) -> RunInfo:
     if not record.run_status.terminal:
         info.status = RunStatus.UNKNOWN
         info.message = (f"its cluster no longer knows this run; last seen {record.status} at "
-                        f"{record.updated_at or record.submitted_at or '?'}, its end was never recorded")
+                        f"{stamp(record.updated_at or record.submitted_at)}, its end was never recorded")
     return info

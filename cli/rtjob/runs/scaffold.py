@@ -45,8 +45,9 @@ _JOB = """\
 name: {name}
 description: {description}
 entrypoint: {entrypoint}
-# Where your script writes: rtjob sets RTJOB_RUN_DIR to this run's folder in its storage (the embedded cluster's
-# by default; `storage` in rtjob.toml), so `entrypoint: python train.py --output-dir "$RTJOB_RUN_DIR"` lets
+# Where your script writes: RTJOB_RUN_DIR, a local folder on the driver's node that rtjob syncs to this run's
+# folder in its storage (RTJOB_RUN_URI: the embedded cluster's by default, `storage` in rtjob.toml; with a local
+# folder as storage it is that folder). `entrypoint: python train.py --output-dir "$RTJOB_RUN_DIR"` lets
 # `rtjob pull RUN_ID` and `rtjob results RUN_ID` find what it wrote (results reads metrics.json there).
 # Flags appended to the entrypoint (`--epochs 2`); --set args.epochs=5 overrides one per run.
 args: {{}}

@@ -15,7 +15,7 @@ from typing import Any
 from ..core.errors import BadInput
 from ..jobspec.project import PULLED_RUNS_DIR
 from .pull_plan import PullItem
-from .stores import LOCK, MANIFEST, PARTIAL_SUFFIX, create_file
+from .stores import LEGACY_MANIFEST, LOCK, MANIFEST, PARTIAL_SUFFIX, PULL_DIR, create_file
 
 
 def default_destination(name: str) -> Path:
@@ -29,20 +29,22 @@ class Manifest:
 
     def __init__(self, dest: Path) -> None:
         self.path = dest / MANIFEST
+        self.legacy = dest / LEGACY_MANIFEST  # an older pull's, in DIR itself: taken over, removed at close
         self.entries: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._fh: Any = None
-        try:
-            with open(self.path, encoding="utf-8") as f:
-                for line in f:
-                    try:
-                        entry = json.loads(line)
-                    except ValueError:
-                        continue  # a line cut by a killed pull
-                    if isinstance(entry, dict) and isinstance(entry.get("rel"), str):
-                        self.entries[entry["rel"]] = entry
-        except FileNotFoundError:
-            pass
+        for path in (self.legacy, self.path):  # the current one wins
+            try:
+                with open(path, encoding="utf-8") as f:
+                    for line in f:
+                        try:
+                            entry = json.loads(line)
+                        except ValueError:
+                            continue  # a line cut by a killed pull
+                        if isinstance(entry, dict) and isinstance(entry.get("rel"), str):
+                            self.entries[entry["rel"]] = entry
+            except FileNotFoundError:
+                pass
 
     def matches(self, item: PullItem, st: os.stat_result) -> bool:
         entry = self.entries.get(item.rel)
@@ -78,12 +80,13 @@ class Manifest:
                     continue
                 if st.st_size == entry.get("size") and st.st_mtime_ns == entry.get("mtime_ns"):
                     keep.append(entry)
-            if not keep and not self.path.exists():
-                return
-            tmp = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
-            with create_file(tmp) as f:
-                f.writelines((json.dumps(entry) + "\n").encode() for entry in keep)
-            os.replace(tmp, self.path)
+            if keep or self.path.exists():
+                tmp = self.path.with_name(self.path.name + PARTIAL_SUFFIX)
+                with create_file(tmp) as f:
+                    f.writelines((json.dumps(entry) + "\n").encode() for entry in keep)
+                os.replace(tmp, self.path)
+            if self.legacy.is_file() and not self.legacy.is_symlink():
+                self.legacy.unlink()
 
 
 def remove_partials(dest: Path) -> int:
@@ -115,20 +118,44 @@ def refuse_link(path: Path) -> None:
 @contextlib.contextmanager
 def destination_lock(dest: Path) -> Iterator[None]:
     """One pull at a time per destination: a second one fails at once (and leaves the first one's partial
-    files alone) instead of waiting behind it or racing it for the same files."""
-    import filelock
+    files alone) instead of waiting behind it or racing it for the same files. The lock file lives in DIR/.rtjob/
+    only while the pull runs: it is removed (still held) when the pull ends, so a pull that waited on the removed
+    file finds it is no longer the lock and takes the new one."""
+    import fcntl
 
-    path = dest / LOCK
-    refuse_link(path)  # filelock before 3.13 follows a link (and truncates what it points to)
-    lock = filelock.FileLock(str(path), timeout=0)
+    folder = dest / PULL_DIR
+    refuse_link(folder)
     try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise BadInput(f"{dest}: another rtjob pull is writing into this folder; wait for it to finish "
-                       "or pull somewhere else") from None
+        folder.mkdir(exist_ok=True)
     except OSError as exc:
-        raise BadInput(f"{dest}: cannot lock the folder for the pull: {exc.strerror or exc}") from None
+        raise BadInput(f"{dest}: cannot make {PULL_DIR}/ for the pull's own files: {exc.strerror or exc}") from None
+    path = dest / LOCK
+    refuse_link(path)
+    for _ in range(3):  # a lock file removed by the pull that held it: open the next one
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise BadInput(f"{dest}: cannot lock the folder for the pull: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise BadInput(f"{dest}: another rtjob pull is writing into this folder; wait for it to finish "
+                           "or pull somewhere else") from None
+        try:
+            current = os.stat(path, follow_symlinks=False).st_ino
+        except FileNotFoundError:
+            current = None
+        if current == os.fstat(fd).st_ino:
+            break
+        os.close(fd)
+    else:
+        raise BadInput(f"{dest}: another rtjob pull keeps taking this folder's lock; pull again")
     try:
         yield
     finally:
-        lock.release()
+        with contextlib.suppress(OSError):
+            path.unlink()
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only when empty: no manifest (nothing was pulled)

@@ -4,7 +4,7 @@
   engines.py that can serve the endpoint: obstore, the AWS CRT, botocore + s3transfer); sizes and ETags come from
   the listing (no HEAD per file) and every GET carries the listed ETag (If-Match), so a file rewritten mid-pull
   fails instead of landing half-old.
-- Resumable: every finished file is recorded in ``DIR/.rtjob-pull.jsonl`` (key, size, ETag, local mtime), so a
+- Resumable: every finished file is recorded in ``DIR/.rtjob/pull.jsonl`` (key, size, ETag, local mtime), so a
   re-pull skips it without reading it; a file with no record is skipped when its size and content match
   (``Store.same_content``: the S3 ETag, or a byte comparison for local storage). A download is written to
   ``NAME.rtjob-partial`` and renamed only once complete and of the listed size: a killed pull leaves no truncated
@@ -14,7 +14,7 @@
   (they would overwrite each other on macOS or Windows), are refused and reported (keys.py, pull_plan.py);
   zero-byte folder markers are skipped, and so are FIFOs, sockets and devices in local storage (listed, never
   opened). rtjob's own files in DIR are never written through a symbolic link, and one pull at a time writes
-  into DIR (``.rtjob-pull.lock``).
+  into DIR (``.rtjob/pull.lock``, removed when it ends).
 This module prints nothing: it reports bytes through ``Progress`` and the outcome as a ``PullReport``; the
 commands word them (commands/pull_report.py).
 """
@@ -39,7 +39,7 @@ from .location import Location
 from .opening import open_store
 from .pull_plan import PullItem, PullPlan, plan_pull
 from .s3errors import describe_error, is_denial
-from .stores import MANIFEST, PARTIAL_SUFFIX, RemoteFile, Store
+from .stores import MANIFEST, PARTIAL_SUFFIX, PULL_DIR, RemoteFile, Store
 
 
 class Progress(Protocol):
@@ -132,6 +132,7 @@ def _execute(plan: PullPlan, dest: Path, progress: Progress | None) -> PullRepor
     if dest.exists() and not dest.is_dir():
         raise BadInput(f"--to {dest}: exists and is not a folder")
     dest.mkdir(parents=True, exist_ok=True)
+    refuse_link(dest / PULL_DIR)
     refuse_link(dest / MANIFEST)
     with destination_lock(dest):
         _fill(plan, dest, progress, report)

@@ -36,7 +36,8 @@ class Sample:
 
 
 def _listed(paths: list[Path], folder: Path) -> list[Sample]:
-    files = sorted((p for p in paths if not is_bookkeeping(p.name)), key=lambda p: natural_key(str(p.relative_to(folder))))
+    files = sorted((p for p in paths if not any(is_bookkeeping(part) for part in p.relative_to(folder).parts)),
+                   key=lambda p: natural_key(str(p.relative_to(folder))))
     out = []
     for path in files:
         match = _EPOCH.match(path.name)

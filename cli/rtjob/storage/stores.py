@@ -23,16 +23,20 @@ from ..core.errors import BadInput, RtjobError
 from ..core.files import write_atomically
 from .location import Location
 
-# rtjob pull's own bookkeeping in a destination folder (never taken from storage).
+# rtjob pull's own bookkeeping in a destination folder (never taken from storage): one hidden folder that keeps the
+# resumable manifest, and the lock while a pull runs (removed when it ends); partial files beside the real names.
 PARTIAL_SUFFIX = ".rtjob-partial"
-MANIFEST = ".rtjob-pull.jsonl"
-LOCK = ".rtjob-pull.lock"
+PULL_DIR = ".rtjob"
+MANIFEST = f"{PULL_DIR}/pull.jsonl"
+LOCK = f"{PULL_DIR}/pull.lock"
+LEGACY_MANIFEST = ".rtjob-pull.jsonl"  # where pulls before the hidden folder kept it: read once, then removed
+LEGACY_NAMES = (LEGACY_MANIFEST, ".rtjob-pull.lock")
 
 
 def is_bookkeeping(name: str) -> bool:
-    """One of rtjob pull's own names (case-insensitively: on macOS ``.RTJOB-PULL.JSONL`` is the manifest)."""
+    """One of rtjob pull's own names, a path segment (case-insensitively: on macOS ``.RTJOB`` is the folder)."""
     name = name.casefold()
-    return name in (MANIFEST, LOCK) or PARTIAL_SUFFIX in name
+    return name == PULL_DIR or name in LEGACY_NAMES or PARTIAL_SUFFIX in name
 
 
 def create_file(path: Path | str, append: bool = False) -> BinaryIO:
@@ -193,7 +197,9 @@ class LocalStore(Store):
         for dirpath, dirnames, filenames in os.walk(root):
             rel_dir = os.path.relpath(dirpath, root)
             for name in list(dirnames):
-                if os.path.islink(os.path.join(dirpath, name)):
+                if is_bookkeeping(name):
+                    dirnames.remove(name)  # a folder rtjob pulled into: its bookkeeping is not part of the run
+                elif os.path.islink(os.path.join(dirpath, name)):
                     dirnames.remove(name)  # never follow a link out of the run's folder
                     self.refused.append((_join(rel_dir, name) + "/", "symbolic link"))
             for name in filenames:

@@ -355,10 +355,14 @@ def sample_stream(record: RunRecord, name: str) -> tuple[str, Iterator[bytes]]:
 
 
 def log_tail(record: RunRecord, lines: int | None = LOG_TAIL_LINES) -> Iterator[str]:
-    """The run's stored log as text chunks ending at line ends (its last ``lines``; None: all of it), streamed."""
+    """The user's view of the run's stored log (runs/logview.py) as text chunks ending at line ends (its last
+    ``lines``; None: all of it), streamed."""
     from ..runs.archive import archived_log
+    from ..runs.logview import TAIL_SLACK, user_chunks, user_tail
 
-    return archived_log(record, lines)
+    if lines is None:
+        return user_chunks(archived_log(record, None))
+    return iter([user_tail(archived_log(record, lines + TAIL_SLACK), lines)])
 
 
 def log_search(record: RunRecord, needle: str, limit: int = 1000) -> Iterator[tuple[int, str]]:
@@ -418,7 +422,9 @@ class LogFollower:
             for rel in fresh:
                 out.extend(objects.stream(rel))
                 self.seen.add(rel)
-        return b"".join(out).decode("utf-8", errors="replace")
+        from ..runs.logview import user_text
+
+        return user_text(b"".join(out).decode("utf-8", errors="replace"))  # parts end at line ends
 
 
 # -- compare ----------------------------------------------------------------------------------------------

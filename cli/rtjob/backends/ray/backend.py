@@ -205,11 +205,9 @@ class RayJobsBackend(Backend):
             from ray.job_submission import JobSubmissionClient
         except ImportError:
             raise BadInput("submitting to Ray needs Ray: pip install 'rtjob[ray]'") from None
-        import logging
+        from .client import quiet_ray_client
 
-        # Ray logs every packaging step at INFO/WARNING; rtjob reports what matters itself.
-        for name in ("ray", "ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+        quiet_ray_client()  # Ray logs every packaging step at INFO/WARNING; rtjob reports what matters itself
         try:
             _within(SUBMIT_TIMEOUT_S(), self.address, lambda: self._upload_and_submit(JobSubmissionClient, request))
         except (ConnectionError, requests.exceptions.RequestException) as exc:

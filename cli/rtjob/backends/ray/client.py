@@ -21,6 +21,13 @@ READ_TIMEOUT_S = 30.0
 TRANSIENT_STATUS = frozenset({502, 503, 504})
 
 
+def quiet_ray_client() -> None:
+    """Ray's client, as rtjob's submit and uploads use it, says nothing below an error (core/verbosity.py)."""
+    from ...core.verbosity import quiet_loggers
+
+    quiet_loggers("ray", "ray.dashboard.modules.dashboard_sdk", "ray._private.runtime_env.packaging")
+
+
 def normalize_address(address: str) -> str:
     """``head:8265`` → ``http://head:8265``; anything that is not an http(s) URL with a host and a valid port is
     one line of bad input (before any request is made)."""

@@ -396,11 +396,13 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1, gpus_per_node: int
                     others = _spawn_nodes(cluster, 2, nodes, cpus_per_node, say, agent_ports[PORTS_PER_NODE:],
                                           gpus_per_node)
             _finish_ray(head, what, deadline)
+            say("head node started; waiting for its dashboard")
         finally:
             if head.poll() is None:  # interrupted while waiting: `ray start` must not outlive the cleanup
                 head.kill()
                 head.wait()
         _require_nodes(cluster, 1)
+        say(f"dashboard ready: {cluster.address}")
     except BaseException:
         for proc in others.values():
             if proc.poll() is None:
@@ -409,7 +411,7 @@ def _start_head(cpus_per_node: int, say: Log, nodes: int = 1, gpus_per_node: int
         _discard(cluster)  # the other nodes' folders lie under the head's: they are stopped with it
         raise
     if others:
-        _join_nodes(cluster, others)
+        _join_nodes(cluster, others, say)
         _require_nodes(cluster, nodes)  # so that `up` counts them all and adds none again
     return cluster
 
@@ -425,7 +427,7 @@ def _gcs_ready(temp_dir: str) -> bool:
 def _add_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log) -> None:
     """Add nodes ``first``..``nodes`` to a running cluster, all at once (``_spawn_nodes``, ``_join_nodes``), with
     the GPUs per node the cluster was started with."""
-    _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say, None, cluster.gpus_per_node))
+    _join_nodes(cluster, _spawn_nodes(cluster, first, nodes, cpus_per_node, say, None, cluster.gpus_per_node), say)
 
 
 def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: int, say: Log,
@@ -459,10 +461,10 @@ def _spawn_nodes(cluster: LocalCluster, first: int, nodes: int, cpus_per_node: i
     return started
 
 
-def _join_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]]) -> None:
-    """Wait for each started node's `ray start`. If any fails, the nodes that failed are stopped (the
-    others and the head are fine, as when one node of a sequence failed) and the first failure is
-    reported in one line."""
+def _join_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]], say: Log | None = None) -> None:
+    """Wait for each started node's `ray start` (``say``: a line as each one has joined). If any fails, the nodes
+    that failed are stopped (the others and the head are fine, as when one node of a sequence failed) and the
+    first failure is reported in one line."""
     deadline = time.monotonic() + _seconds(START_TIMEOUT_ENV, START_TIMEOUT_S)
     failed: dict[int, Unreachable] = {}
     joined: set[int] = set()
@@ -471,6 +473,8 @@ def _join_nodes(cluster: LocalCluster, started: dict[int, subprocess.Popen[str]]
             try:
                 _finish_ray(proc, f"add node {index} to the embedded cluster", deadline)
                 joined.add(index)
+                if say is not None:
+                    say(f"node {index} joined")
             except Unreachable as exc:
                 failed[index] = exc
     except BaseException:  # interrupted: no half-started node stays

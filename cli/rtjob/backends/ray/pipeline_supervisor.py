@@ -25,7 +25,7 @@ import rtjob_contract as contract
 
 from ...core.model import SubmitResult
 from ..base import PipelineHooks
-from .client import RayJobsAPI
+from .client import RayJobsAPI, quiet_ray_client
 from .request import RayJobRequest
 from .retries import RayRetries
 from .supervisor import (
@@ -242,6 +242,7 @@ def upload_packages(address: str, api: RayJobsAPI, request: RayJobRequest) -> Ra
 
     from ray.job_submission import JobSubmissionClient
 
+    quiet_ray_client()  # as a single job's submit: rtjob says "uploading working dir" itself
     client = JobSubmissionClient(address, headers=api.headers, verify=api.verify, create_cluster_if_needed=False)
     runtime_env = copy.deepcopy(request.runtime_env)
     client._upload_working_dir_if_needed(runtime_env)  # noqa: SLF001 - Ray's own upload, the one submit_job uses
