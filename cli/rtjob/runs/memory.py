@@ -77,7 +77,9 @@ def with_run_side(record: RunRecord) -> RunRecord:
     """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
     seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
     stored = stored_record(record)
-    return record if stored is None else record.keeping_run_side(stored)
+    from ..core.lifecycle import merge
+
+    return merge(record, stored)
 
 
 def remember(record: RunRecord) -> None:

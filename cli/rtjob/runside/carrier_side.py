@@ -1,16 +1,23 @@
 """The run side of a supervisor (rtjob.runside.supervisor): the run's folder as it sees it (the stop marker, the
-record's heartbeat, a retry's notice, a run it cannot retry). Imports at module level: the stdlib and
-rtjob_contract only (the cluster runs it)."""
+record's heartbeat, a retry's notice, a run it cannot retry). Imports at module level: the stdlib,
+rtjob_contract and the lifecycle kernel only (the cluster runs it). Each write is one of the kernel's transitions
+(beat, retrying, gave_up) through its one writer call."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-WRITER = "supervisor"
+from ..core.lifecycle import Writer
+
+if TYPE_CHECKING:
+    from ..core.record import RunRecord  # noqa: F401 - the annotations' name (imported where it is made)
+
+WRITER = Writer.SUPERVISOR.recorded_as  # the name the record keeps (carried_by, completed_by)
 
 
 def say(text: str) -> None:
@@ -40,26 +47,36 @@ class RunSide:
             say(f"stop marker not readable: {getattr(exc, 'message', None) or type(exc).__name__}")
             return False
 
-    def beat(self, attempt: str | None) -> None:
-        """``carried_by: supervisor`` and ``last_seen`` now in the run's record (``attempt``: None when the run has
-        ended: the record still names the supervisor as who carried it)."""
+    def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool, create: bool = False,
+               tell: Callable[[RunRecord], None] | None = None) -> RunRecord | None:
+        """A transition of the run's record (core/lifecycle) through the kernel's one writer call: the record,
+        then (``indexed``) its index entry, then (``tell``) the notification. ``create``: a record made when the
+        run's folder has none yet; else a missing record is left missing."""
         if not self.run_uri:
-            return
+            return None
+        from ..core import lifecycle
         from ..core.record import RunRecord
-        from ..storage.records import update_record
+        from ..storage.run_ports import run_ports
 
         run_uri = self.run_uri
 
-        def change(stored: RunRecord | None) -> RunRecord:
+        def change(stored: RunRecord | None) -> RunRecord | None:
+            if stored is None and not create:
+                return None
             record = stored or RunRecord(id=self.run_id, job=os.environ.get(contract.ENV_JOB_NAME) or None,
                                          backend=os.environ.get(contract.ENV_BACKEND) or "unknown",
                                          storage_uri=run_uri)
-            record.carried_by = WRITER
-            record.last_seen = _now()
-            record.updated_at = record.last_seen
+            transition(record)
             return record
 
-        update_record(run_uri, None, change)
+        return lifecycle.write(run_ports(run_uri), change, indexed=indexed, tell=tell)
+
+    def beat(self, attempt: str | None) -> None:
+        """``carried_by: supervisor`` and ``last_seen`` now in the run's record (``attempt``: None when the run has
+        ended: the record still names the supervisor as who carries it). No index entry: not a status change."""
+        from ..core import lifecycle
+
+        self._write(lambda record: lifecycle.beat(record, Writer.SUPERVISOR), indexed=False, create=True)
         del attempt
 
     def tell(self, message: Any, *, run_end: bool = False) -> None:
@@ -91,11 +108,18 @@ class RunSide:
         send(config, message, claim, say=say)
 
     def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
-        """`notify: on: [retrying]`: the retry it submitted told to the run's targets, once (the
-        ``rtjob-notified-retrying-N`` marker, as a client that submits a retry claims it)."""
+        """The retry it submitted: the record's ``retrying`` transition (PENDING again, indexed), then
+        `notify: on: [retrying]` told to the run's targets once (the ``rtjob-notified-retrying-N`` marker, as a
+        client that submits a retry claims it)."""
+        from ..core import lifecycle
         from ..runs.notify import Message
 
         self.archive_log(failed)
+        try:
+            self._write(lambda record: lifecycle.retrying(record, attempt, reason, failed, retry, by=Writer.SUPERVISOR),
+                        indexed=True)
+        except Exception as exc:  # noqa: BLE001 - the retry runs; its companion records its start
+            say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
         self.tell(Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
                           outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
                           error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}"))
@@ -112,27 +136,14 @@ class RunSide:
             say(f"log of {attempt_id} not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
 
     def gave_up(self, line: str) -> None:
-        """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message."""
-        if not self.run_uri:
-            return
-        from ..core.model import RunStatus
-        from ..core.record import RunRecord
-        from ..storage.records import update_record
-
-        def change(stored: RunRecord | None) -> RunRecord | None:
-            if stored is None:
-                return None
-            stored.status = RunStatus.FAILED.value
-            stored.message = line
-            stored.updated_at = _now()
-            return stored
+        """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message, the
+        index hears it, and the run's end is told (its last attempt's companion left `failed` untold: a retry was
+        due)."""
+        from ..core import lifecycle
+        from .outcome import message_for
 
         try:
-            record = update_record(self.run_uri, None, change)
+            self._write(lambda record: lifecycle.gave_up(record, line, by=Writer.SUPERVISOR), indexed=True,
+                        tell=lambda record: self.tell(message_for(record), run_end=True))
         except Exception as exc:  # noqa: BLE001 - the line is in the supervisor's log already
             say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
-            return
-        if record is not None:  # its last attempt's companion left `failed` untold: a retry was due
-            from .outcome import message_for
-
-            self.tell(message_for(record), run_end=True)

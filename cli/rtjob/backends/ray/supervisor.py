@@ -26,10 +26,11 @@ import rtjob_contract as contract
 
 from ...core.errors import RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
+from ...core.retry_rule import retries_left
 from ..base import CarryHooks
 from .client import RayJobsAPI, discover_token
 from .request import RayJobRequest
-from .retries import RayRetries, max_retries_of, retry_reason, root_id
+from .retries import RayRetries, attempt_of, max_retries_of, retry_reason, root_id
 
 MODULE = contract.SUPERVISOR_MODULE
 CARRIED_BY = contract.CARRIER_BACKEND  # the registered backend whose `carry` runs on the cluster (the embedded cluster's too)
@@ -73,11 +74,7 @@ def needs_new_supervisor(api: RayJobsAPI, run_id: str, latest: dict[str, Any] | 
     last = api.job(chain[-1].id) or {}
     if last.get("status") not in TERMINAL:
         return True
-    try:
-        attempt = int((last.get("metadata") or {}).get(contract.META_ATTEMPT, 1))
-    except ValueError:
-        attempt = 1
-    return retry_reason(last) is not None and attempt <= max_retries_of(last)
+    return retry_reason(last) is not None and retries_left(attempt_of(last), max_retries_of(last))
 
 
 def no_submit(request: RayJobRequest) -> SubmitResult:
@@ -265,11 +262,8 @@ class Supervisor:
         retries it; None when the run has ended."""
         reason = retry_reason(data)
         allowed = max_retries_of(data)
-        try:
-            attempt = int((data.get("metadata") or {}).get(contract.META_ATTEMPT, 1))
-        except ValueError:
-            attempt = 1
-        if reason is None or attempt > allowed:
+        attempt = attempt_of(data)
+        if reason is None or not retries_left(attempt, allowed):
             if reason is not None:
                 self.hooks.say(f"{current} FAILED: {reason}; no retries left (max_retries {allowed})")
             return None
