@@ -25,11 +25,9 @@ import rtjob_contract as contract
 
 from .errors import RtjobError
 from .model import RunStatus
-from .record import END_FIELDS, RunRecord
+from .record import END_FIELDS, STALE_S, RunRecord
 from .retry_rule import AttemptEnd, retry_reason
 
-# A run-side carrier refreshes last_seen every 30 s: three missed beats and the run's state is not known.
-STALE_S = 90
 ENDS = frozenset(s.value for s in RunStatus if s.terminal)
 LATEST_LOG = f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"  # the latest attempt's whole log
 
@@ -227,12 +225,9 @@ def ended(record: RunRecord, status: RunStatus, by: Writer, at: str | None = Non
 
 def stale(record: RunRecord, seconds: float = STALE_S) -> str | None:
     """The reader's verdict on a run not ended whose run side was not seen for ``seconds``: why its state is
-    UNKNOWN (one line), or None when it is not stale. Never written: the run may still be alive."""
-    if record.run_status.terminal or not record.carried_by or not record.last_seen:
-        return None
-    if not _older_than(record.last_seen, seconds):
-        return None
-    return f"its {record.carried_by} was last seen {record.last_seen}"
+    UNKNOWN (one line), or None when it is not stale. Never written: the run may still be alive. (Computed by the
+    record itself, whose to_run_info every reader prints: core/record.py cannot import this module.)"""
+    return record.stale_why(seconds)
 
 
 def forgotten(record: RunRecord) -> str | None:
@@ -242,16 +237,6 @@ def forgotten(record: RunRecord) -> str | None:
         return None
     return (f"its cluster no longer knows this run; last seen {record.status} at "
             f"{record.updated_at or record.submitted_at or '?'}, its end was never recorded")
-
-
-def _older_than(when: str, seconds: float) -> bool:
-    try:
-        stamp = dt.datetime.fromisoformat(when)
-    except ValueError:
-        return False
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.timezone.utc)
-    return (dt.datetime.now(dt.timezone.utc) - stamp).total_seconds() > seconds
 
 
 # ---------------------------------------------------------------------------------------------------------------

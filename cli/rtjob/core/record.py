@@ -19,6 +19,8 @@ from .model import RunInfo, RunStatus
 # Bump when a field changes meaning; readers refuse a record from a newer rtjob. A new field with a default is
 # additive, not a bump: an older rtjob drops it when it reads the record (from_json), a newer one fills the default.
 RECORD_SCHEMA = 1
+# A run-side carrier refreshes last_seen every 30 s: three missed beats and the run's state is not known.
+STALE_S = 90
 
 # What a run's end sets in its record.
 END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
@@ -134,13 +136,19 @@ class RunRecord:
             "git_dirty": git.get("dirty"), "cost_usd": cost.get("estimated_usd"),
         }
 
+    def stale_why(self, seconds: float = STALE_S) -> str | None:
+        """lifecycle.stale: why a run not ended whose run side was not seen for ``seconds`` is UNKNOWN, or None."""
+        if self.run_status.terminal or not self.carried_by or not self.last_seen:
+            return None
+        if not _older_than(self.last_seen, seconds):
+            return None
+        return f"its {self.carried_by} was last seen {self.last_seen}"
+
     def to_run_info(self) -> RunInfo:
         """The record as the RunInfo every command prints (status, list, wait). A run its companion carried that has
-        not ended and was not seen for lifecycle.STALE_S is UNKNOWN (its driver's node may be gone), saying when it was seen."""
-        from .lifecycle import stale
-
+        not ended and was not seen for STALE_S is UNKNOWN (its driver's node may be gone), saying when it was seen."""
         status, message = self.run_status, self.message
-        why = stale(self)
+        why = self.stale_why()
         if why is not None:
             status, message = RunStatus.UNKNOWN, why
         return RunInfo(
@@ -171,6 +179,18 @@ class RunRecord:
         record = cls(id=info.id, job=info.job, backend=info.backend)
         record.observe(info)
         return record
+
+
+def _older_than(when: str, seconds: float) -> bool:
+    import datetime as dt
+
+    try:
+        stamp = dt.datetime.fromisoformat(when)
+    except ValueError:
+        return False
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=dt.timezone.utc)
+    return (dt.datetime.now(dt.timezone.utc) - stamp).total_seconds() > seconds
 
 
 def spec_hash(spec: dict[str, Any]) -> str:
