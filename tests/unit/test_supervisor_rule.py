@@ -303,3 +303,30 @@ def test_the_last_replacement_still_carries_the_run() -> None:
     h = Harness(api)
     assert h.supervisor().run() == 0
     assert [r.run_id for r in h.sent] == [f"{RUN}-retry1"] and h.gave_up == []
+
+
+def test_the_supervisors_own_log_is_archived_with_the_run_masked(tmp_path) -> None:
+    """rtjob.runside.supervisor's last act, in a real process whose stdout is a file (as Ray's driver log is): its
+    own log beside the run's, its secrets masked, listed in the run's record."""
+    import json
+    import subprocess
+    import sys
+
+    from support.cli import REPO
+
+    folder = tmp_path / "count" / RUN
+    folder.mkdir(parents=True)
+    out = tmp_path / "driver.log"
+    code = ("from rtjob.runside.carrier_side import RunSide, say\n"
+            f"side = RunSide({RUN!r}, {str(folder)!r})\n"
+            "side.beat(None)\n"
+            "say('retry 1/1: submitted t-run-1-retry1 with AKIAsecretvalue1234')\n"
+            "side.archive_own_log()\n")
+    env = {"PYTHONPATH": f"{REPO / 'cli'}:{REPO}", "PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "AKIAsecretvalue1234",
+           "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"metadata": {"job_submission_id": f"{RUN}-supervisor-2"}})}
+    with out.open("wb") as stdout:
+        subprocess.run([sys.executable, "-c", code], stdout=stdout, env=env, check=True, timeout=60)
+    archived = (folder / "logs" / f"{RUN}-supervisor-2.log").read_text()
+    assert "retry 1/1: submitted t-run-1-retry1" in archived and "AKIAsecretvalue1234" not in archived
+    record = json.loads((folder / "rtjob-run.json").read_text())
+    assert record["logs"] == [f"logs/{RUN}-supervisor-2.log"] and record["carried_by"] == "supervisor"

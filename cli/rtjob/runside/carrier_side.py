@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from ..core.lifecycle import Writer
 if TYPE_CHECKING:
     from ..core.record import RunRecord  # noqa: F401 - the annotations' name (imported where it is made)
 
+OWN_LOG_BYTES = 4 << 20  # the supervisor's own log, archived at its end: its last 4 MiB (a line every retry)
 WRITER = Writer.SUPERVISOR.recorded_as  # the name the record keeps (carried_by, completed_by)
 
 
@@ -134,6 +136,35 @@ class RunSide:
             archive_attempt_log(self.run_uri, None, attempt_id)
         except Exception as exc:  # noqa: BLE001 - its parts stay readable
             say(f"log of {attempt_id} not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
+
+    def archive_own_log(self) -> None:
+        """The supervisor's own log (its stdout, the file Ray writes its driver log to), masked with the run's
+        secrets, as ``logs/<supervisor id>.log`` beside the run's, listed in its record: why it retried or gave up
+        stays readable once its cluster is gone."""
+        if not self.run_uri:
+            return
+        from ..core.redact import redact, secret_values
+        from ..storage.records import write_log
+        from .outcome import job_metadata
+
+        try:
+            sys.stdout.flush()
+            source = os.readlink("/proc/self/fd/1")
+            if not os.path.isfile(source):
+                return
+            with open(source, "rb") as f:
+                f.seek(max(0, os.path.getsize(source) - OWN_LOG_BYTES))
+                text = f.read().decode("utf-8", errors="replace")
+            own_id = str(job_metadata(os.environ).get("job_submission_id") or f"{self.run_id}-supervisor")
+            rel = write_log(self.run_uri, contract.attempt_log_name(own_id),
+                            redact(text, secret_values(os.environ)), None)
+
+            def listed(record: RunRecord) -> None:
+                record.logs = list(dict.fromkeys([*record.logs, rel]))
+
+            self._write(listed, indexed=False)
+        except Exception as exc:  # noqa: BLE001 - its log stays on the cluster while the cluster lives
+            say(f"own log not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
 
     def gave_up(self, line: str) -> None:
         """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message, the
