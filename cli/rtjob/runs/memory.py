@@ -173,9 +173,10 @@ def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
 
 def remembered_info(record: RunRecord) -> RunInfo:
     """What a record says of a run its cluster no longer knows: an end never seen is UNKNOWN, not RUNNING."""
+    from ..core.lifecycle import forgotten
+
     info = record.to_run_info()
-    if not record.run_status.terminal:
-        info.status = RunStatus.UNKNOWN
-        info.message = (f"its cluster no longer knows this run; last seen {record.status} at "
-                        f"{record.updated_at or record.submitted_at or '?'}, its end was never recorded")
+    why = forgotten(record)
+    if why is not None:
+        info.status, info.message = RunStatus.UNKNOWN, why
     return info
