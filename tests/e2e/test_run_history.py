@@ -58,6 +58,12 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     # RUNNING is the job's start: the companion seeds the run's folder before the script prints its first line.
     wait_for(lambda: " of 100000" in rtjob("logs", cut_id, "--tail", "5", env=env).stdout, timeout=120,
              what=f"{cut_id}'s first lines")
+    # While it runs, every listing says RUNNING: the team's index (its companion's start wrote an entry) from a
+    # teammate's fresh HOME, and this machine's ledger.
+    teammate = {**base_env(tmp_path / "teammate-home"), **s3.env()}
+    running = {r["id"]: r for r in json.loads(ok(rtjob("runs", "--storage", storage, "-o", "json", env=teammate)))}
+    assert running[cut_id]["status"] == "RUNNING", running[cut_id]
+    assert {r["id"]: r for r in json.loads(ok(rtjob("runs", "-o", "json", env=env)))}[cut_id]["status"] == "RUNNING"
     record = json.loads(s3.client().get_object(Bucket=BUCKET, Key=f"team/checkpoints/{done_id}/rtjob-run.json")
                         ["Body"].read())
     assert record["status"] == "SUCCEEDED" and record["archived"] is True

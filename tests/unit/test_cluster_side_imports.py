@@ -1,59 +1,37 @@
 """What a process on the cluster may import: a stock `ray[default]` image has the stdlib, `requests` and rtjob's
-contract package, not the CLI's libraries. Each module in CLUSTER_SIDE is imported in a fresh interpreter in which
-importing any of those libraries fails, so a module-level import of one (direct or through another rtjob module)
-is caught here, not on a cluster."""
+contract package, not the CLI's libraries.
+
+The modules the run side loads are not a hand-kept list: they are every rtjob module reachable, by any import
+(module level or inside a function, as import-linter's graph sees them), from the modules Ray runs (the companion,
+the supervisor, and the Ray backend the supervisor reaches through the registry). All of them are imported in ONE
+fresh interpreter in which importing any of the CLI's libraries fails, so a module-level import of one (direct or
+through another rtjob module) is caught here, not on a cluster. The few modules the graph reaches only through a
+function the run side never calls (CLI_ONLY) must be exactly the ones that fail, so the exception cannot go stale.
+"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
-import pytest
+import grimp
 from support.cli import REPO
+
+import rtjob_contract as contract
 
 CLI = REPO / "cli"
 
-# The modules a process on the cluster imports: the REST client, the retry rule, the record and its writers, the
-# redactor, and the run lifecycle core of runs/ (submit and record, follow to the end, archive, memory, events).
-CLUSTER_SIDE = (
-    "rtjob.backends.ray.client",  # the Jobs API's REST client
-    "rtjob.backends.ray.retries",  # the retry rule
-    "rtjob.core.record",  # the run record
-    "rtjob.storage.records",  # the record and log writers
-    "rtjob.storage.index",  # the run index entry a run's end writes (write_run_entry)
-    "rtjob.core.redact",
-    "rtjob.runs.events",  # what the use cases report
-    "rtjob.runs.submission",  # submit and record; follow to the end (Ctrl-C, retries, the archive)
-    "rtjob.runs.follow",
-    "rtjob.runs.patience",
-    "rtjob.runs.stuck_watch",
-    "rtjob.runs.archive",  # a run seen ended: its logs and final state saved
-    "rtjob.runs.memory",  # the ledger and the run's storage
-    "rtjob.runs.places",  # where a run's record, log and folder live
-    "rtjob.runs.records",
-    "rtjob.runs.steps",  # a pipeline's step loop
-    "rtjob.runs.notify",  # a run's outcome to its notify targets
-    "rtjob.storage.objects",  # a run's folder as objects with conditional writes
-    "rtjob.storage.opening",  # objects_for: a location's objects (and its Store)
-    "rtjob.storage.objects_s3",  # ... on S3: boto3, else stdlib SigV4, else pyarrow, imported when chosen
-    "rtjob.runside.sync",  # RTJOB_RUN_DIR copied to RTJOB_RUN_URI
-    "rtjob.runside.companion",  # the run's companion and its pieces
-    "rtjob.runside.child",
-    "rtjob.runside.logparts",
-    "rtjob.runside.outcome",
-    "rtjob.runside.supervisor",  # a run's supervisor: its retries carried on the cluster
-    "rtjob.backends.ray.supervisor",
-    "rtjob.backends.ray.pipeline_supervisor",  # a pipeline's steps carried on the cluster
-    "rtjob.runside.carrier_side",
-    "rtjob.runside.pipeline_side",
-    "rtjob.runs.carried",
-    "rtjob.backends.ray.backend",  # what the supervisor reaches through the registry (RayJobsBackend.carry)
-)
+# What Ray runs: the companion wraps every entrypoint; the supervisor's module, and the backend whose `carry` it runs.
+ENTRY = ("rtjob.runside.companion", contract.SUPERVISOR_MODULE, "rtjob.backends.ray.backend")
+# Reached in the graph only through functions the run side never calls (a pull's destination resolving a project,
+# a pipeline's planning): pydantic's job schema stays on the client.
+CLI_ONLY = {"rtjob.jobspec.schema", "rtjob.jobspec.resolve"}
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
 BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")
 
 _BLOCKER = """
-import sys
+import importlib, json, sys
 
 class Blocked:
     def find_spec(self, name, path=None, target=None):
@@ -62,19 +40,40 @@ class Blocked:
         return None
 
 sys.meta_path.insert(0, Blocked())
-import {module}
+failed = {{}}
+for module in {modules!r}:
+    try:
+        importlib.import_module(module)
+    except ImportError as exc:
+        failed[module] = str(exc)
+print(json.dumps(failed))
 """
 
 
-@pytest.mark.parametrize("module", CLUSTER_SIDE)
-def test_a_cluster_side_module_imports_without_the_clis_libraries(module: str) -> None:
-    code = _BLOCKER.format(blocked=set(BLOCKED), module=module)
-    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+def run_side_modules() -> list[str]:
+    graph = grimp.build_graph("rtjob", "rtjob_contract", exclude_type_checking_imports=True)
+    found = set(ENTRY)
+    for module in ENTRY:
+        found |= graph.find_upstream_modules(module)
+    return sorted(found)
+
+
+def _import_blocked(modules: list[str]) -> subprocess.CompletedProcess[str]:
+    code = _BLOCKER.format(blocked=set(BLOCKED), modules=modules)
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
                           env={"PYTHONPATH": f"{CLI}:{REPO}", "PATH": "/usr/bin:/bin"})
+
+
+def test_every_module_the_run_side_loads_imports_without_the_clis_libraries() -> None:
+    modules = run_side_modules()
+    assert {"rtjob.core.lifecycle", "rtjob.core.retry_rule", "rtjob.storage.run_ports", "rtjob.runside.outcome",
+            "rtjob.backends.ray.supervisor", "rtjob.backends.ray.pipeline_supervisor"} <= set(modules)
+    proc = _import_blocked(modules)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    failed = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(failed) == CLI_ONLY, failed
 
 
 def test_the_blocker_blocks() -> None:
-    proc = subprocess.run([sys.executable, "-c", _BLOCKER.format(blocked=set(BLOCKED), module="click")],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0 and "click is not on the cluster" in proc.stderr
+    proc = _import_blocked(["click"])
+    assert json.loads(proc.stdout)["click"] == "click is not on the cluster"

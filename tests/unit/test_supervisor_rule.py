@@ -260,3 +260,73 @@ def test_a_run_the_supervisor_gives_up_on_is_told_failed_once(tmp_path, monkeypa
     assert [(b["run_id"], b["outcome"]) for b in receiver.bodies("/hook")] == [(RUN, o) for o in told]
     if told:
         assert receiver.bodies("/hook")[0]["error"].startswith("cannot retry")  # type: ignore[index]
+
+
+def _supervisors(api: JobsAPI, n: int, status: str = "FAILED") -> None:
+    from rtjob.backends.ray.supervisor import supervisor_id
+
+    for i in range(1, n + 1):
+        api.jobs[supervisor_id(RUN, i)] = {"submission_id": supervisor_id(RUN, i), "status": status if i < n else
+                                           "RUNNING", "metadata": {contract.META_ROLE: contract.ROLE_SUPERVISOR,
+                                                                   contract.META_SUPERVISES: RUN}}
+
+
+@pytest.mark.parametrize("attempt", ["FAILED", "RUNNING"])
+def test_a_supervisor_that_keeps_dying_is_given_up_after_three_replacements(attempt: str) -> None:
+    """The fifth supervisor (the fourth replacement) retries nothing: the attempt stopped if it runs, the run
+    given up FAILED with one line; then no client starts another."""
+    from rtjob.backends.ray.supervisor import (
+        GIVING_UP,
+        latest_supervisor,
+        needs_new_supervisor,
+        supervisor_id,
+    )
+
+    api = JobsAPI(job(RUN, attempt, 137 if attempt == "FAILED" else None))
+    _supervisors(api, GIVING_UP)
+    h = Harness(api)
+    api.stop = lambda run_id: (api.stopped.append(run_id), api.jobs[run_id].update(status="FAILED"))[0] is None
+    assert h.supervisor().run() == 1
+    assert h.sent == [] and api.stopped == ([RUN] if attempt == "RUNNING" else [])
+    assert h.gave_up == [f"its supervisor died 4 times ({supervisor_id(RUN, 4)} was the last): rtjob gave the run "
+                         "up after 3 replacements"]
+    api.jobs[supervisor_id(RUN, GIVING_UP)]["status"] = "FAILED"
+    n, latest = latest_supervisor(api, RUN)
+    assert n == GIVING_UP and not needs_new_supervisor(api, RUN, latest)
+
+
+def test_the_last_replacement_still_carries_the_run() -> None:
+    from rtjob.backends.ray.supervisor import GIVING_UP
+
+    api = JobsAPI(job(RUN, "FAILED", 137))
+    _supervisors(api, GIVING_UP - 1)
+    h = Harness(api)
+    assert h.supervisor().run() == 0
+    assert [r.run_id for r in h.sent] == [f"{RUN}-retry1"] and h.gave_up == []
+
+
+def test_the_supervisors_own_log_is_archived_with_the_run_masked(tmp_path) -> None:
+    """rtjob.runside.supervisor's last act, in a real process whose stdout is a file (as Ray's driver log is): its
+    own log beside the run's, its secrets masked, listed in the run's record."""
+    import json
+    import subprocess
+    import sys
+
+    from support.cli import REPO
+
+    folder = tmp_path / "count" / RUN
+    folder.mkdir(parents=True)
+    out = tmp_path / "driver.log"
+    code = ("from rtjob.runside.carrier_side import RunSide, say\n"
+            f"side = RunSide({RUN!r}, {str(folder)!r})\n"
+            "side.beat(None)\n"
+            "say('retry 1/1: submitted t-run-1-retry1 with AKIAsecretvalue1234')\n"
+            "side.archive_own_log()\n")
+    env = {"PYTHONPATH": f"{REPO / 'cli'}:{REPO}", "PATH": "/usr/bin:/bin", "AWS_SECRET_ACCESS_KEY": "AKIAsecretvalue1234",
+           "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"metadata": {"job_submission_id": f"{RUN}-supervisor-2"}})}
+    with out.open("wb") as stdout:
+        subprocess.run([sys.executable, "-c", code], stdout=stdout, env=env, check=True, timeout=60)
+    archived = (folder / "logs" / f"{RUN}-supervisor-2.log").read_text()
+    assert "retry 1/1: submitted t-run-1-retry1" in archived and "AKIAsecretvalue1234" not in archived
+    record = json.loads((folder / "rtjob-run.json").read_text())
+    assert record["logs"] == [f"logs/{RUN}-supervisor-2.log"] and record["carried_by"] == "supervisor"

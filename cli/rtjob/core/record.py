@@ -19,11 +19,9 @@ from .model import RunInfo, RunStatus, stamp
 # Bump when a field changes meaning; readers refuse a record from a newer rtjob. A new field with a default is
 # additive, not a bump: an older rtjob drops it when it reads the record (from_json), a newer one fills the default.
 RECORD_SCHEMA = 1
-
-# Who may write a run's end where the run is: a client never replaces what they wrote (keeping_run_side).
-RUN_SIDE = ("companion", "supervisor")
 # A run-side carrier refreshes last_seen every 30 s: three missed beats and the run's state is not known.
 STALE_S = 90
+
 # What a run's end sets in its record.
 END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
               "archived", "completed_by", "companion_cpu_s", "steps", "sync_notes")  # steps: a pipeline's, with their states
@@ -74,7 +72,7 @@ class RunRecord:
     # attempts: the companion keeps that), who wrote its end (a run-side writer, or "client": a client that saw
     # the backend's verdict), when the run side last said it was alive,
     # and the start-up timeline (stage -> ISO time: submitted, accepted, driver_started, first_log_line,
-    # first_step, ended). The record has several writers: each merges (keeping_run_side) and writes with If-Match.
+    # first_step, ended). The record has several writers: each goes through core/lifecycle.py and writes with If-Match.
     carried_by: str | None = None
     completed_by: str | None = None
     last_seen: str | None = None
@@ -85,29 +83,6 @@ class RunRecord:
     sync_notes: list[str] = field(default_factory=list)
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
-
-    def keeping_run_side(self, stored: RunRecord | None) -> RunRecord:
-        """This record, to be written over ``stored`` (the version in storage): an end the run side wrote is never
-        replaced (each of its end fields it set stays; one it left empty this writer may fill), the timeline is
-        the union (the earliest time of a stage wins), ``last_seen`` the latest and ``carried_by`` kept."""
-        if stored is None:
-            return self
-        merged = dataclasses.replace(self, timeline={**self.timeline})
-        for stage, when in stored.timeline.items():
-            if stage not in merged.timeline or when < merged.timeline[stage]:
-                merged.timeline[stage] = when
-        merged.last_seen = max(filter(None, (self.last_seen, stored.last_seen)), default=None)
-        merged.carried_by = self.carried_by or stored.carried_by
-        if stored.completed_by in RUN_SIDE and self.completed_by not in RUN_SIDE:
-            for name in END_FIELDS:
-                value = getattr(stored, name)
-                if value not in (None, [], {}):
-                    setattr(merged, name, value)
-        elif stored.completed_by and not merged.completed_by:  # an end already written stays written
-            for name in END_FIELDS:
-                if getattr(merged, name) in (None, [], {}, False):
-                    setattr(merged, name, getattr(stored, name))
-        return merged
 
     @property
     def run_status(self) -> RunStatus:
@@ -161,12 +136,21 @@ class RunRecord:
             "git_dirty": git.get("dirty"), "cost_usd": cost.get("estimated_usd"),
         }
 
+    def stale_why(self, seconds: float = STALE_S) -> str | None:
+        """lifecycle.stale: why a run not ended whose run side was not seen for ``seconds`` is UNKNOWN, or None."""
+        if self.run_status.terminal or not self.carried_by or not self.last_seen:
+            return None
+        if not _older_than(self.last_seen, seconds):
+            return None
+        return f"its {self.carried_by} was last seen {stamp(self.last_seen)}"
+
     def to_run_info(self) -> RunInfo:
         """The record as the RunInfo every command prints (status, list, wait). A run its companion carried that has
         not ended and was not seen for STALE_S is UNKNOWN (its driver's node may be gone), saying when it was seen."""
         status, message = self.run_status, self.message
-        if not status.terminal and self.carried_by and self.last_seen and _older_than(self.last_seen, STALE_S):
-            status, message = RunStatus.UNKNOWN, f"its {self.carried_by} was last seen {stamp(self.last_seen)}"
+        why = self.stale_why()
+        if why is not None:
+            status, message = RunStatus.UNKNOWN, why
         return RunInfo(
             id=self.id, job=self.job, backend=self.backend, status=status, message=message,
             start_time=self.start_time or self.submitted_at, end_time=self.end_time, storage_uri=self.storage_uri,

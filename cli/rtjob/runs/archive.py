@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ..core import lifecycle
 from ..core.errors import BadInput, RtjobError, Unreachable
+from ..core.lifecycle import Writer, merge
 from ..core.model import RunInfo, RunStatus
 from ..core.record import RunRecord
 from ..core.redact import redact, redact_data
@@ -91,7 +93,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
         record.end_time = record.end_time or now()
     run_side = _run_side_end(record)
     if run_side is not None:  # the run's companion wrote its end (and its log): that end stands
-        record = record.keeping_run_side(run_side)
+        record = merge(record, run_side)
     attempts = _quiet(lambda: (attempts_of or backend.attempts)(record.id), events, "attempts")
     ids = [record.id]
     if attempts is not None:
@@ -133,7 +135,11 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             if record.metrics:
                 break
     record.archived = True
-    record.completed_by = record.completed_by or "client"  # no run side wrote it: this client saw the end
+    if not record.completed_by:  # no run side wrote it: this client saw the end
+        if record.run_status.terminal:
+            lifecycle.ended(record, record.run_status, Writer.ARCHIVE, at=record.end_time or now())
+        else:  # archived before its cluster stops, its end unknown
+            record.completed_by = Writer.ARCHIVE.recorded_as
     record.timeline.setdefault("ended", record.end_time or now())
     save(record, events)
     return record
@@ -141,10 +147,10 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
 
 def _run_side_end(record: RunRecord) -> RunRecord | None:
     """The run's record in its storage when the run side (its companion) wrote the run's end there."""
-    from ..core.record import RUN_SIDE
+    from ..core.lifecycle import ended_by_run_side
 
     stored = stored_record(record)
-    return stored if stored is not None and stored.completed_by in RUN_SIDE else None
+    return stored if ended_by_run_side(stored) else None
 
 
 def _write_logs(record: RunRecord, texts: dict[str, str], events: RunEvents) -> tuple[str, list[str]]:

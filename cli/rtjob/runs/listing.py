@@ -205,7 +205,7 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
     if record.archived:
         return record
     from ..backends import get_backend
-    from ..core.record import RUN_SIDE
+    from ..core.lifecycle import ended_by_run_side
     from .memory import save, with_run_side
 
     try:
@@ -215,7 +215,7 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
     except RtjobError:
         pass
     merged = with_run_side(record)  # its companion may have written its end where the cluster is gone
-    if merged.completed_by in RUN_SIDE and not record.archived:
+    if ended_by_run_side(merged) and not record.archived:
         save(merged, events, to_storage=False)
     return merged
 

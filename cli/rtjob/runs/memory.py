@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import BadInput, RtjobError, Unreachable
-from ..core.model import RunInfo, RunStatus, stamp
+from ..core.model import RunInfo, RunStatus
 from ..core.record import RunRecord
 from .places import writable_here
 from .records import now
@@ -77,7 +77,9 @@ def with_run_side(record: RunRecord) -> RunRecord:
     """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
     seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
     stored = stored_record(record)
-    return record if stored is None else record.keeping_run_side(stored)
+    from ..core.lifecycle import merge
+
+    return merge(record, stored)
 
 
 def remember(record: RunRecord) -> None:
@@ -171,9 +173,10 @@ def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
 
 def remembered_info(record: RunRecord) -> RunInfo:
     """What a record says of a run its cluster no longer knows: an end never seen is UNKNOWN, not RUNNING."""
+    from ..core.lifecycle import forgotten
+
     info = record.to_run_info()
-    if not record.run_status.terminal:
-        info.status = RunStatus.UNKNOWN
-        info.message = (f"its cluster no longer knows this run; last seen {record.status} at "
-                        f"{stamp(record.updated_at or record.submitted_at)}, its end was never recorded")
+    why = forgotten(record)
+    if why is not None:
+        info.status, info.message = RunStatus.UNKNOWN, why
     return info

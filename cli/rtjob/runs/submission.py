@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
+from ..core import lifecycle
 from ..core.errors import RtjobError, WaitTimeout
 from ..core.model import RunInfo, RunStatus
 from .archive import observe
@@ -144,7 +145,7 @@ def _record(planned: Plan, info: RunInfo, events: RunEvents, timeline: dict[str,
     if known is not None and known.spec is not None:
         observe(planned.backend, info, events)
         return
-    save(new_record(planned, info, timeline), events)
+    save(lifecycle.submitted(new_record(planned, info, timeline)), events)
 
 
 @dataclass

@@ -1,16 +1,25 @@
 """The run side of a supervisor (rtjob.runside.supervisor): the run's folder as it sees it (the stop marker, the
-record's heartbeat, a retry's notice, a run it cannot retry). Imports at module level: the stdlib and
-rtjob_contract only (the cluster runs it)."""
+record's heartbeat, a retry's notice, a run it cannot retry). Imports at module level: the stdlib,
+rtjob_contract and the lifecycle kernel only (the cluster runs it). Each write is one of the kernel's transitions
+(beat, retrying, gave_up) through its one writer call."""
 
 from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import Any
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-WRITER = "supervisor"
+from ..core.lifecycle import Writer
+
+if TYPE_CHECKING:
+    from ..core.record import RunRecord  # noqa: F401 - the annotations' name (imported where it is made)
+
+OWN_LOG_BYTES = 4 << 20  # the supervisor's own log, archived at its end: its last 4 MiB (a line every retry)
+WRITER = Writer.SUPERVISOR.recorded_as  # the name the record keeps (carried_by, completed_by)
 
 
 def say(text: str) -> None:
@@ -40,26 +49,36 @@ class RunSide:
             say(f"stop marker not readable: {getattr(exc, 'message', None) or type(exc).__name__}")
             return False
 
-    def beat(self, attempt: str | None) -> None:
-        """``carried_by: supervisor`` and ``last_seen`` now in the run's record (``attempt``: None when the run has
-        ended: the record still names the supervisor as who carried it)."""
+    def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool, create: bool = False,
+               tell: Callable[[RunRecord], None] | None = None) -> RunRecord | None:
+        """A transition of the run's record (core/lifecycle) through the kernel's one writer call: the record,
+        then (``indexed``) its index entry, then (``tell``) the notification. ``create``: a record made when the
+        run's folder has none yet; else a missing record is left missing."""
         if not self.run_uri:
-            return
+            return None
+        from ..core import lifecycle
         from ..core.record import RunRecord
-        from ..storage.records import update_record
+        from ..storage.run_ports import run_ports
 
         run_uri = self.run_uri
 
-        def change(stored: RunRecord | None) -> RunRecord:
+        def change(stored: RunRecord | None) -> RunRecord | None:
+            if stored is None and not create:
+                return None
             record = stored or RunRecord(id=self.run_id, job=os.environ.get(contract.ENV_JOB_NAME) or None,
                                          backend=os.environ.get(contract.ENV_BACKEND) or "unknown",
                                          storage_uri=run_uri)
-            record.carried_by = WRITER
-            record.last_seen = _now()
-            record.updated_at = record.last_seen
+            transition(record)
             return record
 
-        update_record(run_uri, None, change)
+        return lifecycle.write(run_ports(run_uri), change, indexed=indexed, tell=tell)
+
+    def beat(self, attempt: str | None) -> None:
+        """``carried_by: supervisor`` and ``last_seen`` now in the run's record (``attempt``: None when the run has
+        ended: the record still names the supervisor as who carries it). No index entry: not a status change."""
+        from ..core import lifecycle
+
+        self._write(lambda record: lifecycle.beat(record, Writer.SUPERVISOR), indexed=False, create=True)
         del attempt
 
     def tell(self, message: Any, *, run_end: bool = False) -> None:
@@ -91,11 +110,18 @@ class RunSide:
         send(config, message, claim, say=say)
 
     def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
-        """`notify: on: [retrying]`: the retry it submitted told to the run's targets, once (the
-        ``rtjob-notified-retrying-N`` marker, as a client that submits a retry claims it)."""
+        """The retry it submitted: the record's ``retrying`` transition (PENDING again, indexed), then
+        `notify: on: [retrying]` told to the run's targets once (the ``rtjob-notified-retrying-N`` marker, as a
+        client that submits a retry claims it)."""
+        from ..core import lifecycle
         from ..runs.notify import Message
 
         self.archive_log(failed)
+        try:
+            self._write(lambda record: lifecycle.retrying(record, attempt, reason, failed, retry, by=Writer.SUPERVISOR),
+                        indexed=True)
+        except Exception as exc:  # noqa: BLE001 - the retry runs; its companion records its start
+            say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
         self.tell(Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
                           outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
                           error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}"))
@@ -111,28 +137,44 @@ class RunSide:
         except Exception as exc:  # noqa: BLE001 - its parts stay readable
             say(f"log of {attempt_id} not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
 
-    def gave_up(self, line: str) -> None:
-        """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message."""
+    def archive_own_log(self) -> None:
+        """The supervisor's own log (its stdout, the file Ray writes its driver log to), masked with the run's
+        secrets, as ``logs/<supervisor id>.log`` beside the run's, listed in its record: why it retried or gave up
+        stays readable once its cluster is gone."""
         if not self.run_uri:
             return
-        from ..core.model import RunStatus
-        from ..core.record import RunRecord
-        from ..storage.records import update_record
-
-        def change(stored: RunRecord | None) -> RunRecord | None:
-            if stored is None:
-                return None
-            stored.status = RunStatus.FAILED.value
-            stored.message = line
-            stored.updated_at = _now()
-            return stored
+        from ..core.redact import redact, secret_values
+        from ..storage.records import write_log
+        from .outcome import job_metadata
 
         try:
-            record = update_record(self.run_uri, None, change)
+            sys.stdout.flush()
+            source = os.readlink("/proc/self/fd/1")
+            if not os.path.isfile(source):
+                return
+            with open(source, "rb") as f:
+                f.seek(max(0, os.path.getsize(source) - OWN_LOG_BYTES))
+                text = f.read().decode("utf-8", errors="replace")
+            own_id = str(job_metadata(os.environ).get("job_submission_id") or f"{self.run_id}-supervisor")
+            rel = write_log(self.run_uri, contract.attempt_log_name(own_id),
+                            redact(text, secret_values(os.environ)), None)
+
+            def listed(record: RunRecord) -> None:
+                record.logs = list(dict.fromkeys([*record.logs, rel]))
+
+            self._write(listed, indexed=False)
+        except Exception as exc:  # noqa: BLE001 - its log stays on the cluster while the cluster lives
+            say(f"own log not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
+
+    def gave_up(self, line: str) -> None:
+        """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message, the
+        index hears it, and the run's end is told (its last attempt's companion left `failed` untold: a retry was
+        due)."""
+        from ..core import lifecycle
+        from .outcome import message_for
+
+        try:
+            self._write(lambda record: lifecycle.gave_up(record, line, by=Writer.SUPERVISOR), indexed=True,
+                        tell=lambda record: self.tell(message_for(record), run_end=True))
         except Exception as exc:  # noqa: BLE001 - the line is in the supervisor's log already
             say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
-            return
-        if record is not None:  # its last attempt's companion left `failed` untold: a retry was due
-            from .outcome import message_for
-
-            self.tell(message_for(record), run_end=True)

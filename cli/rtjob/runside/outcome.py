@@ -1,32 +1,34 @@
 """The run's record as the run side writes it: its start (who carries it, when the driver started), a heartbeat
 (``last_seen``), the start-up timeline, and its end (status, exit code, end time, cost, metrics summary, the log,
-``completed_by: companion``), then the notification of the outcome. Every write is a read-modify-write with
-If-Match (storage/records.update_record): the submitting client and this companion may write at the same time,
-and neither loses the other's fields (RunRecord.keeping_run_side on the client's side)."""
+``completed_by: companion``), then the notification of the outcome. Each write is a transition of the lifecycle
+kernel (core/lifecycle.py: started, beat, attempt_ended) through its one writer call: the record (If-Match: the
+submitting client and this companion may write at the same time, and neither loses the other's fields), then the
+index entry on a status change, then the notification."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ..core import lifecycle
+from ..core.lifecycle import Writer
 from ..core.model import RunStatus
-from ..core.record import END_FIELDS, RUN_SIDE, RunRecord
+from ..core.record import RunRecord
 from ..core.redact import redact
-from ..storage.records import update_record
+from ..core.retry_rule import AttemptEnd, killed_by, retries_left, retry_reason
+from ..storage.run_ports import claim_notified, run_ports
 
 if TYPE_CHECKING:
     from ..runs.notify import Message
     from ..storage.objects import Objects
     from .child import Ended
 
-WRITER = "companion"
-LATEST_LOG = f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
-_TERM_OR_KILL = {-15: "SIGTERM", -9: "SIGKILL", 143: "SIGTERM", 137: "SIGKILL"}
 
 
 def _now() -> str:
@@ -44,11 +46,6 @@ def job_metadata(env: Mapping[str, str]) -> dict[str, Any]:
     return metadata if isinstance(metadata, dict) else {}
 
 
-def retriable(ended: Ended) -> bool:
-    """The entrypoint was killed by SIGKILL or SIGTERM (not at its time limit): a lost driver, retried if allowed."""
-    return not ended.timed_out and ended.code in _TERM_OR_KILL
-
-
 def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
     """(status, message) of an attempt that ended so: SUCCEEDED on 0; STOPPED when `rtjob stop` asked first
     (its marker) and the stop's SIGTERM came; the time limit; else FAILED with why (a kill by SIGTERM or
@@ -56,11 +53,11 @@ def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: fl
     if ended.timed_out:
         limit = f"{time_limit:g}" if time_limit else "?"
         return RunStatus.FAILED.value, f"stopped by its time limit timeout_s={limit} (exit code {ended.code})"
-    if stop_requested and (terminated or ended.code in _TERM_OR_KILL):
+    killer = killed_by(ended.code)
+    if stop_requested and (terminated or killer):
         return RunStatus.STOPPED.value, "stopped (rtjob stop)"
     if ended.code == 0:
         return RunStatus.SUCCEEDED.value, None
-    killer = _TERM_OR_KILL.get(ended.code)
     if killer:
         return RunStatus.FAILED.value, f"the entrypoint was killed by {killer} (exit code {ended.code})"
     if ended.code < 0:
@@ -125,71 +122,49 @@ class Outcome:
             if name not in self.timeline and f"{contract.EVENT_LINE_PREFIX} {name}".encode() in chunk:
                 self.timeline[name] = when
 
-    # -- writes -------------------------------------------------------------------------------------------
-    def _update(self, change: Callable[[RunRecord], None]) -> RunRecord | None:
+    # -- writes: each a transition of the lifecycle kernel, through its one writer call ---------------------
+    def _number(self) -> int:
+        """This attempt's number (1: the first), from rtjob's metadata in Ray's job config."""
+        try:
+            return int(job_metadata(self.env).get(contract.META_ATTEMPT) or 1)
+        except (ValueError, TypeError):
+            return 1
+
+    def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool,
+               tell: Callable[[RunRecord], None] | None = None) -> RunRecord | None:
         def apply(stored: RunRecord | None) -> RunRecord:
             record = stored or RunRecord(id=self.run_id, job=self.env.get(contract.ENV_JOB_NAME) or None,
                                          backend=self.env.get(contract.ENV_BACKEND) or "unknown",
                                          storage_uri=self.run_uri)
             for stage, when in self.timeline.items():
                 record.timeline.setdefault(stage, when)
-            if record.carried_by != contract.ROLE_SUPERVISOR:  # a supervisor carries the run across attempts
-                record.carried_by = WRITER
-            record.last_seen = _now()
-            record.updated_at = record.last_seen
-            change(record)
+            lifecycle.beat(record, Writer.COMPANION)
+            transition(record)
             return record
 
-        return update_record(self.run_uri, self.endpoint, apply)
+        return lifecycle.write(run_ports(self.run_uri, self.endpoint), apply, indexed=indexed, tell=tell)
 
     def started(self, when: str) -> None:
         self.timeline["driver_started"] = when
-
-        def change(record: RunRecord) -> None:
-            if record.completed_by in RUN_SIDE:  # an earlier attempt's end: this attempt runs now
-                attempt_logs = [rel for rel in record.logs if rel != LATEST_LOG]  # each attempt's stays listed
-                for name in END_FIELDS:
-                    setattr(record, name, _empty(name))
-                record.logs = attempt_logs
-            if not record.run_status.terminal:
-                record.status = RunStatus.RUNNING.value
-            record.start_time = record.start_time or when
-            self._attempt(record, RunStatus.RUNNING.value, None, None)
-
-        self._update(change)
-
-    def _attempt(self, record: RunRecord, status: str, code: int | None, reason: str | None) -> None:
-        """This attempt in the record's attempts (Attempt.to_json()'s shape, in attempt order): the run side's
-        own account of them, which the storage keeps when no client saw them."""
-        try:
-            number = int(job_metadata(self.env).get(contract.META_ATTEMPT) or 1)
-        except (ValueError, TypeError):
-            number = 1
-        entry = {"id": self.attempt_id, "attempt": number, "status": status, "exit_code": code,
-                 "retry_reason": reason}
-        others = [a for a in record.attempts if isinstance(a, dict) and a.get("id") != self.attempt_id]
-        record.attempts = sorted([*others, entry], key=lambda a: a.get("attempt") or 0)
+        self._write(lambda record: lifecycle.started(record, self.attempt_id, self._number(), when), indexed=True)
 
     def heartbeat(self) -> None:
-        self._update(lambda record: None)
+        self._write(lambda record: record, indexed=False)
 
     def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
               secrets: list[str], cpu_s: float | None = None, sync_notes: list[str] | None = None) -> None:
         stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
         status, message = verdict(ended, terminated, stop_requested, time_limit)
+        end = AttemptEnd(status, ended.code, timed_out=ended.timed_out, stop_requested=stop_requested)
         when = _now()
         self.timeline["ended"] = when
         metrics = self._metrics()
 
         def change(record: RunRecord) -> None:
-            record.status, record.message = status, redact(message, secrets) if message else None
-            record.exit_code = ended.code
-            record.end_time = when
+            lifecycle.attempt_ended(record, self.attempt_id, self._number(), end,
+                                    redact(message, secrets) if message else None, when)
             record.start_time = record.start_time or self.timeline.get("driver_started")
-            record.completed_by = WRITER
             record.archived = True
-            self._attempt(record, status, ended.code, record.message if status == RunStatus.FAILED.value and
-                          retriable(ended) and not stop_requested else None)
             record.companion_cpu_s = cpu_s
             if logs:
                 record.logs, record.log_home = list(dict.fromkeys([*record.logs, *logs])), self.run_uri
@@ -197,21 +172,15 @@ class Outcome:
             record.metrics = metrics or record.metrics
             record.cost = _cost(record) or record.cost
 
-        record = self._update(change)
-        if record is not None:  # the team's index learns the end from whoever wrote it
-            from ..storage.index import write_run_entry
+        # A lost driver with retries left is not told: its last attempt tells how the run ended.
+        retry_due = retry_reason(end) is not None and retries_left(self._number(), self._max_retries())
+        self._write(change, indexed=True, tell=None if retry_due else lambda record: self._notify(record, secrets))
 
-            write_run_entry(self.run_uri, self.endpoint, record)
-        if not (status == RunStatus.FAILED.value and retriable(ended) and not stop_requested and self._retries_left()):
-            self._notify(record, secrets)  # a lost driver with retries left: its last attempt tells how it ended
-
-    def _retries_left(self) -> bool:
-        """Does the run's max_retries allow another attempt after this one (rtjob's metadata in Ray's job config)?"""
-        metadata = job_metadata(self.env)
+    def _max_retries(self) -> int:
         try:
-            return int(metadata.get(contract.META_ATTEMPT) or 1) <= int(metadata.get(contract.META_MAX_RETRIES) or 0)
+            return int(job_metadata(self.env).get(contract.META_MAX_RETRIES) or 0)
         except (ValueError, TypeError):
-            return False
+            return 0
 
     def _metrics(self) -> dict[str, Any] | None:
         from ..storage.records import metrics_summary
@@ -231,16 +200,8 @@ class Outcome:
         config = config_from_env(self.env)
         if config is None or not run_end_notifies(config, self.env):
             return
-        send(config, message_for(record), self._claim, say=lambda line: self.say(redact(line, secrets)))
-
-    def _claim(self, outcome: str) -> bool:
-        from ..storage.objects import PreconditionFailed
-
-        try:
-            self.objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
-            return True
-        except PreconditionFailed:
-            return False
+        send(config, message_for(record), functools.partial(claim_notified, self.run_uri, self.endpoint),
+             say=lambda line: self.say(redact(line, secrets)))
 
 
 def message_for(record: RunRecord) -> Message:
@@ -259,10 +220,6 @@ def _seconds(record: RunRecord) -> float | None:
     except ValueError:
         return None
     return max(0.0, (end - start).total_seconds())
-
-
-def _empty(name: str) -> Any:
-    return {"logs": [], "archived": False, "sync_notes": []}.get(name)
 
 
 def _cost(record: RunRecord) -> dict[str, Any] | None:

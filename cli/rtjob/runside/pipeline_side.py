@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ..core.lifecycle import Writer
 from .carrier_side import WRITER, RunSide, _now, say
 
 if TYPE_CHECKING:
@@ -43,8 +44,9 @@ class PipelineSide(RunSide):
         folders, as a client's submit records them."""
         if not self.run_uri:
             return
+        from ..core import lifecycle
         from ..core.record import RunRecord
-        from ..storage.records import update_record
+        from ..storage.run_ports import run_ports
 
         run_uri = self.run_uri
 
@@ -60,8 +62,8 @@ class PipelineSide(RunSide):
                              else None, spec={"pipeline": job, "steps": [s["name"] for s in steps]}, steps=steps,
                              start_time=_now(), updated_at=_now(), carried_by=WRITER, last_seen=_now())
 
-        try:
-            update_record(run_uri, None, change)
+        try:  # the record, then its index entry: the pipeline RUNNING in `rtjob runs --storage`
+            lifecycle.write(run_ports(run_uri), change)
         except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
             say(f"pipeline record not written: {getattr(exc, 'message', None) or type(exc).__name__}")
 
@@ -92,7 +94,9 @@ class PipelineSide(RunSide):
 
         status = status_of(list(carried.values()))
         if self.run_uri:
-            from ..storage.records import update_record
+            from ..core import lifecycle
+            from ..storage.run_ports import run_ports
+            from .outcome import message_for
 
             def change(stored: RunRecord | None) -> RunRecord | None:
                 nonlocal status
@@ -101,29 +105,17 @@ class PipelineSide(RunSide):
                 stored.steps = [{**step, "status": carried.get(str(step.get("run_id")), RunStatus.SUCCEEDED.value)}
                                 for step in stored.steps or []]
                 status = status_of([step["status"] for step in stored.steps]) if stored.steps else status
-                stored.status = status.value
                 stored.message = line or self.why or stored.message
-                stored.end_time = stored.end_time or _now()
                 stored.updated_at = _now()
-                stored.carried_by, stored.last_seen, stored.archived = WRITER, _now(), True
-                stored.completed_by = WRITER  # an end the run side wrote: a client's later write keeps it
-                return stored
+                stored.archived = True
+                lifecycle.beat(stored, Writer.PIPELINE_SUPERVISOR)
+                # an end the run side wrote: a client's later write keeps it (lifecycle.PRECEDENCE)
+                return lifecycle.ended(stored, status, Writer.PIPELINE_SUPERVISOR)
 
-            try:
-                record = update_record(self.run_uri, None, change)
+            try:  # the record, then the team's index entry (as a step's companion does), then its notification
+                lifecycle.write(run_ports(self.run_uri), change, tell=lambda record: self.tell(message_for(record)))
             except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
                 say(f"pipeline record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
-                record = None
-            if record is not None:
-                from .outcome import message_for
-
-                try:  # the team's index learns the end from whoever wrote it (as a step's companion does)
-                    from ..storage.index import write_run_entry
-
-                    write_run_entry(self.run_uri, None, record)
-                except Exception as exc:  # noqa: BLE001 - its record stands; `rtjob runs` finds it by listing
-                    say(f"run index not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
-                self.tell(message_for(record))
         say(f"pipeline {self.run_id} {status.value}")
         return status.value
 

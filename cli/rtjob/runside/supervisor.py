@@ -3,7 +3,8 @@ run's: pipeline_side.py) supervisor, a Ray job of its own (``<run id>-supervisor
 that the submitting client starts when the run allows retries. It carries the run's retries with no rtjob client
 alive (the backend's rule: backends/ray/supervisor.py), and keeps its state in the run's record in storage: who
 carries the run (``carried_by: supervisor``) and when it was last seen (``last_seen``, every ~30 s and at each
-change). The run's stop marker (``rtjob stop`` writes it first) is read before and after each submit.
+change). The run's stop marker (``rtjob stop`` writes it first) is read before and after each submit. Once done, its
+own log is archived beside the run's (``logs/<supervisor id>.log``, listed in the record).
 
 Its environment is the run's (the record's folder RTJOB_RUN_URI and its credentials) plus the dashboard's address
 (RTJOB_DASHBOARD_ADDRESS). Imports at module level: the stdlib, rtjob_contract and requests only."""
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - one line in its log, not a traceback
         say(f"stopped carrying {run_id}: {getattr(exc, 'message', None) or f'{type(exc).__name__}: {exc}'}")
         code = 1
+    RunSide(run_id, run_uri).archive_own_log()  # its own log beside the run's, once it is done
     sys.exit(code)
 
 

@@ -52,6 +52,10 @@ from .objects import Objects
 FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time", "storage_uri", "exit_code",
           "address", "submitted_at", "updated_at", "archived", "git_commit", "git_dirty", "cost_usd", "user",
           "pipeline")
+# What an entry holds besides (shared with the UI's runs table): the number of attempts so far, the run's duration
+# (None until it has both ends), its tags and its job's args (as recorded at submit, secrets masked) and its final
+# metrics (the last epoch row's numeric values).
+DETAILS = ("attempts", "duration_s", "tags", "args", "final_metrics")
 KEY = "entry"  # a row's field: the name (below entries/) of the entry it came from; absent from what is printed
 COMPACT_AFTER = 200  # a reader compacts once this many entries (or a second index object) are left over
 MAX_ENTRY_BYTES = 256 * 1024
@@ -92,14 +96,35 @@ def root_of(run_uri: str, run_id: str) -> str | None:
 
 
 def entry_of(record: RunRecord) -> Row:
-    """The run's listed fields (RunRecord.summary() and user, pipeline)."""
-    return {**record.summary(), "user": record.user, "pipeline": record.pipeline}
+    """The run's listed fields (RunRecord.summary() and user, pipeline) and its DETAILS."""
+    document = (record.spec or {}).get("document") or {}
+    last = (record.metrics or {}).get("last") or {}
+    return {**record.summary(), "user": record.user, "pipeline": record.pipeline,
+            "attempts": len(record.attempts) or 1,
+            "duration_s": _duration_s(record.start_time or record.submitted_at, record.end_time),
+            "tags": _texts(document.get("tags")), "args": dict(document.get("args") or {}) if isinstance(document.get("args"), dict) else {},
+            "final_metrics": {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if isinstance(last, dict) else {}}
+
+
+def _texts(value: object) -> dict[str, str]:
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _duration_s(start: str | None, end: str | None) -> float | None:
+    try:
+        first, last = dt.datetime.fromisoformat(start or ""), dt.datetime.fromisoformat(end or "")
+    except ValueError:
+        return None
+    if (first.tzinfo is None) != (last.tzinfo is None):
+        return None
+    return round(max(0.0, (last - first).total_seconds()), 3)
 
 
 def write_entry(root_uri: str, endpoint: str | None, record: RunRecord, *, objects: Objects | None = None,
                 now: dt.datetime | None = None) -> str:
     """One entry for ``record`` below ``root_uri`` (created if absent: a name of its own); returns its key
-    relative to the root. Call it after each write of the run's record (submit, end)."""
+    relative to the root. Written at each status change of the run (core/lifecycle.write), never at a heartbeat."""
     stamp = index_stamp(now or dt.datetime.now(dt.timezone.utc))
     run_id = _plain_id(record.id)
     key = index_entry_name(stamp, run_id, os.urandom(_NONCE_HEX // 2).hex())

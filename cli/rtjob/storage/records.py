@@ -61,8 +61,10 @@ class Listed:
 
 def write_record(run_uri: str, record: RunRecord, endpoint: str | None) -> RunRecord:
     """``<run_uri>/rtjob-run.json`` from this writer's ``record``, merged with the stored one so an end written
-    on the run side is never replaced (RunRecord.keeping_run_side); returns what was written."""
-    written = update_record(run_uri, endpoint, record.keeping_run_side)
+    on the run side is never replaced (core/lifecycle.merge); returns what was written."""
+    from ..core.lifecycle import merge
+
+    written = update_record(run_uri, endpoint, lambda stored: merge(record, stored))
     assert written is not None
     return written
 

@@ -19,21 +19,23 @@ entrypoint resources; its submission id is ``<id>-retry<N>`` and its metadata ad
 (N + 1) and ``rtjob.parent`` (the first attempt's id). The ids are deterministic, so two rtjob processes
 following one run attach to the same retry instead of submitting it twice (Ray rejects a duplicate id).
 
-The rule is an object (``RayRetries``) given only what it needs: the Jobs API's REST client (an address and its
+What is retried is the run's one retry rule (core/retry_rule.py); this module says how a Ray job's end reads in its
+terms (``attempt_end``) and acts on it. The actor is an object (``RayRetries``) given only what it needs: the Jobs API's REST client (an address and its
 Authorization header) and a submit callable that attaches to an id that exists. No Settings, no backend: a
 process on the cluster can build one (this module imports only the stdlib, rtjob_contract and requests at import).
 """
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Callable
 from typing import Any
 
 import rtjob_contract as contract
 
+from ...core import retry_rule as rule
 from ...core.errors import RunFailed
 from ...core.model import Attempt, Attempts, RunInfo, SubmitResult
+from ...core.retry_rule import AttemptEnd
 from ..base import Retry
 from .client import RayJobsAPI
 from .request import RayJobRequest, time_limit_of
@@ -45,16 +47,6 @@ SUFFIX = "-retry"
 MAX_ATTEMPTS = 101  # the schema caps max_retries at 100
 # Ray's error types that mean the driver's supervisor (and with it, possibly its node) was lost.
 LOST_SUPERVISOR = {"JOB_SUPERVISOR_ACTOR_DIED", "JOB_SUPERVISOR_ACTOR_UNKNOWN_FAILURE"}
-KILL_SIGNALS = {signal.SIGKILL: "SIGKILL", signal.SIGTERM: "SIGTERM"}
-
-
-def _killed_by(code: int | None) -> str | None:
-    if code is None:
-        return None
-    for sig, name in KILL_SIGNALS.items():
-        if code in (-int(sig), 128 + int(sig)):
-            return name
-    return None
 
 
 def _seconds(data: dict[str, Any]) -> float | None:
@@ -62,26 +54,34 @@ def _seconds(data: dict[str, Any]) -> float | None:
     return (end - start) / 1000 if start and end else None
 
 
-def retry_reason(data: dict[str, Any]) -> str | None:
-    """Why this Ray job (the Jobs API's dict) should be submitted again, or None if it should not."""
-    if data.get("status") != "FAILED":
-        return None
+def attempt_end(data: dict[str, Any]) -> AttemptEnd:
+    """How a Ray job (the Jobs API's dict) ended, in the one retry rule's terms (core/retry_rule.py): a lost
+    supervisor is a lost driver; an error of Ray's other than the entrypoint's own is never the driver's loss."""
+    status = str(data.get("status"))
     error_type = data.get("error_type") or ""
     message = (data.get("message") or "").strip()
     if error_type in LOST_SUPERVISOR or message.startswith("Job supervisor actor died"):
-        first = message.splitlines()[0][:160] if message else error_type
-        return f"its driver was lost ({first})"
+        return AttemptEnd(status, data.get("driver_exit_code"),
+                          lost_driver=message.splitlines()[0][:160] if message else error_type)
     if error_type not in ("", "JOB_ENTRYPOINT_COMMAND_ERROR"):
-        return None
-    code = data.get("driver_exit_code")
-    name = _killed_by(code)
-    if name is None:
-        return None
-    limit = time_limit_of(data)
-    seconds = _seconds(data)
-    if limit and seconds is not None and seconds >= int(limit):
-        return None  # `timeout` killed it at the job's own timeout_s: a retry would time out again
-    return f"its driver was killed by {name} (exit code {code})"
+        return AttemptEnd(status, None)  # runtime_env setup, an unschedulable supervisor: a retry fails again
+    limit, seconds = time_limit_of(data), _seconds(data)
+    # `timeout` killed it at the job's own timeout_s: a retry would time out again.
+    timed_out = bool(limit) and seconds is not None and seconds >= int(limit or 0)
+    return AttemptEnd(status, data.get("driver_exit_code"), timed_out=timed_out)
+
+
+def retry_reason(data: dict[str, Any]) -> str | None:
+    """Why this Ray job (the Jobs API's dict) should be submitted again, or None if it should not."""
+    return rule.retry_reason(attempt_end(data))
+
+
+def attempt_of(data: dict[str, Any] | None) -> int:
+    """The attempt number of a Ray job (rtjob's metadata; 1: the first)."""
+    try:
+        return int(((data or {}).get("metadata") or {}).get(META_ATTEMPT, 1))
+    except ValueError:
+        return 1
 
 
 def root_id(run_id: str, data: dict[str, Any] | None) -> str:
@@ -149,12 +149,9 @@ class RayRetries:
         data = self.api.job(run_id) or {}
         reason = retry_reason(data)
         allowed = max_retries_of(data)
-        try:
-            attempt = int((data.get("metadata") or {}).get(META_ATTEMPT, 1))
-        except ValueError:
-            attempt = 1
+        attempt = attempt_of(data)
         decision = Retry(run_id, reason, attempt, allowed)
-        if reason is not None and attempt <= allowed:
+        if reason is not None and rule.retries_left(attempt, allowed):
             decision.next_run, decision.created = self.resubmit(data, attempt + 1, local)
         return decision
 

@@ -26,10 +26,11 @@ import rtjob_contract as contract
 
 from ...core.errors import RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
+from ...core.retry_rule import retries_left
 from ..base import CarryHooks
 from .client import RayJobsAPI, discover_token
 from .request import RayJobRequest
-from .retries import RayRetries, max_retries_of, retry_reason, root_id
+from .retries import RayRetries, attempt_of, max_retries_of, retry_reason, root_id
 
 MODULE = contract.SUPERVISOR_MODULE
 CARRIED_BY = contract.CARRIER_BACKEND  # the registered backend whose `carry` runs on the cluster (the embedded cluster's too)
@@ -41,9 +42,14 @@ HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
 PATIENCE_S = 300.0
 
 
-# A supervisor that died (its node lost, a kill) is replaced by the next client that looks at the run: the
-# replacements' ids are deterministic too (<run id>-supervisor-2, -3, ...), so two clients start one.
-MAX_SUPERVISORS = 20
+# A supervisor that died (its node lost, a kill) is replaced by the next client that carries the run: the
+# replacements' ids are deterministic too (<run id>-supervisor-2, -3, ...), so two clients start one. After
+# MAX_REPLACEMENTS replacements died too, one more is started only to give the run up (FAILED, one line why):
+# something kills supervisors on this cluster, and another would die the same way.
+MAX_REPLACEMENTS = 3
+GIVING_UP = MAX_REPLACEMENTS + 2  # the number of the supervisor that gives the run up
+MAX_SUPERVISORS = 20  # how far ids are probed (runs of an older rtjob were replaced up to 20 times)
+STOP_WAIT_S = 60.0  # how long the giving-up supervisor waits for the attempt it stopped to end
 
 
 def supervisor_id(run_id: str, n: int = 1) -> str:
@@ -67,17 +73,21 @@ def needs_new_supervisor(api: RayJobsAPI, run_id: str, latest: dict[str, Any] | 
     submitted the retry)."""
     if latest is not None and latest.get("status") not in TERMINAL:
         return False
+    if latest is not None and supervisor_number(latest) >= GIVING_UP:  # it gave the run up: nothing to carry
+        return False
     chain = RayRetries(api, no_submit).chain_of(run_id)
     if not chain:
         return False
     last = api.job(chain[-1].id) or {}
     if last.get("status") not in TERMINAL:
         return True
-    try:
-        attempt = int((last.get("metadata") or {}).get(contract.META_ATTEMPT, 1))
-    except ValueError:
-        attempt = 1
-    return retry_reason(last) is not None and attempt <= max_retries_of(last)
+    return retry_reason(last) is not None and retries_left(attempt_of(last), max_retries_of(last))
+
+
+def supervisor_number(data: dict[str, Any]) -> int:
+    """A supervisor's number from its id (``<run id>-supervisor``: 1, ``-supervisor-N``: N)."""
+    tail = str(data.get("submission_id") or "").rsplit(contract.SUPERVISOR_SUFFIX, 1)[-1]
+    return int(tail[1:]) if tail.startswith("-") and tail[1:].isdigit() else 1
 
 
 def no_submit(request: RayJobRequest) -> SubmitResult:
@@ -238,6 +248,9 @@ class Supervisor:
             return 2
         self.run_id = root_id(self.run_id, first)
         current = self.current_attempt()
+        n, _latest = latest_supervisor(self.api, self.run_id)
+        if n >= GIVING_UP:
+            return self._give_up(current, n)
         self.hooks.say(f"carrying {self.run_id} (attempt {current})")
         self._beat(current, force=True)
         while True:
@@ -260,16 +273,36 @@ class Supervisor:
             current = after
             self._beat(current, force=True)
 
+    def _give_up(self, current: str, n: int) -> int:
+        """The supervisor replaced MAX_REPLACEMENTS times died again: the run's attempt stopped (when it runs) and
+        the run ended FAILED with why (lifecycle.gave_up through the run side), told once."""
+        line = (f"its supervisor died {n - 1} times ({supervisor_id(self.run_id, n - 1)} was the last): rtjob gave "
+                f"the run up after {MAX_REPLACEMENTS} replacements")
+        data = self._job(current) or {}
+        if str(data.get("status")) not in TERMINAL:
+            self.hooks.say(f"{line}; stopping {current}")
+            try:
+                self.api.stop(current)
+            except RtjobError as exc:
+                self.hooks.say(f"could not stop {current}: {exc}")
+            deadline = time.monotonic() + STOP_WAIT_S  # its companion writes the attempt's end first
+            while str((self._job(current) or {}).get("status")) not in TERMINAL and time.monotonic() < deadline:
+                time.sleep(POLL_S)
+        if str((self._job(current) or {}).get("status")) in ("SUCCEEDED", "STOPPED"):
+            self.hooks.say(f"{current} ended {(self._job(current) or {}).get('status')}: the run has ended")
+            return 0
+        self.hooks.say(line)
+        self.hooks.gave_up(line)
+        self._beat(None, force=True)
+        return 1
+
     def _next(self, current: str, data: dict[str, Any]) -> str | None:
         """The attempt after ``current``, which ended as ``data`` says: submitted (or attached to) when the rule
         retries it; None when the run has ended."""
         reason = retry_reason(data)
         allowed = max_retries_of(data)
-        try:
-            attempt = int((data.get("metadata") or {}).get(contract.META_ATTEMPT, 1))
-        except ValueError:
-            attempt = 1
-        if reason is None or attempt > allowed:
+        attempt = attempt_of(data)
+        if reason is None or not retries_left(attempt, allowed):
             if reason is not None:
                 self.hooks.say(f"{current} FAILED: {reason}; no retries left (max_retries {allowed})")
             return None

@@ -1,0 +1,309 @@
+"""The lifecycle kernel (core/lifecycle.py) and the one retry rule (core/retry_rule.py): every legal transition,
+illegal ones refused, whose end stands (the precedence table), under hypothesis; and the one writer call
+interrupted between its steps and called again, over a real run folder on the local filesystem."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rtjob.core import lifecycle
+from rtjob.core.lifecycle import IllegalTransition, Writer
+from rtjob.core.model import RunStatus
+from rtjob.core.record import RunRecord
+from rtjob.core.retry_rule import AttemptEnd, retries_left, retry_reason
+from rtjob.storage.index import entry_of
+from rtjob.storage.run_ports import RecordFile, run_ports
+
+ENDS = [s for s in RunStatus if s.terminal]
+ALL = list(RunStatus)
+WRITERS = list(Writer)
+RUN_SIDE = [Writer.COMPANION, Writer.SUPERVISOR, Writer.PIPELINE_SUPERVISOR]
+CLIENTS = [Writer.SUBMITTER, Writer.FOLLOWER, Writer.ARCHIVE]
+
+
+def record(status: RunStatus = RunStatus.PENDING, completed_by: str | None = None) -> RunRecord:
+    return RunRecord(id="r1", job="job", backend="ray", status=status.value, completed_by=completed_by)
+
+
+def started(n: int = 1) -> RunRecord:
+    return lifecycle.started(record(), attempt(n), n, "2026-11-27T10:00:00+00:00")
+
+
+def attempt(n: int) -> str:
+    return "r1" if n == 1 else f"r1-retry{n - 1}"
+
+
+# -- the retry rule ---------------------------------------------------------------------------------------------
+
+@given(code=st.one_of(st.none(), st.integers(-20, 300)), timed_out=st.booleans(), stop=st.booleans(),
+       status=st.sampled_from([s.value for s in ALL]))
+def test_the_retry_rule_retries_only_a_lost_driver(code: int | None, timed_out: bool, stop: bool, status: str) -> None:
+    reason = retry_reason(AttemptEnd(status, code, timed_out=timed_out, stop_requested=stop))
+    killed = code in (-9, 137, -15, 143)
+    assert (reason is not None) == (status == "FAILED" and killed and not timed_out and not stop)
+    if reason is not None:
+        assert f"(exit code {code})" in reason and ("SIGKILL" in reason or "SIGTERM" in reason)
+
+
+def test_a_lost_supervisor_is_a_lost_driver_unless_stopped_or_timed_out() -> None:
+    assert retry_reason(AttemptEnd("FAILED", None, lost_driver="Job supervisor actor died")) == \
+        "its driver was lost (Job supervisor actor died)"
+    assert retry_reason(AttemptEnd("FAILED", None, stop_requested=True, lost_driver="x")) is None
+    assert retry_reason(AttemptEnd("STOPPED", None, lost_driver="x")) is None
+
+
+@given(attempt_n=st.integers(1, 105), max_retries=st.integers(0, 100))
+def test_retries_left_allow_max_retries_after_the_first(attempt_n: int, max_retries: int) -> None:
+    allowed = [n for n in range(1, 106) if retries_left(n, max_retries)]
+    assert allowed == list(range(1, max_retries + 1))
+    assert retries_left(attempt_n, max_retries) == (attempt_n <= max_retries)
+
+
+# -- legal transitions ------------------------------------------------------------------------------------------
+
+def test_submitted_is_pending_with_its_time() -> None:
+    r = lifecycle.submitted(record(RunStatus.UNKNOWN), "2026-11-27T10:00:00+00:00")
+    assert (r.status, r.submitted_at, r.timeline["submitted"]) == ("PENDING", "2026-11-27T10:00:00+00:00",
+                                                                    "2026-11-27T10:00:00+00:00")
+
+
+@given(status=st.sampled_from(ENDS))
+def test_submitted_refuses_an_ended_run_never_submitted(status: RunStatus) -> None:
+    with pytest.raises(IllegalTransition, match="submitted refused"):
+        lifecycle.submitted(record(status))
+
+
+def test_started_runs_the_attempt_and_the_companion_carries_it() -> None:
+    r = started()
+    assert (r.status, r.carried_by, r.start_time) == ("RUNNING", "companion", "2026-11-27T10:00:00+00:00")
+    assert r.attempts == [{"id": "r1", "attempt": 1, "status": "RUNNING", "exit_code": None, "retry_reason": None}]
+
+
+@given(by=st.sampled_from(RUN_SIDE), ended=st.sampled_from(ENDS))
+def test_a_retry_starting_clears_the_earlier_attempts_end(by: Writer, ended: RunStatus) -> None:
+    r = started()
+    lifecycle.attempt_ended(r, "r1", 1, AttemptEnd(ended.value, 137), "killed", by=by)
+    r.logs = ["logs/driver.log", "logs/r1.log"]
+    lifecycle.started(r, "r1-retry1", 2)
+    assert (r.status, r.completed_by, r.end_time, r.message, r.exit_code) == ("RUNNING", None, None, None, None)
+    assert r.logs == ["logs/r1.log"]  # each attempt's own log stays listed
+    assert [a["id"] for a in r.attempts] == ["r1", "r1-retry1"]
+
+
+def test_an_ended_attempt_or_an_older_one_never_starts_again() -> None:
+    r = started(2)
+    with pytest.raises(IllegalTransition, match="a later attempt"):
+        lifecycle.started(r, "r1", 1)
+    lifecycle.attempt_ended(r, "r1-retry1", 2, AttemptEnd("SUCCEEDED", 0), None)
+    with pytest.raises(IllegalTransition, match="this attempt ended SUCCEEDED"):
+        lifecycle.started(r, "r1-retry1", 2)
+
+
+@given(status=st.sampled_from(ALL), by=st.sampled_from(RUN_SIDE), carried=st.sampled_from([None, "companion",
+                                                                                           "supervisor"]))
+def test_beat_never_changes_the_status_and_a_companion_never_takes_a_supervisors_run(
+        status: RunStatus, by: Writer, carried: str | None) -> None:
+    r = record(status)
+    r.carried_by = carried
+    lifecycle.beat(r, by, "2026-11-27T10:00:05+00:00")
+    assert r.status == status.value and r.last_seen == "2026-11-27T10:00:05+00:00"
+    assert r.carried_by == ("supervisor" if by == Writer.COMPANION and carried == "supervisor" else by.recorded_as)
+
+
+@given(by=st.sampled_from(CLIENTS))
+def test_only_the_run_side_beats(by: Writer) -> None:
+    with pytest.raises(IllegalTransition, match="only the run side beats"):
+        lifecycle.beat(record(), by)
+
+
+@given(code=st.integers(-20, 200), timed_out=st.booleans())
+def test_attempt_ended_records_the_end_and_the_one_rules_reason(code: int, timed_out: bool) -> None:
+    status = "SUCCEEDED" if code == 0 else "FAILED"
+    end = AttemptEnd(status, code, timed_out=timed_out)
+    r = lifecycle.attempt_ended(started(), "r1", 1, end, "why", "2026-11-27T10:01:00+00:00")
+    assert (r.status, r.exit_code, r.completed_by, r.end_time) == (status, code, "companion",
+                                                                   "2026-11-27T10:01:00+00:00")
+    assert r.attempts[-1]["retry_reason"] == retry_reason(end)
+    assert lifecycle.attempt_ended(r, "r1", 1, end, "why", "2026-11-27T10:01:00+00:00").to_json() == r.to_json()
+
+
+def test_attempt_ended_refuses_a_non_end_and_an_older_attempts_end() -> None:
+    with pytest.raises(IllegalTransition, match="not an end"):
+        lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("RUNNING"), None)
+    with pytest.raises(IllegalTransition, match="a later attempt"):
+        lifecycle.attempt_ended(started(2), "r1", 1, AttemptEnd("FAILED", 137), None)
+
+
+def test_retrying_is_pending_again_with_the_failed_attempt_kept() -> None:
+    r = lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("FAILED", 137), "killed")
+    reason = r.attempts[0]["retry_reason"]
+    lifecycle.retrying(r, 1, reason, "r1", "r1-retry1")
+    assert (r.status, r.completed_by, r.end_time) == ("PENDING", None, None)
+    assert [(a["id"], a["status"]) for a in r.attempts] == [("r1", "FAILED"), ("r1-retry1", "PENDING")]
+    assert r.message == f"attempt 1 {reason}; attempt 2 is r1-retry1"
+    again = lifecycle.retrying(r, 1, reason, "r1", "r1-retry1")  # idempotent: a writer repeating itself
+    assert again.attempts == r.attempts and again.status == "PENDING"
+
+
+def test_retrying_after_the_retry_started_leaves_it_running() -> None:
+    r = started(2)
+    lifecycle.retrying(r, 1, "its driver was lost (x)", "r1", "r1-retry1")
+    assert r.status == "RUNNING" and r.attempts[0]["retry_reason"] == "its driver was lost (x)"
+
+
+@given(status=st.sampled_from([RunStatus.SUCCEEDED, RunStatus.STOPPED]))
+def test_a_run_that_succeeded_or_stopped_is_never_retried_nor_given_up(status: RunStatus) -> None:
+    with pytest.raises(IllegalTransition, match=f"the run ended {status.value}"):
+        lifecycle.retrying(record(status), 1, "x", "r1", "r1-retry1")
+    with pytest.raises(IllegalTransition, match=f"the run ended {status.value}"):
+        lifecycle.gave_up(record(status), "why")
+
+
+@given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING, RunStatus.FAILED, RunStatus.UNKNOWN]))
+def test_gave_up_is_failed_with_why(status: RunStatus) -> None:
+    r = lifecycle.gave_up(record(status), "its supervisor died 3 times")
+    assert (r.status, r.message, r.completed_by) == ("FAILED", "its supervisor died 3 times", "supervisor")
+    assert r.end_time is not None
+
+
+# -- whose end stands ---------------------------------------------------------------------------------------------
+
+@given(first=st.sampled_from(WRITERS), second=st.sampled_from(WRITERS), s1=st.sampled_from(ENDS),
+       s2=st.sampled_from(ENDS))
+def test_ended_follows_the_precedence_table(first: Writer, second: Writer, s1: RunStatus, s2: RunStatus) -> None:
+    r = lifecycle.ended(record(RunStatus.RUNNING), s1, first)
+    if lifecycle.rank(first.recorded_as) > lifecycle.rank(second.recorded_as):
+        with pytest.raises(IllegalTransition, match="stands"):
+            lifecycle.ended(r, s2, second)
+        assert r.status == s1.value
+    else:
+        assert lifecycle.ended(r, s2, second).status == s2.value
+        assert r.completed_by == second.recorded_as
+
+
+@given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING, RunStatus.UNKNOWN]), by=st.sampled_from(WRITERS))
+def test_ended_refuses_a_status_that_is_not_an_end(status: RunStatus, by: Writer) -> None:
+    with pytest.raises(IllegalTransition, match="not an end"):
+        lifecycle.ended(record(), status, by)
+
+
+def test_the_table_ranks_the_run_side_over_clients_over_nobody() -> None:
+    assert {w.recorded_as for w in CLIENTS} == {"client"} and {w.recorded_as for w in RUN_SIDE} == {
+        "companion", "supervisor"}
+    assert lifecycle.rank(None) < lifecycle.rank("client") < lifecycle.rank("companion") == lifecycle.rank(
+        "supervisor")
+    assert lifecycle.ended_by_run_side(record(RunStatus.FAILED, "companion"))
+    assert not lifecycle.ended_by_run_side(record(RunStatus.FAILED, "client")) and not lifecycle.ended_by_run_side(None)
+
+
+@given(mine_by=st.sampled_from([None, "client", "companion", "supervisor"]),
+       stored_by=st.sampled_from([None, "client", "companion", "supervisor"]),
+       mine=st.sampled_from(ALL), theirs=st.sampled_from(ALL))
+def test_merge_keeps_the_higher_ranked_end(mine_by: str | None, stored_by: str | None, mine: RunStatus,
+                                           theirs: RunStatus) -> None:
+    a, b = record(mine, mine_by), record(theirs, stored_by)
+    a.message, b.message = "mine", "theirs"
+    merged = lifecycle.merge(a, b)
+    if lifecycle.rank(stored_by) > lifecycle.rank(mine_by):
+        assert (merged.status, merged.message, merged.completed_by) == (theirs.value, "theirs", stored_by)
+    elif mine_by is None and stored_by:  # an end already written stays written (its empty fields filled)
+        assert merged.completed_by == stored_by and merged.message == "mine"
+    elif theirs == RunStatus.RUNNING and mine in (RunStatus.PENDING, RunStatus.UNKNOWN):
+        assert merged.status == "RUNNING"  # the companion saw it start: a client's PENDING is older news
+    else:
+        assert (merged.status, merged.message) == (mine.value, "mine")
+
+
+def test_stale_and_forgotten_are_the_readers_verdicts() -> None:
+    r = record(RunStatus.RUNNING)
+    r.carried_by, r.last_seen = "companion", "2020-01-01T00:00:00+00:00"
+    assert lifecycle.stale(r) == "its companion was last seen 2020-01-01T00:00:00+00:00"
+    assert r.to_run_info().status == RunStatus.UNKNOWN and r.status == "RUNNING"  # never written
+    assert "its end was never recorded" in (lifecycle.forgotten(r) or "")
+    assert lifecycle.stale(record(RunStatus.FAILED)) is None and lifecycle.forgotten(record(RunStatus.FAILED)) is None
+
+
+# -- the one writer call ------------------------------------------------------------------------------------------
+
+class Crash(Exception):
+    pass
+
+
+class CrashingIndex:
+    """The index port, failing on its first ``fail`` calls (a writer that died between its steps)."""
+
+    def __init__(self, inner: object, fail: int) -> None:
+        self.inner, self.fail, self.entries = inner, fail, 0
+
+    def entry(self, rec: RunRecord) -> None:
+        if self.fail:
+            self.fail -= 1
+            raise Crash("the writer died after the record")
+        self.inner.entry(rec)  # type: ignore[attr-defined]
+        self.entries += 1
+
+
+def _entries(root: Path) -> list[dict[str, object]]:
+    return [json.loads(p.read_text()) for p in sorted((root / "rtjob-index" / "entries").glob("*.json"))]
+
+
+@settings(max_examples=10, deadline=None)
+@given(crash_at=st.sampled_from(["index", "tell", None]))
+def test_the_writer_call_interrupted_between_its_steps_is_repaired_by_calling_it_again(
+        tmp_path_factory: pytest.TempPathFactory, crash_at: str | None) -> None:
+    root = tmp_path_factory.mktemp("root")
+    folder = root / "job" / "r1"
+    folder.mkdir(parents=True)
+    uri = f"file://{folder}"
+    ports = run_ports(uri)
+    index = CrashingIndex(ports.index, 1 if crash_at == "index" else 0)
+    ports.index = index  # type: ignore[assignment]
+    told: list[str] = []
+    fail_tell = [crash_at == "tell"]
+
+    def tell(rec: RunRecord) -> None:
+        if fail_tell[0]:
+            fail_tell[0] = False
+            raise Crash("the writer died after the index entry")
+        told.append(rec.status)
+
+    def transition(stored: RunRecord | None) -> RunRecord:
+        rec = stored or lifecycle.started(RunRecord(id="r1", job="job", backend="ray", storage_uri=uri), "r1", 1,
+                                          "2026-11-27T10:00:00+00:00")
+        return lifecycle.attempt_ended(rec, "r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:01:00+00:00")
+
+    if crash_at is not None:
+        with pytest.raises(Crash):
+            lifecycle.write(ports, transition, tell=tell)
+        written = RecordFile(uri, None).update(lambda stored: None)
+        assert written is not None and written.status == "SUCCEEDED"  # the record is ahead, never behind
+        assert told == []
+    again = lifecycle.write(ports, transition, tell=tell)  # the same call again repairs
+    assert again is not None and again.status == "SUCCEEDED" and told == ["SUCCEEDED"]
+    entries = _entries(root)
+    assert entries and entries[-1]["status"] == "SUCCEEDED" and entries[-1]["attempts"] == 1
+    assert entries[-1]["duration_s"] == 60.0
+    assert json.loads((folder / "rtjob-run.json").read_text())["attempts"] == again.attempts
+
+
+def test_a_heartbeat_writes_no_index_entry(tmp_path: Path) -> None:
+    folder = tmp_path / "job" / "r1"
+    folder.mkdir(parents=True)
+    ports = run_ports(f"file://{folder}")
+    lifecycle.write(ports, lambda s: lifecycle.beat(s or record(), Writer.COMPANION), indexed=False)
+    assert not (tmp_path / "rtjob-index").exists()
+    lifecycle.write(ports, lambda s: lifecycle.started(s or record(), "r1", 1))
+    assert [e["status"] for e in _entries(tmp_path)] == ["RUNNING"]
+
+
+def test_an_index_entry_holds_the_shared_schema() -> None:
+    r = lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:00:30+00:00")
+    r.spec = {"document": {"tags": {"team": "nlp", "n": 3}, "args": {"epochs": 2, "lr": 0.1}}}
+    r.metrics = {"last": {"epoch": 2, "val_loss": 0.5, "note": "x", "ok": True}}
+    entry = entry_of(r)
+    assert (entry["attempts"], entry["duration_s"], entry["tags"], entry["args"], entry["final_metrics"]) == (
+        1, 30.0, {"team": "nlp", "n": "3"}, {"epochs": 2, "lr": 0.1}, {"epoch": 2, "val_loss": 0.5})
