@@ -23,7 +23,7 @@ import torch
 
 import rtjob_contract as contract
 
-from . import data, file_checkpoint, loop, options, precision
+from . import data, file_checkpoint, loop, options, precision, step_rows
 from .models import model_for
 
 
@@ -68,6 +68,7 @@ def train(config: dict) -> dict:
     """Train in this process; returns the last epoch's metrics (empty if nothing was left to train)."""
     if config["threads"]:
         torch.set_num_threads(config["threads"])
+    step_rows.configure(config.get("log_every_steps"))
     device = torch.device("cpu")
     if config["use_gpu"]:
         if not torch.cuda.is_available():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 
 import rtjob_contract as contract
@@ -22,6 +23,11 @@ from ..core.redact import Redactor
 from ..storage.objects import Objects
 
 PART_MAX = 8 * 1024 * 1024
+# New output goes up soon after it is written (``due``), not only at the companion's regular flush: a part once the
+# log has had new bytes for NEW_OUTPUT_S (a burst of lines becomes one part, not one each); after a flush that found
+# no whole line (a progress bar redrawn with \r and no line end) not again for IDLE_AFTER_NOTHING_S.
+NEW_OUTPUT_S = 0.5
+IDLE_AFTER_NOTHING_S = 5.0
 
 
 class LogParts:
@@ -41,11 +47,29 @@ class LogParts:
         self.failed = False
         self._whole = tempfile.NamedTemporaryFile(prefix="rtjob-log-", delete=False)  # noqa: SIM115
         self.first_bytes_at: float | None = None
+        self._grew_at: float | None = None  # monotonic time new bytes were first seen since the last flush
+        self._quiet_until = 0.0
+
+    def due(self, now: float) -> bool:
+        """Whether the log has new output worth a flush now (one stat of the file)."""
+        if now < self._quiet_until:
+            return False
+        try:
+            size = os.stat(self.source).st_size
+        except OSError:
+            return False
+        if size <= self.offset:
+            self._grew_at = None
+            return False
+        if self._grew_at is None:
+            self._grew_at = now
+        return now - self._grew_at >= NEW_OUTPUT_S
 
     def flush(self, final: bool = False) -> int:
         """Upload what the log gained since the last flush (up to its last line end, or all of it when
         ``final``); returns the parts uploaded. Failures are said once and retried at the next flush."""
         uploaded = 0
+        self._grew_at = None
         try:
             fd = os.open(self.source, os.O_RDONLY)
         except OSError as exc:
@@ -79,6 +103,8 @@ class LogParts:
                 uploaded += 1
         finally:
             os.close(fd)
+        if not uploaded:
+            self._quiet_until = time.monotonic() + IDLE_AFTER_NOTHING_S
         return uploaded
 
     def write_whole(self) -> list[str]:
