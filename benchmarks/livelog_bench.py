@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""A printed line → the run's stored log (issue 36; row 14 of `make bench`): what `rtjob ui` and `rtjob logs` read
+while a run goes, beside `ray job submit`'s print → terminal for the same job on the same cluster.
+
+    python benchmarks/livelog_bench.py      (starts its own embedded cluster, stopped at the end)
+
+- rtjob: `rtjob submit bench-live --no-wait` (60 lines 0.25 s apart, each carrying its `time.time()`); this process
+  reads the run's log parts in its storage folder (`logs/<id>/part-*`, the local storage of the benchmark's project)
+  every 10 ms and notes each line's arrival. The companion uploads a part ~0.5 s after new output (logparts.py's
+  NEW_OUTPUT_S), besides its regular flush every 5 s.
+- the companion's CPU while the run goes: its process's utime+stime from /proc between the 8th and the 56th line, as
+  a share of one core (goal ≤ 1%); its start-up (imports, seeding) is outside that window.
+- peer: `ray job submit` of the same entrypoint followed on a pseudo-terminal (loglat_bench.watch_one).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from loglat_bench import _cpu_s, _note, watch_one  # noqa: E402
+
+LINES = 60
+GAP_S = 0.25
+GOAL_S = 1.5
+GOAL_CPU = 0.01
+
+
+def _companion_pid(run_id: str, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"rtjob.runside.companion" in cmdline and f"RTJOB_RUN_NAME={run_id}".encode() in environ:
+                return int(pid)
+        time.sleep(0.05)
+    raise RuntimeError(f"no companion process of {run_id} within {timeout:.0f} s")
+
+
+def _watch_parts(folder: Path, seen: dict[int, float], stop: threading.Event) -> None:
+    """Each line's latency as it appears in the stored parts (read in order, each once)."""
+    done: set[str] = set()
+    carry = b""
+    while not stop.is_set():
+        try:
+            names = sorted(os.listdir(folder))
+        except FileNotFoundError:
+            names = []
+        for name in names:
+            if name.startswith("part-") and name not in done:
+                done.add(name)
+                carry = _note(seen, (folder / name).read_bytes(), carry)
+        time.sleep(0.01)
+
+
+def rtjob_side(b: Any, c: Any, run_id: str) -> tuple[dict[int, float], float]:
+    """(line → latency into storage, the companion's CPU share of a core between lines 8 and 56)."""
+    proc = b.run_checked([b.RTJOB, "submit", "bench-live", "--submission-id", run_id, "--no-wait", "-o", "json"],
+                         c.env, timeout=120)
+    storage = Path(json.loads(proc.stdout)["storage_uri"])
+    seen: dict[int, float] = {}
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_parts, args=(storage / "logs" / run_id, seen, stop), daemon=True)
+    watcher.start()
+    try:
+        pid = _companion_pid(run_id)
+        deadline = time.monotonic() + 120
+        while 8 not in seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cpu0, t0 = _cpu_s(pid), time.monotonic()
+        while 56 not in seen and time.monotonic() < deadline:
+            time.sleep(0.01)
+        cpu1, t1 = _cpu_s(pid), time.monotonic()
+        while len(seen) < LINES and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        watcher.join(timeout=10)
+    c.finished_jobs.append(run_id)
+    return seen, (cpu1 - cpu0) / (t1 - t0) if t1 > t0 else float("nan")
+
+
+def livelog_rows(b: Any, c: Any) -> list[dict[str, str]]:
+    """The rows (``b``: run.py's module, ``c``: its Context with the embedded cluster up)."""
+    entry = f"python emitter.py {LINES} {GAP_S}"
+    (Path(c.env["RTJOB_PROJECT"]) / "jobs" / "bench-live.yaml").write_text(
+        f"name: bench-live\nstrategy: custom\nentrypoint: {entry}\n")
+    rt_id = f"bench-live-{os.urandom(2).hex()}"
+    ray_id = f"bench-live-ray-{os.urandom(2).hex()}"
+    stored, cpu = rtjob_side(b, c, rt_id)
+    ray_cmd = [b.RAY, "job", "submit", "--address", c.cluster.address, "--submission-id", ray_id,
+               "--working-dir", c.env["RTJOB_PROJECT"], "--", *entry.split()]
+    peer = watch_one(ray_cmd, b.ray_env(c), ray_id, c.cluster.address, c.cluster.token,
+                     f"{c.cluster.temp_dir}/session_latest/logs")
+    c.finished_jobs.append(ray_id)
+    if not stored or not peer.terminal:
+        raise RuntimeError(f"no latency seen: {len(stored)} lines in storage, {len(peer.terminal)} on ray's terminal")
+    mine, theirs = statistics.median(stored.values()), statistics.median(peer.terminal.values())
+    c.notes.append(f"14: {len(stored)} of {LINES} lines reached the run's stored log ({GAP_S} s apart), p95 "
+                   f"{sorted(stored.values())[int(0.95 * (len(stored) - 1))]:.3f} s, max {max(stored.values()):.3f} s; "
+                   f"{len(peer.terminal)} reached `ray job submit`'s terminal")
+    return [
+        {"measurement": f"14a. a printed line → the run's stored log (what `rtjob ui` reads), median ({LINES} lines "
+                        f"{GAP_S} s apart)", "rtjob": f"{mine:.3f} s",
+         "peer": f"`ray job submit` print → terminal {theirs:.3f} s", "ratio": f"{mine / theirs:.2f}× (rtjob/ray)",
+         "goal": f"≤ {GOAL_S} s", "met": "yes" if mine <= GOAL_S else "**NO**"},
+        {"measurement": "14b. the companion's CPU while that run prints (lines 8–56), share of one core",
+         "rtjob": f"{cpu * 100:.2f}%", "peer": "—", "ratio": "—", "goal": f"≤ {GOAL_CPU:.0%}",
+         "met": "yes" if cpu <= GOAL_CPU else "**NO**"},
+    ]
+
+
+def main() -> int:
+    import run as bench  # noqa: PLC0415 - run.py's cluster and project helpers
+    from table import print_table  # noqa: PLC0415
+
+    work = Path(tempfile.mkdtemp(prefix="rtjob-livelog-", dir="/tmp"))
+    ctx = bench.Context(work=work, env=bench.base_env(work))
+    bench.make_project(work / "project")
+    load = os.getloadavg()[0]
+    with bench.embedded_cluster(ctx):
+        rows = livelog_rows(bench, ctx)
+    ctx.notes.append(f"load average {load:.2f} at the start, {os.getloadavg()[0]:.2f} at the end (2 cores, shared)")
+    print_table(rows, ctx.notes)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
