@@ -155,6 +155,8 @@ SYSTEM_METRICS_FILE = "system.jsonl"
 # SYSTEM_SAMPLE_S), the row as one JSON object after the kind. Ray forwards every worker's stdout to the driver's
 # log, where the companion reads it: it appends each row to the file in RTJOB_RUN_DIR (the driver's node), and
 # samples its own node itself (so a plain script gets system rows too). Rows of a node are about SYSTEM_SAMPLE_S apart.
+# A step row of a sweep's trial also names it (a string): each trial counts its own steps, one series per trial.
+STEP_TRIAL = "trial"
 EVENT_STEP_ROW = "step_row"
 EVENT_SYSTEM_ROW = "system_row"
 SYSTEM_SAMPLE_S = 10.0

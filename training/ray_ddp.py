@@ -46,7 +46,7 @@ def setup_worker(config: dict) -> None:
         logging.getLogger(train_context.__file__).setLevel(config.get("train_log_level", "WARNING"))
     context = ray.train.get_context()
     events.workers_started(context.get_world_rank())
-    step_rows.configure(config.get("log_every_steps"))
+    step_rows.configure(config.get("log_every_steps"), config.get("trial"))
     if context.get_local_rank() == 0:  # one sampler per node of the run
         system_rows.start_sampler()
 

@@ -23,7 +23,7 @@ import torch
 
 import rtjob_contract as contract
 
-from . import data, file_checkpoint, loop, options, precision, step_rows
+from . import data, file_checkpoint, loop, options, precision, step_rows, system_rows
 from .models import model_for
 
 
@@ -69,6 +69,7 @@ def train(config: dict) -> dict:
     if config["threads"]:
         torch.set_num_threads(config["threads"])
     step_rows.configure(config.get("log_every_steps"))
+    system_rows.start_sampler()  # this node's rows (on the driver's node the companion keeps its own instead)
     device = torch.device("cpu")
     if config["use_gpu"]:
         if not torch.cuda.is_available():

@@ -37,8 +37,10 @@ def emit(kind: str, row: dict[str, Any]) -> None:
 
 
 class StepMeter:
-    def __init__(self, every: int, rank: int | None = None, world_size: int | None = None) -> None:
+    def __init__(self, every: int, rank: int | None = None, world_size: int | None = None,
+                 trial: str | None = None) -> None:
         self.every = max(0, int(every or 0))
+        self.trial = trial  # a sweep's trial: its rows name it (contract.STEP_TRIAL)
         self._rank = rank
         self._world = world_size
         self.step = 0  # optimizer steps done (global: an epoch's first step is (epoch - 1) × its length + 1)
@@ -80,6 +82,8 @@ class StepMeter:
         row: dict[str, Any] = {contract.STEP_KEY: self.step, contract.STEP_TIME: round(time.time(), 3)}
         if self.epoch is not None:
             row[contract.METRIC_EPOCH] = self.epoch
+        if self.trial:
+            row[contract.STEP_TRIAL] = self.trial
         row["loss"] = round(float(loss) / max(self._steps, 1), 6)
         if optimizer is not None and getattr(optimizer, "param_groups", None):
             row["lr"] = float(optimizer.param_groups[0]["lr"])
@@ -111,10 +115,10 @@ def _distributed() -> tuple[int, int]:
 _meter = StepMeter(0)  # off until an entrypoint configures it
 
 
-def configure(every: int | None) -> StepMeter:
-    """This process's meter: a row every ``every`` steps (0 or None: none)."""
+def configure(every: int | None, trial: str | None = None) -> StepMeter:
+    """This process's meter: a row every ``every`` steps (0: none; None: the default), naming ``trial`` if given."""
     global _meter
-    _meter = StepMeter(DEFAULT_EVERY if every is None else every)
+    _meter = StepMeter(DEFAULT_EVERY if every is None else every, trial=trial)
     return _meter
 
 

@@ -56,6 +56,17 @@ def test_rank_0_prints_a_step_row_every_n_steps_with_the_windows_mean_loss(capsy
     assert valid(contract.EVENT_STEP_ROW, first) and valid(contract.EVENT_STEP_ROW, second)
 
 
+def test_a_sweeps_trial_is_named_in_its_rows_and_kept_by_the_collector(tmp_path: Path,
+                                                                       capsys: pytest.CaptureFixture) -> None:
+    meter = step_rows.StepMeter(every=1, rank=0, trial="trial-lr0.001-bs64")
+    meter.step_done(0.5, samples=4)
+    rows = LiveRows(str(tmp_path), Said())
+    rows.feed(capsys.readouterr().out.encode())
+    assert [(r["step"], r["trial"]) for r in read_rows(tmp_path / contract.STEP_METRICS_FILE)] == [
+        (1, "trial-lr0.001-bs64")]
+    assert not valid(contract.EVENT_STEP_ROW, {"step": 1, "time": 1.0, "trial": 3})
+
+
 def test_other_ranks_and_n_0_print_nothing(capsys: pytest.CaptureFixture) -> None:
     for meter in (step_rows.StepMeter(every=1, rank=1, world_size=2), step_rows.StepMeter(every=0, rank=0)):
         for _ in range(3):

@@ -130,15 +130,16 @@ class LiveRows:
 
 
 def valid(kind: str, row: Any) -> bool:
-    """A row of ``kind`` as the contract has it: step rows an int step and a time, and numbers (or an epoch)
-    besides; system rows a time and a node."""
+    """A row of ``kind`` as the contract has it: step rows an int step, a time, numbers besides (and a sweep's
+    trial, a string); system rows a time and a node."""
     if not isinstance(row, dict) or not _finite(row.get(contract.STEP_TIME)):
         return False
     if kind == contract.EVENT_SYSTEM_ROW:
         return isinstance(row.get("node"), str) and isinstance(row.get("gpus", []), list)
     step = row.get(contract.STEP_KEY)
-    return isinstance(step, int) and not isinstance(step, bool) and all(
-        _finite(value) for key, value in row.items() if key not in (contract.STEP_KEY, contract.STEP_TIME))
+    return isinstance(step, int) and not isinstance(step, bool) and isinstance(row.get(contract.STEP_TRIAL, ""), str) \
+        and all(_finite(value) for key, value in row.items()
+                if key not in (contract.STEP_KEY, contract.STEP_TIME, contract.STEP_TRIAL))
 
 
 def _finite(value: Any) -> bool:
