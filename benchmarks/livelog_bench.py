@@ -44,7 +44,8 @@ def _companion_pid(run_id: str, timeout: float = 60) -> int:
                 environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"rtjob.runside.companion" in cmdline and f"RTJOB_RUN_NAME={run_id}".encode() in environ:
+            # the Python process itself, not Ray's `sh -c` around it
+            if b"-m\0rtjob.runside.companion" in cmdline and f"RTJOB_RUN_NAME={run_id}".encode() in environ:
                 return int(pid)
         time.sleep(0.05)
     raise RuntimeError(f"no companion process of {run_id} within {timeout:.0f} s")

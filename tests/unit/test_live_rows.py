@@ -149,6 +149,11 @@ def test_new_log_output_is_due_for_a_part_soon_and_a_line_not_ended_backs_off(tm
         assert not parts.due(now)  # first seen: wait for the rest of a burst
         assert parts.due(now + logparts.NEW_OUTPUT_S)
         assert parts.flush() == 1 and not parts.due(now + 1)
+        assert parts.flush() == 0  # nothing new: no back-off
+        with open(source, "ab") as f:
+            f.write(b"another\n")
+        assert not parts.due(now + 1) and parts.due(now + 1 + logparts.NEW_OUTPUT_S)
+        assert parts.flush() == 1
         with open(source, "ab") as f:
             f.write(b"\r 10% progress")  # no line end
         now = time.monotonic()

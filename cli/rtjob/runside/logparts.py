@@ -25,7 +25,8 @@ from ..storage.objects import Objects
 PART_MAX = 8 * 1024 * 1024
 # New output goes up soon after it is written (``due``), not only at the companion's regular flush: a part once the
 # log has had new bytes for NEW_OUTPUT_S (a burst of lines becomes one part, not one each); after a flush that found
-# no whole line (a progress bar redrawn with \r and no line end) not again for IDLE_AFTER_NOTHING_S.
+# new bytes but no whole line (a progress bar redrawn with \r and no line end), or failed to upload, not again for
+# IDLE_AFTER_NOTHING_S.
 NEW_OUTPUT_S = 0.5
 IDLE_AFTER_NOTHING_S = 5.0
 
@@ -69,6 +70,7 @@ class LogParts:
         """Upload what the log gained since the last flush (up to its last line end, or all of it when
         ``final``); returns the parts uploaded. Failures are said once and retried at the next flush."""
         uploaded = 0
+        held_back = False  # new bytes, but no whole line among them
         self._grew_at = None
         try:
             fd = os.open(self.source, os.O_RDONLY)
@@ -85,6 +87,7 @@ class LogParts:
                     cut = chunk.rfind(b"\n")
                     if cut < 0:
                         if len(chunk) < PART_MAX:
+                            held_back = True
                             break  # a line still being written: it goes with the next flush
                         cut = len(chunk) - 1  # one line longer than a part: cut it anyway
                     chunk = chunk[:cut + 1]
@@ -95,6 +98,7 @@ class LogParts:
                     self.objects.put(contract.log_part_name(self.attempt_id, self.index), masked)
                 except (RtjobError, OSError) as exc:
                     self._fail(f"log part {self.index} not uploaded (tried again): {_message(exc)}")
+                    held_back = True
                     break
                 self._whole.write(masked)
                 self.failed = False
@@ -103,7 +107,7 @@ class LogParts:
                 uploaded += 1
         finally:
             os.close(fd)
-        if not uploaded:
+        if held_back and not uploaded:  # no early flush again soon: the regular one, or IDLE_AFTER_NOTHING_S
             self._quiet_until = time.monotonic() + IDLE_AFTER_NOTHING_S
         return uploaded
 
