@@ -148,19 +148,22 @@ def test_new_log_output_is_due_for_a_part_soon_and_a_line_not_ended_backs_off(tm
         source.write_bytes(b"a line\n")
         assert not parts.due(now)  # first seen: wait for the rest of a burst
         assert parts.due(now + logparts.NEW_OUTPUT_S)
-        assert parts.flush() == 1 and not parts.due(now + 1)
+        assert parts.flush() == 1
         assert parts.flush() == 0  # nothing new: no back-off
+        now = time.monotonic()
         with open(source, "ab") as f:
             f.write(b"another\n")
-        assert not parts.due(now + 1) and parts.due(now + 1 + logparts.NEW_OUTPUT_S)
+        assert not parts.due(now) and not parts.due(now + logparts.NEW_OUTPUT_S)  # a part a PART_GAP_S at most
+        assert parts.due(now + logparts.PART_GAP_S)
         assert parts.flush() == 1
         with open(source, "ab") as f:
             f.write(b"\r 10% progress")  # no line end
         now = time.monotonic()
         parts.due(now)
-        assert parts.due(now + logparts.NEW_OUTPUT_S) and parts.flush() == 0
-        assert not parts.due(now + logparts.NEW_OUTPUT_S + 1)  # backs off after a flush that found no whole line
-        later = now + logparts.NEW_OUTPUT_S + logparts.IDLE_AFTER_NOTHING_S
+        assert parts.due(now + logparts.PART_GAP_S) and parts.flush() == 0
+        now = time.monotonic()
+        assert not parts.due(now + logparts.PART_GAP_S + 1)  # backs off after a flush that found no whole line
+        later = now + logparts.IDLE_AFTER_NOTHING_S
         assert not parts.due(later) and parts.due(later + logparts.NEW_OUTPUT_S)  # then as any new output
     finally:
         parts.close()

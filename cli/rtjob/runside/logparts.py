@@ -26,8 +26,9 @@ PART_MAX = 8 * 1024 * 1024
 # New output goes up soon after it is written (``due``), not only at the companion's regular flush: a part once the
 # log has had new bytes for NEW_OUTPUT_S (a burst of lines becomes one part, not one each); after a flush that found
 # new bytes but no whole line (a progress bar redrawn with \r and no line end), or failed to upload, not again for
-# IDLE_AFTER_NOTHING_S.
+# IDLE_AFTER_NOTHING_S. At most one part every PART_GAP_S from a steady stream (each upload costs CPU: S3 signing).
 NEW_OUTPUT_S = 0.5
+PART_GAP_S = 1.0
 IDLE_AFTER_NOTHING_S = 5.0
 
 
@@ -50,6 +51,7 @@ class LogParts:
         self.first_bytes_at: float | None = None
         self._grew_at: float | None = None  # monotonic time new bytes were first seen since the last flush
         self._quiet_until = 0.0
+        self._flushed_at = 0.0  # monotonic time of the last flush
 
     def due(self, now: float) -> bool:
         """Whether the log has new output worth a flush now (one stat of the file)."""
@@ -64,7 +66,7 @@ class LogParts:
             return False
         if self._grew_at is None:
             self._grew_at = now
-        return now - self._grew_at >= NEW_OUTPUT_S
+        return now - self._grew_at >= NEW_OUTPUT_S and now - self._flushed_at >= PART_GAP_S
 
     def flush(self, final: bool = False) -> int:
         """Upload what the log gained since the last flush (up to its last line end, or all of it when
@@ -72,6 +74,7 @@ class LogParts:
         uploaded = 0
         held_back = False  # new bytes, but no whole line among them
         self._grew_at = None
+        self._flushed_at = time.monotonic()
         try:
             fd = os.open(self.source, os.O_RDONLY)
         except OSError as exc:
