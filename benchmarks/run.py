@@ -712,6 +712,15 @@ def bench_ui_latency(ctx: Context) -> list[Row]:
     return _rows(latency_rows(sys.modules[__name__], ctx))
 
 
+def bench_livelog(ctx: Context) -> list[Row]:
+    """Issue 36: a printed line → the run's stored log vs `ray job submit`, and the companion's CPU meanwhile
+    (benchmarks/livelog_bench.py)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.livelog_bench import livelog_rows
+
+    return _rows(livelog_rows(sys.modules[__name__], ctx))
+
+
 def bench_records(ctx: Context) -> list[Row]:
     """Issue 12: a team's runs listed from a bucket by their run records (benchmarks/records_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -843,6 +852,7 @@ def main() -> int:
         "loglat": ["4d. log latency, step by step"],
         "status": ["2. `status ID` of a finished job"],
         "ui": ["13d. `rtjob ui` printed line → page"],
+        "live": ["14a. printed line → the run's stored log", "14b. the companion's CPU while the run prints"],
     }
     try:
         rows += guarded(["1. CLI start-up: `submit --help`"], bench_help, ctx)
@@ -853,6 +863,7 @@ def main() -> int:
                 rows += guarded(cluster_rows["loglat"], bench_loglat, ctx)
                 rows += guarded(cluster_rows["status"], bench_status, ctx)
                 rows += guarded(cluster_rows["ui"], bench_ui_latency, ctx)
+                rows += guarded(cluster_rows["live"], bench_livelog, ctx)
         except BenchError as exc:
             # The cluster itself did not come up: every cluster measurement fails for that reason.
             done = {r.measurement.split(" (")[0] for r in rows}

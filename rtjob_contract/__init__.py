@@ -149,6 +149,17 @@ STEP_TIME = "time"
 # System rows, about every 10 s per node of the run: {"time": unix seconds, "node": name or IP, "cpu_percent",
 # "mem_used_mb", "mem_total_mb", "gpus": [{"index", "util_percent", "mem_used_mb", "mem_total_mb"}] (empty: no GPU)}.
 SYSTEM_METRICS_FILE = "system.jsonl"
+# How rows reach those files from any node: a process prints one event line per row,
+# "rtjob-event: step_row {...}" (rank 0 of rtjob's entrypoints, every --log-every-steps optimizer steps) or
+# "rtjob-event: system_row {...}" (a sampler in the training worker of local rank 0 on each node, every
+# SYSTEM_SAMPLE_S), the row as one JSON object after the kind. Ray forwards every worker's stdout to the driver's
+# log, where the companion reads it: it appends each row to the file in RTJOB_RUN_DIR (the driver's node), and
+# samples its own node itself (so a plain script gets system rows too). Rows of a node are about SYSTEM_SAMPLE_S apart.
+# A step row of a sweep's trial also names it (a string): each trial counts its own steps, one series per trial.
+STEP_TRIAL = "trial"
+EVENT_STEP_ROW = "step_row"
+EVENT_SYSTEM_ROW = "system_row"
+SYSTEM_SAMPLE_S = 10.0
 
 # ---------------------------------------------------------------------------------------------
 # What rtjob records with a run on Ray (job metadata: string values).

@@ -21,6 +21,7 @@ from torch.nn import functional as F
 import rtjob_contract as contract
 
 from . import precision as amp
+from . import step_rows
 from .events import first_step
 
 Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
@@ -59,7 +60,7 @@ def train_epoch(
         if optimizer is None:
             raise ValueError("train_epoch needs an optimizer or a step function")
         step = optimizer_step(optimizer, scaler)
-    return _run_epoch(model, loader, device, loss_fn, step, precision)
+    return _run_epoch(model, loader, device, loss_fn, step, precision, optimizer)
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler | None = None) -> StepFn:
@@ -84,9 +85,13 @@ def evaluate(model: nn.Module, loader: Batches, device: torch.device, loss_fn: L
 
 def _run_epoch(
     model: nn.Module, loader: Batches, device: torch.device, loss_fn: LossFn,
-    step: StepFn | None, precision: str = "fp32",
+    step: StepFn | None, precision: str = "fp32", optimizer: torch.optim.Optimizer | None = None,
 ) -> EpochStats:
+    """``optimizer``: whose learning rate the step rows show (None: they show none)."""
     model.train(step is not None)
+    rows = step_rows.meter()
+    if step is not None and hasattr(loader, "__len__"):
+        rows.epoch_length(len(loader))
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     # Accumulate on the device so the loop never forces a host sync per batch.
@@ -104,10 +109,11 @@ def _run_epoch(
         with amp.autocast(precision, device):
             outputs = model(inputs)
         loss = loss_fn(outputs.float(), targets)  # batch mean, used for the gradient; in fp32 under autocast too
+        batch = targets.size(0)
         if step is not None:
             step(loss)
             first_step(dist.get_rank() if dist.is_initialized() else 0)
-        batch = targets.size(0)
+            rows.step_done(loss, batch, device, optimizer)
         loss_sum += loss.detach().double() * batch
         correct += (outputs.argmax(dim=1) == targets).sum()
         count += batch
@@ -188,6 +194,7 @@ def run_epochs(
     Returns the last metrics."""
     metrics: dict = {}
     for epoch in range(first, epochs + 1):
+        step_rows.meter().epoch_begins(epoch)
         start = time.perf_counter()
         train_stats, val_stats = one_epoch(epoch)
         seconds = time.perf_counter() - start

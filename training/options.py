@@ -14,7 +14,7 @@ from typing import TypeVar
 
 import rtjob_contract as contract
 
-from . import precision
+from . import precision, step_rows
 from .data import DATASETS
 from .models import MODELS
 from .vit import DEFAULT_VIT_SIZE, VIT_SIZES
@@ -131,6 +131,7 @@ def add_ray_args(parser: argparse.ArgumentParser) -> None:
         "--train-log-level", choices=["DEBUG", "INFO", "WARNING", "ERROR"], default="WARNING",
         help="level of Ray Train's own log lines (its INFO level repeats every reported metric)",
     )
+    step_rows.add_arg(group)
 
 
 def add_file_run_args(group: argparse._ArgumentGroup, run_name_help: str = "") -> None:
@@ -145,6 +146,7 @@ def add_file_run_args(group: argparse._ArgumentGroup, run_name_help: str = "") -
         help=f"run folder under the storage path; reuse it to resume (env RTJOB_RUN_NAME{run_name_help})",
     )
     group.add_argument("--keep-checkpoints", type=positive_int, default=3, help="most recent checkpoints kept")
+    step_rows.add_arg(group)
 
 
 def resolve_storage_path(path: str | None) -> str | None:

@@ -24,7 +24,7 @@ import ray.train.torch
 import torch
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from . import checkpoint, data, events, loop, options, precision
+from . import checkpoint, data, events, loop, options, precision, step_rows, system_rows
 from .models import model_for
 
 # Worker output goes through logging, not print: Ray Train V2 patches print() in workers
@@ -44,7 +44,11 @@ def setup_worker(config: dict) -> None:
         from ray.train.v2._internal.execution import context as train_context
 
         logging.getLogger(train_context.__file__).setLevel(config.get("train_log_level", "WARNING"))
-    events.workers_started(ray.train.get_context().get_world_rank())
+    context = ray.train.get_context()
+    events.workers_started(context.get_world_rank())
+    step_rows.configure(config.get("log_every_steps"), config.get("trial"))
+    if context.get_local_rank() == 0:  # one sampler per node of the run
+        system_rows.start_sampler()
 
 
 def worker_precision(config: dict, device: torch.device, rank: int) -> tuple[str, torch.amp.GradScaler | None]:
@@ -173,6 +177,7 @@ def build_trainer(
     ``config_keys``, plus ``extra_config``) and, like Ray Data's ``datasets``/``dataset_config``, more TorchTrainer
     arguments)."""
     config = {key: getattr(args, key) for key in config_keys}
+    config["log_every_steps"] = getattr(args, "log_every_steps", step_rows.DEFAULT_EVERY)
     config.update(extra_config or {})
     return ray.train.torch.TorchTrainer(
         train_loop,

@@ -23,7 +23,7 @@ import torch
 
 import rtjob_contract as contract
 
-from . import data, file_checkpoint, loop, options, precision
+from . import data, file_checkpoint, loop, options, precision, step_rows, system_rows
 from .models import model_for
 
 
@@ -68,6 +68,8 @@ def train(config: dict) -> dict:
     """Train in this process; returns the last epoch's metrics (empty if nothing was left to train)."""
     if config["threads"]:
         torch.set_num_threads(config["threads"])
+    step_rows.configure(config.get("log_every_steps"))
+    system_rows.start_sampler()  # this node's rows (on the driver's node the companion keeps its own instead)
     device = torch.device("cpu")
     if config["use_gpu"]:
         if not torch.cuda.is_available():

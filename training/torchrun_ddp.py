@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import rtjob_contract as contract
 
-from . import data, file_checkpoint, loop, options, precision
+from . import data, file_checkpoint, loop, options, precision, step_rows, system_rows
 from .models import model_for
 
 
@@ -76,6 +76,9 @@ def train(args: argparse.Namespace) -> dict:
     # One intra-op thread per process, as in training.ray_ddp: processes share the cores.
     torch.set_num_threads(1)
     rank, local_rank, world_size, device, distributed = setup()
+    step_rows.configure(args.log_every_steps)
+    if local_rank == 0:  # one sampler per node (the companion drops its own node's: it samples that itself)
+        system_rows.start_sampler()
     if args.use_gpu:
         if not torch.cuda.is_available():
             raise SystemExit("ERROR: --use-gpu but CUDA is not available here")

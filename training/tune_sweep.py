@@ -48,7 +48,8 @@ def train_driver_fn(config: dict, base: dict) -> None:
     args = argparse.Namespace(**base)
     args.run_name = trial_run_name(config)
     args.storage_path = base["train_storage"]
-    trainer = ray_ddp.build_trainer(args, extra_config={k: config[k] for k in NAME_KEYS})
+    extra = {**{k: config[k] for k in NAME_KEYS}, "trial": args.run_name}  # its step rows name the trial
+    trainer = ray_ddp.build_trainer(args, extra_config=extra)
     # build_trainer owns the RunConfig; the callback is read when fit() starts the controller.
     trainer.run_config.callbacks = [*(trainer.run_config.callbacks or []), TuneReportCallback()]
     trainer.fit()

@@ -54,8 +54,15 @@ line = "x" * 1015  # 1 KiB and a byte with its number and newline
 for i in range(mib * 1024):
     print(f"{i:08d} {line}")
 print("script done", flush=True)
+live = open(os.path.join(run_dir, "metrics.jsonl"), "a")  # kept open, as a metrics logger keeps its file
 for i in range(int(sys.argv[2])):  # then a line every 0.2 s (a run to stop or kill)
     print(f"tick {i}", flush=True)
+    live.write(json.dumps({"step": 1000 + i, "time": time.time(), "loss": 1 / (i + 1)}) + "\\n")
+    live.flush()
+    with open(os.path.join(run_dir, "metrics.json"), "w") as f:  # rewritten, as an epoch loop rewrites it
+        json.dump(rows + [{"epoch": 3 + i, "train_loss": 0.1}], f)
+    if i % 5 == 0:  # a step row as rtjob's entrypoints print it (rank 0; Ray forwards a worker's)
+        print("rtjob-event: step_row " + json.dumps({"step": i, "time": time.time(), "loss": 2.0}), flush=True)
     time.sleep(0.2)
 '''
 
@@ -212,6 +219,32 @@ def test_rtjob_stop_is_recorded_stopped_with_the_files_whole_log_and_one_message
     folder = f"runs/side/{run_id}"
     submit(env, run_id, mib=0, ticks=600, project=project)
     wait_for(lambda: b"tick 3" in parts(s3, folder, run_id), 120, "the run to tick")
+
+    # While it runs (issue 36): the script's own metrics.jsonl (held open, appended every 0.2 s) and metrics.json
+    # (rewritten every 0.2 s) never settle, yet the periodic sync uploads them; the step rows it prints as event
+    # lines reach the same metrics.jsonl through the companion, which also samples its node (no nvidia-smi here).
+    def lines(name: str) -> list[dict]:  # a snapshot's whole lines (one still being written is left for later)
+        return [json.loads(line) for line in body(s3, f"{folder}/{name}").decode().split("\n")[:-1]]
+
+    def live() -> tuple[list[int], list[int], list[dict]] | None:
+        stored = keys(s3, folder + "/")
+        if not {"metrics.jsonl", "system.jsonl"} <= set(stored):
+            return None
+        try:
+            epochs = json.loads(body(s3, f"{folder}/metrics.json"))[-1]["epoch"]
+        except ValueError:  # caught mid-rewrite: a later snapshot is whole
+            return None
+        steps = [row["step"] for row in lines("metrics.jsonl")]
+        ours, printed = [s for s in steps if s >= 1000], [s for s in steps if s < 1000]
+        return (ours, printed, lines("system.jsonl")) if len(ours) >= 10 and len(printed) >= 2 and epochs > 3 else None
+
+    ours, printed, system = wait_for(live, 90, "live rows and metrics in storage while the run goes")
+    assert record(s3, folder)["completed_by"] is None  # still running
+    assert ours == list(range(1000, 1000 + len(ours)))  # the script's own rows: a prefix, in order
+    assert printed == list(range(0, 5 * len(printed), 5))  # each printed row once, in order
+    assert system[0]["gpus"] == [] and 0 < system[0]["mem_used_mb"] < system[0]["mem_total_mb"]
+    assert set(system[0]) == {"time", "node", "cpu_percent", "mem_used_mb", "mem_total_mb", "gpus"}
+
     stop = rtjob("stop", run_id, env=env, cwd=project, timeout=120)
     assert stop.returncode == 0, stop.stderr
     done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")

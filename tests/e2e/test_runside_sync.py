@@ -1,9 +1,11 @@
 """runside/sync.py: RTJOB_RUN_DIR (a real local folder) copied to the run's folder (a local folder and moto's S3):
-settled files only, never one a process holds open for writing, only objects this sync wrote are overwritten,
+settled files only, never one a process holds open for writing (but a live text file that keeps changing, after
+max_wait_s), only objects this sync wrote are overwritten,
 nothing deleted, a scan of an unchanged tree reads no file."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -119,6 +121,40 @@ def test_a_file_a_process_holds_open_for_writing_waits_until_it_is_closed(tmp_pa
         writer.wait()
     _until(dirsync.scan)
     assert _data(target, "train.log") == b"partial and the rest"
+
+
+def test_a_live_file_that_keeps_changing_is_uploaded_while_it_grows_and_a_checkpoint_still_waits(
+        tmp_path: Path, target: Objects) -> None:
+    """metrics.jsonl appended every 50 ms and metrics.json rewritten as often, both held open by the writer, never
+    settle: each goes up once it has differed from its copy for max_wait_s. model.pt, written the same way, waits."""
+    local = tmp_path / "run"
+    local.mkdir()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", "import json, sys, time\n"
+         "rows, whole, model = (open(f'{sys.argv[1]}/{n}', 'w') for n in ('metrics.jsonl', 'metrics.json', 'model.pt'))\n"
+         "for step in range(10**6):\n"
+         "    rows.write(json.dumps({'step': step, 'time': time.time()}) + '\\n'); rows.flush()\n"
+         "    whole.seek(0); whole.truncate(); json.dump([{'epoch': step}], whole); whole.flush()\n"
+         "    model.write('w' * 100); model.flush(); time.sleep(0.05)\n",
+         str(local)])
+    try:
+        dirsync = DirSync(str(local), target, settle_s=SETTLE, max_wait_s=0.5, say=Said())
+        _until(dirsync.scan, want=2)
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:  # each again, while it grows
+            dirsync.scan()
+            time.sleep(0.05)
+        assert writer.poll() is None  # all three still open, none settled
+        # A snapshot: its whole lines are a prefix of the rows (a reader skips a last line not ended yet).
+        whole = [json.loads(line) for line in (_data(target, "metrics.jsonl") or b"").decode().split("\n")[:-1]]
+        assert len(whole) >= 5 and [row["step"] for row in whole] == list(range(len(whole)))
+        assert target.head("metrics.json") is not None
+        assert target.head("model.pt") is None  # not text: it waits until it is settled and closed
+    finally:
+        writer.kill()
+        writer.wait()
+    _until(dirsync.scan, want=3)  # now closed: settled
+    assert target.head("model.pt") is not None
 
 
 def test_an_object_this_sync_did_not_write_is_never_overwritten(tmp_path: Path, target: Objects) -> None:

@@ -47,7 +47,8 @@ def test_ddp_resnet_writes_checkpoints_to_s3_and_pull_gives_a_loadable_checkpoin
 
     submit = cli("submit", "ddp-resnet", "--nodes", "2", "--storage", f"s3://{BUCKET}/runs",
                  "--forward-aws-credentials", "--submission-id", run_id, "--output", "json",
-                 "--set", "args.train_size=384", "--set", "args.val_size=128", timeout=600)
+                 "--set", "args.train_size=384", "--set", "args.val_size=128", "--set", "args.log_every_steps=1",
+                 timeout=600)
     assert submit.returncode == 0, submit.stderr[-3000:]
     run = json.loads(submit.stdout)
     assert run["status"] == "SUCCEEDED"
@@ -59,6 +60,19 @@ def test_ddp_resnet_writes_checkpoints_to_s3_and_pull_gives_a_loadable_checkpoin
     for epoch in (1, 2):
         for name in ("model.pt", "optimizer.pt", "state.json", "metrics.json"):
             assert f"runs/ddp-resnet/{run_id}/checkpoint_epoch_{epoch:04d}/{name}" in keys, keys
+
+    # Live rows (issue 36): rank 0's step rows, printed in a Ray Train worker and forwarded by Ray to the driver's
+    # log, collected by the companion into metrics.jsonl (each once: this cluster's two log monitors may show a
+    # worker's line twice); system.jsonl has the driver node's rows (both nodes are this machine: no GPU, gpus []).
+    def rows(name: str) -> list[dict]:
+        body = s3.client().get_object(Bucket=BUCKET, Key=f"runs/ddp-resnet/{run_id}/{name}")["Body"].read()
+        return [json.loads(line) for line in body.decode().splitlines()]
+
+    steps = rows("metrics.jsonl")  # 384 samples / 128 a step: 3 steps an epoch, a row each (--log-every-steps 1)
+    assert [(r["step"], r["epoch"]) for r in steps] == [(1, 1), (2, 1), (3, 1), (4, 2), (5, 2), (6, 2)], steps
+    assert all(r["loss"] > 0 and r["lr"] == 0.001 and r["samples_per_s"] > 0 and r["time"] > 0 for r in steps)
+    system = rows("system.jsonl")
+    assert system and all(r["gpus"] == [] and 0 <= r["cpu_percent"] <= 100 and r["mem_total_mb"] > 0 for r in system)
 
     # `rtjob pull ID` needs nothing else: the run's metadata names its storage and endpoint.
     no_endpoint = {k: v for k, v in env.items() if not k.startswith("AWS_ENDPOINT_URL")}

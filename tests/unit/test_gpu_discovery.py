@@ -21,12 +21,13 @@ from support.cli import base_env, run_in_process
 A10G = [f"{i}, GPU-{i}aaa{i}-0000-1111, NVIDIA A10G, 23028" for i in range(4)]
 
 
-def fake_smi(folder: Path, lines: list[str]) -> str:
-    """A folder holding a fake `nvidia-smi` (it checks it was asked the query rtjob sends); returns a PATH."""
+def fake_smi(folder: Path, lines: list[str], query: str = "index,uuid,name,memory.total") -> str:
+    """A folder holding a fake `nvidia-smi` (it checks it was asked ``query``, the one rtjob sends: the inventory's
+    here, the utilisation's in test_live_rows.py); returns a PATH."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "nvidia-smi"
     script.write_text("#!/bin/sh\n"
-                      '[ "$1" = "--query-gpu=index,uuid,name,memory.total" ] || exit 9\n'
+                      f'[ "$1" = "--query-gpu={query}" ] || exit 9\n'
                       + "".join(f"echo '{line}'\n" for line in lines))
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return f"{folder}{os.pathsep}{os.environ['PATH']}"

@@ -27,6 +27,7 @@ checkpoint = lazy("training.hf.checkpoint")
 data = lazy("training.hf.data")
 model = lazy("training.hf.model")
 steps = lazy("training.hf.steps")
+step_rows = lazy("training.step_rows")
 
 BUCKET = "hf-models"
 AUDIO = [f"<a{i}>" for i in range(4)] + ["<|speaker|>"]
@@ -167,13 +168,21 @@ def test_epoch_loss_is_token_weighted_not_a_mean_of_batch_means(tok):
     assert whole.loss == pytest.approx(manual.item(), rel=1e-5)
 
 
-def test_grad_accumulation_steps_like_one_big_batch(tok):
+def test_grad_accumulation_steps_like_one_big_batch(tok, capsys):
     pairs = data.builtin_pairs(8, 0, "train")
     nets = [model.load_model("tiny:qwen3", tok, seed=1) for _ in range(2)]
     optimizers = [torch.optim.SGD(n.parameters(), lr=0.5) for n in nets]
-    steps.train_epoch(nets[0], [batch_of(tok, pairs)], optimizers[0], cpu(), grad_accum=1)
-    steps.train_epoch(nets[1], [batch_of(tok, pairs[:3]), batch_of(tok, pairs[3:])], optimizers[1], cpu(),
-                      grad_accum=2)
+    step_rows.configure(1)  # a step row each optimizer step (issue 36): one per call here, both windows alike
+    try:
+        whole = steps.train_epoch(nets[0], [batch_of(tok, pairs)], optimizers[0], cpu(), grad_accum=1)
+        steps.train_epoch(nets[1], [batch_of(tok, pairs[:3]), batch_of(tok, pairs[3:])], optimizers[1], cpu(),
+                          grad_accum=2)
+    finally:
+        step_rows.configure(0)
+    rows = [json.loads(line.split(" ", 2)[2]) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("rtjob-event: step_row ")]
+    assert [(r["step"], r["lr"]) for r in rows] == [(1, 0.5), (2, 0.5)]
+    assert rows[0]["loss"] == pytest.approx(whole.loss, rel=1e-5) == pytest.approx(rows[1]["loss"], rel=1e-4)
     for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
 

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .. import checkpoint, loop
+from .. import checkpoint, loop, step_rows
 from ..hf import steps as hf_steps
 
 PREDICTION_TYPES = ("epsilon", "v_prediction")
@@ -70,6 +70,9 @@ def train_epoch(unet: nn.Module, loader: Iterable[Any], optimizer: torch.optim.O
         torch.cuda.reset_peak_memory_stats(device)
     acc = hf_steps.Accumulator(device)
     steps = scheduler.config.num_train_timesteps
+    rows = step_rows.meter()
+    if hasattr(loader, "__len__"):
+        rows.epoch_length(len(loader))
     for latents, embeddings in loader:
         latents, embeddings = latents.to(device, non_blocking=True), embeddings.to(device, non_blocking=True)
         if uncond is not None:
@@ -83,6 +86,7 @@ def train_epoch(unet: nn.Module, loader: Iterable[Any], optimizer: torch.optim.O
         if ema is not None:
             ema.step(checkpoint.unwrap(unet).parameters())
         acc.add(total, torch.zeros((), dtype=torch.int64, device=device), latents.size(0), latents.size(0))
+        rows.step_done(loss, latents.size(0), device, optimizer)
     return acc.stats()
 
 

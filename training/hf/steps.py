@@ -23,7 +23,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.nn import functional as F
 
-from .. import loop, precision
+from .. import loop, precision, step_rows
 from ..events import first_step
 from .data import IGNORE
 
@@ -126,19 +126,27 @@ def train_epoch(
         torch.cuda.reset_peak_memory_stats(device)
     world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
     acc = Accumulator(device)
+    rows = step_rows.meter()
+    if hasattr(loader, "__len__"):
+        rows.epoch_length(-(-len(loader) // grad_accum))
     for window in windows(loader, grad_accum):
         batches = [to_device(b, device) for b in window]
         step_tokens = sum((b["labels"][:, 1:] != IGNORE).sum() for b in batches)
         global_tokens = loop.all_reduce([float(step_tokens)], device)[0]
         # Ranks' gradients are averaged (÷ world), so × world ÷ all tokens = the mean over every target token.
         scale = world / max(global_tokens, 1.0)
+        window_loss = torch.zeros((), dtype=torch.float32, device=device)
         for i, batch in enumerate(batches):
             with gradient_sync(model, enabled=i == len(batches) - 1):
                 loss_sum, correct, tokens = token_sums(model, batch, precision, device)
                 loss = loss_sum * scale
                 (scaler.scale(loss) if scaler is not None else loss).backward()
             acc.add(loss_sum, correct, tokens, batch["input_ids"].size(0))
+            window_loss += loss_sum.detach().float()
         optimizer_step(model, optimizer, scaler, max_grad_norm)
+        # This rank's token-mean loss of the step (a tensor: read once per step row, not per step).
+        rows.step_done(window_loss / step_tokens.clamp(min=1), sum(b["input_ids"].size(0) for b in batches),
+                       device, optimizer)
     return acc.stats()
 
 

@@ -41,6 +41,7 @@ from .outcome import RAY_JOB_CONFIG, job_metadata
 
 if TYPE_CHECKING:
     from ..storage.objects import Objects
+    from .live_rows import LiveRows
     from .logparts import LogParts
     from .outcome import Outcome
     from .sync import DirSync
@@ -108,6 +109,7 @@ class Companion:
         self.objects: Objects | None = None
         self.parts: LogParts | None = None
         self.sync: DirSync | None = None
+        self.rows: LiveRows | None = None  # step and system rows into the run's folder (live_rows.py)
         self.node_folder: str | None = None  # the run's folder on this node (remote storage only)
         self.run_dir: str | None = None  # the script's RTJOB_RUN_DIR there
         self.input_dir: str | None = None  # a pipeline step's RTJOB_INPUT_DIR
@@ -140,6 +142,8 @@ class Companion:
             if moment >= next_flush:
                 self._guard("the log and the run's folder", self._flush)
                 next_flush = moment + INTERVAL_S
+            elif self.parts is not None and self.parts.due(moment):  # new output: up soon, not at the next flush
+                self._guard("the log", self.parts.flush)
             if moment >= next_beat:
                 if self.outcome is not None:
                     self._guard("the heartbeat", self.outcome.heartbeat)
@@ -172,6 +176,7 @@ class Companion:
         if not self.run_uri:
             return
         from ..storage.opening import objects_for
+        from .live_rows import both
         from .logparts import LogParts
         from .outcome import Outcome
 
@@ -182,7 +187,9 @@ class Companion:
             say("stdout is not a file: the log is not written to the run's storage (rtjob archives it when it "
                 "sees the run end)")
         else:
-            self.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=outcome.saw_text)
+            self.rows = self._live_rows()
+            on_text = outcome.saw_text if self.rows is None else both(outcome.saw_text, self.rows.feed)
+            self.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
         if self.run_dir:
@@ -212,9 +219,20 @@ class Companion:
             got = download_folder(objects, self.input_dir)
         say(f"the step's input: {len(got)} file(s) from {self.input_uri} in {self.input_dir}")
 
+    def _live_rows(self) -> LiveRows | None:
+        """The rows' collector, writing where the script's RTJOB_RUN_DIR is (the node folder, or the run's own
+        local folder); None without one."""
+        from .live_rows import LiveRows, own_sampler
+
+        folder = self.run_dir or (self.env.get(contract.ENV_RUN_DIR) if self.run_uri and "://" not in self.run_uri
+                                  else None)
+        return LiveRows(folder, say, own_sampler()) if folder and os.path.isdir(folder) else None
+
     def _flush(self, final: bool = False) -> None:
         if self.parts is not None:
             self.parts.flush(final=final)
+        if self.rows is not None:
+            self.rows.tick(final=final)
         if self.sync is not None:
             self.sync.scan(final=final)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable
 
 import rtjob_contract as contract
@@ -22,6 +23,13 @@ from ..core.redact import Redactor
 from ..storage.objects import Objects
 
 PART_MAX = 8 * 1024 * 1024
+# New output goes up soon after it is written (``due``), not only at the companion's regular flush: a part once the
+# log has had new bytes for NEW_OUTPUT_S (a burst of lines becomes one part, not one each); after a flush that found
+# new bytes but no whole line (a progress bar redrawn with \r and no line end), or failed to upload, not again for
+# IDLE_AFTER_NOTHING_S. At most one part every PART_GAP_S from a steady stream (each upload costs CPU: S3 signing).
+NEW_OUTPUT_S = 0.5
+PART_GAP_S = 1.0
+IDLE_AFTER_NOTHING_S = 5.0
 
 
 class LogParts:
@@ -41,11 +49,32 @@ class LogParts:
         self.failed = False
         self._whole = tempfile.NamedTemporaryFile(prefix="rtjob-log-", delete=False)  # noqa: SIM115
         self.first_bytes_at: float | None = None
+        self._grew_at: float | None = None  # monotonic time new bytes were first seen since the last flush
+        self._quiet_until = 0.0
+        self._flushed_at = 0.0  # monotonic time of the last flush
+
+    def due(self, now: float) -> bool:
+        """Whether the log has new output worth a flush now (one stat of the file)."""
+        if now < self._quiet_until:
+            return False
+        try:
+            size = os.stat(self.source).st_size
+        except OSError:
+            return False
+        if size <= self.offset:
+            self._grew_at = None
+            return False
+        if self._grew_at is None:
+            self._grew_at = now
+        return now - self._grew_at >= NEW_OUTPUT_S and now - self._flushed_at >= PART_GAP_S
 
     def flush(self, final: bool = False) -> int:
         """Upload what the log gained since the last flush (up to its last line end, or all of it when
         ``final``); returns the parts uploaded. Failures are said once and retried at the next flush."""
         uploaded = 0
+        held_back = False  # new bytes, but no whole line among them
+        self._grew_at = None
+        self._flushed_at = time.monotonic()
         try:
             fd = os.open(self.source, os.O_RDONLY)
         except OSError as exc:
@@ -61,6 +90,7 @@ class LogParts:
                     cut = chunk.rfind(b"\n")
                     if cut < 0:
                         if len(chunk) < PART_MAX:
+                            held_back = True
                             break  # a line still being written: it goes with the next flush
                         cut = len(chunk) - 1  # one line longer than a part: cut it anyway
                     chunk = chunk[:cut + 1]
@@ -71,6 +101,7 @@ class LogParts:
                     self.objects.put(contract.log_part_name(self.attempt_id, self.index), masked)
                 except (RtjobError, OSError) as exc:
                     self._fail(f"log part {self.index} not uploaded (tried again): {_message(exc)}")
+                    held_back = True
                     break
                 self._whole.write(masked)
                 self.failed = False
@@ -79,6 +110,8 @@ class LogParts:
                 uploaded += 1
         finally:
             os.close(fd)
+        if held_back and not uploaded:  # no early flush again soon: the regular one, or IDLE_AFTER_NOTHING_S
+            self._quiet_until = time.monotonic() + IDLE_AFTER_NOTHING_S
         return uploaded
 
     def write_whole(self) -> list[str]:

@@ -6,6 +6,11 @@ companion calls ``DirSync.scan`` every few seconds and once more (``final=True``
 - A file is uploaded once it is *settled*: its (size, mtime_ns) unchanged for ``settle_s`` and no process (of
   those this user can read in /proc) holding it open for writing. After the upload its (size, mtime_ns) is read
   again: a file that changed meanwhile is uploaded again at a later scan.
+- A live text file that keeps changing (a ``metrics.jsonl`` appended to every few seconds, a ``metrics.json``
+  rewritten each epoch, a log the script keeps open; LIVE_SUFFIXES, at most LIVE_MAX bytes) never settles: once it
+  has differed from its uploaded copy for ``max_wait_s`` it is uploaded as it is at that moment, settled or not, open
+  or not, and again ``max_wait_s`` after it changes again. Such a copy is a snapshot: a JSON Lines reader skips a last
+  line that is not whole yet. Other files (checkpoints, weights) still wait until they are settled and closed.
 - An object is overwritten only if an attempt of this run wrote it (storage/run_files.py: the rule lives in the
   run's storage): ``adopt`` takes the node folder as it was seeded from the run's storage, the files earlier
   attempts synced (replaced ``if_match`` on the version an attempt wrote); any other name is uploaded ``if_absent`` (an object that appeared meanwhile, written by someone else,
@@ -37,6 +42,8 @@ from ..storage.s3errors import one_line
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open for writing (fdinfo's flags: octal; 01 and 02)
 
 State = tuple[int, int]  # (size, mtime_ns)
+LIVE_SUFFIXES = (".jsonl", ".json", ".csv", ".txt", ".log")  # text a script appends to or rewrites while it runs
+LIVE_MAX = 16 * 1024 * 1024
 MANIFEST_KEY = contract.RUN_SYNC_DIR  # what a failure of the manifest's write is kept under
 
 
@@ -90,11 +97,13 @@ class _Synced:
 class DirSync:
     """Copies the files of ``local_dir`` to ``objects`` (the run's folder), by relative name, one scan at a time."""
 
-    def __init__(self, local_dir: str, objects: Objects, *, settle_s: float = 2.0,
+    def __init__(self, local_dir: str, objects: Objects, *, settle_s: float = 2.0, max_wait_s: float = 4.0,
                  say: Callable[[str], None], attempt_id: str | None = None) -> None:
         self.local_dir = os.path.abspath(local_dir)
         self.objects = objects
         self.settle_s = settle_s
+        self.max_wait_s = max_wait_s
+        self._pending: dict[str, float] = {}  # rel → monotonic time it was first seen differing from its upload
         self.say = say
         self.attempt_id = attempt_id  # names this attempt's manifest (None: none is written)
         self._seen: dict[str, _Seen] = {}
@@ -134,7 +143,9 @@ class DirSync:
             seen = self._seen.get(rel)
             if seen is None or seen.state != state:
                 self._seen[rel] = seen = _Seen(state, now)
-            if not final:
+            waited = now - self._pending.setdefault(rel, now)
+            live = rel.endswith(LIVE_SUFFIXES) and st.st_size <= LIVE_MAX
+            if not final and not (live and waited >= self.max_wait_s):
                 if now - seen.since < self.settle_s:
                     continue
                 if held is None:
@@ -143,8 +154,10 @@ class DirSync:
                     continue
             if self._upload(rel, path, state):
                 uploaded += 1
+                del self._pending[rel]
         for gone in set(self._seen) - present:  # removed locally: forgotten here, never deleted there
             del self._seen[gone]
+            self._pending.pop(gone, None)
         self._manifest_due = self._manifest_due or uploaded > 0
         if self._manifest_due and self.attempt_id is not None:
             self._write_manifest()

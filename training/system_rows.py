@@ -1,0 +1,91 @@
+"""System rows of a node (rtjob_contract.SYSTEM_METRICS_FILE): CPU and memory from psutil, each GPU's utilisation
+and memory from ``nvidia-smi`` (no GPU, or no nvidia-smi: ``gpus: []``).
+
+Sources: ``sample()`` is called by a daemon thread in the training worker of local rank 0 on each node of a run
+(``start_sampler``: it prints ``rtjob-event: system_row {...}`` every SYSTEM_SAMPLE_S), and by the run's companion
+for the driver's node (rtjob.runside.live_rows, which imports this module as ``rtjob_training.system_rows``).
+Torch-free; psutil and nvidia-smi only."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from typing import Any
+
+import rtjob_contract as contract
+
+GPU_QUERY = ["--query-gpu=index,utilization.gpu,memory.used,memory.total", "--format=csv,noheader,nounits"]
+
+
+def node_name() -> str:
+    """The node a row is about: its host name (what the companion compares with its own)."""
+    return socket.gethostname()
+
+
+def gpus() -> list[dict[str, Any]]:
+    """Every GPU nvidia-smi lists (all of the machine's: nvidia-smi ignores CUDA_VISIBLE_DEVICES); [] without it."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, *GPU_QUERY], capture_output=True, text=True, timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    rows = []
+    for line in out.splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) == 4 and fields[0].isdigit():
+            rows.append({"index": int(fields[0]), "util_percent": _number(fields[1]),
+                         "mem_used_mb": _number(fields[2]), "mem_total_mb": _number(fields[3])})
+    return rows
+
+
+def _number(text: str) -> float | None:
+    """A figure of nvidia-smi's (``[N/A]`` and the like: None)."""
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def sample() -> dict[str, Any]:
+    """One system row of this node, now. CPU: the busy share since the last call of this process (the first call's
+    is since psutil first looked, so a sampler calls it at a steady pace)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return {contract.STEP_TIME: round(time.time(), 3), "node": node_name(),
+            "cpu_percent": psutil.cpu_percent(interval=None),
+            "mem_used_mb": round((memory.total - memory.available) / 2**20, 1),
+            "mem_total_mb": round(memory.total / 2**20, 1), "gpus": gpus()}
+
+
+_started = threading.Event()
+
+
+def start_sampler(every_s: float = contract.SYSTEM_SAMPLE_S) -> None:
+    """Once per process: a daemon thread printing this node's system row every ``every_s`` seconds as an event line
+    (the first after ``every_s``, so its CPU figure covers a whole interval)."""
+    if _started.is_set():
+        return
+    _started.set()
+    from .step_rows import emit
+
+    def run() -> None:
+        try:
+            import psutil
+
+            psutil.cpu_percent(interval=None)  # starts the CPU clock
+        except ImportError:
+            return  # no psutil: no system rows from this node (the run goes on)
+        while True:
+            time.sleep(every_s)
+            try:
+                emit(contract.EVENT_SYSTEM_ROW, sample())
+            except Exception:  # noqa: BLE001 - a sampler never disturbs the training it watches
+                continue
+
+    threading.Thread(target=run, name="rtjob-system-rows", daemon=True).start()
