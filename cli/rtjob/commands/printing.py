@@ -241,7 +241,8 @@ def runs_table(runs: list[RunInfo]) -> None:
         table.add_column(column, overflow="fold")
     for run in runs:
         table.add_row(
-            run.id, run.job or "-", run.status.value, (run.start_time or "-").replace("+00:00", "Z"),
+            run.id, run.job or "-", run.status.value + (f" ({run.attempts} attempts)" if run.attempts > 1 else ""),
+            (run.start_time or "-").replace("+00:00", "Z"),
             duration(run), run.storage_uri or "-",
         )
     print_rich(table)
