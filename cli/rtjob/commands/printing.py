@@ -189,7 +189,7 @@ def run_text(info: RunInfo) -> str:
     lines = [
         f"id:          {info.id}",
         f"job:         {info.job or '-'}",
-        f"backend:     {info.backend} ({info.address})",
+        f"backend:     {info.backend}" + (f" ({info.address})" if info.address else ""),
         f"status:      {info.status.value}",
         f"message:     {message or '-'}",
         f"started:     {info.start_time or '-'}",

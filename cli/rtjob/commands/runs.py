@@ -136,7 +136,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
     from ..runs.archive import archive_ended
     from ..runs.listing import RunFilter
     from ..runs.places import on_this_machine
-    from ..runs.view import fold_retries
+    from ..runs.view import fold_retries, with_recorded_times
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
     be = backend_from(backend, address, headers, no_verify_tls)
@@ -150,7 +150,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
             from None
     listed = fold_retries(listed)  # a retried run is one row: its latest attempt's status
     archive_ended(be, listed, PRINTED)  # runs submitted with --no-wait that ended since: their records completed
-    runs = wanted.apply(listed)
+    runs = with_recorded_times(wanted.apply(listed))  # an ended run's duration as every other command shows it
     if output != "text":
         print_data([{**run_json(r), "attempts": r.attempts} for r in runs], output)
     else:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import RtjobError, Unreachable
 from ..core.model import Attempts, RunInfo, RunStatus
@@ -132,8 +132,27 @@ def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEve
     except RtjobError:
         attempts = None
     story, latest = _latest(backend, info, attempts)
-    observe(backend, story, events, attempts_of=asked)
-    return RunView(story, None, attempts, latest)
+    recorded = observe(backend, story, events, attempts_of=asked)
+    return RunView(recorded_times(story, recorded), None, attempts, latest)
+
+
+def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
+    """An ended run's start and end as its record has them (the end its run side wrote, to the millisecond, stands
+    over the cluster's), so that every command shows one duration; ``info`` as it is while the run goes on."""
+    if record is None or not record.archived or not info.status.terminal or not record.end_time:
+        return info
+    return dataclasses.replace(info, start_time=record.start_time or info.start_time, end_time=record.end_time)
+
+
+def with_recorded_times(listed: list[RunInfo]) -> list[RunInfo]:
+    """`rtjob list`: each ended run's times as this ledger recorded them (recorded_times)."""
+    from .memory import ledger
+
+    try:
+        book = ledger()
+        return [recorded_times(info, book.get(info.id)) if info.status.terminal else info for info in listed]
+    except RtjobError:
+        return listed
 
 
 def _unreachable(run_id: str, storage_root: str | None, error: Unreachable) -> tuple[RunInfo, RunRecord]:
@@ -194,3 +213,40 @@ def dead_supervisor(backend: Backend, view: RunView) -> str | None:
         return None
     return (f"its supervisor {supervisor.id} is {supervisor.status.value} and nothing carries the run now: "
             f"rtjob status {view.info.id} --repair (or rtjob wait {view.info.id}) starts a new one")
+
+
+def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
+    """`rtjob runs`: ask the current backend about the listed runs it ran whose end rtjob has not seen yet, each as
+    one story (a retried run's latest attempt; an ended one archived). A backend that cannot be reached is asked no
+    more: the ledger's state is shown."""
+    for record in records:
+        if record.archived or record.backend != backend.name:
+            continue
+        try:
+            if backend.find(record.id) is None:
+                continue  # not on this cluster: `rtjob status` says what the record knows
+            look(backend, record.id, None, events)
+        except Unreachable:
+            return
+        except RtjobError:
+            continue
+
+
+def recorded_steps(record: RunRecord, storage_root: str | None) -> list[dict[str, Any]]:
+    """A pipeline run's steps as their records have them (`rtjob show`: no backend asked): each step's entry with
+    its run's status, start and end (None: no record of it, e.g. never submitted)."""
+    from .memory import find
+
+    out = []
+    for step in record.steps:
+        folder = str(step.get("storage_uri") or "")  # <root>/<job>/<run id>: its record is found there first
+        root = folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else storage_root
+        try:
+            found = find(str(step.get("run_id")), root)
+        except RtjobError:
+            found = None
+        info = recorded_story(found.to_run_info(), found) if found is not None else None
+        out.append({**step, "status": info.status.value if info else step.get("status"),
+                    "start_time": info.start_time if info else None, "end_time": info.end_time if info else None,
+                    "logs": list(found.logs) if found is not None else []})
+    return out
