@@ -226,21 +226,18 @@ class Outcome:
         """The outcome's notification, exactly once: only whoever creates its marker first sends it."""
         if record is None:
             return
-        from ..runs.notify import config_from_env, run_end_notifies, send
+        from ..runs.notify import config_from_env, run_end_notifies, send, settle_in
 
         config = config_from_env(self.env)
         if config is None or not run_end_notifies(config, self.env):
             return
-        send(config, message_for(record), self._claim, say=lambda line: self.say(redact(line, secrets)))
+        send(config, message_for(record), self._claim, say=lambda line: self.say(redact(line, secrets)),
+             settle=lambda message, sent, failed: settle_in(self.objects, message, sent, failed, _now()))
 
     def _claim(self, outcome: str) -> bool:
-        from ..storage.objects import PreconditionFailed
+        from ..runs.notify import claim_in
 
-        try:
-            self.objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
-            return True
-        except PreconditionFailed:
-            return False
+        return claim_in(self.objects, outcome, _now())
 
 
 def message_for(record: RunRecord) -> Message:
