@@ -109,6 +109,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     """
     from ..runs.listing import checkpoints_of, refreshed
     from ..runs.memory import find, remember
+    from ..runs.notices import notices, undelivered_lines
     from ..runs.places import storage_root
     from ..runs.view import recorded_steps
 
@@ -121,10 +122,13 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     record = refreshed(settings, record, PRINTED)
     checkpoints = checkpoints_of(record, PRINTED)
     steps = recorded_steps(record, storage_root(settings, storage_uri)) if record.steps else None
+    notified = notices(record)  # what became of its notifications (its folder's markers)
     if output != "text":
-        print_data({**record.to_json(), "checkpoints": checkpoints, **({"steps": steps} if steps else {})}, output)
+        print_data({**record.to_json(), "checkpoints": checkpoints, **({"steps": steps} if steps else {}),
+                    **({"notifications": notified} if notified else {})}, output)
         return EXIT_SUCCEEDED
-    echo(_show_text(record, checkpoints, steps))
+    echo(_show_text(record, checkpoints, steps) + "".join(f"\nnotify:      {line}"
+                                                        for line in undelivered_lines(notified, record.id)))
     return EXIT_SUCCEEDED
 
 

@@ -53,6 +53,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
       rtjob status RUN_ID --repair     a dead supervisor replaced
     """
     from ..runs.cost import finished_run_cost
+    from ..runs.notices import undelivered_lines
     from ..runs.view import dead_supervisor, look
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
@@ -82,9 +83,11 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
             say(f"warning: {hint}")
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     side = _run_side(record, run_id)
+    notified = side.pop("notifications", None)
     if output != "text":
         supervisor = carrier.to_json() if carrier else {}
-        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor}, output)
+        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor,
+                    **({"notifications": notified} if notified else {})}, output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
         if carrier is not None:  # its supervisor on the cluster: alive, or how it ended and when it was last seen
@@ -95,6 +98,8 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
             line += f"\ntimeline:    {timeline_text(side['timeline'])}"
         for note in side.get("sync_notes") or []:  # an object no attempt of the run wrote: never overwritten
             line += f"\nsync:        {note}"
+        for note in undelivered_lines(notified, run_id):  # a message a target did not get after its tries
+            line += f"\nnotify:      {note}"
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 
@@ -103,6 +108,7 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
     """What the run side recorded (who carries the run, when it was last seen, the start-up timeline): the record's
     in the run's storage, which its companion keeps, over this ledger's."""
     from ..runs.memory import find, with_run_side
+    from ..runs.notices import notices
 
     try:
         record = record or find(run_id)
@@ -112,7 +118,7 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
         return {}
     record = with_run_side(record)
     return {"carried_by": record.carried_by, "completed_by": record.completed_by, "last_seen": record.last_seen,
-            "timeline": record.timeline, "sync_notes": record.sync_notes}
+            "timeline": record.timeline, "sync_notes": record.sync_notes, "notifications": notices(record)}
 
 
 @click.command(name="list", epilog=EXIT_CODES_HELP)

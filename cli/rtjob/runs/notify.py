@@ -231,26 +231,34 @@ def settle_in(objects: Any, message: Message, sent: list[str], failed: list[dict
 
 def notices_in(objects: Any) -> dict[str, dict[str, Any]]:
     """Each claimed outcome of a run (its folder's markers): {"delivered": bool | None (None: claimed, no answer
-    recorded yet), "at", "message", "undelivered": [...]}, by outcome."""
+    recorded yet), "at", "message", "delivered_to", "undelivered"}, by outcome. Read by name (an end's outcomes,
+    then retrying-2, -3, ... while claimed): a run's folder may hold many files, never listed for this."""
     out: dict[str, dict[str, Any]] = {}
-    claim, done, undelivered = contract.NOTIFY_MARKERS
-    for item in objects.list("rtjob-"):
-        name = item.rel
-        for prefix, state in ((claim, None), (undelivered, False), (done, True)):
-            if not name.startswith(prefix):
+
+    def read(outcome: str) -> bool:
+        if objects.head(contract.notify_claim_marker(outcome)) is None:
+            return False
+        entry: dict[str, Any] = {"delivered": None}
+        for marker, state in ((contract.notified_marker(outcome), True), (contract.undelivered_marker(outcome), False)):
+            got = objects.get(marker, 1 << 20)
+            if got is None:
                 continue
-            outcome = name[len(prefix):]
-            entry = out.setdefault(outcome, {"delivered": None})
-            if state is None:
-                continue
-            got = objects.get(name, 1 << 20)
             try:
-                data = json.loads(got.data) if got is not None else {}
+                data = json.loads(got.data)
             except ValueError:
                 data = {}
-            if entry["delivered"] is not True:  # delivered (by a resend) stands over an earlier failure
-                entry.update({"delivered": state, "at": data.get("at"), "message": data.get("message"),
-                              "undelivered": data.get("undelivered") or []})
+            entry.update({"delivered": state, "at": data.get("at"), "message": data.get("message"),
+                          "delivered_to": data.get("delivered") or [], "undelivered": data.get("undelivered") or []})
+            break  # delivered (by a resend) stands over an earlier failure
+        out[outcome] = entry
+        return True
+
+    for outcome in contract.NOTIFY_OUTCOMES:
+        if outcome != "retrying":
+            read(outcome)
+    attempt = 2
+    while attempt <= 101 and read(f"retrying-{attempt}"):
+        attempt += 1
     return out
 
 

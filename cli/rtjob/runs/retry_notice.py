@@ -16,18 +16,18 @@ if TYPE_CHECKING:
     from .events import RunEvents
 
 
-def _env_value(data: Any, name: str) -> str | None:
+def recorded_env_value(data: Any, name: str) -> str | None:
     """``name``'s value anywhere in a recorded request (every backend's env mapping holds it by that key)."""
     if isinstance(data, dict):
         if isinstance(data.get(name), str):
             return str(data[name])
         for value in data.values():
-            found = _env_value(value, name)
+            found = recorded_env_value(value, name)
             if found is not None:
                 return found
     elif isinstance(data, list):
         for value in data:
-            found = _env_value(value, name)
+            found = recorded_env_value(value, name)
             if found is not None:
                 return found
     return None
@@ -45,7 +45,7 @@ def notify_retrying(run_id: str, decision: Retry, events: RunEvents) -> None:
         return
     if record is None or decision.next_run is None or not writable_here(record.backend, record.storage_uri):
         return
-    notify = _env_value(record.request, contract.ENV_NOTIFY)
+    notify = recorded_env_value(record.request, contract.ENV_NOTIFY)
     if notify is None:
         return
     try:
