@@ -338,3 +338,12 @@ def test_an_undelivered_message_is_recorded_and_resent_once(receiver: Receiver, 
     assert resend(record, False, Quiet()) == [] and len(receiver.bodies("/down")) == 4  # once
     assert [d.sent for d in resend(record, True, Quiet())] == [["webhook target (DOWN_HOOK)"]]
     assert len(receiver.bodies("/down")) == 5
+
+
+def test_the_error_is_the_last_tracebacks_exception_line() -> None:
+    log = ("epoch 1\nTraceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n    f()\n"
+           "KeyError: 'x'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+           "Traceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n    g()\n    ^^^\n"
+           "ValueError: bad lr 0.5\n  detail on a second line\nrtjob-companion: the entrypoint exited with code 1\n")
+    assert notify.error_line_of(log) == "ValueError: bad lr 0.5"
+    assert notify.error_line_of("all fine\n") is None

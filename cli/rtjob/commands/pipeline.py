@@ -196,18 +196,20 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
     """`rtjob logs PIPELINE_ID`: each step's log in order, under a header naming the step and its run."""
     from ..core.errors import RtjobError
     from ..core.redact import redact
-    from ..runs.archive import archived_log, look_up
+    from ..runs.archive import archived_log
     from ..runs.events import Quiet
+    from ..runs.view import look
 
     for step in record.steps:
         run_id = str(step.get("run_id"))
         echo(f"== step {step.get('name')}: {run_id} ==")
         try:
-            info, recorded = look_up(be, run_id, storage_root, Quiet())
-            if recorded is not None:
-                chunks = list(archived_log(recorded, tail_lines))
+            view = look(be, run_id, storage_root, Quiet())
+            info, latest = view.info, view.latest  # a retried step's log: its latest attempt's
+            if view.record is not None:
+                chunks = list(archived_log(view.record, tail_lines))
             else:
-                chunks = [be.last_lines(run_id, tail_lines) if tail_lines else be.logs(run_id)]
+                chunks = [be.last_lines(latest, tail_lines) if tail_lines else be.logs(latest)]
         except RtjobError as exc:
             echo(f"(no log: {exc.message})")
             continue

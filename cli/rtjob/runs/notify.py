@@ -96,6 +96,19 @@ class Message:
                 "text": self.text()}
 
 
+def error_line_of(log_text: str) -> str | None:
+    """The error as a log shows it: the last line of its last Python traceback (``ValueError: bad lr``), the line
+    a person looks for; None when the log holds no traceback."""
+    lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1:]:
+        if line.strip() and not line[0].isspace():  # the frames are indented; the exception line is not
+            return line.strip()
+    return None
+
+
 def human_duration(seconds: float) -> str:
     """42s, 3m 07s, 2h 05m."""
     total = max(0, round(seconds))
