@@ -289,19 +289,23 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     say(stop_begins(run_id))
-    from ..runs.pipeline import find as find_pipeline
+    from ..runs.events import Quiet
+    from ..runs.view import look, one_story
 
-    pipeline = find_pipeline(run_id, storage_root) if be.find(run_id) is None else None
-    if pipeline is not None:  # a pipeline run: its supervisor and the step running now
+    view = look(be, run_id, storage_root, Quiet())
+    if view.pipeline:  # a pipeline run: its supervisor and the step running now
         from ..runs.stopping import stop_pipeline
 
-        stopped = stop_pipeline(be, pipeline)
+        assert view.record is not None
+        stopped = stop_pipeline(be, view.record)
         for one in stopped:
             say(f"{one.id}: {one.status.value}")
         if output != "text":
             print_data({"id": run_id, "stopped": [run_json(one) for one in stopped]}, output)
         return EXIT_SUCCEEDED
-    info = stop_run(be, run_id)
+    info = stop_run(be, view.latest)  # a retried run: its latest attempt is the one that runs
+    if view.latest != run_id:
+        info = one_story(view.info, info, view.info.attempts)
     if output != "text":
         print_data(run_json(info), output)
     else:
