@@ -240,9 +240,24 @@ def log_part_name(attempt_id: str, index: int) -> str:
 STOP_MARKER_FILE = "rtjob-stop-requested"
 
 
+def notify_claim_marker(outcome: str) -> str:
+    """The marker created (if absent) before a notification for ``outcome`` is sent: exactly one sender per
+    outcome."""
+    return f"rtjob-notifying-{outcome}"
+
+
 def notified_marker(outcome: str) -> str:
-    """The marker created (if absent) before a notification for ``outcome`` is sent: exactly once per outcome."""
+    """Written once every target got the notification for ``outcome`` (JSON: when, the message, the targets)."""
     return f"rtjob-notified-{outcome}"
+
+
+def undelivered_marker(outcome: str) -> str:
+    """Written when a target did not get the notification for ``outcome`` after its tries (JSON: when, the
+    message, each target's error): `rtjob notify RUN_ID` resends it."""
+    return f"rtjob-undelivered-{outcome}"
+
+
+NOTIFY_MARKERS = ("rtjob-notifying-", "rtjob-notified-", "rtjob-undelivered-")  # their common starts
 
 # A line rtjob's entrypoints print (rank 0) when a stage of the start-up timeline is reached, which the companion
 # notes with its time: "rtjob-event: first_step".

@@ -2,8 +2,8 @@
 session's 2-node embedded cluster with S3 storage (moto): a `--no-wait` pipeline whose first step's driver is
 SIGKILLed after its first checkpoint ends SUCCEEDED with no rtjob process alive (the step retried once, resumed at
 the next epoch, the next step ran once on its output, one notification); a client following as well changes
-nothing; a stop ends it with nothing further run; a supervisor killed between steps is replaced by the next
-`rtjob status`, exactly once. Observed through the Jobs API and storage until everything is asserted."""
+nothing; a stop ends it with nothing further run; a supervisor killed between steps is reported by `rtjob
+status` and replaced by `rtjob status --repair`, exactly once. Observed through the Jobs API and storage until everything is asserted."""
 
 from __future__ import annotations
 
@@ -157,7 +157,7 @@ def test_a_stopped_pipeline_runs_nothing_further(cluster_env, s3: S3Server, rece
     assert [json.loads(b)["outcome"] for p, _, b in receiver.got if p == "/hook"] == ["stopped"]
 
     # Between steps: step 1 SUCCEEDED while no supervisor lived (killed), then the stop; the supervisor the next
-    # status starts reads the marker before it would submit step 2, and ends the pipeline STOPPED.
+    # status --repair starts reads the marker before it would submit step 2, and ends the pipeline STOPPED.
     pid = new_id("pipeb")
     train = f"{pid}-train"
     assert rtjob(*submit_args(pid), "--no-wait", env=env, timeout=240).returncode == 0
@@ -166,12 +166,12 @@ def test_a_stopped_pipeline_runs_nothing_further(cluster_env, s3: S3Server, rece
     os.kill(pids[0], signal.SIGKILL)
     assert wait_for(ended(api, train), 180, "step 1 to end") == "SUCCEEDED"
     assert rtjob("stop", pid, env=env, timeout=120).returncode == 0
-    assert rtjob("status", pid, env=env, timeout=120).returncode == 0
+    assert rtjob("status", pid, "--repair", env=env, timeout=120).returncode == 0
     assert wait_for(ended(api, f"{pid}-supervisor-2"), 120, "the next supervisor to end") == "SUCCEEDED"
     assert api.job(f"{pid}-use") is None and record(s3, "epochs", pid)["status"] == "STOPPED"
 
 
-def test_a_supervisor_killed_between_steps_is_replaced_by_the_next_status_exactly_once(cluster_env, s3: S3Server,
+def test_a_supervisor_killed_between_steps_is_replaced_by_status_repair_exactly_once(cluster_env, s3: S3Server,
                                                                                          receiver: Receiver) -> None:
     env = setting(cluster_env, s3, receiver)
     api = JobsAPI(env)
@@ -186,7 +186,10 @@ def test_a_supervisor_killed_between_steps_is_replaced_by_the_next_status_exactl
     assert wait_for(ended(api, train), 180, "step 1 to end") == "SUCCEEDED"
     assert api.job(use) is None  # nothing carries the pipeline now
 
-    answers = concurrent_status(pid, env)
+    looked = rtjob("status", pid, env=env, timeout=120)  # looking starts nothing: it says what would
+    assert looked.returncode == 0 and f"rtjob status {pid} --repair" in looked.stderr, looked.stderr
+    assert api.job(second) is None
+    answers = concurrent_status(pid, env, "--repair")
     try:
         assert wait_for(ended(api, second), 180, "the new supervisor to end") == "SUCCEEDED"
     except AssertionError as exc:

@@ -1,7 +1,7 @@
 """Runs that outlive their cluster, end to end: a run on a private embedded cluster with S3 storage (moto on
-loopback), another one still running, then `rtjob local down`. Afterwards `runs`, `show`, `status`, `logs`,
-`results`, `pull` and `rerun --dry-run` work from the ledger and the bucket; a second client with an empty ledger
-finds the team's runs from the bucket alone. Real Ray, real S3 protocol, nothing mocked.
+loopback), a pipeline run, another run still running, then `rtjob local down`. Afterwards `runs`, `show`, `status`,
+`logs`, `results`, `pull` and `rerun --dry-run` work from the ledger and the bucket (a pipeline's `status`, `wait`,
+`show` and `logs` too); a second client with an empty ledger finds the team's runs from the bucket alone. Real Ray, real S3 protocol, nothing mocked.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ pytestmark = pytest.mark.cluster
 BUCKET = "team-runs"
 JOB = "tests/support/jobs/checkpoints.yaml"
 SLOW = "tests/support/jobs/count.yaml"
+RELAY = "tests/support/jobs/relay.yaml"  # three tiny steps
 
 
 s3 = bucket_fixture(BUCKET)
@@ -46,12 +47,16 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     token = plant("wb-" + new_id("tok").replace("-", ""))
     env = {**base_env(home), **s3.env()}
     storage = f"s3://{BUCKET}/team"
-    done_id, cut_id = new_id("hist"), new_id("cut")
+    done_id, cut_id, pipe_id = new_id("hist"), new_id("cut"), new_id("relay")
 
     # A run that ends (followed to its end: its record and log archived), one left running (--no-wait).
     submit = rtjob("submit", JOB, "--storage", storage, "--forward-aws-credentials", "--submission-id", done_id,
                    "--env", f"WANDB_API_KEY={token}", "-o", "json", env=env, timeout=600)
     assert json.loads(ok(submit))["status"] == "SUCCEEDED"
+    # A pipeline run followed to its end: its history must outlive the cluster too.
+    relayed = rtjob("submit", RELAY, "--storage", storage, "--forward-aws-credentials", "--submission-id", pipe_id,
+                    "-o", "json", env=env, timeout=600)
+    assert json.loads(ok(relayed))["status"] == "SUCCEEDED"
     ok(rtjob("submit", SLOW, "--storage", storage, "--submission-id", cut_id, "--no-wait",
              "--set", "args.lines=100000", "--set", "args.interval=0.05", env=env, timeout=300))
     wait_for_status(env, cut_id, {"RUNNING"}, timeout=120)
@@ -102,6 +107,8 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     pulled = json.loads(ok(rtjob("pull", done_id, "--to", str(tmp_path / "pulled"), "-o", "json", env=env)))
     assert pulled["checkpoints"] == ["checkpoint_epoch_0002"]
 
+    pipeline_after_its_cluster(pipe_id, env)
+
     # rerun: the same request apart from the run id; the secret found again in this environment, never stored.
     refused = rtjob("rerun", done_id, "--dry-run", "-o", "json", env=env)
     assert refused.returncode == 2 and "WANDB_API_KEY" in refused.stderr, refused.stderr
@@ -122,3 +129,20 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     assert {done_id, cut_id} <= set(team) and team[done_id]["status"] == "SUCCEEDED"
     assert "training done" in ok(rtjob("logs", done_id, env=fresh))
     assert json.loads(ok(rtjob("results", done_id, "-o", "json", env=fresh)))[0]["history"][-1]["epoch"] == 2
+    assert pipe_id in team
+    pipeline_after_its_cluster(pipe_id, fresh)
+
+
+def pipeline_after_its_cluster(pipe_id: str, env: dict[str, str]) -> None:
+    """A pipeline run whose cluster is gone: `status`, `wait`, `show` and `logs` answer from its records."""
+    status = json.loads(ok(rtjob("status", pipe_id, "-o", "json", env=env)))
+    assert status["status"] == "SUCCEEDED", status
+    assert [(s["name"], s["status"]) for s in status["steps"]] == [("first", "SUCCEEDED"), ("second", "SUCCEEDED"),
+                                                                  ("third", "SUCCEEDED")], status
+    waited = rtjob("wait", pipe_id, env=env)
+    assert waited.returncode == 0 and f"pipeline {pipe_id} SUCCEEDED" in waited.stderr, waited.stderr
+    shown = ok(rtjob("show", pipe_id, env=env))
+    assert "steps:       first SUCCEEDED -> second SUCCEEDED -> third SUCCEEDED" in shown, shown
+    assert "backend:     local" in shown and "(None)" not in shown and "not archived" not in shown, shown
+    logs = ok(rtjob("logs", pipe_id, env=env))
+    assert "step third wrote first,second,third" in logs and "(no log" not in logs, logs

@@ -215,8 +215,12 @@ def test_a_driver_killed_mid_run_loses_at_most_the_last_interval(env, s3, projec
 
 
 def test_rtjob_stop_is_recorded_stopped_with_the_files_whole_log_and_one_message(env, s3, receiver, project):
+    """The stop is recorded; its message, which the target refuses (HTTP 500) for all the companion's tries, is
+    recorded not delivered (no `rtjob-notified-stopped`), and `rtjob notify` sends it once the target is back."""
     run_id = new_id("stop")
     folder = f"runs/side/{run_id}"
+    hook = f"/hooks/{HOOK_SECRET}"
+    receiver.script[hook] = [500, 500, 500]  # the target is down for the companion's 3 tries
     submit(env, run_id, mib=0, ticks=600, project=project)
     wait_for(lambda: b"tick 3" in parts(s3, folder, run_id), 120, "the run to tick")
 
@@ -251,8 +255,26 @@ def test_rtjob_stop_is_recorded_stopped_with_the_files_whole_log_and_one_message
     assert done["status"] == "STOPPED" and done["completed_by"] == "companion"
     assert "metrics.json" in keys(s3, folder + "/")
     assert body(s3, f"{folder}/logs/driver.log") == parts(s3, folder, run_id)
-    wait_for(lambda: receiver.for_run(run_id), 30, "the webhook")
-    assert [m["outcome"] for m in receiver.for_run(run_id)] == ["stopped"]
+    wait_for(lambda: "rtjob-undelivered-stopped" in keys(s3, folder + "/"), 60, "the undelivered message recorded")
+    assert "rtjob-notified-stopped" not in keys(s3, folder + "/")
+    undelivered = json.loads(body(s3, f"{folder}/rtjob-undelivered-stopped"))
+    assert undelivered["undelivered"] == [{"target": "webhook target (SIDE_HOOK)",
+                                           "error": "not sent after 3 tries (HTTP 500)"}], undelivered
+    assert HOOK_SECRET not in json.dumps(undelivered)
+    assert [m["outcome"] for m in receiver.for_run(run_id)] == ["stopped"] * 3  # three tries, each refused
+    status = rtjob("status", run_id, env=env, cwd=project, timeout=120)
+    assert f"notify:      stopped: not delivered (webhook target (SIDE_HOOK): not sent after 3 tries (HTTP 500)); " \
+           f"rtjob notify {run_id} resends it" in status.stdout, status.stdout
+    # The target is up again: `rtjob notify` sends it from here, once.
+    resent = rtjob("notify", run_id, env=env, cwd=project, timeout=120)
+    assert resent.returncode == 0 and "stopped: delivered to webhook target (SIDE_HOOK)" in resent.stderr, resent.stderr
+    assert [m["outcome"] for m in receiver.for_run(run_id)] == ["stopped"] * 4
+    assert "rtjob-notified-stopped" in keys(s3, folder + "/") and "rtjob-undelivered-stopped" not in keys(s3, folder + "/")
+    again = rtjob("notify", run_id, env=env, cwd=project, timeout=120)
+    assert again.returncode == 0 and "no undelivered notification" in again.stderr, again.stderr
+    assert len(receiver.for_run(run_id)) == 4
+    shown = json.loads(rtjob("show", run_id, "-o", "json", env=env, cwd=project, timeout=120).stdout)
+    assert shown["notifications"]["stopped"]["delivered"] is True, shown["notifications"]
 
 
 def _companion_of(run_id: str) -> int:

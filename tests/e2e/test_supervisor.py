@@ -147,11 +147,18 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     # Asserted: now rtjob's own views. The supervisor is no run of the user's; status names it.
     listed = rtjob("list", "--output", "json", env=env)
     assert listed.returncode == 0, listed.stderr
-    ids = {r["id"] for r in json.loads(listed.stdout)}
-    assert run_id in ids and retry in ids and supervisor not in ids
+    rows = {r["id"]: r for r in json.loads(listed.stdout)}
+    # One story of the retried run in every command: one row, its final status, its attempts, one duration.
+    assert run_id in rows and retry not in rows and supervisor not in rows, rows
+    row = rows[run_id]
+    assert row["status"] == "SUCCEEDED" and row["attempts"] == 2 and row["exit_code"] == 0, row
+    failed = rtjob("list", "--status", "FAILED", "-o", "json", env=env)
+    assert run_id not in {r["id"] for r in json.loads(failed.stdout)}, failed.stdout
     shown = rtjob("status", run_id, "--output", "json", env=env)
     assert shown.returncode == 0, shown.stderr
     status = json.loads(shown.stdout)
+    assert status["status"] == "SUCCEEDED" and status["message"] == row["message"], (status, row)
+    assert (status["start_time"], status["end_time"]) == (row["start_time"], row["end_time"]), (status, row)
     assert status["carried_by"] == "supervisor", status
     assert status["supervisor"]["alive"] is False and status["supervisor"]["last_seen"] == record["last_seen"]
     text = rtjob("status", run_id, env=env).stdout
@@ -160,6 +167,11 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     runs = rtjob("runs", "--output", "json", env=env)
     assert runs.returncode == 0, runs.stderr
     assert supervisor not in runs.stdout
+    remembered = [r for r in json.loads(runs.stdout) if r["id"].startswith(run_id)]
+    assert [(r["id"], r["status"]) for r in remembered] == [(run_id, "SUCCEEDED")], remembered
+    assert (remembered[0]["start_time"], remembered[0]["end_time"]) == (row["start_time"], row["end_time"])
+    show = json.loads(rtjob("show", run_id, "-o", "json", env=env).stdout)
+    assert show["status"] == "SUCCEEDED" and [a["status"] for a in show["attempts"]] == ["FAILED", "SUCCEEDED"]
     # results and pull: the latest state (the retry's rows).
     results = rtjob("results", run_id, "-o", "json", env=env)
     assert results.returncode == 0, results.stderr
@@ -170,7 +182,17 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     # Each attempt's log, from the cluster's client and from a fresh client with no cluster address (only the
     # bucket: the session's cluster cannot be taken down mid-session, so this client knows no cluster at all).
     fresh = {**base_env(tmp_path / "fresh-home"), **s3.env()}
-    assert rtjob("runs", "--storage", f"s3://{BUCKET}/runs", "-o", "json", env=fresh).returncode == 0
+    team = rtjob("runs", "--storage", f"s3://{BUCKET}/runs", "-o", "json", env=fresh)
+    assert team.returncode == 0, team.stderr
+    team_rows = [r for r in json.loads(team.stdout) if r["id"].startswith(run_id)]
+    assert [(r["id"], r["status"]) for r in team_rows] == [(run_id, "SUCCEEDED")], team_rows
+    assert (team_rows[0]["start_time"], team_rows[0]["end_time"]) == (row["start_time"], row["end_time"]), team_rows
+    for command in ("status", "show"):  # the fresh client: from the bucket, the same story
+        again = rtjob(command, run_id, "-o", "json", env=fresh)
+        assert again.returncode == 0, again.stderr
+        seen = json.loads(again.stdout)
+        assert seen["status"] == "SUCCEEDED" and len(seen["attempts"]) == 2, seen
+        assert (seen["start_time"], seen["end_time"]) == (row["start_time"], row["end_time"]), seen
     for client in (env, fresh):
         one = rtjob("logs", run_id, "--attempt", "1", env=client)
         two = rtjob("logs", run_id, "--attempt", "2", env=client)
@@ -260,9 +282,9 @@ def test_a_retry_submitted_by_the_supervisor_and_clients_at_once_is_created_once
     assert api.job(f"{run_id}-retry2") is None
 
 
-def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exactly_once(cluster_env) -> None:
-    """The supervisor is SIGKILLed, then the driver: nothing retries the run until a client looks at it; two
-    `rtjob status` at once start one new supervisor (<id>-supervisor-2), which submits the one retry."""
+def test_a_supervisor_killed_before_the_retry_is_replaced_by_status_repair_exactly_once(cluster_env) -> None:
+    """The supervisor is SIGKILLed, then the driver: nothing retries the run; `rtjob status` says so and starts
+    nothing; two `rtjob status --repair` at once start one new supervisor (<id>-supervisor-2), which submits the one retry."""
     api = JobsAPI(cluster_env)
     run_id = new_id("supk")
     first, second, retry = f"{run_id}-supervisor", f"{run_id}-supervisor-2", f"{run_id}-retry1"
@@ -278,7 +300,10 @@ def test_a_supervisor_killed_before_the_retry_is_replaced_by_the_next_status_exa
     assert wait_for(ended(api, first), 60, "the supervisor's job to end") == "FAILED"
     assert api.job(retry) is None  # nothing carries the run now
 
-    answers = concurrent_status(run_id, cluster_env)
+    looked = rtjob("status", run_id, env=cluster_env, timeout=120)  # looking starts nothing: it says what would
+    assert looked.returncode == 0 and f"rtjob status {run_id} --repair" in looked.stderr, looked.stderr
+    assert api.job(second) is None and api.job(retry) is None
+    answers = concurrent_status(run_id, cluster_env, "--repair")
     assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
     assert wait_for(ended(api, second), 60, "the new supervisor to end") == "SUCCEEDED", api.logs(second)
     assert api.job(f"{run_id}-supervisor-3") is None and api.job(f"{run_id}-retry2") is None

@@ -77,11 +77,11 @@ def supervisor_pids(run_id: str) -> list[int]:
     return found
 
 
-def concurrent_status(run_id: str, env: dict[str, str], lookers: int = 2,
+def concurrent_status(run_id: str, env: dict[str, str], *flags: str, lookers: int = 2,
                       timeout: float = 120) -> list[tuple[str, str]]:
-    """``lookers`` `rtjob status RUN_ID` started at once: their (stdout, stderr), each one asserted to exit 0. One
-    still running after ``timeout`` seconds is killed and reaped."""
-    procs = [popen_rtjob("status", run_id, env=env) for _ in range(lookers)]
+    """``lookers`` `rtjob status RUN_ID FLAGS` started at once: their (stdout, stderr), each one asserted to exit 0.
+    One still running after ``timeout`` seconds is killed and reaped."""
+    procs = [popen_rtjob("status", run_id, *flags, env=env) for _ in range(lookers)]
     try:
         answers = [p.communicate(timeout=timeout) for p in procs]
     finally:

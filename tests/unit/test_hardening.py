@@ -354,7 +354,8 @@ def test_a_server_that_answers_every_id_cannot_make_status_probe_forever(tmp_pat
 
 
 def test_status_of_a_run_seen_ended_asks_for_its_attempts_once(tmp_path: Path) -> None:
-    """The ended run is archived with its attempts, and status prints the same attempts: one probe of each."""
+    """The ended run is archived with its attempts, and status prints the same attempts: one probe of each, and
+    one more read of the latest attempt (its message and end are the run's: runs/view.py)."""
     def respond(method: str, path: str) -> tuple[int, str, bytes]:
         run_id = path.rsplit("/", 1)[-1]
         return 200, "application/json", json_body(_job(run_id, metadata={"rtjob.max_retries": "2"}))
@@ -365,7 +366,8 @@ def test_status_of_a_run_seen_ended_asks_for_its_attempts_once(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr
     assert "attempts:    3 (max_retries 2): r1 SUCCEEDED -> r1-retry1 SUCCEEDED -> r1-retry2 SUCCEEDED" in proc.stdout
     retry_probes = [r for r in server.requests if "-retry" in r and not r.endswith("/logs")]
-    assert sorted(retry_probes) == ["GET /api/jobs/r1-retry1", "GET /api/jobs/r1-retry2"], server.requests
+    assert sorted(retry_probes) == ["GET /api/jobs/r1-retry1", "GET /api/jobs/r1-retry2", "GET /api/jobs/r1-retry2"], \
+        server.requests
 
 
 def test_the_client_environment_secrets_never_print(tmp_path: Path) -> None:

@@ -297,3 +297,53 @@ def test_a_github_target_refused_is_one_line_without_its_token(receiver: Receive
     target = Target("github", "GITHUB_DISPATCH_TOKEN", token, repo="acme/train", api_url=receiver.url("/api"))
     assert send(_config(target), _message(), lambda _: True, say=said, retry_delay_s=QUICK) == []
     assert said == ["notify: github target (GITHUB_DISPATCH_TOKEN): not sent after 1 try (HTTP 401)"]
+
+
+def test_an_undelivered_message_is_recorded_and_resent_once(receiver: Receiver, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target that answers 500 to every try: the message is recorded undelivered (never marked notified);
+    `rtjob notify`'s resend delivers it once, and a second resend sends nothing; --force sends it again."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.events import Quiet
+    from rtjob.runs.memory import ledger
+    from rtjob.runs.notices import notices, resend, undelivered_lines
+    from rtjob.storage.opening import objects_for
+
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DOWN_HOOK", receiver.url("/down"))
+    config = json.dumps({"on": ["failed"], "targets": [{"type": "webhook", "env": "DOWN_HOOK"}], "steps": False})
+    run = tmp_path / "run"
+    run.mkdir()
+    record = RunRecord(id="r1", job="j", backend="local", storage_uri=str(run),
+                       request={"submit_job": {"runtime_env": {"env_vars": {"RTJOB_NOTIFY": config}}}})
+    ledger().save(record)
+    receiver.script["/down"] = [500, 500, 500]
+    message = notify.Message("j", "r1", "failed", 3.0, None, "ValueError: bad")
+    with objects_for(str(run)) as objects:
+        sent = notify.send(notify.config_from_env({"RTJOB_NOTIFY": config, "DOWN_HOOK": receiver.url("/down")}),
+                           message, lambda o: notify.claim_in(objects, o, "t0"), say=lambda line: None,
+                           retry_delay_s=0.01,
+                           settle=lambda m, s, f: notify.settle_in(objects, m, s, f, "t1"))
+    assert sent == [] and len(receiver.bodies("/down")) == 3
+    assert not (run / "rtjob-notified-failed").exists() and (run / "rtjob-notifying-failed").exists()
+    found = notices(record)
+    assert found is not None and found["failed"]["delivered"] is False
+    assert undelivered_lines(found, "r1") == ["failed: not delivered (webhook target (DOWN_HOOK): not sent after 3 "
+                                              "tries (HTTP 500)); rtjob notify r1 resends it"]
+
+    [done] = resend(record, False, Quiet())
+    assert done.sent == ["webhook target (DOWN_HOOK)"] and done.failed == []
+    assert receiver.bodies("/down")[-1]["error"] == "ValueError: bad" and len(receiver.bodies("/down")) == 4
+    assert (run / "rtjob-notified-failed").exists() and not (run / "rtjob-undelivered-failed").exists()
+    assert resend(record, False, Quiet()) == [] and len(receiver.bodies("/down")) == 4  # once
+    assert [d.sent for d in resend(record, True, Quiet())] == [["webhook target (DOWN_HOOK)"]]
+    assert len(receiver.bodies("/down")) == 5
+
+
+def test_the_error_is_the_last_tracebacks_exception_line() -> None:
+    log = ("epoch 1\nTraceback (most recent call last):\n  File \"a.py\", line 1, in <module>\n    f()\n"
+           "KeyError: 'x'\n\nDuring handling of the above exception, another exception occurred:\n\n"
+           "Traceback (most recent call last):\n  File \"a.py\", line 3, in <module>\n    g()\n    ^^^\n"
+           "ValueError: bad lr 0.5\n  detail on a second line\nrtjob-companion: the entrypoint exited with code 1\n")
+    assert notify.error_line_of(log) == "ValueError: bad lr 0.5"
+    assert notify.error_line_of("all fine\n") is None

@@ -113,7 +113,9 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     """
     from ..runs.listing import checkpoints_of, refreshed
     from ..runs.memory import find, remember
+    from ..runs.notices import notices, undelivered_lines
     from ..runs.places import storage_root
+    from ..runs.view import recorded_steps
 
     settings = settings_from(backend, address, headers, no_verify_tls)
     record = find(run_id, storage_root(settings, storage_uri))
@@ -123,16 +125,21 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     remember(record)  # found in storage: this ledger knows it from now on
     record = refreshed(settings, record, PRINTED)
     checkpoints = checkpoints_of(record, PRINTED)
+    steps = recorded_steps(record, storage_root(settings, storage_uri)) if record.steps else None
+    notified = notices(record)  # what became of its notifications (its folder's markers)
     if output != "text":
-        print_data({**record.to_json(), "checkpoints": checkpoints}, output)
+        print_data({**record.to_json(), "checkpoints": checkpoints, **({"steps": steps} if steps else {}),
+                    **({"notifications": notified} if notified else {})}, output)
         return EXIT_SUCCEEDED
-    echo(_show_text(record, checkpoints, with_request))
+    echo(_show_text(record, checkpoints, with_request, steps) + "".join(f"\nnotify:      {line}"
+                                                                      for line in undelivered_lines(notified, record.id)))
     return EXIT_SUCCEEDED
 
 
-def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with_request: bool = False) -> str:
+def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with_request: bool = False,
+               steps: list[dict[str, Any]] | None = None) -> str:
     """A run's summary: what a person asks first (status, times, attempts, command, storage), then the facts worth a
-    line; the request only with ``with_request`` (`show --request`)."""
+    line; the request only with ``with_request`` (`show --request`); a pipeline's steps when it has them."""
     from .printing import carrier_text, command_text, run_dir_text, run_text, size, stamp, timeline_text
 
     info = record.to_run_info()
@@ -167,7 +174,16 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
                      if v is not None and k not in ("run", "source") and not isinstance(v, (dict, list))}
     if shown_metrics:
         lines.append("metrics:     " + ", ".join(f"{k}={_value(v)}" for k, v in shown_metrics.items()))
-    lines.append(f"logs:        {', '.join(record.logs) if record.logs else '- (not archived: rtjob has not seen it end)'}")
+    if steps:  # a pipeline run: its steps' runs, each with its own record and logs
+        lines.append("steps:       " + " -> ".join(f"{s.get('name')} {s.get('status') or 'not submitted'}"
+                                                   for s in steps))
+        lines += [f"  {s.get('name')}: {s.get('run_id')}" + (f" (from {s['reused_from']})" if s.get("reused_from")
+                                                             else "") for s in steps]
+        archived = sum(bool(s.get("logs")) for s in steps)
+        lines.append(f"logs:        each step's: {archived} of {len(steps)} archived (rtjob logs {record.id})")
+    else:
+        unarchived = "- (not archived: rtjob has not seen it end)"
+        lines.append(f"logs:        {', '.join(record.logs) if record.logs else unarchived}")
     if checkpoints is not None:
         lines.append(f"checkpoints: {len(checkpoints) or '-'}")
         lines += [f"  {c.get('name')}  {c.get('files', '?')} files, {size(c.get('bytes') or 0)}" for c in checkpoints]

@@ -13,8 +13,10 @@ from .printing import duration, echo, print_data, print_rich, run_json, say
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from ..core.model import RunInfo
     from ..core.record import RunRecord
     from ..jobspec.settings import Settings
+    from ..runs.carrier import Carrier
     from ..runs.pipeline import PipelinePlan
     from ..runs.submission import Followed
 
@@ -102,16 +104,35 @@ def _error(followed: Followed | None) -> dict[str, str]:
     return {"error": error} if error else {}
 
 
-def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str) -> int:
-    """`rtjob status PIPELINE_ID`: the pipeline run and each step's run."""
+def carrier_line(carrier: Carrier, run: RunStatus) -> str:
+    """Its supervisor: alive, or how it ended; one that ended well with a FAILED or STOPPED run ended with the run
+    (its job's SUCCEEDED says how the supervisor's process ended, not how the run did)."""
+    if carrier.alive or not run.terminal or run == RunStatus.SUCCEEDED or carrier.status != "SUCCEEDED":
+        return carrier.describe()
+    seen = f", last seen {carrier.last_seen}" if carrier.last_seen else ""
+    return f"supervisor (ended with the run{seen})"
+
+
+def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str, repair: bool) -> int:
+    """`rtjob status PIPELINE_ID`: the pipeline run and each step's run (from their records once its cluster is
+    gone). A supervisor that died before the pipeline ended is reported; ``repair``: replaced (exactly once:
+    deterministic ids)."""
     import dataclasses
 
     from ..runs.carrier import carrier_of
-    from ..runs.steps import pipeline_state
+    from ..runs.memory import with_run_side
+    from ..runs.steps import pipeline_state, step_infos
 
-    steps, status = pipeline_state(be, record, storage_root)
-    # Its supervisor: one that died before the pipeline ended is replaced here (exactly once: deterministic ids).
-    carrier = carrier_of(be, dataclasses.replace(record.to_run_info(), status=status), PRINTED.note)
+    ended = with_run_side(record)
+    if ended.run_status.terminal:  # its supervisor (or follower) recorded its end: that stands, its steps as recorded
+        steps, status = step_infos(be, ended, storage_root), ended.run_status
+    else:
+        steps, status = pipeline_state(be, record, storage_root)
+    carrier = carrier_of(be, dataclasses.replace(record.to_run_info(), status=status),
+                         PRINTED.note if repair else None)
+    if carrier is not None and not carrier.alive and not status.terminal and not repair:
+        say(f"warning: its supervisor {carrier.id} is {carrier.status} and nothing carries the pipeline now: rtjob "
+            f"status {record.id} --repair (or rtjob wait {record.id}) starts a new one")
     current = next((str(step.get("name")) for step, info in steps if info is None or not info.status.terminal), None)
     if output != "text":
         print_data({"id": record.id, "pipeline": record.job, "status": status.value,
@@ -126,8 +147,8 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     echo(f"id:          {record.id}\npipeline:    {record.job} ({record.job_file or '-'})\nstatus:      "
          f"{status.value}\nstorage:     {record.storage_uri or '-'}")
     if carrier is not None:
-        echo(f"carried by:  {carrier.describe()}" + ("" if status.terminal or current is None else
-                                                     f", at step {current}"))
+        echo(f"carried by:  {carrier_line(carrier, status)}" + ("" if status.terminal or current is None else
+                                                                 f", at step {current}"))
     table = Table(box=None, header_style="bold")
     for column in ("STEP", "RUN ID", "STATUS", "DURATION", "STORAGE"):
         table.add_column(column, overflow="fold")
@@ -141,11 +162,23 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
 
 
 def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, output: str,
-                  timeout_s: float | None) -> int:
+                  timeout_s: float | None, info: RunInfo) -> int:
     """`rtjob wait PIPELINE_ID`: its submitted steps followed to their ends (runs/steps.py), then the pipeline
-    run's outcome."""
+    run's outcome; a pipeline whose end is recorded (``info``: the view of it) answers from its records."""
     from ..runs.steps import wait_steps
 
+    if info.status.terminal:
+        from ..runs.memory import with_run_side
+        from ..runs.steps import step_infos
+
+        ended = with_run_side(record)
+        infos = step_infos(be, ended, storage_root)
+        say(f"pipeline {record.id} {info.status.value} (from the run record)")
+        if output != "text":
+            print_data({"id": record.id, "pipeline": record.job, "status": info.status.value,
+                        "steps": [{"name": s.get("name"), "run_id": s.get("run_id"),
+                                   "status": st.status.value if st else None} for s, st in infos]}, output)
+        return EXIT_SUCCEEDED if info.status == RunStatus.SUCCEEDED else EXIT_FAILED
     steps, done = wait_steps(be, record, storage_root, PRINTED, timeout_s)
     status = done.status
     if not done.unfinished:
@@ -163,9 +196,10 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
                   raw: bool = False) -> int:
     """`rtjob logs PIPELINE_ID`: each step's log in order, under a header naming the step and its run."""
     from ..core.errors import RtjobError
-    from ..runs.archive import archived_log, look_up
+    from ..runs.archive import archived_log
     from ..runs.events import Quiet
     from ..runs.logview import TAIL_SLACK
+    from ..runs.view import look
 
     read_lines = tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines
 
@@ -173,11 +207,12 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
         run_id = str(step.get("run_id"))
         echo(f"== step {step.get('name')}: {run_id} ==")
         try:
-            info, recorded = look_up(be, run_id, storage_root, Quiet())
-            if recorded is not None:
-                chunks = list(archived_log(recorded, read_lines))
+            view = look(be, run_id, storage_root, Quiet())
+            info, latest = view.info, view.latest  # a retried step's log: its latest attempt's
+            if view.record is not None:
+                chunks = list(archived_log(view.record, read_lines))
             else:
-                chunks = [be.last_lines(run_id, read_lines) if read_lines else be.logs(run_id)]
+                chunks = [be.last_lines(latest, read_lines) if read_lines else be.logs(latest)]
         except RtjobError as exc:
             echo(f"(no log: {exc.message})")
             continue

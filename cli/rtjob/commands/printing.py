@@ -222,7 +222,7 @@ def run_text(info: RunInfo) -> str:
     lines = [
         f"id:          {info.id}",
         f"job:         {info.job or '-'}",
-        f"backend:     {info.backend} ({info.address})",
+        f"backend:     {info.backend}" + (f" ({info.address})" if info.address else ""),
         f"status:      {info.status.value}",
         f"message:     {message or '-'}",
         f"started:     {stamp(info.start_time)}",
@@ -274,7 +274,8 @@ def runs_table(runs: list[RunInfo]) -> None:
         table.add_column(column, overflow="fold")
     for run in runs:
         table.add_row(
-            run.id, run.job or "-", run.status.value, stamp(run.start_time),
+            run.id, run.job or "-", run.status.value + (f" ({run.attempts} attempts)" if run.attempts > 1 else ""),
+            stamp(run.start_time),
             duration(run), run.storage_uri or "-",
         )
     print_rich(table)

@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-import rtjob_contract as contract
-
 from ..core.errors import EXIT_SUCCEEDED, BadInput, RtjobError, Unreachable
 from ..core.model import Attempts, RunStatus
 from .events import PRINTED, log_stream, print_followed, print_log
@@ -19,6 +17,7 @@ from .options import (
     output_option,
     run_id_argument,
 )
+from .pipeline import carrier_line
 from .printing import (
     carrier_text,
     duration,
@@ -41,58 +40,66 @@ if TYPE_CHECKING:
 @run_id_argument
 @backend_options
 @output_option
+@click.option("--repair", is_flag=True, help="Replace the run's supervisor if it died while the run still had "
+                                             "something to carry (status alone only says so).")
 def status(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
-           output: str) -> int:
+           output: str, repair: bool) -> int:
     """Show one run's status (exit 0 when it could be read); a pipeline run's: each step's.
 
     \b
     Examples:
       rtjob status rtjob-ddp-resnet-20261123-0210-ab12
       rtjob status RUN_ID --address http://head:8265 -o json
+      rtjob status RUN_ID --repair     a dead supervisor replaced
     """
-    from ..runs.archive import look_up
     from ..runs.cost import finished_run_cost
+    from ..runs.notices import undelivered_lines
+    from ..runs.view import dead_supervisor, look
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
-    info, record = look_up(be, run_id, storage_root, PRINTED, attempts_of)
-    if record is None and be.pipeline_steps_inside and not info.id.endswith(contract.SUPERVISOR_SUFFIX):
-        from ..runs.memory import stored
-
-        found = stored(info)  # a job hosting a pipeline a schedule started: the pipeline's record, which its
-        record = found if found is not None and found.steps else None  # supervisor began
-    if record is not None and record.steps:  # a pipeline run: its steps' runs
+    view = look(be, run_id, storage_root, PRINTED, attempts_of)
+    info, record = view.info, view.record
+    if view.pipeline:  # a pipeline run: its steps' runs
         from .pipeline import pipeline_status
 
-        return pipeline_status(be, record, storage_root, output)
+        assert record is not None
+        return pipeline_status(be, record, storage_root, output, repair)
     if record is not None:  # the cluster no longer knows the run: its record does
         say(f"{run_id}: from the run record (backend {be.name!r} does not know this run now)")
         cost = record.cost
         data_attempts: dict[str, object] = {"attempts": record.attempts} if record.attempts else {}
-        attempts: Attempts | None = Attempts.recorded(record.attempts)
+        attempts: Attempts | None = view.attempts
         carrier = None
     else:
         from ..runs.carrier import carrier_of
 
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
-        attempts = attempts_of(run_id)  # rtjob's own retries (Ray); None where the platform retries
+        attempts = view.attempts  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
-        carrier = carrier_of(be, info, PRINTED.note)  # the run's supervisor on the cluster (a dead one replaced)
+        hint = None if repair else dead_supervisor(be, view)
+        carrier = carrier_of(be, info, PRINTED.note if repair else None)  # --repair: a dead supervisor replaced
+        if hint:
+            say(f"warning: {hint}")
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
     side = _run_side(record, run_id)
+    notified = side.pop("notifications", None)
     if output != "text":
         supervisor = carrier.to_json() if carrier else {}
-        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor}, output)
+        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor,
+                    **({"notifications": notified} if notified else {})}, output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
         if carrier is not None:  # its supervisor on the cluster: alive, or how it ended and when it was last seen
-            line += f"\ncarried by:  {carrier.describe()}"
+            line += f"\ncarried by:  {carrier_line(carrier, info.status)}"
         elif side.get("carried_by") or side.get("timeline"):
             line += f"\ncarried by:  {carrier_text(side['carried_by'], side['last_seen'], info.status.terminal)}"
         if side.get("timeline"):
             line += f"\ntimeline:    {timeline_text(side['timeline'])}"
         for note in side.get("sync_notes") or []:  # an object no attempt of the run wrote: never overwritten
             line += f"\nsync:        {note}"
+        for note in undelivered_lines(notified, run_id):  # a message a target did not get after its tries
+            line += f"\nnotify:      {note}"
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
     return EXIT_SUCCEEDED
 
@@ -101,6 +108,7 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
     """What the run side recorded (who carries the run, when it was last seen, the start-up timeline): the record's
     in the run's storage, which its companion keeps, over this ledger's."""
     from ..runs.memory import find, with_run_side
+    from ..runs.notices import notices
 
     try:
         record = record or find(run_id)
@@ -110,7 +118,7 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
         return {}
     record = with_run_side(record)
     return {"carried_by": record.carried_by, "completed_by": record.completed_by, "last_seen": record.last_seen,
-            "timeline": record.timeline, "sync_notes": record.sync_notes}
+            "timeline": record.timeline, "sync_notes": record.sync_notes, "notifications": notices(record)}
 
 
 @click.command(name="list", epilog=EXIT_CODES_HELP)
@@ -134,6 +142,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
     from ..runs.archive import archive_ended
     from ..runs.listing import RunFilter
     from ..runs.places import on_this_machine
+    from ..runs.view import fold_retries, with_recorded_times
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
     be = backend_from(backend, address, headers, no_verify_tls)
@@ -145,10 +154,11 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
         # The embedded cluster is down: what it ran is still known, by the ledger.
         raise Unreachable(f"{exc.message}; rtjob runs lists the runs rtjob knows (they outlive the cluster)") \
             from None
+    listed = fold_retries(listed)  # a retried run is one row: its latest attempt's status
     archive_ended(be, listed, PRINTED)  # runs submitted with --no-wait that ended since: their records completed
-    runs = wanted.apply(listed)
+    runs = with_recorded_times(wanted.apply(listed))  # an ended run's duration as every other command shows it
     if output != "text":
-        print_data([run_json(r) for r in runs], output)
+        print_data([{**run_json(r), "attempts": r.attempts} for r in runs], output)
     else:
         runs_table(runs)
     return EXIT_SUCCEEDED
@@ -176,17 +186,20 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob logs RUN_ID --follow --timeout 30m
       rtjob logs RUN_ID --attempt 1 --raw
     """
-    from ..runs.archive import archived_log, look_up
+    from ..runs.archive import archived_log
     from ..runs.events import Quiet
     from ..runs.logview import TAIL_SLACK
+    from ..runs.view import look
 
     timeout_s = parse_timeout(timeout)
     if follow and tail_lines:
         raise click.UsageError("--tail and --follow: choose one (--follow prints the log from its start)")
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
-    info, record = look_up(be, run_id, storage_root, Quiet())
+    view = look(be, run_id, storage_root, Quiet())
+    info, record = view.info, view.record
     read_lines = tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines  # some lines are not shown
-    if record is not None and record.steps:  # a pipeline run: each step's log
+    if view.pipeline:  # a pipeline run: each step's log
+        assert record is not None
         if attempt is not None:
             raise click.UsageError(f"--attempt: {run_id} is a pipeline run; ask for one step's run id")
         if follow:
@@ -214,7 +227,8 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         followed = follow_to_end(be, run_id, out=log_stream("text", raw), timeout_s=timeout_s,
                                  stop_on_interrupt=False, events=PRINTED)
         return print_followed(followed, "text", info)
-    print_log([be.last_lines(run_id, read_lines) if read_lines else be.logs(run_id)], info.secrets, tail_lines, raw)
+    latest = view.latest  # a retried run's log is its latest attempt's (--attempt N: another's)
+    print_log([be.last_lines(latest, read_lines) if read_lines else be.logs(latest)], info.secrets, tail_lines, raw)
     return EXIT_SUCCEEDED
 
 
@@ -232,15 +246,17 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob wait RUN_ID --timeout 2h
       rtjob wait RUN_ID -o json > outcome.json
     """
-    from ..runs.archive import look_up
+    from ..runs.view import look
 
     timeout_s = parse_timeout(timeout)
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
-    info, record = look_up(be, run_id, storage_root, PRINTED)
-    if record is not None and record.steps:  # a pipeline run: its submitted steps, then its outcome
+    view = look(be, run_id, storage_root, PRINTED)
+    info, record = view.info, view.record
+    if view.pipeline:  # a pipeline run: its submitted steps, then its outcome
         from .pipeline import pipeline_wait
 
-        return pipeline_wait(be, record, storage_root, output, timeout_s)
+        assert record is not None
+        return pipeline_wait(be, record, storage_root, output, timeout_s, info)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
             from ..runs.submission import Abandoned
@@ -276,17 +292,19 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     say(stop_begins(run_id))
-    from ..runs.pipeline import find as find_pipeline
+    from ..runs.events import Quiet
+    from ..runs.view import look, one_story
 
-    pipeline = find_pipeline(run_id, storage_root) if be.find(run_id) is None else None
-    if pipeline is not None:  # a pipeline run: its supervisor and the step running now
+    view = look(be, run_id, storage_root, Quiet())
+    if view.pipeline:  # a pipeline run: its supervisor and the step running now
         from ..runs.steps import pipeline_state
         from ..runs.stopping import stop_pipeline
 
-        stopped = stop_pipeline(be, pipeline)
+        assert view.record is not None
+        stopped = stop_pipeline(be, view.record)
         for one in stopped:
             say(f"{one.id}: {one.status.value}")
-        steps, final = pipeline_state(be, pipeline, storage_root)  # its final state, as `status` reads it
+        steps, final = pipeline_state(be, view.record, storage_root)  # its final state, as `status` reads it
         if output != "text":
             print_data({"id": run_id, "status": final.value, "stopped": [run_json(one) for one in stopped],
                         "steps": [{"name": step.get("name"), "id": step.get("run_id"),
@@ -295,7 +313,9 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
             say(f"{run_id}: {final.value} (steps: " + ", ".join(
                 f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
         return EXIT_SUCCEEDED
-    info = stop_run(be, run_id)
+    info = stop_run(be, view.latest)  # a retried run: its latest attempt is the one that runs
+    if view.latest != run_id:
+        info = one_story(view.info, info, view.info.attempts)
     if output != "text":
         print_data(run_json(info), output)
     else:

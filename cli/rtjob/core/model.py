@@ -75,6 +75,10 @@ class RunInfo:
     # The priced shape recorded at submit (HourlyCost.to_json()), so a finished run is priced without its job
     # file; None when the run recorded none (not in JSON: status prints the run's cost instead).
     rate: dict[str, Any] | None = None
+    # The first attempt's id when this is a retry's info (rtjob's own retries on Ray), and how many attempts the
+    # info tells as one run (runs/view.py folds a retried run into one); neither is in JSON.
+    parent: str | None = None
+    attempts: int = 1
     # Values to redact from anything printed about this run (never serialised).
     secrets: list[str] = field(default_factory=list, repr=False)
 

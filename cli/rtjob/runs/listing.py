@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.errors import RtjobError
 from ..core.model import RunInfo, RunStatus
-from .archive import observe, refresh
 from .memory import ledger
 from .places import writable_here
 
@@ -67,6 +66,8 @@ def _listing(wanted: RunFilter, backend_name: str | None, settings: Settings,
     if backend_name in (None, backend.name):
         pending = book.unarchived(backend.name)
         if pending:
+            from .view import refresh
+
             refresh(backend, pending, events)
     return book, {"job": wanted.job, "status": wanted.status.value if wanted.status else None,
                   "backend": backend_name, "since": wanted.since, "limit": wanted.limit}
@@ -207,11 +208,13 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
     from ..backends import get_backend
     from ..core.lifecycle import ended_by_run_side
     from .memory import save, with_run_side
+    from .view import look
 
     try:
         backend = get_backend(settings)
-        if backend.name == record.backend:
-            record = observe(backend, backend.status(record.id), events) or record
+        if backend.name == record.backend and not record.steps:  # observed as one story (view.look): a retried
+            look(backend, record.id, None, events)                # run's latest attempt; an ended one archived
+            record = ledger().get(record.id) or record
     except RtjobError:
         pass
     merged = with_run_side(record)  # its companion may have written its end where the cluster is gone

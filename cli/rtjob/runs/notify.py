@@ -8,7 +8,9 @@ target naming the variable that holds its URL) and forwards each URL under that 
 ``config_from_env`` reads both back from an environment. ``send`` posts one message to every target:
 
 * only for an outcome the config lists, and only when ``claim(outcome)`` says this process is the first to
-  claim it (the caller creates ``rtjob_contract.notified_marker(outcome)`` if absent): exactly once per outcome;
+  claim it (``claim_in``: ``rtjob_contract.notify_claim_marker(outcome)`` created if absent): one sender per
+  outcome; what the targets answered is recorded after the tries (``settle_in``: ``notified_marker`` once every
+  target got it, else ``undelivered_marker`` with each target's error), never before;
 * a generic webhook gets a JSON POST of the message's fields, a Slack incoming webhook ``{"text": ...}``, an
   apprise URL (any service apprise knows; the optional ``notify`` extra) apprise's own request, a ``github``
   target a repository_dispatch (``rtjob_contract.GITHUB_DISPATCH_EVENT``, the fields as its client_payload);
@@ -25,6 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import requests
 
@@ -93,6 +96,19 @@ class Message:
                 "text": self.text()}
 
 
+def error_line_of(log_text: str) -> str | None:
+    """The error as a log shows it: the last line of its last Python traceback (``ValueError: bad lr``), the line
+    a person looks for; None when the log holds no traceback."""
+    lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last):")]
+    if not starts:
+        return None
+    for line in lines[starts[-1] + 1:]:
+        if line.strip() and not line[0].isspace():  # the frames are indented; the exception line is not
+            return line.strip()
+    return None
+
+
 def human_duration(seconds: float) -> str:
     """42s, 3m 07s, 2h 05m."""
     total = max(0, round(seconds))
@@ -148,12 +164,18 @@ def run_end_notifies(config: NotifyConfig, env: Mapping[str, str]) -> bool:
     return config.steps or not env.get(contract.ENV_PIPELINE_ID)
 
 
+# What became of one message: the labels of the targets that got it, and {"target": label, "error": why} of each
+# that did not.
+Settle = Callable[["Message", list[str], list[dict[str, str]]], None]
+
+
 def send(config: NotifyConfig, message: Message, claim: Callable[[str], bool], *, say: Callable[[str], None],
-         retry_delay_s: float = RETRY_DELAY_S) -> list[str]:
+         retry_delay_s: float = RETRY_DELAY_S, settle: Settle | None = None) -> list[str]:
     """Send ``message`` to every target of ``config`` if its outcome is one ``config.on`` lists and
     ``claim(message.outcome)`` (called once, before anything is sent) returns True. Returns the labels of the
-    targets that got it (``slack target (SLACK_URL)``); every failure is one line through ``say``. Never raises
-    for a target, a claim that fails (then nothing is sent: at most once) or apprise missing."""
+    targets that got it (``slack target (SLACK_URL)``); every failure is one line through ``say``; ``settle``
+    hears what became of the message once every target was tried. Never raises for a target, a claim that fails
+    (then nothing is sent: at most once), a settle that fails or apprise missing."""
     if message.kind not in config.on or not config.targets:
         return []
     try:
@@ -163,9 +185,22 @@ def send(config: NotifyConfig, message: Message, claim: Callable[[str], bool], *
         return []
     if not claimed:
         return []
-    secrets = [t.url for t in config.targets if t.url]
+    sent, failed = deliver(config.targets, message, say=say, retry_delay_s=retry_delay_s)
+    if settle is not None:
+        try:
+            settle(message, sent, failed)
+        except Exception as exc:  # noqa: BLE001 - storage trouble must not end the caller
+            say(f"notify: {message.outcome}: what the targets answered is not recorded ({type(exc).__name__})")
+    return sent
+
+
+def deliver(targets: tuple[Target, ...], message: Message, *, say: Callable[[str], None],
+            retry_delay_s: float = RETRY_DELAY_S) -> tuple[list[str], list[dict[str, str]]]:
+    """``message`` to each of ``targets`` (no claim): the labels of those that got it, and each failure."""
+    secrets = [t.url for t in targets if t.url]
     sent: list[str] = []
-    for target in config.targets:
+    failed: list[dict[str, str]] = []
+    for target in targets:
         try:
             failure = _send_one(target, message, secrets, retry_delay_s)
         except Exception as exc:  # noqa: BLE001 - a target never ends the caller; its text may hold the URL
@@ -173,8 +208,82 @@ def send(config: NotifyConfig, message: Message, claim: Callable[[str], bool], *
         if failure is None:
             sent.append(target.label)
         else:
+            failed.append({"target": target.label, "error": failure})
             say(f"notify: {target.label}: {failure}")
-    return sent
+    return sent, failed
+
+
+# -- the run folder's markers: who sends, and what became of each message ------------------------------------
+
+
+def claim_in(objects: Any, outcome: str, stamp: str) -> bool:
+    """Claim ``outcome``'s notification in a run's folder (``objects``: storage.objects.Objects): True for the one
+    process that creates its claim marker first."""
+    from ..storage.objects import PreconditionFailed  # the run side's storage: importable on the cluster
+
+    try:
+        objects.put(contract.notify_claim_marker(outcome), stamp.encode(), if_absent=True)
+        return True
+    except PreconditionFailed:
+        return False
+
+
+def settle_in(objects: Any, message: Message, sent: list[str], failed: list[dict[str, str]], stamp: str) -> None:
+    """What became of ``message``, in the run's folder: ``notified_marker`` once every target got it (an earlier
+    ``undelivered_marker`` removed), else ``undelivered_marker`` with each target's error (and the message, which
+    `rtjob notify` resends)."""
+    data = {"at": stamp, "message": message.to_json(), "delivered": sent, "undelivered": failed}
+    body = json.dumps(data, indent=2).encode()
+    if failed:
+        objects.put(contract.undelivered_marker(message.outcome), body)
+        return
+    objects.put(contract.notified_marker(message.outcome), body)
+    if objects.head(contract.undelivered_marker(message.outcome)) is not None:
+        objects.delete(contract.undelivered_marker(message.outcome))
+
+
+def notices_in(objects: Any) -> dict[str, dict[str, Any]]:
+    """Each claimed outcome of a run (its folder's markers): {"delivered": bool | None (None: claimed, no answer
+    recorded yet), "at", "message", "delivered_to", "undelivered"}, by outcome. Read by name (an end's outcomes,
+    then retrying-2, -3, ... while claimed): a run's folder may hold many files, never listed for this."""
+    out: dict[str, dict[str, Any]] = {}
+
+    def read(outcome: str) -> bool:
+        if objects.head(contract.notify_claim_marker(outcome)) is None:
+            return False
+        entry: dict[str, Any] = {"delivered": None}
+        for marker, state in ((contract.notified_marker(outcome), True), (contract.undelivered_marker(outcome), False)):
+            got = objects.get(marker, 1 << 20)
+            if got is None:
+                continue
+            try:
+                data = json.loads(got.data)
+            except ValueError:
+                data = {}
+            entry.update({"delivered": state, "at": data.get("at"), "message": data.get("message"),
+                          "delivered_to": data.get("delivered") or [], "undelivered": data.get("undelivered") or []})
+            break  # delivered (by a resend) stands over an earlier failure
+        out[outcome] = entry
+        return True
+
+    for outcome in contract.NOTIFY_OUTCOMES:
+        if outcome != "retrying":
+            read(outcome)
+    attempt = 2
+    while attempt <= 101 and read(f"retrying-{attempt}"):
+        attempt += 1
+    return out
+
+
+def message_from(data: Mapping[str, Any]) -> Message:
+    """A message as ``Message.to_json`` recorded it."""
+    def number(key: str) -> float | None:
+        value = data.get(key)
+        return float(value) if isinstance(value, (int, float)) else None
+
+    return Message(job=data.get("job"), run_id=str(data.get("run_id")), outcome=str(data.get("outcome")),
+                   duration_s=number("duration_s"), cost_usd=number("cost_usd"), error=data.get("error"),
+                   log_command=str(data.get("log_command") or ""))
 
 
 def _masked(message: Message, secrets: list[str]) -> Message:

@@ -177,10 +177,11 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
 
 def new_record(pp: PipelinePlan) -> RunRecord:
     """The pipeline run's record: its steps' run ids and folders in order (no request: each step has its own)."""
+    from ..core.redact import mask_url
     from .records import git_state, new_record_identity
 
     pipeline = pp.pipeline
-    return RunRecord(
+    return RunRecord(address=mask_url(pp.backend.address),
         id=pp.id, job=pipeline.name, backend=pp.backend.name, status=RunStatus.PENDING.value,
         storage_uri=pp.storage_uri, storage_endpoint=pp.storage_endpoint, job_file=pipeline.shown,
         project_root=str(pp.settings.root),

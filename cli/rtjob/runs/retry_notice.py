@@ -1,4 +1,4 @@
-"""`notify: on: [retrying]`: whoever submits a retry tells it, once per retry (its ``rtjob-notified-retrying-N``
+"""`notify: on: [retrying]`: whoever submits a retry tells it, once per retry (its ``rtjob-notifying-retrying-N``
 marker in the run's folder). The targets' variables are read from this process's environment, the run's notify
 config (without URLs) from its recorded request, where the submitting client put it (RTJOB_NOTIFY)."""
 
@@ -16,18 +16,18 @@ if TYPE_CHECKING:
     from .events import RunEvents
 
 
-def _env_value(data: Any, name: str) -> str | None:
+def recorded_env_value(data: Any, name: str) -> str | None:
     """``name``'s value anywhere in a recorded request (every backend's env mapping holds it by that key)."""
     if isinstance(data, dict):
         if isinstance(data.get(name), str):
             return str(data[name])
         for value in data.values():
-            found = _env_value(value, name)
+            found = recorded_env_value(value, name)
             if found is not None:
                 return found
     elif isinstance(data, list):
         for value in data:
-            found = _env_value(value, name)
+            found = recorded_env_value(value, name)
             if found is not None:
                 return found
     return None
@@ -45,7 +45,7 @@ def notify_retrying(run_id: str, decision: Retry, events: RunEvents) -> None:
         return
     if record is None or decision.next_run is None or not writable_here(record.backend, record.storage_uri):
         return
-    notify = _env_value(record.request, contract.ENV_NOTIFY)
+    notify = recorded_env_value(record.request, contract.ENV_NOTIFY)
     if notify is None:
         return
     try:
@@ -54,19 +54,20 @@ def notify_retrying(run_id: str, decision: Retry, events: RunEvents) -> None:
         return
     if config is None:
         return
-    from ..storage.objects import PreconditionFailed
     from ..storage.opening import objects_for
+    from .notify import claim_in, settle_in
+    from .records import now
 
     def claim(outcome: str) -> bool:
         with objects_for(record.storage_uri or "", record.storage_endpoint) as objects:
-            try:
-                objects.put(contract.notified_marker(outcome), b"", if_absent=True)
-                return True
-            except PreconditionFailed:
-                return False
+            return claim_in(objects, outcome, now())
+
+    def settle(told: Message, sent: list[str], failed: list[dict[str, str]]) -> None:
+        with objects_for(record.storage_uri or "", record.storage_endpoint) as objects:
+            settle_in(objects, told, sent, failed, now())
 
     attempt = decision.attempt + 1
     message = Message(job=record.job, run_id=run_id, outcome=f"retrying-{attempt}", duration_s=None, cost_usd=None,
                       error=f"attempt {decision.attempt} {decision.reason}; attempt {attempt} is "
                             f"{decision.next_run.id}")
-    send(config, message, claim, say=events.warning)
+    send(config, message, claim, say=events.warning, settle=settle)

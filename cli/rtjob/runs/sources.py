@@ -67,13 +67,14 @@ def sources_for(arg: str, endpoint: str | None, settings_of: Callable[[], Settin
     """`pull`/`results` of ARG: one source for a run, URI or folder; a pipeline run's id has each step's, in order.
     The settings are built once, and only when ARG is a run id (a URI needs none)."""
     from ..backends import get_backend
-    from .archive import look_up
     from .places import default_storage, storage_root
+    from .view import look
 
     settings = functools.cache(settings_of)
 
-    def lookup(run_id: str) -> tuple[RunInfo, RunRecord | None]:  # the cluster, else the run's record
-        return look_up(get_backend(settings()), run_id, storage_root(settings()), events)
+    def lookup(run_id: str) -> tuple[RunInfo, RunRecord | None]:  # the view of the run (view.py): one story
+        seen = look(get_backend(settings()), run_id, storage_root(settings()), events)
+        return seen.info, seen.record
 
     def default() -> str | None:
         return default_storage(settings())

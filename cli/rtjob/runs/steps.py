@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..core.errors import BadInput, RtjobError, WaitTimeout
 from ..core.model import RunStatus
-from .archive import look_up
 from .carried import await_step, recorded_end, start_supervisor, supervisor_now
 from .events import Quiet
 from .memory import find
 from .pipeline import find as find_pipeline
 from .pipeline import new_record, overall, record_progress
 from .submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
+from .view import look
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -161,11 +161,8 @@ def step_infos(be: Backend, record: RunRecord,
     for step in record.steps:
         folder = str(step.get("storage_uri") or "")  # <root>/<job>/<run id>: its record is found there first
         root = folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else storage_root
-        try:
-            info: RunInfo | None = look_up(be, str(step.get("run_id")), root, Quiet())[0]
-            attempts = be.attempts(str(step.get("run_id"))) if info is not None and info.status.terminal else None
-            if attempts is not None and len(attempts.chain) > 1:  # a step that was retried: its last attempt
-                info = look_up(be, attempts.chain[-1].id, root, Quiet())[0]
+        try:  # a step that was retried: one run, its latest attempt's status (runs/view.py)
+            info: RunInfo | None = look(be, str(step.get("run_id")), root, Quiet()).info
         except RtjobError:
             info = None
         out.append((step, info))

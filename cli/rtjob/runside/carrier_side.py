@@ -83,12 +83,12 @@ class RunSide:
 
     def tell(self, message: Any, *, run_end: bool = False) -> None:
         """``message`` to the run's notify targets (its config from this process's env), exactly once: only whoever
-        creates the run folder's ``rtjob-notified-<outcome>`` marker first sends it. ``run_end``: the run's own
+        creates the run folder's ``rtjob-notifying-<outcome>`` marker first sends it (what the targets answered
+        recorded after: runs/notify.py settle_in). ``run_end``: the run's own
         end, which a pipeline's step tells only with ``notify.steps``."""
         if not self.run_uri:
             return
-        from ..runs.notify import config_from_env, run_end_notifies, send
-        from ..storage.objects import PreconditionFailed
+        from ..runs.notify import claim_in, config_from_env, run_end_notifies, send, settle_in
         from ..storage.opening import objects_for
 
         try:
@@ -101,13 +101,13 @@ class RunSide:
 
         def claim(outcome: str) -> bool:
             with objects_for(run_uri) as objects:
-                try:
-                    objects.put(contract.notified_marker(outcome), _now().encode(), if_absent=True)
-                    return True
-                except PreconditionFailed:
-                    return False
+                return claim_in(objects, outcome, _now())
 
-        send(config, message, claim, say=say)
+        def settle(told: Any, sent: list[str], failed: list[dict[str, str]]) -> None:
+            with objects_for(run_uri) as objects:
+                settle_in(objects, told, sent, failed, _now())
+
+        send(config, message, claim, say=say, settle=settle)
 
     def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
         """The retry it submitted: the record's ``retrying`` transition (PENDING again, indexed), then

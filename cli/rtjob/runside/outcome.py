@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +20,7 @@ from ..core.model import RunStatus
 from ..core.record import RunRecord
 from ..core.redact import redact
 from ..core.retry_rule import AttemptEnd, killed_by, retries_left, retry_reason
-from ..storage.run_ports import claim_notified, run_ports
+from ..storage.run_ports import run_ports
 
 if TYPE_CHECKING:
     from ..runs.notify import Message
@@ -29,6 +28,9 @@ if TYPE_CHECKING:
     from .child import Ended
 
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
+
+
+TAIL_BYTES = 64 * 1024  # of the driver log kept in memory for the error line
 
 
 def _now() -> str:
@@ -79,6 +81,7 @@ class Outcome:
         self._seen = 0  # log bytes seen so far (the timeline's first line is after log_start)
         self.log_start: int | None = None
         self._peeked = 0  # how far watch() has read the log
+        self._tail = b""  # the log's last TAIL_BYTES: a failed run's message says its error line (notify.py)
 
     # -- the timeline -------------------------------------------------------------------------------------
     def log_from(self, offset: int) -> None:
@@ -107,6 +110,7 @@ class Outcome:
         """A new stretch of the driver log (in order): the first line after the driver started, and the event
         line rtjob's entrypoints print at their first training step."""
         start, self._seen = self._seen, self._seen + len(chunk)
+        self._tail = (self._tail + chunk)[-TAIL_BYTES:]
         when = _now()
         if "first_log_line" not in self.timeline and self.log_start is not None and self._seen > self.log_start:
             self.timeline["first_log_line"] = when
@@ -195,22 +199,32 @@ class Outcome:
         """The outcome's notification, exactly once: only whoever creates its marker first sends it."""
         if record is None:
             return
-        from ..runs.notify import config_from_env, run_end_notifies, send
+        from ..runs.notify import config_from_env, run_end_notifies, send, settle_in
 
         config = config_from_env(self.env)
         if config is None or not run_end_notifies(config, self.env):
             return
-        send(config, message_for(record), functools.partial(claim_notified, self.run_uri, self.endpoint),
-             say=lambda line: self.say(redact(line, secrets)))
+        from ..runs.notify import error_line_of
+
+        error = error_line_of(redact(self._tail.decode(errors="replace"), secrets))
+        send(config, message_for(record, error), self._claim, say=lambda line: self.say(redact(line, secrets)),
+             settle=lambda message, sent, failed: settle_in(self.objects, message, sent, failed, _now()))
+
+    def _claim(self, outcome: str) -> bool:
+        from ..runs.notify import claim_in
+
+        return claim_in(self.objects, outcome, _now())
 
 
-def message_for(record: RunRecord) -> Message:
-    """The notification of a run's end, from its record."""
+def message_for(record: RunRecord, error_line: str | None = None) -> Message:
+    """The notification of a run's end, from its record; ``error_line``: the error as its log shows it (a
+    traceback's last line), which says more than the record's message ("the entrypoint exited with code 1")."""
     from ..runs.notify import Message
 
     cost = (record.cost or {}).get("estimated_usd")
+    failed = record.status != RunStatus.SUCCEEDED.value
     return Message(job=record.job, run_id=record.id, outcome=record.status.lower(), duration_s=_seconds(record),
-                   cost_usd=cost, error=record.message if record.status != RunStatus.SUCCEEDED.value else None)
+                   cost_usd=cost, error=(error_line or record.message) if failed else None)
 
 
 def _seconds(record: RunRecord) -> float | None:

@@ -35,7 +35,7 @@ def rtjob_side(rel: str) -> bool:
     """rtjob's own objects in a run's folder (its record, logs, sync manifests, markers): never synced either way."""
     head = rel.split("/", 1)[0]
     return (rel == contract.RUN_RECORD_FILE or head in (contract.RUN_LOGS_DIR, contract.RUN_SYNC_DIR)
-            or rel == contract.STOP_MARKER_FILE or rel.startswith(contract.notified_marker("")))
+            or rel == contract.STOP_MARKER_FILE or rel.startswith(contract.NOTIFY_MARKERS))
 
 
 def written_by_run(objects: Objects) -> dict[str, set[str]]:

@@ -1,15 +1,13 @@
 """The lifecycle kernel's storage ports (core/lifecycle.RunPorts) for one run's folder: its record (a conditional
-read-modify-write), the team's index entry beside the records, and the notification's claim markers.
+read-modify-write), and the team's index entry beside the records (the notification's markers: runs/notify.claim_in and
+settle_in, over the run's objects).
 
 Importable on the cluster: the stdlib, rtjob_contract and rtjob's storage modules at module level only.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Callable
-
-import rtjob_contract as contract
 
 from ..core.lifecycle import RunPorts
 from ..core.record import RunRecord
@@ -37,20 +35,6 @@ class IndexEntries:
         from .index import write_run_entry
 
         write_run_entry(self.run_uri, self.endpoint, record)
-
-
-def claim_notified(run_uri: str, endpoint: str | None, outcome: str) -> bool:
-    """The ``rtjob-notified-<outcome>`` marker created in the run's folder: True for whoever creates it first."""
-    from .objects import PreconditionFailed
-    from .opening import objects_for
-
-    with objects_for(run_uri, endpoint) as objects:
-        try:
-            stamp = dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-            objects.put(contract.notified_marker(outcome), stamp.encode(), if_absent=True)
-            return True
-        except PreconditionFailed:
-            return False
 
 
 def run_ports(run_uri: str, endpoint: str | None = None) -> RunPorts:

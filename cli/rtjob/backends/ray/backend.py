@@ -288,6 +288,7 @@ class RayJobsBackend(Backend):
             entrypoint=data.get("entrypoint"),
             secrets=secret_values(env) + secret_arg_values(str(data.get("entrypoint") or "")),
             rate=rate,
+            parent=meta.get(contract.META_PARENT) or None,
         )
 
     def find(self, run_id: str) -> RunInfo | None:

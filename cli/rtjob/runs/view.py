@@ -1,0 +1,252 @@
+"""One view of a run: what rtjob knows of run ID, asked once for `status`, `show`, `logs`, `wait`, `stop`, `results`,
+`pull` and the UI, so every command tells the same story.
+
+The answer comes from the first source that knows the run: its backend (live), else its record (the ledger's, or
+the one in the run's storage), else, for a pipeline run, its record and its steps' records. A retried run is one run
+whatever the source: its first attempt's id and start, its latest attempt's status, message, exit code and end (one
+duration), and its attempts. Looking never acts: a dead supervisor is reported (``dead_supervisor``), replaced only
+by the commands that carry a run (`wait`, `submit`, `status --repair`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.errors import RtjobError, Unreachable
+from ..core.model import Attempts, RunInfo, RunStatus
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from ..core.record import RunRecord
+    from .archive import AttemptsOf
+    from .events import RunEvents
+
+
+@dataclass
+class RunView:
+    info: RunInfo  # the run as one story (its first id; its latest attempt's status, message and end)
+    record: RunRecord | None  # the record that answered (the backend does not know the run now), or a pipeline's
+    attempts: Attempts | None  # every attempt, where it has several (None: not known, or the platform retries)
+    latest: str  # its latest attempt's id: whose log is the run's log now
+
+    @property
+    def live(self) -> bool:
+        """The backend answered (the cluster knows the run)."""
+        return self.record is None
+
+    @property
+    def pipeline(self) -> bool:
+        return self.record is not None and bool(self.record.steps)
+
+
+def one_story(first: RunInfo, latest: RunInfo, attempts: int) -> RunInfo:
+    """A retried run as one run: ``first``'s id, job, storage and start; ``latest``'s status, message, exit code
+    and end."""
+    return dataclasses.replace(
+        latest, id=first.id, job=first.job or latest.job, start_time=first.start_time or latest.start_time,
+        storage_uri=first.storage_uri or latest.storage_uri, parent=None, attempts=attempts,
+        secrets=[*first.secrets, *latest.secrets], rate=first.rate or latest.rate,
+        storage_endpoint=first.storage_endpoint or latest.storage_endpoint)
+
+
+def fold_retries(listed: list[RunInfo]) -> list[RunInfo]:
+    """A backend's listing with each retried run as one row (`rtjob list`): a retry whose first attempt is listed
+    joins its row (the latest attempt's status); one whose first attempt is gone stays a row of its own."""
+    by_id = {info.id: info for info in listed}
+    retries: dict[str, list[RunInfo]] = {}
+    for info in listed:
+        if info.parent and info.parent in by_id:
+            retries.setdefault(info.parent, []).append(info)
+    out = []
+    for info in listed:
+        if info.parent and info.parent in by_id:
+            continue
+        later = retries.get(info.id)
+        if later:
+            latest = max(later, key=lambda one: (one.start_time or "", one.id))
+            info = one_story(info, latest, 1 + len(later))
+        out.append(info)
+    return out
+
+
+def recorded_story(info: RunInfo, record: RunRecord) -> RunInfo:
+    """What a record says of a run, as one story: its attempts counted, and where its last recorded attempt ended
+    otherwise than the record's status says (a record written before the retry's end was seen), that end."""
+    if len(record.attempts) <= 1:
+        return info
+    last = record.attempts[-1]
+    info = dataclasses.replace(info, attempts=len(record.attempts))
+    try:
+        status = RunStatus(str(last.get("status")))
+    except ValueError:
+        return info
+    if status.terminal and status != info.status:
+        exit_code = last.get("exit_code")
+        return dataclasses.replace(info, status=status, exit_code=exit_code if isinstance(exit_code, int) else None,
+                                   message=f"attempt {len(record.attempts)} ({last.get('id')}) ended {status.value}")
+    return info
+
+
+def _latest(backend: Backend, info: RunInfo, attempts: Attempts | None) -> tuple[RunInfo, str]:
+    """The run's story from its first attempt's info (``info``) and its attempts: the latest attempt's state."""
+    if attempts is None or len(attempts.chain) <= 1 or attempts.parent is not None:
+        return info, info.id  # one attempt, or the id asked about is one retry: that attempt as it is
+    latest_id = attempts.chain[-1].id
+    try:
+        latest = backend.find(latest_id)
+    except RtjobError:
+        latest = None
+    if latest is None:
+        return info, info.id
+    return one_story(info, latest, len(attempts.chain)), latest_id
+
+
+def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEvents,
+         attempts_of: AttemptsOf | None = None) -> RunView:
+    """What rtjob knows of ``run_id`` (see the module's docstring); what it learned is kept (archive.observe: an
+    ended run archived; a record found only in storage remembered here). Raises as memory.lookup does when nothing
+    knows the run."""
+    from .archive import observe
+    from .memory import lookup, remember
+
+    asked: AttemptsOf = attempts_of or functools.cache(backend.attempts)
+    try:
+        info, record = lookup(backend, run_id, storage_root)
+    except Unreachable as exc:
+        info, record = _unreachable(run_id, storage_root, exc)
+    if record is not None:
+        remember(record)
+        if record.steps:
+            return RunView(_pipeline_info(record), record, None, record.id)
+        attempts = Attempts.recorded(record.attempts) if record.attempts else None
+        latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
+        return RunView(recorded_story(info, record), record, attempts, latest)
+    if backend.pipeline_steps_inside:
+        pipeline = _hosted_pipeline(info)
+        if pipeline is not None:
+            return RunView(_pipeline_info(pipeline), pipeline, None, pipeline.id)
+    try:
+        attempts = asked(run_id)
+    except RtjobError:
+        attempts = None
+    story, latest = _latest(backend, info, attempts)
+    recorded = observe(backend, story, events, attempts_of=asked)
+    return RunView(recorded_times(story, recorded), None, attempts, latest)
+
+
+def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
+    """An ended run's start and end as its record has them (the end its run side wrote, to the millisecond, stands
+    over the cluster's), so that every command shows one duration; ``info`` as it is while the run goes on."""
+    if record is None or not record.archived or not info.status.terminal or not record.end_time:
+        return info
+    return dataclasses.replace(info, start_time=record.start_time or info.start_time, end_time=record.end_time)
+
+
+def with_recorded_times(listed: list[RunInfo]) -> list[RunInfo]:
+    """`rtjob list`: each ended run's times as this ledger recorded them (recorded_times)."""
+    from .memory import ledger
+
+    try:
+        book = ledger()
+        return [recorded_times(info, book.get(info.id)) if info.status.terminal else info for info in listed]
+    except RtjobError:
+        return listed
+
+
+def _unreachable(run_id: str, storage_root: str | None, error: Unreachable) -> tuple[RunInfo, RunRecord]:
+    """The backend cannot be reached and the ledger's record has not seen the run end: the record as the run side
+    wrote it in the run's storage (a pipeline's supervisor, a run's companion) answers when it has the run's end or
+    the run is a pipeline (its steps answer from their records); else the backend's error stands."""
+    from .memory import find, remembered_info, with_run_side
+
+    try:
+        record = find(run_id, storage_root)
+    except RtjobError:
+        record = None
+    if record is not None:
+        record = with_run_side(record)
+        if record.steps or record.run_status.terminal:
+            return remembered_info(record), record
+    raise error
+
+
+def _hosted_pipeline(info: RunInfo) -> RunRecord | None:
+    """A job hosting a pipeline a schedule started (Anyscale: the steps run inside one job): the pipeline's record,
+    which its supervisor began."""
+    import rtjob_contract as contract
+
+    from .memory import stored
+
+    if info.id.endswith(contract.SUPERVISOR_SUFFIX):
+        return None
+    found = stored(info)
+    return found if found is not None and found.steps else None
+
+
+def _pipeline_info(record: RunRecord) -> RunInfo:
+    """A pipeline run's record as the run its supervisor (or its follower) wrote: its own end stands."""
+    from .memory import with_run_side
+
+    return with_run_side(record).to_run_info()
+
+
+def dead_supervisor(backend: Backend, view: RunView) -> str | None:
+    """One line when the run's supervisor has died while the run still had something to carry (it is not
+    replaced here: looking never acts), naming the commands that replace it; None: alive, none, or nothing to
+    carry."""
+    if not view.live and not view.pipeline:
+        return None
+    status = view.info.status
+    if status in (RunStatus.SUCCEEDED, RunStatus.STOPPED):
+        return None
+    if status == RunStatus.FAILED and not view.pipeline:
+        attempts = view.attempts
+        if attempts is None or attempts.max_retries is None or len(attempts.chain) > attempts.max_retries:
+            return None  # no retry left: nothing to carry
+    try:
+        supervisor = backend.supervisor_of(view.info.id)
+    except RtjobError:
+        return None
+    if supervisor is None or not supervisor.status.terminal:
+        return None
+    return (f"its supervisor {supervisor.id} is {supervisor.status.value} and nothing carries the run now: "
+            f"rtjob status {view.info.id} --repair (or rtjob wait {view.info.id}) starts a new one")
+
+
+def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
+    """`rtjob runs`: ask the current backend about the listed runs it ran whose end rtjob has not seen yet, each as
+    one story (a retried run's latest attempt; an ended one archived). A backend that cannot be reached is asked no
+    more: the ledger's state is shown."""
+    for record in records:
+        if record.archived or record.backend != backend.name:
+            continue
+        try:
+            if backend.find(record.id) is None:
+                continue  # not on this cluster: `rtjob status` says what the record knows
+            look(backend, record.id, None, events)
+        except Unreachable:
+            return
+        except RtjobError:
+            continue
+
+
+def recorded_steps(record: RunRecord, storage_root: str | None) -> list[dict[str, Any]]:
+    """A pipeline run's steps as their records have them (`rtjob show`: no backend asked): each step's entry with
+    its run's status, start and end (None: no record of it, e.g. never submitted)."""
+    from .memory import find
+
+    out = []
+    for step in record.steps:
+        folder = str(step.get("storage_uri") or "")  # <root>/<job>/<run id>: its record is found there first
+        root = folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else storage_root
+        try:
+            found = find(str(step.get("run_id")), root)
+        except RtjobError:
+            found = None
+        info = recorded_story(found.to_run_info(), found) if found is not None else None
+        out.append({**step, "status": info.status.value if info else step.get("status"),
+                    "start_time": info.start_time if info else None, "end_time": info.end_time if info else None,
+                    "logs": list(found.logs) if found is not None else []})
+    return out
