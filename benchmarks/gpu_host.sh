@@ -78,6 +78,27 @@ PY
 step "batch exit $?"; cat "$OUT/batch.log" | tee -a "$OUT/steps.log"
 fi
 
+if [[ $STAGES == *" precisions "* ]]; then
+step "ViT-base and ViT-large: fp32, TF32, bf16, fp16 again, 30 steps each, two rounds in turn"
+timeout 150 $PY - >"$OUT/precisions.log" 2>&1 <<'PY'
+import dataclasses, os, sys
+sys.path[:0] = ["benchmarks"]
+import gpu_bench as b
+sizes = b.REHEARSAL if os.environ.get("REHEARSE") == "1" else b.GPU
+sizes = dataclasses.replace(sizes, steps=30)
+modes = [m for m in b.MODES if not m.compile and (m.precision != "fp16" or sizes.device.type == "cuda")]
+for size in sizes.vits:
+    rates = {m.name: [] for m in modes}
+    for _ in range(2):
+        for m in modes:
+            rates[m.name].append(b.vit_step_rate(size, m, sizes)[0])
+    fp32 = max(rates["fp32"])
+    print(f"ViT-{size} batch {sizes.batch}, 30 steps, best of 2: " + ", ".join(
+        f"{n} {max(r):,.0f} ({max(r) / fp32:.2f}x; {min(r):,.0f}-{max(r):,.0f})" for n, r in rates.items()), flush=True)
+PY
+step "precisions exit $?"; grep ViT "$OUT/precisions.log" | tee -a "$OUT/steps.log"
+fi
+
 if [[ $STAGES == *" live "* ]]; then
 step "live rows of a run on the embedded cluster"
 home=$(mktemp -d); export RTJOB_HOME=$home/rtjob RAY_USAGE_STATS_ENABLED=0
