@@ -66,10 +66,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def train(config: dict) -> dict:
     """Train in this process; returns the last epoch's metrics (empty if nothing was left to train)."""
+    with system_rows.sampling():  # this node's rows (on the driver's node the companion keeps its own instead)
+        return _train(config)
+
+
+def _train(config: dict) -> dict:
     if config["threads"]:
         torch.set_num_threads(config["threads"])
     step_rows.configure(config.get("log_every_steps"))
-    system_rows.start_sampler()  # this node's rows (on the driver's node the companion keeps its own instead)
     device = torch.device("cpu")
     if config["use_gpu"]:
         if not torch.cuda.is_available():

@@ -8,11 +8,13 @@ Torch-free; psutil and nvidia-smi only."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import rtjob_contract as contract
@@ -63,29 +65,55 @@ def sample() -> dict[str, Any]:
             "mem_total_mb": round(memory.total / 2**20, 1), "gpus": gpus()}
 
 
-_started = threading.Event()
+_lock = threading.Lock()
+_thread: threading.Thread | None = None
+_stop = threading.Event()
 
 
 def start_sampler(every_s: float = contract.SYSTEM_SAMPLE_S) -> None:
-    """Once per process: a daemon thread printing this node's system row every ``every_s`` seconds as an event line
-    (the first after ``every_s``, so its CPU figure covers a whole interval)."""
-    if _started.is_set():
-        return
-    _started.set()
+    """Once per process (until ``stop_sampler``): a daemon thread printing this node's system row every ``every_s``
+    seconds as an event line (the first after ``every_s``, so its CPU figure covers a whole interval)."""
+    global _thread
+    with _lock:
+        if _thread is not None and _thread.is_alive():
+            return
+        _stop.clear()
+        _thread = threading.Thread(target=_sample_until_stopped, args=(every_s,), name="rtjob-system-rows",
+                                   daemon=True)
+        _thread.start()
+
+
+def stop_sampler() -> None:
+    """Ends the sampler thread (a process that trains more than once, or a test, leaves none behind)."""
+    global _thread
+    with _lock:
+        _stop.set()
+        thread, _thread = _thread, None
+    if thread is not None:
+        thread.join(timeout=5)
+
+
+@contextlib.contextmanager
+def sampling(every_s: float = contract.SYSTEM_SAMPLE_S) -> Iterator[None]:
+    """The sampler for the body's duration."""
+    start_sampler(every_s)
+    try:
+        yield
+    finally:
+        stop_sampler()
+
+
+def _sample_until_stopped(every_s: float) -> None:
     from .step_rows import emit
 
-    def run() -> None:
+    try:
+        import psutil
+
+        psutil.cpu_percent(interval=None)  # starts the CPU clock
+    except ImportError:
+        return  # no psutil: no system rows from this node (the run goes on)
+    while not _stop.wait(every_s):
         try:
-            import psutil
-
-            psutil.cpu_percent(interval=None)  # starts the CPU clock
-        except ImportError:
-            return  # no psutil: no system rows from this node (the run goes on)
-        while True:
-            time.sleep(every_s)
-            try:
-                emit(contract.EVENT_SYSTEM_ROW, sample())
-            except Exception:  # noqa: BLE001 - a sampler never disturbs the training it watches
-                continue
-
-    threading.Thread(target=run, name="rtjob-system-rows", daemon=True).start()
+            emit(contract.EVENT_SYSTEM_ROW, sample())
+        except Exception:  # noqa: BLE001 - a sampler never disturbs the training it watches
+            continue

@@ -197,3 +197,19 @@ def test_the_companion_writes_the_rows_of_a_scripts_log_into_its_run_folder(tmp_
     assert [(r["step"], r["loss"]) for r in read_rows(storage / contract.STEP_METRICS_FILE)] == [(10, 0.1), (20, 0.05)]
     system = read_rows(storage / contract.SYSTEM_METRICS_FILE)
     assert len(system) == 1 and system[0]["node"] == system_rows.node_name() and len(system[0]["gpus"]) == 2
+
+
+def test_sampling_ends_its_thread_with_the_training(capsys: pytest.CaptureFixture[str]) -> None:
+    """single.train samples its node for its own duration: a process that trains in a test (or twice) keeps no
+    sampler printing into whatever runs next."""
+    import threading
+
+    def samplers() -> int:
+        return sum(t.name == "rtjob-system-rows" for t in threading.enumerate())
+
+    with system_rows.sampling(0.05):
+        assert samplers() == 1
+    assert samplers() == 0
+    with system_rows.sampling(0.05):  # and again, as a second train() in the same process
+        assert samplers() == 1
+    assert samplers() == 0
