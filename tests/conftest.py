@@ -113,6 +113,28 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     py310.finish()
 
 
+# Under pytest-xdist, each worker's busy time (setup, call and teardown of its tests) at the end of the report:
+# whether the workers ended about together, and what E2E_SECONDS should say.
+WORKER_SECONDS: dict[str, float] = {}
+WORKER_TESTS: dict[str, int] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    node = getattr(report, "node", None)  # set by xdist on the controller's copy of a worker's report
+    if node is None:
+        return
+    worker = node.gateway.id
+    WORKER_SECONDS[worker] = WORKER_SECONDS.get(worker, 0.0) + report.duration
+    if report.when == "call":
+        WORKER_TESTS[worker] = WORKER_TESTS.get(worker, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    for worker in sorted(WORKER_SECONDS):
+        terminalreporter.write_line(f"{worker}: {WORKER_TESTS.get(worker, 0)} tests, "
+                                    f"{WORKER_SECONDS[worker]:.0f} s of setup, call and teardown")
+
+
 # pytest-xdist, --dist loadfile: a file is one unit of work (its module fixtures run once), handed to whichever
 # worker is free. The unit tier: the files whose tests import torch (and transformers, diffusers) go to one worker
 # as one unit, so that only one worker spends the ~4 s of those imports.
