@@ -141,13 +141,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 TORCH_FILES = {"test_checkpoint_restore.py", "test_diffusion.py", "test_hf_sft.py", "test_precision.py",
                "test_synthetic_cache.py", "test_voice_audio.py", "test_voice_eval.py"}
 # The e2e tier (each worker with its own session cluster and S3 servers): the longest files go out first, so that
-# the last units handed out are short ones and both workers end about together. Seconds of each file's tests,
-# measured in one `make test-e2e` (relative sizes are what count; a file not named here counts as short).
+# the last units handed out are short ones and both workers end about together. Seconds of each file's tests
+# (setup, call, teardown), measured in one 2-worker e2e run on a busy 2-core machine (2026-11-27; relative sizes are
+# what count; a file not named here counts as short).
 E2E_SECONDS = {
-    "test_voice_clone.py": 100, "test_sd_pretrain.py": 95, "test_strategies_resnet.py": 150,
-    "test_strategies_vit.py": 140, "test_fault_tolerance.py": 120, "test_training.py": 90,
-    "test_run_control.py": 110, "test_supervisor.py": 90, "test_pipeline_supervisor.py": 80,
-    "test_hf_sft_job.py": 60, "test_cluster_safety.py": 70,
+    "test_strategies_vit.py": 481, "test_strategies_resnet.py": 357, "test_voice_clone.py": 310,
+    "test_fault_tolerance.py": 240, "test_sd_pretrain.py": 213, "test_cluster_safety.py": 207,
+    "test_pipeline_supervisor.py": 167, "test_s3_job.py": 154, "test_training.py": 143, "test_supervisor.py": 131,
+    "test_run_control.py": 119, "test_hf_sft_job.py": 100, "test_faults.py": 93, "test_foreign_script.py": 72,
+    "test_anyscale_pipeline.py": 55, "test_plain_raytrain.py": 46, "test_run_side.py": 46,
+    "test_run_history.py": 38, "test_voice_stages.py": 31, "test_pipeline.py": 29, "test_storage_pull.py": 26,
 }
 # A worker takes its pinned BACKGROUND_MODULES once it has had this many other units: their installs, started at
 # collection, are done by then.
