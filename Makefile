@@ -58,20 +58,21 @@ bytecode: install
 # The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once;
 # in a shuffled order, pytest-randomly: a fixed seed, so CI is repeatable; `make test-unit UNIT_SEED=N`
 # tries another order, and a failing order is replayed with its printed seed),
-# then the real cluster and S3 server ones (one shared cluster: one process).
+# then the real cluster and S3 server ones (2 pytest-xdist workers, one file each, the longest first: each worker
+# starts its own shared cluster and S3 servers; see tests/conftest.py).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
 UNIT_SEED ?= 20261127
 test: lint browser bytecode
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile tests/unit
-	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
+	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
 
 test-unit: bytecode
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile --durations=15 tests/unit
 
 test-e2e: bytecode browser
-	$(BIN)/python -m pytest -q -ra -m "not gpu" --durations=25 tests/e2e
+	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
 
 # On a machine with a CUDA GPU (its own Python with torch; no venv needed, GPU_PY=python3 by default): the
 # gpu-marked tests, and the GPU benchmark (benchmarks/gpu_bench.py, <= 5 min; its table under $OUT or benchmarks/).

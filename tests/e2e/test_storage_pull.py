@@ -9,11 +9,13 @@ import errno
 import hashlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -561,8 +563,19 @@ def test_an_older_pulls_manifest_in_the_folder_is_taken_over_and_removed(cli, tm
 # special files in local storage
 
 
-def test_fifos_and_sockets_in_local_storage_are_skipped_listed_and_never_opened(cli, tmp_path):
-    run = tmp_path / "run"
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """A folder with a short path: a socket's path must stay under the kernel's ~108 bytes, and tmp_path is too
+    long for that under pytest-xdist (popen-gwN/ in it)."""
+    path = Path(tempfile.mkdtemp(prefix="rtjob-sock-", dir="/tmp"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_fifos_and_sockets_in_local_storage_are_skipped_listed_and_never_opened(cli, tmp_path, short_dir):
+    run = short_dir / "run"
     files = {k: v for k, v in run_tree().items() if not k.endswith("/")}
     for rel, data in files.items():
         (run / rel).parent.mkdir(parents=True, exist_ok=True)
