@@ -29,6 +29,8 @@ if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the co
     from ..capabilities import LocalCluster
     from .retries import RayRetries
 
+AGENT_WAIT_S = 180.0  # a new cluster's job agent, waited for at submit (as long as one `ray start` may take)
+
 
 def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit starts
     """How long one submit (packaging, upload and the request) may take: Ray's client has no time-out of its
@@ -245,8 +247,9 @@ class RayJobsBackend(Backend):
         """Ray's own client: it packages and uploads the working dir, then submits."""
         client = client_class(self.address, headers=self.api.headers, verify=self.api.verify,
                               create_cluster_if_needed=False)
-        # A cluster that just started answers 500 "No available agent" until its job agent is up.
-        deadline = time.monotonic() + 60
+        # A cluster that just started answers 500 "No available agent" until its job agent is up: on a loaded 2-core
+        # machine that once took over 60 s.
+        deadline = time.monotonic() + AGENT_WAIT_S
         while True:
             try:
                 client.submit_job(
