@@ -78,6 +78,9 @@ def test_entries_compact_into_one_object_and_a_later_status_wins(root: str) -> N
     assert sorted(ids(list(again.runs()))) == ["r000", "r001", "r002", "r003", "r004", "r005", "r009"]
     assert [r["status"] for r in again.runs() if r["id"] == "r002"] == ["SUCCEEDED"]
     assert again.leftover() == 0
+    # An entry's details (the UI's runs table: tags, args, final metrics) are read back, also once compacted.
+    (r9,) = [r for r in again.runs() if r["id"] == "r009"]
+    assert (r9["attempts"], r9["tags"], r9["args"]) == (1, {}, {}) and "final_metrics" in r9
 
 
 def test_a_row_prints_as_its_record_would() -> None:

@@ -351,7 +351,8 @@ def _entry_row(data: bytes, where: str, key: str, problems: list[str]) -> Row | 
         return None
     parts = _entry_parts(key)
     assert parts is not None
-    return {name: row.get(name) for name in FIELDS} | {KEY: parts[0]}
+    details = {name: row[name] for name in DETAILS if name in row}  # absent from an older rtjob's entries
+    return {name: row.get(name) for name in FIELDS} | details | {KEY: parts[0]}
 
 
 def _fold(rows: dict[str, Row], new: Iterable[Row]) -> None:
