@@ -153,7 +153,9 @@ def _walk_through(tool: Path, tmp_path: Path, project: Path) -> None:
         out = submit.stdout + submit.stderr
         assert submit.returncode == 0, out[-4000:]
         assert "SUCCEEDED" in out and "epoch 2 loss" in out and "on 2 node(s)" in out, out[-4000:]
-        assert "train.py" in out  # the upload notice / log came from this project, not the repository
+        # The upload came from this project, not the repository (the log shows the script's output, not its command).
+        assert f"uploading working dir {project.resolve()} (" in out or f"uploading working dir {project} (" in out, \
+            out[-4000:]
 
         pull = _run([rtjob, "pull", run_id], env, project)
         assert pull.returncode == 0, pull.stdout + pull.stderr
