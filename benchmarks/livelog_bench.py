@@ -11,7 +11,7 @@ while a run goes, beside `ray job submit`'s print → terminal for the same job 
   NEW_OUTPUT_S), besides its regular flush every 5 s.
 - the companion's CPU while the run goes: its process's utime+stime from /proc between the 8th and the 56th line, as
   a share of one core (goal ≤ 1%); its start-up (imports, seeding) is outside that window.
-- peer: `ray job submit` of the same entrypoint followed on a pseudo-terminal (loglat_bench.watch_one).
+- peer: `ray job submit` of the same entrypoint followed on a pseudo-terminal (loglat_bench.ray_submit_watched).
 - with --s3: the same run with `--storage s3://…` (moto on loopback), the parts listed and read with boto3 every
   50 ms; the companion's CPU then includes botocore's signing of each part's PUT.
 """
@@ -31,7 +31,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from loglat_bench import _cpu_s, _note, watch_one  # noqa: E402
+from loglat_bench import _cpu_s, _note, ray_submit_watched  # noqa: E402
 
 LINES = 60
 GAP_S = 0.25
@@ -123,11 +123,7 @@ def livelog_rows(b: Any, c: Any, s3: Any = None) -> list[dict[str, str]]:
     rt_id = f"bench-live-{os.urandom(2).hex()}"
     ray_id = f"bench-live-ray-{os.urandom(2).hex()}"
     stored, cpu = rtjob_side(b, c, rt_id, s3)
-    ray_cmd = [b.RAY, "job", "submit", "--address", c.cluster.address, "--submission-id", ray_id,
-               "--working-dir", c.env["RTJOB_PROJECT"], "--", *entry.split()]
-    peer = watch_one(ray_cmd, b.ray_env(c), ray_id, c.cluster.address, c.cluster.token,
-                     f"{c.cluster.temp_dir}/session_latest/logs")
-    c.finished_jobs.append(ray_id)
+    peer = ray_submit_watched(b, c, ray_id, entry)
     if not stored or not peer.terminal:
         raise RuntimeError(f"no latency seen: {len(stored)} lines in storage, {len(peer.terminal)} on ray's terminal")
     mine, theirs = statistics.median(stored.values()), statistics.median(peer.terminal.values())

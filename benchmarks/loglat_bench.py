@@ -158,6 +158,17 @@ def watch_one(cmd: list[str], env: dict[str, str], job_id: str, address: str, to
     return watch
 
 
+
+def ray_submit_watched(b: Any, c: Any, job_id: str, entry: str) -> Watch:
+    """The peer of the live-log rows: ``ray job submit`` of ``entry`` (the project's working dir) on run.py's
+    embedded cluster (``b``: run.py's module, ``c`` its Context), followed on a pty; the job is noted finished."""
+    cmd = [b.RAY, "job", "submit", "--address", c.cluster.address, "--submission-id", job_id,
+           "--working-dir", c.env["RTJOB_PROJECT"], "--", *entry.split()]
+    watch = watch_one(cmd, b.ray_env(c), job_id, c.cluster.address, c.cluster.token,
+                      f"{c.cluster.temp_dir}/session_latest/logs")
+    c.finished_jobs.append(job_id)
+    return watch
+
 def _median(seen: Seen) -> str:
     return f"{statistics.median(seen.values()):.3f} s" if seen else "—"
 

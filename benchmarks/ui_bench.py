@@ -175,7 +175,7 @@ def latency_rows(b: Any, c: Any) -> list[dict[str, str]]:
     (``b``: run.py's module, ``c`` its Context with the embedded cluster up). Only lines printed after the page was
     open count on rtjob's side (the live path: the companion's log parts, then server-sent events)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from loglat_bench import watch_one
+    from loglat_bench import ray_submit_watched
     from support.browser import chromium, until
 
     project = Path(c.env["RTJOB_PROJECT"])
@@ -206,11 +206,7 @@ def latency_rows(b: Any, c: Any) -> list[dict[str, str]]:
     finally:
         b.stop(proc)
     live = [lat for lat, printed in arrivals.values() if printed > opened]
-    ray_cmd = [b.RAY, "job", "submit", "--address", c.cluster.address, "--submission-id", ray_id,
-               "--working-dir", c.env["RTJOB_PROJECT"], "--", *entry.split()]
-    peer = watch_one(ray_cmd, b.ray_env(c), ray_id, c.cluster.address, c.cluster.token,
-                     f"{c.cluster.temp_dir}/session_latest/logs")
-    c.finished_jobs.append(ray_id)
+    peer = ray_submit_watched(b, c, ray_id, entry)
     if not live or not peer.terminal:
         raise RuntimeError(f"no latency seen: {len(live)} live lines on the page, {len(peer.terminal)} on ray's terminal")
     mine, theirs = statistics.median(live), statistics.median(peer.terminal.values())

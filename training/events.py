@@ -20,7 +20,12 @@ def say_once(event: str, rank: int | None = None) -> None:
     if event in _said or rank != 0:
         return
     _said.add(event)
-    sys.stdout.write(f"{contract.EVENT_LINE_PREFIX} {event}\n")
+    write(event)
+
+
+def write(event: str, payload: str = "") -> None:
+    """One event line, ``rtjob-event: EVENT [PAYLOAD]``, written to stdout directly (see say_once)."""
+    sys.stdout.write(f"{contract.EVENT_LINE_PREFIX} {event}{' ' + payload if payload else ''}\n")
     sys.stdout.flush()
 
 

@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from typing import Any
 
 import rtjob_contract as contract
+
+from . import events
 
 DEFAULT_EVERY = 10
 
@@ -31,9 +32,8 @@ def add_arg(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
 
 
 def emit(kind: str, row: dict[str, Any]) -> None:
-    """One event line carrying ``row`` (written to stdout directly: see events.say_once)."""
-    sys.stdout.write(f"{contract.EVENT_LINE_PREFIX} {kind} {json.dumps(row, separators=(',', ':'))}\n")
-    sys.stdout.flush()
+    """One event line carrying ``row``."""
+    events.write(kind, json.dumps(row, separators=(",", ":")))
 
 
 class StepMeter:
