@@ -47,7 +47,7 @@ GOAL_S = 2.0
 
 
 def sample_record(job: str, run_id: str, index: int) -> dict[str, Any]:
-    """A run record as runs/records.py and runs/archive.py write one for a finished 2-attempt DDP run (masked, ~4 KB)."""
+    """A run record as runs/records.py and runs/lifecycle/archive.py write one for a finished 2-attempt DDP run (masked, ~4 KB)."""
     from rtjob.core.record import RunRecord, spec_hash
 
     spec = {"job": {"name": job, "entrypoint": "python -m training.train --epochs 10 --batch-size 128",

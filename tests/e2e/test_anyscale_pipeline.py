@@ -159,7 +159,7 @@ def test_a_stop_reaches_the_steps_inside_the_anyscale_job_through_storage(
     """`rtjob stop` of a pipeline on Anyscale reaches only storage and Anyscale (not that cluster's Jobs API): the
     supervisor sees the stop marker while step 1 trains, stops it, runs nothing later and records STOPPED; the job,
     still running as far as Anyscale says, is terminated once rtjob's patience is out."""
-    from rtjob.runs import stopping
+    from rtjob.runs.lifecycle import stopping
 
     fake = anyscale
     api = JobsAPI(cluster_env)

@@ -180,7 +180,7 @@ def use_fake(monkeypatch: Any) -> Any:
     from anyscale._private.sdk.timer import FakeTimer
     from rtjob.backends.anyscale import client as anyscale_client
     from rtjob.backends.anyscale.backend import AnyscaleBackend
-    from rtjob.runs import steps
+    from rtjob.runs.pipelines import steps
 
     fake = __getattr__("ApiLikeFake")()
     monkeypatch.setattr(anyscale_client, "default_client", lambda: fake)

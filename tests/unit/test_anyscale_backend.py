@@ -27,7 +27,7 @@ import yaml
 from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.backends.anyscale.backend import AnyscaleBackend
 from rtjob.main import main
-from rtjob.runs import follow
+from rtjob.runs.lifecycle import follow
 from support.cli import REPO, base_env, rtjob
 from support.companion import inner
 from support.fake_anyscale import CLOUD, Step, Timeline

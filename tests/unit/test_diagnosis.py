@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rtjob.runs.diagnosis import missing_module, missing_module_hint
+from rtjob.runs.lifecycle.diagnosis import missing_module, missing_module_hint
 
 TRACEBACK = """Traceback (most recent call last):
   File "/tmp/ray/session/runtime_resources/working_dir_files/train.py", line 1, in <module>

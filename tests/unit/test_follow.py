@@ -1,4 +1,4 @@
-"""Following a run's log (runs/follow.py): every line printed once, whichever source delivered it.
+"""Following a run's log (runs/lifecycle/follow.py): every line printed once, whichever source delivered it.
 
 Ray serves one file two ways: the State API stream sends its bytes, the full log (`/api/jobs/<id>/logs`, read once
 more when the run ends) is the file read in text mode, where a lone carriage return ends a line. A progress bar
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from rtjob.core.model import RunInfo, RunStatus
-from rtjob.runs import follow
+from rtjob.runs.lifecycle import follow
 
 # A job's driver log as bytes on disk: lines repeated on purpose, a progress bar redrawn with "\r", a line from a
 # Windows tool ("\r\n"), lines after them, and a last line without newline.

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from rtjob.backends import register
 from rtjob.core.model import RunInfo, RunStatus
-from rtjob.runs import follow, stuck_watch
+from rtjob.runs.lifecycle import follow, stuck_watch
 from support.cli import main_captured
 from support.project import scrub
 from support.toy_backend.backend import ToyBackend

@@ -1,4 +1,4 @@
-"""A run's lifecycle use cases without Click (runs/submission.py, runs/sources.py): what they do and what they tell
+"""A run's lifecycle use cases without Click (runs/lifecycle/submission.py, runs/history/sources.py): what they do and what they tell
 through RunEvents, against a scripted backend and a ledger in a temporary $RTJOB_HOME."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import pytest
 from rtjob.backends.base import Retry
 from rtjob.core.model import Attempt, Attempts, RunInfo, RunStatus
 from rtjob.core.record import RunRecord
-from rtjob.runs import follow
-from rtjob.runs.submission import Detached, Ended, follow_to_end
+from rtjob.runs.lifecycle import follow
+from rtjob.runs.lifecycle.submission import Detached, Ended, follow_to_end
 from support.project import scrub
 
 
@@ -150,8 +150,8 @@ def test_the_sources_of_a_pipeline_run_are_its_steps_in_order(tmp_path: Path) ->
     """A pipeline run's id gives each step's source, or why a step has none, as plain values (no exception leaves
     sources_for for a step); the settings are built once."""
     from rtjob.backends import configured
+    from rtjob.runs.history.sources import Source, sources_for
     from rtjob.runs.memory import ledger
-    from rtjob.runs.sources import Source, sources_for
 
     folder = tmp_path / "runs" / "p" / "p-train"
     folder.mkdir(parents=True)
@@ -192,7 +192,7 @@ class LosesContact(Scripted):
 def test_an_error_that_ends_the_follow_is_returned_with_the_run_as_last_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whoever prints the outcome still has the run (its status as last known) when rtjob stops following early."""
     from rtjob.core.errors import Unreachable
-    from rtjob.runs.submission import Abandoned
+    from rtjob.runs.lifecycle.submission import Abandoned
 
     monkeypatch.setenv("RTJOB_FOLLOW_GRACE_S", "0")
     followed = follow_to_end(LosesContact(), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
@@ -240,8 +240,8 @@ def test_a_run_whose_own_storage_holds_nothing_rtjob_knows_is_read_from_its_ray_
     archive recorded when the run's own storage holds nothing rtjob knows (only rtjob's record and logs); a run
     whose own storage holds results keeps it."""
     from rtjob.backends import configured
+    from rtjob.runs.history.sources import Source, sources_for
     from rtjob.runs.memory import ledger
-    from rtjob.runs.sources import Source, sources_for
 
     own = tmp_path / "runs" / "plain" / "r-plain"
     (own / "logs").mkdir(parents=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from rtjob.core.model import RunStatus
-from rtjob.runs import follow, logview
+from rtjob.runs import logview
+from rtjob.runs.lifecycle import follow
 
 import rtjob_contract as contract
 from tests.unit.test_follow import FileBackend

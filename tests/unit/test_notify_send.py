@@ -237,8 +237,8 @@ def test_a_retry_the_client_submits_is_told_once(receiver: Receiver, tmp_path: P
     from rtjob.core.model import RunInfo, RunStatus
     from rtjob.core.record import RunRecord
     from rtjob.runs.events import Quiet
+    from rtjob.runs.lifecycle.retry_notice import notify_retrying
     from rtjob.runs.memory import ledger
-    from rtjob.runs.retry_notice import notify_retrying
 
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RETRY_HOOK", receiver.url("/retries"))

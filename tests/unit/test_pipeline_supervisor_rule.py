@@ -160,7 +160,7 @@ def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
           **more: Any) -> tuple[list[str | None], str | None, list[str]]:
     from rtjob.backends.base import CarryHooks, PipelineHooks
     from rtjob.backends.ray.pipeline_supervisor import PipelineSupervisor
-    from rtjob.runs.pipeline import overall
+    from rtjob.runs.pipelines.pipeline import overall
 
     ended: list[tuple[dict[str, str | None], str | None]] = []
     said: list[str] = []

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from rtjob.core.errors import BadInput
 from rtjob.core.model import RunInfo, RunStatus
-from rtjob.runs.sources import explained, resolve_source
+from rtjob.runs.history.sources import explained, resolve_source
 from rtjob.storage.layout import NothingStored, parse_checkpoint_choice
 from rtjob.storage.location import parse_location
 from rtjob.storage.opening import open_store

@@ -83,8 +83,8 @@ def test_rerun_warns_when_the_code_is_not_the_recorded_commit(tmp_path: Path) ->
     import subprocess
 
     from rtjob.core.record import RunRecord
+    from rtjob.runs.history.rerun import git_differences
     from rtjob.runs.records import git_state
-    from rtjob.runs.rerun import git_differences
 
     def git(*args: str) -> None:
         subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@x", *args],
@@ -109,7 +109,7 @@ def test_rerun_on_the_embedded_cluster_ignores_where_the_cluster_listens_but_not
     """The embedded cluster gets new ports each start: its dashboard (address) and its GCS (the RAY_ADDRESS rtjob
     gives the job there) are where the run goes, not what it is. Another env value still differs."""
     from rtjob.core.record import RunRecord
-    from rtjob.runs.rerun import request_differences
+    from rtjob.runs.history.rerun import request_differences
 
     def request(gcs: str, mode: str) -> dict:
         return {"address": "http://127.0.0.1:8265" if gcs.endswith("1") else "http://127.0.0.1:9999",

@@ -258,7 +258,7 @@ class StuckBackend:
 
 
 def _fast(monkeypatch: pytest.MonkeyPatch, grace: str) -> None:
-    from rtjob.runs import follow, stuck_watch
+    from rtjob.runs.lifecycle import follow, stuck_watch
 
     monkeypatch.setattr(follow, "POLL_S", 0.01)
     monkeypatch.setattr(stuck_watch, "STUCK_POLL_S", 0.0)
@@ -266,8 +266,8 @@ def _fast(monkeypatch: pytest.MonkeyPatch, grace: str) -> None:
 
 
 def test_a_run_that_waits_in_vain_is_stopped_after_the_grace_period(monkeypatch):
-    from rtjob.runs.follow import follow
-    from rtjob.runs.stuck_watch import NeverFits
+    from rtjob.runs.lifecycle.follow import follow
+    from rtjob.runs.lifecycle.stuck_watch import NeverFits
 
     _fast(monkeypatch, "0.05")
     backend = StuckBackend(final=True)
@@ -284,7 +284,7 @@ def test_a_wait_that_ended_does_not_count_towards_a_later_one(monkeypatch):
     gets a whole grace period for the new wait."""
     import asyncio
 
-    from rtjob.runs import stuck_watch
+    from rtjob.runs.lifecycle import stuck_watch
 
     _fast(monkeypatch, "100")
     backend = StuckBackend(final=True)
@@ -309,7 +309,7 @@ def test_a_wait_that_ended_does_not_count_towards_a_later_one(monkeypatch):
 
 def test_on_a_cluster_that_can_grow_the_wait_is_reported_once_and_the_run_left_alone(monkeypatch):
     from rtjob.core.model import RunStatus
-    from rtjob.runs.follow import follow
+    from rtjob.runs.lifecycle.follow import follow
 
     _fast(monkeypatch, "0")
     backend = StuckBackend(final=False)

@@ -210,7 +210,7 @@ def _planned_schedule(job: str, cron: str, timezone: str, name: str | None, node
     from ..jobspec.pipeline import Pipeline
     from ..jobspec.project import project_of
     from ..jobspec.resolve import Overrides
-    from ..runs.pipeline import load
+    from ..runs.pipelines.pipeline import load
     from ..runs.runner import plan
 
     cron = validate_cron(cron)
@@ -238,7 +238,7 @@ def _planned_pipeline_schedule(pipeline: Pipeline, settings: Settings, cron: str
                                storage: str | None) -> tuple[Schedules, _Scheduled, dict[str, Any], str, str | None]:
     from ..jobspec.pricing import compute_config_cost
     from ..jobspec.resolve import Overrides
-    from ..runs.pipeline import plan as plan_pipeline
+    from ..runs.pipelines.pipeline import plan as plan_pipeline
 
     schedule_name = name or pipeline.name
     planned_id = f"rtjob-{schedule_name}-planned"  # each run replaces it with its own job id
@@ -371,7 +371,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
     from ..jobspec.cron import validate_github_cron, validate_iana_timezone
     from ..jobspec.project import project_of
     from ..jobspec.resolve import JobSource, load_job_file
-    from ..runs.workflow import github_workflow, write_workflow
+    from ..scaffold.workflow import github_workflow, write_workflow
 
     cron = validate_github_cron(cron)  # every check before anything is written
     timezone = validate_iana_timezone(timezone)
@@ -379,7 +379,7 @@ def schedule_render(job: str, cron: str, timezone: str, name: str | None, nodes:
         raise BadInput("--github renders `rtjob submit JOB --nodes N`: put other settings in the job file, "
                        "the workflow's env (RTJOB_STORAGE) or [tool.rtjob]")
     root = project_of(job)  # a job file's own project, wherever rtjob runs
-    from ..runs.pipeline import load
+    from ..runs.pipelines.pipeline import load
 
     loaded = load(job, root)  # the job (or pipeline) must exist and be valid
     if isinstance(loaded, JobSource):

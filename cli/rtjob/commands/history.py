@@ -57,8 +57,8 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
       rtjob runs --storage s3://team-bucket/runs --user alice   a team's runs, from the bucket's index
       rtjob runs --prune --older-than 30d
     """
-    from ..runs import listing
-    from ..runs.listing import RunFilter
+    from ..runs.history import listing
+    from ..runs.history.listing import RunFilter
 
     wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before anything is read
     if prune:
@@ -111,7 +111,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob show RUN_ID --request
       rtjob show RUN_ID -o json | jq .git
     """
-    from ..runs.listing import checkpoints_of, refreshed
+    from ..runs.history.listing import checkpoints_of, refreshed
     from ..runs.memory import find, remember
     from ..runs.notices import notices, undelivered_lines
     from ..runs.places import storage_root

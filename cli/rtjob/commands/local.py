@@ -77,7 +77,7 @@ def local_down() -> int:
     Examples:
       rtjob local down
     """
-    from ..runs.archive import before_cluster_stops, node_folders_of
+    from ..runs.lifecycle.archive import before_cluster_stops, node_folders_of
     from ..storage.node_dirs import remove_run_folder, run_folder
     from .events import PRINTED
 

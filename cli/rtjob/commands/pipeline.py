@@ -1,5 +1,5 @@
 """Pipelines at the command line: `submit`/`render` of a file with `steps:`, and `status`/`pull`/`results` of a
-pipeline run's id (its steps, in order). The use cases are in runs/pipeline.py and runs/steps.py; this module
+pipeline run's id (its steps, in order). The use cases are in runs/pipelines/pipeline.py and runs/pipelines/steps.py; this module
 prints."""
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ if TYPE_CHECKING:
     from ..core.model import RunInfo
     from ..core.record import RunRecord
     from ..jobspec.settings import Settings
-    from ..runs.carrier import Carrier
-    from ..runs.pipeline import PipelinePlan
-    from ..runs.submission import Followed
+    from ..runs.lifecycle.carrier import Carrier
+    from ..runs.lifecycle.submission import Followed
+    from ..runs.pipelines.pipeline import PipelinePlan
 
 
 def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: bool) -> None:
@@ -74,9 +74,9 @@ def render_pipeline(pp: PipelinePlan, settings: Settings, output: str, explain: 
 
 def send_pipeline(pp: PipelinePlan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
                   timeout_s: float | None, stop_on_interrupt: bool) -> int:
-    """Run the steps one after another (runs/steps.py) and print the pipeline run's outcome; exit with the last
+    """Run the steps one after another (runs/pipelines/steps.py) and print the pipeline run's outcome; exit with the last
     followed step's outcome."""
-    from ..runs.steps import run_steps
+    from ..runs.pipelines.steps import run_steps
 
     if dry_run:
         render_pipeline(pp, settings, output, explain)
@@ -119,9 +119,9 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     deterministic ids)."""
     import dataclasses
 
-    from ..runs.carrier import carrier_of
+    from ..runs.lifecycle.carrier import carrier_of
     from ..runs.memory import with_run_side
-    from ..runs.steps import pipeline_state, step_infos
+    from ..runs.pipelines.steps import pipeline_state, step_infos
 
     ended = with_run_side(record)
     if ended.run_status.terminal:  # its supervisor (or follower) recorded its end: that stands, its steps as recorded
@@ -163,13 +163,13 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
 
 def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, output: str,
                   timeout_s: float | None, info: RunInfo) -> int:
-    """`rtjob wait PIPELINE_ID`: its submitted steps followed to their ends (runs/steps.py), then the pipeline
+    """`rtjob wait PIPELINE_ID`: its submitted steps followed to their ends (runs/pipelines/steps.py), then the pipeline
     run's outcome; a pipeline whose end is recorded (``info``: the view of it) answers from its records."""
-    from ..runs.steps import wait_steps
+    from ..runs.pipelines.steps import wait_steps
 
     if info.status.terminal:
         from ..runs.memory import with_run_side
-        from ..runs.steps import step_infos
+        from ..runs.pipelines.steps import step_infos
 
         ended = with_run_side(record)
         infos = step_infos(be, ended, storage_root)
@@ -196,8 +196,8 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
                   raw: bool = False) -> int:
     """`rtjob logs PIPELINE_ID`: each step's log in order, under a header naming the step and its run."""
     from ..core.errors import RtjobError
-    from ..runs.archive import archived_log
     from ..runs.events import Quiet
+    from ..runs.lifecycle.archive import archived_log
     from ..runs.logview import TAIL_SLACK
     from ..runs.view import look
 

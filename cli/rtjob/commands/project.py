@@ -28,7 +28,7 @@ def jobs(output: str) -> int:
     from ..jobspec.resolve import declares_shape
     from ..jobspec.schema import validate_job
     from ..jobspec.yamlsrc import Located
-    from ..runs.pipeline import load as load_pipeline
+    from ..runs.pipelines.pipeline import load as load_pipeline
 
     root = find_root()
     rows: list[dict[str, Any]] = []
@@ -87,7 +87,7 @@ def validate(refs: tuple[str, ...], output: str) -> int:
     targets = list(refs) or job_names(root)
     from ..jobspec.pipeline import Pipeline
     from ..jobspec.resolve import JobSource
-    from ..runs.pipeline import load as load_pipeline
+    from ..runs.pipelines.pipeline import load as load_pipeline
 
     for ref in targets:
         try:
@@ -189,7 +189,7 @@ def init(folder: str, entrypoint: str, name: str | None, github: bool, cron: str
     """
     from pathlib import Path
 
-    from ..runs.scaffold import init_project
+    from ..scaffold.init_files import init_project
 
     target = Path(folder)
     for step in init_project(target, entrypoint=entrypoint, name=name, github=github, cron=cron):

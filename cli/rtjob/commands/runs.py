@@ -72,7 +72,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         attempts: Attempts | None = view.attempts
         carrier = None
     else:
-        from ..runs.carrier import carrier_of
+        from ..runs.lifecycle.carrier import carrier_of
 
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
         attempts = view.attempts  # rtjob's own retries (Ray); None where the platform retries
@@ -139,8 +139,8 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --job ddp-resnet --limit 5 -o json
       rtjob list --backend anyscale
     """
-    from ..runs.archive import archive_ended
-    from ..runs.listing import RunFilter
+    from ..runs.history.listing import RunFilter
+    from ..runs.lifecycle.archive import archive_ended
     from ..runs.places import on_this_machine
     from ..runs.view import fold_retries, with_recorded_times
 
@@ -186,8 +186,8 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob logs RUN_ID --follow --timeout 30m
       rtjob logs RUN_ID --attempt 1 --raw
     """
-    from ..runs.archive import archived_log
     from ..runs.events import Quiet
+    from ..runs.lifecycle.archive import archived_log
     from ..runs.logview import TAIL_SLACK
     from ..runs.view import look
 
@@ -211,7 +211,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     if attempt is not None:
         if follow:
             raise click.UsageError("--attempt and --follow: choose one (--follow follows the run's latest attempt)")
-        from ..runs.archive import attempt_log
+        from ..runs.lifecycle.archive import attempt_log
 
         print_log(attempt_log(be, run_id, attempt, info, record, storage_root, read_lines), info.secrets,
                   tail_lines, raw)
@@ -222,7 +222,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         print_log(archived_log(record, read_lines), info.secrets, tail_lines, raw)  # streamed, never read whole
         return EXIT_SUCCEEDED
     if follow:
-        from ..runs.submission import follow_to_end
+        from ..runs.lifecycle.submission import follow_to_end
 
         followed = follow_to_end(be, run_id, out=log_stream("text", raw), timeout_s=timeout_s,
                                  stop_on_interrupt=False, events=PRINTED)
@@ -259,15 +259,15 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         return pipeline_wait(be, record, storage_root, output, timeout_s, info)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
-            from ..runs.submission import Abandoned
+            from ..runs.lifecycle.submission import Abandoned
 
             return print_followed(Abandoned(run_id, BadInput(f"run {run_id}: {info.message}"), info), output, info)
         say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
         if output != "text":
             print_data(run_json(info), output)
         return outcome(info)
-    from ..runs.carrier import carrier_of
-    from ..runs.submission import follow_to_end
+    from ..runs.lifecycle.carrier import carrier_of
+    from ..runs.lifecycle.submission import follow_to_end
 
     carrier_of(be, info, PRINTED.note)  # a supervisor that died is replaced: the run is carried after this wait too
     followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
@@ -288,7 +288,7 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob stop RUN_ID --backend anyscale -o json
     """
     from ..runs.events import stop_begins
-    from ..runs.stopping import stop_run
+    from ..runs.lifecycle.stopping import stop_run
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     say(stop_begins(run_id))
@@ -297,8 +297,8 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     view = look(be, run_id, storage_root, Quiet())
     if view.pipeline:  # a pipeline run: its supervisor and the step running now
-        from ..runs.steps import pipeline_state
-        from ..runs.stopping import stop_pipeline
+        from ..runs.lifecycle.stopping import stop_pipeline
+        from ..runs.pipelines.steps import pipeline_state
 
         assert view.record is not None
         stopped = stop_pipeline(be, view.record)

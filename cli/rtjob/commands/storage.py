@@ -17,7 +17,7 @@ from .printing import echo, print_data, print_rich, say
 from .settings import settings_from
 
 if TYPE_CHECKING:
-    from ..runs.sources import Source, StepSource
+    from ..runs.history.sources import Source, StepSource
 
 PULL_EPILOG = """\b
 Exit codes:
@@ -43,8 +43,8 @@ Exit codes:
 
 def _sources(arg: str, endpoint: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
              no_verify_tls: bool) -> list[StepSource]:
-    """ARG's sources (runs/sources.py): one for a run, URI or folder; a pipeline run's steps, in order."""
-    from ..runs.sources import sources_for
+    """ARG's sources (runs/history/sources.py): one for a run, URI or folder; a pipeline run's steps, in order."""
+    from ..runs.history.sources import sources_for
 
     return sources_for(arg, endpoint, lambda: settings_from(backend, address, headers, no_verify_tls), PRINTED)
 
@@ -84,7 +84,7 @@ def pull(source: str, dest: str | None, choice: str, concurrency: int, endpoint_
     """
     from ..core.redact import redact, redact_data
     from ..jobspec.run_env import credential_values
-    from ..runs.sources import explained, redacted
+    from ..runs.history.sources import explained, redacted
     from ..storage.destination import default_destination
     from ..storage.known import NothingKnown
     from ..storage.layout import NothingStored, parse_checkpoint_choice
@@ -153,7 +153,7 @@ def results(sources: tuple[str, ...], plot_file: str | None, which_samples: str,
     """
     from ..core.redact import redact
     from ..jobspec.run_env import credential_values
-    from ..runs.sources import explained, redacted
+    from ..runs.history.sources import explained, redacted
     from ..storage import results as res
     from ..storage import samples
     from ..storage.destination import default_destination

@@ -21,7 +21,7 @@ from .settings import parse_timeout, settings_from
 
 if TYPE_CHECKING:
     from ..jobspec.project import Settings
-    from ..runs.pipeline import PipelinePlan
+    from ..runs.pipelines.pipeline import PipelinePlan
     from ..runs.runner import Plan
 
 
@@ -31,7 +31,7 @@ def _plan(job: str, settings: Settings, nodes: int | None, sets: tuple[str, ...]
     """One run's plan, or a pipeline's (a job file with `steps:`): every step planned before anything runs."""
     from ..core.errors import BadInput
     from ..jobspec.resolve import JobSource, Overrides
-    from ..runs import pipeline as pipelines
+    from ..runs.pipelines import pipeline as pipelines
     from ..runs.runner import plan
 
     overrides = Overrides(nodes=nodes, sets=sets, env=envs, name=name, submission_id=submission_id,
@@ -75,7 +75,7 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
                              compute_config=compute_config)
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
                     resume or None, real_shape)
-    from ..runs.pipeline import PipelinePlan
+    from ..runs.pipelines.pipeline import PipelinePlan
 
     if isinstance(planned, PipelinePlan):
         from .pipeline import render_pipeline
@@ -110,7 +110,7 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     # Planned once, before anything starts: every check that needs no cluster fails here first.
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
                     resume or None, real_shape)
-    from ..runs.pipeline import PipelinePlan
+    from ..runs.pipelines.pipeline import PipelinePlan
 
     if isinstance(planned, PipelinePlan):
         from .pipeline import send_pipeline
@@ -124,7 +124,7 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
          timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
     """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
-    from ..runs.submission import follow_to_end, submit_and_record
+    from ..runs.lifecycle.submission import follow_to_end, submit_and_record
 
     if dry_run:
         print_render(planned, settings, output, explain)
@@ -169,9 +169,9 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
       rtjob rerun RUN_ID --set args.epochs=20 --dry-run
     """
     from ..core.errors import BadInput
+    from ..runs.history.rerun import plan_rerun, recorded_settings
     from ..runs.memory import find, remember
     from ..runs.places import storage_root
-    from ..runs.rerun import plan_rerun, recorded_settings
 
     timeout_s = parse_timeout(timeout)
     record = find(run_id, storage_root(settings_from(backend, address, headers, no_verify_tls)))

@@ -44,3 +44,13 @@ class Unreachable(RtjobError):
 
 class WaitTimeout(RtjobError):
     exit_code = EXIT_WAIT_TIMEOUT
+
+
+def one_line(exc: BaseException) -> str:
+    """``exc`` as one line for a printed note or a log: an RtjobError's message, else its type and the first line of
+    its text ("OSError: [Errno 28] No space left on device"), or its type alone when it has no text."""
+    message = getattr(exc, "message", None)
+    if isinstance(message, str) and message.strip():
+        return message.strip().splitlines()[0]
+    text = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -64,7 +64,7 @@ class RunRecord:
     # them itself), as the backend reported them when the run was archived: `results`/`pull` ID read them when
     # the run's own storage holds nothing rtjob knows.
     train_storage: list[str] = field(default_factory=list)
-    # Pipelines (runs/pipeline.py): a step's run names its pipeline run; a pipeline run's own record lists its
+    # Pipelines (runs/pipelines/pipeline.py): a step's run names its pipeline run; a pipeline run's own record lists its
     # steps ({"name", "run_id", "storage_uri", "reused_from"}) in order, and has no request of its own.
     pipeline: str | None = None
     steps: list[dict[str, Any]] = field(default_factory=list)

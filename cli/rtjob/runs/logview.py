@@ -60,7 +60,7 @@ def user_tail(chunks: Iterable[str], lines: int) -> str:
 
 
 class UserView(io.TextIOBase):
-    """A text stream that passes on the user's view of what is written to it: a followed log (runs/follow.py
+    """A text stream that passes on the user's view of what is written to it: a followed log (runs/lifecycle/follow.py
     writes it a line at a time; a line written in pieces is held until its end)."""
 
     def __init__(self, out: TextIO) -> None:

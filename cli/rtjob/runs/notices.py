@@ -56,9 +56,9 @@ def resend(record: RunRecord, force: bool, events: RunEvents) -> list[Resent]:
     """Each message of the run a target did not get, sent again from this machine to those targets, once (its
     marker then says delivered); ``force``: a delivered one too, to every target."""
     from ..storage.opening import objects_for
+    from .lifecycle.retry_notice import recorded_env_value
     from .notify import config_from_env, deliver, message_from, notices_in, settle_in
     from .records import now
-    from .retry_notice import recorded_env_value
 
     if not record.storage_uri or not writable_here(record.backend, record.storage_uri):
         raise BadInput(f"run {record.id}: its notifications are recorded in its storage, which is not readable from "

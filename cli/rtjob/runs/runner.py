@@ -32,7 +32,7 @@ class Plan:
     settings: Settings | None = None
     overrides: Overrides | None = None
     storage_flag: str | None = None
-    pipeline: str | None = None  # the pipeline run this run is a step of (runs/pipeline.py)
+    pipeline: str | None = None  # the pipeline run this run is a step of (runs/pipelines/pipeline.py)
 
 
 def plan(job_ref: str, settings: Settings, overrides: Overrides, storage_flag: str | None = None,

@@ -20,8 +20,8 @@ from ..core.model import Attempts, RunInfo, RunStatus
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.record import RunRecord
-    from .archive import AttemptsOf
     from .events import RunEvents
+    from .lifecycle.archive import AttemptsOf
 
 
 @dataclass
@@ -108,7 +108,7 @@ def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEve
     """What rtjob knows of ``run_id`` (see the module's docstring); what it learned is kept (archive.observe: an
     ended run archived; a record found only in storage remembered here). Raises as memory.lookup does when nothing
     knows the run."""
-    from .archive import observe
+    from .lifecycle.archive import observe
     from .memory import lookup, remember
 
     asked: AttemptsOf = attempts_of or functools.cache(backend.attempts)

@@ -86,7 +86,7 @@ class PipelineSide(RunSide):
         did not carry had SUCCEEDED before (reused by --from, or run under this id already)."""
         from ..core.model import RunStatus
         from ..core.record import RunRecord
-        from ..runs.pipeline import overall
+        from ..runs.pipelines.pipeline import overall
 
         def status_of(statuses: list[str | None]) -> RunStatus:
             status = overall([RunStatus(s) if s in RunStatus.__members__ else None for s in statuses])

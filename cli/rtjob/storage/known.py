@@ -2,7 +2,7 @@
 metrics.json) or Ray Train's own snapshot. A folder with none of these, and no run record of rtjob's either, holds
 nothing rtjob knows: `results` and `pull` of it both say so (exit 2). A run's folder (its record is there) with
 files but no checkpoint is pulled whole ("no checkpoint"). A run id whose own storage holds no results is read
-from the Ray Train folders its script chose (runs/sources.py)."""
+from the Ray Train folders its script chose (runs/history/sources.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 (list it, read small files, download files, keep rtjob's own small files), and the safe file opens every store
 and the pull use.
 
-Independent of the backend and of Ray: the commands turn a run id into its storage URI (runs/sources.py), then
+Independent of the backend and of Ray: the commands turn a run id into its storage URI (runs/history/sources.py), then
 everything here works on the URI alone. ``LocalStore`` is here; ``S3Store`` (s3store.py) is imported only when an
 S3 location is opened (opening.open_store picks the store), and botocore only when it is needed (the `s3` extra).
 """

@@ -171,7 +171,7 @@ def _ledger_rows(query: RunsQuery, problems: list[str]) -> list[dict[str, Any]]:
 
 
 def _storage_rows(query: RunsQuery, storage: str, endpoint: str | None, problems: list[str]) -> list[dict[str, Any]]:
-    from ..runs.listing import RunFilter, storage_rows
+    from ..runs.history.listing import RunFilter, storage_rows
 
     wanted = RunFilter(RunStatus(query.status) if query.status else None, query.job, query.since_time(), 1 << 30)
     found, more = storage_rows(storage, endpoint, wanted, user=query.user, backend=query.backend, compact=False)
@@ -357,7 +357,7 @@ def sample_stream(record: RunRecord, name: str) -> tuple[str, Iterator[bytes]]:
 def log_tail(record: RunRecord, lines: int | None = LOG_TAIL_LINES) -> Iterator[str]:
     """The user's view of the run's stored log (runs/logview.py) as text chunks ending at line ends (its last
     ``lines``; None: all of it), streamed."""
-    from ..runs.archive import archived_log
+    from ..runs.lifecycle.archive import archived_log
     from ..runs.logview import TAIL_SLACK, user_chunks, user_tail
 
     if lines is None:

@@ -8,7 +8,7 @@ Two ways to follow the file `job-driver-<id>.log` on the driver's node, with ver
 The stream needs the driver's node, known only once the job runs, and the file, opened by Ray a moment later:
 so the driver is waited for here (soon after submit it is the first thing a follower waits for), a refused
 stream is tried again, and the websocket is used only when the dashboard has no State API stream at all.
-Both replay the log from its beginning on every connection (runs/follow.py skips what it printed).
+Both replay the log from its beginning on every connection (runs/lifecycle/follow.py skips what it printed).
 """
 
 from __future__ import annotations

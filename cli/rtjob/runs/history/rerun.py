@@ -6,21 +6,21 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import BadInput
-from ..core.record import RunRecord
-from ..core.redact import MASK, redact_data
-from .recorded_spec import restore, unrestorable
-from .records import git_state
+from ...core.errors import BadInput
+from ...core.record import RunRecord
+from ...core.redact import MASK, redact_data
+from ..recorded_spec import restore, unrestorable
+from ..records import git_state
 
 if TYPE_CHECKING:
-    from ..jobspec.settings import Settings
-    from .runner import Plan
+    from ...jobspec.settings import Settings
+    from ..runner import Plan
 
 
 def recorded_settings(record: RunRecord) -> dict[str, Any]:
     """Where the run ran, as flags for the rerun's settings (a flag the user gives wins; a masked address is
     left to this environment's settings, which hold its password)."""
-    from .places import on_this_machine
+    from ..places import on_this_machine
 
     spec = record.spec or {}
     recorded = dict(spec.get("settings") or {})
@@ -40,7 +40,7 @@ def spec_of(record: RunRecord) -> dict[str, Any]:
 def plan_rerun(record: RunRecord, settings: Settings, sets: tuple[str, ...], env: tuple[str, ...],
                nodes: int | None, submission_id: str | None) -> tuple[Plan, list[str]]:
     """The rerun's plan and what the user should know before it is sent (differences from the recording)."""
-    from .runner import plan
+    from ..runner import plan
 
     spec = spec_of(record)
     source, overrides = restore(spec, record.id, sets, env, nodes)

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ..core.errors import RtjobError
+from ...core.errors import RtjobError
 
 if TYPE_CHECKING:
-    from ..backends.base import Retry
-    from .events import RunEvents
+    from ...backends.base import Retry
+    from ..events import RunEvents
 
 
 def recorded_env_value(data: Any, name: str) -> str | None:
@@ -35,9 +35,9 @@ def recorded_env_value(data: Any, name: str) -> str | None:
 
 def notify_retrying(run_id: str, decision: Retry, events: RunEvents) -> None:
     """Tell the run's notify targets that ``decision`` submitted a retry (a no-op without `retrying` in `on`)."""
-    from .memory import find
-    from .notify import Message, config_from_env, send
-    from .places import writable_here
+    from ..memory import find
+    from ..notify import Message, config_from_env, send
+    from ..places import writable_here
 
     try:
         record = find(run_id)
@@ -54,9 +54,9 @@ def notify_retrying(run_id: str, decision: Retry, events: RunEvents) -> None:
         return
     if config is None:
         return
-    from ..storage.opening import objects_for
-    from .notify import claim_in, settle_in
-    from .records import now
+    from ...storage.opening import objects_for
+    from ..notify import claim_in, settle_in
+    from ..records import now
 
     def claim(outcome: str) -> bool:
         with objects_for(record.storage_uri or "", record.storage_endpoint) as objects:

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING
 
 import rtjob_contract as contract
 
-from ..core.errors import RtjobError
-from ..core.model import RunStatus
+from ...core.errors import RtjobError
+from ...core.model import RunStatus
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..core.model import RunInfo
-    from ..core.record import RunRecord
+    from ...backends.base import Backend
+    from ...core.model import RunInfo
+    from ...core.record import RunRecord
 
 
 def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
@@ -24,7 +24,7 @@ def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
     and the run's end reads as a SIGTERM kill."""
     if not storage_uri:
         return False
-    from ..storage.opening import objects_for
+    from ...storage.opening import objects_for
 
     try:
         with objects_for(storage_uri, endpoint) as objects:
@@ -36,7 +36,7 @@ def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
 
 def stop_run(backend: Backend, run_id: str) -> RunInfo:
     """Mark the run's stop in its folder, then stop it (the backend returns at once for an ended run)."""
-    from .places import writable_here
+    from ..places import writable_here
 
     try:
         info = backend.status(run_id)

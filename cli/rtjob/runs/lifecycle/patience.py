@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..core.errors import RtjobError
+from ...core.errors import RtjobError
 
 T = TypeVar("T")
 FIRST_RETRY_S = 0.5

@@ -9,21 +9,21 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..core.errors import BadInput, RtjobError, WaitTimeout
-from ..core.model import RunStatus
+from ...core.errors import BadInput, RtjobError, WaitTimeout
+from ...core.model import RunStatus
+from ..events import Quiet
+from ..lifecycle.submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
+from ..memory import find
+from ..view import look
 from .carried import await_step, recorded_end, start_supervisor, supervisor_now
-from .events import Quiet
-from .memory import find
 from .pipeline import find as find_pipeline
 from .pipeline import new_record, overall, record_progress
-from .submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
-from .view import look
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..core.model import RunInfo
-    from ..core.record import RunRecord
-    from .events import RunEvents
+    from ...backends.base import Backend
+    from ...core.model import RunInfo
+    from ...core.record import RunRecord
+    from ..events import RunEvents
     from .pipeline import PipelinePlan
 
 

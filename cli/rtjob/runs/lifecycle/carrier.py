@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import RtjobError
-from ..core.model import RunStatus, stamp
-from .memory import stored
+from ...core.errors import RtjobError
+from ...core.model import RunStatus, stamp
+from ..memory import stored
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..core.model import RunInfo
+    from ...backends.base import Backend
+    from ...core.model import RunInfo
 
 
 @dataclass

@@ -9,16 +9,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
-from ..core.errors import BadInput, RtjobError
-from ..core.model import RunInfo, RunStatus
-from ..storage.layout import NothingStored
-from ..storage.location import Location, parse_location
-from .places import on_this_machine
+from ...core.errors import BadInput, RtjobError
+from ...core.model import RunInfo, RunStatus
+from ...storage.layout import NothingStored
+from ...storage.location import Location, parse_location
+from ..places import on_this_machine
 
 if TYPE_CHECKING:
-    from ..core.record import RunRecord
-    from ..jobspec.project import Settings
-    from .events import RunEvents
+    from ...core.record import RunRecord
+    from ...jobspec.project import Settings
+    from ..events import RunEvents
 
 
 @dataclass
@@ -66,9 +66,9 @@ def sources_for(arg: str, endpoint: str | None, settings_of: Callable[[], Settin
                 events: RunEvents) -> list[StepSource]:
     """`pull`/`results` of ARG: one source for a run, URI or folder; a pipeline run's id has each step's, in order.
     The settings are built once, and only when ARG is a run id (a URI needs none)."""
-    from ..backends import get_backend
-    from .places import default_storage, storage_root
-    from .view import look
+    from ...backends import get_backend
+    from ..places import default_storage, storage_root
+    from ..view import look
 
     settings = functools.cache(settings_of)
 
@@ -123,7 +123,7 @@ def _unknown_run(arg: str, endpoint: str | None, default_storage: Callable[[], s
 
 def _remembered(run_id: str) -> RunRecord | None:
     """The ledger's record of a run its backend still knows (what its archive learned), None if none."""
-    from .memory import ledger
+    from ..memory import ledger
 
     try:
         return ledger().get(run_id)
@@ -144,7 +144,7 @@ def _run_sources(arg: str, info: RunInfo, endpoint: str | None, train_storage: l
 def _holds_results(info: RunInfo, endpoint: str | None) -> bool:
     """Whether the run's own storage holds anything rtjob reads; one it cannot read counts as holding (the pull
     or results of it then says why)."""
-    from ..storage.results import location_holds_results
+    from ...storage.results import location_holds_results
 
     if not info.storage_uri:
         return False
@@ -193,7 +193,7 @@ def explained(exc: RtjobError, src: Source | None) -> RtjobError:
 
 
 def _env_endpoint() -> str | None:
-    from ..jobspec.run_env import endpoint_from_env
+    from ...jobspec.run_env import endpoint_from_env
 
     return endpoint_from_env()
 
@@ -208,7 +208,7 @@ def _run_dir_in(storage_root: str | None, run_id: str) -> Path | None:
 
 
 def redacted(exc: RtjobError, secrets: list[str]) -> RtjobError:
-    from ..core.redact import redact
+    from ...core.redact import redact
 
     exc.message = redact(exc.message, secrets)
     return exc

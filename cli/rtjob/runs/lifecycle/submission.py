@@ -10,25 +10,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TextIO
 
-from ..core import lifecycle
-from ..core.errors import RtjobError, WaitTimeout
-from ..core.model import RunInfo, RunStatus
+from ...core import lifecycle
+from ...core.errors import RtjobError, WaitTimeout
+from ...core.model import RunInfo, RunStatus
+from ..events import stop_begins
+from ..memory import find, ledger, save
+from ..records import new_record, now_ms
+from ..runner import Submitted
 from .archive import observe
-from .events import stop_begins
 from .follow import follow
-from .memory import find, ledger, save
 from .patience import Patience
-from .records import new_record, now_ms
 from .retry_notice import notify_retrying
-from .runner import Submitted
 from .stopping import stop_run
 from .stuck_watch import NeverFits
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend, Request
-    from ..core.record import RunRecord
-    from .events import RunEvents
-    from .runner import Plan
+    from ...backends.base import Backend, Request
+    from ...core.record import RunRecord
+    from ..events import RunEvents
+    from ..runner import Plan
 
 
 def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:

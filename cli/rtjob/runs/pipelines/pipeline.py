@@ -22,17 +22,17 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ..core.errors import BadInput, RtjobError
-from ..core.model import RunStatus, check_run_id
-from ..core.record import RunRecord
+from ...core.errors import BadInput, RtjobError
+from ...core.model import RunStatus, check_run_id
+from ...core.record import RunRecord
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..jobspec.pipeline import Pipeline
-    from ..jobspec.resolve import JobSource, Overrides
-    from ..jobspec.settings import Settings
-    from .events import RunEvents
-    from .runner import Plan
+    from ...backends.base import Backend
+    from ...jobspec.pipeline import Pipeline
+    from ...jobspec.resolve import JobSource, Overrides
+    from ...jobspec.settings import Settings
+    from ..events import RunEvents
+    from ..runner import Plan
 
 
 @dataclass
@@ -70,11 +70,11 @@ class PipelinePlan:
 
 def load(ref: str, root: Any) -> Pipeline | JobSource:
     """The pipeline ``ref`` names (a job name or path), or, for a plain job, its parsed file (read once)."""
-    from ..jobspec.pipeline import load_pipeline
-    from ..jobspec.project import find_job_file
-    from ..jobspec.resolve import JobSource
-    from ..jobspec.schema import is_pipeline
-    from ..jobspec.yamlsrc import load_yaml
+    from ...jobspec.pipeline import load_pipeline
+    from ...jobspec.project import find_job_file
+    from ...jobspec.resolve import JobSource
+    from ...jobspec.schema import is_pipeline
+    from ...jobspec.yamlsrc import load_yaml
 
     path, shown = find_job_file(ref, root)
     located = load_yaml(path, shown)
@@ -97,7 +97,7 @@ def _sets_by_step(pipeline: Pipeline, sets: tuple[str, ...]) -> dict[str, list[s
 
 def _reused(from_step: str, earlier_id: str, names: list[str], storage_root: str | None) -> dict[str, RunRecord]:
     """The runs of pipeline run ``earlier_id``'s steps before ``from_step``, each of which must have succeeded."""
-    from .memory import find
+    from ..memory import find
 
     record = find(earlier_id, storage_root)
     if record is None or not record.steps:
@@ -120,9 +120,9 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
          resume: tuple[str, str] | None = None) -> PipelinePlan:
     """Every step planned (the request it will send, its run id and storage), or reused (``resume``: (STEP, ID)).
     Pure, like runner.plan: nothing is started or sent."""
-    from ..backends import get_backend
-    from ..jobspec.resolve import JobSource, Overrides, new_run_id
-    from . import runner
+    from ...backends import get_backend
+    from ...jobspec.resolve import JobSource, Overrides, new_run_id
+    from .. import runner
 
     if overrides.name:
         raise BadInput("--name: a pipeline's steps are named <pipeline>-<step>; rename the pipeline in its file")
@@ -136,7 +136,7 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
         if earlier_id == pipeline_id:
             raise BadInput(f"--from {from_step} {earlier_id}: the new pipeline run needs another id than "
                            f"--submission-id {earlier_id}")
-        from .places import storage_root
+        from ..places import storage_root
 
         reused = _reused(from_step, earlier_id, names, storage_root(settings, storage_flag))
     sets = _sets_by_step(pipeline, overrides.sets)
@@ -177,8 +177,8 @@ def plan(pipeline: Pipeline, settings: Settings, overrides: Overrides, storage_f
 
 def new_record(pp: PipelinePlan) -> RunRecord:
     """The pipeline run's record: its steps' run ids and folders in order (no request: each step has its own)."""
-    from ..core.redact import mask_url
-    from .records import git_state, new_record_identity
+    from ...core.redact import mask_url
+    from ..records import git_state, new_record_identity
 
     pipeline = pp.pipeline
     return RunRecord(address=mask_url(pp.backend.address),
@@ -206,14 +206,14 @@ def record_progress(record: RunRecord, statuses: list[RunStatus | None], events:
                     ended: RunStatus | None = None) -> None:
     """The pipeline run's status, from its steps' (or ``ended``: as its supervisor recorded it), into the ledger
     and its storage (once it ends: archived)."""
-    from .memory import save
+    from ..memory import save
 
     status = ended or overall(statuses)
     if record.updated_at is not None and record.status == status.value and record.archived == status.terminal:
         return
     record.status = status.value
     if status.terminal:
-        from .records import now
+        from ..records import now
 
         record.end_time = record.end_time or now()
         record.archived = True
@@ -225,7 +225,7 @@ def record_progress(record: RunRecord, statuses: list[RunStatus | None], events:
 
 def find(run_id: str, storage_root: str | None) -> RunRecord | None:
     """The record of pipeline run ``run_id`` (None: no such run, or a plain run)."""
-    from .memory import find as find_record
+    from ..memory import find as find_record
 
     try:
         record = find_record(run_id, storage_root)

@@ -9,16 +9,16 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from ..core.errors import RtjobError, WaitTimeout
-from ..core.model import RunStatus
-from .memory import stored_record
-from .patience import Patience
+from ...core.errors import RtjobError, WaitTimeout
+from ...core.model import RunStatus
+from ..lifecycle.patience import Patience
+from ..memory import stored_record
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..core.model import RunInfo
-    from ..core.record import RunRecord
-    from .events import RunEvents
+    from ...backends.base import Backend
+    from ...core.model import RunInfo
+    from ...core.record import RunRecord
+    from ..events import RunEvents
     from .pipeline import PipelinePlan, StepPlan
 
 POLL_S = 0.5  # a step appears within ~1 s of the one before ending

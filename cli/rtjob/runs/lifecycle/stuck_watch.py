@@ -8,10 +8,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from ..backends.base import Backend
-from ..core.errors import BadInput, RtjobError
-from ..core.model import RunInfo, RunStatus
-from .events import stop_begins
+from ...backends.base import Backend
+from ...core.errors import BadInput, RtjobError
+from ...core.model import RunInfo, RunStatus
+from ..events import stop_begins
 from .stopping import stop_run
 
 T = TypeVar("T")

@@ -11,20 +11,20 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ..core import lifecycle
-from ..core.errors import BadInput, RtjobError, Unreachable
-from ..core.lifecycle import Writer, merge
-from ..core.model import RunInfo, RunStatus
-from ..core.record import RunRecord
-from ..core.redact import redact, redact_data
-from .memory import ledger, lookup, remember, save, stored, stored_record
-from .places import local_run_dir, log_home, writable_here
-from .records import now
+from ...core import lifecycle
+from ...core.errors import BadInput, RtjobError, Unreachable
+from ...core.lifecycle import Writer, merge
+from ...core.model import RunInfo, RunStatus
+from ...core.record import RunRecord
+from ...core.redact import redact, redact_data
+from ..memory import ledger, lookup, remember, save, stored, stored_record
+from ..places import local_run_dir, log_home, writable_here
+from ..records import now
 
 if TYPE_CHECKING:
-    from ..backends.base import Backend
-    from ..core.model import Attempts
-    from .events import RunEvents
+    from ...backends.base import Backend
+    from ...core.model import Attempts
+    from ..events import RunEvents
 
 # Backend.attempts, or a command's memo of it: a command that also prints the attempts asks the backend once.
 AttemptsOf = Callable[[str], "Attempts | None"]
@@ -84,8 +84,8 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
     """The run has ended (or its cluster is about to stop: ``final``): save each attempt's driver log beside
     the record, the attempts, cost and metrics summary, and mark it archived. Each part that cannot be read is
     left out with a warning; the record is saved in any case."""
-    from ..storage.records import metrics_summary
-    from .cost import finished_run_cost
+    from ...storage.records import metrics_summary
+    from ..cost import finished_run_cost
 
     _observed(record, info)
     if final is not None:
@@ -115,7 +115,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
     if run_side is not None and run_side.logs:
         texts = {}
         if record.storage_uri and writable_here(record.backend, record.storage_uri) and attempts is not None:
-            from ..storage.records import archive_attempt_log
+            from ...storage.records import archive_attempt_log
 
             for earlier in [a.id for a in attempts.chain[:-1]]:  # a companion lost with its node left only parts
                 _quiet(functools.partial(archive_attempt_log, record.storage_uri, record.storage_endpoint, earlier),
@@ -147,7 +147,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
 
 def _run_side_end(record: RunRecord) -> RunRecord | None:
     """The run's record in its storage when the run side (its companion) wrote the run's end there."""
-    from ..core.lifecycle import ended_by_run_side
+    from ...core.lifecycle import ended_by_run_side
 
     stored = stored_record(record)
     return stored if ended_by_run_side(stored) else None
@@ -156,7 +156,7 @@ def _run_side_end(record: RunRecord) -> RunRecord | None:
 def _write_logs(record: RunRecord, texts: dict[str, str], events: RunEvents) -> tuple[str, list[str]]:
     """The logs into the run's storage; if that cannot be written (no credentials, a flaky network), into
     $RTJOB_HOME/runs/<id> on this machine: a log is never lost because the bucket was out of reach."""
-    from ..storage.records import write_log
+    from ...storage.records import write_log
 
     home, endpoint = log_home(record) if record.spec is not None else (local_run_dir(record.id), None)
     homes = [(home, endpoint)] + ([(local_run_dir(record.id), None)] if home != local_run_dir(record.id) else [])
@@ -234,7 +234,7 @@ def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> No
 def archived_log(record: RunRecord, tail_lines: int | None = None) -> Iterator[str]:
     """The run's stored driver log (its last attempt's) as text chunks, streamed from the parts its companion
     wrote or the log archived at its end; BadInput if neither is there."""
-    from ..storage.records import log_chunks
+    from ...storage.records import log_chunks
 
     home, endpoint = log_home(record)
     if record.log_home and record.log_home != home:  # archived on this machine: the bucket was out of reach
@@ -251,9 +251,9 @@ def attempt_log(backend: Backend, run_id: str, number: int, info: RunInfo, recor
                 storage_root: str | None, tail_lines: int | None = None) -> Iterator[str]:
     """Attempt ``number`` (1: the first) of the run: its log as the run's storage keeps it (the attempt's archived
     ``logs/<attempt id>.log`` or its parts), else as its cluster still has it; BadInput when neither has it."""
-    from ..core.model import Attempts
-    from ..storage.records import log_chunks
-    from .memory import find
+    from ...core.model import Attempts
+    from ...storage.records import log_chunks
+    from ..memory import find
 
     known = record
     if known is None:

@@ -19,10 +19,10 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from ..backends.base import Backend
-from ..core.errors import WaitTimeout
-from ..core.model import RunInfo
-from ..core.redact import redact
+from ...backends.base import Backend
+from ...core.errors import WaitTimeout
+from ...core.model import RunInfo
+from ...core.redact import redact
 from .patience import Patience
 from .stuck_watch import StuckWatch
 

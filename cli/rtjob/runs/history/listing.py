@@ -7,17 +7,17 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import RtjobError
-from ..core.model import RunInfo, RunStatus
-from .memory import ledger
-from .places import writable_here
+from ...core.errors import RtjobError
+from ...core.model import RunInfo, RunStatus
+from ..memory import ledger
+from ..places import writable_here
 
 if TYPE_CHECKING:
-    from ..core.record import RunRecord
-    from ..jobspec.project import Settings
-    from ..ledger import Ledger
-    from ..storage.objects import Objects
-    from .events import RunEvents
+    from ...core.record import RunRecord
+    from ...jobspec.project import Settings
+    from ...ledger import Ledger
+    from ...storage.objects import Objects
+    from ..events import RunEvents
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ class RunFilter:
     def parse(cls, status: str | None, job: str | None, since: str | None, limit: int,
               now: dt.datetime | None = None) -> RunFilter:
         """From the flags' text; a bad --since is one line of bad input (exit 2)."""
-        from ..jobspec.overrides import parse_duration
+        from ...jobspec.overrides import parse_duration
 
         start = None
         if since is not None:
@@ -59,14 +59,14 @@ def _listing(wanted: RunFilter, backend_name: str | None, settings: Settings,
              events: RunEvents) -> tuple[Ledger, dict[str, Any]]:
     """The ledger and `rtjob runs`' filters, once the current backend's runs whose end rtjob has not seen yet
     (after `submit --no-wait`) were asked about, so an ended run shows ended and archived."""
-    from ..backends import get_backend
+    from ...backends import get_backend
 
     book = ledger()
     backend = get_backend(settings)
     if backend_name in (None, backend.name):
         pending = book.unarchived(backend.name)
         if pending:
-            from .view import refresh
+            from ..view import refresh
 
             refresh(backend, pending, events)
     return book, {"job": wanted.job, "status": wanted.status.value if wanted.status else None,
@@ -107,7 +107,7 @@ def from_storage(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
     yet, by the records themselves. Runs this ledger does not know are remembered in it (their full records: all
     of them when listed from the records, the first REMEMBER_AT_MOST when listed from the index), so `status`,
     `logs`, `show`, `results`, `pull` and `rerun` find them from now on."""
-    from ..storage.index import record_of
+    from ...storage.index import record_of
 
     rows, problems = storage_rows(root, endpoint, wanted, user=user, backend=backend, reindex=reindex)
     return [record_of(row) if isinstance(row, dict) else row for row in rows], problems
@@ -120,7 +120,7 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
     index.summary_of its JSON), or as records where the root has no index: a listing of 100,000 runs makes no
     100,000 records to print their summaries. ``compact`` False: the listing never writes to the storage (`rtjob
     ui` is read-only), however many index entries are left over."""
-    from ..storage.index import COMPACT_AFTER, Query, index_objects, list_indexed, rebuild
+    from ...storage.index import COMPACT_AFTER, Query, index_objects, list_indexed, rebuild
 
     problems: list[str] = []
     if reindex:
@@ -142,8 +142,8 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, user: st
 
 def _by_records(root: str, endpoint: str | None, query: Any, problems: list[str]) -> tuple[list[RunRecord], list[str]]:
     """A root without an index (runs of an older rtjob only): every record read, each remembered here."""
-    from ..storage.index import entry_of
-    from ..storage.records import list_records
+    from ...storage.index import entry_of
+    from ...storage.records import list_records
 
     listed = list_records(root, endpoint, job=query.job)
     try:
@@ -163,8 +163,8 @@ def _remember_full(rows: list[dict[str, Any]], root: str, objects: Objects, endp
     transaction). A folder below ``root`` is read through the listing's own ``objects`` (no client per record)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from ..core.record import RunRecord
-    from ..storage.records import MAX_RECORD_BYTES, RUN_RECORD_FILE, read_record
+    from ...core.record import RunRecord
+    from ...storage.records import MAX_RECORD_BYTES, RUN_RECORD_FILE, read_record
 
     try:
         book = ledger()
@@ -205,10 +205,10 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
     """`rtjob show`: a run whose end rtjob has not seen, as its backend reports it now (if it can be asked)."""
     if record.archived:
         return record
-    from ..backends import get_backend
-    from ..core.lifecycle import ended_by_run_side
-    from .memory import save, with_run_side
-    from .view import look
+    from ...backends import get_backend
+    from ...core.lifecycle import ended_by_run_side
+    from ..memory import save, with_run_side
+    from ..view import look
 
     try:
         backend = get_backend(settings)
@@ -227,7 +227,7 @@ def checkpoints_of(record: RunRecord, events: RunEvents) -> list[dict[str, Any]]
     """The checkpoints in the run's storage (None: its storage cannot be read from here)."""
     if not record.storage_uri or not writable_here(record.backend, record.storage_uri):
         return None
-    from ..storage.records import checkpoints
+    from ...storage.records import checkpoints
 
     try:
         return checkpoints(record.storage_uri, record.storage_endpoint)
