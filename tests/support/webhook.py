@@ -21,6 +21,9 @@ class Receiver:
     server: ThreadingHTTPServer
     got: list[tuple[str, dict[str, str], bytes]] = field(default_factory=list)
     script: dict[str, list[int]] = field(default_factory=dict)
+    # A path whose requests are held (recorded in ``got`` at once, answered once the event is set): a sender caught
+    # in the middle of its delivery.
+    held: dict[str, threading.Event] = field(default_factory=dict)
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}{path}"
@@ -58,6 +61,8 @@ def receiving() -> Iterator[Receiver]:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             rec = state["r"]
             rec.got.append((self.path, dict(self.headers), body))
+            if self.path in rec.held:
+                rec.held[self.path].wait(timeout=120)
             queued = rec.script.get(self.path) or []
             code = queued.pop(0) if queued else 200
             self.send_response(code)

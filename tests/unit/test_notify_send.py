@@ -1,9 +1,10 @@
-"""runs/notify.py against a real HTTP receiver on loopback: what a webhook, a Slack incoming webhook and an
+"""runs/notify/ against a real HTTP receiver on loopback: what a webhook, a Slack incoming webhook and an
 apprise json:// URL receive, the retries (3 tries in 20 s at most), exactly once per claimed outcome, and a
 target's URL (the secret: a token in its path) in no line said and no exception."""
 
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from pathlib import Path
@@ -347,3 +348,90 @@ def test_the_error_is_the_last_tracebacks_exception_line() -> None:
            "ValueError: bad lr 0.5\n  detail on a second line\nrtjob-companion: the entrypoint exited with code 1\n")
     assert notify.error_line_of(log) == "ValueError: bad lr 0.5"
     assert notify.error_line_of("all fine\n") is None
+
+
+def test_two_resends_at_once_deliver_once(receiver: Receiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three `rtjob notify r1` while the first is in the middle of its delivery (the receiver holds its request):
+    a second on the same machine waits for it (the file lock), then finds the message delivered; one from another
+    machine (its own RTJOB_HOME, the same run folder) finds the claim marker held and sends nothing. The target
+    gets the message exactly once."""
+    import subprocess
+    import threading
+
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+    from rtjob.storage.opening import objects_for
+    from support.cli import base_env, popen_rtjob, rtjob
+
+    config = json.dumps({"on": ["failed"], "targets": [{"type": "webhook", "env": "DOWN_HOOK"}], "steps": False})
+    run = tmp_path / "run"
+    run.mkdir()
+    record = RunRecord(id="r1", job="j", backend="local", storage_uri=str(run),
+                       request={"submit_job": {"runtime_env": {"env_vars": {"RTJOB_NOTIFY": config}}}})
+    homes = [tmp_path / "here", tmp_path / "there"]
+    for home in homes:  # both machines know the run
+        monkeypatch.setenv("RTJOB_HOME", str(home))
+        ledger().save(record)
+    receiver.script["/down"] = [500, 500, 500]
+    with objects_for(str(run)) as objects:
+        notify.send(notify.config_from_env({"RTJOB_NOTIFY": config, "DOWN_HOOK": receiver.url("/down")}),
+                    notify.Message("j", "r1", "failed", 3.0, None, "ValueError: bad"),
+                    lambda o: notify.claim_in(objects, o, "t0"), say=lambda line: None, retry_delay_s=0.01,
+                    settle=lambda m, s, f: notify.settle_in(objects, m, s, f, "t1"))
+    assert len(receiver.bodies("/down")) == 3 and (run / "rtjob-undelivered-failed").exists()
+
+    def until(check: object, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not check():  # type: ignore[operator]
+            assert time.monotonic() < deadline, f"waited 60 s for {what}"
+            time.sleep(0.05)
+
+    gate = receiver.held["/down"] = threading.Event()
+    here, there = (base_env(home, DOWN_HOOK=receiver.url("/down")) for home in homes)
+    first = popen_rtjob("notify", "r1", env=here, cwd=tmp_path)
+    second: subprocess.Popen[str] | None = None
+    try:
+        until(lambda: len(receiver.got) == 4, "the first resend's request")
+        second = popen_rtjob("notify", "r1", env=here, cwd=tmp_path)
+        assert second.stderr is not None
+        waiting = second.stderr.readline()
+        assert "another rtjob notify r1 is running here; waiting for it" in waiting, waiting
+        elsewhere = rtjob("notify", "r1", env=there, cwd=tmp_path, timeout=60)
+        assert elsewhere.returncode == 0, elsewhere.stderr
+        assert "failed: another rtjob notify is resending it" in elsewhere.stderr, elsewhere.stderr
+        assert "r1: no undelivered notification" in elsewhere.stderr
+        assert len(receiver.got) == 4  # nothing sent from there
+    finally:
+        gate.set()
+        out1, err1 = first.communicate(timeout=60)
+        out2, err2 = second.communicate(timeout=60) if second is not None else ("", "")
+    assert first.returncode == 0 and "failed: delivered to webhook target (DOWN_HOOK)" in err1, (out1, err1)
+    assert second.returncode == 0 and "r1: no undelivered notification" in err2, (out2, err2)
+    assert len(receiver.bodies("/down")) == 4  # the three failed tries, then exactly one resend
+    assert (run / "rtjob-notified-failed").exists() and not (run / "rtjob-undelivered-failed").exists()
+    claim = json.loads((run / "rtjob-notifying-failed").read_text())
+    assert claim["claimed_at"] == "t0" and "resending_since" not in claim and claim["resent_at"]
+
+
+def test_a_resend_that_died_is_taken_over(tmp_path: Path) -> None:
+    """The claim marker held by a resend: a second is refused while the hold is fresh, takes it over once it is
+    older than RESEND_STALE_S (that resender died), and an unclaimed outcome is never held."""
+    from rtjob.core import clock
+    from rtjob.storage.opening import objects_for
+
+    def holding(since: str) -> None:
+        (tmp_path / "rtjob-notifying-failed").write_text(json.dumps({"claimed_at": "t0", "resending_since": since}))
+
+    with objects_for(str(tmp_path)) as objects:
+        holding(clock.now_iso())
+        with notify.held_for_resend(objects, "failed") as held:
+            assert held is False
+        old = clock.now() - datetime.timedelta(seconds=notify.RESEND_STALE_S + 1)
+        holding(old.isoformat())
+        with notify.held_for_resend(objects, "failed") as held:
+            assert held is True
+            with notify.held_for_resend(objects, "failed") as again:
+                assert again is False
+        assert "resending_since" not in json.loads((tmp_path / "rtjob-notifying-failed").read_text())
+        with notify.held_for_resend(objects, "succeeded") as held:
+            assert held is False

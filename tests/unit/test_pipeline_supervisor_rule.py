@@ -1,6 +1,6 @@
 """The pipeline supervisor's pure rules (backends/ray/pipeline_supervisor.py): which step it carries next given
 the steps' states; the request that carries every step's request and keeps every step's package alive; which
-supervisor replaces a dead one; whose end notifies (runs/notify.py). The real cluster:
+supervisor replaces a dead one; whose end notifies (runs/notify/). The real cluster:
 tests/e2e/test_pipeline_supervisor.py."""
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from .settings import settings_from
 @click.option("--force", is_flag=True, help="Resend a message every target already got, too.")
 def notify(run_id: str, output: str, force: bool) -> int:
     """Resend a run's notifications that a target did not get (from this machine: each target's URL from the
-    variable its job names, in this environment); once each. Exit 1 if a target still did not get one.
+    variable its job names, in this environment); once each, also when two run at once. Exit 1 if a target still
+    did not get one.
 
     \b
     Examples:

@@ -15,7 +15,6 @@ Stdlib and rtjob.core only: the cluster imports it (the companion and the superv
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
@@ -23,6 +22,7 @@ from typing import Any, Protocol
 
 import rtjob_contract as contract
 
+from . import clock
 from .errors import RtjobError
 from .model import RunStatus, stamp
 from .record import END_FIELDS, STALE_S, RunRecord
@@ -72,10 +72,6 @@ class IllegalTransition(RtjobError):
     """A writer asked for a transition the lifecycle refuses (an internal error, never a run's end)."""
 
 
-def now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
 def _refuse(record: RunRecord, what: str, why: str) -> IllegalTransition:
     return IllegalTransition(f"run {record.id}: {what} refused: {why}")
 
@@ -114,7 +110,7 @@ def submitted(record: RunRecord, at: str | None = None) -> RunRecord:
     """A client submitted the run: PENDING (or what the backend already says), the timeline's ``submitted``."""
     if record.run_status.terminal and not record.submitted_at:
         raise _refuse(record, "submitted", f"the run has ended ({record.status})")
-    at = at or now()
+    at = at or clock.now_iso()
     record.submitted_at = record.submitted_at or at
     if record.run_status == RunStatus.UNKNOWN:
         record.status = RunStatus.PENDING.value
@@ -132,7 +128,7 @@ def started(record: RunRecord, attempt_id: str, number: int, at: str | None = No
     mine = _attempt(record, attempt_id)
     if mine is not None and mine.get("status") in ENDS:
         raise _refuse(record, f"started({attempt_id})", f"this attempt ended {mine['status']}")
-    at = at or now()
+    at = at or clock.now_iso()
     if record.run_status.terminal or record.completed_by:
         _reopen(record)
     record.status = RunStatus.RUNNING.value
@@ -149,7 +145,7 @@ def beat(record: RunRecord, by: Writer, at: str | None = None) -> RunRecord:
         raise _refuse(record, "beat", f"only the run side beats, not the {by.value}")
     if by != Writer.COMPANION or record.carried_by != Writer.SUPERVISOR.recorded_as:
         record.carried_by = by.recorded_as
-    record.last_seen = at or now()
+    record.last_seen = at or clock.now_iso()
     record.updated_at = record.last_seen
     return record
 
@@ -163,7 +159,7 @@ def attempt_ended(record: RunRecord, attempt_id: str, number: int, end: AttemptE
     later = _later_attempt(record, number)
     if later is not None:
         raise _refuse(record, f"attempt_ended({attempt_id})", f"a later attempt ({later}) is recorded")
-    at = at or now()
+    at = at or clock.now_iso()
     record.status, record.message, record.exit_code = end.status, message, end.exit_code
     record.end_time = at
     record.completed_by = by.recorded_as
@@ -181,7 +177,7 @@ def retrying(record: RunRecord, n: int, reason: str, failed_id: str, next_id: st
     later = _later_attempt(record, n + 1)
     if later is not None:
         raise _refuse(record, f"retrying({n})", f"a later attempt ({later}) is recorded")
-    at = at or now()
+    at = at or clock.now_iso()
     failed = _attempt(record, failed_id) or {}
     _set_attempt(record, failed_id, n, RunStatus.FAILED.value, failed.get("exit_code"), reason)
     if _attempt(record, next_id) is None:
@@ -199,7 +195,7 @@ def gave_up(record: RunRecord, why: str, at: str | None = None, by: Writer = Wri
     becomes its message."""
     if record.run_status in (RunStatus.SUCCEEDED, RunStatus.STOPPED):
         raise _refuse(record, "gave_up", f"the run ended {record.status}")
-    at = at or now()
+    at = at or clock.now_iso()
     record.status, record.message = RunStatus.FAILED.value, why
     record.end_time = record.end_time or at
     record.completed_by = by.recorded_as
@@ -215,7 +211,7 @@ def ended(record: RunRecord, status: RunStatus, by: Writer, at: str | None = Non
     if record.run_status.terminal and rank(record.completed_by) > rank(by.recorded_as):
         raise _refuse(record, f"ended({status.value}, {by.value})",
                       f"the {record.completed_by}'s end ({record.status}) stands")
-    at = at or now()
+    at = at or clock.now_iso()
     record.status = status.value
     record.end_time = record.end_time or at
     record.completed_by = by.recorded_as

@@ -36,6 +36,7 @@ from .schema import (
     validate_job,
 )
 from .settings import Settings
+from .storage_root import storage_root as pick_storage_root
 from .yamlsrc import Located, load_yaml
 
 
@@ -498,17 +499,8 @@ def resolve(
             notes.append(f"--nodes {spec.nodes} is above {group.label}'s max_nodes={group.max_nodes}")
 
     run_id = check_run_id(overrides.submission_id, "--submission-id") if overrides.submission_id else new_run_id(spec.name)
-    storage_root = storage_flag or settings.get("storage") or spec.storage
-    if storage_root and storage_root.startswith("file://"):
-        storage_root = storage_root[len("file://"):]  # Ray Train takes a plain absolute path
-    if not storage_root:
-        storage_root = placement.default_storage
-    if storage_root and "://" not in storage_root and not Path(storage_root).is_absolute():
-        # The job runs in a temporary copy of its working dir: a relative path would land there.
-        if not placement.embedded:
-            raise BadInput(f"storage {storage_root!r}: use a URI (s3://bucket/prefix) or an absolute path on the cluster")
-        storage_root = str(Path(storage_root).resolve())
-    storage_root = storage_root.rstrip("/") if storage_root else None
+    storage_root = pick_storage_root(flag=storage_flag, setting=settings.get("storage"), job=spec.storage,
+                                     default=placement.default_storage, embedded=placement.embedded)
     storage_uri = f"{storage_root}/{spec.name}/{run_id}" if storage_root else None
 
     num_workers = nodes * per_node

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core import clock
 from ..core.errors import BadInput, RtjobError
 from ..core.model import RunStatus
 from ..core.record import RunRecord
@@ -79,11 +80,9 @@ def sort_time(value: str | dt.datetime | None) -> str | None:
         return None
     if isinstance(value, str):
         try:
-            value = dt.datetime.fromisoformat(value.strip().replace("Z", "+00:00").replace("z", "+00:00"))
+            value = clock.parse(value.strip().replace("z", "Z"))  # a time without a zone: UTC
         except ValueError:
             return None
-        if value.tzinfo is None:
-            value = value.replace(tzinfo=dt.timezone.utc)
     return value.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -99,10 +98,6 @@ def _write_transaction(conn: sqlite3.Connection) -> Iterator[None]:
             conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 class Ledger:
@@ -265,7 +260,7 @@ class Ledger:
             return conn.execute(sql, params).fetchall() if conn else []
 
     def _row(self, record: RunRecord) -> dict[str, Any]:
-        record.updated_at = _now()
+        record.updated_at = clock.now_iso("seconds")
         return {
             "id": record.id, "job": record.job, "backend": record.backend, "status": record.status,
             "started": sort_time(record.start_time) or sort_time(record.submitted_at),

@@ -59,6 +59,12 @@ def default_storage(settings: Settings) -> str | None:
 
 
 def storage_root(settings: Settings, flag: str | None = None) -> str | None:
-    """Where this project's runs write (a --storage flag, the storage setting, else the backend's default): a
-    run's record is looked for there when neither the cluster nor the ledger knows the run."""
-    return flag or settings.get("storage") or default_storage(settings)
+    """Where this project's runs write (a --storage flag, the storage setting, else the backend's default; by
+    jobspec/storage_root.py's rule, as a run resolved here would): a run's record is looked for there when neither
+    the cluster nor the ledger knows the run."""
+    from ..backends import backend_class
+    from ..jobspec.storage_root import storage_root as pick
+
+    placement = backend_class(settings.get("backend")).placement()
+    return pick(flag=flag, setting=settings.get("storage"), default=placement.default_storage,
+                embedded=placement.embedded)

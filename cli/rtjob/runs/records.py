@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
 import socket
 import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import clock
 from ..core.record import RunRecord, spec_hash
 from ..core.redact import mask_url, redact_data
 
@@ -19,13 +19,13 @@ if TYPE_CHECKING:
 
 
 def now() -> str:
-    """A record's timestamps: UTC, to the second."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    """A record's timestamps: core/clock's, to the second."""
+    return clock.now_iso("seconds")
 
 
 def now_ms() -> str:
-    """The start-up timeline's stamps: UTC, to the millisecond (its stages are seconds apart)."""
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+    """The start-up timeline's stamps: core/clock's, to the millisecond (its stages are seconds apart)."""
+    return clock.now_iso("milliseconds")
 
 
 def git_state(folder: Path) -> dict[str, Any] | None:

@@ -36,6 +36,7 @@ from http.client import HTTPException, HTTPResponse
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
+from ..core import errors
 from ..core.errors import BadInput
 from ..jobspec.run_env import endpoint_from_env
 from . import s3light
@@ -186,7 +187,7 @@ class Boto3Objects(_S3):
         except bex.NoCredentialsError:
             raise self._unreachable(rel, "no AWS credentials found") from None
         except (bex.BotoCoreError, OSError) as exc:
-            raise self._unreachable(rel, f"{type(exc).__name__}: {one_line(str(exc))}") from None
+            raise self._unreachable(rel, errors.one_line(exc)) from None
 
     def _missing(self, exc: Exception) -> bool:
         import botocore.exceptions as bex

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core import clock
 from .engines import AWS_S3, STATUS_CODES, TransferError, allowed, proxy_reason, s3_error_in
 
 MiB = 1024 * 1024
@@ -87,7 +88,7 @@ class ObstoreDownloader:
         if provider is not None:
             def credential_provider() -> dict[str, Any]:
                 access, secret, token = provider()
-                expires = datetime.datetime.now(datetime.timezone.utc) + CREDENTIALS_TTL
+                expires = clock.now() + CREDENTIALS_TTL
                 return {"access_key_id": access, "secret_access_key": secret, "token": token,
                         "expires_at": expires}
         self.store = S3Store(bucket, config=config, client_options=client, retry_config=retry,  # type: ignore[arg-type]

@@ -9,7 +9,6 @@ still being written) is counted, not an error; a record that cannot be read is o
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import random
@@ -28,6 +27,7 @@ from rtjob_contract import (
     attempt_log_name,
 )
 
+from ..core import clock
 from ..core.errors import BadInput, RtjobError
 from ..core.record import RunRecord
 from .layout import NothingStored, checkpoint_of, find_history, load_history, natural_key
@@ -317,10 +317,7 @@ def _newest_first(record: RunRecord) -> tuple[int, float, str]:
     if not when:
         return (1, 0.0, record.id)  # undated records last
     try:
-        stamp = dt.datetime.fromisoformat(when)
-        if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=dt.timezone.utc)
-        return (0, -stamp.timestamp(), record.id)
+        return (0, -clock.parse(when).timestamp(), record.id)
     except ValueError:
         return (1, 0.0, record.id)
 

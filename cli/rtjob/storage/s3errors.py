@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..core import errors
 from ..core.errors import RtjobError, Unreachable
 
 if TYPE_CHECKING:
@@ -43,7 +44,7 @@ def s3_error(exc: BaseException, store: Store) -> RtjobError:
         return Unreachable(f"{where}: {one_line(str(exc))}")
     if isinstance(exc, OSError):
         return Unreachable(f"{where}: {one_line(str(exc))}")
-    return Unreachable(f"{where}: {type(exc).__name__}: {one_line(str(exc))}")
+    return Unreachable(f"{where}: {errors.one_line(exc)}")
 
 
 def describe_error(exc: BaseException) -> tuple[str, str]:
@@ -55,12 +56,12 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     try:
         import botocore.exceptions as bex
     except ImportError:  # local storage: an OSError
-        return type(exc).__name__, f"{type(exc).__name__}: {one_line(str(exc))}"
+        return type(exc).__name__, errors.one_line(exc)
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {}) or {}
         code = str(error.get("Code", "error"))
         return code, f"{code}: {one_line(str(error.get('Message', '')))}"
-    return type(exc).__name__, f"{type(exc).__name__}: {one_line(str(exc))}"
+    return type(exc).__name__, errors.one_line(exc)
 
 
 def is_denial(code: str) -> bool:

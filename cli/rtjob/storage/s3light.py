@@ -22,6 +22,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from urllib.parse import quote, unquote_plus, urlsplit
 
+from ..core import clock
+
 # Settings in an AWS config file that change where or how S3 is reached: seen there, botocore decides.
 _CONFIG_WORDS = ("endpoint_url", "addressing_style", "use_dualstack_endpoint", "use_fips_endpoint",
                  "ca_bundle", "s3 =", "services")
@@ -172,7 +174,7 @@ def sign(method: str, host: str, path: str, query: dict[str, str], target: Targe
     """AWS Signature Version 4 headers for an S3 request (the SigV4 spec, S3's single-encoded path): ``headers``
     (e.g. If-Match) are signed and returned with the rest; ``payload_sha256`` is the body's SHA-256 (hex), or
     ``UNSIGNED_PAYLOAD`` for a body streamed from a file."""
-    now = now or datetime.datetime.now(datetime.timezone.utc)
+    now = now or clock.now()
     stamp = now.strftime("%Y%m%dT%H%M%SZ")
     signed_headers = {name.lower(): value.strip() for name, value in (headers or {}).items()}
     signed_headers.update({"host": host, "x-amz-content-sha256": payload_sha256, "x-amz-date": stamp})
