@@ -35,6 +35,9 @@ def notify(run_id: str, output: str, force: bool) -> int:
     remember(record)
     done = resend(record, force, PRINTED)
     for one in done:
+        if one.elsewhere:
+            say(f"{one.outcome}: another rtjob notify is resending it (nothing sent from here)")
+            continue
         say(f"{one.outcome}: " + (f"delivered to {', '.join(one.sent)}" if one.sent else "delivered to none")
             + (f"; not delivered to {', '.join(f['target'] for f in one.failed)}" if one.failed else ""))
     if not done:

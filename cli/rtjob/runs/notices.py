@@ -53,9 +53,11 @@ class Resent:
     outcome: str
     sent: list[str]
     failed: list[dict[str, str]]
+    elsewhere: bool = False  # another `rtjob notify` holds it: it resends it, this one sent nothing
 
     def to_json(self) -> dict[str, Any]:
-        return {"outcome": self.outcome, "delivered": self.sent, "undelivered": self.failed}
+        return {"outcome": self.outcome, "delivered": self.sent, "undelivered": self.failed,
+                "resent_elsewhere": self.elsewhere}
 
 
 def resend(record: RunRecord, force: bool, events: RunEvents) -> list[Resent]:
@@ -92,8 +94,7 @@ def _resend_one(objects: Any, outcome: str, config: NotifyConfig, force: bool, e
     with held_for_resend(objects, outcome) as held:
         state = notice_in(objects, outcome) if held else None  # read under the hold: not what a resend just sent
         if not held or state is None:
-            events.warning(f"{outcome}: another rtjob notify is resending it")
-            return None
+            return Resent(outcome, [], [], elsewhere=True)
         if state.get("message") is None or (state.get("delivered") is not False and not force):
             if state.get("delivered") is None:
                 events.warning(f"{outcome}: claimed, but no answer of its targets is recorded yet (its sender may "
