@@ -314,7 +314,7 @@ def test_log_lines_as_a_terminal_leaves_them_and_search_context(root: Path) -> N
 
 
 def test_search_matches_tags_and_description_of_index_rows() -> None:
-    from rtjob.ui.queries import _matches
+    from rtjob.storage.run_filter import matches as _matches
 
     row = {"id": "r1", "job": "train", "tags": {"team": "ויז'ן", "goal": "🚀 faster"}, "description": "baseline run"}
     assert _matches(row, "ויז") and _matches(row, "🚀") and _matches(row, "BASELINE") and _matches(row, "team=")

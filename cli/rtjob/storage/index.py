@@ -47,6 +47,7 @@ from ..core.errors import BadInput
 from ..core.record import RunRecord
 from .location import Location, parse_location
 from .objects import Objects
+from .run_filter import RunFilter, started
 
 # The fields `rtjob runs` prints and filters on: RunRecord.summary()'s keys, and user, pipeline.
 FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time", "storage_uri", "exit_code",
@@ -166,29 +167,6 @@ def _entry_parts(rel: str) -> tuple[str, str] | None:
 # Reading: the newest index object, the ones it did not fold, the entries left over
 
 
-@dataclass(frozen=True)
-class Query:
-    """`rtjob runs`' filters; ``since``: runs started (else submitted) at or after it, or not started yet."""
-
-    job: str | None = None
-    status: str | None = None
-    user: str | None = None
-    backend: str | None = None
-    since: dt.datetime | None = None
-    limit: int | None = None
-
-    def keeps(self, row: Row) -> bool:
-        if (self.job is not None and row.get("job") != self.job) \
-                or (self.status is not None and row.get("status") != self.status) \
-                or (self.user is not None and row.get("user") != self.user) \
-                or (self.backend is not None and row.get("backend") != self.backend):
-            return False
-        if self.since is not None:
-            when = _when(row)
-            return when is None or when >= self.since
-        return True
-
-
 @dataclass
 class Snapshot:
     """What one read of the index found: ``rows`` run id → row (the fold of everything but the newest index
@@ -203,9 +181,10 @@ class Snapshot:
     entries: list[str] = field(default_factory=list)  # entry keys present (read, or held by the newest object)
     problems: list[str] = field(default_factory=list)
 
-    def runs(self, query: Query = Query()) -> Iterator[Row]:
-        """The runs newest first (by start, else submit time; undated last), each once, as ``query`` keeps. The
-        newest index object's lines are parsed as they are reached (a first page reads a few of them)."""
+    def runs(self, query: RunFilter | None = None) -> Iterator[Row]:
+        """The runs newest first (by start, else submit time; undated last), each once, as ``query`` keeps (None:
+        all). The newest index object's lines are parsed as they are reached (a first page reads a few of them)."""
+        query = query or RunFilter()
         extra = dict(self.rows)
         skip: set[int] = set()
         if extra:  # a run both in a line and in the rest: the greater entry name wins, the other is dropped
@@ -460,20 +439,9 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc)
 
 
-def _when(row: Row) -> dt.datetime | None:
-    text = row.get("start_time") or row.get("submitted_at")
-    if not text:
-        return None
-    try:
-        stamp = dt.datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=dt.timezone.utc)
-
-
 def _newest_first(row: Row) -> tuple[int, float, str]:
     """As storage.records lists records: newest start (else submit) first, undated last, then by id."""
-    when = _when(row)
+    when = started(row)
     return (1, 0.0, row["id"]) if when is None else (0, -when.timestamp(), row["id"])
 
 
@@ -497,7 +465,7 @@ class Indexed:
     compacted: str | None = None  # the index object this listing wrote, if it compacted
 
 
-def list_indexed(root_uri: str, endpoint: str | None, query: Query, *, compact_after: int = COMPACT_AFTER,
+def list_indexed(root_uri: str, endpoint: str | None, query: RunFilter, *, compact_after: int = COMPACT_AFTER,
                  objects: Objects | None = None) -> Indexed | None:
     """The runs the index under ``root_uri`` holds (None: the root has no index yet: list its records). When
     ``compact_after`` objects or more are left over beyond the newest index object, the listing compacts them

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import BadInput, RtjobError
-from ..core.model import RunStatus
 from ..core.record import RunRecord
+from ..storage.run_filter import RunFilter
 
 PAGE_SIZE = 50
 LOG_TAIL_LINES = 1000
@@ -26,50 +26,25 @@ MAX_COMPARE = 5
 
 @dataclass
 class RunsQuery:
-    """The runs page's filters, search, sort and page, from its URL's query string (bad values: BadInput)."""
+    """The runs page's query string: which runs (the one run filter: job, status, user, backend, since, q), their
+    sort and page (bad values: BadInput)."""
 
-    job: str | None = None
-    status: str | None = None
-    user: str | None = None
-    backend: str | None = None
-    since: str | None = None
-    q: str | None = None  # a case-insensitive search over id, job, user, message
+    filter: RunFilter = field(default_factory=RunFilter)
     sort: str = "start_time"
     desc: bool = True
     page: int = 1
 
     @classmethod
     def parse(cls, params: dict[str, str]) -> RunsQuery:
-        def text(name: str) -> str | None:
-            value = (params.get(name) or "").strip()
-            return value or None
-
-        status = text("status")
-        if status is not None:
-            status = status.upper()
-            if status not in {s.value for s in RunStatus}:
-                raise BadInput(f"status {status!r}: expected one of {', '.join(s.value for s in RunStatus)}")
-        sort = text("sort") or "start_time"
+        wanted = RunFilter.from_params(params)
+        sort = (params.get("sort") or "").strip() or "start_time"
         if sort not in SORTS:
             raise BadInput(f"sort {sort!r}: expected one of {', '.join(SORTS)}")
         try:
-            page = int(text("page") or "1")
+            page = int((params.get("page") or "").strip() or "1")
         except ValueError:
             raise BadInput("page: expected a whole number") from None
-        since = text("since")
-        if since is not None:
-            from ..jobspec.overrides import parse_duration
-
-            parse_duration(since, "since")
-        return cls(job=text("job"), status=status, user=text("user"), backend=text("backend"), since=since,
-                   q=text("q"), sort=sort, desc=(text("order") or "desc") != "asc", page=max(1, page))
-
-    def since_time(self) -> dt.datetime | None:
-        if self.since is None:
-            return None
-        from ..jobspec.overrides import parse_duration
-
-        return dt.datetime.now(dt.timezone.utc) - dt.timedelta(seconds=parse_duration(self.since, "since"))
+        return cls(wanted, sort=sort, desc=(params.get("order") or "desc").strip() != "asc", page=max(1, page))
 
 
 @dataclass
@@ -80,15 +55,6 @@ class RunsPage:
     pages: int
     source: str  # "ledger" or the storage root listed
     problems: list[str] = field(default_factory=list)
-
-
-def _matches(row: dict[str, Any], q: str) -> bool:
-    needle = q.lower()
-    if any(needle in str(row.get(name) or "").lower() for name in ("id", "job", "user", "message", "pipeline",
-                                                                   "description")):
-        return True
-    tags = row.get("tags")
-    return isinstance(tags, dict) and any(needle in f"{k}={v}".lower() for k, v in tags.items())
 
 
 def _sort_key(name: str) -> Any:
@@ -103,16 +69,15 @@ def _sort_key(name: str) -> Any:
 def runs_page(query: RunsQuery, storage: str | None, endpoint: str | None) -> RunsPage:
     """One page of runs, newest first unless sorted otherwise."""
     problems: list[str] = []
-    if not storage and not (query.q or query.user) and query.sort == "start_time" and query.desc:
+    wanted = query.filter
+    if not storage and not wanted.needs_rows and query.sort == "start_time" and query.desc:
         return _ledger_page(query, problems)  # the common case, on 10,000 entries: one page read, the rest counted
     if storage:
-        rows = _storage_rows(query, storage, endpoint, problems)
+        rows = _storage_rows(wanted, storage, endpoint, problems)
         source = storage
     else:
-        rows = _ledger_rows(query, problems)
+        rows = _ledger_rows(wanted, problems)
         source = "ledger"
-    if query.q:
-        rows = [row for row in rows if _matches(row, query.q)]
     if query.sort != "start_time" or not query.desc:
         rows.sort(key=_sort_key(query.sort), reverse=query.desc)
     total = len(rows)
@@ -142,8 +107,7 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
     from ..runs.memory import ledger
 
     book = ledger()
-    filters: dict[str, Any] = {"job": query.job, "status": query.status, "backend": query.backend,
-                               "since": query.since_time()}
+    filters = query.filter.ledger_query()
     total = book.matching(**filters)
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
@@ -153,28 +117,27 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
     return RunsPage([table_row(row) for row in rows], total, page, pages, "ledger", problems)
 
 
-def _ledger_rows(query: RunsQuery, problems: list[str]) -> list[dict[str, Any]]:
-    """This machine's runs from the ledger, newest first: their summaries (a search matches id, job, message), or
-    with a user filter their records (the summaries do not name the user, tags or args)."""
+def _ledger_rows(wanted: RunFilter, problems: list[str]) -> list[dict[str, Any]]:
+    """This machine's runs from the ledger that ``wanted`` keeps, newest first: their summaries (a search matches
+    id, job, message), or with a user filter their records (the summaries do not name the user, tags or args)."""
     from ..runs.memory import ledger
 
     book = ledger()
-    filters: dict[str, Any] = {"job": query.job, "status": query.status, "backend": query.backend,
-                               "since": query.since_time(), "limit": None}
-    if query.user:
-        rows = [record_row(record) for record in book.query(**filters) if record.user == query.user]
+    filters = {**wanted.ledger_query(), "limit": None}
+    if wanted.user:
+        rows = [row for row in map(record_row, book.query(**filters)) if wanted.keeps(row)]
     else:  # the summaries (a search over 10,000 runs reads no record); the shown page's records are read after
-        rows = book.summaries(**filters)
+        rows = [row for row in book.summaries(**filters) if wanted.keeps(row)]
     problems.extend(book.warnings)
     book.warnings.clear()
     return rows
 
 
-def _storage_rows(query: RunsQuery, storage: str, endpoint: str | None, problems: list[str]) -> list[dict[str, Any]]:
-    from ..runs.history.listing import RunFilter, storage_rows
+def _storage_rows(wanted: RunFilter, storage: str, endpoint: str | None,
+                  problems: list[str]) -> list[dict[str, Any]]:
+    from ..runs.history.listing import storage_rows
 
-    wanted = RunFilter(RunStatus(query.status) if query.status else None, query.job, query.since_time(), 1 << 30)
-    found, more = storage_rows(storage, endpoint, wanted, user=query.user, backend=query.backend, compact=False)
+    found, more = storage_rows(storage, endpoint, wanted, compact=False)
     problems.extend(more)
     rows = []
     for row in found:
