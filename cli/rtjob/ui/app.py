@@ -35,7 +35,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..core.errors import RtjobError
+from ..core.record import RunRecord
 from ..core.redact import redact, redact_data
+from ..runs.view import RunView
 from . import queries
 
 HERE = Path(__file__).parent
@@ -161,11 +163,15 @@ def create_app(config: Config) -> ASGIApp:
     def problem(message: str, status_code: int = 400) -> HTMLResponse:
         return page("error.html", status_code=status_code, message=message)
 
-    def record_or_404(request: Request) -> Any:
-        record = queries.find_run(request.path_params["run_id"], config.lookup_root, config.endpoint)
-        if record is None:
+    def view_or_404(request: Request) -> tuple[RunView, RunRecord]:
+        """The run as `rtjob status` tells it (queries.find_run) and the record that told it, or _NotFound."""
+        view = queries.find_run(request.path_params["run_id"], config.lookup_root, config.endpoint)
+        if view is None or view.record is None:
             raise _NotFound(f"no run {request.path_params['run_id']!r} in the ledger or the storage")
-        return record
+        return view, view.record
+
+    def record_or_404(request: Request) -> RunRecord:
+        return view_or_404(request)[1]
 
     async def runs(request: Request) -> Response:
         if request.query_params.get("colsform"):  # the columns form: its ticks as one cols=a,b in the URL
@@ -194,31 +200,35 @@ def create_app(config: Config) -> ASGIApp:
 
     async def run(request: Request) -> Response:
         try:
-            record = await asyncio.to_thread(record_or_404, request)
-            view = await asyncio.to_thread(queries.run_view, record, config.lookup_root, config.endpoint)
+            story, record = await asyncio.to_thread(view_or_404, request)
+            view = await asyncio.to_thread(queries.run_cards, record, config.lookup_root, config.endpoint)
         except _NotFound as exc:
             return problem(str(exc), 404)
         except RtjobError as exc:
             return problem(exc.message)
-        return page("run.html", view=view, record=record, info=record.to_run_info(), charts=_charts(view.metrics.data),
+        return page("run.html", view=view, record=record, info=story.info, charts=_charts(view.metrics.data),
                     request_json=json.dumps(record.request, indent=2, ensure_ascii=False) if record.request else None)
 
     async def run_card(request: Request) -> Response:
         try:
-            record = await asyncio.to_thread(record_or_404, request)
+            story, record = await asyncio.to_thread(view_or_404, request)
         except (_NotFound, RtjobError) as exc:
             return PlainTextResponse(clean(str(exc)), status_code=404)
-        info = record.to_run_info()
+        info = story.info
         response = page("status_card.html", record=record, info=info)
         response.headers["x-run-ended"] = "1" if info.status.terminal else "0"
         return response
 
     async def run_json(request: Request) -> Response:
+        """The run's record, its status, message, exit code and times as the run's story (`rtjob status`)."""
         try:
-            record = await asyncio.to_thread(record_or_404, request)
+            story, record = await asyncio.to_thread(view_or_404, request)
         except (_NotFound, RtjobError) as exc:
             return JSONResponse({"error": clean(str(exc))}, status_code=404)
-        return JSONResponse(clean_data(record.to_json()))
+        info = story.info
+        told = {"status": info.status.value, "message": info.message, "exit_code": info.exit_code,
+                "start_time": info.start_time, "end_time": info.end_time}
+        return JSONResponse(clean_data({**record.to_json(), **told}))
 
     async def run_live(request: Request) -> Response:
         """The run page's poll (about every second while the run is not ended): its status, attempt, last step or
@@ -230,7 +240,7 @@ def create_app(config: Config) -> ASGIApp:
             return JSONResponse({"error": "steps, system: expected whole numbers (rows already shown)"},
                                 status_code=400)
         try:
-            record = await asyncio.to_thread(record_or_404, request)
+            story, record = await asyncio.to_thread(view_or_404, request)
         except (_NotFound, RtjobError) as exc:
             return JSONResponse({"error": clean(str(exc))}, status_code=404)
         from rtjob_contract import STEP_METRICS_FILE, SYSTEM_METRICS_FILE
@@ -241,7 +251,7 @@ def create_app(config: Config) -> ASGIApp:
             epochs = queries.card_of(lambda: queries.metrics_of(record))
             step_rows, steps_n = steps.data or ([], steps_shown)
             system_rows, system_n = system.data or ([], system_shown)
-            return {**queries.live_summary(record, step_rows, epochs.data or []),
+            return {**queries.live_summary(story, step_rows, epochs.data or []),
                     "epoch_charts": _charts(epochs.data), "steps": step_rows, "steps_n": steps_n,
                     "system": system_rows, "system_n": system_n,
                     "problems": [c.error for c in (steps, system, epochs) if c.error]}
@@ -269,19 +279,20 @@ def create_app(config: Config) -> ASGIApp:
         """The log's last 1,000 lines (?lines=N: the last N, scrolling back; ?all=1: all of it), streamed. Header x-log-parts: the parts it was read from, for
         the live stream to start after them."""
         try:
-            record = await asyncio.to_thread(record_or_404, request)
+            story, record = await asyncio.to_thread(view_or_404, request)
         except (_NotFound, RtjobError) as exc:
             return PlainTextResponse(clean(str(exc)), status_code=404)
+        going = not story.info.status.terminal
         whole = request.query_params.get("all") == "1"
         asked = request.query_params.get("lines", "")
         lines = _count(asked, "lines") or queries.LOG_TAIL_LINES
         parts = 0
         try:
-            if not record.to_run_info().status.terminal:
-                parts = await asyncio.to_thread(queries.LogFollower(record).count)
+            if going:
+                parts = await asyncio.to_thread(queries.LogFollower(story).count)
             chunks = await asyncio.to_thread(queries.log_tail, record, None if whole else lines)
         except RtjobError as exc:
-            if not record.to_run_info().status.terminal:  # a run whose companion has written no part yet
+            if going:  # a run whose companion has written no part yet
                 return _text_stream(iter(()), parts=parts)
             return PlainTextResponse(clean(exc.message), status_code=404)
         response = _text_stream((clean(chunk) for chunk in chunks), parts=parts)
@@ -308,8 +319,8 @@ def create_app(config: Config) -> ASGIApp:
 
     async def log_live(request: Request) -> Response:
         try:
-            record = await asyncio.to_thread(record_or_404, request)
-            follower = queries.LogFollower(record)
+            story, _record = await asyncio.to_thread(view_or_404, request)
+            follower = queries.LogFollower(story)
             skip = request.query_params.get("skip", "")
             await asyncio.to_thread(follower.start, _count(skip, "skip"))
         except (_NotFound, RtjobError) as exc:
@@ -331,9 +342,9 @@ def create_app(config: Config) -> ASGIApp:
                     idle += 1
                     if idle % 15 == 0:
                         yield ": still here\n\n"
-                        fresh = await asyncio.to_thread(queries.find_run, record.id, config.lookup_root,
+                        fresh = await asyncio.to_thread(queries.find_run, story.info.id, config.lookup_root,
                                                         config.endpoint)
-                        if fresh is not None and fresh.to_run_info().status.terminal:
+                        if fresh is not None and fresh.info.status.terminal:
                             yield "event: ended\ndata: ended\n\n"
                             return
                 await asyncio.sleep(LIVE_POLL_S)
@@ -357,9 +368,10 @@ def create_app(config: Config) -> ASGIApp:
             out = []
             for run_id in ids:
                 found = queries.find_run(run_id, config.lookup_root, config.endpoint)
-                if found is None:
+                if found is None or found.record is None:
                     raise _NotFound(f"no run {run_id!r} in the ledger or the storage")
-                out.append((found, queries.card_of(lambda r=found: queries.metrics_of(r))))
+                record = found.record
+                out.append((record, queries.card_of(lambda r=record: queries.metrics_of(r))))
             return out
         try:
             runs_found = await asyncio.to_thread(gather)

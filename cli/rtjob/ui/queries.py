@@ -16,6 +16,7 @@ from typing import Any
 
 from ..core.errors import BadInput, RtjobError
 from ..core.record import RunRecord
+from ..runs.view import RunView
 from ..storage.run_filter import RunFilter
 
 PAGE_SIZE = 50
@@ -168,30 +169,28 @@ def card_of(call: Any) -> Card:
         return Card(error=f"could not be read: {exc}")
 
 
-def find_run(run_id: str, storage: str | None, endpoint: str | None) -> RunRecord | None:
-    """The run's record (ledger, else the storage's), with what its run side wrote since when it has not ended."""
-    from ..runs.memory import find, with_run_side
+def find_run(run_id: str, storage: str | None, endpoint: str | None) -> RunView | None:
+    """The run as `rtjob status` and `rtjob show` tell it, from its records (runs/view.recorded: look's read-only
+    variant: a retried run one story, a pipeline from its record; nothing asked of a cluster, nothing written)."""
+    from ..runs.view import recorded
 
     if not run_id or run_id in (".", "..") or any(c in run_id for c in "/\\\x00") or len(run_id) > 256:
         return None  # a run id is one path segment: none leads out of the storage's run folders
-    record = find(run_id, storage, endpoint)
-    if record is None:
-        return None
-    if not record.archived:
-        record = with_run_side(record)
-    return record
+    return recorded(run_id, storage, endpoint)
 
 
 @dataclass
-class RunView:
-    record: RunRecord
+class RunCards:
+    """What the run page shows beside its status: its steps (a pipeline's, each as its own run's story) and the
+    cards read from its storage."""
+
     steps: list[dict[str, Any]]
     checkpoints: Card
     metrics: Card
     samples: Card
 
 
-def run_view(record: RunRecord, storage: str | None, endpoint: str | None) -> RunView:
+def run_cards(record: RunRecord, storage: str | None, endpoint: str | None) -> RunCards:
     steps = []
     for step in record.steps:
         status = "PENDING"
@@ -199,12 +198,12 @@ def run_view(record: RunRecord, storage: str | None, endpoint: str | None) -> Ru
         if run_id:
             try:
                 found = find_run(str(run_id), storage, endpoint)
-                status = found.to_run_info().status.value if found is not None else "PENDING"
+                status = found.info.status.value if found is not None else "PENDING"
             except RtjobError:
                 status = "UNKNOWN"
         steps.append({**step, "status": "REUSED" if step.get("reused_from") else status})
-    return RunView(record, steps, card_of(lambda: _checkpoints(record)), card_of(lambda: metrics_of(record)),
-                   card_of(lambda: samples_of(record)))
+    return RunCards(steps, card_of(lambda: _checkpoints(record)), card_of(lambda: metrics_of(record)),
+                    card_of(lambda: samples_of(record)))
 
 
 def _readable(record: RunRecord) -> bool:
@@ -347,14 +346,14 @@ class LogFollower:
     """A running run's log as it grows: the parts its companion writes (immutable, cut at line ends), each read
     once, as they appear. ``start`` skips the parts already there (the page shows their tail)."""
 
-    def __init__(self, record: RunRecord) -> None:
+    def __init__(self, view: RunView) -> None:
         from rtjob_contract import LOG_PART_PREFIX, RUN_LOGS_DIR
 
         from ..runs.places import log_home
 
-        self.home, self.endpoint = log_home(record)
-        attempt = str(record.attempts[-1].get("id")) if record.attempts else record.id
-        self.prefix = f"{RUN_LOGS_DIR}/{attempt}"
+        assert view.record is not None
+        self.home, self.endpoint = log_home(view.record)
+        self.prefix = f"{RUN_LOGS_DIR}/{view.latest}"  # its latest attempt's log: the run's log now
         self.part_prefix = LOG_PART_PREFIX
         self.seen: set[str] = set()
 
@@ -432,15 +431,17 @@ def live_rows(record: RunRecord, name: str, skip: int = 0) -> tuple[list[dict[st
     return rows, len(lines)
 
 
-def live_summary(record: RunRecord, steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the run page's live header shows: status, message, the attempt, the last step or epoch and its time."""
-    info = record.to_run_info()
+def live_summary(view: RunView, steps: list[dict[str, Any]], epochs: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the run page's live header shows: the run's story (status, message, exit code, times: as `rtjob status`
+    tells them), the attempt, the last step or epoch and its time."""
+    info, record = view.info, view.record
+    assert record is not None
     last_step = steps[-1] if steps else None
     last_epoch = epochs[-1] if epochs else None
     attempt = record.attempts[-1] if record.attempts else None
     return {
         "id": record.id, "status": info.status.value, "ended": info.status.terminal, "message": info.message,
-        "exit_code": record.exit_code, "start_time": info.start_time, "end_time": record.end_time,
+        "exit_code": info.exit_code, "start_time": info.start_time, "end_time": info.end_time,
         "last_seen": record.last_seen,
         "attempt": (attempt.get("attempt") or len(record.attempts)) if attempt else None,
         "attempts": len(record.attempts),
