@@ -106,7 +106,7 @@ def test_two_compactors_at_once_lose_nothing_and_list_each_run_once(root: str) -
     write_entry(root, None, run(1, "SUCCEEDED"), now=T0 + dt.timedelta(minutes=3))
     second = read_index(objects)
     a, b = compact(objects, first), compact(objects, second)
-    assert a != b and index._index_seq(a) == index._index_seq(b)
+    assert a != b and index.index_seq(a) == index.index_seq(b)
     snapshot = read_index(objects)
     listed = ids(list(snapshot.runs()))
     assert sorted(listed) == ["r000", "r001", "r002", "r003", "r004", "r005"]
