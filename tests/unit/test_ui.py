@@ -300,14 +300,15 @@ def test_log_search_page_and_download(app: Any) -> None:
 
 
 def test_log_lines_as_a_terminal_leaves_them_and_search_context(root: Path) -> None:
-    from rtjob.ui import queries
+    from rtjob.runs.logview import terminal_line
+    from rtjob.ui import logs
 
-    assert queries.terminal_line("\x1b[36m(RayTrainWorker pid=1)\x1b[0m ok\r") == "(RayTrainWorker pid=1) ok"
-    assert queries.terminal_line("  0%|  | 0/9\r 50%|# | 4/9\r100%|##| 9/9") == "100%|##| 9/9"
-    assert queries.marked("a Bad bad", "bad") == [("a ", False), ("Bad", True), (" ", False), ("bad", True)]
+    assert terminal_line("\x1b[36m(RayTrainWorker pid=1)\x1b[0m ok\r") == "(RayTrainWorker pid=1) ok"
+    assert terminal_line("  0%|  | 0/9\r 50%|# | 4/9\r100%|##| 9/9") == "100%|##| 9/9"
+    assert logs.marked("a Bad bad", "bad") == [("a ", False), ("Bad", True), (" ", False), ("bad", True)]
     lines = [f"line {n}" + (" hit" if n in (3, 5, 12) else "") for n in range(1, 16)]
     record = write_run(root, "u-search", "train", log_lines=lines)
-    groups = queries.log_matches(record, "HIT", context=1)
+    groups = logs.log_matches(record, "HIT", context=1)
     # 3 and 5 share their context (2..6), 12 stands alone (11..13)
     assert [[line["n"] for line in group] for group in groups] == [[2, 3, 4, 5, 6], [11, 12, 13]]
     assert [line["n"] for group in groups for line in group if line["match"]] == [3, 5, 12]
