@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import BadInput, RtjobError
+from ..core.errors import BadInput, RtjobError, one_line
 from ..core.record import RunRecord
 from ..runs.view import RunView
 
@@ -24,12 +24,13 @@ class Card:
 
 
 def card_of(call: Any) -> Card:
+    """``call()``'s data, or the one line that says why it could not be read."""
     try:
         return Card(call())
     except RtjobError as exc:
-        return Card(error=exc.message)
+        return Card(error=one_line(exc))
     except (OSError, ValueError) as exc:
-        return Card(error=f"could not be read: {exc}")
+        return Card(error=f"could not be read: {one_line(exc)}")
 
 
 def find_run(run_id: str, storage: str | None, endpoint: str | None) -> RunView | None:
