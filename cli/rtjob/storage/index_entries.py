@@ -66,7 +66,8 @@ def entry_of(record: RunRecord) -> Row:
     return {**record.summary(), "user": record.user, "pipeline": record.pipeline,
             "attempts": len(record.attempts) or 1,
             "duration_s": _duration_s(record.start_time or record.submitted_at, record.end_time),
-            "tags": _texts(document.get("tags")), "args": dict(document.get("args") or {}) if isinstance(document.get("args"), dict) else {},
+            "tags": _texts(document.get("tags")),
+            "args": dict(document["args"]) if isinstance(document.get("args"), dict) else {},
             "final_metrics": {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
             if isinstance(last, dict) else {}}
 

@@ -21,7 +21,7 @@ __all__ = ["Config", "create_app"]
 
 
 def create_app(config: Config) -> ASGIApp:
-    site = Site(config)
-    routes = [*pages.routes(site), *live.routes(site),
-              Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static")]
-    return Guard(Starlette(routes=routes), config)
+    app = Starlette(routes=[*pages.ROUTES, *live.ROUTES,
+                            Mount("/static", app=StaticFiles(directory=str(HERE / "static")), name="static")])
+    app.state.site = Site(config)  # what every handler shares (site.site_of)
+    return Guard(app, config)

@@ -62,7 +62,8 @@ class LogFollower:
                     if item.rel.rsplit("/", 1)[-1].startswith(self.part_prefix)]
 
     def start(self, skip: int | None = None) -> None:
-        """Count the parts there now as read (``skip``: only the first ``skip`` of them: those a tail already showed)."""
+        """Count the parts there now as read (``skip``: only the first ``skip`` of them: those a tail already
+        showed)."""
         parts = self._parts()
         self.seen.update(parts if skip is None else parts[:skip])
 

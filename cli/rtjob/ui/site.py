@@ -64,6 +64,12 @@ class Site:
         return self.view_or_404(request)[1]
 
 
+def site_of(request: Request) -> Site:
+    """The app's Site (app.create_app keeps it in the app's state)."""
+    site: Site = request.app.state.site
+    return site
+
+
 async def favicon(request: Request) -> Response:
     return Response((HERE / "static" / "favicon.svg").read_bytes(), media_type="image/svg+xml",
                     headers={"cache-control": "max-age=86400"})
