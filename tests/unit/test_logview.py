@@ -49,6 +49,14 @@ def test_chunks_cut_anywhere_give_the_same_view(size: int) -> None:
     assert "".join(logview.user_chunks(chunks)) == SHOWN
 
 
+def test_one_escape_pattern_for_hidden_lines_and_the_uis_search() -> None:
+    """A line cleared and coloured by a progress display (erase-line, cursor moves) is matched as what it says:
+    hidden when it is rtjob's, shown as a terminal leaves it (the UI's search) when it is the script's."""
+    assert logview.hidden(f"\x1b[2K\x1b[1G\x1b[36m(RayTrainWorker pid=1)\x1b[0m {contract.EVENT_LINE_PREFIX} x")
+    assert not logview.hidden("\x1b[2K\x1b[?25lepoch 2 loss 0.4")
+    assert logview.terminal_line("\x1b]0;title\x07\x1b[2Kepoch 2 loss 0.4\x1b[?25h") == "epoch 2 loss 0.4"
+
+
 def test_a_tail_counts_only_shown_lines() -> None:
     assert logview.user_tail([RAW], 2) == "my script says rtjob-event: is a fine word mid-line\ndone"
 

@@ -10,10 +10,13 @@ import os
 from pathlib import Path
 
 import pytest
+from rtjob.core.errors import BadInput
+from rtjob.core.model import RunInfo, RunStatus
 from rtjob.core.record import RunRecord
 from rtjob.storage import index
-from rtjob.storage.index import Query, compact, index_objects, read_index, write_entry, write_run_entry
+from rtjob.storage.index import compact, index_objects, read_index, write_entry, write_run_entry
 from rtjob.storage.records import write_record
+from rtjob.storage.run_filter import RunFilter
 from support.s3_server import S3Server, bucket_fixture, in_env
 
 from rtjob_contract import INDEX_ENTRIES_DIR, INDEX_OBJECTS_DIR
@@ -66,10 +69,10 @@ def test_entries_compact_into_one_object_and_a_later_status_wins(root: str) -> N
     rows = list(snapshot.runs())
     assert ids(rows) == ["r009", "r005", "r004", "r003", "r002", "r001", "r000"]
     assert [r["status"] for r in rows if r["id"] == "r002"] == ["SUCCEEDED"]
-    assert ids(list(snapshot.runs(Query(limit=2)))) == ["r009", "r005"]
-    assert ids(list(snapshot.runs(Query(job="eval")))) == ["r009"]
-    assert ids(list(snapshot.runs(Query(user="alice", status="SUCCEEDED")))) == ["r002"]
-    assert ids(list(snapshot.runs(Query(since=T0 + dt.timedelta(minutes=4))))) == ["r009", "r005", "r004"]
+    assert ids(list(snapshot.runs(RunFilter(limit=2)))) == ["r009", "r005"]
+    assert ids(list(snapshot.runs(RunFilter(job="eval")))) == ["r009"]
+    assert ids(list(snapshot.runs(RunFilter(user="alice", status=RunStatus.SUCCEEDED)))) == ["r002"]
+    assert ids(list(snapshot.runs(RunFilter(since=T0 + dt.timedelta(minutes=4))))) == ["r009", "r005", "r004"]
 
     # An entry older than the compacted row (written late, or not yet deleted) never brings an old state back.
     write_entry(root, None, run(2, "PENDING"), now=T0 - dt.timedelta(hours=1))
@@ -103,7 +106,7 @@ def test_two_compactors_at_once_lose_nothing_and_list_each_run_once(root: str) -
     write_entry(root, None, run(1, "SUCCEEDED"), now=T0 + dt.timedelta(minutes=3))
     second = read_index(objects)
     a, b = compact(objects, first), compact(objects, second)
-    assert a != b and index._index_seq(a) == index._index_seq(b)
+    assert a != b and index.index_seq(a) == index.index_seq(b)
     snapshot = read_index(objects)
     listed = ids(list(snapshot.runs()))
     assert sorted(listed) == ["r000", "r001", "r002", "r003", "r004", "r005"]
@@ -186,3 +189,30 @@ def test_runs_storage_lists_from_the_index_and_reindex_adds_records_of_an_older_
     assert shown.returncode == 0 and json.loads(shown.stdout)["spec"] == {"document": {"name": "train"}}
     refused = run_in_process("runs", "--user", "bob", env=env)
     assert refused.returncode == 2 and "only with --storage" in refused.stderr
+
+
+def test_one_run_filter_from_flags_and_from_the_pages_query_string() -> None:
+    """`rtjob list`/`runs` flags and the UI's query string parse to the same model, through the one (capped)
+    duration parser, and one rule keeps a row, a RunInfo, and an index row alike."""
+    flags = RunFilter.from_flags(status="failed", job="train", since="2h", limit=None, user="bob", now=T0)
+    page = RunFilter.from_params({"status": "FAILED ", "job": "train", "since": "2h", "user": "bob", "q": ""}, now=T0)
+    assert flags == page == RunFilter(job="train", status=RunStatus.FAILED, user="bob",
+                                      since=T0 - dt.timedelta(hours=2))
+    row = {"id": "r1", "job": "train", "status": "FAILED", "user": "bob",
+           "start_time": (T0 - dt.timedelta(hours=1)).isoformat()}
+    assert flags.keeps(row) and not flags.keeps({**row, "status": "SUCCEEDED"})
+    assert not flags.keeps({**row, "start_time": (T0 - dt.timedelta(hours=3)).isoformat()})
+    assert flags.keeps({**row, "start_time": None})  # not started yet: kept
+    assert not flags.keeps({**row, "start_time": None, "submitted_at": "2026-11-19T00:00:00"})  # naive: UTC
+    listed = [RunInfo(id=f"r{n}", job="train", backend="local", status=RunStatus.FAILED,
+                      start_time=(T0 - dt.timedelta(minutes=n)).isoformat()) for n in range(5)]
+    assert [r.id for r in RunFilter.from_flags(status="FAILED", limit=2).apply(listed)] == ["r0", "r1"]
+    assert RunFilter(text="TAG=v").keeps({"id": "x", "tags": {"tag": "v"}})
+    assert RunFilter.from_params({"q": " R1 "}).keeps(row)
+    for bad in ({"since": "soon"}, {"since": "1000000d"}, {"since": "9" * 400}, {"status": "bogus"}):
+        with pytest.raises(BadInput):
+            RunFilter.from_params(bad)
+    with pytest.raises(BadInput, match="--since 'soon'"):
+        RunFilter.from_flags(since="soon")
+    assert RunFilter(user="bob", backend="local").ledger_query() == {"job": None, "status": None,
+                                                                     "backend": "local", "since": None}

@@ -168,6 +168,9 @@ def test_a_damaged_record_is_a_problem_line_not_a_500(tmp_path: Path) -> None:
 
 
 def test_compare_bounds_and_diff(app: Any) -> None:
+    # u-evil's job name holds a "/": its folder is not <root>/<job>/<id>, so it is found once a listing of the
+    # runs page remembered it (as a user arrives from there); listed here, the test passes in any order
+    assert call(app, "/api/runs")[0] == 200
     assert call(app, "/compare?run=u-good")[0] == 400
     assert call(app, "/compare?" + "&".join(f"run=r{i}" for i in range(6)))[0] == 400
     status, _, html = call(app, "/compare?run=u-good&run=u-evil")
@@ -300,22 +303,66 @@ def test_log_search_page_and_download(app: Any) -> None:
 
 
 def test_log_lines_as_a_terminal_leaves_them_and_search_context(root: Path) -> None:
-    from rtjob.ui import queries
+    from rtjob.runs.logview import terminal_line
+    from rtjob.ui import logs
 
-    assert queries.terminal_line("\x1b[36m(RayTrainWorker pid=1)\x1b[0m ok\r") == "(RayTrainWorker pid=1) ok"
-    assert queries.terminal_line("  0%|  | 0/9\r 50%|# | 4/9\r100%|##| 9/9") == "100%|##| 9/9"
-    assert queries.marked("a Bad bad", "bad") == [("a ", False), ("Bad", True), (" ", False), ("bad", True)]
+    assert terminal_line("\x1b[36m(RayTrainWorker pid=1)\x1b[0m ok\r") == "(RayTrainWorker pid=1) ok"
+    assert terminal_line("  0%|  | 0/9\r 50%|# | 4/9\r100%|##| 9/9") == "100%|##| 9/9"
+    assert logs.marked("a Bad bad", "bad") == [("a ", False), ("Bad", True), (" ", False), ("bad", True)]
     lines = [f"line {n}" + (" hit" if n in (3, 5, 12) else "") for n in range(1, 16)]
     record = write_run(root, "u-search", "train", log_lines=lines)
-    groups = queries.log_matches(record, "HIT", context=1)
+    groups = logs.log_matches(record, "HIT", context=1)
     # 3 and 5 share their context (2..6), 12 stands alone (11..13)
     assert [[line["n"] for line in group] for group in groups] == [[2, 3, 4, 5, 6], [11, 12, 13]]
     assert [line["n"] for group in groups for line in group if line["match"]] == [3, 5, 12]
 
 
 def test_search_matches_tags_and_description_of_index_rows() -> None:
-    from rtjob.ui.queries import _matches
+    from rtjob.storage.run_filter import matches as _matches
 
     row = {"id": "r1", "job": "train", "tags": {"team": "ויז'ן", "goal": "🚀 faster"}, "description": "baseline run"}
     assert _matches(row, "ויז") and _matches(row, "🚀") and _matches(row, "BASELINE") and _matches(row, "team=")
     assert not _matches(row, "nowhere") and not _matches({"id": "r2", "tags": None}, "team")
+
+
+def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
+        root: Path, app: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The run page, its card, its live poll and its JSON answer from runs/view (its read-only variant): a retried
+    run whose record was written before its retry's end was seen is the retry's SUCCEEDED, with both attempts, as
+    `rtjob status` says; a pipeline's steps are their runs' stories, as `rtjob show` lists them."""
+    from rtjob.runs.memory import remember
+    from rtjob.storage.records import write_record
+    from support.cli import main_captured
+
+    retried = write_run(root, "u-retried", "train", status="FAILED")
+    retried.exit_code, retried.message = 137, "killed"
+    retried.attempts = [{"id": "u-retried", "attempt": 1, "status": "FAILED", "exit_code": 137,
+                         "retry_reason": "the driver was killed"},
+                        {"id": "u-retried-retry1", "attempt": 2, "status": "SUCCEEDED", "exit_code": 0}]
+    assert retried.storage_uri is not None
+    write_record(retried.storage_uri, retried, None)
+    remember(retried)  # as `rtjob runs --storage` leaves it: `rtjob status` finds it with the cluster down
+    code, out, err = main_captured(capsys, "status", "u-retried", "--backend", "local", "-o", "json")
+    assert code == 0, err
+    told = json.loads(out)
+    assert told["status"] == "SUCCEEDED" and len(told["attempts"]) == 2, told
+    live = json.loads(call(app, "/api/runs/u-retried/live")[2])
+    assert (live["status"], live["ended"], live["attempts"], live["exit_code"]) == ("SUCCEEDED", True, 2, 0)
+    assert live["message"] == told["message"]
+    as_json = json.loads(call(app, "/api/runs/u-retried")[2])
+    assert (as_json["status"], as_json["exit_code"], len(as_json["attempts"])) == ("SUCCEEDED", 0, 2)
+    _, headers, card = call(app, "/runs/u-retried/card")
+    assert headers["x-run-ended"] == "1" and ">SUCCEEDED<" in card and "2 attempt(s)" in card
+    assert ">SUCCEEDED<" in call(app, "/runs/u-retried")[2]
+
+    write_run(root, "u-step-a", "prep")
+    write_run(root, "u-pipe", "flow", steps=[{"name": "prep", "run_id": "u-step-a"},
+                                             {"name": "train", "run_id": "u-retried",
+                                              "storage_uri": retried.storage_uri}])
+    code, out, err = main_captured(capsys, "show", "u-pipe", "--storage", str(root), "-o", "json")
+    assert code == 0, err
+    shown = {step["name"]: step["status"] for step in json.loads(out)["steps"]}
+    assert shown == {"prep": "SUCCEEDED", "train": "SUCCEEDED"}, shown
+    page = call(app, "/runs/u-pipe")[2]
+    for name, status in shown.items():
+        assert f"<b>{name}</b><br><span class=\"status\">{status}</span>" in page, page

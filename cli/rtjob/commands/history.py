@@ -58,9 +58,10 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
       rtjob runs --prune --older-than 30d
     """
     from ..runs.history import listing
-    from ..runs.history.listing import RunFilter
+    from ..storage.run_filter import RunFilter
 
-    wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before anything is read
+    wanted = RunFilter.from_flags(status=status_filter, job=job_filter, since=since, limit=limit,  # bad values fail
+                                  user=user_filter, backend=backend_filter)                    # before any read
     if prune:
         from ..jobspec.overrides import parse_duration
 
@@ -74,8 +75,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
     if storage_uri is not None:
         from ..storage.index import record_of, record_summary
 
-        rows, problems = listing.storage_rows(storage_uri, endpoint_url, wanted, user=user_filter,
-                                              backend=backend_filter, reindex=reindex)
+        rows, problems = listing.storage_rows(storage_uri, endpoint_url, wanted, reindex=reindex)
         for line in problems:
             say(f"warning: {line}")
         if output != "text":  # an index's rows print as their records would, without making 100,000 records
@@ -85,9 +85,9 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         return EXIT_SUCCEEDED
     settings = settings_from(None, None, (), False)
     if output != "text":
-        print_data(listing.recorded_summaries(wanted, backend_filter, settings, PRINTED), output)
+        print_data(listing.recorded_summaries(wanted, settings, PRINTED), output)
     else:
-        runs_table([r.to_run_info() for r in listing.recorded_runs(wanted, backend_filter, settings, PRINTED)])
+        runs_table([r.to_run_info() for r in listing.recorded_runs(wanted, settings, PRINTED)])
     return EXIT_SUCCEEDED
 
 

@@ -139,12 +139,12 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --job ddp-resnet --limit 5 -o json
       rtjob list --backend anyscale
     """
-    from ..runs.history.listing import RunFilter
     from ..runs.lifecycle.archive import archive_ended
     from ..runs.places import on_this_machine
     from ..runs.view import fold_retries, with_recorded_times
+    from ..storage.run_filter import RunFilter
 
-    wanted = RunFilter.parse(status_filter, job_filter, since, limit)  # bad values fail before any request
+    wanted = RunFilter.from_flags(status=status_filter, job=job_filter, since=since, limit=limit)  # before a request
     be = backend_from(backend, address, headers, no_verify_tls)
     try:
         listed = be.list()

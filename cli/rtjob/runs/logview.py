@@ -19,7 +19,9 @@ from typing import TextIO
 import rtjob_contract as contract
 
 COMPANION_PREFIX = "rtjob companion:"  # runside/companion.py's say() and runside/logparts.py
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+# The one pattern of a terminal's escape sequences (colours, cursor moves, titles): hidden lines are matched without
+# them, and the UI's search shows lines as a terminal leaves them (terminal_line).
+ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 # A line a Ray worker printed comes with its actor's prefix: "(RayTrainWorker pid=12, ip=10.0.0.1) text".
 _ACTOR_PREFIX = re.compile(r"^\([^()]*\) ")
 _RAY_JOB_MANAGER = re.compile(r"^Running entrypoint for job \S+: |\bjob_manager\.py:\d+ -- Runtime env is setting up\.")
@@ -27,11 +29,20 @@ _RAY_JOB_MANAGER = re.compile(r"^Running entrypoint for job \S+: |\bjob_manager\
 
 def hidden(line: str) -> bool:
     """True for a line of the driver log that is not the script's output (see the module's docstring)."""
-    text = _ANSI.sub("", line).rstrip("\r\n")
+    text = ESCAPES.sub("", line).rstrip("\r\n")
     if _RAY_JOB_MANAGER.search(text):
         return True
     own = _ACTOR_PREFIX.sub("", text, count=1)
     return own.startswith((COMPANION_PREFIX, contract.EVENT_LINE_PREFIX))
+
+
+def terminal_line(line: str) -> str:
+    """One log line as a terminal leaves it: escape sequences (colours) dropped, a carriage-return-redrawn line
+    (a progress bar) reduced to its last state."""
+    line = line.rstrip("\r")
+    if "\r" in line:
+        line = line.rsplit("\r", 1)[1]
+    return ESCAPES.sub("", line)
 
 
 def user_text(text: str) -> str:

@@ -136,6 +136,23 @@ def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEve
     return RunView(recorded_times(story, recorded), None, attempts, latest)
 
 
+def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None) -> RunView | None:
+    """``look``'s read-only variant (`rtjob ui`): the run as its records tell it (the ledger's, else the one in
+    ``storage_root``, with what its run side wrote since), the same story as ``look`` tells from a record; no
+    backend asked, nothing started, repaired or written. None: no record of it."""
+    from .memory import find, with_run_side
+
+    record = find(run_id, storage_root, endpoint)
+    if record is None:
+        return None
+    record = record if record.archived else with_run_side(record)
+    if record.steps:
+        return RunView(record.to_run_info(), record, None, record.id)
+    attempts = Attempts.recorded(record.attempts) if record.attempts else None
+    latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
+    return RunView(recorded_story(record.to_run_info(), record), record, attempts, latest)
+
+
 def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
     """An ended run's start and end as its record has them (the end its run side wrote, to the millisecond, stands
     over the cluster's), so that every command shows one duration; ``info`` as it is while the run goes on."""

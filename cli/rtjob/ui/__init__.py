@@ -1,4 +1,4 @@
-"""`rtjob ui`: the local, read-only web app (app.py: routes and safety; queries.py: what it shows)."""
+"""`rtjob ui`: the local, read-only web app (app.py lists its parts: safety, routes, and what each page shows)."""
 
 from pathlib import Path
 
