@@ -34,38 +34,37 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from .capabilities import ComputeConfigs, LocalCluster, Schedules
 
 @dataclass
-class CarryHooks:
-    """What a supervisor needs beyond its backend, given by the run side (rtjob.runside.supervisor): whether the
-    run's stop marker is there, a heartbeat in the run's record, one line to its log."""
+class SupervisedRun:
+    """What the supervisor's loop (Backend.carry) writes through: the run side (rtjob.runside.supervisor's
+    RunFolder). Each write is the lifecycle kernel's transition of the same name (core/lifecycle.py)."""
 
-    stop_requested: Callable[[], bool]
-    beat: Callable[[str | None], None]  # the attempt carried now (None: the run has ended)
-    say: Callable[[str], None]
-    # The run ends here though the rule would retry it (its code is gone): the line goes into its record too.
+    stop_requested: Callable[[], bool]  # the run's stop marker is there
+    beat: Callable[[str | None], None]  # alive, carrying this attempt (None: the run has ended)
+    say: Callable[[str], None]  # one line to its log
+    # The run ends FAILED though the rule would retry it (its code is gone, its supervisor kept dying): why.
     gave_up: Callable[[str], None] = lambda line: None
     # It submitted a retry: (the failed attempt, why it is retried, its attempt number, the retry's id).
-    retried: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
+    retrying: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
 
 
 @dataclass
-class PipelineHooks:
-    """What a pipeline's supervisor needs beyond its backend (rtjob.runside.pipeline_side): the pipeline's stop
-    marker, its record's heartbeat, one line to its log, each step's own hooks (its retries' notices, its
-    record), and the pipeline's end (the status of each step it carried by run id, None: never submitted; why,
-    when no step says)."""
+class SupervisedPipeline:
+    """What the supervisor's loop writes through when it carries a pipeline (rtjob.runside.supervisor's
+    PipelineFolder): the pipeline run's own transitions, and each step's run side (``step``)."""
 
     stop_requested: Callable[[], bool]
     beat: Callable[[str | None], None]
     say: Callable[[str], None]
-    for_step: Callable[[dict[str, Any]], CarryHooks]
-    # {the step's run id: its status}, why → the pipeline's status as recorded (None: not known)
+    step: Callable[[dict[str, Any]], SupervisedRun]  # a step (its request) carried as a run
+    # {the step's run id: its status (None: never submitted)}, why → the pipeline's status as recorded
     ended: Callable[[dict[str, str | None], str | None], str | None]
-    # Whether the step (its body) SUCCEEDED as its record says (a cluster that no longer knows it: a new one)
+    gave_up: Callable[[str], None] = lambda line: None  # its supervisor kept dying: FAILED, why
+    # Its steps (their requests) as it starts: the pipeline's record begun where no client wrote it (a schedule's)
+    submitted: Callable[[list[dict[str, Any]]], None] = lambda bodies: None
+    # Whether the step SUCCEEDED as its record says (a cluster that no longer knows it: a new one)
     succeeded_before: Callable[[dict[str, Any]], bool] = lambda body: False
     # The pipeline's end as a supervisor recorded it already (a restarted one has nothing to carry); None: not yet
     ended_before: Callable[[], str | None] = lambda: None
-    # Its steps (their bodies) as it starts: the pipeline's record begun where no client wrote it (a scheduled run)
-    began: Callable[[list[dict[str, Any]]], None] = lambda bodies: None
 
 
 class NotSupported(BadInput):
@@ -139,6 +138,9 @@ class Backend(ABC):
     ci_extra: ClassVar[str] = ""
     # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
     carries_pipelines: ClassVar[bool] = False
+    # The registered backend whose supervisor's loop (``carry``) runs on the cluster for this backend's runs: the
+    # BACKEND of `python -m rtjob.runside.supervisor RUN_ID BACKEND`; None: its runs have no supervisor.
+    supervisor_backend: ClassVar[str | None] = None
     # The steps run inside the job that hosts the pipeline's supervisor (one Anyscale job): the backend sees that
     # job, not the steps, whose status and logs come from their records in storage.
     pipeline_steps_inside: ClassVar[bool] = False
@@ -301,10 +303,10 @@ class Backend(ABC):
         return None
 
     @classmethod
-    def carry(cls, run_id: str, hooks: CarryHooks) -> int:
-        """Carry the run ``run_id`` on its cluster (the supervisor's process: rtjob.runside.supervisor), with the
-        run side's ``hooks`` (stop marker, heartbeat, log); the process's exit code."""
-        del run_id, hooks
+    def carry(cls, run_id: str, side: SupervisedRun | SupervisedPipeline) -> int:
+        """The supervisor's loop, in its process on the cluster (rtjob.runside.supervisor): carry the run (or the
+        pipeline) ``run_id`` writing through the run side ``side``; the process's exit code."""
+        del run_id, side
         raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
@@ -331,12 +333,6 @@ class Backend(ABC):
         is one job of the platform's (``pipeline_steps_inside``)."""
         del pipeline_id, storage_uri, job, requests
         raise NotSupported(f"--output yaml: backend {self.name!r} runs a pipeline as no single job file")
-
-    @classmethod
-    def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
-        """Run the pipeline ``pipeline_id``'s steps on its cluster (its supervisor's process)."""
-        del pipeline_id, hooks
-        raise NotSupported(f"backend {cls.name!r} carries no pipeline on the cluster")
 
     # -- optional capabilities with commands of their own (backends/capabilities.py; registry.offering) --------
     def schedules(self) -> Schedules | None:
