@@ -1,4 +1,5 @@
-"""The supervisor's loop carrying a pipeline (backends/ray/supervisor.py; its jobs: supervisor_jobs.py): which step it
+"""The supervisor's loop carrying a pipeline (runside/supervisor/loop.py, on backends/ray/in_cluster.py; its jobs:
+supervisor_jobs.py): which step it
 carries next given the steps' states; the request that carries every step's request and keeps every step's package
 alive; which supervisor replaces a dead one, and the one that gives the pipeline up after MAX_REPLACEMENTS; whose end
 notifies (runs/notify.py). The real cluster: tests/e2e/test_pipeline_supervisor.py."""
@@ -9,9 +10,9 @@ import json
 from typing import Any
 
 import pytest
-from rtjob.backends.ray.supervisor import next_step
 from rtjob.backends.ray.supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, steps_of
 from rtjob.runs.notify import NotifyConfig, Target, run_end_notifies
+from rtjob.runside.supervisor.loop import next_step
 
 import rtjob_contract as contract
 
@@ -152,11 +153,20 @@ class Cluster:
         return SubmitResult(RunInfo(request.run_id, "p", "ray", RunStatus.PENDING), True)
 
 
+def supervisor(cluster: Cluster, steps: list[dict[str, Any]]) -> Any:
+    """The loop on Ray's primitives over the in-memory cluster, carrying ``steps`` (as its env would give them)."""
+    from rtjob.backends.ray.in_cluster import RayClusterJobs
+    from rtjob.runside.supervisor.loop import Supervisor
+
+    jobs = RayClusterJobs(cluster, submit=cluster.submit)  # type: ignore[arg-type]
+    jobs.steps = lambda: steps  # type: ignore[method-assign]
+    return Supervisor(jobs)
+
+
 def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
           **more: Any) -> tuple[list[str | None], str | None, list[str]]:
-    from rtjob.backends.base import SupervisedPipeline, SupervisedRun
-    from rtjob.backends.ray.supervisor import Supervisor
     from rtjob.runs.pipelines.pipeline import overall
+    from rtjob.runside.supervisor.loop import SupervisedPipeline, SupervisedRun
 
     ended: list[tuple[dict[str, str | None], str | None]] = []
     said: list[str] = []
@@ -175,7 +185,7 @@ def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
                               step=lambda body: SupervisedRun(stop_requested=stop, beat=lambda _: None, say=said.append),
                               **more)
     steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
-    assert Supervisor(cluster, submit=cluster.submit).carry_pipeline(PID, steps, side) == code  # type: ignore[arg-type]
+    assert supervisor(cluster, steps).carry_pipeline(PID, side) == code
     if not ended:
         return [], None, said
     (carried, why), = ended
@@ -251,7 +261,6 @@ def test_a_pipeline_whose_supervisor_keeps_dying_is_given_up_failed_after_three_
     """The same cap as a single run's (supervisor_jobs.MAX_REPLACEMENTS): supervisors 1-4 died, so the fifth carries
     nothing: the step that runs is stopped, the pipeline's record (a real local folder) ends FAILED with one line
     saying why, its notification reaches a loopback webhook once; then no client starts a sixth."""
-    from rtjob.backends.ray.supervisor import Supervisor
     from rtjob.backends.ray.supervisor_jobs import GIVING_UP, MAX_REPLACEMENTS, supervisor_id
     from rtjob.core.record import RunRecord
     from rtjob.runside.supervisor.pipeline_folder import PipelineFolder
@@ -270,8 +279,8 @@ def test_a_pipeline_whose_supervisor_keeps_dying_is_given_up_failed_after_three_
     for n in range(1, GIVING_UP + 1):
         cluster.jobs[supervisor_id(PID, n)] = supervisor_job(n, "FAILED" if n < GIVING_UP else "RUNNING")
     folder = PipelineFolder(PID, str(tmp_path))
-    assert Supervisor(cluster, submit=cluster.submit).carry_pipeline(  # type: ignore[arg-type]
-        PID, steps, folder.supervised_pipeline()) == 0  # on Ray, a supervisor job that FAILED is one that died
+    # on Ray a supervisor job that FAILED is one that died: it exits 0
+    assert supervisor(cluster, steps).carry_pipeline(PID, folder.supervised_pipeline()) == 0
     line = (f"its supervisor died 4 times ({supervisor_id(PID, 4)} was the last): rtjob gave the pipeline up after "
             "3 replacements")
     assert cluster.stopped == [f"{PID}-a"] and cluster.sent == []  # nothing submitted, the running step stopped

@@ -1,4 +1,5 @@
-"""The supervisor's decisions (its loop: backends/ray/supervisor.py; its jobs: supervisor_jobs.py), over an in-memory Jobs API: the request that keeps the
+"""The supervisor's decisions (its loop: runside/supervisor/loop.py, on Ray's primitives: backends/ray/in_cluster.py;
+its jobs: supervisor_jobs.py), over an in-memory Jobs API: the request that keeps the
 run's packages alive, one retry of a lost driver, none after a stop or for an ordinary failure, the retry it just
 submitted stopped when the stop marker appeared meanwhile, a missing package named in one line. The real cluster:
 tests/e2e/test_supervisor.py."""
@@ -8,11 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rtjob.backends.base import SupervisedRun
+from rtjob.backends.ray.in_cluster import RayClusterJobs
 from rtjob.backends.ray.request import RayJobRequest
-from rtjob.backends.ray.supervisor import Supervisor
 from rtjob.backends.ray.supervisor_jobs import is_supervisor, supervisor_request, wants_supervisor
 from rtjob.core.model import RunInfo, RunStatus, SubmitResult
+from rtjob.runside.supervisor.loop import SupervisedRun, Supervisor
 
 import rtjob_contract as contract
 
@@ -75,7 +76,7 @@ class Harness:
         self.run = SupervisedRun(stop_requested=lambda: self.stops.pop(0) if self.stops else False,
                                  beat=self.beats.append, say=self.lines.append, gave_up=self.gave_up.append,
                                  retrying=lambda *told: self.retried.append(told))
-        return Supervisor(self.api, submit=self.submit)  # type: ignore[arg-type]
+        return Supervisor(RayClusterJobs(self.api, submit=self.submit))  # type: ignore[arg-type]
 
     def carry(self) -> int:
         return self.supervisor().carry_run(RUN, self.run)
@@ -115,7 +116,7 @@ def test_a_retry_another_submitted_first_is_attached_to_and_not_told_again() -> 
     h = Harness(JobsAPI(job(RUN, "FAILED", 137)))
     h.api.jobs[f"{RUN}-retry1"] = {**job(f"{RUN}-retry1", "SUCCEEDED", 0), "submission_id": f"{RUN}-retry1"}
     supervisor = h.supervisor()
-    supervisor._latest_attempt = lambda run_id: RUN  # type: ignore[method-assign]  # it saw the first attempt end first
+    supervisor.jobs.latest_attempt = lambda run_id: RUN  # type: ignore[method-assign]  # it saw the first attempt end first
     assert supervisor.carry_run(RUN, h.run) == 0
     assert supervisor.submitted == [] and h.retried == []
     assert any(f"retry 1/1: attached to {RUN}-retry1" in line for line in h.lines), h.lines

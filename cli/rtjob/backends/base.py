@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,38 +33,63 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from ..jobspec.settings import Settings
     from .capabilities import ComputeConfigs, LocalCluster, Schedules
 
-@dataclass
-class SupervisedRun:
-    """What the supervisor's loop (Backend.carry) writes through: the run side (rtjob.runside.supervisor's
-    RunFolder). Each write is the lifecycle kernel's transition of the same name (core/lifecycle.py)."""
+@dataclass(frozen=True)
+class JobState:
+    """A run's attempt as the supervisor's loop sees it on its cluster (``ClusterJobs.state``)."""
 
-    stop_requested: Callable[[], bool]  # the run's stop marker is there
-    beat: Callable[[str | None], None]  # alive, carrying this attempt (None: the run has ended)
-    say: Callable[[str], None]  # one line to its log
-    # The run ends FAILED though the rule would retry it (its code is gone, its supervisor kept dying): why.
-    gave_up: Callable[[str], None] = lambda line: None
-    # It submitted a retry: (the failed attempt, why it is retried, its attempt number, the retry's id).
-    retrying: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
+    id: str
+    status: str  # PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED (the backend's word for anything else)
+    root: str  # the run's first attempt's id
+    attempt: int  # 1: the first
+    max_retries: int
+    retry_reason: str | None  # why the one retry rule (core/retry_rule.py) retries this end; None: it does not
 
 
-@dataclass
-class SupervisedPipeline:
-    """What the supervisor's loop writes through when it carries a pipeline (rtjob.runside.supervisor's
-    PipelineFolder): the pipeline run's own transitions, and each step's run side (``step``)."""
+class ClusterJobs(ABC):
+    """What the supervisor's loop (runside/supervisor/loop.py) asks of the cluster it runs on, from inside it: the
+    backend's primitives (``Backend.cluster_jobs``). The loop decides; these read and act."""
 
-    stop_requested: Callable[[], bool]
-    beat: Callable[[str | None], None]
-    say: Callable[[str], None]
-    step: Callable[[dict[str, Any]], SupervisedRun]  # a step (its request) carried as a run
-    # {the step's run id: its status (None: never submitted)}, why → the pipeline's status as recorded
-    ended: Callable[[dict[str, str | None], str | None], str | None]
-    gave_up: Callable[[str], None] = lambda line: None  # its supervisor kept dying: FAILED, why
-    # Its steps (their requests) as it starts: the pipeline's record begun where no client wrote it (a schedule's)
-    submitted: Callable[[list[dict[str, Any]]], None] = lambda bodies: None
-    # Whether the step SUCCEEDED as its record says (a cluster that no longer knows it: a new one)
-    succeeded_before: Callable[[dict[str, Any]], bool] = lambda body: False
-    # The pipeline's end as a supervisor recorded it already (a restarted one has nothing to carry); None: not yet
-    ended_before: Callable[[], str | None] = lambda: None
+    @abstractmethod
+    def state(self, run_id: str) -> JobState | None:
+        """The attempt now; None: the cluster does not know it. A fault that may pass raises RtjobError."""
+
+    @abstractmethod
+    def latest_attempt(self, run_id: str) -> str:
+        """The id of the run's latest attempt (a client, or an earlier supervisor, may have retried it)."""
+
+    @abstractmethod
+    def missing_code(self, run_id: str) -> list[str]:
+        """What of the attempt's uploaded code the cluster no longer has (a retry could not run): named."""
+
+    @abstractmethod
+    def resubmit(self, run_id: str) -> tuple[str, bool]:
+        """The attempt after ``run_id`` submitted, or attached to where it exists: its id, and whether it was
+        created by this call."""
+
+    @abstractmethod
+    def stop(self, run_id: str) -> None:
+        """Ask the cluster to stop the attempt (returns at once)."""
+
+    @abstractmethod
+    def given_up_line(self, run_id: str, what: str) -> str | None:
+        """Why this supervisor gives the run (``what``: "run" or "pipeline") up without carrying it: its
+        supervisors kept dying; None: it carries it."""
+
+    @abstractmethod
+    def steps(self) -> list[dict[str, Any]]:
+        """A pipeline's steps, as its supervisor was started with them (each the cluster's request for it)."""
+
+    @abstractmethod
+    def step_id(self, step: dict[str, Any]) -> str:
+        """The run id of a step."""
+
+    @abstractmethod
+    def step_missing_code(self, step: dict[str, Any]) -> list[str]:
+        """What of the step's uploaded code the cluster no longer has: named."""
+
+    @abstractmethod
+    def submit_step(self, step: dict[str, Any]) -> bool:
+        """Submit the step, or attach to it where it exists; whether this call created it."""
 
 
 class NotSupported(BadInput):
@@ -138,8 +163,8 @@ class Backend(ABC):
     ci_extra: ClassVar[str] = ""
     # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
     carries_pipelines: ClassVar[bool] = False
-    # The registered backend whose supervisor's loop (``carry``) runs on the cluster for this backend's runs: the
-    # BACKEND of `python -m rtjob.runside.supervisor RUN_ID BACKEND`; None: its runs have no supervisor.
+    # The registered backend whose ``cluster_jobs`` the supervisor's loop uses on the cluster for this backend's runs:
+    # the BACKEND of `python -m rtjob.runside.supervisor RUN_ID BACKEND`; None: its runs have no supervisor.
     supervisor_backend: ClassVar[str | None] = None
     # The steps run inside the job that hosts the pipeline's supervisor (one Anyscale job): the backend sees that
     # job, not the steps, whose status and logs come from their records in storage.
@@ -303,10 +328,9 @@ class Backend(ABC):
         return None
 
     @classmethod
-    def carry(cls, run_id: str, side: SupervisedRun | SupervisedPipeline) -> int:
-        """The supervisor's loop, in its process on the cluster (rtjob.runside.supervisor): carry the run (or the
-        pipeline) ``run_id`` writing through the run side ``side``; the process's exit code."""
-        del run_id, side
+    def cluster_jobs(cls) -> ClusterJobs:
+        """The cluster's jobs as the supervisor's loop sees them from inside the cluster (its process:
+        rtjob.runside.supervisor, run for the backend its runs declare as ``supervisor_backend``)."""
         raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,

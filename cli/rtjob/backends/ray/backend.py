@@ -16,7 +16,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult
 from ...core.redact import MASK, REDACTOR, mask_mapping
-from ..base import Backend, Log, Planned, Request, Retry, Stuck, SupervisedPipeline, SupervisedRun
+from ..base import Backend, ClusterJobs, Log, Planned, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
 from .request import RayJobRequest, build
@@ -69,7 +69,7 @@ class RayJobsBackend(Backend):
 
     name = "ray"
     carries_pipelines = True
-    supervisor_backend = "ray"  # its loop (supervisor.py) runs on the cluster; the embedded cluster's too
+    supervisor_backend = "ray"  # its cluster_jobs serve the supervisor's loop; the embedded cluster's too
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = (
         ("RAY_ADDRESS", "the cluster's dashboard / Jobs API, e.g. https://ray-head.example.com:8265"),
         ("RAY_AUTH_TOKEN", "the cluster's token, if it uses token authentication"),
@@ -324,7 +324,7 @@ class RayJobsBackend(Backend):
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
         return self._retries().decide_and_resubmit(run_id, request if isinstance(request, RayJobRequest) else None)
 
-    # -- the supervisor on the cluster (its loop: supervisor.py; its jobs: supervisor_jobs.py) -----------------------
+    # -- the supervisor on the cluster (its jobs: supervisor_jobs.py; what its loop uses: in_cluster.py) --------------
     def supervise(self, run_id: str) -> RunInfo | None:
         """Start the run's supervisor (``<run id>-supervisor``; a second submit attaches) when the run allows
         retries: it references the run's uploaded packages, so they stay while it lives. One that died while the
@@ -363,7 +363,8 @@ class RayJobsBackend(Backend):
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
                            requests: builtins.list[Request]) -> RunInfo | None:
-        from .supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, step_body, upload_packages
+        from .in_cluster import upload_packages
+        from .supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, step_body
 
         existing = renewed_if_dead(self.api, pipeline_id, self.address, str(self.supervisor_backend))
         if isinstance(existing, RayJobRequest):  # it died before the pipeline ended: the next one goes on
@@ -385,14 +386,10 @@ class RayJobsBackend(Backend):
                                                        backend=str(self.supervisor_backend)))
 
     @classmethod
-    def carry(cls, run_id: str, side: SupervisedRun | SupervisedPipeline) -> int:
-        from .supervisor import Supervisor
-        from .supervisor_jobs import in_cluster_api, steps_from_env
+    def cluster_jobs(cls) -> ClusterJobs:
+        from .in_cluster import RayClusterJobs, in_cluster_api
 
-        supervisor = Supervisor(in_cluster_api())
-        if isinstance(side, SupervisedPipeline):
-            return supervisor.carry_pipeline(run_id, steps_from_env(), side)
-        return supervisor.carry_run(run_id, side)
+        return RayClusterJobs(in_cluster_api())
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
         """The driver log from its start, as it is written: the State API stream (logtail.py)."""

@@ -1,6 +1,6 @@
-"""A supervisor as a Ray job (the loop it runs: supervisor.py): its ids, the request a client sends to start one for
-a run or a pipeline, the rule that replaces a dead one (at most MAX_REPLACEMENTS times, for runs and pipelines
-alike), and the Jobs API as the loop reaches it from inside the cluster (REST submit, its packages).
+"""A supervisor as a Ray job (the loop it runs: runside/supervisor/loop.py, on in_cluster.RayClusterJobs): its ids,
+the request a client sends to start one for a run or a pipeline, and the rule that replaces a dead one (at most
+MAX_REPLACEMENTS times, for runs and pipelines alike).
 
 A run's supervisor is ``<run id>-supervisor`` (0 CPUs, on the head node): its runtime_env holds the run's uploaded
 packages' ``gcs://`` URIs (working_dir and py_modules, so Ray keeps them while it lives and a retry finds its code;
@@ -12,21 +12,17 @@ Imports at module level: the stdlib, rtjob_contract and requests (the cluster ru
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import os
 import shlex
 from typing import Any
 
 import rtjob_contract as contract
 
-from ...core.errors import RtjobError
 from ...core.model import SubmitResult
 from ...core.retry_rule import retries_left
-from .client import RayJobsAPI, discover_token, quiet_ray_client
+from .client import RayJobsAPI
 from .request import RayJobRequest
 from .retries import RayRetries, attempt_of, max_retries_of, retry_reason
-from .run_info import run_info
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 
@@ -210,10 +206,6 @@ def steps_of(supervisor: dict[str, Any]) -> list[dict[str, Any]] | None:
     return json.loads(raw) if raw else None
 
 
-def steps_from_env() -> list[dict[str, Any]]:
-    return list(json.loads(os.environ.get(contract.ENV_PIPELINE_STEPS) or "[]"))
-
-
 def renewed_if_dead(api: RayJobsAPI, pipeline_id: str, dashboard: str,
                     backend: str = "ray") -> RayJobRequest | dict[str, Any] | None:
     """For `status --repair`, `wait` and a second submit of a pipeline run: its latest supervisor's dict while it
@@ -229,57 +221,3 @@ def renewed_if_dead(api: RayJobsAPI, pipeline_id: str, dashboard: str,
     meta = latest.get("metadata") or {}
     return pipeline_supervisor_request(pipeline_id, env.get(contract.ENV_RUN_URI), str(meta.get(contract.META_JOB) or ""),
                                        steps_of(latest) or [], dashboard, n + 1, backend)
-
-
-def in_cluster_api(env: dict[str, str] | None = None) -> RayJobsAPI:
-    """The Jobs API as a driver on the cluster reaches it: the dashboard's address the client gave
-    (RTJOB_DASHBOARD_ADDRESS), with the cluster's token as its processes carry it (RAY_AUTH_TOKEN,
-    RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token)."""
-    env = dict(os.environ if env is None else env)
-    address = env.get(contract.ENV_DASHBOARD_ADDRESS) or _dashboard_from_gcs(env) or "http://127.0.0.1:8265"
-    token = discover_token()
-    return RayJobsAPI(address, {"Authorization": f"Bearer {token}"} if token else {})
-
-
-def _dashboard_from_gcs(env: dict[str, str]) -> str | None:
-    """The dashboard's address as the cluster itself publishes it (Ray's own lookup from the driver's RAY_ADDRESS,
-    the one `JobSubmissionClient()` makes inside a cluster): a job hosting a pipeline on Anyscale, whose client
-    never saw the dashboard."""
-    if not env.get("RAY_ADDRESS"):
-        return None
-    try:
-        from ray.dashboard.utils import get_address_for_submission_client
-
-        return str(get_address_for_submission_client(None))
-    except Exception:  # noqa: BLE001 - not inside a Ray cluster: the default address
-        return None
-
-
-def submit_over_rest(api: RayJobsAPI, request: RayJobRequest) -> SubmitResult:
-    """POST /api/jobs/ (the request's packages are URIs already: nothing to upload); an id that exists (another
-    submitter was first) is attached to."""
-    body = {"entrypoint": request.entrypoint, "submission_id": request.submission_id,
-            "runtime_env": request.runtime_env, "metadata": request.metadata,
-            "entrypoint_num_cpus": request.entrypoint_num_cpus}
-    resp = api.request("POST", "/api/jobs/", json=body)
-    created = resp.status_code < 400
-    if not created and "already exists" not in resp.text:
-        raise RtjobError(f"{api.address} refused {request.submission_id}: HTTP {resp.status_code} "
-                         f"{resp.text.strip().splitlines()[-1][:300] if resp.text.strip() else ''}")
-    data = api.job(request.submission_id) or {"submission_id": request.submission_id, "status": "PENDING"}
-    return SubmitResult(run_info(data, api.address), created=created)
-
-
-def upload_packages(address: str, api: RayJobsAPI, request: RayJobRequest) -> RayJobRequest:
-    """The request with its local working_dir and py_modules uploaded to the cluster (gcs:// URIs), as Ray's own
-    client does at submit (the same content gives the same URI: a client submitting the step later re-uses it)."""
-    import copy
-
-    from ray.job_submission import JobSubmissionClient
-
-    quiet_ray_client()  # as a single job's submit: rtjob says "uploading working dir" itself
-    client = JobSubmissionClient(address, headers=api.headers, verify=api.verify, create_cluster_if_needed=False)
-    runtime_env = copy.deepcopy(request.runtime_env)
-    client._upload_working_dir_if_needed(runtime_env)  # noqa: SLF001 - Ray's own upload, the one submit_job uses
-    client._upload_py_modules_if_needed(runtime_env)  # noqa: SLF001
-    return dataclasses.replace(request, runtime_env=runtime_env)

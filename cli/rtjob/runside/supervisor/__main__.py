@@ -1,7 +1,8 @@
 """``python -m rtjob.runside.supervisor RUN_ID BACKEND``: the supervisor's process. Its environment is the run's (the
 record's folder RTJOB_RUN_URI and its credentials) plus the dashboard's address (RTJOB_DASHBOARD_ADDRESS); with
-RTJOB_PIPELINE_STEPS it carries a pipeline run. It runs BACKEND's loop (``Backend.carry``) writing through the run's
-folder, then archives its own log beside the run's (``logs/<supervisor id>.log``, listed in the record)."""
+RTJOB_PIPELINE_STEPS it carries a pipeline run. It runs the supervisor's loop (loop.py) on BACKEND's primitives
+(``Backend.cluster_jobs``, reached through the registry) writing through the run's folder, then archives its own log
+beside the run's (``logs/<supervisor id>.log``, listed in the record)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 import rtjob_contract as contract
 
 from ...core.errors import one_line
+from .loop import Supervisor
 from .run_folder import RunFolder, say
 
 
@@ -28,9 +30,11 @@ def main(argv: list[str] | None = None) -> None:
             from .pipeline_folder import PipelineFolder, take_run_id
 
             run_uri = take_run_id(os.environ, run_id)
-            code = backend_class(backend).carry(run_id, PipelineFolder(run_id, run_uri).supervised_pipeline())
+            supervisor = Supervisor(backend_class(backend).cluster_jobs())
+            code = supervisor.carry_pipeline(run_id, PipelineFolder(run_id, run_uri).supervised_pipeline())
         else:
-            code = backend_class(backend).carry(run_id, RunFolder(run_id, run_uri).supervised())
+            supervisor = Supervisor(backend_class(backend).cluster_jobs())
+            code = supervisor.carry_run(run_id, RunFolder(run_id, run_uri).supervised())
     except Exception as exc:  # noqa: BLE001 - one line in its log, not a traceback
         say(f"stopped carrying {run_id}: {one_line(exc)}")
         code = 1

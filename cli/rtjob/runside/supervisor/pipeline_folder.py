@@ -1,6 +1,7 @@
 """The pipeline run's folder as its supervisor sees it (its stop marker; its record's transitions: ``submitted``
 where no client wrote it, ``beat``, ``ended`` from its steps' statuses, ``gave_up``; its one notification) and each
-step's folder, written as a run's (run_folder.py). The steps' order and retries are the supervisor's loop's.
+step's folder, written as a run's (run_folder.py). The steps' order and retries are the supervisor's loop's
+(loop.py).
 
 Imports at module level: the stdlib, rtjob_contract and the lifecycle kernel only (the cluster runs it)."""
 
@@ -18,8 +19,8 @@ from ...core.lifecycle import Writer
 from .run_folder import WRITER, RunFolder, say
 
 if TYPE_CHECKING:
-    from ...backends.base import SupervisedPipeline, SupervisedRun
     from ...core.record import RunRecord
+    from .loop import SupervisedPipeline, SupervisedRun
 
 
 class PipelineFolder(RunFolder):
@@ -29,7 +30,7 @@ class PipelineFolder(RunFolder):
 
     def step(self, body: dict[str, Any]) -> SupervisedRun:
         """A step (its Jobs API request) as a run its folder carries: its stop is its own or the pipeline's."""
-        from ...backends.base import SupervisedRun
+        from .loop import SupervisedRun
 
         meta = body.get("metadata") or {}
         step = RunFolder(str(body["submission_id"]), meta.get(contract.META_STORAGE) or None)
@@ -139,8 +140,8 @@ class PipelineFolder(RunFolder):
         say(f"pipeline {self.run_id} FAILED")
 
     def supervised_pipeline(self) -> SupervisedPipeline:
-        """What the supervisor's loop writes through when it carries the pipeline (Backend.carry)."""
-        from ...backends.base import SupervisedPipeline
+        """What the supervisor's loop writes through when it carries the pipeline (loop.py)."""
+        from .loop import SupervisedPipeline
 
         return SupervisedPipeline(stop_requested=self.stop_requested, beat=self.beat, say=say, step=self.step,
                                   ended=self.ended, gave_up=self.gave_up, submitted=self.submitted,

@@ -17,8 +17,8 @@ from ...core.errors import one_line
 from ...core.lifecycle import Writer
 
 if TYPE_CHECKING:
-    from ...backends.base import SupervisedRun
     from ...core.record import RunRecord  # noqa: F401 - the annotations' name (imported where it is made)
+    from .loop import SupervisedRun
 
 OWN_LOG_BYTES = 4 << 20  # the supervisor's own log, archived at its end: its last 4 MiB (a line every retry)
 WRITER = Writer.SUPERVISOR.recorded_as  # the name the record keeps (carried_by, completed_by)
@@ -178,8 +178,8 @@ class RunFolder:
             say(f"record not updated: {one_line(exc)}")
 
     def supervised(self) -> SupervisedRun:
-        """What the supervisor's loop writes through (Backend.carry)."""
-        from ...backends.base import SupervisedRun
+        """What the supervisor's loop writes through (loop.py)."""
+        from .loop import SupervisedRun
 
         return SupervisedRun(stop_requested=self.stop_requested, beat=self.beat, say=say, gave_up=self.gave_up,
                              retrying=self.retrying)
