@@ -181,10 +181,9 @@ META_ROLE = "rtjob.role"
 META_SUPERVISES = "rtjob.supervises"
 ROLE_SUPERVISOR = "supervisor"
 SUPERVISOR_SUFFIX = "-supervisor"
-# A supervisor runs `python -m SUPERVISOR_MODULE RUN_ID CARRIER_BACKEND`: the Ray backend's loop (a pipeline hosted as
-# one Anyscale job runs it too: that job's cluster is a Ray cluster, its Jobs API reached from inside).
+# A supervisor runs `python -m SUPERVISOR_MODULE RUN_ID BACKEND`: BACKEND is the registered backend whose loop runs on
+# the cluster (a backend declares it: Backend.supervisor_backend).
 SUPERVISOR_MODULE = "rtjob.runside.supervisor"
-CARRIER_BACKEND = "ray"
 
 # ... and on Anyscale (job tags).
 TAG_RUN_ID = "rtjob-run-id"

@@ -241,8 +241,8 @@ def test_a_retry_submitted_by_the_supervisor_and_clients_at_once_is_created_once
 
     from rtjob.backends import backend_class, configured
     from rtjob.backends.ray.client import RayJobsAPI
+    from rtjob.backends.ray.in_cluster import submit_over_rest
     from rtjob.backends.ray.retries import RayRetries
-    from rtjob.backends.ray.supervisor import submit_over_rest
     from support.cli import REPO
 
     api = JobsAPI(cluster_env)

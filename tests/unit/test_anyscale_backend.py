@@ -485,7 +485,7 @@ def _record_steps(store: Path, statuses: dict[str, str]) -> None:
     """The steps' records as their companions write them on the job's cluster, and the pipeline's end as its
     supervisor writes it (the run side's own code, on this machine's storage)."""
     from rtjob.core.record import RunRecord
-    from rtjob.runside.pipeline_side import PipelineSide
+    from rtjob.runside.supervisor.pipeline_folder import PipelineFolder
     from rtjob.storage.records import write_record
 
     if (store / "epochs" / "pipe-1" / "rtjob-notified-succeeded").exists() or (store / "epochs-use").exists():
@@ -495,8 +495,8 @@ def _record_steps(store: Path, statuses: dict[str, str]) -> None:
         write_record(uri, RunRecord(id=f"pipe-1-{step}", job=f"epochs-{step}", backend="anyscale", status=status,
                                     storage_uri=uri), None)
     with contextlib.redirect_stdout(io.StringIO()):  # its log lines (the job's driver log there)
-        PipelineSide("pipe-1", f"{store}/epochs/pipe-1").ended({f"pipe-1-{s}": st for s, st in statuses.items()},
-                                                               None)
+        PipelineFolder("pipe-1", f"{store}/epochs/pipe-1").ended({f"pipe-1-{s}": st for s, st in statuses.items()},
+                                                                 None)
 
 
 def test_a_followed_pipeline_ends_as_its_supervisor_recorded_with_steps_from_storage(cli: Cli,

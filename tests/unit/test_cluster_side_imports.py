@@ -22,8 +22,9 @@ import rtjob_contract as contract
 
 CLI = REPO / "cli"
 
-# What Ray runs: the companion wraps every entrypoint; the supervisor's module, and the backend whose `carry` it runs.
-ENTRY = ("rtjob.runside.companion", contract.SUPERVISOR_MODULE, "rtjob.backends.ray.backend")
+# What Ray runs: the companion wraps every entrypoint; the supervisor's process (its package's __main__), and the
+# backend whose `cluster_jobs` its loop uses (the one every backend declares as its supervisor_backend).
+ENTRY = ("rtjob.runside.companion", f"{contract.SUPERVISOR_MODULE}.__main__", "rtjob.backends.ray.backend")
 # Reached in the graph only through functions the run side never calls (a pull's destination resolving a project,
 # a pipeline's planning): pydantic's job schema stays on the client.
 CLI_ONLY = {"rtjob.jobspec.schema", "rtjob.jobspec.resolve"}
@@ -67,7 +68,9 @@ def _import_blocked(modules: list[str]) -> subprocess.CompletedProcess[str]:
 def test_every_module_the_run_side_loads_imports_without_the_clis_libraries() -> None:
     modules = run_side_modules()
     assert {"rtjob.core.lifecycle", "rtjob.core.retry_rule", "rtjob.storage.run_ports", "rtjob.runside.outcome",
-            "rtjob.backends.ray.supervisor", "rtjob.backends.ray.pipeline_supervisor"} <= set(modules)
+            "rtjob.backends.ray.in_cluster", "rtjob.backends.ray.supervisor_jobs", "rtjob.backends.ray.run_info",
+            "rtjob.runside.supervisor.loop", "rtjob.runside.supervisor.run_folder",
+            "rtjob.runside.supervisor.pipeline_folder"} <= set(modules)
     proc = _import_blocked(modules)
     assert proc.returncode == 0, proc.stderr[-2000:]
     failed = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -1,7 +1,8 @@
-"""The pipeline supervisor's pure rules (backends/ray/pipeline_supervisor.py): which step it carries next given
-the steps' states; the request that carries every step's request and keeps every step's package alive; which
-supervisor replaces a dead one; whose end notifies (runs/notify/). The real cluster:
-tests/e2e/test_pipeline_supervisor.py."""
+"""The supervisor's loop carrying a pipeline (runside/supervisor/loop.py, on backends/ray/in_cluster.py; its jobs:
+supervisor_jobs.py): which step it
+carries next given the steps' states; the request that carries every step's request and keeps every step's package
+alive; which supervisor replaces a dead one, and the one that gives the pipeline up after MAX_REPLACEMENTS; whose end
+notifies (runs/notify/). The real cluster: tests/e2e/test_pipeline_supervisor.py."""
 
 from __future__ import annotations
 
@@ -9,13 +10,9 @@ import json
 from typing import Any
 
 import pytest
-from rtjob.backends.ray.pipeline_supervisor import (
-    next_action,
-    pipeline_supervisor_request,
-    renewed_if_dead,
-    steps_of,
-)
+from rtjob.backends.ray.supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, steps_of
 from rtjob.runs.notify import NotifyConfig, Target, run_end_notifies
+from rtjob.runside.supervisor.loop import next_step
 
 import rtjob_contract as contract
 
@@ -43,7 +40,7 @@ def body(step: str, working_dir: str, *modules: str) -> dict[str, Any]:
     ([None, None], True, None),
 ])
 def test_the_step_carried_next(statuses: list[str | None], stop: bool, carried: int | None) -> None:
-    assert next_action(statuses, stop) == carried
+    assert next_step(statuses, stop) == carried
 
 
 def test_the_supervisor_request_carries_every_step_and_references_every_package() -> None:
@@ -156,11 +153,20 @@ class Cluster:
         return SubmitResult(RunInfo(request.run_id, "p", "ray", RunStatus.PENDING), True)
 
 
+def supervisor(cluster: Cluster, steps: list[dict[str, Any]]) -> Any:
+    """The loop on Ray's primitives over the in-memory cluster, carrying ``steps`` (as its env would give them)."""
+    from rtjob.backends.ray.in_cluster import RayClusterJobs
+    from rtjob.runside.supervisor.loop import Supervisor
+
+    jobs = RayClusterJobs(cluster, submit=cluster.submit)  # type: ignore[arg-type]
+    jobs.steps = lambda: steps  # type: ignore[method-assign]
+    return Supervisor(jobs)
+
+
 def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
           **more: Any) -> tuple[list[str | None], str | None, list[str]]:
-    from rtjob.backends.base import CarryHooks, PipelineHooks
-    from rtjob.backends.ray.pipeline_supervisor import PipelineSupervisor
     from rtjob.runs.pipelines.pipeline import overall
+    from rtjob.runside.supervisor.loop import SupervisedPipeline, SupervisedRun
 
     ended: list[tuple[dict[str, str | None], str | None]] = []
     said: list[str] = []
@@ -175,11 +181,11 @@ def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
         ended.append((statuses, why))
         return overall([RunStatus(s) if s else None for s in statuses.values()]).value
 
-    hooks = PipelineHooks(stop_requested=stop, beat=lambda _: None, say=said.append, ended=end,
-                          for_step=lambda body: CarryHooks(stop_requested=stop, beat=lambda _: None, say=said.append),
-                          **more)
+    side = SupervisedPipeline(stop_requested=stop, beat=lambda _: None, say=said.append, ended=end,
+                              step=lambda body: SupervisedRun(stop_requested=stop, beat=lambda _: None, say=said.append),
+                              **more)
     steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
-    assert PipelineSupervisor(cluster, PID, steps, hooks, submit=cluster.submit).run() == code  # type: ignore[arg-type]
+    assert supervisor(cluster, steps).carry_pipeline(PID, side) == code
     if not ended:
         return [], None, said
     (carried, why), = ended
@@ -215,18 +221,18 @@ def test_the_pipeline_record_keeps_the_steps_it_did_not_carry(tmp_path) -> None:
     """`--from train`: the steps before it are reused (SUCCEEDED, not carried); the supervisor's end keeps every
     recorded step, with its status, and the pipeline's status is from all of them."""
     from rtjob.core.record import RunRecord
-    from rtjob.runside.pipeline_side import PipelineSide
+    from rtjob.runside.supervisor.pipeline_folder import PipelineFolder
     from rtjob.storage.records import read_record, write_record
 
     steps = [{"name": n, "run_id": f"{PID}-{n}", "reused_from": "earlier" if n in ("a", "b") else None}
              for n in ("a", "b", "c", "d")]
     write_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path),
                                           status="RUNNING", steps=steps), None)
-    PipelineSide(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": "SUCCEEDED"}, None)
+    PipelineFolder(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": "SUCCEEDED"}, None)
     record = read_record(str(tmp_path), None)
     assert record is not None and record.status == "SUCCEEDED" and record.completed_by == "supervisor"
     assert [(s["name"], s["status"]) for s in record.steps] == [(n, "SUCCEEDED") for n in ("a", "b", "c", "d")]
-    PipelineSide(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": None}, None)  # a stop between
+    PipelineFolder(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": None}, None)  # a stop between
     assert read_record(str(tmp_path), None).status == "STOPPED"  # type: ignore[union-attr]
 
 
@@ -248,3 +254,52 @@ def test_a_supervisor_that_finds_the_end_recorded_runs_nothing_and_exits_as_the_
     assert carry(Cluster(), code=0)[0] == ["SUCCEEDED", "SUCCEEDED"]
     monkeypatch.delenv(contract.ENV_SUPERVISOR_EXIT)  # on Ray a FAILED supervisor job is a dead one: it exits 0
     assert carry(Cluster(ends={f"{PID}-a": "FAILED"}), code=0)[0] == ["FAILED", None]
+
+
+def test_a_pipeline_whose_supervisor_keeps_dying_is_given_up_failed_after_three_replacements(
+        tmp_path, monkeypatch: pytest.MonkeyPatch, receiver) -> None:
+    """The same cap as a single run's (supervisor_jobs.MAX_REPLACEMENTS): supervisors 1-4 died, so the fifth carries
+    nothing: the step that runs is stopped, the pipeline's record (a real local folder) ends FAILED with one line
+    saying why, its notification reaches a loopback webhook once; then no client starts a sixth."""
+    from rtjob.backends.ray.supervisor_jobs import GIVING_UP, MAX_REPLACEMENTS, supervisor_id
+    from rtjob.core.record import RunRecord
+    from rtjob.runside.supervisor.pipeline_folder import PipelineFolder
+    from rtjob.storage.records import read_record, write_record
+
+    assert MAX_REPLACEMENTS == 3 and GIVING_UP == 5
+    monkeypatch.setenv(contract.ENV_NOTIFY, json.dumps({"on": ["failed"], "steps": False,
+                                                        "targets": [{"type": "webhook", "env": "HOOK_URL"}]}))
+    monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
+    monkeypatch.setenv(contract.ENV_JOB_NAME, "p")
+    steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
+    write_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path), status="RUNNING",
+                                          steps=[{"name": n, "run_id": f"{PID}-{n}"} for n in ("a", "b")]), None)
+    cluster = Cluster()
+    cluster.jobs[f"{PID}-a"] = {"submission_id": f"{PID}-a", "status": "RUNNING", "metadata": {}}  # step a runs
+    for n in range(1, GIVING_UP + 1):
+        cluster.jobs[supervisor_id(PID, n)] = supervisor_job(n, "FAILED" if n < GIVING_UP else "RUNNING")
+    folder = PipelineFolder(PID, str(tmp_path))
+    # on Ray a supervisor job that FAILED is one that died: it exits 0
+    assert supervisor(cluster, steps).carry_pipeline(PID, folder.supervised_pipeline()) == 0
+    line = (f"its supervisor died 4 times ({supervisor_id(PID, 4)} was the last): rtjob gave the pipeline up after "
+            "3 replacements")
+    assert cluster.stopped == [f"{PID}-a"] and cluster.sent == []  # nothing submitted, the running step stopped
+    record = read_record(str(tmp_path), None)
+    assert record is not None and record.status == "FAILED" and record.message == line
+    assert record.completed_by == "supervisor" and record.carried_by == "supervisor"
+    folder.gave_up(line)  # a second try (a restarted process) tells nothing more
+    told = receiver.bodies("/hook")
+    assert [(b["run_id"], b["outcome"], b["error"]) for b in told] == [(PID, "failed", line)]  # type: ignore[index]
+    cluster.jobs[supervisor_id(PID, GIVING_UP)]["status"] = "FAILED"  # the giving-up one is never replaced
+    kept = renewed_if_dead(cluster, PID, "http://head:8265")  # type: ignore[arg-type]
+    assert isinstance(kept, dict) and kept["submission_id"] == supervisor_id(PID, GIVING_UP)
+
+
+def test_the_last_replacement_still_carries_the_pipeline() -> None:
+    from rtjob.backends.ray.supervisor_jobs import GIVING_UP, supervisor_id
+
+    cluster = Cluster()
+    for n in range(1, GIVING_UP):
+        cluster.jobs[supervisor_id(PID, n)] = supervisor_job(n, "FAILED" if n < GIVING_UP - 1 else "RUNNING")
+    statuses, why, _ = carry(cluster)
+    assert statuses == ["SUCCEEDED", "SUCCEEDED"] and why is None and cluster.sent == [f"{PID}-a", f"{PID}-b"]

@@ -277,7 +277,7 @@ def test_a_pipeline_schedule_runs_one_job_per_trigger_named_after_that_job(cli: 
     planned under a placeholder id that each run replaces with its own job id (ANYSCALE_HA_JOB_ID). What that driver
     then does runs for real in tests/e2e/test_anyscale_pipeline.py."""
     from anyscale.client.openapi_client.models import CreateInternalProductionJob
-    from rtjob.runside.pipeline_side import take_run_id
+    from rtjob.runside.supervisor.pipeline_folder import take_run_id
 
     import rtjob_contract as contract
 

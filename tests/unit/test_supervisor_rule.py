@@ -1,4 +1,5 @@
-"""The supervisor's decisions (backends/ray/supervisor.py), over an in-memory Jobs API: the request that keeps the
+"""The supervisor's decisions (its loop: runside/supervisor/loop.py, on Ray's primitives: backends/ray/in_cluster.py;
+its jobs: supervisor_jobs.py), over an in-memory Jobs API: the request that keeps the
 run's packages alive, one retry of a lost driver, none after a stop or for an ordinary failure, the retry it just
 submitted stopped when the stop marker appeared meanwhile, a missing package named in one line. The real cluster:
 tests/e2e/test_supervisor.py."""
@@ -8,10 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from rtjob.backends.base import CarryHooks
+from rtjob.backends.ray.in_cluster import RayClusterJobs
 from rtjob.backends.ray.request import RayJobRequest
-from rtjob.backends.ray.supervisor import Supervisor, is_supervisor, supervisor_request, wants_supervisor
+from rtjob.backends.ray.supervisor_jobs import is_supervisor, supervisor_request, wants_supervisor
 from rtjob.core.model import RunInfo, RunStatus, SubmitResult
+from rtjob.runside.supervisor.loop import SupervisedRun, Supervisor
 
 import rtjob_contract as contract
 
@@ -71,10 +73,13 @@ class Harness:
     def supervisor(self) -> Supervisor:
         self.gave_up: list[str] = []
         self.retried: list[tuple[str, str, int, str]] = []
-        hooks = CarryHooks(stop_requested=lambda: self.stops.pop(0) if self.stops else False,
-                           beat=self.beats.append, say=self.lines.append, gave_up=self.gave_up.append,
-                           retried=lambda *told: self.retried.append(told))
-        return Supervisor(self.api, RUN, hooks, submit=self.submit)
+        self.run = SupervisedRun(stop_requested=lambda: self.stops.pop(0) if self.stops else False,
+                                 beat=self.beats.append, say=self.lines.append, gave_up=self.gave_up.append,
+                                 retrying=lambda *told: self.retried.append(told))
+        return Supervisor(RayClusterJobs(self.api, submit=self.submit))  # type: ignore[arg-type]
+
+    def carry(self) -> int:
+        return self.supervisor().carry_run(RUN, self.run)
 
 
 def test_the_supervisors_request_references_the_runs_packages_and_needs_no_cpu() -> None:
@@ -97,7 +102,7 @@ def test_the_supervisors_request_references_the_runs_packages_and_needs_no_cpu()
 
 def test_a_lost_driver_is_retried_once_and_the_supervisor_ends_with_the_run() -> None:
     h = Harness(JobsAPI(job(RUN, "FAILED", 137)))
-    assert h.supervisor().run() == 0
+    assert h.carry() == 0
     assert [r.run_id for r in h.sent] == [f"{RUN}-retry1"]
     sent = h.sent[0]
     assert sent.runtime_env == RUNTIME_ENV  # the failed attempt's packages, as Ray returned them
@@ -111,8 +116,8 @@ def test_a_retry_another_submitted_first_is_attached_to_and_not_told_again() -> 
     h = Harness(JobsAPI(job(RUN, "FAILED", 137)))
     h.api.jobs[f"{RUN}-retry1"] = {**job(f"{RUN}-retry1", "SUCCEEDED", 0), "submission_id": f"{RUN}-retry1"}
     supervisor = h.supervisor()
-    supervisor.current_attempt = lambda: RUN  # type: ignore[method-assign]  # it saw the first attempt end first
-    assert supervisor.run() == 0
+    supervisor.jobs.latest_attempt = lambda run_id: RUN  # type: ignore[method-assign]  # it saw the first attempt end first
+    assert supervisor.carry_run(RUN, h.run) == 0
     assert supervisor.submitted == [] and h.retried == []
     assert any(f"retry 1/1: attached to {RUN}-retry1" in line for line in h.lines), h.lines
 
@@ -120,32 +125,32 @@ def test_a_retry_another_submitted_first_is_attached_to_and_not_told_again() -> 
 def test_a_run_retried_already_is_carried_from_its_latest_attempt() -> None:
     h = Harness(JobsAPI(job(RUN, "FAILED", 137),
                         job(f"{RUN}-retry1", "SUCCEEDED", 0, **{contract.META_ATTEMPT: "2", contract.META_PARENT: RUN})))
-    assert h.supervisor().run() == 0
+    assert h.carry() == 0
     assert h.sent == [] and h.beats[0] == f"{RUN}-retry1"
 
 
 @pytest.mark.parametrize("code", [1, 139])  # an ordinary failure, a crash by SIGSEGV
 def test_what_a_retry_would_repeat_is_not_retried(code: int) -> None:
     h = Harness(JobsAPI(job(RUN, "FAILED", code)))
-    assert h.supervisor().run() == 0 and h.sent == []
+    assert h.carry() == 0 and h.sent == []
 
 
 def test_no_retry_after_a_stop_was_requested() -> None:
     h = Harness(JobsAPI(job(RUN, "FAILED", 143)), stops=[True])
-    assert h.supervisor().run() == 0
+    assert h.carry() == 0
     assert h.sent == [] and any("not retried: the run's stop was requested" in line for line in h.lines)
 
 
 def test_a_stop_requested_while_it_submitted_stops_the_retry() -> None:
     api = JobsAPI(job(RUN, "FAILED", 137))
     h = Harness(api, stops=[False, True])
-    h.supervisor().run()
+    h.carry()
     assert [r.run_id for r in h.sent] == [f"{RUN}-retry1"] and api.stopped == [f"{RUN}-retry1"]
 
 
 def test_a_missing_package_is_named_and_nothing_is_retried() -> None:
     h = Harness(JobsAPI(job(RUN, "FAILED", 137), packages={"_ray_pkg_rtjob.zip", "_ray_pkg_c.zip"}))
-    assert h.supervisor().run() == 0
+    assert h.carry() == 0
     assert h.sent == []
     assert any("no longer has the run's code (gcs://_ray_pkg_wd.zip)" in line for line in h.lines), h.lines
     assert h.gave_up == [f"cannot retry {RUN}: the cluster no longer has the run's code (gcs://_ray_pkg_wd.zip)"]
@@ -160,7 +165,7 @@ def test_a_missing_package_is_named_and_nothing_is_retried() -> None:
 ])
 def test_a_dead_supervisor_is_replaced_only_while_the_run_has_something_to_carry(
         supervisor: str, attempt: str, code: int | None, wanted: bool) -> None:
-    from rtjob.backends.ray.supervisor import latest_supervisor, needs_new_supervisor, supervisor_id
+    from rtjob.backends.ray.supervisor_jobs import latest_supervisor, needs_new_supervisor, supervisor_id
 
     api = JobsAPI(job(RUN, attempt, code), {"submission_id": supervisor_id(RUN), "status": supervisor, "metadata": {
         contract.META_ROLE: contract.ROLE_SUPERVISOR, contract.META_SUPERVISES: RUN}})
@@ -175,12 +180,12 @@ def test_a_dead_supervisor_is_replaced_only_while_the_run_has_something_to_carry
 
 
 def test_the_run_side_keeps_the_supervisors_state_in_the_runs_record(tmp_path) -> None:
-    """rtjob.runside.supervisor's hooks on a real (local) run folder: the heartbeat names the supervisor, the
+    """rtjob.runside.supervisor's run folder on a real (local) one: the heartbeat names the supervisor, the
     stop marker is seen, a run it gave up on is FAILED with the line; the companion keeps carried_by."""
-    from rtjob.runside.supervisor import RunSide
+    from rtjob.runside.supervisor.run_folder import RunFolder
     from rtjob.storage.records import read_record
 
-    side = RunSide(RUN, str(tmp_path))
+    side = RunFolder(RUN, str(tmp_path))
     assert side.stop_requested() is False
     side.beat(RUN)
     record = read_record(str(tmp_path), None)
@@ -200,7 +205,7 @@ def test_a_retry_the_supervisor_submits_is_told_once(tmp_path, monkeypatch) -> N
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from rtjob.runside.supervisor import RunSide
+    from rtjob.runside.supervisor.run_folder import RunFolder
 
     got: list[dict[str, Any]] = []
 
@@ -222,9 +227,9 @@ def test_a_retry_the_supervisor_submits_is_told_once(tmp_path, monkeypatch) -> N
                                                             "targets": [{"type": "webhook", "env": "HOOK_URL"}]}))
         monkeypatch.setenv("HOOK_URL", f"http://127.0.0.1:{server.server_address[1]}/hook")
         monkeypatch.setenv(contract.ENV_JOB_NAME, "count")
-        side = RunSide(RUN, str(tmp_path))
+        side = RunFolder(RUN, str(tmp_path))
         for _ in range(2):
-            side.retried(RUN, "its driver was killed by SIGKILL (exit code 137)", 1, f"{RUN}-retry1")
+            side.retrying(RUN, "its driver was killed by SIGKILL (exit code 137)", 1, f"{RUN}-retry1")
     finally:
         server.shutdown()
         server.server_close()
@@ -244,7 +249,7 @@ def test_a_run_the_supervisor_gives_up_on_is_told_failed_once(tmp_path, monkeypa
     import json
 
     from rtjob.core.record import RunRecord
-    from rtjob.runside.supervisor import RunSide
+    from rtjob.runside.supervisor.run_folder import RunFolder
     from rtjob.storage.records import write_record
 
     monkeypatch.setenv(contract.ENV_NOTIFY, json.dumps({"on": ["failed"], "steps": False,
@@ -254,7 +259,7 @@ def test_a_run_the_supervisor_gives_up_on_is_told_failed_once(tmp_path, monkeypa
         monkeypatch.setenv(contract.ENV_PIPELINE_ID, "t-pipe")
     write_record(str(tmp_path), RunRecord(id=RUN, job="count", backend="local", storage_uri=str(tmp_path),
                                           status="FAILED"), None)
-    side = RunSide(RUN, str(tmp_path))
+    side = RunFolder(RUN, str(tmp_path))
     for _ in range(2):
         side.gave_up("cannot retry t-run-1: the cluster no longer has the run's code (gcs://x.zip)")
     assert [(b["run_id"], b["outcome"]) for b in receiver.bodies("/hook")] == [(RUN, o) for o in told]
@@ -263,7 +268,7 @@ def test_a_run_the_supervisor_gives_up_on_is_told_failed_once(tmp_path, monkeypa
 
 
 def _supervisors(api: JobsAPI, n: int, status: str = "FAILED") -> None:
-    from rtjob.backends.ray.supervisor import supervisor_id
+    from rtjob.backends.ray.supervisor_jobs import supervisor_id
 
     for i in range(1, n + 1):
         api.jobs[supervisor_id(RUN, i)] = {"submission_id": supervisor_id(RUN, i), "status": status if i < n else
@@ -275,7 +280,7 @@ def _supervisors(api: JobsAPI, n: int, status: str = "FAILED") -> None:
 def test_a_supervisor_that_keeps_dying_is_given_up_after_three_replacements(attempt: str) -> None:
     """The fifth supervisor (the fourth replacement) retries nothing: the attempt stopped if it runs, the run
     given up FAILED with one line; then no client starts another."""
-    from rtjob.backends.ray.supervisor import (
+    from rtjob.backends.ray.supervisor_jobs import (
         GIVING_UP,
         latest_supervisor,
         needs_new_supervisor,
@@ -286,7 +291,7 @@ def test_a_supervisor_that_keeps_dying_is_given_up_after_three_replacements(atte
     _supervisors(api, GIVING_UP)
     h = Harness(api)
     api.stop = lambda run_id: (api.stopped.append(run_id), api.jobs[run_id].update(status="FAILED"))[0] is None
-    assert h.supervisor().run() == 1
+    assert h.carry() == 1
     assert h.sent == [] and api.stopped == ([RUN] if attempt == "RUNNING" else [])
     assert h.gave_up == [f"its supervisor died 4 times ({supervisor_id(RUN, 4)} was the last): rtjob gave the run "
                          "up after 3 replacements"]
@@ -296,12 +301,12 @@ def test_a_supervisor_that_keeps_dying_is_given_up_after_three_replacements(atte
 
 
 def test_the_last_replacement_still_carries_the_run() -> None:
-    from rtjob.backends.ray.supervisor import GIVING_UP
+    from rtjob.backends.ray.supervisor_jobs import GIVING_UP
 
     api = JobsAPI(job(RUN, "FAILED", 137))
     _supervisors(api, GIVING_UP - 1)
     h = Harness(api)
-    assert h.supervisor().run() == 0
+    assert h.carry() == 0
     assert [r.run_id for r in h.sent] == [f"{RUN}-retry1"] and h.gave_up == []
 
 
@@ -317,8 +322,8 @@ def test_the_supervisors_own_log_is_archived_with_the_run_masked(tmp_path) -> No
     folder = tmp_path / "count" / RUN
     folder.mkdir(parents=True)
     out = tmp_path / "driver.log"
-    code = ("from rtjob.runside.carrier_side import RunSide, say\n"
-            f"side = RunSide({RUN!r}, {str(folder)!r})\n"
+    code = ("from rtjob.runside.supervisor.run_folder import RunFolder, say\n"
+            f"side = RunFolder({RUN!r}, {str(folder)!r})\n"
             "side.beat(None)\n"
             "say('retry 1/1: submitted t-run-1-retry1 with AKIAsecretvalue1234')\n"
             "side.archive_own_log()\n")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -33,39 +33,63 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from ..jobspec.settings import Settings
     from .capabilities import ComputeConfigs, LocalCluster, Schedules
 
-@dataclass
-class CarryHooks:
-    """What a supervisor needs beyond its backend, given by the run side (rtjob.runside.supervisor): whether the
-    run's stop marker is there, a heartbeat in the run's record, one line to its log."""
+@dataclass(frozen=True)
+class JobState:
+    """A run's attempt as the supervisor's loop sees it on its cluster (``ClusterJobs.state``)."""
 
-    stop_requested: Callable[[], bool]
-    beat: Callable[[str | None], None]  # the attempt carried now (None: the run has ended)
-    say: Callable[[str], None]
-    # The run ends here though the rule would retry it (its code is gone): the line goes into its record too.
-    gave_up: Callable[[str], None] = lambda line: None
-    # It submitted a retry: (the failed attempt, why it is retried, its attempt number, the retry's id).
-    retried: Callable[[str, str, int, str], None] = lambda failed, reason, attempt, retry: None
+    id: str
+    status: str  # PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED (the backend's word for anything else)
+    root: str  # the run's first attempt's id
+    attempt: int  # 1: the first
+    max_retries: int
+    retry_reason: str | None  # why the one retry rule (core/retry_rule.py) retries this end; None: it does not
 
 
-@dataclass
-class PipelineHooks:
-    """What a pipeline's supervisor needs beyond its backend (rtjob.runside.pipeline_side): the pipeline's stop
-    marker, its record's heartbeat, one line to its log, each step's own hooks (its retries' notices, its
-    record), and the pipeline's end (the status of each step it carried by run id, None: never submitted; why,
-    when no step says)."""
+class ClusterJobs(ABC):
+    """What the supervisor's loop (runside/supervisor/loop.py) asks of the cluster it runs on, from inside it: the
+    backend's primitives (``Backend.cluster_jobs``). The loop decides; these read and act."""
 
-    stop_requested: Callable[[], bool]
-    beat: Callable[[str | None], None]
-    say: Callable[[str], None]
-    for_step: Callable[[dict[str, Any]], CarryHooks]
-    # {the step's run id: its status}, why → the pipeline's status as recorded (None: not known)
-    ended: Callable[[dict[str, str | None], str | None], str | None]
-    # Whether the step (its body) SUCCEEDED as its record says (a cluster that no longer knows it: a new one)
-    succeeded_before: Callable[[dict[str, Any]], bool] = lambda body: False
-    # The pipeline's end as a supervisor recorded it already (a restarted one has nothing to carry); None: not yet
-    ended_before: Callable[[], str | None] = lambda: None
-    # Its steps (their bodies) as it starts: the pipeline's record begun where no client wrote it (a scheduled run)
-    began: Callable[[list[dict[str, Any]]], None] = lambda bodies: None
+    @abstractmethod
+    def state(self, run_id: str) -> JobState | None:
+        """The attempt now; None: the cluster does not know it. A fault that may pass raises RtjobError."""
+
+    @abstractmethod
+    def latest_attempt(self, run_id: str) -> str:
+        """The id of the run's latest attempt (a client, or an earlier supervisor, may have retried it)."""
+
+    @abstractmethod
+    def missing_code(self, run_id: str) -> list[str]:
+        """What of the attempt's uploaded code the cluster no longer has (a retry could not run): named."""
+
+    @abstractmethod
+    def resubmit(self, run_id: str) -> tuple[str, bool]:
+        """The attempt after ``run_id`` submitted, or attached to where it exists: its id, and whether it was
+        created by this call."""
+
+    @abstractmethod
+    def stop(self, run_id: str) -> None:
+        """Ask the cluster to stop the attempt (returns at once)."""
+
+    @abstractmethod
+    def given_up_line(self, run_id: str, what: str) -> str | None:
+        """Why this supervisor gives the run (``what``: "run" or "pipeline") up without carrying it: its
+        supervisors kept dying; None: it carries it."""
+
+    @abstractmethod
+    def steps(self) -> list[dict[str, Any]]:
+        """A pipeline's steps, as its supervisor was started with them (each the cluster's request for it)."""
+
+    @abstractmethod
+    def step_id(self, step: dict[str, Any]) -> str:
+        """The run id of a step."""
+
+    @abstractmethod
+    def step_missing_code(self, step: dict[str, Any]) -> list[str]:
+        """What of the step's uploaded code the cluster no longer has: named."""
+
+    @abstractmethod
+    def submit_step(self, step: dict[str, Any]) -> bool:
+        """Submit the step, or attach to it where it exists; whether this call created it."""
 
 
 class NotSupported(BadInput):
@@ -139,6 +163,9 @@ class Backend(ABC):
     ci_extra: ClassVar[str] = ""
     # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
     carries_pipelines: ClassVar[bool] = False
+    # The registered backend whose ``cluster_jobs`` the supervisor's loop uses on the cluster for this backend's runs:
+    # the BACKEND of `python -m rtjob.runside.supervisor RUN_ID BACKEND`; None: its runs have no supervisor.
+    supervisor_backend: ClassVar[str | None] = None
     # The steps run inside the job that hosts the pipeline's supervisor (one Anyscale job): the backend sees that
     # job, not the steps, whose status and logs come from their records in storage.
     pipeline_steps_inside: ClassVar[bool] = False
@@ -301,10 +328,9 @@ class Backend(ABC):
         return None
 
     @classmethod
-    def carry(cls, run_id: str, hooks: CarryHooks) -> int:
-        """Carry the run ``run_id`` on its cluster (the supervisor's process: rtjob.runside.supervisor), with the
-        run side's ``hooks`` (stop marker, heartbeat, log); the process's exit code."""
-        del run_id, hooks
+    def cluster_jobs(cls) -> ClusterJobs:
+        """The cluster's jobs as the supervisor's loop sees them from inside the cluster (its process:
+        rtjob.runside.supervisor, run for the backend its runs declare as ``supervisor_backend``)."""
         raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
@@ -331,12 +357,6 @@ class Backend(ABC):
         is one job of the platform's (``pipeline_steps_inside``)."""
         del pipeline_id, storage_uri, job, requests
         raise NotSupported(f"--output yaml: backend {self.name!r} runs a pipeline as no single job file")
-
-    @classmethod
-    def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
-        """Run the pipeline ``pipeline_id``'s steps on its cluster (its supervisor's process)."""
-        del pipeline_id, hooks
-        raise NotSupported(f"backend {cls.name!r} carries no pipeline on the cluster")
 
     # -- optional capabilities with commands of their own (backends/capabilities.py; registry.offering) --------
     def schedules(self) -> Schedules | None:

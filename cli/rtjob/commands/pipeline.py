@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from ..core.model import RunInfo
     from ..core.record import RunRecord
     from ..jobspec.settings import Settings
-    from ..runs.lifecycle.carrier import Carrier
     from ..runs.lifecycle.submission import Followed
+    from ..runs.lifecycle.supervisor_state import SupervisorState
     from ..runs.pipelines.pipeline import PipelinePlan
 
 
@@ -104,7 +104,7 @@ def _error(followed: Followed | None) -> dict[str, str]:
     return {"error": error} if error else {}
 
 
-def carrier_line(carrier: Carrier, run: RunStatus) -> str:
+def carrier_line(carrier: SupervisorState, run: RunStatus) -> str:
     """Its supervisor: alive, or how it ended; one that ended well with a FAILED or STOPPED run ended with the run
     (its job's SUCCEEDED says how the supervisor's process ended, not how the run did)."""
     if carrier.alive or not run.terminal or run == RunStatus.SUCCEEDED or carrier.status != "SUCCEEDED":
@@ -119,7 +119,7 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     deterministic ids)."""
     import dataclasses
 
-    from ..runs.lifecycle.carrier import carrier_of
+    from ..runs.lifecycle.supervisor_state import supervisor_state
     from ..runs.memory import with_run_side
     from ..runs.pipelines.steps import pipeline_state, step_infos
 
@@ -128,7 +128,7 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
         steps, status = step_infos(be, ended, storage_root), ended.run_status
     else:
         steps, status = pipeline_state(be, record, storage_root)
-    carrier = carrier_of(be, dataclasses.replace(record.to_run_info(), status=status),
+    carrier = supervisor_state(be, dataclasses.replace(record.to_run_info(), status=status),
                          PRINTED.note if repair else None)
     if carrier is not None and not carrier.alive and not status.terminal and not repair:
         say(f"warning: its supervisor {carrier.id} is {carrier.status} and nothing carries the pipeline now: rtjob "

@@ -72,13 +72,13 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         attempts: Attempts | None = view.attempts
         carrier = None
     else:
-        from ..runs.lifecycle.carrier import carrier_of
+        from ..runs.lifecycle.supervisor_state import supervisor_state
 
         cost = finished_run_cost(be, info)  # duration × the rate recorded with the run, once it has ended
         attempts = view.attempts  # rtjob's own retries (Ray); None where the platform retries
         data_attempts = attempts.to_json() if attempts else {}
         hint = None if repair else dead_supervisor(be, view)
-        carrier = carrier_of(be, info, PRINTED.note if repair else None)  # --repair: a dead supervisor replaced
+        carrier = supervisor_state(be, info, PRINTED.note if repair else None)  # --repair: a dead supervisor replaced
         if hint:
             say(f"warning: {hint}")
     attempts_line = attempts.describe() if attempts and attempts.worth_showing else ""
@@ -266,10 +266,10 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         if output != "text":
             print_data(run_json(info), output)
         return outcome(info)
-    from ..runs.lifecycle.carrier import carrier_of
     from ..runs.lifecycle.submission import follow_to_end
+    from ..runs.lifecycle.supervisor_state import supervisor_state
 
-    carrier_of(be, info, PRINTED.note)  # a supervisor that died is replaced: the run is carried after this wait too
+    supervisor_state(be, info, PRINTED.note)  # a supervisor that died is replaced: the run is carried after this wait too
     followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
     return print_followed(followed, output, info)
 

@@ -1,7 +1,7 @@
 """The one retry rule of a run: an attempt's end → why it is retried (or None), and whether retries are left.
 
 Every actor that may retry a run asks here: the run's companion (its attempt's verdict, runside/outcome.py), a
-client that follows (``submit``, ``wait``: backends/ray/retries.py) and the supervisor (backends/ray/supervisor.py).
+client that follows (``submit``, ``wait``: backends/ray/retries.py) and the supervisor (runside/supervisor/loop.py).
 Each translates what it saw (the child's exit, the Jobs API's dict) into an ``AttemptEnd``; the rule itself is
 written once. Retried: a *lost driver* (its node or supervisor was lost, or the entrypoint was killed by SIGKILL or
 SIGTERM: the OOM killer, a node shutdown, a preemption). Never retried: any other end, a stop, the job's own time

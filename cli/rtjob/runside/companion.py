@@ -20,7 +20,6 @@ A companion error never changes the script's exit code or stops it: it is one li
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import functools
 import json
 import os
@@ -35,6 +34,8 @@ from typing import TYPE_CHECKING
 
 import rtjob_contract as contract
 
+from ..core.clock import now_iso
+from ..core.errors import one_line
 from ..core.redact import secret_arg_values, secret_values
 from .child import Child, Ended
 from .outcome import RAY_JOB_CONFIG, job_metadata
@@ -56,10 +57,6 @@ def say(text: str) -> None:
     with contextlib.suppress(OSError):
         sys.stderr.write(f"rtjob companion: {text}\n")
         sys.stderr.flush()
-
-
-def now_iso() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def attempt_id(env: Mapping[str, str]) -> str | None:
@@ -201,7 +198,7 @@ class Companion:
                 seeded = seed(objects, self.run_dir)  # what earlier attempts synced, before the entrypoint starts
             except Exception as exc:  # noqa: BLE001 - the run goes on; what is in storage is never overwritten
                 say(f"RTJOB_RUN_DIR not seeded from the run's storage "
-                    f"({getattr(exc, 'message', None) or type(exc).__name__}): its objects are left as they are")
+                    f"({one_line(exc)}): its objects are left as they are")
             else:
                 sync.adopt(seeded)
                 if seeded.ours:
@@ -268,7 +265,7 @@ class Companion:
         try:
             call()  # type: ignore[operator]
         except Exception as exc:  # noqa: BLE001 - the script's outcome must not depend on rtjob's
-            message = getattr(exc, "message", None) or f"{type(exc).__name__}: {exc}"
+            message = one_line(exc)
             from ..core.redact import redact
 
             say(f"{what}: {redact(str(message), self.secrets)}")

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 
 import rtjob_contract as contract
 
-from ..core.errors import RtjobError
+from ..core.errors import RtjobError, one_line
 from ..core.redact import Redactor
 from ..storage.objects import Objects
 
@@ -100,7 +100,7 @@ class LogParts:
                 try:
                     self.objects.put(contract.log_part_name(self.attempt_id, self.index), masked)
                 except (RtjobError, OSError) as exc:
-                    self._fail(f"log part {self.index} not uploaded (tried again): {_message(exc)}")
+                    self._fail(f"log part {self.index} not uploaded (tried again): {one_line(exc)}")
                     held_back = True
                     break
                 self._whole.write(masked)
@@ -125,7 +125,7 @@ class LogParts:
                 self.objects.put_file(rel, self._whole.name)
                 written.append(rel)
             except (RtjobError, OSError) as exc:
-                self.say(f"rtjob companion: {rel} was not uploaded: {_message(exc)}")
+                self.say(f"rtjob companion: {rel} was not uploaded: {one_line(exc)}")
         return written
 
     def close(self) -> None:
@@ -137,7 +137,3 @@ class LogParts:
         if not self.failed:  # one line per stretch of failures, not one per flush
             self.say(f"rtjob companion: {text}")
         self.failed = True
-
-
-def _message(exc: BaseException) -> str:
-    return exc.message if isinstance(exc, RtjobError) else f"{type(exc).__name__}: {exc}"

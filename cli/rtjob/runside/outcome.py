@@ -8,13 +8,14 @@ index entry on a status change, then the notification."""
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
 from ..core import lifecycle
+from ..core.clock import now_iso, parse
+from ..core.errors import one_line
 from ..core.lifecycle import Writer
 from ..core.model import RunStatus
 from ..core.record import RunRecord
@@ -31,10 +32,6 @@ RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata
 
 
 TAIL_BYTES = 64 * 1024  # of the driver log kept in memory for the error line
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
 
 def job_metadata(env: Mapping[str, str]) -> dict[str, Any]:
@@ -100,7 +97,7 @@ class Outcome:
             return
         if not chunk:
             return
-        when = _now()
+        when = now_iso()
         self.timeline.setdefault("first_log_line", when)
         self._note_events(chunk, when)
         cut = chunk.rfind(b"\n") + 1  # the next look starts at a line's start: an event line is never cut
@@ -111,7 +108,7 @@ class Outcome:
         line rtjob's entrypoints print at their first training step."""
         start, self._seen = self._seen, self._seen + len(chunk)
         self._tail = (self._tail + chunk)[-TAIL_BYTES:]
-        when = _now()
+        when = now_iso()
         if "first_log_line" not in self.timeline and self.log_start is not None and self._seen > self.log_start:
             self.timeline["first_log_line"] = when
         if contract.EVENT_FIRST_STEP not in self.timeline:
@@ -160,7 +157,7 @@ class Outcome:
         stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
         status, message = verdict(ended, terminated, stop_requested, time_limit)
         end = AttemptEnd(status, ended.code, timed_out=ended.timed_out, stop_requested=stop_requested)
-        when = _now()
+        when = now_iso()
         self.timeline["ended"] = when
         metrics = self._metrics()
 
@@ -192,7 +189,7 @@ class Outcome:
         try:
             return metrics_summary(self.run_uri, self.endpoint)
         except Exception as exc:  # noqa: BLE001 - no metrics is not the run's failure
-            self.say(f"metrics summary not recorded: {getattr(exc, 'message', None) or type(exc).__name__}")
+            self.say(f"metrics summary not recorded: {one_line(exc)}")
             return None
 
     def _notify(self, record: RunRecord | None, secrets: list[str]) -> None:
@@ -208,12 +205,12 @@ class Outcome:
 
         error = error_line_of(redact(self._tail.decode(errors="replace"), secrets))
         send(config, message_for(record, error), self._claim, say=lambda line: self.say(redact(line, secrets)),
-             settle=lambda message, sent, failed: settle_in(self.objects, message, sent, failed, _now()))
+             settle=lambda message, sent, failed: settle_in(self.objects, message, sent, failed, now_iso()))
 
     def _claim(self, outcome: str) -> bool:
         from ..runs.notify import claim_in
 
-        return claim_in(self.objects, outcome, _now())
+        return claim_in(self.objects, outcome, now_iso())
 
 
 def message_for(record: RunRecord, error_line: str | None = None) -> Message:
@@ -229,8 +226,8 @@ def message_for(record: RunRecord, error_line: str | None = None) -> Message:
 
 def _seconds(record: RunRecord) -> float | None:
     try:
-        start = dt.datetime.fromisoformat(record.start_time or "")
-        end = dt.datetime.fromisoformat(record.end_time or "")
+        start = parse(record.start_time or "")
+        end = parse(record.end_time or "")
     except ValueError:
         return None
     return max(0.0, (end - start).total_seconds())

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 
 import rtjob_contract as contract
 
+from ..core.errors import one_line
 from ..storage.objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
 from ..storage.run_files import Seeded, write_manifest
-from ..storage.s3errors import one_line
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open for writing (fdinfo's flags: octal; 01 and 02)
 
@@ -169,7 +169,7 @@ class DirSync:
         try:
             write_manifest(self.objects, self.attempt_id, written)
         except Exception as exc:  # noqa: BLE001 - one line, written again after the next pass
-            self._fail(MANIFEST_KEY, f"the sync manifest was not written ({_message(exc)})")
+            self._fail(MANIFEST_KEY, f"the sync manifest was not written ({one_line(exc)})")
             return
         self._failing.pop(MANIFEST_KEY, None)
         self._manifest_due = False
@@ -212,7 +212,7 @@ class DirSync:
         except Exception as exc:  # an S3 or file error: one line, tried again at the next scan
             if not os.path.lexists(path):
                 return False  # removed before it could be read: nothing to say
-            self._fail(rel, _message(exc))
+            self._fail(rel, one_line(exc))
             return False
         self._failing.pop(rel, None)
         try:
@@ -236,8 +236,3 @@ class DirSync:
 
     def _where(self, rel: str) -> str:
         return f"{self.objects.uri.rstrip('/')}/{rel}"
-
-
-def _message(exc: BaseException) -> str:
-    """An error's one line: rtjob's own message, else the exception's text, else its type."""
-    return one_line(getattr(exc, "message", None) or str(exc)) or type(exc).__name__

@@ -22,7 +22,7 @@ import contextlib
 import datetime as dt
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import rtjob_contract as contract
 
@@ -89,6 +89,8 @@ def _hosts_pipeline(status: Any) -> bool:
 class AnyscaleBackend(Backend):
     name = "anyscale"
     carries_pipelines = True
+    # A pipeline's job runs on a Ray cluster: the Ray backend's loop carries its steps.
+    supervisor_backend: ClassVar[str | None] = "ray"
     pipeline_steps_inside = True
     ci_secrets = (("ANYSCALE_CLI_TOKEN", "an Anyscale API key (the SDK reads it; never printed)"),)
     ci_extra = "anyscale,s3"
@@ -344,7 +346,8 @@ class AnyscaleBackend(Backend):
                           requests: list[Request]) -> AnyscaleJobRequest:
         from .pipeline import pipeline_request
 
-        return pipeline_request(pipeline_id, storage_uri, job, [r for r in requests if isinstance(r, AnyscaleJobRequest)])
+        return pipeline_request(pipeline_id, storage_uri, job, [r for r in requests if isinstance(r, AnyscaleJobRequest)],
+                                str(self.supervisor_backend))
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
                            requests: list[Request]) -> RunInfo | None:

@@ -7,7 +7,7 @@ import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.redact import redact
@@ -137,6 +137,7 @@ class SdkAccess(Protocol):
     (declared here, so that schedules.py and compute_configs.py never import backend.py, which builds them)."""
 
     settings: Settings
+    supervisor_backend: ClassVar[str | None]  # Backend.supervisor_backend: whose loop hosts a pipeline
 
     def _sdk(self, kind: str) -> Any: ...
 

@@ -114,9 +114,16 @@ def supervisor_name(pipeline_id: str) -> str:
     return f"{pipeline_id}{contract.SUPERVISOR_SUFFIX}"
 
 
-def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str,
-                     requests: list[AnyscaleJobRequest]) -> AnyscaleJobRequest:
-    """The Anyscale job that runs pipeline ``pipeline_id``: its steps' shared cluster, its driver the supervisor."""
+def supervisor_command(pipeline_id: str, backend: str) -> str:
+    """The driver of the job that hosts pipeline ``pipeline_id``: the supervisor, running ``backend``'s loop
+    (Backend.supervisor_backend: the job's cluster is a Ray cluster, its Jobs API reached from inside)."""
+    return f"python -m {contract.SUPERVISOR_MODULE} {shlex.quote(pipeline_id)} {backend}"
+
+
+def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str, requests: list[AnyscaleJobRequest],
+                     backend: str) -> AnyscaleJobRequest:
+    """The Anyscale job that runs pipeline ``pipeline_id``: its steps' shared cluster, its driver the supervisor
+    (``backend``'s loop)."""
     check_steps(requests, requests[0].job_file if requests else job)
     first = requests[0].config
     env = {k: str(v) for k, v in (first.get("env_vars") or {}).items() if k not in STEP_ONLY_ENV}
@@ -138,7 +145,7 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str,
         tags[contract.TAG_RATE] = f"{rate.low:.4f}" if rate.fixed else f"{rate.low:.4f}-{rate.high:.4f}"
     config: dict[str, Any] = {
         "name": supervisor_name(pipeline_id),
-        "entrypoint": f"python -m {contract.SUPERVISOR_MODULE} {shlex.quote(pipeline_id)} {contract.CARRIER_BACKEND}",
+        "entrypoint": supervisor_command(pipeline_id, backend),
         "image_uri": first.get("image_uri"),
         "compute_config": compute,
         "working_dir": first.get("working_dir"),

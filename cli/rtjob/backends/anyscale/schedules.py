@@ -4,6 +4,7 @@ Anyscale backend's ``Schedules`` capability (`rtjob schedule ...`)."""
 from __future__ import annotations
 
 import copy
+import shlex
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
@@ -60,8 +61,9 @@ def pipeline_schedule_config(request: AnyscaleJobRequest, planned_id: str, name:
     env[contract.ENV_SCHEDULE] = name
     env[contract.ENV_PLANNED_ID] = planned_id
     run_id = f'"${{ANYSCALE_HA_JOB_ID:-{name}-$(date -u +%Y%m%d-%H%M%S)}}"'
-    job["entrypoint"] = (f"export {contract.ENV_PIPELINE_ID}={run_id}; python -m {contract.SUPERVISOR_MODULE} "
-                         f'"${contract.ENV_PIPELINE_ID}" {contract.CARRIER_BACKEND}')
+    # The pipeline job's own supervisor command (pipeline.supervisor_command), its id the triggered job's.
+    job["entrypoint"] = (f"export {contract.ENV_PIPELINE_ID}={run_id}; " + str(job["entrypoint"]).replace(
+        f" {shlex.quote(planned_id)} ", f' "${contract.ENV_PIPELINE_ID}" ', 1))
     tags = {k: v for k, v in (job.get("tags") or {}).items()
             if k not in (contract.TAG_RUN_ID, contract.TAG_SUPERVISES, contract.TAG_STORAGE)}
     tags[contract.TAG_SCHEDULE] = name
@@ -86,7 +88,8 @@ class AnyscaleSchedules(Schedules):
         from .pipeline import pipeline_request
 
         request = pipeline_request(planned_id, storage_uri, job, [r for r in requests
-                                                                   if isinstance(r, AnyscaleJobRequest)])
+                                                                   if isinstance(r, AnyscaleJobRequest)],
+                                   str(self.backend.supervisor_backend))
         return pipeline_schedule_config(request, planned_id, name, cron, timezone)
 
     def masked(self, schedule: dict[str, Any]) -> dict[str, Any]:

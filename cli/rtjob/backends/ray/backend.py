@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import contextlib
 import json
 import shlex
 import time
@@ -15,12 +14,13 @@ import requests
 import rtjob_contract as contract
 
 from ...core.errors import BadInput, RtjobError, Unreachable
-from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult, iso_time
-from ...core.redact import MASK, REDACTOR, mask_mapping, secret_arg_values, secret_values
-from ..base import Backend, CarryHooks, Log, PipelineHooks, Planned, Request, Retry, Stuck
+from ...core.model import Attempts, RunInfo, RunStatus, SubmitResult
+from ...core.redact import MASK, REDACTOR, mask_mapping
+from ..base import Backend, ClusterJobs, Log, Planned, Request, Retry, Stuck
 from . import precheck
 from .client import RayJobsAPI, discover_token, split_credentials
-from .request import RayJobRequest, build, time_limit_message
+from .request import RayJobRequest, build
+from .run_info import run_info
 
 if TYPE_CHECKING:  # the spec layer (pydantic, the schema) is imported by the commands that resolve a job
     from ...jobspec.pricing import HourlyCost
@@ -69,6 +69,7 @@ class RayJobsBackend(Backend):
 
     name = "ray"
     carries_pipelines = True
+    supervisor_backend = "ray"  # its cluster_jobs serve the supervisor's loop; the embedded cluster's too
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = (
         ("RAY_ADDRESS", "the cluster's dashboard / Jobs API, e.g. https://ray-head.example.com:8265"),
         ("RAY_AUTH_TOKEN", "the cluster's token, if it uses token authentication"),
@@ -266,33 +267,7 @@ class RayJobsBackend(Backend):
                 time.sleep(1.0)
 
     def _info(self, data: dict[str, Any]) -> RunInfo:
-        meta = data.get("metadata") or {}
-        rate: dict[str, Any] | None = None
-        with contextlib.suppress(TypeError, ValueError):
-            loaded = json.loads(meta.get(contract.META_RATE) or "null")
-            rate = loaded if isinstance(loaded, dict) else None
-        try:
-            status = RunStatus(data.get("status", "UNKNOWN"))
-        except ValueError:
-            status = RunStatus.UNKNOWN
-        env = ((data.get("runtime_env") or {}).get("env_vars")) or {}
-        return RunInfo(
-            id=data.get("submission_id") or data.get("job_id") or "",
-            job=meta.get(contract.META_JOB),
-            backend=self.name,
-            status=status,
-            start_time=iso_time(data.get("start_time")),
-            end_time=iso_time(data.get("end_time")),
-            storage_uri=meta.get(contract.META_STORAGE),
-            storage_endpoint=meta.get(contract.META_STORAGE_ENDPOINT),
-            exit_code=data.get("driver_exit_code"),
-            message=time_limit_message(data) or data.get("message"),
-            address=self.address,
-            entrypoint=data.get("entrypoint"),
-            secrets=secret_values(env) + secret_arg_values(str(data.get("entrypoint") or "")),
-            rate=rate,
-            parent=meta.get(contract.META_PARENT) or None,
-        )
+        return run_info(data, self.address, self.name)
 
     def find(self, run_id: str) -> RunInfo | None:
         data = self.api.job(run_id)
@@ -305,7 +280,7 @@ class RayJobsBackend(Backend):
         return self._info(data)
 
     def _list(self) -> list[RunInfo]:
-        from .supervisor import is_supervisor  # a run's supervisor is rtjob's, not a run of the user's
+        from .supervisor_jobs import is_supervisor  # a run's supervisor is rtjob's, not a run of the user's
 
         return [self._info(d) for d in self.api.jobs()
                 if d.get("type", "SUBMISSION") == "SUBMISSION" and not is_supervisor(d)]
@@ -349,21 +324,27 @@ class RayJobsBackend(Backend):
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
         return self._retries().decide_and_resubmit(run_id, request if isinstance(request, RayJobRequest) else None)
 
-    # -- the supervisor on the cluster (supervisor.py) ----------------------------------------------------------
+    # -- the supervisor on the cluster (its jobs: supervisor_jobs.py; what its loop uses: in_cluster.py) --------------
     def supervise(self, run_id: str) -> RunInfo | None:
         """Start the run's supervisor (``<run id>-supervisor``; a second submit attaches) when the run allows
         retries: it references the run's uploaded packages, so they stay while it lives. One that died while the
-        run still had something to carry is replaced (``-supervisor-2``, ...: two clients start one)."""
+        run (or pipeline) still had something to carry is replaced (``-supervisor-2``, ...: two clients start one),
+        at most MAX_REPLACEMENTS times, then once more by the one that gives it up."""
         from .retries import root_id
-        from .supervisor import latest_supervisor, needs_new_supervisor, supervisor_request, wants_supervisor
+        from .supervisor_jobs import (
+            latest_supervisor,
+            needs_new_supervisor,
+            supervisor_request,
+            wants_supervisor,
+        )
 
         data = self.api.job(run_id)
         root = root_id(run_id, data)
         data = data if root == run_id else self.api.job(root)
         if data is None:  # a pipeline run's id: its supervisor is its only job
-            from .pipeline_supervisor import renewed_if_dead
+            from .supervisor_jobs import renewed_if_dead
 
-            renewed = renewed_if_dead(self.api, run_id, self.address)
+            renewed = renewed_if_dead(self.api, run_id, self.address, str(self.supervisor_backend))
             return None if renewed is None else (self.submit(renewed).run if isinstance(renewed, RayJobRequest)
                                                  else self._info(renewed))
         if not wants_supervisor(data):
@@ -371,53 +352,44 @@ class RayJobsBackend(Backend):
         n, latest = latest_supervisor(self.api, root)
         if not needs_new_supervisor(self.api, root, latest):  # alive, or the run has nothing left to carry
             return None if latest is None else self._info(latest)
-        return self.submit(supervisor_request(data, self.address, n + 1)).run
+        return self.submit(supervisor_request(data, self.address, n + 1, str(self.supervisor_backend))).run
 
     def supervisor_of(self, run_id: str) -> RunInfo | None:
         from .retries import root_id
-        from .supervisor import latest_supervisor
+        from .supervisor_jobs import latest_supervisor
 
         _, latest = latest_supervisor(self.api, root_id(run_id, self.api.job(run_id)))
         return None if latest is None else self._info(latest)
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
                            requests: builtins.list[Request]) -> RunInfo | None:
-        from .pipeline_supervisor import (
-            pipeline_supervisor_request,
-            renewed_if_dead,
-            step_body,
-            upload_packages,
-        )
+        from .in_cluster import upload_packages
+        from .supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, step_body
 
-        existing = renewed_if_dead(self.api, pipeline_id, self.address)
+        existing = renewed_if_dead(self.api, pipeline_id, self.address, str(self.supervisor_backend))
         if isinstance(existing, RayJobRequest):  # it died before the pipeline ended: the next one goes on
             return self.submit(existing).run
         if existing is not None:  # a second submit of the pipeline attaches to its supervisor
             return self._info(existing)
         bodies = [step_body(upload_packages(self.address, self.api, r)) for r in requests
                   if isinstance(r, RayJobRequest)]
-        return self.submit(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address)).run
+        return self.submit(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address,
+                                                       backend=str(self.supervisor_backend))).run
 
     def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
                                     requests: builtins.list[Request]) -> dict[str, Any] | None:
-        from .pipeline_supervisor import pipeline_supervisor_request, step_body
+        from .supervisor_jobs import pipeline_supervisor_request, step_body
 
         bodies = [{**step_body(r), "entrypoint": r.masked_entrypoint(), "runtime_env": r.masked_runtime_env()}
                   for r in requests if isinstance(r, RayJobRequest)]
-        return self.render(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address))
+        return self.render(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address,
+                                                       backend=str(self.supervisor_backend)))
 
     @classmethod
-    def carry_pipeline(cls, pipeline_id: str, hooks: PipelineHooks) -> int:
-        from .pipeline_supervisor import PipelineSupervisor, steps_from_env
-        from .supervisor import in_cluster_api
+    def cluster_jobs(cls) -> ClusterJobs:
+        from .in_cluster import RayClusterJobs, in_cluster_api
 
-        return PipelineSupervisor(in_cluster_api(), pipeline_id, steps_from_env(), hooks).run()
-
-    @classmethod
-    def carry(cls, run_id: str, hooks: CarryHooks) -> int:
-        from .supervisor import Supervisor, in_cluster_api
-
-        return Supervisor(in_cluster_api(), run_id, hooks).run()
+        return RayClusterJobs(in_cluster_api())
 
     async def tail(self, run_id: str) -> AsyncIterator[str]:
         """The driver log from its start, as it is written: the State API stream (logtail.py)."""

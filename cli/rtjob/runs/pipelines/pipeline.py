@@ -7,7 +7,7 @@ to the steps that exist instead of running them twice. Each step's environment c
 before it (``RTJOB_INPUT_URI``: the previous one; ``RTJOB_STEP_URIS``: all of them by name). ``--from STEP ID`` plans
 a new pipeline run that reuses the runs of ID's steps before STEP (found through the run history).
 
-On Ray, a supervisor on the cluster runs the steps (carried.py): ``--no-wait`` leaves the whole pipeline to it; on
+On Ray, a supervisor on the cluster runs the steps (supervised.py): ``--no-wait`` leaves the whole pipeline to it; on
 Anyscale the supervisor is the driver of one Anyscale job that runs the steps on its cluster.
 Where a backend has none, steps advance while a follower runs and ``--no-wait`` submits the next step only; the
 same submit with ``--submission-id ID`` goes on from there.

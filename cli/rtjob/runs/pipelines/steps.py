@@ -1,6 +1,6 @@
 """A pipeline run's steps driven to their end: submitted one after another, each recorded and followed like any
 run (submission.py); `rtjob wait` of a pipeline run follows its steps. Where the backend has a supervisor on the
-cluster (Ray), it submits the steps and no client needs to stay (carried.py): a client that follows only attaches to
+cluster (Ray), it submits the steps and no client needs to stay (supervised.py): a client that follows only attaches to
 the steps it submits. Elsewhere steps advance only while a follower runs."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from ..events import Quiet
 from ..lifecycle.submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
 from ..memory import find
 from ..view import look
-from .carried import await_step, recorded_end, start_supervisor, supervisor_now
 from .pipeline import find as find_pipeline
 from .pipeline import new_record, overall, record_progress
+from .supervised import await_step, recorded_end, start_supervisor, supervisor_now
 
 if TYPE_CHECKING:
     from ...backends.base import Backend

@@ -1,11 +1,10 @@
-"""The run side of a supervisor (rtjob.runside.supervisor): the run's folder as it sees it (the stop marker, the
-record's heartbeat, a retry's notice, a run it cannot retry). Imports at module level: the stdlib,
-rtjob_contract and the lifecycle kernel only (the cluster runs it). Each write is one of the kernel's transitions
-(beat, retrying, gave_up) through its one writer call."""
+"""The run's folder as its supervisor sees it: the stop marker, and the record's transitions it writes, each the
+lifecycle kernel's of the same name (``beat``, ``retrying``, ``gave_up``) through the kernel's one writer call; a
+retry's notice and a given-up run's end told once; the ended attempt's log and its own log archived. Imports at
+module level: the stdlib, rtjob_contract and the lifecycle kernel only (the cluster runs it)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import sys
 from collections.abc import Callable
@@ -13,10 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ..core.lifecycle import Writer
+from ...core.clock import now_iso
+from ...core.errors import one_line
+from ...core.lifecycle import Writer
 
 if TYPE_CHECKING:
-    from ..core.record import RunRecord  # noqa: F401 - the annotations' name (imported where it is made)
+    from ...core.record import RunRecord  # noqa: F401 - the annotations' name (imported where it is made)
+    from .loop import SupervisedRun
 
 OWN_LOG_BYTES = 4 << 20  # the supervisor's own log, archived at its end: its last 4 MiB (a line every retry)
 WRITER = Writer.SUPERVISOR.recorded_as  # the name the record keeps (carried_by, completed_by)
@@ -26,12 +28,8 @@ def say(text: str) -> None:
     print(f"rtjob supervisor: {text}", flush=True)
 
 
-def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
-
-
-class RunSide:
-    """The run's folder as the supervisor sees it: the stop marker and the record's heartbeat."""
+class RunFolder:
+    """The run's folder (RTJOB_RUN_URI; None: the run keeps none) as its supervisor writes it."""
 
     def __init__(self, run_id: str, run_uri: str | None) -> None:
         self.run_id = run_id
@@ -40,13 +38,13 @@ class RunSide:
     def stop_requested(self) -> bool:
         if not self.run_uri:
             return False
-        from ..storage.opening import objects_for
+        from ...storage.opening import objects_for
 
         try:
             with objects_for(self.run_uri) as objects:
                 return objects.head(contract.STOP_MARKER_FILE) is not None
         except Exception as exc:  # noqa: BLE001 - a folder out of reach reads as no stop (as the companion does)
-            say(f"stop marker not readable: {getattr(exc, 'message', None) or type(exc).__name__}")
+            say(f"stop marker not readable: {one_line(exc)}")
             return False
 
     def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool, create: bool = False,
@@ -56,9 +54,9 @@ class RunSide:
         run's folder has none yet; else a missing record is left missing."""
         if not self.run_uri:
             return None
-        from ..core import lifecycle
-        from ..core.record import RunRecord
-        from ..storage.run_ports import run_ports
+        from ...core import lifecycle
+        from ...core.record import RunRecord
+        from ...storage.run_ports import run_ports
 
         run_uri = self.run_uri
 
@@ -76,7 +74,7 @@ class RunSide:
     def beat(self, attempt: str | None) -> None:
         """``carried_by: supervisor`` and ``last_seen`` now in the run's record (``attempt``: None when the run has
         ended: the record still names the supervisor as who carries it). No index entry: not a status change."""
-        from ..core import lifecycle
+        from ...core import lifecycle
 
         self._write(lambda record: lifecycle.beat(record, Writer.SUPERVISOR), indexed=False, create=True)
         del attempt
@@ -88,8 +86,8 @@ class RunSide:
         end, which a pipeline's step tells only with ``notify.steps``."""
         if not self.run_uri:
             return
-        from ..runs.notify import claim_in, config_from_env, run_end_notifies, send, settle_in
-        from ..storage.opening import objects_for
+        from ...runs.notify import claim_in, config_from_env, run_end_notifies, send, settle_in
+        from ...storage.opening import objects_for
 
         try:
             config = config_from_env(os.environ)
@@ -101,27 +99,27 @@ class RunSide:
 
         def claim(outcome: str) -> bool:
             with objects_for(run_uri) as objects:
-                return claim_in(objects, outcome, _now())
+                return claim_in(objects, outcome, now_iso())
 
         def settle(told: Any, sent: list[str], failed: list[dict[str, str]]) -> None:
             with objects_for(run_uri) as objects:
-                settle_in(objects, told, sent, failed, _now())
+                settle_in(objects, told, sent, failed, now_iso())
 
         send(config, message, claim, say=say, settle=settle)
 
-    def retried(self, failed: str, reason: str, attempt: int, retry: str) -> None:
+    def retrying(self, failed: str, reason: str, attempt: int, retry: str) -> None:
         """The retry it submitted: the record's ``retrying`` transition (PENDING again, indexed), then
         `notify: on: [retrying]` told to the run's targets once (the ``rtjob-notified-retrying-N`` marker, as a
         client that submits a retry claims it)."""
-        from ..core import lifecycle
-        from ..runs.notify import Message
+        from ...core import lifecycle
+        from ...runs.notify import Message
 
         self.archive_log(failed)
         try:
             self._write(lambda record: lifecycle.retrying(record, attempt, reason, failed, retry, by=Writer.SUPERVISOR),
                         indexed=True)
         except Exception as exc:  # noqa: BLE001 - the retry runs; its companion records its start
-            say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
+            say(f"record not updated: {one_line(exc)}")
         self.tell(Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
                           outcome=f"retrying-{attempt + 1}", duration_s=None, cost_usd=None,
                           error=f"attempt {attempt} {reason}; attempt {attempt + 1} is {retry}"))
@@ -130,12 +128,12 @@ class RunSide:
         """The ended attempt's ``logs/<attempt id>.log`` from its parts, when its companion could not write it."""
         if not self.run_uri:
             return
-        from ..storage.records import archive_attempt_log
+        from ...storage.records import archive_attempt_log
 
         try:
             archive_attempt_log(self.run_uri, None, attempt_id)
         except Exception as exc:  # noqa: BLE001 - its parts stay readable
-            say(f"log of {attempt_id} not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
+            say(f"log of {attempt_id} not archived: {one_line(exc)}")
 
     def archive_own_log(self) -> None:
         """The supervisor's own log (its stdout, the file Ray writes its driver log to), masked with the run's
@@ -143,9 +141,9 @@ class RunSide:
         stays readable once its cluster is gone."""
         if not self.run_uri:
             return
-        from ..core.redact import redact, secret_values
-        from ..storage.records import write_log
-        from .outcome import job_metadata
+        from ...core.redact import redact, secret_values
+        from ...storage.records import write_log
+        from ..outcome import job_metadata
 
         try:
             sys.stdout.flush()
@@ -164,17 +162,24 @@ class RunSide:
 
             self._write(listed, indexed=False)
         except Exception as exc:  # noqa: BLE001 - its log stays on the cluster while the cluster lives
-            say(f"own log not archived: {getattr(exc, 'message', None) or type(exc).__name__}")
+            say(f"own log not archived: {one_line(exc)}")
 
     def gave_up(self, line: str) -> None:
         """The run ends FAILED though the rule would retry it: ``line`` (why) becomes its record's message, the
         index hears it, and the run's end is told (its last attempt's companion left `failed` untold: a retry was
         due)."""
-        from ..core import lifecycle
-        from .outcome import message_for
+        from ...core import lifecycle
+        from ..outcome import message_for
 
         try:
             self._write(lambda record: lifecycle.gave_up(record, line, by=Writer.SUPERVISOR), indexed=True,
                         tell=lambda record: self.tell(message_for(record), run_end=True))
         except Exception as exc:  # noqa: BLE001 - the line is in the supervisor's log already
-            say(f"record not updated: {getattr(exc, 'message', None) or type(exc).__name__}")
+            say(f"record not updated: {one_line(exc)}")
+
+    def supervised(self) -> SupervisedRun:
+        """What the supervisor's loop writes through (loop.py)."""
+        from .loop import SupervisedRun
+
+        return SupervisedRun(stop_requested=self.stop_requested, beat=self.beat, say=say, gave_up=self.gave_up,
+                             retrying=self.retrying)

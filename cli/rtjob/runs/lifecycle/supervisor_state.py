@@ -1,4 +1,4 @@
-"""Who carries a run where it runs: its supervisor on the cluster (alive, or when it was last seen), as `rtjob
+"""A run's supervisor as a client sees it: on the cluster (alive, or when it was last seen), as `rtjob
 status` shows it. The backend says whether the supervisor's job runs; the run's record in storage says when the
 supervisor last wrote its heartbeat."""
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Carrier:
+class SupervisorState:
     id: str  # the supervisor's own run id
     alive: bool
     status: str  # its job's status
@@ -34,7 +34,8 @@ class Carrier:
         return f"supervisor ({self.status.lower()}, {seen})"
 
 
-def carrier_of(backend: Backend, info: RunInfo, note: Callable[[str], None] | None = None) -> Carrier | None:
+def supervisor_state(backend: Backend, info: RunInfo,
+                     note: Callable[[str], None] | None = None) -> SupervisorState | None:
     """The run's supervisor, or None (it has none, or it cannot be read now: status goes on without it). With
     ``note``, a supervisor that died while the run still had something to carry is replaced first (its
     replacement's id is deterministic: two clients doing this start one), and ``note`` hears of it."""
@@ -53,4 +54,4 @@ def carrier_of(backend: Backend, info: RunInfo, note: Callable[[str], None] | No
         return None
     record = stored(info)
     last_seen = record.last_seen if record is not None and record.carried_by == "supervisor" else None
-    return Carrier(supervisor.id, not supervisor.status.terminal, supervisor.status.value, last_seen)
+    return SupervisorState(supervisor.id, not supervisor.status.terminal, supervisor.status.value, last_seen)
