@@ -11,8 +11,8 @@ import pytest
 from rtjob.backends.base import Retry
 from rtjob.core.model import Attempt, Attempts, RunInfo, RunStatus
 from rtjob.core.record import RunRecord
-from rtjob.runs.lifecycle import follow
-from rtjob.runs.lifecycle.submission import Detached, Ended, follow_to_end
+from rtjob.runs.lifecycle import follow, logtail
+from rtjob.runs.lifecycle.follow import Detached, Ended, follow_to_end
 from support.project import scrub
 
 
@@ -105,7 +105,7 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(follow, "POLL_S", 0.0)
-    monkeypatch.setattr(follow, "RECONNECT_S", 0.0)
+    monkeypatch.setattr(logtail, "RECONNECT_S", 0.0)
 
 
 def _ledger_record(run_id: str) -> RunRecord | None:
@@ -192,7 +192,7 @@ class LosesContact(Scripted):
 def test_an_error_that_ends_the_follow_is_returned_with_the_run_as_last_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whoever prints the outcome still has the run (its status as last known) when rtjob stops following early."""
     from rtjob.core.errors import Unreachable
-    from rtjob.runs.lifecycle.submission import Abandoned
+    from rtjob.runs.lifecycle.follow import Abandoned
 
     monkeypatch.setenv("RTJOB_FOLLOW_GRACE_S", "0")
     followed = follow_to_end(LosesContact(), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]

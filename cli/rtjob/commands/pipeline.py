@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from ..core.record import RunRecord
     from ..jobspec.settings import Settings
     from ..runs.lifecycle.carrier import Carrier
-    from ..runs.lifecycle.submission import Followed
+    from ..runs.lifecycle.follow import Followed
     from ..runs.pipelines.pipeline import PipelinePlan
 
 

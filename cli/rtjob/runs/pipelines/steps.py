@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ...core.errors import BadInput, RtjobError, WaitTimeout
 from ...core.model import RunStatus
 from ..events import Quiet
-from ..lifecycle.submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
+from ..lifecycle.follow import Abandoned, Detached, Ended, Followed, follow_to_end
+from ..lifecycle.submission import submit_and_record
 from ..memory import find
 from ..view import look
 from .carried import await_step, recorded_end, start_supervisor, supervisor_now
@@ -52,7 +53,7 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
     record = find_pipeline(pp.id, None)
     if record is None:
         record = new_record(pp)
-        record_progress(record, [None] * len(pp.steps), events)
+        record_progress(record, [None] * len(pp.steps), events, reopen=True)
     else:
         events.note(f"pipeline run {pp.id} exists: its steps that succeeded are not run again")
         record.steps = [s.to_json() for s in pp.steps]
@@ -67,7 +68,7 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         else:
             done.statuses, done.ended = follow_inside(pp.backend, record, pp.storage_root, events,
                                                       deadline)
-        record_progress(record, done.statuses, events, done.ended)
+        record_progress(record, done.statuses, events, done.ended, reopen=True)
         return done
     for i, step in enumerate(pp.steps):
         if succeeded[i] or step.plan is None:
@@ -85,7 +86,7 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id}")
         submit_and_record(step.plan, attach=True, events=events)  # attaches to the supervisor's submit
         done.statuses[i] = RunStatus.RUNNING
-        record_progress(record, done.statuses, events)
+        record_progress(record, done.statuses, events, reopen=True)
         if no_wait:
             events.note(f"pipeline {pp.id}: steps advance only while rtjob follows them; to go on: rtjob submit "
                         f"{pp.pipeline.shown} --submission-id {pp.id}")
@@ -101,20 +102,20 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         if isinstance(done.last, Abandoned):  # the follow ended on an error: the step's status as last seen
             if done.last.run is not None:
                 done.statuses[i] = done.last.run.status
-            record_progress(record, done.statuses, events)
+            record_progress(record, done.statuses, events, reopen=True)
             return done
         if isinstance(done.last, Detached):  # the step keeps running
             events.note(f"pipeline {pp.id} paused at step {step.name}; to go on: rtjob submit {pp.pipeline.shown} "
                         f"--submission-id {pp.id}")
             return done
         done.statuses[i] = done.last.run.status
-        record_progress(record, done.statuses, events)
+        record_progress(record, done.statuses, events, reopen=True)
         if done.last.run.status != RunStatus.SUCCEEDED:
             later = pp.pipeline.step_names()[i:]
             events.note(f"pipeline {pp.id} stopped at step {step.name} ({done.last.run.status.value}); after a "
                         f"fix: rtjob submit {pp.pipeline.shown} --from {later[0]} {pp.id}")
             break
-    record_progress(record, done.statuses, events, done.ended)
+    record_progress(record, done.statuses, events, done.ended, reopen=True)
     return done
 
 
@@ -177,7 +178,8 @@ def pipeline_state(be: Backend, record: RunRecord,
     statuses = [info.status if info else None for _, info in steps]
     ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
     record_progress(record, statuses, Quiet(), ended)
-    return steps, ended or overall(statuses)
+    # An end recorded stands: a stop that outlasted its supervisor was ended by the client that stopped it.
+    return steps, record.run_status if record.run_status.terminal else ended or overall(statuses)
 
 
 def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events: RunEvents,
