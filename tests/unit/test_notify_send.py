@@ -231,7 +231,7 @@ def test_durations_read_as_people_write_them() -> None:
                                                                               "25h 00m"]
 
 
-def test_a_retry_the_client_submits_is_told_once(receiver: Receiver, tmp_path: Path,
+def test_a_retry_the_client_submits_is_written_as_retrying_then_told_once(receiver: Receiver, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from rtjob.backends.base import Retry
     from rtjob.core.model import RunInfo, RunStatus
