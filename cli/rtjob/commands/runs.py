@@ -314,6 +314,10 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
                 f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
         return EXIT_SUCCEEDED
     info = stop_run(be, view.latest)  # a retried run: its latest attempt is the one that runs
+    if info.status.terminal:  # the end this client saw: archived (a companion's STOPPED, where it wrote one, stands)
+        from ..runs.lifecycle.archive import observe
+
+        observe(be, info, Quiet(), run_id=run_id)
     if view.latest != run_id:
         info = one_story(view.info, info, view.info.attempts)
     if output != "text":
