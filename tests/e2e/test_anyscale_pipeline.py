@@ -200,3 +200,5 @@ def test_a_stop_reaches_the_steps_inside_the_anyscale_job_through_storage(
     code, out, err = cli(capsys, "status", slow, "-o", "json")
     assert code == 0 and json.loads(out)["status"] == "STOPPED", (out, err)
     assert json.loads(out)["supervisor"]["alive"]  # Anyscale still calls its job RUNNING: the record's end stands
+    code, out, err = cli(capsys, "wait", slow, "--timeout", "1m", "-o", "json")  # not until Anyscale's job ends
+    assert code == 1 and json.loads(out)["status"] == "STOPPED", (out, err)

@@ -133,19 +133,32 @@ def follow_inside(be: Backend, record: RunRecord, storage_root: str | None, even
                 seen[info.id] = info.status
                 events.note(f"step {n}/{len(steps)} {step.get('name')}: {info.id} {info.status.value} "
                             f"(rtjob logs {info.id})")
-        if supervisor is None or supervisor.status.terminal:
+        if supervisor is None or supervisor.status.terminal or _stopped_by_client(record):
             break
         if deadline is not None and time.monotonic() > deadline:
             raise WaitTimeout(f"pipeline {record.id} is still running after the --timeout (its job {supervisor.id} "
                               "goes on)")
         time.sleep(INSIDE_POLL_S)
     statuses = [info.status if info else None for _, info in steps]
+    if supervisor is not None and not supervisor.status.terminal:  # its job still stopping: the client's end
+        return statuses, RunStatus.STOPPED
     ended = recorded_end(be, record, deadline)
     if ended is None and supervisor is not None and not overall(statuses).terminal:
         events.warning(f"{supervisor.id} ended {supervisor.status.value} without recording the pipeline's end: "
                        f"{supervisor.message or ''} (rtjob logs {supervisor.id})")
         ended = RunStatus.FAILED if supervisor.status != RunStatus.STOPPED else RunStatus.STOPPED
     return statuses, ended
+
+
+def _stopped_by_client(record: RunRecord) -> bool:
+    """A stop that outlasted the pipeline's supervisor: the client that stopped it recorded the pipeline STOPPED
+    (runs/lifecycle/stopping.py) while its job may still be stopping."""
+    from ...core.lifecycle import Writer
+    from ..memory import stored_record
+
+    stored = stored_record(record)
+    return stored is not None and stored.run_status == RunStatus.STOPPED \
+        and stored.completed_by == Writer.FOLLOWER.recorded_as
 
 
 INSIDE_POLL_S = 5.0  # the job hosting the steps is read at most this often (and each step's record)
