@@ -175,9 +175,30 @@ def test_a_stop_reaches_the_steps_inside_the_anyscale_job_through_storage(
     code, _, err = cli(capsys, "stop", pid)
     assert code == 0, err
     assert wait_for(ended(api, f"{pid}-supervisor"), 120, "the supervisor to end") == "FAILED"  # exits as it ended
-    assert "the run's stop was requested: stopping" in api.logs(f"{pid}-supervisor")
+    # it saw the stop while step 1 ran ("stopping"), or once the client's stop of step 1 had ended it first
+    assert "stop was requested" in api.logs(f"{pid}-supervisor")
     assert api.status(train) == "STOPPED" and api.job(f"{train}-retry1") is None and api.job(f"{pid}-use") is None
     pipeline = record(s3, "epochs", pid)
     assert pipeline["status"] == "STOPPED" and [s["status"] for s in pipeline["steps"]] == ["STOPPED", None]
     assert [json.loads(b)["outcome"] for p, _, b in receiver.got if p == "/hook"] == ["stopped"]
     assert fake.terminated  # the job Anyscale still called RUNNING
+
+    # A stop that outlasts the supervisor: Anyscale keeps the job RUNNING past rtjob's patience and the stop's own
+    # wait (its supervisor never records the stop: here Anyscale never started it on a cluster). The client that
+    # stopped it ends the pipeline's record STOPPED, and `status` says so though Anyscale still says RUNNING.
+    slow = new_id("anyslow")
+    code, _, err = cli(capsys, "submit", PIPELINE, "--backend", "anyscale", "--storage", f"s3://{BUCKET}/runs",
+                       "--forward-aws-credentials", "--submission-id", slow, "--no-wait")
+    assert code == 0 and record(s3, "epochs", slow)["status"] == "PENDING", err
+    Timeline(fake, [Step("RUNNING", "RUNNING", "carrying\n", new_run=True)] * 500)  # each read: RUNNING again
+    code, out, err = cli(capsys, "stop", slow, "-o", "json")
+    assert code == 0 and json.loads(out)["status"] == "STOPPED", (out, err)
+    assert fake._jobs[fake.terminated[-1]].name == f"{slow}-supervisor"  # stopped after the patience
+    ended_slow = record(s3, "epochs", slow)
+    assert (ended_slow["status"], ended_slow["completed_by"]) == ("STOPPED", "client"), ended_slow
+    assert "did not end within the stop's wait" in ended_slow["message"]
+    code, out, err = cli(capsys, "status", slow, "-o", "json")
+    assert code == 0 and json.loads(out)["status"] == "STOPPED", (out, err)
+    assert json.loads(out)["supervisor"]["alive"]  # Anyscale still calls its job RUNNING: the record's end stands
+    code, out, err = cli(capsys, "wait", slow, "--timeout", "1m", "-o", "json")  # not until Anyscale's job ends
+    assert code == 1 and json.loads(out)["status"] == "STOPPED", (out, err)

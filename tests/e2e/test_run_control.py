@@ -105,6 +105,11 @@ def test_wait_timeout_exits_4_and_leaves_the_job_running(cluster_env):
         assert wait_for_status(cluster_env, run_id, {"RUNNING", "PENDING"}, timeout=10)
     finally:
         rtjob("stop", run_id, env=cluster_env)
+    # the stop wrote the end it saw (the kernel's archived): no later look needed to complete the record
+    from rtjob.ledger import Ledger
+
+    recorded = Ledger(Path(cluster_env["RTJOB_HOME"]) / "ledger.sqlite3").get(run_id)
+    assert recorded is not None and (recorded.status, recorded.archived) == ("STOPPED", True)
     assert rtjob("wait", run_id, "--timeout", "60s", env=cluster_env).returncode == 1  # stopped → 1
 
 

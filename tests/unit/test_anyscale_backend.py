@@ -27,7 +27,7 @@ import yaml
 from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.backends.anyscale.backend import AnyscaleBackend
 from rtjob.main import main
-from rtjob.runs.lifecycle import follow
+from rtjob.runs.lifecycle import follow, logtail
 from support.cli import REPO, base_env, rtjob
 from support.companion import inner
 from support.fake_anyscale import CLOUD, Step, Timeline
@@ -76,7 +76,7 @@ def cli_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.
     fake = use_fake(monkeypatch)
     # Speed only: follow polls every second and the adapter reads Anyscale at most every 5 s.
     monkeypatch.setattr(follow, "POLL_S", 0.01)
-    monkeypatch.setattr(follow, "RECONNECT_S", 0.01)
+    monkeypatch.setattr(logtail, "RECONNECT_S", 0.01)
     monkeypatch.setattr(AnyscaleBackend, "log_poll_s", 0.01)
     return Cli(fake, capsys)
 

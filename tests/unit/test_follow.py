@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from rtjob.core.model import RunInfo, RunStatus
-from rtjob.runs.lifecycle import follow
+from rtjob.runs.lifecycle import follow, logtail
 
 # A job's driver log as bytes on disk: lines repeated on purpose, a progress bar redrawn with "\r", a line from a
 # Windows tool ("\r\n"), lines after them, and a last line without newline.
@@ -60,7 +60,7 @@ class FileBackend:
 def test_each_line_is_printed_once_across_the_stream_its_replay_and_the_full_log(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk: int, first_drop: int) -> None:
     monkeypatch.setattr(follow, "POLL_S", 0.01)
-    monkeypatch.setattr(follow, "RECONNECT_S", 0.01)
+    monkeypatch.setattr(logtail, "RECONNECT_S", 0.01)
     path = tmp_path / "job-driver-r1.log"
     path.write_bytes(LOG)
     backend = FileBackend(path, chunk, first_drop)
@@ -71,7 +71,7 @@ def test_each_line_is_printed_once_across_the_stream_its_replay_and_the_full_log
 
 
 def test_lines_end_as_in_text_mode_across_chunks() -> None:
-    lines = follow.Lines()
+    lines = logtail.Lines()
     assert lines.feed("a\r") == []  # the "\r" may be half of a "\r\n"
     assert lines.feed("\nb\rc") == ["a", "b"] and lines.rest == "c"
     assert lines.feed("\r") == [] and lines.feed("", final=True) == ["c"] and lines.rest == ""

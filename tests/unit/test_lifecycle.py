@@ -11,8 +11,8 @@ import pytest
 from rtjob.backends.base import Retry
 from rtjob.core.model import Attempt, Attempts, RunInfo, RunStatus
 from rtjob.core.record import RunRecord
-from rtjob.runs.lifecycle import follow
-from rtjob.runs.lifecycle.submission import Detached, Ended, follow_to_end
+from rtjob.runs.lifecycle import follow, logtail
+from rtjob.runs.lifecycle.follow import Detached, Ended, follow_to_end
 from support.project import scrub
 
 
@@ -105,7 +105,7 @@ def _home(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(follow, "POLL_S", 0.0)
-    monkeypatch.setattr(follow, "RECONNECT_S", 0.0)
+    monkeypatch.setattr(logtail, "RECONNECT_S", 0.0)
 
 
 def _ledger_record(run_id: str) -> RunRecord | None:
@@ -192,7 +192,7 @@ class LosesContact(Scripted):
 def test_an_error_that_ends_the_follow_is_returned_with_the_run_as_last_seen(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whoever prints the outcome still has the run (its status as last known) when rtjob stops following early."""
     from rtjob.core.errors import Unreachable
-    from rtjob.runs.lifecycle.submission import Abandoned
+    from rtjob.runs.lifecycle.follow import Abandoned
 
     monkeypatch.setenv("RTJOB_FOLLOW_GRACE_S", "0")
     followed = follow_to_end(LosesContact(), "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
@@ -269,3 +269,59 @@ def test_a_run_whose_own_storage_holds_nothing_rtjob_knows_is_read_from_its_ray_
     assert sources("r-gone") == [(None, str(first))]
     (own / "metrics.json").write_text("[]")  # the run wrote rtjob's history after all: its own storage
     assert sources("r-plain") == [(None, str(own))]
+
+
+def test_the_clients_writes_are_the_kernels_transitions_and_the_run_sides_end_stands(tmp_path: Path) -> None:
+    """runs/memory.write: the submitter's ``submitted`` and the archive's ``archived`` go to the run's record and
+    its index entry (lifecycle.write), then the ledger; an end the companion wrote stands over the client's, with
+    its message and log; a transition the kernel refuses leaves the stored record as it is; a run this client only
+    saw (no spec) is written to the ledger only."""
+    import functools
+    import json
+
+    from rtjob.core import lifecycle
+    from rtjob.core.lifecycle import Writer
+    from rtjob.core.retry_rule import AttemptEnd
+    from rtjob.runs.memory import write
+    from rtjob.storage.records import read_record
+    from rtjob.storage.run_ports import run_ports
+
+    folder = tmp_path / "root" / "job" / "r1"
+    folder.mkdir(parents=True)
+    entries = tmp_path / "root" / "rtjob-index" / "entries"
+    heard = Heard()
+    mine = RunRecord(id="r1", job="job", backend="local", storage_uri=str(folder), spec={"job": "job"})
+    write(mine, lifecycle.submitted, heard)
+    stored = read_record(str(folder), None)
+    assert stored is not None and stored.status == "PENDING" and stored.spec == {"job": "job"}
+    def newest_entry() -> str:  # the index is append-only: the newest entry of a run stands
+        return str(json.loads(sorted(entries.glob("*.json"))[-1].read_text())["status"])
+
+    assert newest_entry() == "PENDING"
+    assert _ledger_record("r1") is not None and _ledger_record("r1").status == "PENDING"  # type: ignore[union-attr]
+
+    def companion_end(record: RunRecord | None) -> RunRecord:  # the run side, through the same writer call
+        assert record is not None
+        lifecycle.started(record, "r1", 1)
+        record.logs, record.log_home = ["logs/driver.log"], str(folder)
+        return lifecycle.attempt_ended(record, "r1", 1, AttemptEnd("FAILED", 3), "exit code 3")
+
+    lifecycle.write(run_ports(str(folder)), companion_end)
+    seen = functools.partial(lifecycle.archived, status=RunStatus.STOPPED, message="seen stopped",
+                             saved=lifecycle.Archive(logs=["logs/other.log"], cost={"usd": 0.5}), by=Writer.ARCHIVE)
+    written = write(mine, seen, heard)
+    assert (written.status, written.message, written.completed_by, written.logs) == \
+        ("FAILED", "exit code 3", "companion", ["logs/driver.log"])
+    assert written.archived and written.cost == {"usd": 0.5} and mine.status == "FAILED"  # mine is the written one
+    assert newest_entry() == "FAILED"
+    reopen = functools.partial(lifecycle.progressed, status=RunStatus.RUNNING)  # refused: the end stands
+    assert write(mine, reopen, heard).status == "FAILED" and read_record(str(folder), None).status == "FAILED"  # type: ignore[union-attr]
+    assert not [e for e in heard.events if e[0] == "warning"]
+
+    other = tmp_path / "root" / "job" / "seen"
+    other.mkdir()
+    only_seen = RunRecord(id="seen", job="job", backend="local", storage_uri=str(other), status="RUNNING")
+    write(only_seen, functools.partial(lifecycle.archived, status=RunStatus.SUCCEEDED, saved=lifecycle.Archive()),
+          heard)
+    assert read_record(str(other), None) is None  # another's folder is never written by a client that only saw it
+    assert _ledger_record("seen") is not None and _ledger_record("seen").status == "SUCCEEDED"  # type: ignore[union-attr]

@@ -170,6 +170,59 @@ def test_gave_up_is_failed_with_why(status: RunStatus) -> None:
     assert r.end_time is not None
 
 
+# -- the client's own transitions: a pipeline's progress, the archive of an end it saw -----------------------------
+
+@given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING]), end=st.sampled_from(ENDS),
+       by=st.sampled_from(WRITERS), reopen=st.booleans())
+def test_progressed_never_ends_nor_reopens_an_end_unless_a_submit_of_its_rank_does(
+        status: RunStatus, end: RunStatus, by: Writer, reopen: bool) -> None:
+    assert lifecycle.progressed(record(), status).status == status.value
+    with pytest.raises(IllegalTransition, match="ended"):
+        lifecycle.progressed(record(), end)
+    r = lifecycle.ended(record(RunStatus.RUNNING), end, by)
+    if reopen and lifecycle.rank(by.recorded_as) <= lifecycle.rank(Writer.FOLLOWER.recorded_as):
+        reopened = lifecycle.progressed(r, status, reopen=True)
+        assert (reopened.status, reopened.completed_by, reopened.end_time, reopened.archived) == \
+            (status.value, None, None, False) and "ended" not in reopened.timeline
+    else:
+        with pytest.raises(IllegalTransition, match="stands"):
+            lifecycle.progressed(r, status, reopen=reopen)
+        assert r.status == end.value
+
+
+SAVED = lifecycle.Archive(logs=["logs/driver.log"], log_home="s3://b/j/r1", cost={"usd": 1.0},
+                          metrics={"loss": 0.1}, train_storage=["s3://b/train"],
+                          attempts=[{"id": "r1", "attempt": 1, "status": "FAILED"}])
+
+
+@given(end=st.sampled_from(ENDS), seen=st.sampled_from(ENDS), by=st.sampled_from(RUN_SIDE))
+def test_archived_keeps_the_run_sides_end_and_log_and_fills_the_rest(end: RunStatus, seen: RunStatus,
+                                                                     by: Writer) -> None:
+    r = lifecycle.ended(record(RunStatus.RUNNING), end, by)
+    r.message, r.logs, r.log_home = "run side", ["logs/part-0"], "s3://b/j/r1"
+    once = lifecycle.archived(r, seen, SAVED, "client saw", by=Writer.ARCHIVE)
+    assert (once.status, once.message, once.completed_by, once.logs) == \
+        (end.value, "run side", by.recorded_as, ["logs/part-0"])
+    assert once.archived and once.cost == {"usd": 1.0} and once.metrics == {"loss": 0.1}
+    assert once.attempts == SAVED.attempts and once.train_storage == ["s3://b/train"]
+    again = lifecycle.archived(once, seen, SAVED, "client saw", by=Writer.ARCHIVE)  # idempotent: a repair
+    assert again.to_json() == once.to_json()
+
+
+@given(seen=st.sampled_from(ENDS), before=st.sampled_from([None, *ENDS]))
+def test_archived_writes_the_clients_end_where_no_run_side_wrote_one(seen: RunStatus,
+                                                                     before: RunStatus | None) -> None:
+    r = started()
+    if before is not None:  # an end another client saw first: the later one stands (equal rank)
+        lifecycle.ended(r, before, Writer.FOLLOWER)
+    done = lifecycle.archived(r, seen, SAVED, "seen ended", at="2026-11-27T11:00:00+00:00")
+    assert (done.status, done.message, done.completed_by, done.logs, done.log_home) == \
+        (seen.value, "seen ended", "client", ["logs/driver.log"], "s3://b/j/r1")
+    assert done.archived and done.timeline["ended"] == done.end_time
+    with pytest.raises(IllegalTransition, match="not an end"):
+        lifecycle.archived(record(), RunStatus.RUNNING, SAVED)
+
+
 # -- whose end stands ---------------------------------------------------------------------------------------------
 
 @given(first=st.sampled_from(WRITERS), second=st.sampled_from(WRITERS), s1=st.sampled_from(ENDS),

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from rtjob.core.model import RunStatus
 from rtjob.runs import logview
-from rtjob.runs.lifecycle import follow
+from rtjob.runs.lifecycle import follow, logtail
 
 import rtjob_contract as contract
 from tests.unit.test_follow import FileBackend
@@ -83,7 +83,7 @@ def test_a_followed_log_prints_the_users_view_once(tmp_path: Path, monkeypatch: 
     """Through the follower (its stream dropped mid-way and replayed, then the full log read once more): each shown
     line once, in order; the hidden lines still count for skipping the replay."""
     monkeypatch.setattr(follow, "POLL_S", 0.01)
-    monkeypatch.setattr(follow, "RECONNECT_S", 0.01)
+    monkeypatch.setattr(logtail, "RECONNECT_S", 0.01)
     path = tmp_path / "job-driver-r1.log"
     path.write_bytes(RAW.encode())
     backend = FileBackend(path, 7, 200)

@@ -232,25 +232,29 @@ def test_durations_read_as_people_write_them() -> None:
                                                                               "25h 00m"]
 
 
-def test_a_retry_the_client_submits_is_told_once(receiver: Receiver, tmp_path: Path,
+def test_a_retry_the_client_submits_is_written_as_retrying_then_told_once(receiver: Receiver, tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     from rtjob.backends.base import Retry
     from rtjob.core.model import RunInfo, RunStatus
     from rtjob.core.record import RunRecord
     from rtjob.runs.events import Quiet
-    from rtjob.runs.lifecycle.retry_notice import notify_retrying
+    from rtjob.runs.lifecycle.follow import record_retry
     from rtjob.runs.memory import ledger
+    from rtjob.storage.records import read_record
 
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("RETRY_HOOK", receiver.url("/retries"))
     notify = json.dumps({"on": ["retrying"], "targets": [{"type": "webhook", "env": "RETRY_HOOK"}], "steps": False})
-    ledger().save(RunRecord(id="r1", job="j", backend="local", storage_uri=str(tmp_path / "run"),
-                            request={"submit_job": {"runtime_env": {"env_vars": {"RTJOB_NOTIFY": notify}}}}))
+    ledger().save(RunRecord(id="r1", job="j", backend="local", storage_uri=str(tmp_path / "run"), spec={"job": "j"},
+                            status="FAILED", request={"submit_job": {"runtime_env": {"env_vars": {"RTJOB_NOTIFY": notify}}}}))
     retry = RunInfo(id="r1-retry1", job="j", backend="local", status=RunStatus.PENDING)
     decision = Retry("r1", "its driver was killed by SIGKILL (exit code -9)", 1, 1, retry, created=True)
-    notify_retrying("r1", decision, Quiet())
-    notify_retrying("r1", decision, Quiet())  # another follower that attached to the same retry
+    record_retry("r1", retry, decision, Quiet())  # the kernel's `retrying`, then the notice (after the record)
+    record_retry("r1", retry, decision, Quiet())  # another follower that attached to the same retry
     [body] = receiver.bodies("/retries")
+    stored = read_record(str(tmp_path / "run"), None)
+    assert stored is not None and stored.status == "PENDING"
+    assert [(a["id"], a["status"]) for a in stored.attempts] == [("r1", "FAILED"), ("r1-retry1", "PENDING")]
     assert body["outcome"] == "retrying-2" and "r1-retry1" in body["error"]
     assert (tmp_path / "run" / "rtjob-notified-retrying-2").exists()
 

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
     from ..backends.base import Retry
     from ..core.model import RunInfo
-    from ..runs.lifecycle.submission import Followed
+    from ..runs.lifecycle.follow import Followed
     from ..runs.runner import Plan, Submitted
 
 
@@ -88,7 +88,7 @@ def log_stream(output: str, raw: bool = False) -> TextIO:
 def exit_code(followed: Followed) -> int:
     """A followed run's exit code: 130 detached, 1 stopped on Ctrl-C, the error's when rtjob stopped following,
     else its outcome."""
-    from ..runs.lifecycle.submission import Abandoned, Detached
+    from ..runs.lifecycle.follow import Abandoned, Detached
 
     if isinstance(followed, Detached):
         return EXIT_INTERRUPTED
@@ -99,7 +99,7 @@ def exit_code(followed: Followed) -> int:
 
 def followed_error(followed: Followed | None) -> str | None:
     """Why rtjob stopped following before the run's end (the one line it prints as its error), None if it did not."""
-    from ..runs.lifecycle.submission import Abandoned, Detached
+    from ..runs.lifecycle.follow import Abandoned, Detached
 
     if isinstance(followed, Detached):
         return f"interrupted: {followed.run_id} was left running"
@@ -110,7 +110,7 @@ def followed_error(followed: Followed | None) -> str | None:
 
 def finish(followed: Followed | None) -> int:
     """The exit code of a follow whose outcome was printed; an error that ended it is raised (one line, its code)."""
-    from ..runs.lifecycle.submission import Abandoned
+    from ..runs.lifecycle.follow import Abandoned
 
     if isinstance(followed, Abandoned):
         raise followed.error

@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..core.model import RunInfo
     from ..core.record import RunRecord
     from ..jobspec.settings import Settings
-    from ..runs.lifecycle.submission import Followed
+    from ..runs.lifecycle.follow import Followed
     from ..runs.lifecycle.supervisor_state import SupervisorState
     from ..runs.pipelines.pipeline import PipelinePlan
 

@@ -222,7 +222,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         print_log(archived_log(record, read_lines), info.secrets, tail_lines, raw)  # streamed, never read whole
         return EXIT_SUCCEEDED
     if follow:
-        from ..runs.lifecycle.submission import follow_to_end
+        from ..runs.lifecycle.follow import follow_to_end
 
         followed = follow_to_end(be, run_id, out=log_stream("text", raw), timeout_s=timeout_s,
                                  stop_on_interrupt=False, events=PRINTED)
@@ -259,18 +259,18 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         return pipeline_wait(be, record, storage_root, output, timeout_s, info)
     if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
-            from ..runs.lifecycle.submission import Abandoned
+            from ..runs.lifecycle.follow import Abandoned
 
             return print_followed(Abandoned(run_id, BadInput(f"run {run_id}: {info.message}"), info), output, info)
         say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
         if output != "text":
             print_data(run_json(info), output)
         return outcome(info)
-    from ..runs.lifecycle.submission import follow_to_end
-    from ..runs.lifecycle.supervisor_state import supervisor_state
+    from ..runs.lifecycle.follow import follow_to_end
 
-    supervisor_state(be, info, PRINTED.note)  # a supervisor that died is replaced: the run is carried after this wait too
-    followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED)
+    # carry: a supervisor that died is replaced, so the run is carried after this wait too
+    followed = follow_to_end(be, run_id, out=None, timeout_s=timeout_s, stop_on_interrupt=False, events=PRINTED,
+                             carry=info)
     return print_followed(followed, output, info)
 
 
@@ -314,6 +314,10 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
                 f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
         return EXIT_SUCCEEDED
     info = stop_run(be, view.latest)  # a retried run: its latest attempt is the one that runs
+    if info.status.terminal:  # the end this client saw: archived (a companion's STOPPED, where it wrote one, stands)
+        from ..runs.lifecycle.archive import observe
+
+        observe(be, info, Quiet(), run_id=run_id)
     if view.latest != run_id:
         info = one_story(view.info, info, view.info.attempts)
     if output != "text":

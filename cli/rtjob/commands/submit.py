@@ -124,7 +124,8 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, explain: bool, no_wait: bool,
          timeout_s: float | None, stop_on_interrupt: bool, attach: bool) -> int:
     """A planned run printed (--dry-run) or submitted, recorded and followed: submit's and rerun's second half."""
-    from ..runs.lifecycle.submission import follow_to_end, submit_and_record
+    from ..runs.lifecycle.follow import follow_to_end
+    from ..runs.lifecycle.submission import submit_and_record
 
     if dry_run:
         print_render(planned, settings, output, explain)

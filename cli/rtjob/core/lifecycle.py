@@ -219,6 +219,61 @@ def ended(record: RunRecord, status: RunStatus, by: Writer, at: str | None = Non
     return record
 
 
+def progressed(record: RunRecord, status: RunStatus, by: Writer = Writer.FOLLOWER, reopen: bool = False,
+               at: str | None = None) -> RunRecord:
+    """A pipeline run's progress as the client that advances its steps saw it (PENDING before its first step,
+    RUNNING after): never an end (``ended`` writes that), nor over one: an end stands, unless ``reopen`` (the same
+    pipeline id submitted again goes on from the steps that succeeded) and it is of the client's own rank."""
+    if status.terminal:
+        raise _refuse(record, f"progressed({status.value})", "an end is ended()'s")
+    if record.run_status.terminal and (not reopen or rank(record.completed_by) > rank(by.recorded_as)):
+        raise _refuse(record, f"progressed({status.value}, {by.value})",
+                      f"the {record.completed_by or 'recorded'} end ({record.status}) stands")
+    if record.run_status.terminal or record.completed_by:
+        record.end_time = record.message = record.completed_by = None
+        record.archived = False
+        record.timeline.pop("ended", None)
+    record.status = status.value
+    record.updated_at = at or now()
+    return record
+
+
+@dataclass
+class Archive:
+    """What a client saves of a run it saw end (runs/lifecycle/archive.py): where each attempt's log went, the
+    attempts as the backend lists them, the cost, the metrics summary, the folders Ray Train stored the run in."""
+
+    logs: list[str] = dataclasses.field(default_factory=list)
+    log_home: str | None = None
+    attempts: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    cost: dict[str, Any] | None = None
+    metrics: dict[str, Any] | None = None
+    train_storage: list[str] = dataclasses.field(default_factory=list)
+
+
+def archived(record: RunRecord, status: RunStatus, saved: Archive, message: str | None = None,
+             by: Writer = Writer.ARCHIVE, at: str | None = None) -> RunRecord:
+    """A client saw the run end ``status`` (``message``) and saved its logs and final state (``saved``). An end the
+    run side recorded stands, with its log (the archive fills only what it left empty); else the client's end is
+    written (``ended``). Either way the record is ``archived``: no later look archives it again."""
+    if not status.terminal:
+        raise _refuse(record, f"archived({status.value})", "not an end")
+    at = at or now()
+    if not ended_by_run_side(record):
+        ended(record, status, by, at)
+        record.message = message
+    if not (ended_by_run_side(record) and record.logs):
+        record.logs, record.log_home = list(saved.logs) or record.logs, saved.log_home or record.log_home
+    if len(saved.attempts) >= len(record.attempts) and saved.attempts:
+        record.attempts = saved.attempts
+    record.cost = record.cost or saved.cost
+    record.metrics = record.metrics or saved.metrics
+    record.train_storage = saved.train_storage or record.train_storage
+    record.archived = True
+    record.updated_at = at
+    return record
+
+
 def stale(record: RunRecord, seconds: float = STALE_S) -> str | None:
     """The reader's verdict on a run not ended whose run side was not seen for ``seconds``: why its state is
     UNKNOWN (one line), or None when it is not stale. Never written: the run may still be alive. (Computed by the

@@ -7,17 +7,23 @@ reads (``find``, ``lookup``) never write: what a command learns is recorded by t
 
 from __future__ import annotations
 
+import contextlib
+import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..core import lifecycle
+from ..core.clock import now_iso
 from ..core.errors import BadInput, RtjobError, Unreachable
+from ..core.lifecycle import IllegalTransition, merge
 from ..core.model import RunInfo, RunStatus
 from ..core.record import RunRecord
 from .places import writable_here
-from .records import now
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
+    from ..core.lifecycle import IndexPort
     from ..ledger import Ledger
     from .events import RunEvents
 
@@ -34,38 +40,78 @@ def ledger() -> Ledger:
     return _LEDGERS[path]
 
 
-def save(record: RunRecord, events: RunEvents, to_storage: bool = True) -> None:
-    """The record into the ledger (and the run's storage). A broken ledger is a warning: the run goes on."""
-    record.updated_at = now()
-    if to_storage:  # first: what the run side already wrote there (its end, its timeline) joins this record
-        _write_to_storage(record, events)
+def keep(record: RunRecord, events: RunEvents) -> None:
+    """The record into this machine's ledger only (what a command learned of a run that has not ended, a record
+    found in storage). A broken ledger is a warning: the run goes on."""
+    record.updated_at = now_iso("seconds")
     try:
         ledger().save(record)
     except RtjobError as exc:
         events.warning(f"run ledger not updated: {exc.message}")
 
 
-def _write_to_storage(record: RunRecord, events: RunEvents) -> None:
+def write(record: RunRecord, transition: Callable[[RunRecord], RunRecord], events: RunEvents, *,
+          tell: Callable[[RunRecord], None] | None = None) -> RunRecord:
+    """One of the lifecycle kernel's named transitions (``transition``, with its writer bound) applied by this
+    client: in the run's storage through the kernel's one writer call (the record, conditional on the version read,
+    this client's ``record`` joined with it by lifecycle.merge first; then the index entry), then the ledger's row.
+    A transition the kernel refuses (an end of a higher rank stands) leaves the stored record as it is. Where the
+    run's storage is not this client's to write (a run it only saw, no storage here) or cannot be reached, the
+    transition is applied to the ledger's row only, with a warning for a write that failed. ``tell``: the
+    notification, after the record and its index entry (its claim marker makes it once). Returns the record as
+    written; ``record`` is updated to it."""
+    written = _write_to_storage(record, transition, events, tell)
+    if written is None:
+        with contextlib.suppress(IllegalTransition):  # refused: the end recorded stands
+            transition(record)
+    else:
+        record.__dict__.update(written.__dict__)  # the caller's record is the one written (merged)
+    keep(record, events)
+    return record
+
+
+def _write_to_storage(record: RunRecord, transition: Callable[[RunRecord], RunRecord], events: RunEvents,
+                      tell: Callable[[RunRecord], None] | None) -> RunRecord | None:
     """Only a record that carries its spec (made by the submit, or read back from storage) goes to the run's
     folder: a run this client only saw is another's, whose record there must never be replaced by less."""
     if record.spec is None or not writable_here(record.backend, record.storage_uri):
-        return
-    from ..storage.records import write_record
+        return None
+    from ..storage.run_ports import run_ports
 
     assert record.storage_uri is not None
+    mine = copy.deepcopy(record)
+
+    def change(stored: RunRecord | None) -> RunRecord | None:
+        joined = merge(copy.deepcopy(mine), stored)
+        joined.updated_at = now_iso("seconds")
+        try:
+            return transition(joined)
+        except IllegalTransition:
+            return None  # refused: the stored record stands (a higher-ranked end was written first)
+
+    ports = run_ports(record.storage_uri, record.storage_endpoint)
+    if ports.index is not None:
+        ports.index = _WarnedIndex(ports.index, record.storage_uri, events)
     try:
-        written = write_record(record.storage_uri, record, record.storage_endpoint)
-        record.__dict__.update(written.__dict__)  # the caller's record is the one written (merged)
+        return lifecycle.write(ports, change, tell=tell)
     except RtjobError as exc:
         events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
-        return
-    from ..storage.index import write_run_entry
+        return None
 
-    try:  # the team's index: after the record, so a rebuild from the records never misses what an entry says
-        write_run_entry(record.storage_uri, record.storage_endpoint, record)
-    except RtjobError as exc:
-        events.warning(f"run index entry not written beside {record.storage_uri}: {exc.message} (rtjob runs "
-                       "--storage ROOT --reindex adds the run from its record)")
+
+class _WarnedIndex:
+    """The kernel's index port, an entry that cannot be written a warning: the record was written before it, and
+    a rebuild from the records adds the run."""
+
+    def __init__(self, index: IndexPort, where: str, events: RunEvents) -> None:
+        self.index, self.where, self.events = index, where, events
+
+    def entry(self, record: RunRecord) -> None:
+        try:
+            self.index.entry(record)
+        except RtjobError as exc:
+            self.events.warning(f"run index entry not written beside {self.where}: {exc.message} (rtjob runs "
+                                "--storage ROOT --reindex adds the run from its record)")
 
 
 def stored_record(record: RunRecord) -> RunRecord | None:
@@ -76,10 +122,7 @@ def stored_record(record: RunRecord) -> RunRecord | None:
 def with_run_side(record: RunRecord) -> RunRecord:
     """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
     seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
-    stored = stored_record(record)
-    from ..core.lifecycle import merge
-
-    return merge(record, stored)
+    return merge(record, stored_record(record))
 
 
 def remember(record: RunRecord) -> None:
@@ -92,7 +135,7 @@ def remember(record: RunRecord) -> None:
             return
     except RtjobError:
         return
-    save(record, Quiet(), to_storage=False)
+    keep(record, Quiet())
 
 
 def stored(info: RunInfo) -> RunRecord | None:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import rtjob_contract as contract
 
+from ...core import clock
 from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
@@ -63,7 +64,7 @@ def _iso(value: Any) -> str | None:
     if not value:
         return None
     if isinstance(value, str):
-        value = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        value = clock.parse(value)
     if not isinstance(value, dt.datetime):
         return None
     if value.tzinfo is None:

@@ -161,7 +161,7 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
         return record
     from ...backends import get_backend
     from ...core.lifecycle import ended_by_run_side
-    from ..memory import save, with_run_side
+    from ..memory import keep, with_run_side
     from ..view import look
 
     try:
@@ -173,7 +173,7 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
         pass
     merged = with_run_side(record)  # its companion may have written its end where the cluster is gone
     if ended_by_run_side(merged) and not record.archived:
-        save(merged, events, to_storage=False)
+        keep(merged, events)
     return merged
 
 

@@ -17,9 +17,8 @@ from ...core.lifecycle import Writer, merge
 from ...core.model import RunInfo, RunStatus
 from ...core.record import RunRecord
 from ...core.redact import redact, redact_data
-from ..memory import ledger, lookup, remember, save, stored, stored_record
+from ..memory import keep, ledger, lookup, remember, stored, stored_record, write
 from ..places import local_run_dir, log_home, writable_here
-from ..records import now
 
 if TYPE_CHECKING:
     from ...backends.base import Backend
@@ -62,7 +61,7 @@ def observe(backend: Backend, info: RunInfo, events: RunEvents, run_id: str | No
         return archive(backend, record, info, events, attempts_of=attempts_of)  # which records ``info`` first
     changed = _observed(record, info)
     if changed or record.updated_at is None:
-        save(record, events, to_storage=False)
+        keep(record, events)  # not a transition: the run side writes the run's start in its storage
     return record
 
 
@@ -82,22 +81,22 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             final: RunStatus | None = None, message: str | None = None,
             attempts_of: AttemptsOf | None = None) -> RunRecord:
     """The run has ended (or its cluster is about to stop: ``final``): save each attempt's driver log beside
-    the record, the attempts, cost and metrics summary, and mark it archived. Each part that cannot be read is
-    left out with a warning; the record is saved in any case."""
+    the record, the attempts, cost and metrics summary, and write the kernel's ``archived`` transition (the end as
+    this client saw it, unless the run side's stands). Each part that cannot be read is left out with a warning;
+    the record is written in any case."""
     from ...storage.records import metrics_summary
     from ..cost import finished_run_cost
 
     _observed(record, info)
-    if final is not None:
-        record.status, record.message = final.value, message
-        record.end_time = record.end_time or now()
+    status, message = (final, message) if final is not None else (record.run_status, record.message)
     run_side = _run_side_end(record)
     if run_side is not None:  # the run's companion wrote its end (and its log): that end stands
         record = merge(record, run_side)
+    saved = lifecycle.Archive()
     attempts = _quiet(lambda: (attempts_of or backend.attempts)(record.id), events, "attempts")
     ids = [record.id]
     if attempts is not None:
-        record.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
+        saved.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
         ids = [a.id for a in attempts.chain] or ids
     texts: dict[str, str] = {}
     if run_side is not None and run_side.logs:
@@ -121,28 +120,21 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
                 _quiet(functools.partial(archive_attempt_log, record.storage_uri, record.storage_endpoint, earlier),
                        events, f"the log of {earlier}")
     if texts:
-        record.log_home, record.logs = _write_logs(record, texts, events)
+        saved.log_home, saved.logs = _write_logs(record, texts, events)
     # Asked now, while the cluster still knows the run: an unchanged Ray Train script's own storage.
     folders = _quiet(lambda: backend.train_storage(ids[-1], last_log), events, "Ray Train's storage")
     if folders:
-        record.train_storage = [redact(folder, info.secrets) for folder in folders]
+        saved.train_storage = [redact(folder, info.secrets) for folder in folders]
     ended = record.to_run_info()
-    record.cost = record.cost or _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
+    saved.cost = record.cost or _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
     # The run's own storage first; a plain Ray Train script's history is in the folder it chose.
-    for uri in [record.storage_uri, *record.train_storage] if not record.metrics else []:
+    for uri in [record.storage_uri, *saved.train_storage, *record.train_storage] if not record.metrics else []:
         if uri and writable_here(record.backend, uri):
-            record.metrics = _quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
-            if record.metrics:
+            saved.metrics = _quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
+            if saved.metrics:
                 break
-    record.archived = True
-    if not record.completed_by:  # no run side wrote it: this client saw the end
-        if record.run_status.terminal:
-            lifecycle.ended(record, record.run_status, Writer.ARCHIVE, at=record.end_time or now())
-        else:  # archived before its cluster stops, its end unknown
-            record.completed_by = Writer.ARCHIVE.recorded_as
-    record.timeline.setdefault("ended", record.end_time or now())
-    save(record, events)
-    return record
+    return write(record, functools.partial(lifecycle.archived, status=status, saved=saved, message=message,
+                                           by=Writer.ARCHIVE), events)
 
 
 def _run_side_end(record: RunRecord) -> RunRecord | None:

@@ -7,6 +7,14 @@ this machine knows which distribution provides that module (importlib.metadata),
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
+
+from ...core.errors import RtjobError
+
+if TYPE_CHECKING:
+    from ...backends.base import Backend
+    from ...core.model import RunInfo
+    from ...core.record import RunRecord
 
 # The last one wins: an earlier one may have been caught and handled by the script.
 _MISSING = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
@@ -37,3 +45,26 @@ def missing_module_hint(log_text: str, job_file: str | None, step: str | None = 
         where += f" (step {step})"
     return f"the run failed on a missing package: module {module!r}{package} is not installed on the cluster; " \
            f"add it to {where}, or use an image_uri that has it"
+
+
+DIAGNOSED_LINES = 200  # the end of a failed run's log, where Python's last traceback is
+
+
+def diagnose(backend: Backend, info: RunInfo, record: RunRecord | None) -> str | None:
+    """What a FAILED run's log plainly says went wrong (a missing module: which job file, and step, to declare it
+    in), as one line; None when it says nothing rtjob can act on or cannot be read."""
+    from ..memory import find
+
+    try:
+        text = backend.last_lines(info.id, DIAGNOSED_LINES)
+    except RtjobError:
+        return None
+    step = None
+    if record is not None and record.pipeline:  # a step's run: the step is named in its pipeline run's record
+        try:
+            pipeline = find(record.pipeline)
+        except RtjobError:
+            pipeline = None
+        step = next((str(s.get("name")) for s in (pipeline.steps if pipeline else [])
+                     if s.get("run_id") == record.id), None)
+    return missing_module_hint(text, record.job_file if record else None, step)

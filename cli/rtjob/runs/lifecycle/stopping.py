@@ -5,11 +5,11 @@ lost driver, which stays retriable. The marker is also what a supervisor checks 
 
 from __future__ import annotations
 
-import datetime as dt
 from typing import TYPE_CHECKING
 
 import rtjob_contract as contract
 
+from ...core.clock import now_iso
 from ...core.errors import RtjobError
 from ...core.model import RunStatus
 
@@ -28,7 +28,7 @@ def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
 
     try:
         with objects_for(storage_uri, endpoint) as objects:
-            objects.put(contract.STOP_MARKER_FILE, dt.datetime.now(dt.timezone.utc).isoformat().encode())
+            objects.put(contract.STOP_MARKER_FILE, now_iso("microseconds").encode())
         return True
     except (RtjobError, OSError):
         return False
@@ -51,7 +51,9 @@ def stop_pipeline(backend: Backend, record: RunRecord, patience_s: float = 30.0)
     """Stop a pipeline run: its stop marker first (its supervisor reads it before and after every submit: no
     retry, no later step, and what it submits as the marker appears it stops), then every attempt of its steps that
     has not ended; its supervisor then ends by itself, recording the pipeline STOPPED, and is stopped after
-    ``patience_s`` if it has not. What was stopped, in that order."""
+    ``patience_s`` if it has not. A supervisor stopped so never records the end (Anyscale may still be stopping
+    its job): this client writes it, the kernel's ``ended`` STOPPED, unless an end is recorded by then. What was
+    stopped, in that order."""
     import time
 
     mark_stop(record.storage_uri, record.storage_endpoint)
@@ -69,6 +71,23 @@ def stop_pipeline(backend: Backend, record: RunRecord, patience_s: float = 30.0)
     while (supervisor := backend.supervisor_of(record.id)) is not None and not supervisor.status.terminal:
         if time.monotonic() > deadline:
             stopped.append(backend.stop(supervisor.id))
+            _stopped_by_client(record)
             break
         time.sleep(0.5)
     return stopped
+
+
+def _stopped_by_client(record: RunRecord) -> None:
+    """The pipeline's end, STOPPED, written by the client that stopped it (an end its supervisor wrote first
+    stands: the kernel refuses this one then). Quietly: `stop` prints the pipeline's state after this."""
+    from ...core import lifecycle
+    from ...core.lifecycle import Writer
+    from ..events import Quiet
+    from ..memory import write
+
+    def stop_ended(stored: RunRecord) -> RunRecord:
+        return lifecycle.archived(stored, RunStatus.STOPPED, lifecycle.Archive(),
+                                  "stopped by rtjob stop: its supervisor did not end within the stop's wait",
+                                  by=Writer.FOLLOWER)
+
+    write(record, stop_ended, Quiet())

@@ -27,6 +27,8 @@ from ...core.model import RunStatus, check_run_id
 from ...core.record import RunRecord
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ...backends.base import Backend
     from ...jobspec.pipeline import Pipeline
     from ...jobspec.resolve import JobSource, Overrides
@@ -203,24 +205,30 @@ def overall(statuses: list[RunStatus | None]) -> RunStatus:
 
 
 def record_progress(record: RunRecord, statuses: list[RunStatus | None], events: RunEvents,
-                    ended: RunStatus | None = None) -> None:
-    """The pipeline run's status, from its steps' (or ``ended``: as its supervisor recorded it), into the ledger
-    and its storage (once it ends: archived)."""
-    from ..memory import save
+                    ended: RunStatus | None = None, reopen: bool = False) -> None:
+    """The pipeline run's status, from its steps' (or ``ended``: as its supervisor recorded it), written as the
+    kernel's transitions by this client: ``submitted`` (a new pipeline run), ``progressed`` (PENDING, RUNNING;
+    ``reopen``: a submit of the same id goes on after its end), ``archived`` at its end. An end already recorded
+    stands (``record`` then holds it)."""
+    import functools
+
+    from ...core import lifecycle
+    from ...core.lifecycle import Writer
+    from ..memory import write
 
     status = ended or overall(statuses)
     if record.updated_at is not None and record.status == status.value and record.archived == status.terminal:
         return
-    record.status = status.value
-    if status.terminal:
-        from ..records import now
 
-        record.end_time = record.end_time or now()
-        record.archived = True
-    else:
-        record.end_time = None
-        record.archived = False
-    save(record, events)
+    def progressed(stored: RunRecord) -> RunRecord:
+        if not stored.submitted_at:
+            lifecycle.submitted(stored)
+        return lifecycle.progressed(stored, status, Writer.FOLLOWER, reopen=reopen)
+
+    change: Callable[[RunRecord], RunRecord] = functools.partial(
+        lifecycle.archived, status=status, saved=lifecycle.Archive(), message=record.message,
+        by=Writer.FOLLOWER) if status.terminal else progressed
+    write(record, change, events)
 
 
 def find(run_id: str, storage_root: str | None) -> RunRecord | None:

@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ...core.errors import BadInput, RtjobError, WaitTimeout
 from ...core.model import RunStatus
 from ..events import Quiet
-from ..lifecycle.submission import Abandoned, Detached, Ended, Followed, follow_to_end, submit_and_record
+from ..lifecycle.follow import Abandoned, Detached, Ended, Followed, follow_to_end
+from ..lifecycle.submission import submit_and_record
 from ..memory import find
 from ..view import look
 from .pipeline import find as find_pipeline
@@ -52,7 +53,7 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
     record = find_pipeline(pp.id, None)
     if record is None:
         record = new_record(pp)
-        record_progress(record, [None] * len(pp.steps), events)
+        record_progress(record, [None] * len(pp.steps), events, reopen=True)
     else:
         events.note(f"pipeline run {pp.id} exists: its steps that succeeded are not run again")
         record.steps = [s.to_json() for s in pp.steps]
@@ -67,7 +68,7 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         else:
             done.statuses, done.ended = follow_inside(pp.backend, record, pp.storage_root, events,
                                                       deadline)
-        record_progress(record, done.statuses, events, done.ended)
+        record_progress(record, done.statuses, events, done.ended, reopen=True)
         return done
     for i, step in enumerate(pp.steps):
         if succeeded[i] or step.plan is None:
@@ -85,7 +86,7 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id}")
         submit_and_record(step.plan, attach=True, events=events)  # attaches to the supervisor's submit
         done.statuses[i] = RunStatus.RUNNING
-        record_progress(record, done.statuses, events)
+        record_progress(record, done.statuses, events, reopen=True)
         if no_wait:
             events.note(f"pipeline {pp.id}: steps advance only while rtjob follows them; to go on: rtjob submit "
                         f"{pp.pipeline.shown} --submission-id {pp.id}")
@@ -101,20 +102,20 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
         if isinstance(done.last, Abandoned):  # the follow ended on an error: the step's status as last seen
             if done.last.run is not None:
                 done.statuses[i] = done.last.run.status
-            record_progress(record, done.statuses, events)
+            record_progress(record, done.statuses, events, reopen=True)
             return done
         if isinstance(done.last, Detached):  # the step keeps running
             events.note(f"pipeline {pp.id} paused at step {step.name}; to go on: rtjob submit {pp.pipeline.shown} "
                         f"--submission-id {pp.id}")
             return done
         done.statuses[i] = done.last.run.status
-        record_progress(record, done.statuses, events)
+        record_progress(record, done.statuses, events, reopen=True)
         if done.last.run.status != RunStatus.SUCCEEDED:
             later = pp.pipeline.step_names()[i:]
             events.note(f"pipeline {pp.id} stopped at step {step.name} ({done.last.run.status.value}); after a "
                         f"fix: rtjob submit {pp.pipeline.shown} --from {later[0]} {pp.id}")
             break
-    record_progress(record, done.statuses, events, done.ended)
+    record_progress(record, done.statuses, events, done.ended, reopen=True)
     return done
 
 
@@ -132,19 +133,32 @@ def follow_inside(be: Backend, record: RunRecord, storage_root: str | None, even
                 seen[info.id] = info.status
                 events.note(f"step {n}/{len(steps)} {step.get('name')}: {info.id} {info.status.value} "
                             f"(rtjob logs {info.id})")
-        if supervisor is None or supervisor.status.terminal:
+        if supervisor is None or supervisor.status.terminal or _stopped_by_client(record):
             break
         if deadline is not None and time.monotonic() > deadline:
             raise WaitTimeout(f"pipeline {record.id} is still running after the --timeout (its job {supervisor.id} "
                               "goes on)")
         time.sleep(INSIDE_POLL_S)
     statuses = [info.status if info else None for _, info in steps]
+    if supervisor is not None and not supervisor.status.terminal:  # its job still stopping: the client's end
+        return statuses, RunStatus.STOPPED
     ended = recorded_end(be, record, deadline)
     if ended is None and supervisor is not None and not overall(statuses).terminal:
         events.warning(f"{supervisor.id} ended {supervisor.status.value} without recording the pipeline's end: "
                        f"{supervisor.message or ''} (rtjob logs {supervisor.id})")
         ended = RunStatus.FAILED if supervisor.status != RunStatus.STOPPED else RunStatus.STOPPED
     return statuses, ended
+
+
+def _stopped_by_client(record: RunRecord) -> bool:
+    """A stop that outlasted the pipeline's supervisor: the client that stopped it recorded the pipeline STOPPED
+    (runs/lifecycle/stopping.py) while its job may still be stopping."""
+    from ...core.lifecycle import Writer
+    from ..memory import stored_record
+
+    stored = stored_record(record)
+    return stored is not None and stored.run_status == RunStatus.STOPPED \
+        and stored.completed_by == Writer.FOLLOWER.recorded_as
 
 
 INSIDE_POLL_S = 5.0  # the job hosting the steps is read at most this often (and each step's record)
@@ -177,7 +191,8 @@ def pipeline_state(be: Backend, record: RunRecord,
     statuses = [info.status if info else None for _, info in steps]
     ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
     record_progress(record, statuses, Quiet(), ended)
-    return steps, ended or overall(statuses)
+    # An end recorded stands: a stop that outlasted its supervisor was ended by the client that stopped it.
+    return steps, record.run_status if record.run_status.terminal else ended or overall(statuses)
 
 
 def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events: RunEvents,
