@@ -234,7 +234,7 @@ def progressed(record: RunRecord, status: RunStatus, by: Writer = Writer.FOLLOWE
         record.archived = False
         record.timeline.pop("ended", None)
     record.status = status.value
-    record.updated_at = at or now()
+    record.updated_at = at or clock.now_iso()
     return record
 
 
@@ -258,7 +258,7 @@ def archived(record: RunRecord, status: RunStatus, saved: Archive, message: str 
     written (``ended``). Either way the record is ``archived``: no later look archives it again."""
     if not status.terminal:
         raise _refuse(record, f"archived({status.value})", "not an end")
-    at = at or now()
+    at = at or clock.now_iso()
     if not ended_by_run_side(record):
         ended(record, status, by, at)
         record.message = message
