@@ -1,7 +1,8 @@
 """Runs that outlive their cluster, end to end: a run on a private embedded cluster with S3 storage (moto on
 loopback), a pipeline run, another run still running, then `rtjob local down`. Afterwards `runs`, `show`, `status`,
 `logs`, `results`, `pull` and `rerun --dry-run` work from the ledger and the bucket (a pipeline's `status`, `wait`,
-`show` and `logs` too); a second client with an empty ledger finds the team's runs from the bucket alone. Real Ray, real S3 protocol, nothing mocked.
+`show` and `logs` too); a second client with an empty ledger finds the team's runs from the bucket alone, and while
+a run runs, `runs`, `runs --storage` and the UI's runs list say RUNNING. Real Ray, real S3 protocol, nothing mocked.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.browser import ui_server
 from support.cli import base_env, new_id, plant, rtjob, wait_for_status
 from support.ray_jobs import wait_for
 from support.s3_server import S3Server, bucket_fixture
@@ -69,6 +72,11 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     running = {r["id"]: r for r in json.loads(ok(rtjob("runs", "--storage", storage, "-o", "json", env=teammate)))}
     assert running[cut_id]["status"] == "RUNNING", running[cut_id]
     assert {r["id"]: r for r in json.loads(ok(rtjob("runs", "-o", "json", env=env)))}[cut_id]["status"] == "RUNNING"
+    # ... and the UI's runs list: a real `rtjob ui` over the bucket from the teammate's HOME (its JSON, as the page)
+    with ui_server(teammate, "--storage", storage, log=tmp_path / "ui.log") as url:
+        answer = urllib.request.urlopen(url + "api/runs", timeout=60).read()
+    shown = {r["id"]: r for r in json.loads(answer)["runs"]}
+    assert shown[cut_id]["status"] == "RUNNING", shown[cut_id]
     record = json.loads(s3.client().get_object(Bucket=BUCKET, Key=f"team/checkpoints/{done_id}/rtjob-run.json")
                         ["Body"].read())
     assert record["status"] == "SUCCEEDED" and record["archived"] is True
