@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..core import clock
 from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED
 from ..core.model import RunInfo, RunStatus, stamp
 from ..core.redact import REDACTOR, redact
@@ -211,8 +212,8 @@ def run_dir_text(storage_uri: str, run_id: str) -> str:
 def duration(info: RunInfo) -> str:
     if not info.start_time:
         return "-"
-    start = dt.datetime.fromisoformat(info.start_time)
-    end = dt.datetime.fromisoformat(info.end_time) if info.end_time else dt.datetime.now(dt.timezone.utc)
+    start = clock.parse(info.start_time)
+    end = clock.parse(info.end_time) if info.end_time else clock.now()
     seconds = int((end - start).total_seconds())
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
@@ -236,7 +237,6 @@ def run_text(info: RunInfo) -> str:
 
 def timeline_text(timeline: dict[str, str]) -> str:
     """The start-up timeline as people read it: each stage's time after the first one recorded (submitted)."""
-    import datetime as dt
 
     from rtjob_contract import TIMELINE_STAGES
 

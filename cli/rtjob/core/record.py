@@ -182,15 +182,13 @@ class RunRecord:
 
 
 def _older_than(when: str, seconds: float) -> bool:
-    import datetime as dt
+    from . import clock
 
     try:
-        stamp = dt.datetime.fromisoformat(when)
+        stamp = clock.parse(when)
     except ValueError:
         return False
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=dt.timezone.utc)
-    return (dt.datetime.now(dt.timezone.utc) - stamp).total_seconds() > seconds
+    return (clock.now() - stamp).total_seconds() > seconds
 
 
 def spec_hash(spec: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ import datetime as dt
 import itertools
 import re
 
+from ..core import clock
 from ..core.errors import BadInput
 
 CRON_FORM = "5 fields: minute hour day-of-month month day-of-week, e.g. '0 3 * * 1'"
@@ -47,9 +48,9 @@ def next_runs(cron: str, timezone: str = "UTC", count: int = 3, now: dt.datetime
     from croniter import croniter
 
     if timezone == "local":
-        start = (now or dt.datetime.now(dt.timezone.utc)).astimezone()
+        start = (now or clock.now()).astimezone()
     else:
-        start = (now or dt.datetime.now(dt.timezone.utc)).astimezone(zoneinfo.ZoneInfo(timezone))
+        start = (now or clock.now()).astimezone(zoneinfo.ZoneInfo(timezone))
     it = croniter(cron, start)
     return [it.get_next(dt.datetime).isoformat(timespec="minutes") for _ in range(count)]
 
