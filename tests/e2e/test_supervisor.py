@@ -3,7 +3,7 @@
 process alive (the supervisor, a Ray job of its own, retried it through the cluster's own Jobs API, token auth on),
 and with s3 storage the retry resumes from the run's own checkpoint file and replaces attempt 1's files (the bucket,
 `results` and `pull` have the retry's rows; each attempt's log is archived and read back with `logs --attempt N`,
-also from a fresh client with no cluster address; no node folder is left); with a client following as well there is
+also from a fresh client with no cluster address, whose `rtjob ui` shows the same one row; no node folder is left); with a client following as well there is
 still exactly one retry. Observed through the Jobs API and storage only until everything is asserted; rtjob commands
 come after."""
 
@@ -13,10 +13,12 @@ import json
 import os
 import signal
 import stat
+import urllib.request
 from pathlib import Path
 
 import pytest
 from rtjob.core.model import stamp
+from support.browser import ui_server
 from support.cli import base_env, new_id, popen_rtjob, rtjob
 from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
@@ -193,6 +195,13 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
         seen = json.loads(again.stdout)
         assert seen["status"] == "SUCCEEDED" and len(seen["attempts"]) == 2, seen
         assert (seen["start_time"], seen["end_time"]) == (row["start_time"], row["end_time"]), seen
+    # ... and the UI (a real `rtjob ui` over the bucket, from the fresh client): one row, the same story
+    with ui_server(fresh, "--storage", f"s3://{BUCKET}/runs", log=tmp_path / "ui.log") as url:
+        listed_ui = json.loads(urllib.request.urlopen(url + "api/runs", timeout=60).read())["runs"]
+        page = json.loads(urllib.request.urlopen(url + f"api/runs/{run_id}", timeout=60).read())
+    ui_rows = [r for r in listed_ui if r["id"].startswith(run_id)]
+    assert [(r["id"], r["status"], r["attempts"]) for r in ui_rows] == [(run_id, "SUCCEEDED", 2)], ui_rows
+    assert page["status"] == "SUCCEEDED" and page["exit_code"] == 0, page
     for client in (env, fresh):
         one = rtjob("logs", run_id, "--attempt", "1", env=client)
         two = rtjob("logs", run_id, "--attempt", "2", env=client)
