@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rtjob.core import lifecycle
+from rtjob.core.index_entry import entry_of
 from rtjob.core.lifecycle import IllegalTransition, Writer
 from rtjob.core.model import RunStatus
 from rtjob.core.record import RunRecord
 from rtjob.core.retry_rule import AttemptEnd, retries_left, retry_reason
-from rtjob.storage.index import entry_of
 from rtjob.storage.run_ports import RecordFile, run_ports
 
 ENDS = [s for s in RunStatus if s.terminal]
@@ -355,8 +355,9 @@ def test_a_heartbeat_writes_no_index_entry(tmp_path: Path) -> None:
 
 def test_an_index_entry_holds_the_shared_schema() -> None:
     r = lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:00:30+00:00")
-    r.spec = {"document": {"tags": {"team": "nlp", "n": 3}, "args": {"epochs": 2, "lr": 0.1}}}
-    r.metrics = {"last": {"epoch": 2, "val_loss": 0.5, "note": "x", "ok": True}}
+    r.spec = {"document": {"tags": {"team": "nlp", "n": 3}, "args": {"epochs": 2, "lr": 0.1}},
+              "overrides": {"sets": ["args.lr=0.2", "tags.team=cv", "max_retries=1"]}}  # what the run ran with
+    r.metrics = {"last": {"epoch": 2, "val_loss": 0.5, "note": "x", "ok": True, "nan": float("nan")}}
     entry = entry_of(r)
     assert (entry["attempts"], entry["duration_s"], entry["tags"], entry["args"], entry["final_metrics"]) == (
-        1, 30.0, {"team": "nlp", "n": "3"}, {"epochs": 2, "lr": 0.1}, {"epoch": 2, "val_loss": 0.5})
+        1, 30.0, {"team": "cv", "n": "3"}, {"epochs": 2, "lr": "0.2"}, {"val_loss": 0.5})

@@ -1,5 +1,5 @@
 """The run index's entries (storage/index.py says how the index works): what one holds (its schema: a run's listed
-fields and DETAILS), the call a record's writer makes (client, companion, supervisor) to write one, and an entry's
+fields and DETAILS: core/index_entry.py), the call a record's writer makes (client, companion, supervisor) to write one, and an entry's
 row back as a record or a summary.
 
 Importable on the cluster: the stdlib, rtjob_contract and rtjob's storage modules at module level only (the S3
@@ -16,18 +16,12 @@ from rtjob_contract import INDEX_ENTRIES_DIR, INDEX_SCHEMA, index_entry_name, in
 
 from ..core import clock
 from ..core.errors import BadInput
+from ..core.index_entry import DETAILS, FIELDS, entry_of
 from ..core.record import RunRecord
 from .location import Location, parse_location
 from .objects import Objects
 
-# The fields `rtjob runs` prints and filters on: RunRecord.summary()'s keys, and user, pipeline.
-FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time", "storage_uri", "exit_code",
-          "address", "submitted_at", "updated_at", "archived", "git_commit", "git_dirty", "cost_usd", "user",
-          "pipeline")
-# What an entry holds besides (shared with the UI's runs table): the number of attempts so far, the run's duration
-# (None until it has both ends), its tags and its job's args (as recorded at submit, secrets masked) and its final
-# metrics (the last epoch row's numeric values).
-DETAILS = ("attempts", "duration_s", "tags", "args", "final_metrics")
+# The schema (FIELDS, DETAILS, entry_of) is the kernel's: core/index_entry.py.
 KEY = "entry"  # a row's field: the name (below entries/) of the entry it came from; absent from what is printed
 MAX_ENTRY_BYTES = 256 * 1024
 CONCURRENCY = 16  # requests at once to one storage root
@@ -57,33 +51,6 @@ def root_of(run_uri: str, run_id: str) -> str | None:
     if len(parts) < 4 or parts[-1] != run_id:  # a local root below "/"
         return None
     return Location("file", "", "/".join(parts[:-2])).uri
-
-
-def entry_of(record: RunRecord) -> Row:
-    """The run's listed fields (RunRecord.summary() and user, pipeline) and its DETAILS."""
-    document = (record.spec or {}).get("document") or {}
-    last = (record.metrics or {}).get("last") or {}
-    return {**record.summary(), "user": record.user, "pipeline": record.pipeline,
-            "attempts": len(record.attempts) or 1,
-            "duration_s": _duration_s(record.start_time or record.submitted_at, record.end_time),
-            "tags": _texts(document.get("tags")),
-            "args": dict(document["args"]) if isinstance(document.get("args"), dict) else {},
-            "final_metrics": {k: v for k, v in last.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            if isinstance(last, dict) else {}}
-
-
-def _texts(value: object) -> dict[str, str]:
-    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
-
-
-def _duration_s(start: str | None, end: str | None) -> float | None:
-    try:
-        first, last = dt.datetime.fromisoformat(start or ""), dt.datetime.fromisoformat(end or "")
-    except ValueError:
-        return None
-    if (first.tzinfo is None) != (last.tzinfo is None):
-        return None
-    return round(max(0.0, (last - first).total_seconds()), 3)
 
 
 def write_entry(root_uri: str, endpoint: str | None, record: RunRecord, *, objects: Objects | None = None,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from ..core.index_entry import recorded_part
 from ..core.record import RunRecord
-from .table import recorded_part
 
 MAX_COMPARE = 5
 

@@ -8,35 +8,16 @@ from typing import Any
 
 from ..core import clock
 from ..core.errors import BadInput
+from ..core.index_entry import entry_of
 from ..core.record import RunRecord
 
 PREFERRED_METRICS = ("val_loss", "val_accuracy", "train_loss", "loss", "accuracy")
 DEFAULT_ARG_COLUMNS = 3
 
 
-def recorded_part(record: RunRecord, name: str) -> dict[str, Any]:
-    """``args`` or ``tags`` as the run's recorded spec holds them (the job document, then its --set overrides)."""
-    spec = record.spec or {}
-    document = spec.get("document")
-    found = document.get(name) if isinstance(document, dict) else None
-    out: dict[str, Any] = dict(found) if isinstance(found, dict) else {}
-    sets = (spec.get("overrides") or {}).get("sets") if isinstance(spec.get("overrides"), dict) else None
-    for item in sets or []:
-        key, eq, value = str(item).partition("=")
-        if eq and key.startswith(f"{name}."):
-            out[key[len(name) + 1:]] = value
-    return out
-
-
 def record_row(record: RunRecord) -> dict[str, Any]:
-    """A record as a runs-table row: its index entry's fields (today's, and attempts, tags, args, final_metrics as
-    the index now writes them) read from the record itself."""
-    from ..storage.results import number
-
-    last = (record.metrics or {}).get("last") if isinstance(record.metrics, dict) else None
-    finals = {k: v for k, v in (last or {}).items() if k != "epoch" and number(v) is not None}
-    return {**record.summary(), "user": record.user, "pipeline": record.pipeline, "attempts": len(record.attempts),
-            "tags": recorded_part(record, "tags"), "args": recorded_part(record, "args"), "final_metrics": finals}
+    """A record as a runs-table row: its index entry (core/index_entry.py, the one schema), read from the record."""
+    return entry_of(record)
 
 
 def _seconds(start: Any, end: Any) -> float | None:

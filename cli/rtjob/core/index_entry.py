@@ -1,0 +1,59 @@
+"""The one schema of a run's index entry: what the team's index lists of a run (core/lifecycle.write writes one at
+each status change, through its IndexPort), and what the UI's runs table shows of a run from the ledger too. Stdlib
+and rtjob.core only: the cluster imports it (the companion and the supervisor write entries)."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from . import clock
+from .record import RunRecord
+
+# The fields `rtjob runs` prints and filters on: RunRecord.summary()'s keys, and user, pipeline.
+FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time", "storage_uri", "exit_code",
+          "address", "submitted_at", "updated_at", "archived", "git_commit", "git_dirty", "cost_usd", "user",
+          "pipeline")
+# What an entry holds besides: the number of attempts so far, the run's duration (None until it has both ends), its
+# tags and its job's args (the job document's, then its --set overrides: what the run ran with; secrets are masked
+# in the recorded spec already) and its final metrics (the last epoch row's numbers, the epoch itself left out).
+DETAILS = ("attempts", "duration_s", "tags", "args", "final_metrics")
+
+
+def entry_of(record: RunRecord) -> dict[str, Any]:
+    """The run's listed fields and its DETAILS."""
+    last = (record.metrics or {}).get("last") if isinstance(record.metrics, dict) else None
+    finals = {k: v for k, v in (last or {}).items() if k != "epoch" and _number(v)} if isinstance(last, dict) else {}
+    return {**record.summary(), "user": record.user, "pipeline": record.pipeline,
+            "attempts": len(record.attempts) or 1,
+            "duration_s": duration_s(record.start_time or record.submitted_at, record.end_time),
+            "tags": {k: str(v) for k, v in recorded_part(record, "tags").items()},
+            "args": recorded_part(record, "args"), "final_metrics": finals}
+
+
+def recorded_part(record: RunRecord, name: str) -> dict[str, Any]:
+    """``args`` or ``tags`` as the run's recorded spec holds them (the job document, then its --set overrides)."""
+    spec = record.spec if isinstance(record.spec, dict) else {}
+    document = spec.get("document")
+    found = document.get(name) if isinstance(document, dict) else None
+    out: dict[str, Any] = {str(k): v for k, v in found.items()} if isinstance(found, dict) else {}
+    overrides = spec.get("overrides")
+    for item in (overrides.get("sets") if isinstance(overrides, dict) else None) or []:
+        key, eq, value = str(item).partition("=")
+        if eq and key.startswith(f"{name}."):
+            out[key[len(name) + 1:]] = value
+    return out
+
+
+def duration_s(start: str | None, end: str | None) -> float | None:
+    """Seconds from ``start`` to ``end`` (None: either is missing or unreadable)."""
+    if not start or not end:
+        return None
+    try:
+        return round(max(0.0, (clock.parse(end) - clock.parse(start)).total_seconds()), 3)
+    except ValueError:
+        return None
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
