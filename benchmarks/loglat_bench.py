@@ -158,7 +158,6 @@ def watch_one(cmd: list[str], env: dict[str, str], job_id: str, address: str, to
     return watch
 
 
-
 def ray_submit_watched(b: Any, c: Any, job_id: str, entry: str) -> Watch:
     """The peer of the live-log rows: ``ray job submit`` of ``entry`` (the project's working dir) on run.py's
     embedded cluster (``b``: run.py's module, ``c`` its Context), followed on a pty; the job is noted finished."""
@@ -168,6 +167,7 @@ def ray_submit_watched(b: Any, c: Any, job_id: str, entry: str) -> Watch:
                       f"{c.cluster.temp_dir}/session_latest/logs")
     c.finished_jobs.append(job_id)
     return watch
+
 
 def _median(seen: Seen) -> str:
     return f"{statistics.median(seen.values()):.3f} s" if seen else "—"

@@ -3,8 +3,10 @@ run-side companion notes when it sees each. Torch-free: any entrypoint can call 
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+from typing import Any
 
 import rtjob_contract as contract
 
@@ -27,6 +29,11 @@ def write(event: str, payload: str = "") -> None:
     """One event line, ``rtjob-event: EVENT [PAYLOAD]``, written to stdout directly (see say_once)."""
     sys.stdout.write(f"{contract.EVENT_LINE_PREFIX} {event}{' ' + payload if payload else ''}\n")
     sys.stdout.flush()
+
+
+def write_row(event: str, row: dict[str, Any]) -> None:
+    """One event line carrying ``row`` as compact JSON (the step and system rows the companion collects)."""
+    write(event, json.dumps(row, separators=(",", ":")))
 
 
 def first_step(rank: int | None = None) -> None:

@@ -11,7 +11,6 @@ memory this epoch (CUDA only)."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from typing import Any
@@ -29,11 +28,6 @@ def add_arg(group: argparse._ArgumentGroup | argparse.ArgumentParser) -> None:
         help=f"rank 0 reports a step row (loss, lr, samples/s, GPU memory) every N optimizer steps for the live "
         f"charts (default {DEFAULT_EVERY}; 0: none)",
     )
-
-
-def emit(kind: str, row: dict[str, Any]) -> None:
-    """One event line carrying ``row``."""
-    events.write(kind, json.dumps(row, separators=(",", ":")))
 
 
 class StepMeter:
@@ -68,7 +62,7 @@ class StepMeter:
         self._steps += 1
         self._samples += samples
         if self.step % self.every == 0:
-            emit(contract.EVENT_STEP_ROW, self._row(device, optimizer))
+            events.write_row(contract.EVENT_STEP_ROW, self._row(device, optimizer))
             self._restart()
 
     def rank(self) -> int:

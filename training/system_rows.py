@@ -104,7 +104,7 @@ def sampling(every_s: float = contract.SYSTEM_SAMPLE_S) -> Iterator[None]:
 
 
 def _sample_until_stopped(every_s: float) -> None:
-    from .step_rows import emit
+    from .events import write_row
 
     try:
         import psutil
@@ -114,6 +114,6 @@ def _sample_until_stopped(every_s: float) -> None:
         return  # no psutil: no system rows from this node (the run goes on)
     while not _stop.wait(every_s):
         try:
-            emit(contract.EVENT_SYSTEM_ROW, sample())
+            write_row(contract.EVENT_SYSTEM_ROW, sample())
         except Exception:  # noqa: BLE001 - a sampler never disturbs the training it watches
             continue

@@ -117,9 +117,10 @@ def _entry_with(root: str, record: RunRecord, fields: dict[str, Any]) -> None:
     import datetime as dt
     import os
 
+    from rtjob.core import clock
     from rtjob.storage import index
 
-    stamp = index.index_stamp(dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=1))
+    stamp = index.index_stamp(clock.now() + dt.timedelta(seconds=1))
     key = index.index_entry_name(stamp, record.id, os.urandom(6).hex())
     data = json.dumps({"schema": contract.INDEX_SCHEMA, **index.entry_of(record), **fields}, ensure_ascii=False)
     with index.index_objects(root, None) as objects:
