@@ -198,10 +198,10 @@ def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail
     from ..core.errors import RtjobError
     from ..runs.events import Quiet
     from ..runs.lifecycle.archive import archived_log
-    from ..runs.logview import TAIL_SLACK
+    from ..runs.logview import lines_to_read
     from ..runs.view import look
 
-    read_lines = tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines
+    read_lines = lines_to_read(tail_lines, raw)
 
     for step in record.steps:
         run_id = str(step.get("run_id"))

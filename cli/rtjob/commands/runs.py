@@ -188,7 +188,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     """
     from ..runs.events import Quiet
     from ..runs.lifecycle.archive import archived_log
-    from ..runs.logview import TAIL_SLACK
+    from ..runs.logview import lines_to_read
     from ..runs.view import look
 
     timeout_s = parse_timeout(timeout)
@@ -197,7 +197,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
     view = look(be, run_id, storage_root, Quiet())
     info, record = view.info, view.record
-    read_lines = tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines  # some lines are not shown
+    read_lines = lines_to_read(tail_lines, raw)  # some lines are not shown
     if view.pipeline:  # a pipeline run: each step's log
         assert record is not None
         if attempt is not None:

@@ -95,3 +95,9 @@ class UserView(io.TextIOBase):
 # Lines read beyond a --tail N so that the user's view still has N lines once the hidden ones are dropped (a
 # log's hidden lines are a handful: the two of Ray's, the events, a companion's rare notice).
 TAIL_SLACK = 50
+
+
+def lines_to_read(tail_lines: int | None, raw: bool) -> int | None:
+    """How many lines of a log to read for a --tail ``tail_lines`` (None: all): the user's view reads TAIL_SLACK
+    more, ``raw`` shows every line read."""
+    return tail_lines + TAIL_SLACK if tail_lines and not raw else tail_lines

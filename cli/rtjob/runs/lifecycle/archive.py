@@ -17,7 +17,7 @@ from ...core.lifecycle import Writer, merge
 from ...core.model import RunInfo, RunStatus
 from ...core.record import RunRecord
 from ...core.redact import redact, redact_data
-from ..memory import keep, ledger, lookup, remember, stored, stored_record, write
+from ..memory import keep, ledger, stored, stored_record, write
 from ..places import local_run_dir, log_home, writable_here
 
 if TYPE_CHECKING:
@@ -27,18 +27,6 @@ if TYPE_CHECKING:
 
 # Backend.attempts, or a command's memo of it: a command that also prints the attempts asks the backend once.
 AttemptsOf = Callable[[str], "Attempts | None"]
-
-
-def look_up(backend: Backend, run_id: str, storage_root: str | None, events: RunEvents,
-            attempts_of: AttemptsOf | None = None) -> tuple[RunInfo, RunRecord | None]:
-    """memory.lookup, and what it learned kept: the backend's answer observed (an ended run archived), a record
-    found only in storage remembered in this ledger."""
-    info, record = lookup(backend, run_id, storage_root)
-    if record is None:
-        observe(backend, info, events, attempts_of=attempts_of)
-    else:
-        remember(record)
-    return info, record
 
 
 def observe(backend: Backend, info: RunInfo, events: RunEvents, run_id: str | None = None,
