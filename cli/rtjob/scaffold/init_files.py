@@ -8,18 +8,13 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput
 from ..jobspec.project import PROJECT_FILE, PULLED_RUNS_DIR
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
+from ..jobspec.settings import tomllib  # the one TOML reader (tomli before 3.11)
 
 SCHEMA_DIR = "schemas"  # JSON schemas for editors, referenced by the job files' yaml-language-server line
 STARTER_COMPUTE_CONFIG = "g5-4xlarge"  # the built-in copied into compute_configs/ as an example to edit

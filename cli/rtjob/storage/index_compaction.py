@@ -43,8 +43,8 @@ def _delete_held(objects: Objects, key: str, entries: list[str], indexes: list[s
     """Only once the new object is there (read back): its entries, then the older index objects it folded."""
     if objects.head(key) is None:
         return
-    each(entries, objects.delete, objects)
-    each([k for k in indexes if (index_seq(k) or 0) < (index_seq(key) or 0)], objects.delete, objects)
+    each(entries, objects.delete)
+    each([k for k in indexes if (index_seq(k) or 0) < (index_seq(key) or 0)], objects.delete)
 
 
 def reindex(objects: Objects, records: Iterable[RunRecord], now: dt.datetime | None = None) -> str:

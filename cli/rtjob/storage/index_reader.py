@@ -135,7 +135,7 @@ def _read_once(objects: Objects) -> Snapshot | None:
         snapshot.folded_indexes += [key for key in index_keys if key in folded]
     named = [(key, parts[0]) for key in entry_keys if (parts := entry_parts(key)) is not None]
     wanted = [key for key, name in named if name not in held]
-    raws = each(wanted, lambda key: objects.get(key, MAX_ENTRY_BYTES), objects)
+    raws = each(wanted, lambda key: objects.get(key, MAX_ENTRY_BYTES))
     skipped: set[str] = set()
     for key, raw in zip(wanted, raws, strict=True):
         if raw is None:
@@ -191,7 +191,8 @@ def newest_first(row: Row) -> tuple[int, float, str]:
     return (1, 0.0, row["id"]) if when is None else (0, -when.timestamp(), row["id"])
 
 
-def each(items: list[str], call: Callable[[str], Any], objects: Objects) -> list[Any]:
+def each(items: list[str], call: Callable[[str], Any]) -> list[Any]:
+    """``call`` on every item, up to CONCURRENCY at once, the results in order."""
     if len(items) <= 1:
         return [call(item) for item in items]
     with ThreadPoolExecutor(min(CONCURRENCY, len(items)), thread_name_prefix="rtjob-index-read") as pool:

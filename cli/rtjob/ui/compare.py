@@ -44,14 +44,13 @@ def _entrypoint_args(entrypoint: Any) -> dict[str, str]:
     return out
 
 
-def compare_rows(records: list[RunRecord], entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def compare_rows(records: list[RunRecord]) -> list[dict[str, Any]]:
     """The runs side by side: {section, key, values, differs, own}: args (its entrypoint's flags, and the job's
     args over them), tags, env (names and values), shape, then the rest of the request flattened. ``own``: a value
     that names the run itself (ids, paths): never counted as a difference."""
-    def args_of(record: RunRecord, entry: dict[str, Any]) -> dict[str, Any]:
-        found = entry.get("args") if isinstance(entry.get("args"), dict) else None
+    def args_of(record: RunRecord) -> dict[str, Any]:
         flags = _entrypoint_args((record.request or {}).get("entrypoint"))
-        return {**flags, **(found or recorded_part(record, "args"))}
+        return {**flags, **recorded_part(record, "args")}
 
     def env_of(record: RunRecord) -> dict[str, Any]:
         env = ((record.request or {}).get("runtime_env") or {}).get("env_vars") or {}
@@ -61,12 +60,11 @@ def compare_rows(records: list[RunRecord], entries: list[dict[str, Any]]) -> lis
         flat = _flatten(record.request or {})
         return {k: v for k, v in flat.items() if not k.startswith("runtime_env.env_vars.")}
 
-    def tags_of(entry: dict[str, Any]) -> dict[str, Any]:
-        tags = entry.get("tags")
-        return tags if isinstance(tags, dict) else {}
+    def tags_of(record: RunRecord) -> dict[str, Any]:
+        return {k: str(v) for k, v in recorded_part(record, "tags").items()}  # as its index entry lists them
 
-    sections = [("args", [args_of(r, e) for r, e in zip(records, entries, strict=True)]),
-                ("tags", [tags_of(e) for e in entries]),
+    sections = [("args", [args_of(r) for r in records]),
+                ("tags", [tags_of(r) for r in records]),
                 ("env", [env_of(r) for r in records]),
                 ("shape", [dict(r.shape or {}) for r in records]),
                 ("request", [rest_of(r) for r in records])]

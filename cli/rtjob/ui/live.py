@@ -48,8 +48,8 @@ async def run_live(request: Request) -> Response:
     epoch and its time, the epoch rows, and the step and system rows after the ?steps=N / ?system=M already
     shown."""
     site = site_of(request)
-    steps_shown = count(request.query_params.get("steps", "0"), "steps")
-    system_shown = count(request.query_params.get("system", "0"), "system")
+    steps_shown = count(request.query_params.get("steps", "0"))
+    system_shown = count(request.query_params.get("system", "0"))
     if steps_shown is None or system_shown is None:
         return JSONResponse({"error": "steps, system: expected whole numbers (rows already shown)"},
                             status_code=400)
@@ -83,7 +83,7 @@ async def log(request: Request) -> Response:
     going = not story.info.status.terminal
     whole = request.query_params.get("all") == "1"
     asked = request.query_params.get("lines", "")
-    lines = count(asked, "lines") or logs.LOG_TAIL_LINES
+    lines = count(asked) or logs.LOG_TAIL_LINES
     parts = 0
     try:
         if going:
@@ -124,7 +124,7 @@ async def log_live(request: Request) -> Response:
         story, _record = await asyncio.to_thread(site.view_or_404, request)
         follower = logs.LogFollower(story)
         skip = request.query_params.get("skip", "")
-        await asyncio.to_thread(follower.start, count(skip, "skip"))
+        await asyncio.to_thread(follower.start, count(skip))
     except (NotFound, RtjobError) as exc:
         return PlainTextResponse(clean(str(exc)), status_code=404)
 

@@ -72,7 +72,7 @@ async def log_find(request: Request) -> Response:
     needle = request.query_params.get("q", "")
     if not needle or len(needle) > 500:
         return site.problem("q: what to search for (1 to 500 characters)")
-    context = count(request.query_params.get("context", "2"), "context")
+    context = count(request.query_params.get("context", "2"))
     if context is None or context > 20:
         return site.problem("context: lines around each match, 0 to 20")
     try:
@@ -107,9 +107,7 @@ async def compare(request: Request) -> Response:
         return site.problem(str(exc), 404)
     except RtjobError as exc:
         return site.problem(exc.message)
-    records = [r for r, _ in runs_found]
-    entries = [table.record_row(r) for r in records]
-    return site.page("compare.html", runs=runs_found, diff=compare_rows(records, entries),
+    return site.page("compare.html", runs=runs_found, diff=compare_rows([r for r, _ in runs_found]),
                      charts=overlaid([(r.id, card.data or []) for r, card in runs_found]))
 
 

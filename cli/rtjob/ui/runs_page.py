@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import BadInput
+from ..core.index_entry import entry_of
 from ..core.record import RunRecord
 from ..storage.run_filter import RunFilter
-from .table import record_row, table_row
+from .table import table_row
 
 PAGE_SIZE = 50
 SORTS = ("start_time", "job", "status", "user", "backend", "cost_usd", "id")
@@ -90,7 +91,7 @@ def _with_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         record = None if "user" in row else book.get(str(row.get("id")))
-        out.append(record_row(record) if record is not None else row)
+        out.append(entry_of(record) if record is not None else row)
     return out
 
 
@@ -104,7 +105,7 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
     total = book.matching(**filters)
     pages = max(1, -(-total // PAGE_SIZE))
     page = min(query.page, pages)
-    rows = [record_row(r) for r in book.query(**filters, limit=page * PAGE_SIZE)[(page - 1) * PAGE_SIZE:]]
+    rows = [entry_of(r) for r in book.query(**filters, limit=page * PAGE_SIZE)[(page - 1) * PAGE_SIZE:]]
     problems.extend(book.warnings)
     book.warnings.clear()
     return RunsPage([table_row(row) for row in rows], total, page, pages, "ledger", problems)
@@ -118,7 +119,7 @@ def _ledger_rows(wanted: RunFilter, problems: list[str]) -> list[dict[str, Any]]
     book = ledger()
     filters = {**wanted.ledger_query(), "limit": None}
     if wanted.user:
-        rows = [row for row in map(record_row, book.query(**filters)) if wanted.keeps(row)]
+        rows = [row for row in map(entry_of, book.query(**filters)) if wanted.keeps(row)]
     else:  # the summaries (a search over 10,000 runs reads no record); the shown page's records are read after
         rows = [row for row in book.summaries(**filters) if wanted.keeps(row)]
     problems.extend(book.warnings)
@@ -132,10 +133,4 @@ def _storage_rows(wanted: RunFilter, storage: str, endpoint: str | None,
 
     found, more = storage_rows(storage, endpoint, wanted, compact=False)
     problems.extend(more)
-    rows = []
-    for row in found:
-        if isinstance(row, RunRecord):
-            rows.append(record_row(row))
-        else:
-            rows.append(dict(row))
-    return rows
+    return [entry_of(row) if isinstance(row, RunRecord) else dict(row) for row in found]

@@ -28,15 +28,20 @@ CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline';
        "media-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 
 
+def _visible(text: str) -> str:
+    """Bidi controls made visible (<U+202E>)."""
+    return BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", text)
+
+
 def clean(text: str) -> str:
     """Text as shown: redacted, with bidi controls made visible (<U+202E>)."""
-    return BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", redact(text))
+    return _visible(redact(text))
 
 
 def clean_data(value: Any) -> Any:
     value = redact_data(value, ())
     if isinstance(value, str):
-        return BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", value)
+        return _visible(value)
     if isinstance(value, list):
         return [clean_data(item) for item in value]
     if isinstance(value, dict):
@@ -47,7 +52,7 @@ def clean_data(value: Any) -> Any:
 def finalize(value: Any) -> Any:
     """Every {{ value }} a template prints passes here before it is escaped."""
     if isinstance(value, Markup):  # tojson and the like: already escaped markup, redacted as text
-        return Markup(BIDI.sub(lambda m: f"<U+{ord(m.group()):04X}>", redact(str(value))))
+        return Markup(clean(str(value)))
     if isinstance(value, str):
         return clean(value)
     return value

@@ -75,7 +75,7 @@ async def favicon(request: Request) -> Response:
                     headers={"cache-control": "max-age=86400"})
 
 
-def count(value: str, name: str) -> int | None:
+def count(value: str) -> int | None:
     """A query's whole number of at most 9 digits (rows shown, lines of context); None: not one."""
     return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else None
 

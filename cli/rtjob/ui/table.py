@@ -1,5 +1,5 @@
-"""The runs table's rows and columns: a record or an index row as a row (duration, tags, args, final metrics), and
-which args and metrics are shown as columns."""
+"""The runs table's rows and columns: an index row (a record's is core/index_entry.entry_of) as a row (duration,
+tags, args, final metrics), and which args and metrics are shown as columns."""
 
 from __future__ import annotations
 
@@ -8,16 +8,9 @@ from typing import Any
 
 from ..core import clock
 from ..core.errors import BadInput
-from ..core.index_entry import entry_of
-from ..core.record import RunRecord
 
 PREFERRED_METRICS = ("val_loss", "val_accuracy", "train_loss", "loss", "accuracy")
 DEFAULT_ARG_COLUMNS = 3
-
-
-def record_row(record: RunRecord) -> dict[str, Any]:
-    """A record as a runs-table row: its index entry (core/index_entry.py, the one schema), read from the record."""
-    return entry_of(record)
 
 
 def _seconds(start: Any, end: Any) -> float | None:
