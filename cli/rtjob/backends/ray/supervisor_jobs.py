@@ -17,13 +17,14 @@ from typing import Any
 
 import rtjob_contract as contract
 
+from ...core.lifecycle import ENDS
 from ...core.model import SubmitResult
 from ...core.retry_rule import retries_left
 from .client import RayJobsAPI
 from .request import RayJobRequest
 from .retries import RayRetries, attempt_of, max_retries_of, retry_reason
 
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+TERMINAL = ENDS  # the kernel's ends, as the Jobs API spells them
 
 # A supervisor that died (its node lost, a kill) is replaced by the next client that carries the run or pipeline:
 # the replacements' ids are deterministic (<id>-supervisor-2, -3, ...), so two clients start one. After

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core.errors import RtjobError, one_line
+from ...core.lifecycle import ENDS
 from ...core.retry_rule import retries_left
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ POLL_S, STOP_POLL_S = 1.0, 5.0
 HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
 PATIENCE_S = 300.0  # how long the cluster may fail to answer (a dashboard restarting) before it gives up on the run
 STOP_WAIT_S = 60.0  # how long a supervisor that gives up waits for the attempt it stopped to end
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+TERMINAL = ENDS  # the kernel's ends, as the Jobs API spells them
 SUCCEEDED = "SUCCEEDED"
 
 
