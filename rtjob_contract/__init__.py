@@ -16,6 +16,7 @@ either side spells one of these values itself, or if this module grows a depende
 from __future__ import annotations
 
 import datetime
+import shlex
 
 # ---------------------------------------------------------------------------------------------
 # The job's environment: set by rtjob at submit, read by the entrypoints (flags' defaults).
@@ -184,6 +185,12 @@ SUPERVISOR_SUFFIX = "-supervisor"
 # A supervisor runs `python -m SUPERVISOR_MODULE RUN_ID BACKEND`: BACKEND is the registered backend whose loop runs on
 # the cluster (a backend declares it: Backend.supervisor_backend).
 SUPERVISOR_MODULE = "rtjob.runside.supervisor"
+
+
+def supervisor_command(run_id: str, backend: str) -> str:
+    """The supervisor's entrypoint for the run (or pipeline) ``run_id``, running ``backend``'s loop."""
+    return f"python -m {SUPERVISOR_MODULE} {shlex.quote(run_id)} {backend}"
+
 
 # ... and on Anyscale (job tags).
 TAG_RUN_ID = "rtjob-run-id"

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from . import clock
+
 # A run id becomes a URL path segment (/api/jobs/ID) and a storage folder (<storage>/<job>/ID).
 RUN_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -48,11 +50,9 @@ def stamp(when: str | None) -> str:
     if not when:
         return "-"
     try:
-        moment = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
+        moment = clock.parse(when)
     except ValueError:
         return when
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=dt.timezone.utc)
     return moment.astimezone(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import json
-import shlex
 from typing import Any
 
 import rtjob_contract as contract
@@ -114,12 +113,6 @@ def supervisor_name(pipeline_id: str) -> str:
     return f"{pipeline_id}{contract.SUPERVISOR_SUFFIX}"
 
 
-def supervisor_command(pipeline_id: str, backend: str) -> str:
-    """The driver of the job that hosts pipeline ``pipeline_id``: the supervisor, running ``backend``'s loop
-    (Backend.supervisor_backend: the job's cluster is a Ray cluster, its Jobs API reached from inside)."""
-    return f"python -m {contract.SUPERVISOR_MODULE} {shlex.quote(pipeline_id)} {backend}"
-
-
 def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str, requests: list[AnyscaleJobRequest],
                      backend: str) -> AnyscaleJobRequest:
     """The Anyscale job that runs pipeline ``pipeline_id``: its steps' shared cluster, its driver the supervisor
@@ -145,7 +138,8 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str, reques
         tags[contract.TAG_RATE] = f"{rate.low:.4f}" if rate.fixed else f"{rate.low:.4f}-{rate.high:.4f}"
     config: dict[str, Any] = {
         "name": supervisor_name(pipeline_id),
-        "entrypoint": supervisor_command(pipeline_id, backend),
+        # its driver: the supervisor running ``backend``'s loop (the job's cluster is a Ray cluster)
+        "entrypoint": contract.supervisor_command(pipeline_id, backend),
         "image_uri": first.get("image_uri"),
         "compute_config": compute,
         "working_dir": first.get("working_dir"),

@@ -61,7 +61,7 @@ def pipeline_schedule_config(request: AnyscaleJobRequest, planned_id: str, name:
     env[contract.ENV_SCHEDULE] = name
     env[contract.ENV_PLANNED_ID] = planned_id
     run_id = f'"${{ANYSCALE_HA_JOB_ID:-{name}-$(date -u +%Y%m%d-%H%M%S)}}"'
-    # The pipeline job's own supervisor command (pipeline.supervisor_command), its id the triggered job's.
+    # The pipeline job's own supervisor command (contract.supervisor_command), its id the triggered job's.
     job["entrypoint"] = (f"export {contract.ENV_PIPELINE_ID}={run_id}; " + str(job["entrypoint"]).replace(
         f" {shlex.quote(planned_id)} ", f' "${contract.ENV_PIPELINE_ID}" ', 1))
     tags = {k: v for k, v in (job.get("tags") or {}).items()

@@ -13,18 +13,18 @@ Imports at module level: the stdlib, rtjob_contract and requests (the cluster ru
 from __future__ import annotations
 
 import json
-import shlex
 from typing import Any
 
 import rtjob_contract as contract
 
+from ...core.lifecycle import ENDS
 from ...core.model import SubmitResult
 from ...core.retry_rule import retries_left
 from .client import RayJobsAPI
 from .request import RayJobRequest
 from .retries import RayRetries, attempt_of, max_retries_of, retry_reason
 
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+TERMINAL = ENDS  # the kernel's ends, as the Jobs API spells them
 
 # A supervisor that died (its node lost, a kill) is replaced by the next client that carries the run or pipeline:
 # the replacements' ids are deterministic (<id>-supervisor-2, -3, ...), so two clients start one. After
@@ -107,10 +107,6 @@ def missing_packages(api: RayJobsAPI, runtime_env: dict[str, Any]) -> list[str]:
             and api.request("GET", f"/api/packages/gcs/{uri[len('gcs://'):]}").status_code != 200]
 
 
-def _entrypoint(run_id: str, backend: str) -> str:
-    return f"python -m {contract.SUPERVISOR_MODULE} {shlex.quote(run_id)} {backend}"
-
-
 def supervisor_request(data: dict[str, Any], dashboard: str, n: int = 1, backend: str = "ray") -> RayJobRequest:
     """The ``n``th supervisor's request for the run ``data`` (as the Jobs API returns it after its submit),
     reaching the Jobs API at ``dashboard`` from inside the cluster; ``backend``: the registered backend whose loop
@@ -133,7 +129,7 @@ def supervisor_request(data: dict[str, Any], dashboard: str, n: int = 1, backend
         if meta.get(key):
             metadata[key] = str(meta[key])
     return RayJobRequest(run_id=supervisor_id(run_id, n), job_file=str(meta.get(contract.META_JOB_FILE, "")), notes=[],
-                         entrypoint=_entrypoint(run_id, backend), runtime_env=runtime_env, metadata=metadata,
+                         entrypoint=contract.supervisor_command(run_id, backend), runtime_env=runtime_env, metadata=metadata,
                          entrypoint_num_cpus=0)
 
 
@@ -196,7 +192,7 @@ def pipeline_supervisor_request(pipeline_id: str, pipeline_uri: str | None, job:
     if first_meta.get(contract.META_STORAGE_ENDPOINT):
         metadata[contract.META_STORAGE_ENDPOINT] = str(first_meta[contract.META_STORAGE_ENDPOINT])
     return RayJobRequest(run_id=supervisor_id(pipeline_id, n), job_file=str(bodies[0].get("job_file", "")) if bodies
-                         else "", notes=[], entrypoint=_entrypoint(pipeline_id, backend), runtime_env=runtime_env,
+                         else "", notes=[], entrypoint=contract.supervisor_command(pipeline_id, backend), runtime_env=runtime_env,
                          metadata=metadata, entrypoint_num_cpus=0)
 
 
@@ -213,11 +209,12 @@ def renewed_if_dead(api: RayJobsAPI, pipeline_id: str, dashboard: str,
     the pipeline ended, up to the one that gives the pipeline up (gives_up); None when the pipeline has no
     supervisor. STOPPED (`rtjob stop`) is never renewed."""
     n, latest = latest_supervisor(api, pipeline_id)
-    if latest is None or steps_of(latest) is None:
+    steps = None if latest is None else steps_of(latest)
+    if latest is None or steps is None:
         return None
     if str(latest.get("status")) != "FAILED" or gives_up(n):
         return latest
     env = dict((latest.get("runtime_env") or {}).get("env_vars") or {})
     meta = latest.get("metadata") or {}
     return pipeline_supervisor_request(pipeline_id, env.get(contract.ENV_RUN_URI), str(meta.get(contract.META_JOB) or ""),
-                                       steps_of(latest) or [], dashboard, n + 1, backend)
+                                       steps, dashboard, n + 1, backend)

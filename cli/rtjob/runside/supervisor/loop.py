@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core.errors import RtjobError, one_line
+from ...core.lifecycle import ENDS
 from ...core.retry_rule import retries_left
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ POLL_S, STOP_POLL_S = 1.0, 5.0
 HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
 PATIENCE_S = 300.0  # how long the cluster may fail to answer (a dashboard restarting) before it gives up on the run
 STOP_WAIT_S = 60.0  # how long a supervisor that gives up waits for the attempt it stopped to end
-TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+TERMINAL = ENDS  # the kernel's ends, as the Jobs API spells them
 SUCCEEDED = "SUCCEEDED"
 
 
@@ -144,19 +145,19 @@ class Supervisor:
         self._beaten, self._stop_read, self._stopping = 0.0, time.monotonic(), None
         self._beat(run, current, force=True)
         while True:
-            status = self._status(current, run.say)
-            if status is None:
+            state = self._state(current, run.say)
+            if state is None:
                 run.say(f"attempt {current} is gone from the cluster: nothing more to carry")
                 self._beat(run, None, force=True)
                 return 1
-            if status not in TERMINAL:
+            if state.status not in TERMINAL:
                 self._beat(run, current)
                 self._stop_if_requested(current, run)
                 time.sleep(POLL_S)
                 continue
-            after = self._retry(current, run)
+            after = self._retry(current, state, run)
             if after is None:
-                run.say(f"{current} ended {status}: the run has ended")
+                run.say(f"{current} ended {state.status}: the run has ended")
                 self._beat(run, None, force=True)
                 return 0
             current = after
@@ -173,11 +174,10 @@ class Supervisor:
             run.say(f"the run's stop was requested: stopping {current}")
             self._stop(current, run.say)
 
-    def _retry(self, current: str, run: SupervisedRun) -> str | None:
-        """The attempt after ``current`` (ended): submitted (or attached to) when the rule retries it (the
-        ``retrying`` transition, told by whoever created it); None when the run has ended."""
-        ended = self._state(current, run.say)
-        if ended is None or ended.retry_reason is None:
+    def _retry(self, current: str, ended: JobState, run: SupervisedRun) -> str | None:
+        """The attempt after ``current`` (``ended``: its state as just read): submitted (or attached to) when the
+        rule retries it (the ``retrying`` transition, told by whoever created it); None when the run has ended."""
+        if ended.retry_reason is None:
             return None
         reason, allowed, attempt = ended.retry_reason, ended.max_retries, ended.attempt
         if not retries_left(attempt, allowed):
