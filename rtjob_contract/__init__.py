@@ -78,6 +78,12 @@ ENV_BACKEND = "RTJOB_RUN_BACKEND"
 # A scheduled pipeline is planned under this id; each run the schedule starts takes an id of its own (the platform's
 # job id), which its supervisor puts in its place everywhere (RTJOB_PLANNED_ID says which id was planned).
 ENV_PLANNED_ID = "RTJOB_PLANNED_ID"
+# Storage faults: how long the companion waits at a run's end for its files and end to be stored before it keeps
+# the node's copy and says "outputs not stored" (seconds, default 600), and how long a reader waits out faults
+# that may pass before it gives up with exit 3 (seconds, default 30).
+ENV_STORAGE_GRACE_S = "RTJOB_STORAGE_GRACE_S"
+ENV_STORAGE_PATIENCE_S = "RTJOB_STORAGE_PATIENCE_S"
+STORAGE_GRACE_S = 600.0
 META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (Ray metadata)
 # Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
 # {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
@@ -98,7 +104,7 @@ ENV_NAMES = frozenset({
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_INPUT_DIR, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
-    ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID,
+    ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID, ENV_STORAGE_GRACE_S, ENV_STORAGE_PATIENCE_S,
 })
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +270,16 @@ def undelivered_marker(outcome: str) -> str:
 
 
 NOTIFY_MARKERS = ("rtjob-notifying-", "rtjob-notified-", "rtjob-undelivered-")  # their common starts
+
+# A node folder whose files did not all reach the run's storage holds this marker (JSON: the run id, the attempt,
+# how the script ended, what is not stored, when): the only copy of those files, which no remover deletes (the
+# companion, a retry's fresh folder, `rtjob local down`); `rtjob sync RUN_ID` stores it and then removes it.
+# While a companion still waits for storage at its run's end, its node folder holds the STORING marker.
+KEPT_MARKER_FILE = "rtjob-kept.json"
+STORING_MARKER_FILE = "rtjob-storing"
+# The driver log's last line when the outputs were not stored (read through the cluster by a client while the record
+# cannot be written): "rtjob-event: outputs_not_stored {json of the kept marker}".
+EVENT_OUTPUTS_NOT_STORED = "outputs_not_stored"
 
 # A line rtjob's entrypoints print (rank 0) when a stage of the start-up timeline is reached, which the companion
 # notes with its time: "rtjob-event: first_step".

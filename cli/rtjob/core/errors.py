@@ -10,7 +10,7 @@ from __future__ import annotations
 EXIT_SUCCEEDED = 0
 EXIT_FAILED = 1  # the job failed or was stopped
 EXIT_BAD_INPUT = 2  # usage, validation, unknown job or run, a job that can never fit (or a run that waits in vain)
-EXIT_UNREACHABLE = 3  # cluster unreachable or authentication failed
+EXIT_UNREACHABLE = 3  # cluster or storage unreachable, authentication failed, or a run's outputs not stored
 EXIT_WAIT_TIMEOUT = 4  # rtjob stopped following; the job is left running
 EXIT_INTERNAL = 70  # rtjob itself failed (a bug, not the run's outcome): sysexits' EX_SOFTWARE
 EXIT_INTERRUPTED = 130  # Ctrl-C while following: detached, the job is left running
@@ -40,6 +40,23 @@ class BadInput(RtjobError):
 
 class Unreachable(RtjobError):
     exit_code = EXIT_UNREACHABLE
+
+
+class StorageError(Unreachable):
+    """Storage failed (exit 3), typed so that every writer and reader treats a fault alike: ``transient`` (connection
+    refused or reset, a time-out, HTTP 5xx, SlowDown: may pass, so it is retried with backoff) or permanent (no such
+    bucket, access denied, bad or no credentials: retrying changes nothing). The message is one line naming the
+    storage and what failed, never a credential."""
+
+    def __init__(self, message: str, *, transient: bool) -> None:
+        super().__init__(message)
+        self.transient = transient
+        self.retriable = transient
+
+
+class OutputsNotStored(Unreachable):
+    """The run ended, but its files or its end did not reach its storage within the storage grace: an environment
+    fault, not the script's (exit 3). The copy is kept on the node; ``rtjob sync ID`` stores it."""
 
 
 class WaitTimeout(RtjobError):

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..core.errors import BadInput
+from ..core.errors import BadInput, StorageError
 from ..core.files import write_atomically
 from .location import Location
 from .stores import open_below
@@ -125,6 +125,7 @@ def _etag_of(path: str) -> str | None:
 
 
 _ABSENT_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # none there, or a link on the way (never followed)
+_PERMANENT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ELOOP)
 
 
 class LocalObjects(Objects):
@@ -199,8 +200,9 @@ class LocalObjects(Objects):
                     raise PreconditionFailed(rel)
                 write(path)  # type: ignore[operator]
                 return _etag_of(path) or ""
-        except OSError as exc:
-            raise BadInput(f"{self._path(rel)}: cannot write ({exc.strerror or exc})") from None
+        except OSError as exc:  # a full or failing disk may pass; a folder this user may not write will not
+            raise StorageError(f"{self._path(rel)}: cannot write ({exc.strerror or exc})",
+                               transient=exc.errno not in _PERMANENT_ERRNOS) from None
 
     def put(self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False) -> str:
         def write(path: str) -> None:

@@ -17,8 +17,9 @@ picks one: tests use it, and so can a cluster whose boto3 is broken. When none c
 ``NoS3Writer`` (one line; the caller falls back to the client writing).
 
 The endpoint: the argument, else AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS. The region: AWS_REGION /
-AWS_DEFAULT_REGION, else us-east-1 (boto3: its own configuration first). A failure to reach S3 is one line
-(``BadInput``) naming the object's URI, never a credential.
+AWS_DEFAULT_REGION, else us-east-1 (boto3: its own configuration first). A failure of S3 is one line
+(core/errors.StorageError, transient or permanent as storage/s3errors.py classifies it) naming the object's URI,
+never a credential; a caller that must not lose a write retries the transient ones (storage/retrying.py).
 
 Importable on the cluster: the stdlib and rtjob modules of the same rule at module level; boto3 and pyarrow
 are imported inside the implementation that uses them.
@@ -37,12 +38,12 @@ from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
 
 from ..core import errors
-from ..core.errors import BadInput
+from ..core.errors import BadInput, StorageError
 from ..jobspec.run_env import endpoint_from_env
 from . import s3light
 from .location import Location
 from .objects import PARTIAL_SUFFIX, Listed, Obj, Objects, PreconditionFailed, check_key
-from .s3errors import one_line
+from .s3errors import _AUTH, _DENIED, no_bucket, one_line, transient_answer, transient_text
 
 IMPL_VAR = "RTJOB_S3_OBJECTS"
 IMPLS = ("boto3", "sigv4", "pyarrow")
@@ -131,9 +132,17 @@ class _S3(Objects):
     def _where(self, rel: str = "") -> str:
         return f"{self.uri.rstrip('/')}/{rel}" if rel else self.uri
 
-    def _unreachable(self, rel: str, why: str) -> BadInput:
+    def _unreachable(self, rel: str, why: str, *, transient: bool = True) -> StorageError:
         at = f" at {self.endpoint}" if self.endpoint else ""
-        return BadInput(f"{self._where(rel)}: S3{at} failed: {why}")
+        return StorageError(f"{self._where(rel)}: S3{at} failed: {why}", transient=transient)
+
+    def _answered(self, rel: str, status: int, code: str, why: str) -> StorageError:
+        """S3 answered with an error: typed by its status and code (no bucket: the bucket's own line)."""
+        if code == "NoSuchBucket":
+            return no_bucket(self.location.bucket, self.endpoint)
+        if code in _DENIED or code in _AUTH or status == 403:
+            return self._unreachable(rel, why, transient=False)
+        return self._unreachable(rel, why, transient=transient_answer(status, code))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,10 +191,12 @@ class Boto3Objects(_S3):
             if status == 412 or code in ("PreconditionFailed", "ConditionalRequestConflict") or (
                     if_match is not None and (status == 404 or code == "NoSuchKey")):
                 raise PreconditionFailed(rel) from None
-            raise self._unreachable(rel, f"{code or status}: {one_line(exc.response['Error'].get('Message', ''))}"
-                                    ) from None
+            raise self._answered(rel, status, code, f"{code or status}: "
+                                 f"{one_line(exc.response['Error'].get('Message', ''))}") from None
         except bex.NoCredentialsError:
-            raise self._unreachable(rel, "no AWS credentials found") from None
+            raise self._unreachable(rel, "no AWS credentials found", transient=False) from None
+        except (bex.PartialCredentialsError, bex.NoRegionError) as exc:
+            raise self._unreachable(rel, errors.one_line(exc), transient=False) from None
         except (bex.BotoCoreError, OSError) as exc:
             raise self._unreachable(rel, errors.one_line(exc)) from None
 
@@ -323,7 +334,8 @@ class SigV4Objects(_S3):
                 if retargeted is not None:
                     self._target, moved = retargeted, True
                     continue
-                raise self._unreachable(rel, self._status(response, body))
+                raise self._answered(rel, response.status, _error_field(body, "Code"),
+                                     self._status(response, body))
             if response.status >= 500 and attempt + 1 < _RETRIES:
                 response.read()
                 conn.close()
@@ -363,7 +375,7 @@ class SigV4Objects(_S3):
                                       and _error_field(body, "Code") == "ConditionalRequestConflict") or (
                 conditional and response.status == 404 and _error_field(body, "Code") == "NoSuchKey"):
             raise PreconditionFailed(rel)
-        raise self._unreachable(rel, self._status(response, body))
+        raise self._answered(rel, response.status, _error_field(body, "Code"), self._status(response, body))
 
     def get(self, rel: str, limit: int) -> Obj | None:
         response, conn = self._request("GET", rel)
@@ -406,6 +418,8 @@ class SigV4Objects(_S3):
         try:
             files, _ = s3light.list_objects(self._target, self._prefix(prefix))
         except s3light.LightError as exc:
+            if exc.status:
+                raise self._answered(prefix, exc.status, exc.code, f"cannot list ({exc})") from None
             raise self._unreachable(prefix, f"cannot list ({exc})") from None
         out = [listed for key, size, etag in files if (listed := self._listed(key, size, etag)) is not None]
         return sorted(out, key=lambda item: item.rel)
@@ -457,7 +471,7 @@ class PyArrowObjects(_S3):
         try:
             self._fs = fs.S3FileSystem(**kwargs)
         except (OSError, ValueError) as exc:
-            raise self._unreachable("", one_line(str(exc))) from None
+            raise self._unreachable("", one_line(str(exc)), transient=transient_text(str(exc))) from None
         self._fs_module = fs
 
     def _path(self, rel: str) -> str:
@@ -469,8 +483,8 @@ class PyArrowObjects(_S3):
             yield
         except FileNotFoundError:
             raise
-        except (OSError, ValueError) as exc:  # pyarrow's IO errors are OSErrors
-            raise self._unreachable(rel, one_line(str(exc))) from None
+        except (OSError, ValueError) as exc:  # pyarrow's IO errors are OSErrors, known by their text only
+            raise self._unreachable(rel, one_line(str(exc)), transient=transient_text(str(exc))) from None
 
     def get(self, rel: str, limit: int) -> Obj | None:
         with self._errors(rel):

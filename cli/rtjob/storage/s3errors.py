@@ -1,12 +1,17 @@
-"""How a failure of storage reads: one line, never a credential in it. A store that cannot be reached or read is
-exit 3 (``s3_error``); a file that failed is one line of the pull's report (``describe_error``)."""
+"""How a failure of storage reads: one line, never a credential in it, typed as transient or permanent
+(core/errors.StorageError, exit 3 either way; ``s3_error``, ``transient_answer``, ``transient_text``); a file that
+failed is one line of the pull's report (``describe_error``).
+
+Transient (may pass, retried with backoff by storage/retrying.py): a refused or reset connection, a time-out, an
+answer cut, HTTP 5xx, 408, 429, SlowDown and its kin. Permanent: no such bucket, access denied, bad or no
+credentials, and any other 4xx."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from ..core import errors
-from ..core.errors import RtjobError, Unreachable
+from ..core.errors import RtjobError, StorageError
 
 if TYPE_CHECKING:
     from .stores import Store
@@ -14,37 +19,67 @@ if TYPE_CHECKING:
 _DENIED = {"AccessDenied", "AllAccessDisabled", "403", "Forbidden"}
 _AUTH = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken", "TokenRefreshRequired",
          "InvalidClientTokenId", "AuthorizationHeaderMalformed"}
+_TRANSIENT_CODES = {"SlowDown", "RequestTimeout", "RequestTimeoutException", "InternalError", "ServiceUnavailable",
+                    "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests", "OperationAborted",
+                    "BadGateway", "GatewayTimeout", "500", "502", "503", "504"}
+# pyarrow (the AWS C++ SDK) says only text: these words in it mean a fault that may pass.
+_TRANSIENT_WORDS = ("connection refused", "connection reset", "timed out", "timeout", "curlcode", "couldn't connect",
+                    "could not connect", "network", "broken pipe", "slowdown", "slow down", "service unavailable",
+                    "internal error", "bad gateway", "temporarily", "http response code 5", "error code 5")
+
+
+def transient_answer(status: int, code: str = "") -> bool:
+    """Whether S3's answer (HTTP ``status``, its error ``code``) is a fault that may pass."""
+    if code in _TRANSIENT_CODES:
+        return True
+    if code in _DENIED or code in _AUTH or code in ("NoSuchBucket", "InvalidBucketName", "NoSuchKey"):
+        return False
+    return status >= 500 or status in (408, 429)
+
+
+def transient_text(text: str) -> bool:
+    """Whether a failure known only by its text (pyarrow's) reads as one that may pass."""
+    low = text.lower()
+    return any(word in low for word in _TRANSIENT_WORDS)
 
 
 def s3_error(exc: BaseException, store: Store) -> RtjobError:
-    """One line, exit 3 for storage that cannot be reached or read; never a credential in it."""
+    """One line, exit 3 for storage that cannot be reached or read, typed transient or permanent; never a
+    credential in it."""
     import botocore.exceptions as bex
 
     where = store.describe()
     if isinstance(exc, RtjobError):
         return exc
     if isinstance(exc, bex.NoCredentialsError):
-        return Unreachable(f"{where}: no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
-                           "AWS_PROFILE, or use an instance role)")
+        return StorageError(f"{where}: no AWS credentials found (set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, "
+                            "AWS_PROFILE, or use an instance role)", transient=False)
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {}) or {}
         code = str(error.get("Code", ""))
+        status = int((exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode") or 0)
         message = one_line(str(error.get("Message") or code))
         if code == "NoSuchBucket":
-            return Unreachable(f"bucket {store.location.bucket!r} does not exist"
-                               + (f" at {store.endpoint}" if store.endpoint else ""))
+            return no_bucket(store.location.bucket, store.endpoint)
         if code in _DENIED:
-            return Unreachable(f"access denied to {where}: {message}")
+            return StorageError(f"access denied to {where}: {message}", transient=False)
         if code in _AUTH:
-            return Unreachable(f"authentication failed for {where} ({code}): {message}")
-        return Unreachable(f"{where}: {code}: {message}")
-    if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError)):
-        return Unreachable(f"cannot reach the S3 endpoint {store.endpoint or 'of AWS'} ({where})")
-    if isinstance(exc, bex.BotoCoreError):
-        return Unreachable(f"{where}: {one_line(str(exc))}")
-    if isinstance(exc, OSError):
-        return Unreachable(f"{where}: {one_line(str(exc))}")
-    return Unreachable(f"{where}: {errors.one_line(exc)}")
+            return StorageError(f"authentication failed for {where} ({code}): {message}", transient=False)
+        return StorageError(f"{where}: {code}: {message}", transient=transient_answer(status, code))
+    if isinstance(exc, (bex.EndpointConnectionError, bex.ConnectTimeoutError, bex.ConnectionClosedError,
+                        bex.ReadTimeoutError)):
+        return StorageError(f"cannot reach the S3 endpoint {store.endpoint or 'of AWS'} ({where})", transient=True)
+    if isinstance(exc, (bex.PartialCredentialsError, bex.NoRegionError)):
+        return StorageError(f"{where}: {one_line(str(exc))}", transient=False)
+    if isinstance(exc, (bex.BotoCoreError, OSError)):
+        return StorageError(f"{where}: {one_line(str(exc))}", transient=True)
+    return StorageError(f"{where}: {errors.one_line(exc)}", transient=transient_text(str(exc)))
+
+
+def no_bucket(bucket: str, endpoint: str | None) -> StorageError:
+    """The one line of a bucket that does not exist (permanent)."""
+    return StorageError(f"bucket {bucket!r} does not exist" + (f" at {endpoint}" if endpoint else ""),
+                        transient=False)
 
 
 def describe_error(exc: BaseException) -> tuple[str, str]:

@@ -37,7 +37,12 @@ _BLOCK = 1 << 18  # a body streamed from a file is sent in blocks of this size (
 
 
 class LightError(Exception):
-    """This path could not list (the caller falls back to botocore, which says why in rtjob's words)."""
+    """This path could not list (the caller falls back to botocore, which says why in rtjob's words). ``status``:
+    S3's HTTP answer (0: none came), ``code``: its error code."""
+
+    def __init__(self, text: str, status: int = 0, code: str = "") -> None:
+        super().__init__(text)
+        self.status, self.code = status, code
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,8 @@ def list_objects(target: Target, prefix: str) -> tuple[list[tuple[str, int, str]
             body = response.read()
             region = response.getheader("x-amz-bucket-region") or region
             if response.status != 200:
-                raise LightError(f"HTTP {response.status}")
+                code = _error_code(body)
+                raise LightError(f"HTTP {response.status}" + (f" {code}" if code else ""), response.status, code)
             root = ET.fromstring(body)
             encoded = (root.findtext(f"{_NS}EncodingType") or "") == "url"
             for item in root.iter(f"{_NS}Contents"):
@@ -155,6 +161,15 @@ def list_objects(target: Target, prefix: str) -> tuple[list[tuple[str, int, str]
         raise LightError(type(exc).__name__) from None
     finally:
         conn.close()
+
+
+def _error_code(body: bytes) -> str:
+    """The Code of S3's XML error body ('' if there is none)."""
+    try:
+        root = ET.fromstring(body)
+    except ET.ParseError:
+        return ""
+    return (root.findtext("Code") or root.findtext(f"{_NS}Code") or "").strip()[:100]
 
 
 def connect(target: Target) -> http.client.HTTPConnection:
