@@ -274,9 +274,8 @@ NOTIFY_MARKERS = ("rtjob-notifying-", "rtjob-notified-", "rtjob-undelivered-")  
 # A node folder whose files did not all reach the run's storage holds this marker (JSON: the run id, the attempt,
 # how the script ended, what is not stored, when): the only copy of those files, which no remover deletes (the
 # companion, a retry's fresh folder, `rtjob local down`); `rtjob sync RUN_ID` stores it and then removes it.
-# While a companion still waits for storage at its run's end, its node folder holds the STORING marker.
+# While the companion still tries to store it, the marker says "storing": true and the companion's pid.
 KEPT_MARKER_FILE = "rtjob-kept.json"
-STORING_MARKER_FILE = "rtjob-storing"
 # The driver log's last line when the outputs were not stored (read through the cluster by a client while the record
 # cannot be written): "rtjob-event: outputs_not_stored {json of the kept marker}".
 EVENT_OUTPUTS_NOT_STORED = "outputs_not_stored"

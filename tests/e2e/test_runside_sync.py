@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from rtjob.runside import sync
-from rtjob.runside.sync import DirSync, held_for_writing, open_for_writing
+from rtjob.storage import dir_sync as sync
+from rtjob.storage.dir_sync import DirSync, held_for_writing, open_for_writing
 from rtjob.storage.objects import PARTIAL_SUFFIX, LocalObjects, Objects
 from rtjob.storage.opening import objects_for
 from rtjob.storage.run_files import seed, written_by_run

@@ -168,6 +168,19 @@ def attempt_ended(record: RunRecord, attempt_id: str, number: int, end: AttemptE
     return record
 
 
+def outputs(record: RunRecord, complete: bool, not_stored: int = 0, kept_at: str | None = None,
+            at: str | None = None) -> RunRecord:
+    """Whether the run's files reached its storage: written with its end by the companion (complete, or what the
+    node keeps when the storage grace ran out), and by `rtjob sync` once it stored what was kept. Only after an end:
+    a run is never called complete before it ended and its files are stored."""
+    if not record.run_status.terminal:
+        raise _refuse(record, "outputs", f"the run has not ended ({record.status})")
+    record.outputs = ({"complete": True} if complete else
+                      {"complete": False, "not_stored": not_stored, "kept_at": kept_at})
+    record.updated_at = at or clock.now_iso()
+    return record
+
+
 def retrying(record: RunRecord, n: int, reason: str, failed_id: str, next_id: str, at: str | None = None,
              by: Writer = Writer.SUPERVISOR) -> RunRecord:
     """Retry ``n`` (attempt n + 1, ``next_id``) was submitted after ``failed_id`` FAILED for ``reason``: PENDING

@@ -24,7 +24,7 @@ STALE_S = 90
 
 # What a run's end sets in its record.
 END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
-              "archived", "completed_by", "companion_cpu_s", "steps", "sync_notes")  # steps: a pipeline's, with their states
+              "archived", "completed_by", "companion_cpu_s", "steps", "sync_notes", "outputs")  # steps: a pipeline's, with their states
 
 
 @dataclass
@@ -81,6 +81,10 @@ class RunRecord:
     # What the last attempt's sync of RTJOB_RUN_DIR said (one line each): an object no attempt of the run wrote,
     # left as it is (never overwritten), and a node folder kept because something did not reach the storage.
     sync_notes: list[str] = field(default_factory=list)
+    # Whether the run's files and end reached its storage (core/lifecycle.outputs): {"complete": true} once stored;
+    # {"complete": false, "not_stored": N, "kept_at": "NODE:FOLDER"} when the storage grace ran out and the node
+    # keeps the only copy (`rtjob sync ID` stores it); None: not said (an older record, or a run without a node copy).
+    outputs: dict[str, Any] | None = None
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 

@@ -24,28 +24,28 @@ import functools
 import json
 import os
 import resource
-import shutil
 import signal
 import sys
-import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import rtjob_contract as contract
 
 from ..core.clock import now_iso
 from ..core.errors import one_line
-from ..core.redact import secret_arg_values, secret_values
+from ..core.redact import redact, secret_arg_values, secret_values
+from ..storage.retrying import patiently
 from .child import Child, Ended
+from .ending import grace_s, store_the_end
+from .node_folder import NodeFolder
 from .outcome import RAY_JOB_CONFIG, job_metadata
+from .stages import Stages
 
 if TYPE_CHECKING:
     from ..storage.objects import Objects
     from .live_rows import LiveRows
-    from .logparts import LogParts
     from .outcome import Outcome
-    from .sync import DirSync
 
 SUBMISSION_ID_KEY = "job_submission_id"  # Ray's own metadata key: the attempt's submission id
 INTERVAL_S = float(os.environ.get(contract.ENV_COMPANION_INTERVAL_S) or 5)  # log parts and the folder's sync
@@ -95,6 +95,10 @@ def log_source() -> str | None:
 
 
 class Companion:
+    """Sequences the run side's stages around the entrypoint: the node folder (node_folder.py), the record's start
+    and heartbeat (outcome.py), the stages that carry the run's data to storage (stages.py), and the end, which
+    waits for storage (ending.py)."""
+
     def __init__(self, entrypoint: str, env: Mapping[str, str]) -> None:
         self.entrypoint = entrypoint
         self.env = env
@@ -103,12 +107,10 @@ class Companion:
         self.attempt = attempt_id(env) or self.run_id
         self.secrets = secret_values(env) + secret_arg_values(entrypoint)
         self.terminated = False  # SIGTERM reached the companion (Ray's stop, a node shutting down)
-        self.objects: Objects | None = None
-        self.parts: LogParts | None = None
-        self.sync: DirSync | None = None
-        self.rows: LiveRows | None = None  # step and system rows into the run's folder (live_rows.py)
-        self.node_folder: str | None = None  # the run's folder on this node (remote storage only)
-        self.run_dir: str | None = None  # the script's RTJOB_RUN_DIR there
+        self.term_while_ending = False  # ... after the entrypoint ended: the cluster is going, stop waiting
+        self.ending = False
+        self.stages = Stages()
+        self.folder: NodeFolder | None = None  # the run's folder on this node (remote storage only)
         self.input_dir: str | None = None  # a pipeline step's RTJOB_INPUT_DIR
         self.input_uri = env.get(contract.ENV_INPUT_URI) or None
         self.outcome: Outcome | None = None
@@ -116,16 +118,21 @@ class Companion:
         limit = env.get(contract.ENV_TIME_LIMIT_S)
         self.time_limit = float(limit) if limit and limit.replace(".", "", 1).isdigit() else None
 
+    @property
+    def run_dir(self) -> str | None:
+        return self.folder.run_dir if self.folder is not None else None
+
     def _on_term(self, signum: int, _frame: object) -> None:
         self.terminated = True  # the child got it too (Ray signals the whole tree): its end is awaited
+        self.term_while_ending = self.ending
 
     def run(self) -> Ended:
         started = now_iso()
         signal.signal(signal.SIGTERM, self._on_term)
-        self._guard("the node folder", self._node_folders)
+        self.guard("the node folder", self._node_folders)
         source = log_source()
         log_start = os.path.getsize(source) if source else 0  # what Ray wrote before the entrypoint's first line
-        self._guard("starting", lambda: self._start(started, source, log_start))
+        self.guard("starting", lambda: self._start(started, source, log_start))
         child = Child(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
         next_flush = next_beat = time.monotonic()
         while True:
@@ -135,39 +142,45 @@ class Companion:
             moment = time.monotonic()
             outcome, log_file = self.outcome, self.log_file
             if outcome is not None and log_file is not None:
-                self._guard("the timeline", functools.partial(outcome.watch, log_file))
+                self.guard("the timeline", functools.partial(outcome.watch, log_file))
             if moment >= next_flush:
-                self._guard("the log and the run's folder", self._flush)
+                self.stages.flush(self.guard)
+                self._mark_folder()
                 next_flush = moment + INTERVAL_S
-            elif self.parts is not None and self.parts.due(moment):  # new output: up soon, not at the next flush
-                self._guard("the log", self.parts.flush)
+            elif self.stages.due(moment):  # new output: up soon, not at the next flush
+                self.stages.flush_log(self.guard)
             if moment >= next_beat:
-                if self.outcome is not None:
-                    self._guard("the heartbeat", self.outcome.heartbeat)
+                if outcome is not None:
+                    self.guard("the heartbeat", outcome.heartbeat)
                 next_beat = moment + HEARTBEAT_S
             time.sleep(0.2)
-        self._guard("the run's end", lambda: self._end(ended))
+        self.ending = True
+        self.guard("the run's end", lambda: self._end(ended))
         return ended
 
     def _node_folders(self) -> None:
-        """The run's node folder (remote storage): afresh, private, with ``run/`` and (a step's) ``input/``; a
-        local input folder is the step's input itself."""
+        """The run's node folder (remote storage), with ``run/`` and (a step's) ``input/``; a local input folder is
+        the step's input itself."""
         if self.input_uri and "://" not in self.input_uri:
             self.input_dir = self.input_uri
         if not self.run_uri or "://" not in self.run_uri:
             return
-        from ..storage.node_dirs import INPUT_SUBDIR, RUN_SUBDIR, fresh_run_folder
+        remote_input = bool(self.input_uri and "://" in self.input_uri)
+        self.folder = NodeFolder.make(self.run_id, remote_input, say)
+        self.input_dir = self.folder.input_dir or self.input_dir
 
-        try:
-            self.node_folder = fresh_run_folder(self.run_id)
-        except (OSError, ValueError) as exc:  # a root that is not this user's: a private folder of its own
-            self.node_folder = tempfile.mkdtemp(prefix=f"rtjob-run-{os.getuid()}-")
-            say(f"node folder in {self.node_folder} ({exc})")
-        self.run_dir = os.path.join(self.node_folder, RUN_SUBDIR)
-        os.mkdir(self.run_dir, 0o700)
-        if self.input_uri and "://" in self.input_uri:
-            self.input_dir = os.path.join(self.node_folder, INPUT_SUBDIR)
-            os.mkdir(self.input_dir, 0o700)
+    def _mark_folder(self) -> None:
+        """The node folder marked kept while it holds files the run's storage lacks (a lost driver's retry then
+        moves it aside instead of emptying it), unmarked once storage caught up."""
+        folder = self.folder
+        if folder is None:
+            return
+        if self.stages.files_pending and not folder.marked:
+            from .ending import marker_of
+
+            self.guard("the kept marker", lambda: folder.mark(marker_of(self, self.stages.not_stored(), True)))
+        elif not self.stages.files_pending and folder.marked:
+            self.guard("the kept marker", folder.unmark)
 
     def _start(self, started: str, source: str | None, log_start: int) -> None:
         if not self.run_uri:
@@ -177,34 +190,38 @@ class Companion:
         from .logparts import LogParts
         from .outcome import Outcome
 
-        self.objects = objects = objects_for(self.run_uri)
+        objects = objects_for(self.run_uri)
         self.outcome = outcome = Outcome(self.run_uri, self.run_id, self.env, objects, say, self.attempt)
         outcome.started(started)
         if source is None:
             say("stdout is not a file: the log is not written to the run's storage (rtjob archives it when it "
                 "sees the run end)")
         else:
-            self.rows = self._live_rows()
-            on_text = outcome.saw_text if self.rows is None else both(outcome.saw_text, self.rows.feed)
-            self.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
+            rows = self.stages.rows = self._live_rows()
+            on_text = outcome.saw_text if rows is None else both(outcome.saw_text, rows.feed)
+            self.stages.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
         if self.run_dir:
-            from ..storage.run_files import seed
-            from .sync import DirSync
-
-            self.sync = sync = DirSync(self.run_dir, objects, say=say, attempt_id=self.attempt)
-            try:
-                seeded = seed(objects, self.run_dir)  # what earlier attempts synced, before the entrypoint starts
-            except Exception as exc:  # noqa: BLE001 - the run goes on; what is in storage is never overwritten
-                say(f"RTJOB_RUN_DIR not seeded from the run's storage "
-                    f"({one_line(exc)}): its objects are left as they are")
-            else:
-                sync.adopt(seeded)
-                if seeded.ours:
-                    say(f"{len(seeded.ours)} file(s) earlier attempts of the run synced are in RTJOB_RUN_DIR again")
+            self._seed(objects, self.run_dir)
         if self.input_dir and self.input_uri and "://" in self.input_uri:
-            self._guard("the step's input", self._input_down)
+            self.guard("the step's input", self._input_down)
+
+    def _seed(self, objects: Objects, run_dir: str) -> None:
+        """What earlier attempts synced, in RTJOB_RUN_DIR before the entrypoint starts; the folder's sync."""
+        from ..storage.dir_sync import DirSync
+        from ..storage.run_files import seed
+
+        self.stages.sync = sync = DirSync(run_dir, objects, say=say, attempt_id=self.attempt)
+        try:
+            seeded = patiently(lambda: seed(objects, run_dir), grace_s(self.env))
+        except Exception as exc:  # noqa: BLE001 - the run goes on; what is in storage is never overwritten
+            say(f"RTJOB_RUN_DIR not seeded from the run's storage "
+                f"({one_line(exc)}): its objects are left as they are")
+        else:
+            sync.adopt(seeded)
+            if seeded.ours:
+                say(f"{len(seeded.ours)} file(s) earlier attempts of the run synced are in RTJOB_RUN_DIR again")
 
     def _input_down(self) -> None:
         """The step before's output into RTJOB_INPUT_DIR (never uploaded back)."""
@@ -213,7 +230,8 @@ class Companion:
 
         assert self.input_uri is not None and self.input_dir is not None
         with objects_for(self.input_uri) as objects:
-            got = download_folder(objects, self.input_dir)
+            input_dir = self.input_dir
+            got = patiently(lambda: download_folder(objects, input_dir), grace_s(self.env))
         say(f"the step's input: {len(got)} file(s) from {self.input_uri} in {self.input_dir}")
 
     def _live_rows(self) -> LiveRows | None:
@@ -225,50 +243,23 @@ class Companion:
                                   else None)
         return LiveRows(folder, say, own_sampler()) if folder and os.path.isdir(folder) else None
 
-    def _flush(self, final: bool = False) -> None:
-        if self.parts is not None:
-            self.parts.flush(final=final)
-        if self.rows is not None:
-            self.rows.tick(final=final)
-        if self.sync is not None:
-            self.sync.scan(final=final)
-
     def _end(self, ended: Ended) -> None:
         if self.outcome is None:
-            self._leave_node_folder(kept=self.node_folder is not None)
+            if self.folder is not None:
+                say(f"the node folder {self.folder.path} was kept: the run's storage was never reached")
             return
-        self._guard("the last log part and files", lambda: self._flush(final=True))
-        logs = self.parts.write_whole() if self.parts is not None else []
-        notes = list(self.sync.notes) if self.sync is not None else []
-        keep = self.node_folder is not None and (self.sync is None or not self.sync.complete)
-        if keep:
-            notes.append(f"the node folder {self.node_folder} on {os.uname().nodename} was kept: not everything in "
-                         "it reached the run's storage")
         usage = resource.getrusage(resource.RUSAGE_SELF)  # the companion's own CPU, not the entrypoint's
-        self.outcome.ended(ended, self.terminated, self.time_limit, logs, self.secrets,
-                           round(usage.ru_utime + usage.ru_stime, 3), notes)
-        if self.parts is not None:
-            self.parts.close()
-        self._leave_node_folder(kept=keep)
+        store_the_end(self, ended, round(usage.ru_utime + usage.ru_stime, 3))
 
-    def _leave_node_folder(self, kept: bool) -> None:
-        """The node folder removed once the run's end is synced; kept (said in the log) when a sync failed."""
-        if self.node_folder is None:
-            return
-        if kept:
-            say(f"the node folder {self.node_folder} was kept: not everything in it reached the run's storage")
-        else:
-            shutil.rmtree(self.node_folder, ignore_errors=True)
+    def say_line(self, text: str) -> None:
+        say(redact(text, self.secrets))
 
-    def _guard(self, what: str, call: object) -> None:
+    def guard(self, what: str, call: Callable[[], object]) -> None:
         """A companion step: an error is one line in the driver log, never the run's end."""
         try:
-            call()  # type: ignore[operator]
+            call()
         except Exception as exc:  # noqa: BLE001 - the script's outcome must not depend on rtjob's
-            message = one_line(exc)
-            from ..core.redact import redact
-
-            say(f"{what}: {redact(str(message), self.secrets)}")
+            say(f"{what}: {redact(str(one_line(exc)), self.secrets)}")
 
 
 def main(argv: list[str] | None = None) -> None:

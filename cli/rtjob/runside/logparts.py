@@ -6,7 +6,9 @@ the entrypoint writes as it always did: nothing between it and its log, and the 
 file, masked. A part ends at a line end (a secret never spans two parts) unless it is the last; a part is at most
 PART_MAX bytes, so a 40 MiB burst becomes several parts and nothing is read whole. What could not be uploaded is
 tried again at the next flush: the parts stay in order and none is skipped. The masked bytes are also kept in a
-local file, which becomes ``logs/<attempt id>.log`` and ``logs/driver.log`` when the attempt ends."""
+local file, which becomes ``logs/<attempt id>.log`` and ``logs/driver.log`` when the attempt ends; when storage
+does not take them before the companion must go, ``keep`` leaves the whole masked log in the kept node folder
+(storage/node_dirs.py), from where `rtjob sync` stores it."""
 
 from __future__ import annotations
 
@@ -52,6 +54,8 @@ class LogParts:
         self._grew_at: float | None = None  # monotonic time new bytes were first seen since the last flush
         self._quiet_until = 0.0
         self._flushed_at = 0.0  # monotonic time of the last flush
+        self.whole_written: set[str] = set()  # which of the attempt's whole logs are stored
+        self.fault: Exception | None = None  # the last upload's failure (None: the last upload went through)
 
     def due(self, now: float) -> bool:
         """Whether the log has new output worth a flush now (one stat of the file)."""
@@ -100,11 +104,12 @@ class LogParts:
                 try:
                     self.objects.put(contract.log_part_name(self.attempt_id, self.index), masked)
                 except (RtjobError, OSError) as exc:
+                    self.fault = exc
                     self._fail(f"log part {self.index} not uploaded (tried again): {one_line(exc)}")
                     held_back = True
                     break
                 self._whole.write(masked)
-                self.failed = False
+                self.failed, self.fault = False, None
                 self.offset += len(chunk)
                 self.index += 1
                 uploaded += 1
@@ -114,19 +119,62 @@ class LogParts:
             self._quiet_until = time.monotonic() + IDLE_AFTER_NOTHING_S
         return uploaded
 
+    def unread(self) -> int:
+        """Bytes of the driver log not uploaded as parts yet."""
+        try:
+            return max(0, os.stat(self.source).st_size - self.offset)
+        except OSError:
+            return 0
+
+    def whole_names(self) -> list[str]:
+        """The attempt's whole logs, relative to the run's folder."""
+        return [f"{contract.RUN_LOGS_DIR}/{name}"
+                for name in (contract.attempt_log_name(self.attempt_id), contract.DRIVER_LOG_FILE)]
+
+    @property
+    def stored(self) -> bool:
+        """Every byte of the log is in storage as parts, and both whole logs are written."""
+        return self.unread() == 0 and self.whole_written == set(self.whole_names())
+
     def write_whole(self) -> list[str]:
         """The attempt's whole log (every part joined; the parts stay): ``logs/<attempt id>.log``, and
-        ``logs/driver.log`` (the run's latest attempt's). Returns the names written, relative to the run's folder."""
+        ``logs/driver.log`` (the run's latest attempt's), each until it is stored (called again, it writes what is
+        missing). Returns the names written, relative to the run's folder."""
         self._whole.flush()
-        written = []
-        for name in (contract.attempt_log_name(self.attempt_id), contract.DRIVER_LOG_FILE):
-            rel = f"{contract.RUN_LOGS_DIR}/{name}"
+        for rel in self.whole_names():
+            if rel in self.whole_written:
+                continue
             try:
                 self.objects.put_file(rel, self._whole.name)
-                written.append(rel)
+                self.whole_written.add(rel)
+                self.fault = None
             except (RtjobError, OSError) as exc:
-                self.say(f"rtjob companion: {rel} was not uploaded: {one_line(exc)}")
-        return written
+                self.fault = exc
+                self._fail(f"{rel} not uploaded yet (tried again): {one_line(exc)}")
+        return [rel for rel in self.whole_names() if rel in self.whole_written]
+
+    def keep(self, folder: str) -> str:
+        """The whole masked log, with what its parts did not store, as ``folder``/<attempt id>.log (the kept node
+        folder's copy; `rtjob sync` uploads it). Returns its path."""
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        path = os.path.join(folder, contract.attempt_log_name(self.attempt_id))
+        self._whole.flush()
+        with open(self._whole.name, "rb") as src, open(path, "wb") as out:
+            while block := src.read(1 << 20):
+                out.write(block)
+            try:
+                fd = os.open(self.source, os.O_RDONLY)
+            except OSError:
+                return path
+            try:
+                os.lseek(fd, self.offset, os.SEEK_SET)
+                rest = b""
+                while chunk := os.read(fd, PART_MAX):
+                    rest += chunk
+                out.write(self.redactor.text(rest.decode("utf-8", errors="replace")).encode("utf-8"))
+            finally:
+                os.close(fd)
+        return path
 
     def close(self) -> None:
         self._whole.close()

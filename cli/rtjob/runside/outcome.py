@@ -3,7 +3,10 @@
 ``completed_by: companion``), then the notification of the outcome. Each write is a transition of the lifecycle
 kernel (core/lifecycle.py: started, beat, attempt_ended) through its one writer call: the record (If-Match: the
 submitting client and this companion may write at the same time, and neither loses the other's fields), then the
-index entry on a status change, then the notification."""
+index entry on a status change, then the notification.
+
+No write is dropped: one that storage refused is owed (``owed``) and tried again, in order, before any later one
+(``settle``, each tick and through the end's wait for storage), until it is stored."""
 
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import rtjob_contract as contract
 
 from ..core import lifecycle
 from ..core.clock import now_iso, parse
-from ..core.errors import one_line
+from ..core.errors import StorageError, one_line
 from ..core.lifecycle import Writer
 from ..core.model import RunStatus
 from ..core.record import RunRecord
@@ -79,6 +82,10 @@ class Outcome:
         self.log_start: int | None = None
         self._peeked = 0  # how far watch() has read the log
         self._tail = b""  # the log's last TAIL_BYTES: a failed run's message says its error line (notify.py)
+        self.owed: list[tuple[Callable[[RunRecord], object], bool, Callable[[RunRecord], None] | None]] = []
+        self._fault: str | None = None  # the storage fault last said (said again only when it changes)
+        self.fault: StorageError | None = None  # the last owed write's storage fault (None: none is failing)
+        self.end: dict[str, Any] | None = None  # the attempt's end as ``ended`` recorded it (a kept marker's)
 
     # -- the timeline -------------------------------------------------------------------------------------
     def log_from(self, offset: int) -> None:
@@ -132,6 +139,34 @@ class Outcome:
             return 1
 
     def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool,
+               tell: Callable[[RunRecord], None] | None = None) -> None:
+        """The transition owed, then every owed write tried in order (a refused one stays owed)."""
+        self.owed.append((transition, indexed, tell))
+        self.settle()
+
+    def settle(self) -> bool:
+        """Try the owed writes in order; True when none is left. A storage fault stops the round (one line when
+        its wording changes); any other error is the writer's bug: said, and that write dropped."""
+        while self.owed:
+            transition, indexed, tell = self.owed[0]
+            try:
+                self._apply(transition, indexed=indexed, tell=tell)
+            except StorageError as exc:
+                self.fault = exc
+                if self._fault != exc.message:
+                    self._fault = exc.message
+                    self.say(f"the run's record not stored yet ({exc.message}); tried again")
+                return False
+            except Exception as exc:  # noqa: BLE001 - a bug in a transition: never the run's end
+                self.say(f"the run's record: {one_line(exc)}")
+            self.owed.pop(0)
+        self.fault = None
+        if self._fault is not None:
+            self._fault = None
+            self.say("the run's record is stored again")
+        return True
+
+    def _apply(self, transition: Callable[[RunRecord], object], *, indexed: bool,
                tell: Callable[[RunRecord], None] | None = None) -> RunRecord | None:
         def apply(stored: RunRecord | None) -> RunRecord:
             record = stored or RunRecord(id=self.run_id, job=self.env.get(contract.ENV_JOB_NAME) or None,
@@ -150,20 +185,36 @@ class Outcome:
         self._write(lambda record: lifecycle.started(record, self.attempt_id, self._number(), when), indexed=True)
 
     def heartbeat(self) -> None:
-        self._write(lambda record: record, indexed=False)
+        """``last_seen`` now: an owed write beats too, so a heartbeat is owed only when nothing else is."""
+        if self.owed:
+            self.settle()
+        else:
+            self._write(lambda record: record, indexed=False)
+
+    def stop_requested(self) -> bool:
+        """Whether `rtjob stop` asked first (its marker); unknown while storage fails: then not."""
+        try:
+            return self.objects.head(contract.STOP_MARKER_FILE) is not None
+        except StorageError as exc:
+            self.say(f"the stop marker not read ({exc.message}): taken as absent")
+            return False
 
     def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
-              secrets: list[str], cpu_s: float | None = None, sync_notes: list[str] | None = None) -> None:
-        stop_requested = self.objects.head(contract.STOP_MARKER_FILE) is not None
+              secrets: list[str], cpu_s: float | None = None, sync_notes: list[str] | None = None,
+              outputs: tuple[bool, int, str | None] = (True, 0, None)) -> None:
+        """The attempt's end, owed until stored; ``outputs``: (complete, files not stored, where they are kept)."""
+        stop_requested = self.stop_requested()
         status, message = verdict(ended, terminated, stop_requested, time_limit)
         end = AttemptEnd(status, ended.code, timed_out=ended.timed_out, stop_requested=stop_requested)
         when = now_iso()
         self.timeline["ended"] = when
-        metrics = self._metrics()
+        metrics = self._metrics() if outputs[0] else None
+        masked = redact(message, secrets) if message else None
+        self.end = {"status": status, "exit_code": ended.code, "message": masked, "at": when,
+                    "timed_out": ended.timed_out, "stop_requested": stop_requested, "number": self._number()}
 
         def change(record: RunRecord) -> None:
-            lifecycle.attempt_ended(record, self.attempt_id, self._number(), end,
-                                    redact(message, secrets) if message else None, when)
+            lifecycle.attempt_ended(record, self.attempt_id, self._number(), end, masked, when)
             record.start_time = record.start_time or self.timeline.get("driver_started")
             record.archived = True
             record.companion_cpu_s = cpu_s
@@ -172,6 +223,7 @@ class Outcome:
             record.sync_notes = [redact(line, secrets) for line in sync_notes or []]
             record.metrics = metrics or record.metrics
             record.cost = _cost(record) or record.cost
+            lifecycle.outputs(record, *outputs, at=when)
 
         # A lost driver with retries left is not told: its last attempt tells how the run ended.
         retry_due = retry_reason(end) is not None and retries_left(self._number(), self._max_retries())

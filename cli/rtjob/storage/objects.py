@@ -125,7 +125,7 @@ def _etag_of(path: str) -> str | None:
 
 
 _ABSENT_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ELOOP)  # none there, or a link on the way (never followed)
-_PERMANENT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ELOOP)
+_PERMANENT_ERRNOS = (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.ELOOP, errno.EEXIST, errno.EISDIR)
 
 
 class LocalObjects(Objects):

@@ -22,11 +22,19 @@ companion calls ``DirSync.scan`` every few seconds and once more (``final=True``
 - Cheap: a scan of an unchanged tree is one stat per file, no file is read; /proc is read only when some file
   looks settled and is not synced yet, once per scan.
 - A failing upload is one line through ``say`` (again only when its wording changes) and is retried at the next
-  scan: ``scan`` never raises, except KeyboardInterrupt and SystemExit.
+  scan, however often it failed: ``scan`` never raises, except KeyboardInterrupt and SystemExit.
+- A write whose answer was lost (a connection cut after S3 stored it; a client's own retry then meets its own
+  object) is not mistaken for someone else's: when a condition fails, the object holding exactly this file's bytes
+  (its ETag is the file's MD5, as S3 gives a single PUT) is this sync's, and is taken as synced.
+- ``not_stored`` counts what the run's storage lacks; ``adopt_stored`` lets a later process (`rtjob sync`, a retry
+  that finds a kept node folder) carry on where the companion stopped.
+
+Importable on the cluster: the stdlib and rtjob's storage and core modules at module level.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import stat
 import time
@@ -36,8 +44,8 @@ from dataclasses import dataclass
 import rtjob_contract as contract
 
 from ..core.errors import one_line
-from ..storage.objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
-from ..storage.run_files import Seeded, write_manifest
+from .objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
+from .run_files import Seeded, bare, write_manifest, written_by_run
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR  # an fd open for writing (fdinfo's flags: octal; 01 and 02)
 
@@ -112,6 +120,7 @@ class DirSync:
         self._failing: dict[str, str] = {}  # rel → the last failure said
         self._manifest_due = False
         self.notes: list[str] = []  # the lines said about objects left as they are (the record keeps them)
+        self.fault: Exception | None = None  # the last upload's failure (None: the last upload went through)
 
     def adopt(self, seeded: Seeded) -> None:
         """The folder as ``run_files.seed`` filled it: the run's files are synced at their versions (a change
@@ -119,11 +128,26 @@ class DirSync:
         for rel, (state, etag) in seeded.ours.items():
             self._synced[rel] = _Synced(state, etag)
 
+    def adopt_stored(self) -> None:
+        """The run's files as its storage holds them now (every attempt's manifest): a local file whose object is
+        one the run wrote is replaced ``if_match`` (or taken as synced when it holds the same bytes), any other name
+        uploaded only if absent. For a process that takes over a node folder the companion left."""
+        ours = written_by_run(self.objects)
+        for listed in self.objects.list():
+            if listed.rel in ours and listed.etag and bare(listed.etag) in {bare(e) for e in ours[listed.rel]}:
+                self._synced[listed.rel] = _Synced(None, listed.etag)
+
     @property
     def complete(self) -> bool:
         """Everything seen is in storage (or left there on purpose) and the manifest says so: the node's copy is
         no longer needed."""
         return not self._failing and not self._manifest_due
+
+    def not_stored(self) -> list[str]:
+        """The files (relative names) whose latest content is not in the run's storage yet (the manifest aside)."""
+        waiting = [rel for rel, _path, st in self._files() if rel not in self._left
+                   and (rel not in self._synced or self._synced[rel].state != (st.st_size, st.st_mtime_ns))]
+        return sorted(waiting)
 
     def scan(self, final: bool = False) -> int:
         """One pass; returns the number of files uploaded. ``final``: the script has ended, so every file not
@@ -206,14 +230,19 @@ class DirSync:
             else:
                 etag = self.objects.put_file(rel, path, if_match=synced.etag)
         except PreconditionFailed:
-            self._leave(rel, "is already there, not written by any attempt of this run" if synced is None else
-                        "was changed by someone else since this run's sync wrote it")
-            return False
+            held = self._holds_this_file(rel, path, state)
+            if held is None:
+                self._leave(rel, "is already there, not written by any attempt of this run" if synced is None else
+                            "was changed by someone else since this run's sync wrote it")
+                return False
+            etag = held
         except Exception as exc:  # an S3 or file error: one line, tried again at the next scan
             if not os.path.lexists(path):
                 return False  # removed before it could be read: nothing to say
+            self.fault = exc
             self._fail(rel, one_line(exc))
             return False
+        self.fault = None
         self._failing.pop(rel, None)
         try:
             st = os.stat(path, follow_symlinks=False)
@@ -222,6 +251,25 @@ class DirSync:
             after = None
         self._synced[rel] = _Synced(state if after == state else None, etag)
         return True
+
+    def _holds_this_file(self, rel: str, path: str, state: State) -> str | None:
+        """The object's version when it holds exactly this file's bytes (a write of ours whose answer was lost),
+        else None. S3 gives a single PUT the MD5 of its bytes as its ETag; local storage's versions are no hash, and
+        there no answer is lost."""
+        try:
+            current = self.objects.head(rel)
+            if current is None or "-" in bare(current):
+                return None
+            digest = hashlib.md5(usedforsecurity=False)
+            with open(path, "rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+            st = os.stat(path, follow_symlinks=False)
+        except Exception:  # noqa: BLE001 - unknown: the object is left as it is (the safe answer)
+            return None
+        if (st.st_size, st.st_mtime_ns) != state or digest.hexdigest() != bare(current):
+            return None
+        return current
 
     def _leave(self, rel: str, why: str) -> None:
         self._left.add(rel)
