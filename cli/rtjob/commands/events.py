@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, TextIO, cast
 from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
 from ..core.model import RunStatus
 from ..core.redact import redact
-from .printing import duration, echo, outcome, print_data, run_json, say
+from .printing import duration, echo, outcome, outputs_line, print_data, run_json, say
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -58,6 +58,9 @@ class Printed:
     def ended(self, info: RunInfo) -> None:
         message = f": {closing(info.message)}" if info.message and info.status != RunStatus.SUCCEEDED else ""
         say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
+        lost = outputs_line(info)
+        if lost is not None:
+            say(lost)
 
     def detached(self, run_id: str) -> None:
         say(f"detached; {run_id} keeps running. Re-attach: rtjob logs {run_id} --follow  (or rtjob wait {run_id})")

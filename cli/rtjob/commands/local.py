@@ -77,8 +77,8 @@ def local_down() -> int:
     Examples:
       rtjob local down
     """
-    from ..runs.lifecycle.archive import before_cluster_stops, node_folders_of
-    from ..storage.node_dirs import remove_run_folder, run_folder
+    from ..runs.lifecycle.archive import before_cluster_stops, kept_after_cluster, node_folders_of
+    from ..storage.node_dirs import kept_folders, remove_run_folder, run_folder
     from .events import PRINTED
 
     backend, cluster = _cluster()
@@ -92,11 +92,14 @@ def local_down() -> int:
         run_ids = node_folders_of(backend, PRINTED)
     count = cluster.down(log=say)  # says what it stops before it waits for it
     say(f"embedded cluster stopped ({count} processes ended)" if count else "no embedded cluster was running")
+    kept_after_cluster(PRINTED)  # a companion that kept its outputs: its end and "outputs not stored" recorded
     present = [run_id for run_id in run_ids if os.path.lexists(run_folder(run_id))]  # its nodes are this machine
-    if present:
-        say(f"removing the node folders of {len(present)} run(s)")
-    for run_id in present:
-        remove_run_folder(run_id)
+    removed = [run_id for run_id in present if remove_run_folder(run_id)]  # a kept one is left: the only copy
+    if removed:
+        say(f"removed the node folders of {len(removed)} run(s)")
+    for folder, marker in kept_folders():
+        say(f"kept {folder}: {marker.get('not_stored', '?')} file(s) of run {marker.get('run_id')} that its "
+            f"storage lacks (rtjob sync {marker.get('run_id')} stores them once storage is back)")
     return EXIT_SUCCEEDED
 
 

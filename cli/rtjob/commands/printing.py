@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import clock
-from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED
+from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED, EXIT_UNREACHABLE
 from ..core.model import RunInfo, RunStatus, stamp
 from ..core.redact import REDACTOR, redact
 
@@ -232,6 +232,12 @@ def run_text(info: RunInfo) -> str:
         f"exit code:   {info.exit_code if info.exit_code is not None else '-'}",
         f"storage:     {info.storage_uri or '-'}",
     ]
+    if info.outputs is not None:
+        outputs = info.outputs
+        lines.append("outputs:     " + ("complete (every file and the end stored)" if outputs.get("complete") else
+                                      f"NOT STORED: {outputs.get('not_stored', '?')} file(s)"
+                                      + (f", kept at {outputs['kept_at']}" if outputs.get("kept_at") else "")
+                                      + f" (once storage is back: rtjob sync {info.id})"))
     return "\n".join(lines)
 
 
@@ -282,5 +288,18 @@ def runs_table(runs: list[RunInfo]) -> None:
 
 
 def outcome(info: RunInfo) -> int:
-    """The exit code of a run that ended: 0 succeeded, 1 failed or stopped."""
+    """The exit code of a run that ended: 0 succeeded, 1 failed or stopped, 3 its outputs not stored (an
+    environment fault, not the script's: the node keeps them for `rtjob sync`)."""
+    if info.outputs_lost:
+        return EXIT_UNREACHABLE
     return EXIT_SUCCEEDED if info.status == RunStatus.SUCCEEDED else EXIT_FAILED
+
+
+def outputs_line(info: RunInfo) -> str | None:
+    """The one line of a run whose outputs are not stored (None: they are, or nothing says otherwise)."""
+    if not info.outputs_lost:
+        return None
+    outputs = info.outputs or {}
+    where = f", kept at {outputs['kept_at']}" if outputs.get("kept_at") else ""
+    return (f"{info.id} {info.status.value}, outputs not stored: {outputs.get('not_stored', '?')} file(s){where}; "
+            f"once storage is back: rtjob sync {info.id}")

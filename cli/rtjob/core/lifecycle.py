@@ -262,6 +262,7 @@ class Archive:
     cost: dict[str, Any] | None = None
     metrics: dict[str, Any] | None = None
     train_storage: list[str] = dataclasses.field(default_factory=list)
+    outputs: dict[str, Any] | None = None  # what the run side said of its outputs where its end is not stored
 
 
 def archived(record: RunRecord, status: RunStatus, saved: Archive, message: str | None = None,
@@ -282,6 +283,7 @@ def archived(record: RunRecord, status: RunStatus, saved: Archive, message: str 
     record.cost = record.cost or saved.cost
     record.metrics = record.metrics or saved.metrics
     record.train_storage = saved.train_storage or record.train_storage
+    record.outputs = record.outputs or saved.outputs
     record.archived = True
     record.updated_at = at
     return record

@@ -79,6 +79,8 @@ class RunInfo:
     # info tells as one run (runs/view.py folds a retried run into one); neither is in JSON.
     parent: str | None = None
     attempts: int = 1
+    # Whether the run's files reached its storage (the record's "outputs": core/lifecycle.outputs); None: not said.
+    outputs: dict[str, Any] | None = None
     # Values to redact from anything printed about this run (never serialised).
     secrets: list[str] = field(default_factory=list, repr=False)
 
@@ -99,7 +101,13 @@ class RunInfo:
             "storage_uri": self.storage_uri,
             "exit_code": self.exit_code,
             "address": self.address,
+            **({"outputs": self.outputs} if self.outputs is not None else {}),
         }
+
+    @property
+    def outputs_lost(self) -> bool:
+        """The run ended but its outputs are not all in its storage (the node keeps them: `rtjob sync`)."""
+        return self.outputs is not None and self.outputs.get("complete") is False
 
 
 @dataclass

@@ -159,6 +159,7 @@ class RunRecord:
             id=self.id, job=self.job, backend=self.backend, status=status, message=message,
             start_time=self.start_time or self.submitted_at, end_time=self.end_time, storage_uri=self.storage_uri,
             exit_code=self.exit_code, address=self.address, storage_endpoint=self.storage_endpoint, rate=self.rate,
+            outputs=self.outputs,
         )
 
     def observe(self, info: RunInfo) -> bool:

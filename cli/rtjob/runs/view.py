@@ -158,7 +158,8 @@ def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
     over the cluster's), so that every command shows one duration; ``info`` as it is while the run goes on."""
     if record is None or not record.archived or not info.status.terminal or not record.end_time:
         return info
-    return dataclasses.replace(info, start_time=record.start_time or info.start_time, end_time=record.end_time)
+    return dataclasses.replace(info, start_time=record.start_time or info.start_time, end_time=record.end_time,
+                               outputs=info.outputs or record.outputs)
 
 
 def with_recorded_times(listed: list[RunInfo]) -> list[RunInfo]:

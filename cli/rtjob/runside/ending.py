@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import rtjob_contract as contract
 
@@ -24,7 +24,29 @@ from ..storage.retrying import Backoff
 
 if TYPE_CHECKING:
     from .child import Ended
-    from .companion import Companion
+    from .node_folder import NodeFolder
+    from .outcome import Outcome
+    from .stages import Stages
+
+
+class Companion(Protocol):
+    """What the end uses of the companion (companion.py), which sequences it."""
+
+    run_id: str
+    attempt: str
+    run_uri: str | None
+    env: Mapping[str, str]
+    secrets: list[str]
+    terminated: bool
+    term_while_ending: bool
+    time_limit: float | None
+    outcome: Outcome | None
+    stages: Stages
+    folder: NodeFolder | None
+
+    def say_line(self, text: str) -> None: ...
+
+    def guard(self, what: str, call: Callable[[], object]) -> None: ...
 
 
 def grace_s(env: Mapping[str, str]) -> float:

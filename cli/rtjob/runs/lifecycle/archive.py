@@ -13,7 +13,7 @@ import rtjob_contract as contract
 
 from ...core import lifecycle
 from ...core.errors import BadInput, RtjobError, Unreachable
-from ...core.lifecycle import Writer, merge
+from ...core.lifecycle import Writer, ended_by_run_side, merge
 from ...core.model import RunInfo, RunStatus
 from ...core.record import RunRecord
 from ...core.redact import redact, redact_data
@@ -113,6 +113,8 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
     folders = _quiet(lambda: backend.train_storage(ids[-1], last_log), events, "Ray Train's storage")
     if folders:
         saved.train_storage = [redact(folder, info.secrets) for folder in folders]
+    if run_side is None and record.outputs is None:  # the companion's end not stored: did it keep its outputs?
+        saved.outputs = kept_outputs(record.id, last_log)
     ended = record.to_run_info()
     saved.cost = record.cost or _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
     # The run's own storage first; a plain Ray Train script's history is in the folder it chose.
@@ -123,6 +125,29 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
                 break
     return write(record, functools.partial(lifecycle.archived, status=status, saved=saved, message=message,
                                            by=Writer.ARCHIVE), events)
+
+
+def kept_outputs(run_id: str, log: str | None) -> dict[str, Any] | None:
+    """The run's outputs as its companion left them when storage failed at its end: a kept folder on this machine
+    (the embedded cluster's node), else the ``outputs_not_stored`` event line of its driver log (read through the
+    cluster); None when neither says so."""
+    import json
+
+    from ...storage.node_dirs import kept_folders
+
+    for _folder, marker in kept_folders(run_id):  # the run ended: a marker still "storing" lost its companion
+        return {"complete": False, "not_stored": marker.get("not_stored"), "kept_at": marker.get("kept_at")}
+    mark = f"{contract.EVENT_LINE_PREFIX} {contract.EVENT_OUTPUTS_NOT_STORED} "
+    at = log.rfind(mark) if log else -1
+    if log is None or at < 0:
+        return None
+    try:
+        said = json.loads(log[at + len(mark):].splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+    if not isinstance(said, dict):
+        return None
+    return {"complete": False, "not_stored": said.get("not_stored"), "kept_at": said.get("kept_at")}
 
 
 def _run_side_end(record: RunRecord) -> RunRecord | None:
@@ -183,6 +208,10 @@ def before_cluster_stops(backend: Backend, events: RunEvents) -> int:
             info = backend.status(record.id)
         except RtjobError:
             continue  # not on this cluster (an older one's): nothing left to save
+        if not info.status.terminal and storing_here(record.id):
+            info = _wait_for_storing(backend, record.id, info, events)
+            if not info.status.terminal:
+                continue  # its companion keeps the outputs when the cluster stops: never recorded STOPPED
         if info.status.terminal:
             archive(backend, record, info, events)
         else:
@@ -194,6 +223,55 @@ def before_cluster_stops(backend: Backend, events: RunEvents) -> int:
                     message="stopped with the embedded cluster (rtjob local down)")
         done += 1
     return done
+
+
+STORING_WAIT_S = 30.0  # how long `local down` waits for a companion still storing its run's outputs
+
+
+def storing_here(run_id: str) -> bool:
+    """Whether a companion on this machine is still storing the run's outputs (its kept marker says so)."""
+    from ...storage.node_dirs import kept_folders
+
+    return any(marker.get("storing") for _folder, marker in kept_folders(run_id))
+
+
+def _wait_for_storing(backend: Backend, run_id: str, info: RunInfo, events: RunEvents) -> RunInfo:
+    """`local down`: a run whose companion still stores its outputs is given STORING_WAIT_S to finish."""
+    import time
+
+    events.note(f"{run_id}: its companion is still storing the run's outputs; waiting up to {STORING_WAIT_S:g}s")
+    deadline = time.monotonic() + STORING_WAIT_S
+    while not info.status.terminal and time.monotonic() < deadline:
+        time.sleep(1.0)
+        try:
+            info = backend.status(run_id)
+        except RtjobError:
+            break
+    if not info.status.terminal:
+        events.warning(f"{run_id}: storage still refuses its outputs; its node folder is kept (`rtjob sync "
+                       f"{run_id}` stores it once storage is back)")
+    return info
+
+
+def kept_after_cluster(events: RunEvents) -> list[str]:
+    """After `local down`: each run whose node folder is kept gets its companion's end and "outputs not stored" in
+    its record (the ledger's, and its storage's when that takes writes). Returns those runs' ids."""
+    from ...storage.kept import kept_end
+    from ...storage.node_dirs import kept_folders
+
+    kept: dict[str, dict[str, Any]] = {}
+    for _folder, marker in kept_folders():
+        if isinstance(marker.get("run_id"), str):
+            kept.setdefault(marker["run_id"], marker)
+    for run_id, marker in kept.items():
+        try:
+            record = ledger().get(run_id)
+        except RtjobError:
+            record = None
+        if record is None or ended_by_run_side(record):
+            continue
+        write(record, lambda stored, marker=marker: kept_end(stored, marker), events)  # type: ignore[misc]
+    return sorted(kept)
 
 
 def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:

@@ -99,6 +99,8 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         observe(backend, info, events, run_id=run_id)  # archived STOPPED
         return Ended(info, stopped=True)
     record = observe(backend, info, events, run_id=run_id)  # archived: its end as seen, its logs saved
+    if record is not None and record.outputs is not None:
+        info.outputs = record.outputs  # "outputs not stored" is an environment fault: exit 3, not the run's
     events.ended(info)
     if info.status == RunStatus.FAILED:
         from .diagnosis import diagnose
