@@ -84,8 +84,8 @@ def local_down() -> int:
     backend, cluster = _cluster()
     run_ids: list[str] = []
     if cluster.running():  # its runs' logs and ends are saved before they are gone
-        say("saving the embedded cluster's runs (logs and ends; one still running is recorded STOPPED) before it "
-            "stops")
+        say("saving the embedded cluster's runs (logs and ends; one still running is recorded STOPPED, one whose "
+            "companion still stores its outputs is waited for) before it stops")
         archived = before_cluster_stops(backend, PRINTED)
         if archived:
             say(f"archived {archived} run(s) of the embedded cluster (rtjob runs, rtjob logs ID still show them)")
