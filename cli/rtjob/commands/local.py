@@ -77,7 +77,7 @@ def local_down() -> int:
     Examples:
       rtjob local down
     """
-    from ..runs.lifecycle.archive import before_cluster_stops, kept_after_cluster, node_folders_of
+    from ..runs.lifecycle.cluster_down import before_cluster_stops, kept_after_cluster, node_folders_of
     from ..storage.node_dirs import kept_folders, remove_run_folder, run_folder
     from .events import PRINTED
 

@@ -81,7 +81,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
     if run_side is not None:  # the run's companion wrote its end (and its log): that end stands
         record = merge(record, run_side)
     saved = lifecycle.Archive()
-    attempts = _quiet(lambda: (attempts_of or backend.attempts)(record.id), events, "attempts")
+    attempts = quiet(lambda: (attempts_of or backend.attempts)(record.id), events, "attempts")
     ids = [record.id]
     if attempts is not None:
         saved.attempts = redact_data([a.to_json() for a in attempts.chain], info.secrets)
@@ -91,7 +91,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
         ids = ids[-1:]  # read once below, for Ray Train's storage only; the stored log is the companion's
     last_log: str | None = None
     for i, attempt_id in enumerate(ids):
-        text = _quiet(functools.partial(backend.logs, attempt_id), events, f"the log of {attempt_id}")
+        text = quiet(functools.partial(backend.logs, attempt_id), events, f"the log of {attempt_id}")
         if text is None:
             continue
         text = redact(text, info.secrets)
@@ -105,22 +105,22 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             from ...storage.records import archive_attempt_log
 
             for earlier in [a.id for a in attempts.chain[:-1]]:  # a companion lost with its node left only parts
-                _quiet(functools.partial(archive_attempt_log, record.storage_uri, record.storage_endpoint, earlier),
+                quiet(functools.partial(archive_attempt_log, record.storage_uri, record.storage_endpoint, earlier),
                        events, f"the log of {earlier}")
     if texts:
         saved.log_home, saved.logs = _write_logs(record, texts, events)
     # Asked now, while the cluster still knows the run: an unchanged Ray Train script's own storage.
-    folders = _quiet(lambda: backend.train_storage(ids[-1], last_log), events, "Ray Train's storage")
+    folders = quiet(lambda: backend.train_storage(ids[-1], last_log), events, "Ray Train's storage")
     if folders:
         saved.train_storage = [redact(folder, info.secrets) for folder in folders]
     if run_side is None and record.outputs is None:  # the companion's end not stored: did it keep its outputs?
         saved.outputs = kept_outputs(record.id, last_log)
     ended = record.to_run_info()
-    saved.cost = record.cost or _quiet(lambda: finished_run_cost(backend, ended), events, "cost")
+    saved.cost = record.cost or quiet(lambda: finished_run_cost(backend, ended), events, "cost")
     # The run's own storage first; a plain Ray Train script's history is in the folder it chose.
     for uri in [record.storage_uri, *saved.train_storage, *record.train_storage] if not record.metrics else []:
         if uri and writable_here(record.backend, uri):
-            saved.metrics = _quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
+            saved.metrics = quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
             if saved.metrics:
                 break
     return write(record, functools.partial(lifecycle.archived, status=status, saved=saved, message=message,
@@ -152,7 +152,6 @@ def kept_outputs(run_id: str, log: str | None) -> dict[str, Any] | None:
 
 def _run_side_end(record: RunRecord) -> RunRecord | None:
     """The run's record in its storage when the run side (its companion) wrote the run's end there."""
-    from ...core.lifecycle import ended_by_run_side
 
     stored = stored_record(record)
     return stored if ended_by_run_side(stored) else None
@@ -173,7 +172,7 @@ def _write_logs(record: RunRecord, texts: dict[str, str], events: RunEvents) -> 
     return home, []
 
 
-def _quiet(call: Callable[[], Any], events: RunEvents | None, what: str) -> Any:
+def quiet(call: Callable[[], Any], events: RunEvents | None, what: str) -> Any:
     """One part of an archive: its value, or None and one warning line (the rest is archived anyway)."""
     try:
         return call()
@@ -192,86 +191,6 @@ def archive_ended(backend: Backend, runs: list[RunInfo], events: RunEvents) -> N
     for info in runs:
         if info.id in pending and info.status.terminal:
             observe(backend, info, events)
-
-
-def before_cluster_stops(backend: Backend, events: RunEvents) -> int:
-    """`rtjob local down`: archive every run of the embedded cluster the ledger has not archived, with its log so
-    far; one still running is recorded STOPPED (the cluster takes it down). Returns how many were archived."""
-    try:
-        pending = ledger().unarchived(backend.name)
-    except RtjobError as exc:
-        events.warning(f"run ledger not read: {exc.message}")
-        return 0
-    done = 0
-    for record in pending:
-        try:
-            info = backend.status(record.id)
-        except RtjobError:
-            continue  # not on this cluster (an older one's): nothing left to save
-        if not info.status.terminal and storing_here(record.id):
-            info = _wait_for_storing(backend, record.id, info, events)
-            if not info.status.terminal:
-                continue  # its companion keeps the outputs when the cluster stops: never recorded STOPPED
-        if info.status.terminal:
-            archive(backend, record, info, events)
-        else:
-            if writable_here(record.backend, record.storage_uri):  # its companion records a stop, not a kill
-                from .stopping import mark_stop
-
-                mark_stop(record.storage_uri, record.storage_endpoint)
-            archive(backend, record, info, events, final=RunStatus.STOPPED,
-                    message="stopped with the embedded cluster (rtjob local down)")
-        done += 1
-    return done
-
-
-STORING_WAIT_S = 30.0  # how long `local down` waits for a companion still storing its run's outputs
-
-
-def storing_here(run_id: str) -> bool:
-    """Whether a companion on this machine is still storing the run's outputs (its kept marker says so)."""
-    from ...storage.node_dirs import kept_folders
-
-    return any(marker.get("storing") for _folder, marker in kept_folders(run_id))
-
-
-def _wait_for_storing(backend: Backend, run_id: str, info: RunInfo, events: RunEvents) -> RunInfo:
-    """`local down`: a run whose companion still stores its outputs is given STORING_WAIT_S to finish."""
-    import time
-
-    events.note(f"{run_id}: its companion is still storing the run's outputs; waiting up to {STORING_WAIT_S:g}s")
-    deadline = time.monotonic() + STORING_WAIT_S
-    while not info.status.terminal and time.monotonic() < deadline:
-        time.sleep(1.0)
-        try:
-            info = backend.status(run_id)
-        except RtjobError:
-            break
-    if not info.status.terminal:
-        events.warning(f"{run_id}: storage still refuses its outputs; its node folder is kept (`rtjob sync "
-                       f"{run_id}` stores it once storage is back)")
-    return info
-
-
-def kept_after_cluster(events: RunEvents) -> list[str]:
-    """After `local down`: each run whose node folder is kept gets its companion's end and "outputs not stored" in
-    its record (the ledger's, and its storage's when that takes writes). Returns those runs' ids."""
-    from ...storage.kept import kept_end
-    from ...storage.node_dirs import kept_folders
-
-    kept: dict[str, dict[str, Any]] = {}
-    for _folder, marker in kept_folders():
-        if isinstance(marker.get("run_id"), str):
-            kept.setdefault(marker["run_id"], marker)
-    for run_id, marker in kept.items():
-        try:
-            record = ledger().get(run_id)
-        except RtjobError:
-            record = None
-        if record is None or ended_by_run_side(record):
-            continue
-        write(record, lambda stored, marker=marker: kept_end(stored, marker), events)  # type: ignore[misc]
-    return sorted(kept)
 
 
 def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
@@ -321,12 +240,12 @@ def attempt_log(backend: Backend, run_id: str, number: int, info: RunInfo, recor
             known = None
     recorded = known.attempts if known is not None else []
     if known is not None:  # the attempts its companions recorded in the run's storage, when they know more
-        in_storage = _quiet(lambda: stored_record(known), None, "the run's record")
+        in_storage = quiet(lambda: stored_record(known), None, "the run's record")
         if in_storage is not None and len(in_storage.attempts) > len(recorded):
             recorded = in_storage.attempts
     chain = Attempts.recorded(recorded).chain
     if record is None and len(chain) < number:  # the cluster knows the run: its own list of attempts
-        asked = _quiet(lambda: backend.attempts(run_id), None, "attempts")
+        asked = quiet(lambda: backend.attempts(run_id), None, "attempts")
         chain = asked.chain if asked is not None and asked.chain else chain
     if not chain and number == 1:
         attempt_id = run_id
@@ -344,10 +263,3 @@ def attempt_log(backend: Backend, run_id: str, number: int, info: RunInfo, recor
         return iter([redact(text, info.secrets)])
     raise BadInput(f"run {run_id}: attempt {number} ({attempt_id}) has no log in the run's storage and its cluster "
                    "no longer knows it")
-
-
-def node_folders_of(backend: Backend, events: RunEvents) -> list[str]:
-    """The run ids whose node folders (storage/node_dirs.py) the embedded cluster's runs may have left on this
-    machine: every run it holds (a retry shares its first attempt's folder, which is listed too)."""
-    listed = _quiet(backend.list, events, "the cluster's runs (their node folders)")
-    return [info.id for info in listed or []]
