@@ -6,9 +6,10 @@ connection to the target (support.tcp_proxy.DroppingProxy does the piping):
 
 - ``down()``: the listener closed and every open connection cut: a client gets connection refused;
 - ``up()``: listening again on the same port, forwarding as before;
-- ``faults(seconds)``: from now, for that long, the connections cut, then each new one alternately answered
-  ``502 Bad Gateway`` (HTTP/1.1, ``Connection: close``, after reading the request) or cut with a reset after
-  reading the request; after the window it forwards normally again;
+- ``faults(seconds)``: from now, for that long, the connections cut, then each new one in turn answered
+  ``502 Bad Gateway`` (HTTP/1.1, ``Connection: close``, after reading the request), cut with a reset after reading
+  the request, or *lost*: the request forwarded to the server, which acts on it, and its answer replaced by a reset
+  (a write that happened, whose client never heard so); after the window it forwards normally again;
 - ``close()``, or leave the ``with`` block: stopped for good.
 
 It runs in threads of the test process; every test that makes one closes it.
@@ -33,7 +34,7 @@ class Forwarder(DroppingProxy):
     def __init__(self, target_host: str, target_port: int) -> None:
         self._faults_until = 0.0
         self._fault_count = 0
-        self.injected: dict[str, int] = {"502": 0, "cut": 0}
+        self.injected: dict[str, int] = {"502": 0, "cut": 0, "lost": 0}
         self.is_down = False
         super().__init__(target_host, target_port)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -68,7 +69,7 @@ class Forwarder(DroppingProxy):
         with self._lock:
             fault = None
             if time.monotonic() < self._faults_until:
-                fault = "502" if self._fault_count % 2 == 0 else "cut"
+                fault = ("502", "cut", "lost")[self._fault_count % 3]
                 self._fault_count += 1
                 self.injected[fault] += 1
         if fault is None:
@@ -79,7 +80,11 @@ class Forwarder(DroppingProxy):
     def _fail(self, client: socket.socket, fault: str) -> None:
         try:
             client.settimeout(10)
-            _read_request(client)
+            request = _read_request(client)
+            if fault == "lost" and request:
+                with socket.create_connection(self.target, timeout=10) as upstream:
+                    upstream.sendall(request)
+                    _read_answer(upstream)
             if fault == "502":
                 client.sendall(BAD_GATEWAY)
                 client.shutdown(socket.SHUT_RDWR)
@@ -105,14 +110,14 @@ class Forwarder(DroppingProxy):
         self.close()
 
 
-def _read_request(sock: socket.socket) -> None:
+def _read_request(sock: socket.socket) -> bytes:
     """Read one HTTP request (its headers and the body its Content-Length announces) so that the answer is not
-    turned into a reset by unread bytes."""
+    turned into a reset by unread bytes; returns it whole (b"": the client hung up first)."""
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = sock.recv(65536)
         if not chunk:
-            return
+            return b""
         data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = 0
@@ -121,6 +126,28 @@ def _read_request(sock: socket.socket) -> None:
         if name.strip().lower() == b"content-length":
             with contextlib.suppress(ValueError):
                 length = int(value.strip())
+    left = length - len(body)
+    while left > 0:
+        chunk = sock.recv(min(left, 65536))
+        if not chunk:
+            return b""
+        data += chunk
+        left -= len(chunk)
+    return data
+
+
+def _read_answer(sock: socket.socket) -> None:
+    """Read the server's answer to a request (its headers and the body it announces), to be thrown away."""
+    sock.settimeout(30)
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(value.strip()) for name, _, value in (line.partition(b":") for line in head.split(b"\r\n")[1:])
+                   if name.strip().lower() == b"content-length" and value.strip().isdigit()), 0)
     left = length - len(body)
     while left > 0:
         chunk = sock.recv(min(left, 65536))

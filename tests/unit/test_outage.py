@@ -1,5 +1,5 @@
 """tests/support/outage.py's Forwarder, on its own: it forwards, goes down (connection refused) and comes back on
-the same port, and fails for a window (502s and cut connections, alternately), then forwards again. The target is
+the same port, and fails for a window (502s, cut connections and lost answers, in turn), then forwards again. The target is
 a real HTTP server on loopback (support.http_faults.StandIn)."""
 
 from __future__ import annotations
@@ -14,9 +14,14 @@ from support.outage import Forwarder
 
 
 @pytest.fixture
-def forwarder() -> Iterator[Forwarder]:
-    with StandIn(lambda method, path: (200, "text/plain", b"ok " + path.encode())) as target, \
-            Forwarder("127.0.0.1", target.port) as fwd:
+def target() -> Iterator[StandIn]:
+    with StandIn(lambda method, path: (200, "text/plain", b"ok " + path.encode())) as server:
+        yield server
+
+
+@pytest.fixture
+def forwarder(target: StandIn) -> Iterator[Forwarder]:
+    with Forwarder("127.0.0.1", target.port) as fwd:
         yield fwd
 
 
@@ -62,16 +67,19 @@ def test_down_cuts_an_open_connection(forwarder: Forwarder) -> None:
         conn.close()
 
 
-def test_faults_answer_502_or_cut_alternately_then_forward_again(forwarder: Forwarder) -> None:
+def test_faults_answer_502_cut_or_lose_the_answer_in_turn_then_forward_again(forwarder: Forwarder,
+                                                                             target: StandIn) -> None:
     forwarder.faults(600)
     seen = []
-    for _ in range(4):
+    for n in range(6):
         try:
-            seen.append(get(forwarder.port)[0])
+            seen.append(get(forwarder.port, f"/{n}")[0])
         except (OSError, http.client.HTTPException):
             seen.append("cut")
-    assert seen == [502, "cut", 502, "cut"]
-    assert forwarder.injected == {"502": 2, "cut": 2}
+    assert seen == [502, "cut", "cut", 502, "cut", "cut"]
+    assert forwarder.injected == {"502": 2, "cut": 2, "lost": 2}
+    assert [path for path in target.requests if path.endswith(("/2", "/5"))]  # a lost answer's request arrived
+    assert not [path for path in target.requests if path.endswith(("/0", "/1", "/3", "/4"))]
     forwarder.faults(0.2)  # a new window from now, ending soon: then forwarding as before
 
     def ok() -> bool:
