@@ -12,34 +12,51 @@ import time
 class DroppingProxy:
     def __init__(self, target_host: str, target_port: int) -> None:
         self.target = (target_host, target_port)
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
         self.drops = 0
         self.rate: float | None = None  # bytes per second from the server to its clients; None: full speed
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.port = 0
+        self._listen()
 
-    def _accept(self) -> None:
+    def _listen(self) -> None:
+        """Listen on ``self.port`` (0 at first: a free one, kept from then on) and accept in a thread."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self.listener = listener
+        self.port = listener.getsockname()[1]
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def _stop_listening(self) -> None:
+        """Close the listener: new connections are refused (shutdown first wakes the thread blocked in accept, which
+        would otherwise keep the socket listening)."""
+        with contextlib.suppress(OSError):
+            self.listener.shutdown(socket.SHUT_RDWR)
+        self.listener.close()
+
+    def _accept(self, listener: socket.socket) -> None:
         while not self._closed:
             try:
-                client, _ = self.listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
-            try:
-                upstream = socket.create_connection(self.target, timeout=10)
-            except OSError:
-                client.close()
-                continue
-            upstream.settimeout(None)
-            with self._lock:
-                self._conns += [client, upstream]
-            for src, dst, down in ((client, upstream, False), (upstream, client, True)):
-                threading.Thread(target=self._pipe, args=(src, dst, down), daemon=True).start()
+            self._serve(client)
+
+    def _serve(self, client: socket.socket) -> None:
+        """One accepted connection: piped to the target both ways."""
+        try:
+            upstream = socket.create_connection(self.target, timeout=10)
+        except OSError:
+            client.close()
+            return
+        upstream.settimeout(None)
+        with self._lock:
+            self._conns += [client, upstream]
+        for src, dst, down in ((client, upstream, False), (upstream, client, True)):
+            threading.Thread(target=self._pipe, args=(src, dst, down), daemon=True).start()
 
     def _pipe(self, src: socket.socket, dst: socket.socket, down: bool) -> None:
         try:
@@ -68,5 +85,5 @@ class DroppingProxy:
 
     def close(self) -> None:
         self._closed = True
-        self.listener.close()
+        self._stop_listening()
         self.drop_all()
