@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core import lifecycle
-from ...core.errors import BadInput, RtjobError, Unreachable
+from ...core.errors import BadInput, RtjobError, StorageError, Unreachable
 from ...core.lifecycle import Writer, merge
 from ...core.model import RunInfo, RunStatus
 from ...core.record import RunRecord
@@ -239,6 +239,8 @@ def attempt_log(backend: Backend, run_id: str, number: int, info: RunInfo, recor
     if known is None:
         try:
             known = find(run_id, storage_root)
+        except StorageError:
+            raise  # the run's storage cannot be read (exit 3), not "no log"
         except RtjobError:
             known = None
     recorded = known.attempts if known is not None else []
