@@ -73,28 +73,34 @@ def one_line_exit_3(proc: Any, *names: str) -> str:
 
 def test_a_reader_waits_out_an_outage_that_ends_within_its_patience(seeded: S3Server, forwarder: Forwarder,
                                                                      tmp_path: Path) -> None:
-    forwarder.faults(600)  # 502s and cut connections until told otherwise
-    proc = popen_rtjob("runs", "--storage", ROOT, "-o", "json",
-                       env=env_for(seeded, tmp_path, forwarder.url, patience="120"))
-    try:
-        until(lambda: sum(forwarder.injected.values()) >= 3)  # the listing is in the outage, trying again
-        forwarder.faults(0)  # the storage is back
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    record(out, err)
-    assert proc.returncode == 0, err
-    assert [row["id"] for row in json.loads(out)] == [RUN]
+    env = env_for(seeded, tmp_path, forwarder.url, patience="120", RTJOB_STORAGE=ROOT)
+
+    def through_an_outage(*args: str) -> str:
+        forwarder.faults(600)  # 502s and cut connections until told otherwise
+        seen = sum(forwarder.injected.values())
+        proc = popen_rtjob(*args, env=env)
+        try:
+            until(lambda: sum(forwarder.injected.values()) >= seen + 3)  # the reader is in the outage, trying again
+            forwarder.faults(0)  # the storage is back
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        record(out, err)
+        assert proc.returncode == 0, (args, err)
+        return out
+
+    assert [row["id"] for row in json.loads(through_an_outage("runs", "--storage", ROOT, "-o", "json"))] == [RUN]
+    assert "hello from the run" in through_an_outage("logs", RUN)  # the record found in storage, then its log
 
 
 def test_an_outage_longer_than_the_patience_exits_3_in_one_line(seeded: S3Server, forwarder: Forwarder,
                                                                tmp_path: Path) -> None:
     forwarder.down()  # connection refused: a fault that may pass, waited out for 1 s
-    env = env_for(seeded, tmp_path, forwarder.url, patience="1")
+    env = env_for(seeded, tmp_path, forwarder.url, patience="1", RTJOB_STORAGE=ROOT)
     dest = tmp_path / "pulled"
-    for args in (("runs", "--storage", ROOT), ("show", RUN, "--storage", ROOT),
+    for args in (("runs", "--storage", ROOT), ("show", RUN, "--storage", ROOT), ("status", RUN), ("logs", RUN),
                  ("pull", f"{ROOT}/train/{RUN}", "--to", str(dest)), ("results", f"{ROOT}/train/{RUN}")):
         start = time.monotonic()
         proc = rtjob(*args, env=env, timeout=120)
