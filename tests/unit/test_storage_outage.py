@@ -166,3 +166,42 @@ def test_ui_on_storage_it_cannot_read_does_not_start(seeded: S3Server, tmp_path:
     proc = rtjob("ui", "--storage", "s3://no-such-bucket-here/runs", "--port", "0", env=env, timeout=60)
     one_line_exit_3(proc, "no-such-bucket-here")
     assert "serving" not in proc.stdout + proc.stderr
+
+
+def _listing(prefixes: list[str]) -> tuple[int, str, bytes]:
+    common = "".join(f"<CommonPrefixes><Prefix>{p}</Prefix></CommonPrefixes>" for p in prefixes)
+    return 200, "application/xml", (f'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult><Name>{BUCKET}</Name>'
+                                    f"<KeyCount>{len(prefixes)}</KeyCount><IsTruncated>false</IsTruncated>{common}"
+                                    "</ListBucketResult>").encode()
+
+
+@pytest.mark.parametrize("answer", [403, 503])
+def test_one_record_denied_is_its_problem_line_one_that_may_pass_fails_the_listing(
+        answer: int, seeded: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server that lists the root and one run folder, then answers the run's record ``answer``: denied on that
+    record alone (the listing was allowed) is that run's problem line; a 503 is the storage's fault (exit 3)."""
+    from urllib.parse import parse_qs
+
+    from rtjob.core.errors import StorageError
+    from rtjob.storage.records import list_records
+
+    code = b"AccessDenied" if answer == 403 else b"ServiceUnavailable"
+
+    def respond(method: str, path: str) -> tuple[int, str, bytes]:
+        query = parse_qs(urlsplit(path).query)
+        if "list-type" in query:
+            prefix = query.get("prefix", [""])[0]
+            return _listing({"root/": ["root/job/"], "root/job/": ["root/job/r-one/"]}.get(prefix, []))
+        return answer, "application/xml", (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>' + code +
+                                           b"</Code><Message>no</Message></Error>")
+
+    in_env(seeded, monkeypatch)
+    monkeypatch.setenv("RTJOB_STORAGE_PATIENCE_S", "0")
+    with StandIn(respond) as server:
+        if answer == 403:
+            listed = list_records(ROOT, server.address)
+            assert listed.records == [] and len(listed.problems) == 1 and "denied" in listed.problems[0]
+        else:
+            with pytest.raises(StorageError) as caught:
+                list_records(ROOT, server.address)
+            assert caught.value.transient

@@ -31,7 +31,7 @@ from rtjob_contract import (
 )
 
 from ..core import clock
-from ..core.errors import BadInput, RtjobError
+from ..core.errors import BadInput, RtjobError, StorageError
 from ..core.record import RunRecord
 from .layout import NothingStored, checkpoint_of, find_history, load_history, natural_key
 from .location import Location, parse_location
@@ -239,7 +239,7 @@ def list_records(root_uri: str, endpoint: str | None, *, job: str | None = None,
     for (name, run), raw in zip(runs, raws, strict=True):
         if raw is None:
             listed.without_record += 1
-        elif isinstance(raw, BadInput):
+        elif isinstance(raw, RtjobError):
             listed.problems.append(raw.message)
         else:
             try:
@@ -274,9 +274,9 @@ def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, 
     finally:
         store.close()
     found: list[tuple[str, RunRecord]] = []
-    problems: list[BadInput] = []
+    problems: list[RtjobError] = []
     for job, raw in zip(jobs, raws, strict=True):
-        if isinstance(raw, BadInput):
+        if isinstance(raw, RtjobError):
             problems.append(raw)
         elif raw is not None:
             try:
@@ -291,11 +291,15 @@ def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, 
     return max(found, key=lambda pair: pair[1].updated_at or "")  # the same id under two jobs: the latest written
 
 
-def _get_record(store: Store, rel: str) -> bytes | BadInput | None:
+def _get_record(store: Store, rel: str) -> bytes | RtjobError | None:
     try:
         return store.get_bytes(rel, MAX_RECORD_BYTES)
     except BadInput as exc:  # too large, a link, unreadable: this run's problem, not the listing's
         return exc
+    except StorageError as exc:
+        if exc.transient:  # the storage may come back: the whole read is tried again (records.reading)
+            raise
+        return exc  # denied on this one record (the listing itself was allowed): this run's problem
 
 
 def _each(items: list[str], call: Callable[[str], T], concurrency: int) -> list[T]:
