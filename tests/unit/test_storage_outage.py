@@ -32,6 +32,16 @@ DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyI
           b"Id you provided does not exist in our records.</Message></Error>")
 
 
+@pytest.fixture(autouse=True)
+def no_outage_left_over() -> Iterator[None]:
+    """A test that ends in an outage (in this process) leaves no outage clock running for the next one."""
+    from rtjob.storage.retrying import outage_forgotten
+
+    outage_forgotten()
+    yield
+    outage_forgotten()
+
+
 @pytest.fixture(scope="module")
 def seeded(s3: S3Server) -> S3Server:
     """One run in the bucket, written with rtjob's own writers (its record, log and index entry)."""
@@ -205,3 +215,41 @@ def test_one_record_denied_is_its_problem_line_one_that_may_pass_fails_the_listi
             with pytest.raises(StorageError) as caught:
                 list_records(ROOT, server.address)
             assert caught.value.transient
+
+
+def test_a_readers_patience_counts_once_per_outage(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Many reads in one outage wait the patience once: after it, each read is tried once; a success ends the
+    outage (the next one waits again); a permanent fault is never tried again."""
+    from rtjob.core.errors import StorageError
+    from rtjob.storage.retrying import read_patiently
+
+    monkeypatch.setenv("RTJOB_STORAGE_PATIENCE_S", "0.3")
+    tries: list[str] = []
+
+    def down() -> None:
+        tries.append("down")
+        raise StorageError("s3://b: S3 at http://127.0.0.1:1 failed: connection refused", transient=True)
+
+    start = time.monotonic()
+    with pytest.raises(StorageError):
+        read_patiently(down)
+    assert time.monotonic() - start >= 0.3 and len(tries) >= 2  # waited out, tried again
+    tries.clear()
+    with pytest.raises(StorageError):
+        read_patiently(down)
+    assert tries == ["down"]  # the patience is spent: one try
+    assert read_patiently(lambda: "back") == "back"
+    tries.clear()
+    with pytest.raises(StorageError):
+        read_patiently(down)
+    assert len(tries) >= 2  # a new outage: waited out again
+
+    def denied() -> None:
+        tries.append("denied")
+        raise StorageError("access denied to s3://b", transient=False)
+
+    tries.clear()
+    read_patiently(lambda: None)
+    with pytest.raises(StorageError):
+        read_patiently(denied)
+    assert tries == ["denied"]

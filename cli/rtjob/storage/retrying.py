@@ -105,6 +105,13 @@ def read_patiently(call: Callable[[], T]) -> T:
     return result
 
 
+def outage_forgotten() -> None:
+    """The next fault begins a new outage (a long-lived process's tests start each from none)."""
+    global _outage_since
+    with _outage_lock:
+        _outage_since = None
+
+
 def reading(func: Callable[P, T]) -> Callable[P, T]:
     """A reader of storage (a function), patient as ``read_patiently`` says."""
 
