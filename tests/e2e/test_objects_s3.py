@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rtjob.core.errors import BadInput
+from rtjob.core.errors import BadInput, StorageError
 from rtjob.storage.location import parse_location
 from rtjob.storage.objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
 from rtjob.storage.objects_s3 import (
@@ -118,10 +118,11 @@ def test_conditions_hold(objects: Objects, tmp_path: Path) -> None:
 def test_a_missing_bucket_is_one_line_naming_the_uri_without_credentials(s3_env: S3Server) -> None:
     for impl in IMPLS:
         objs = s3_objects(parse_location("s3://no-such-bucket-here/run"), None, impl)
-        with objs, pytest.raises(BadInput) as caught:
+        with objs, pytest.raises(StorageError) as caught:  # exit 3, permanent: no bucket
             objs.put("a.txt", b"x")
+        assert not caught.value.transient, impl
         message = str(caught.value)
-        assert "s3://no-such-bucket-here/run/a.txt" in message and "\n" not in message, (impl, message)
+        assert "no-such-bucket-here" in message and "\n" not in message, (impl, message)  # the bucket, as pull says it
         assert s3_env.secret_key not in message and s3_env.access_key not in message
 
 
@@ -130,8 +131,9 @@ def test_an_unreachable_endpoint_is_one_line(s3_env: S3Server, monkeypatch: pyte
     for impl in ("sigv4", "pyarrow"):  # boto3 backs off for several seconds before it gives up
         monkeypatch.setenv("AWS_ENDPOINT_URL", closed)
         objs = s3_objects(parse_location(f"s3://{BUCKET}/run"), None, impl)
-        with pytest.raises(BadInput) as caught:
+        with pytest.raises(StorageError) as caught:  # exit 3, a fault that may pass (readers wait it out)
             objs.head("a.txt")
+        assert caught.value.transient, impl
         message = str(caught.value)
         assert f"s3://{BUCKET}/run/a.txt" in message and "\n" not in message, (impl, message)
         assert s3_env.secret_key not in message
@@ -183,7 +185,7 @@ def test_the_sigv4_writer_signs_what_a_checking_server_accepts(tmp_path: Path,
         _round_trip(objs, tmp_path)
         _conditions(objs, tmp_path)
         monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "rtjobWrongSecret")
-        with pytest.raises(BadInput, match="HTTP 403") as caught:
+        with pytest.raises(StorageError, match="HTTP 403") as caught:
             s3_objects(parse_location(_folder()), None, "sigv4").put("x", b"1")
         assert "rtjobWrongSecret" not in str(caught.value)
 

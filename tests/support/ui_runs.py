@@ -4,6 +4,7 @@ Objects.put, the index entry), and the record remembered in the ledger as the su
 
 from __future__ import annotations
 
+import asyncio
 import json
 import struct
 import zlib
@@ -16,6 +17,10 @@ from rtjob.storage.opening import objects_for
 from rtjob.storage.records import write_record
 
 import rtjob_contract as contract
+
+from .cli import record as record_output
+
+UI_PORT = 8765  # the port an app under test believes it serves on (its Host check)
 
 
 def png(width: int, height: int, seed: int) -> bytes:
@@ -155,3 +160,33 @@ def append_log_part(record: RunRecord, index: int, lines: list[str]) -> None:
     with objects_for(record.storage_uri) as objects:
         objects.put(f"{contract.RUN_LOGS_DIR}/{record.id}/{contract.LOG_PART_PREFIX}{index:06d}",
                     "".join(line + "\n" for line in lines).encode())
+
+
+def call(app: Any, path: str, *, method: str = "GET", host: str = f"127.0.0.1:{UI_PORT}",
+         headers: dict[str, str] | None = None, body: bytes = b"") -> tuple[int, dict[str, str], str]:
+    """One request to ``rtjob ui``'s ASGI app, called directly (no server, no socket): its status, headers and body
+    (recorded for the suite's secret check)."""
+    path, _, query = path.partition("?")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
+             "headers": [(b"host", host.encode())] + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", UI_PORT)}
+    sent: list[dict[str, Any]] = []
+    fed = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal fed
+        if not fed:
+            fed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode(errors="replace")
+    record_output(text)
+    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, text

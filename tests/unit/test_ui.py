@@ -5,7 +5,6 @@ paths that cannot leave a run's folder, a damaged record kept to its card, bad i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 import sys
@@ -15,40 +14,12 @@ from typing import Any
 import pytest
 from rtjob.core.redact import REDACTOR
 from rtjob.ui.app import Config, create_app
-from support.cli import RTJOB, base_env, plant, record, rtjob
-from support.ui_runs import png, write_run
+from support.cli import RTJOB, base_env, plant, rtjob
+from support.ui_runs import UI_PORT, call, png, write_run
 
 SECRET = plant("planted-unit-ui-secret-93b1c")
 HF_TOKEN = plant("hf_" + "UiUnitHubTokenNeverToldToRtjobAbCd")  # the shape of a Hugging Face token (hf_ + 34 letters)
-PORT = 8765
-
-
-def call(app: Any, path: str, *, method: str = "GET", host: str = f"127.0.0.1:{PORT}",
-         headers: dict[str, str] | None = None, body: bytes = b"") -> tuple[int, dict[str, str], str]:
-    path, _, query = path.partition("?")
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
-             "path": path, "raw_path": path.encode(), "query_string": query.encode(), "root_path": "",
-             "headers": [(b"host", host.encode())] + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-             "client": ("127.0.0.1", 5000), "server": ("127.0.0.1", PORT)}
-    sent: list[dict[str, Any]] = []
-    fed = False
-
-    async def receive() -> dict[str, Any]:
-        nonlocal fed
-        if not fed:
-            fed = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.sleep(3600)
-        return {"type": "http.disconnect"}
-
-    async def send(message: dict[str, Any]) -> None:
-        sent.append(message)
-
-    asyncio.run(app(scope, receive, send))
-    start = next(m for m in sent if m["type"] == "http.response.start")
-    text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode(errors="replace")
-    record(text)
-    return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, text
+PORT = UI_PORT
 
 
 @pytest.fixture(scope="module")

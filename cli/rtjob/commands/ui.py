@@ -63,6 +63,10 @@ def ui(storage_uri: str | None, endpoint_url: str | None, port: int, host: str, 
         token = os.environ.get(TOKEN_ENV) or secrets.token_urlsafe(24)
         if len(token) < 16:
             raise BadInput(f"${TOKEN_ENV}: a token of at least 16 characters")
+    if listed and listed.startswith("s3://"):  # storage that cannot be read is said now (exit 3), not on each page
+        from ..storage.records import check_root
+
+        check_root(listed, endpoint_url)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from ..core import lifecycle
 from ..core.clock import now_iso
-from ..core.errors import BadInput, RtjobError, Unreachable
+from ..core.errors import BadInput, RtjobError, StorageError, Unreachable
 from ..core.lifecycle import IllegalTransition, merge
 from ..core.model import RunInfo, RunStatus
 from ..core.record import RunRecord
@@ -114,15 +114,17 @@ class _WarnedIndex:
                                 "--storage ROOT --reindex adds the run from its record)")
 
 
-def stored_record(record: RunRecord) -> RunRecord | None:
-    """The run's record as its storage holds it now (None: none, or it cannot be read from here)."""
-    return stored(record.to_run_info())
+def stored_record(record: RunRecord, *, strict: bool = False) -> RunRecord | None:
+    """The run's record as its storage holds it now (None: none, or it cannot be read from here; ``strict``: a
+    storage fault outlasting a reader's patience is raised, not taken for no record)."""
+    return stored(record.to_run_info(), strict=strict)
 
 
-def with_run_side(record: RunRecord) -> RunRecord:
+def with_run_side(record: RunRecord, *, strict: bool = False) -> RunRecord:
     """The record with what the run side wrote in the run's storage since (who carries the run, when it was last
-    seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read."""
-    return merge(record, stored_record(record))
+    seen, the start-up timeline, and the run's end if its companion wrote it); as it was when that cannot be read
+    (``strict``: a storage fault is raised, exit 3: a reader that shows the run says so rather than show it stale)."""
+    return merge(record, stored_record(record, strict=strict))
 
 
 def remember(record: RunRecord) -> None:
@@ -138,14 +140,20 @@ def remember(record: RunRecord) -> None:
     keep(record, Quiet())
 
 
-def stored(info: RunInfo) -> RunRecord | None:
-    """The record a run's submitter wrote to its storage, if this machine can read it."""
+def stored(info: RunInfo, *, strict: bool = False) -> RunRecord | None:
+    """The record a run's submitter wrote to its storage, if this machine can read it (read_record waits out a
+    storage fault that may pass for a reader's patience; ``strict``: a storage fault is then raised, else None, as
+    a follow loop that asks again later wants)."""
     if not writable_here(info.backend, info.storage_uri):
         return None
     from ..storage.records import read_record
 
     try:
         return read_record(info.storage_uri or "", info.storage_endpoint)
+    except StorageError:
+        if strict:
+            raise
+        return None
     except RtjobError:
         return None
 
@@ -172,6 +180,8 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[Run
     except (BadInput, Unreachable) as exc:
         try:
             record = find(run_id, storage_root)
+        except StorageError:
+            raise  # the storage that may know the run cannot be read (exit 3): never "no such run"
         except RtjobError:
             record = None
         if record is None:

@@ -14,7 +14,7 @@ import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import RtjobError, Unreachable
+from ..core.errors import RtjobError, StorageError, Unreachable
 from ..core.model import Attempts, RunInfo, RunStatus
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None)
     record = find(run_id, storage_root, endpoint)
     if record is None:
         return None
-    record = record if record.archived else with_run_side(record)
+    record = record if record.archived else with_run_side(record, strict=True)
     if record.steps:
         return RunView(record.to_run_info(), record, None, record.id)
     attempts = Attempts.recorded(record.attempts) if record.attempts else None
@@ -261,6 +261,8 @@ def recorded_steps(record: RunRecord, storage_root: str | None) -> list[dict[str
         root = folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else storage_root
         try:
             found = find(str(step.get("run_id")), root)
+        except StorageError:
+            raise  # a step whose storage is down is not "never submitted" (exit 3)
         except RtjobError:
             found = None
         info = recorded_story(found.to_run_info(), found) if found is not None else None

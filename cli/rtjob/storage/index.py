@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from rtjob_contract import index_entry_name, index_stamp
 
 from ..core import clock
-from ..core.errors import one_line
+from ..core.errors import StorageError, one_line
 from .index_compaction import compact, reindex
 from .index_entries import (
     DETAILS,
@@ -51,6 +51,7 @@ from .index_entries import (
 )
 from .index_reader import Snapshot, index_seq, read_index
 from .objects import Objects
+from .retrying import reading
 from .run_filter import RunFilter
 
 __all__ = ["COMPACT_AFTER", "DETAILS", "FIELDS", "KEY", "Indexed", "Row", "Snapshot", "index_seq", "compact",
@@ -69,6 +70,7 @@ class Indexed:
     compacted: str | None = None  # the index object this listing wrote, if it compacted
 
 
+@reading
 def list_indexed(root_uri: str, endpoint: str | None, query: RunFilter, *, compact_after: int = COMPACT_AFTER,
                  objects: Objects | None = None) -> Indexed | None:
     """The runs the index under ``root_uri`` holds (None: the root has no index yet: list its records). When
@@ -85,7 +87,11 @@ def list_indexed(root_uri: str, endpoint: str | None, query: RunFilter, *, compa
         if snapshot.leftover() >= compact_after and not snapshot.problems:
             try:
                 listed.compacted = compact(objects, snapshot)
-            except Exception as exc:  # bad input, an S3 error worded by s3_error, a lost write: the listing stands
+            except StorageError as exc:
+                if exc.transient:  # the storage may come back: the listing (read and compaction) is tried again
+                    raise
+                listed.problems.append(f"run index not compacted: {one_line(exc)}")
+            except Exception as exc:  # bad input, a lost write: the listing stands
                 listed.problems.append(f"run index not compacted: {one_line(exc)}")
         return listed
     finally:

@@ -38,6 +38,7 @@ from .layout import CheckpointChoice
 from .location import Location
 from .opening import open_store
 from .pull_plan import PullItem, PullPlan, plan_pull
+from .retrying import read_patiently
 from .s3errors import describe_error, is_denial
 from .stores import MANIFEST, PARTIAL_SUFFIX, PULL_DIR, RemoteFile, Store
 
@@ -109,7 +110,7 @@ def pull(
     start = time.monotonic()
     store = open_store(location, endpoint, concurrency)
     try:
-        plan = plan_pull(store, choice, run_folder)
+        plan = read_patiently(lambda: plan_pull(store, choice, run_folder))  # a fault that may pass: waited out
         if on_plan is not None:
             on_plan(plan)
         report = _execute(plan, dest, progress)

@@ -5,6 +5,9 @@ A run's folder also holds its checkpoints (tens of thousands of keys on a long r
 folder's keys: ``<root>/`` and each ``<root>/<job>/`` are listed with a delimiter (their folders only), then each run
 folder's record is read by one GET, many at once. A run folder without a record (a run of an older rtjob, or one
 still being written) is counted, not an error; a record that cannot be read is one line in ``problems``.
+
+Every reader here waits out a storage fault that may pass for a reader's patience (storage/retrying.reading), then
+raises it (StorageError, exit 3); a permanent one (no bucket, denied, no credentials) at once.
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ from rtjob_contract import (
 )
 
 from ..core import clock
-from ..core.errors import BadInput, RtjobError
+from ..core.errors import BadInput, RtjobError, StorageError
 from ..core.record import RunRecord
 from .layout import NothingStored, checkpoint_of, find_history, load_history, natural_key
 from .location import Location, parse_location
 from .opening import open_store
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
 from .results import NoHistory, RunHistory, history_from_location, summary
+from .retrying import reading
 from .stores import Store, check_rel
 
 MAX_RECORD_BYTES = 16 * 1024 * 1024  # a record is a few KB; its request and spec bound the rest
@@ -99,6 +103,7 @@ def update_record(run_uri: str, endpoint: str | None, change: Callable[[RunRecor
     raise RtjobError(f"{where}: the run record kept changing under {tries} tries to update it")
 
 
+@reading
 def read_record(run_uri: str, endpoint: str | None) -> RunRecord | None:
     """The run's record (None: the folder has none); a corrupt or newer one is one line of bad input."""
     location = parse_location(run_uri)
@@ -114,6 +119,7 @@ def write_log(run_uri: str, name: str, text: str, endpoint: str | None) -> str:
     return rel
 
 
+@reading
 def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: int | None = None,
                chunk: int = 1 << 20, latest: bool = True) -> Iterator[str] | None:
     """A run's stored log as text chunks that end at line ends (a secret is never cut in two for the redactor),
@@ -124,15 +130,24 @@ def log_chunks(run_uri: str, endpoint: str | None, attempt_id: str, tail_lines: 
     from .opening import objects_for
 
     objects = objects_for(run_uri, endpoint)
-    parts = [item.rel for item in objects.list(f"{RUN_LOGS_DIR}/{_segment(attempt_id, 'attempt id')}")
-             if item.rel.rsplit("/", 1)[-1].startswith(LOG_PART_PREFIX)]
+    try:
+        parts = [item.rel for item in objects.list(f"{RUN_LOGS_DIR}/{_segment(attempt_id, 'attempt id')}")
+                 if item.rel.rsplit("/", 1)[-1].startswith(LOG_PART_PREFIX)]
+    except BaseException:
+        objects.close()
+        raise
     if parts:
         if tail_lines:
             return _tail(objects, parts, tail_lines)
         return _lines_aligned(block for rel in parts for block in objects.stream(rel, chunk))
     wholes = [f"{RUN_LOGS_DIR}/{attempt_log_name(attempt_id)}"]  # the latest attempt's is also driver.log
     for whole in ([f"{RUN_LOGS_DIR}/{DRIVER_LOG_FILE}"] if latest else []) + wholes:
-        if objects.head(whole) is not None:
+        try:
+            there = objects.head(whole) is not None
+        except BaseException:
+            objects.close()
+            raise
+        if there:
             if tail_lines:
                 return _tail(objects, [whole], tail_lines)
             return _lines_aligned(objects.stream(whole, chunk))
@@ -206,6 +221,7 @@ def _log_rel(name: str) -> str:
 # A team's runs, from the bucket
 
 
+@reading
 def list_records(root_uri: str, endpoint: str | None, *, job: str | None = None, concurrency: int = 16) -> Listed:
     """Every run record under ``<root>/<job>/<run id>/`` (only ``job``'s folder when given), newest first."""
     root = parse_location(root_uri)
@@ -223,7 +239,7 @@ def list_records(root_uri: str, endpoint: str | None, *, job: str | None = None,
     for (name, run), raw in zip(runs, raws, strict=True):
         if raw is None:
             listed.without_record += 1
-        elif isinstance(raw, BadInput):
+        elif isinstance(raw, RtjobError):
             listed.problems.append(raw.message)
         else:
             try:
@@ -234,6 +250,18 @@ def list_records(root_uri: str, endpoint: str | None, *, job: str | None = None,
     return listed
 
 
+@reading
+def check_root(root_uri: str, endpoint: str | None) -> None:
+    """One delimiter listing of ``root_uri`` (its job folders): the StorageError of a root that cannot be read
+    (`rtjob ui --storage` before it serves), a fault that may pass waited out first."""
+    store = open_store(parse_location(root_uri), endpoint, concurrency=1)
+    try:
+        store.list_dirs()
+    finally:
+        store.close()
+
+
+@reading
 def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, RunRecord] | None:
     """The folder and record of run ``run_id`` under any job folder of ``root_uri`` (None: no record of it):
     one delimiter listing of the root, then one GET per job folder."""
@@ -246,9 +274,9 @@ def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, 
     finally:
         store.close()
     found: list[tuple[str, RunRecord]] = []
-    problems: list[BadInput] = []
+    problems: list[RtjobError] = []
     for job, raw in zip(jobs, raws, strict=True):
-        if isinstance(raw, BadInput):
+        if isinstance(raw, RtjobError):
             problems.append(raw)
         elif raw is not None:
             try:
@@ -263,11 +291,15 @@ def find_record(root_uri: str, run_id: str, endpoint: str | None) -> tuple[str, 
     return max(found, key=lambda pair: pair[1].updated_at or "")  # the same id under two jobs: the latest written
 
 
-def _get_record(store: Store, rel: str) -> bytes | BadInput | None:
+def _get_record(store: Store, rel: str) -> bytes | RtjobError | None:
     try:
         return store.get_bytes(rel, MAX_RECORD_BYTES)
     except BadInput as exc:  # too large, a link, unreadable: this run's problem, not the listing's
         return exc
+    except StorageError as exc:
+        if exc.transient:  # the storage may come back: the whole read is tried again (records.reading)
+            raise
+        return exc  # denied on this one record (the listing itself was allowed): this run's problem
 
 
 def _each(items: list[str], call: Callable[[str], T], concurrency: int) -> list[T]:
@@ -326,6 +358,7 @@ def _newest_first(record: RunRecord) -> tuple[int, float, str]:
 # What `rtjob show` adds from the run's folder: its checkpoints and its metrics
 
 
+@reading
 def checkpoints(run_uri: str, endpoint: str | None) -> list[dict[str, Any]]:
     """The run's checkpoint folders, oldest first: name, files, bytes, and the metrics of its epoch when the
     run's history (one small file, read once) has them. Lists the run's folder fully (one run)."""

@@ -33,6 +33,7 @@ from .layout import (
 from .location import Location
 from .opening import open_store
 from .raytrain import CHECKPOINT_KEY, SNAPSHOT_FILE, parse_snapshot_rows
+from .retrying import reading
 from .samples import Sample
 from .stores import open_regular, read_capped
 
@@ -116,6 +117,7 @@ def history_from_dir(path: Path) -> tuple[list[dict[str, Any]], str]:
     raise NoHistory(f"{path}: {NO_HISTORY}")
 
 
+@reading
 def location_holds_results(location: Location, endpoint: str | None = None) -> bool:
     """``holds_results`` of what is stored at ``location`` (a folder that does not exist holds nothing)."""
     if location.scheme == "file":
@@ -129,6 +131,7 @@ def location_holds_results(location: Location, endpoint: str | None = None) -> b
         store.close()
 
 
+@reading
 def history_from_location(location: Location, endpoint: str | None = None) -> tuple[list[dict[str, Any]], str]:
     """The history stored with a run: reads one small file from storage."""
     if location.scheme == "file":

@@ -9,16 +9,19 @@ contract.ENV_STORAGE_GRACE_S, 600 s, runside/). Importable on the cluster: the s
 
 from __future__ import annotations
 
+import functools
 import os
+import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import ParamSpec, TypeVar
 
 import rtjob_contract as contract
 
 from ..core.errors import StorageError
 
 T = TypeVar("T")
+P = ParamSpec("P")
 FIRST_S = 0.5
 BACKOFF_MAX_S = 15.0
 PATIENCE_VAR = contract.ENV_STORAGE_PATIENCE_S
@@ -69,3 +72,51 @@ def patiently(call: Callable[[], T], patience_s: float | None = None,
             if left <= 0:
                 raise
             sleep(min(backoff.next(), left))
+
+
+# -- a reader's patience, once per outage ------------------------------------------------------------------------
+# A command (or `rtjob ui`) reads storage many times; its patience counts from the start of the outage it is in,
+# not from each read, so that a command gives up after about its patience however many reads it makes, and during
+# a long outage each later read is tried once (the first success ends the outage).
+
+_outage_lock = threading.Lock()
+_outage_since: float | None = None
+
+
+def read_patiently(call: Callable[[], T]) -> T:
+    """``call()`` (a read of storage), its transient faults waited out for what is left of a reader's patience in the
+    outage this process is in (``reader_patience_s`` from the outage's first fault); a permanent fault at once."""
+    global _outage_since
+
+    def fault(_exc: StorageError) -> None:
+        global _outage_since
+        with _outage_lock:
+            if _outage_since is None:
+                _outage_since = time.monotonic()
+
+    with _outage_lock:
+        since = _outage_since
+    patience = reader_patience_s()
+    if since is not None:
+        patience = max(0.0, patience - (time.monotonic() - since))
+    result = patiently(call, patience_s=patience, on_fault=fault)
+    with _outage_lock:
+        _outage_since = None
+    return result
+
+
+def outage_forgotten() -> None:
+    """The next fault begins a new outage (a long-lived process's tests start each from none)."""
+    global _outage_since
+    with _outage_lock:
+        _outage_since = None
+
+
+def reading(func: Callable[P, T]) -> Callable[P, T]:
+    """A reader of storage (a function), patient as ``read_patiently`` says."""
+
+    @functools.wraps(func)
+    def patient(*args: P.args, **kwargs: P.kwargs) -> T:
+        return read_patiently(lambda: func(*args, **kwargs))
+
+    return patient

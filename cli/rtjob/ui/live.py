@@ -16,7 +16,7 @@ from ..core.errors import RtjobError
 from . import logs, run_page, runs_page
 from .formats import charts
 from .safety import clean, clean_data
-from .site import LIVE_POLL_S, NotFound, count, file_name, site_of, source, text_stream, threaded
+from .site import LIVE_POLL_S, NotFound, count, failed, file_name, site_of, source, text_stream, threaded
 
 
 async def runs_json(request: Request) -> Response:
@@ -25,7 +25,7 @@ async def runs_json(request: Request) -> Response:
         query = runs_page.RunsQuery.parse(dict(request.query_params))
         listed = await asyncio.to_thread(runs_page.runs_page, query, source(request, site.config), site.config.endpoint)
     except RtjobError as exc:
-        return JSONResponse({"error": clean(exc.message)}, status_code=400)
+        return JSONResponse({"error": clean(exc.message)}, status_code=failed(exc))
     return JSONResponse(clean_data({"runs": listed.rows, "total": listed.total, "page": listed.page,
                                     "pages": listed.pages, "problems": listed.problems}))
 
@@ -36,7 +36,7 @@ async def run_json(request: Request) -> Response:
     try:
         story, record = await asyncio.to_thread(site.view_or_404, request)
     except (NotFound, RtjobError) as exc:
-        return JSONResponse({"error": clean(str(exc))}, status_code=404)
+        return JSONResponse({"error": clean(str(exc))}, status_code=failed(exc, 404))
     info = story.info
     told = {"status": info.status.value, "message": info.message, "exit_code": info.exit_code,
             "start_time": info.start_time, "end_time": info.end_time}
@@ -56,7 +56,7 @@ async def run_live(request: Request) -> Response:
     try:
         story, record = await asyncio.to_thread(site.view_or_404, request)
     except (NotFound, RtjobError) as exc:
-        return JSONResponse({"error": clean(str(exc))}, status_code=404)
+        return JSONResponse({"error": clean(str(exc))}, status_code=failed(exc, 404))
     from rtjob_contract import STEP_METRICS_FILE, SYSTEM_METRICS_FILE
 
     def gather() -> dict[str, Any]:
@@ -69,7 +69,11 @@ async def run_live(request: Request) -> Response:
                 "epoch_charts": charts(epochs.data), "steps": step_rows, "steps_n": steps_n,
                 "system": system_rows, "system_n": system_n,
                 "problems": [c.error for c in (steps, system, epochs) if c.error]}
-    return JSONResponse(clean_data(await asyncio.to_thread(gather)), headers={"cache-control": "no-store"})
+    try:
+        live = await asyncio.to_thread(gather)
+    except RtjobError as exc:  # the storage cannot be read (run_page.card_of raises only that)
+        return JSONResponse({"error": clean(exc.message)}, status_code=failed(exc))
+    return JSONResponse(clean_data(live), headers={"cache-control": "no-store"})
 
 
 async def log(request: Request) -> Response:
@@ -79,7 +83,7 @@ async def log(request: Request) -> Response:
     try:
         story, record = await asyncio.to_thread(site.view_or_404, request)
     except (NotFound, RtjobError) as exc:
-        return PlainTextResponse(clean(str(exc)), status_code=404)
+        return PlainTextResponse(clean(str(exc)), status_code=failed(exc, 404))
     going = not story.info.status.terminal
     whole = request.query_params.get("all") == "1"
     asked = request.query_params.get("lines", "")
@@ -90,9 +94,9 @@ async def log(request: Request) -> Response:
             parts = await asyncio.to_thread(logs.LogFollower(story).count)
         chunks = await asyncio.to_thread(logs.log_tail, record, None if whole else lines)
     except RtjobError as exc:
-        if going:  # a run whose companion has written no part yet
+        if going and failed(exc) != 503:  # a run whose companion has written no part yet
             return text_stream(iter(()), parts=parts)
-        return PlainTextResponse(clean(exc.message), status_code=404)
+        return PlainTextResponse(clean(exc.message), status_code=failed(exc, 404))
     response = text_stream((clean(chunk) for chunk in chunks), parts=parts)
     if whole and request.query_params.get("download") == "1":
         response.headers["content-disposition"] = f'attachment; filename="{file_name(record.id)}.log"'
@@ -107,7 +111,7 @@ async def log_search(request: Request) -> Response:
     try:
         record = await asyncio.to_thread(site.record_or_404, request)
     except (NotFound, RtjobError) as exc:
-        return PlainTextResponse(clean(str(exc)), status_code=404)
+        return PlainTextResponse(clean(str(exc)), status_code=failed(exc, 404))
 
     def matches() -> Iterator[str]:
         try:
@@ -126,7 +130,7 @@ async def log_live(request: Request) -> Response:
         skip = request.query_params.get("skip", "")
         await asyncio.to_thread(follower.start, count(skip))
     except (NotFound, RtjobError) as exc:
-        return PlainTextResponse(clean(str(exc)), status_code=404)
+        return PlainTextResponse(clean(str(exc)), status_code=failed(exc, 404))
 
     async def events() -> AsyncIterator[str]:
         yield "retry: 2000\n\n"
@@ -160,7 +164,7 @@ async def sample(request: Request) -> Response:
         record = await asyncio.to_thread(site.record_or_404, request)
         media, chunks = await asyncio.to_thread(run_page.sample_stream, record, request.path_params["name"])
     except (NotFound, RtjobError) as exc:
-        return PlainTextResponse(clean(str(exc)), status_code=404)
+        return PlainTextResponse(clean(str(exc)), status_code=failed(exc, 404))
     return StreamingResponse(threaded(chunks), media_type=media)
 
 

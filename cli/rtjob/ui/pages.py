@@ -20,7 +20,7 @@ from . import logs, run_page, runs_page, table
 from .compare import MAX_COMPARE, compare_rows
 from .formats import charts, overlaid
 from .safety import TOKEN_COOKIE, clean
-from .site import NotFound, count, favicon, site_of, source
+from .site import NotFound, count, failed, favicon, site_of, source
 
 
 async def runs(request: Request) -> Response:
@@ -34,7 +34,7 @@ async def runs(request: Request) -> Response:
         asked = table.parse_columns(request.query_params.get("cols"))
         listed = await asyncio.to_thread(runs_page.runs_page, query, source(request, site.config), site.config.endpoint)
     except RtjobError as exc:
-        return site.problem(exc.message)
+        return site.problem(exc.message, failed(exc))
     choosable, arg_cols, metric_cols = table.table_columns(listed.rows, asked)
     return site.page("runs.html", listed=listed, query=query, params=dict(request.query_params),
                      choosable=choosable, arg_cols=arg_cols, metric_cols=metric_cols, now=clock.now_iso("seconds"),
@@ -49,7 +49,7 @@ async def run(request: Request) -> Response:
     except NotFound as exc:
         return site.problem(str(exc), 404)
     except RtjobError as exc:
-        return site.problem(exc.message)
+        return site.problem(exc.message, failed(exc))
     return site.page("run.html", view=view, record=record, info=story.info, charts=charts(view.metrics.data),
                      request_json=json.dumps(record.request, indent=2, ensure_ascii=False) if record.request else None)
 
@@ -59,7 +59,7 @@ async def run_card(request: Request) -> Response:
     try:
         story, record = await asyncio.to_thread(site.view_or_404, request)
     except (NotFound, RtjobError) as exc:
-        return PlainTextResponse(clean(str(exc)), status_code=404)
+        return PlainTextResponse(clean(str(exc)), status_code=failed(exc, 404))
     info = story.info
     response = site.page("status_card.html", record=record, info=info)
     response.headers["x-run-ended"] = "1" if info.status.terminal else "0"
@@ -81,7 +81,7 @@ async def log_find(request: Request) -> Response:
     except NotFound as exc:
         return site.problem(str(exc), 404)
     except RtjobError as exc:
-        return site.problem(f"the log is not readable: {exc.message}", 404)
+        return site.problem(f"the log is not readable: {exc.message}", failed(exc, 404))
     return site.page("log_find.html", record=record, needle=needle, groups=groups, context=context,
                      matches=sum(1 for g in groups for line in g if line["match"]))
 
@@ -106,7 +106,7 @@ async def compare(request: Request) -> Response:
     except NotFound as exc:
         return site.problem(str(exc), 404)
     except RtjobError as exc:
-        return site.problem(exc.message)
+        return site.problem(exc.message, failed(exc))
     return site.page("compare.html", runs=runs_found, diff=compare_rows([r for r, _ in runs_found]),
                      charts=overlaid([(r.id, card.data or []) for r, card in runs_found]))
 

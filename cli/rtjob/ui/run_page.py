@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import BadInput, RtjobError, one_line
+from ..core.errors import BadInput, RtjobError, StorageError, one_line
 from ..core.record import RunRecord
 from ..runs.view import RunView
 
@@ -24,9 +24,12 @@ class Card:
 
 
 def card_of(call: Any) -> Card:
-    """``call()``'s data, or the one line that says why it could not be read."""
+    """``call()``'s data, or the one line that says why it could not be read; a storage fault is raised (the page
+    answers 503 while the storage cannot be read: site.failed)."""
     try:
         return Card(call())
+    except StorageError:
+        raise
     except RtjobError as exc:
         return Card(error=one_line(exc))
     except (OSError, ValueError) as exc:
@@ -63,6 +66,8 @@ def run_cards(record: RunRecord, storage: str | None, endpoint: str | None) -> R
             try:
                 found = find_run(str(run_id), storage, endpoint)
                 status = found.info.status.value if found is not None else "PENDING"
+            except StorageError:
+                raise  # never UNKNOWN for a step whose storage is down: the page says so (503)
             except RtjobError:
                 status = "UNKNOWN"
         steps.append({**step, "status": "REUSED" if step.get("reused_from") else status})

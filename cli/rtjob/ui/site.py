@@ -1,5 +1,6 @@
 """What every route shares: the app's configuration and templates (a page rendered through the redaction boundary,
-a problem page), the run asked for as `rtjob status` tells it (or 404), and streaming helpers."""
+a problem page), the run asked for as `rtjob status` tells it (or 404), the status of a failure (``failed``: 503 while
+the storage cannot be read), and streaming helpers."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
+from ..core.errors import StorageError
 from ..core.record import RunRecord
 from ..core.redact import redact
 from ..runs.view import RunView
@@ -28,6 +30,17 @@ LIVE_POLL_S = 1.0
 
 class NotFound(Exception):
     pass
+
+
+def failed(exc: BaseException, default: int = 400) -> int:
+    """The HTTP status of a failed answer: 503 while the storage cannot be read (a StorageError: a fault that may pass,
+    once a reader's patience is spent, or a permanent one: no bucket, denied, no credentials), 404 for a run nothing
+    knows, else ``default``. Its one line is rtjob's, through the redaction boundary (safety.clean)."""
+    if isinstance(exc, StorageError):
+        return 503
+    if isinstance(exc, NotFound):
+        return 404
+    return default
 
 
 class Site:

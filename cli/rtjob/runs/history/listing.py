@@ -171,7 +171,7 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
             record = ledger().get(record.id) or record
     except RtjobError:
         pass
-    merged = with_run_side(record)  # its companion may have written its end where the cluster is gone
+    merged = with_run_side(record, strict=True)  # its companion may have written its end where the cluster is gone
     if ended_by_run_side(merged) and not record.archived:
         keep(merged, events)
     return merged

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core import lifecycle
-from ...core.errors import BadInput, RtjobError, Unreachable
+from ...core.errors import BadInput, RtjobError, StorageError, Unreachable
 from ...core.lifecycle import Writer, ended_by_run_side, merge
 from ...core.model import RunInfo, RunStatus
 from ...core.record import RunRecord
@@ -152,7 +152,6 @@ def kept_outputs(run_id: str, log: str | None) -> dict[str, Any] | None:
 
 def _run_side_end(record: RunRecord) -> RunRecord | None:
     """The run's record in its storage when the run side (its companion) wrote the run's end there."""
-
     stored = stored_record(record)
     return stored if ended_by_run_side(stored) else None
 
@@ -236,6 +235,8 @@ def attempt_log(backend: Backend, run_id: str, number: int, info: RunInfo, recor
     if known is None:
         try:
             known = find(run_id, storage_root)
+        except StorageError:
+            raise  # the run's storage cannot be read (exit 3), not "no log"
         except RtjobError:
             known = None
     recorded = known.attempts if known is not None else []
