@@ -239,7 +239,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 @click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running.")
 def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
          output: str, timeout: str | None) -> int:
-    """Wait for a run to end; exit 0 succeeded, 1 failed/stopped, 4 timed out.
+    """Wait for a run to end; exit 0 succeeded, 1 failed/stopped, 3 its outputs not stored, 4 timed out.
 
     \b
     Examples:
