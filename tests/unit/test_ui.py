@@ -337,3 +337,25 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     page = call(app, "/runs/u-pipe")[2]
     for name, status in shown.items():
         assert f"<b>{name}</b><br><span class=\"status\">{status}</span>" in page, page
+
+
+def test_outputs_not_stored_read_the_same_in_the_ui_and_in_rtjob_status(
+        root: Path, app: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run whose node kept its outputs: the card says "not stored" with the folder and `rtjob sync`, the live poll
+    and the JSON carry the record's outputs, as `rtjob status -o json` does."""
+    from rtjob.runs.memory import remember
+    from rtjob.storage.records import write_record
+    from support.cli import main_captured
+
+    kept = write_run(root, "u-kept", "train")
+    kept.outputs = {"complete": False, "not_stored": 3, "kept_at": "node-a:/tmp/rtjob-run-dirs-0/u-kept"}
+    assert kept.storage_uri is not None
+    write_record(kept.storage_uri, kept, None)
+    remember(kept)
+    code, out, err = main_captured(capsys, "status", "u-kept", "--backend", "local", "-o", "json")
+    assert code == 0, err
+    assert json.loads(out)["outputs"] == kept.outputs
+    card = call(app, "/runs/u-kept/card")[2]
+    assert "not stored" in card and "3 file(s)" in card and "node-a:/tmp/rtjob-run-dirs-0/u-kept" in card
+    assert "rtjob sync u-kept" in card
+    assert json.loads(call(app, "/api/runs/u-kept/live")[2])["outputs"] == kept.outputs

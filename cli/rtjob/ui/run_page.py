@@ -223,7 +223,7 @@ def live_summary(view: RunView, steps: list[dict[str, Any]], epochs: list[dict[s
     return {
         "id": record.id, "status": info.status.value, "ended": info.status.terminal, "message": info.message,
         "exit_code": info.exit_code, "start_time": info.start_time, "end_time": info.end_time,
-        "last_seen": record.last_seen,
+        "last_seen": record.last_seen, "outputs": record.outputs,
         "attempt": (attempt.get("attempt") or len(record.attempts)) if attempt else None,
         "attempts": len(record.attempts),
         "step": last_step.get("step") if last_step else None,
