@@ -3,13 +3,14 @@
 It runs the job's own entrypoint as its child (runside/child.py: as Ray would, with the job's time limit) and,
 while the run goes and at its end, writes the run's story to the run's storage from where the run is, so nothing
 depends on a client that watches: the log as parts (logparts.py) and each attempt's whole log, the script's
-``RTJOB_RUN_DIR`` synced to ``RTJOB_RUN_URI`` (sync.py), the record's start, heartbeat (``last_seen``) and end
+``RTJOB_RUN_DIR`` synced to ``RTJOB_RUN_URI`` (storage/dir_sync.py), the record's start, heartbeat (``last_seen``) and end
 (outcome.py), and the notification of the outcome.
 
-With remote storage the script's folders are node folders (storage/node_dirs.py): made afresh for each attempt and
-seeded from what the run has in storage before the entrypoint starts (a retry resumes from the run's files, never
-from what an earlier attempt left on the node), a pipeline step's input synced down beside it
-(``RTJOB_INPUT_DIR``), and removed once the run's end is synced (kept, and said in the record, when a sync failed).
+With remote storage the script's folders are node folders (node_folder.py, storage/node_dirs.py): made afresh for
+each attempt and seeded from what the run has in storage before the entrypoint starts (a retry resumes from the
+run's files, never from what an earlier attempt left on the node), a pipeline step's input synced down beside it
+(``RTJOB_INPUT_DIR``), marked kept while they hold what storage lacks, and removed only once the run's files and end
+are stored (ending.py: the end waits for storage, up to RTJOB_STORAGE_GRACE_S; past it the node keeps them).
 
 Then it exits as the entrypoint did, so Ray's ``driver_exit_code`` is what it would be without it.
 
@@ -214,7 +215,7 @@ class Companion:
 
         self.stages.sync = sync = DirSync(run_dir, objects, say=say, attempt_id=self.attempt)
         try:
-            seeded = patiently(lambda: seed(objects, run_dir), grace_s(self.env))
+            seeded = patiently(lambda: seed(objects, run_dir))  # a reader's patience: the script waits for it
         except Exception as exc:  # noqa: BLE001 - the run goes on; what is in storage is never overwritten
             say(f"RTJOB_RUN_DIR not seeded from the run's storage "
                 f"({one_line(exc)}): its objects are left as they are")
