@@ -144,6 +144,10 @@ def run_options(dry_run_help: str) -> Callable[[F], F]:
             click.option("--stop-on-interrupt", is_flag=True,
                          help="Ctrl-C stops the job instead of detaching from it."),
             click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from."),
+            click.option("--no-storage-check", is_flag=True,
+                         help="Do not write the run's record to its storage before sending the run (the check of "
+                              "the bucket, credentials, endpoint or folder; exit 3 when it fails): for a cluster "
+                              "that writes with a role of its own (setting storage_check = false)."),
         ])
     return decorate
 
