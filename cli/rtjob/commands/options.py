@@ -17,7 +17,8 @@ Exit codes:
   1  the run failed or was stopped
   2  bad input: usage, validation, unknown job or run, a job that can never fit (also a
      run stopped while following because it waited for resources the cluster does not have)
-  3  cluster unreachable, not a Ray dashboard, or authentication failed
+  3  cluster unreachable, not a Ray dashboard, or authentication failed; storage refused
+     (a submit's storage check: nothing was submitted)
   4  wait timed out (--timeout); the job is left running
   70  internal error in rtjob itself (not the run's outcome); traceback saved, RTJOB_DEBUG=1 prints it
   130  interrupted while following (Ctrl-C); the job is left running
