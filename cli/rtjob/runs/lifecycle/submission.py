@@ -5,6 +5,7 @@ follow.py's loop. No Click: what happens is told through RunEvents."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ...core import lifecycle
@@ -24,16 +25,28 @@ if TYPE_CHECKING:
     from ..runner import Plan
 
 
-def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
+def submit(planned: Plan, *, attach: bool, events: RunEvents,
+           unsent: Callable[[], None] | None = None) -> Submitted:
     """Make the backend ready (the embedded cluster starts here), attach to the run if ``attach`` and it
-    exists, else check that the job can fit and submit the planned request."""
+    exists, else check that the job can fit and submit the planned request. ``unsent``: called when this fails
+    before the backend accepted the run (or found it), then the error is raised."""
+    try:
+        done = _send(planned, attach, events)
+    except BaseException:
+        if unsent is not None:
+            unsent()
+        raise
+    _supervise(planned.backend, done.run, events)
+    return done
+
+
+def _send(planned: Plan, attach: bool, events: RunEvents) -> Submitted:
     backend = planned.backend
     backend.prepare(planned.job, events.note)
     # Faults that may pass are waited out here too: the existence check makes a repeated submit an attach.
     patience = Patience(events.note)
     existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
     if existing is not None:
-        _supervise(backend, existing, events)
         return Submitted(existing, created=False)
     for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
         events.warning(warning)
@@ -42,7 +55,6 @@ def submit(planned: Plan, *, attach: bool, events: RunEvents) -> Submitted:
     sent = now_ms()  # the start-up timeline's first stages: sent (the upload follows), accepted
     result = patience.call_sync(lambda: backend.submit(planned.request))
     accepted = now_ms()
-    _supervise(backend, result.run, events)
     return Submitted(result.run, result.created, {"submitted": sent, "accepted": accepted} if result.created else {})
 
 
@@ -65,15 +77,12 @@ def submit_and_record(planned: Plan, *, attach: bool, events: RunEvents,
     """Check the run's storage by writing its record there first (storage_check.py; ``check_storage`` None: as
     the settings say, False: checked already, a pipeline's), submit the planned run (or attach to it: ``attach``
     and its id exists), record it in the ledger and its storage (the run outlives its cluster), and tell
-    ``events.submitted``. A submit that fails after the check withdraws the record the check wrote."""
+    ``events.submitted``. A submit that fails before the backend accepted the run withdraws the record the check
+    wrote."""
     wanted = storage_check.wanted(planned.settings) if check_storage is None else check_storage
     checked = storage_check.check(pending_record(planned), events) if wanted else None
-    try:
-        done = submit(planned, attach=attach, events=events)
-    except BaseException:
-        if checked is not None:
-            checked.withdraw(events)
-        raise
+    done = submit(planned, attach=attach, events=events,
+                  unsent=None if checked is None else lambda: checked.withdraw(events))
     _record(planned, done.run, events, done.timeline)
     events.submitted(planned, done)
     return done
