@@ -153,6 +153,10 @@ def test_skipping_the_check_reaches_the_backend_and_a_passed_check_leaves_no_rec
     unreachable_cluster(_cli(env, project, "submit", "train", "--storage", f"s3://{BUCKET}/runs", *ray))
     assert _keys(server) == []
     _nothing_ran(env, project)
+    # A pipeline's submit takes the flag too: past the check, its record's write is a warning, the backend decides.
+    skipped = _cli(env, project, "submit", "flow", "--storage", "s3://missing-bucket/runs", "--no-storage-check", *ray)
+    unreachable_cluster(skipped)
+    assert "warning: run record not written to s3://missing-bucket/runs/flow/" in skipped.stderr
 
 
 def test_rerun_checks_the_recorded_storage_and_its_flag_skips_it(s3, project, tmp_path, monkeypatch):
