@@ -2,7 +2,7 @@
 ``submitted``, PENDING under its planned id), so the conditional write itself checks the bucket, the credentials,
 the endpoint or a local folder's writability before the embedded cluster starts or a backend is reached. It fails
 with one line (exit 3) and nothing submitted, nothing written (the ledger's row is written after the submit, as
-ever); a submit that fails after it withdraws the record it wrote. Skipped by the ``storage_check`` setting
+ever); a submit that fails before the backend accepted the run withdraws the record it wrote. Skipped by the ``storage_check`` setting
 (``--no-storage-check``) for a cluster that writes with a role of its own where this client cannot: the record is
 then written after the submit, its failure a warning (memory.write)."""
 
@@ -71,7 +71,11 @@ def check(record: RunRecord, events: RunEvents) -> Checked | None:
         made.clear()
         if stored is not None:
             return stored
-        made.append(lifecycle.submitted(copy.deepcopy(record), staged=False))
+        mine = copy.deepcopy(record)
+        try:
+            made.append(lifecycle.submitted(mine, staged=False))
+        except lifecycle.IllegalTransition:  # an ended run's record, as this client knows it (a pipeline's)
+            made.append(mine)
         return made[0]
 
     def write() -> RunRecord | None:
