@@ -72,6 +72,9 @@ def cli_fixture(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.
     scrub(monkeypatch)
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.anyscale/credentials.json, no ~/.ray
+    # The runs write s3://bucket with the (fake) Anyscale cluster's own role: this client has no credentials for
+    # it, so its storage check is off, as a user of such a cluster sets it (runs/lifecycle/storage_check.py).
+    monkeypatch.setenv("RTJOB_STORAGE_CHECK", "false")
     monkeypatch.chdir(REPO)
     fake = use_fake(monkeypatch)
     # Speed only: follow polls every second and the adapter reads Anyscale at most every 5 s.

@@ -259,12 +259,13 @@ def test_add_use_list_remove(user: User, capsys) -> None:
     assert "no contexts in" in cli(capsys, "context", "list").stderr
     assert cli(capsys, "context", "add", "dev", "--address", "http://dev-head:8265").returncode == 0
     assert cli(capsys, "context", "add", "any", "--backend", "anyscale", "--cloud", "c1", "--project", "p1",
-               "--storage", "s3://b/runs", "--no-verify-tls", "--use").returncode == 0
+               "--storage", "s3://b/runs", "--no-verify-tls", "--no-storage-check", "--use").returncode == 0
     listed = _listed(capsys)
     assert listed["current"] == "any" and listed["config"] == str(user.config)
     assert [(c["name"], c["current"]) for c in listed["contexts"]] == [("any", True), ("dev", False)]
     assert listed["contexts"][0] == {"name": "any", "current": True, "backend": "anyscale", "cloud": "c1",
-                                          "project": "p1", "storage": "s3://b/runs", "verify_tls": False}
+                                          "project": "p1", "storage": "s3://b/runs", "verify_tls": False,
+                                          "storage_check": False}
     table = cli(capsys, "context", "list").stdout.splitlines()
     assert [line.split() for line in table[1:]] == [["*", "any", "anyscale", "-", "s3://b/runs"],
                                                     ["dev", "-", "http://dev-head:8265", "-"]]
@@ -378,6 +379,7 @@ def test_concurrent_adds_lose_nothing(user: User) -> None:
     ("storage = 3\n", "storage must be a non-empty string"),
     ("compute_config = 3\n", "compute_config must be a non-empty string"),
     ('verify_tls = "no"\n', "verify_tls must be true or false"),
+    ('storage_check = "off"\n', "storage_check must be true or false"),
     ('headers = {X-Team = 3}\n', "header 'X-Team' must be a string"),
     ('headers = {"X Team" = "ml"}\n', "'X Team'"),
     ('headers = {X-Team = "ml\\nInjected: 1"}\n', "control character"),

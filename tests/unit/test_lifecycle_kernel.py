@@ -71,6 +71,15 @@ def test_submitted_is_pending_with_its_time() -> None:
                                                                     "2026-11-27T10:00:00+00:00")
 
 
+def test_submitted_before_the_run_is_sent_leaves_its_timeline_stage_to_the_submit() -> None:
+    """The storage check's record (staged=False): PENDING, submitted_at, no timeline stage; the submit's own
+    ``submitted`` after it stamps the stage with the moment the run was sent."""
+    r = lifecycle.submitted(record(RunStatus.UNKNOWN), "2026-11-27T10:00:00+00:00", staged=False)
+    assert (r.status, r.submitted_at, r.timeline) == ("PENDING", "2026-11-27T10:00:00+00:00", {})
+    lifecycle.submitted(r, "2026-11-27T10:00:40+00:00")
+    assert (r.submitted_at, r.timeline) == ("2026-11-27T10:00:00+00:00", {"submitted": "2026-11-27T10:00:40+00:00"})
+
+
 @given(status=st.sampled_from(ENDS))
 def test_submitted_refuses_an_ended_run_never_submitted(status: RunStatus) -> None:
     with pytest.raises(IllegalTransition, match="submitted refused"):

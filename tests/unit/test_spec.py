@@ -331,7 +331,7 @@ def test_parse_duration_rejects(text: str):
 def test_settings_precedence_and_sources(tmp_path: Path, clean_env: pytest.MonkeyPatch):
     (tmp_path / "pyproject.toml").write_text(
         '[tool.rtjob]\naddress = "http://from-pyproject:8265"\nstorage = "s3://from-pyproject/runs"\n'
-        'compute_config = "g5-4xlarge"\nverify_tls = false\n'
+        'compute_config = "g5-4xlarge"\nverify_tls = false\nstorage_check = false\n'
     )
     clean_env.setenv("RTJOB_PROJECT", str(tmp_path))
     clean_env.setenv("RTJOB_ADDRESS", "http://from-env:8265")
@@ -346,6 +346,7 @@ def test_settings_precedence_and_sources(tmp_path: Path, clean_env: pytest.Monke
         "storage": ("s3://from-env/runs", "env RTJOB_STORAGE"),
         "compute_config": ("g5-4xlarge", table),
         "verify_tls": (False, table),
+        "storage_check": (False, table),
         "headers": ({"X-Team": "flag"}, "flag --headers"),
         "backend": ("ray", "default (an address is set by flag --address)"),
     }
@@ -361,6 +362,11 @@ def test_settings_env_over_pyproject_and_defaults(tmp_path: Path, clean_env: pyt
     settings = load_settings({}, tmp_path)
     assert settings.source("address") == f"{tmp_path / 'pyproject.toml'} [tool.rtjob]"
     assert (settings.get("verify_tls"), settings.source("verify_tls")) == (True, "default")
+    assert (settings.get("storage_check"), settings.source("storage_check")) == (True, "default")
+    clean_env.setenv("RTJOB_STORAGE_CHECK", "off")
+    settings = load_settings({}, tmp_path)
+    assert (settings.get("storage_check"), settings.source("storage_check")) == (False, "env RTJOB_STORAGE_CHECK")
+    clean_env.delenv("RTJOB_STORAGE_CHECK")
     (tmp_path / "pyproject.toml").write_text("[tool.rtjob]\n")
     settings = load_settings({}, tmp_path)
     assert (settings.get("backend"), settings.source("backend")) == ("local", "default (no address configured)")

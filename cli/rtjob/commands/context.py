@@ -185,6 +185,9 @@ def _headers(headers: tuple[str, ...], header_env: tuple[str, ...], header_file:
               help="A header whose value is read from the file PATH when the context is used (repeatable).")
 @click.option("--no-verify-tls", is_flag=True, help="Do not verify the cluster's TLS certificate.")
 @click.option("--storage", help="Where runs write: s3://bucket/prefix or a path.")
+@click.option("--no-storage-check", is_flag=True,
+              help="Submits do not write the run's record to storage before sending it (storage_check = false): "
+                   "the cluster writes with a role of its own.")
 @click.option("--compute-config", help="Default compute config (name or path).")
 @click.option("--cloud", help="Anyscale cloud for jobs that name none.")
 @click.option("--project", help="Anyscale project for jobs that name none.")
@@ -192,7 +195,7 @@ def _headers(headers: tuple[str, ...], header_env: tuple[str, ...], header_file:
 @click.option("--replace", is_flag=True, help="Overwrite a context of the same name.")
 def add(name: str, backend: str | None, address: str | None, address_env: str | None, headers: tuple[str, ...],
         header_env: tuple[str, ...], header_file: tuple[str, ...], no_verify_tls: bool, storage: str | None,
-        compute_config: str | None, cloud: str | None, project: str | None, make_current: bool,
+        no_storage_check: bool, compute_config: str | None, cloud: str | None, project: str | None, make_current: bool,
         replace: bool) -> int:
     """Add context NAME. Secrets are stored as references (--header-env, --header-file, --address-env), never
     in clear.
@@ -220,6 +223,8 @@ def add(name: str, backend: str | None, address: str | None, address_env: str | 
         values["headers"] = header_values
     if no_verify_tls:
         values["verify_tls"] = False
+    if no_storage_check:
+        values["storage_check"] = False
     replaced = add_context(name, values, replace=replace, use=make_current)
     say(f"context {name} {'replaced' if replaced else 'added'} in {shown_path(config_path())}"
         + ("; it is the current context" if make_current else ""))

@@ -17,8 +17,9 @@ Exit codes:
   1  the run failed or was stopped
   2  bad input: usage, validation, unknown job or run, a job that can never fit (also a
      run stopped while following because it waited for resources the cluster does not have)
-  3  cluster or storage unreachable, not a Ray dashboard, or authentication failed; a run whose
-     outputs were not stored (its node keeps them: rtjob sync RUN_ID)
+  3  cluster or storage unreachable, not a Ray dashboard, or authentication failed; storage refused
+     (a submit's storage check: nothing was submitted); a run whose outputs were not stored (its
+     node keeps them: rtjob sync RUN_ID)
   4  wait timed out (--timeout); the job is left running
   70  internal error in rtjob itself (not the run's outcome); traceback saved, RTJOB_DEBUG=1 prints it
   130  interrupted while following (Ctrl-C); the job is left running
@@ -145,6 +146,10 @@ def run_options(dry_run_help: str) -> Callable[[F], F]:
             click.option("--stop-on-interrupt", is_flag=True,
                          help="Ctrl-C stops the job instead of detaching from it."),
             click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from."),
+            click.option("--no-storage-check", is_flag=True,
+                         help="Do not write the run's record to its storage before sending the run (the check of "
+                              "the bucket, credentials, endpoint or folder; exit 3 when it fails): for a cluster "
+                              "that writes with a role of its own (setting storage_check = false)."),
         ])
     return decorate
 

@@ -94,7 +94,7 @@ def render(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
 def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], name: str | None,
            storage: str | None, compute_config: str | None, submission_id: str | None, forward_aws_credentials: bool,
            real_shape: bool, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str, dry_run: bool,
-           no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool,
+           no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool, no_storage_check: bool,
            resume: tuple[str, str] | None) -> int:
     """Submit JOB (a name in jobs/ or a YAML path), follow its logs, exit with its outcome.
 
@@ -106,7 +106,7 @@ def submit(job: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, 
     """
     timeout_s = parse_timeout(timeout)
     settings = settings_from(backend, address, headers, no_verify_tls, job, storage=storage,
-                             compute_config=compute_config)
+                             compute_config=compute_config, storage_check=False if no_storage_check else None)
     # Planned once, before anything starts: every check that needs no cluster fails here first.
     planned = _plan(job, settings, nodes, sets, envs, name, storage, submission_id, forward_aws_credentials,
                     resume or None, real_shape)
@@ -153,7 +153,8 @@ def send(planned: Plan, settings: Settings, *, output: str, dry_run: bool, expla
 @run_options(dry_run_help="Print the exact request and send nothing.")
 def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str, ...], submission_id: str | None,
           backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool, output: str,
-          dry_run: bool, no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool) -> int:
+          dry_run: bool, no_wait: bool, timeout: str | None, stop_on_interrupt: bool, explain: bool,
+          no_storage_check: bool) -> int:
     """Submit a recorded run again: the same request with a new run id.
 
     \b
@@ -187,7 +188,7 @@ def rerun(run_id: str, nodes: int | None, sets: tuple[str, ...], envs: tuple[str
     job_path = (record.spec or {}).get("job_path")
     flags = {k: v for k, v in recorded.items() if k not in ("backend", "address")}
     settings = settings_from(backend or recorded.get("backend"), address or recorded.get("address"), headers,
-                             no_verify_tls, job_path, **flags)
+                             no_verify_tls, job_path, **flags, storage_check=False if no_storage_check else None)
     planned, warnings = plan_rerun(record, settings, sets, envs, nodes, submission_id)
     for warning in warnings:
         PRINTED.warning(warning)

@@ -106,15 +106,19 @@ def _reopen(record: RunRecord) -> None:
 # The transitions. Each changes ``record`` in place, returns it, and raises IllegalTransition when it may not.
 
 
-def submitted(record: RunRecord, at: str | None = None) -> RunRecord:
-    """A client submitted the run: PENDING (or what the backend already says), the timeline's ``submitted``."""
+def submitted(record: RunRecord, at: str | None = None, *, staged: bool = True) -> RunRecord:
+    """A client submitted the run: PENDING (or what the backend already says), the timeline's ``submitted``.
+    ``staged=False``: the record a client writes before it sends the run (its storage check,
+    runs/lifecycle/storage_check.py): PENDING under its planned id, the timeline's stage left to the submit that
+    follows (the moment it was sent, after the embedded cluster started)."""
     if record.run_status.terminal and not record.submitted_at:
         raise _refuse(record, "submitted", f"the run has ended ({record.status})")
     at = at or clock.now_iso()
     record.submitted_at = record.submitted_at or at
     if record.run_status == RunStatus.UNKNOWN:
         record.status = RunStatus.PENDING.value
-    record.timeline.setdefault("submitted", at)
+    if staged:
+        record.timeline.setdefault("submitted", at)
     return record
 
 

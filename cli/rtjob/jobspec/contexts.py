@@ -27,10 +27,11 @@ from typing import Any
 from ..core.errors import BadInput
 from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
-from .settings import SETTING_KEYS, Deferred, tomllib
+from .settings import BOOLEAN_KEYS, SETTING_KEYS, Deferred, tomllib
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
-CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project, notify
+CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project, notify,
+# storage_check
 REF_KINDS = ("env", "file")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 _TOP_KEYS = ("current", "contexts")
@@ -120,7 +121,7 @@ def check_notify(where: str, value: Any) -> None:
 
 def check_settings(where: str, table: Any, *, references: bool = True) -> dict[str, Any]:
     """A table of settings (a context, or the project config) checked: known keys, strings where strings are
-    expected, verify_tls a boolean, headers a table of valid names to one-line values. With ``references``
+    expected, verify_tls and storage_check booleans, headers a table of valid names to one-line values. With ``references``
     (a context) a secret may only be a reference ``{env = "VAR"}`` / ``{file = "PATH"}``, never clear."""
     if not isinstance(table, dict):
         raise BadInput(f"{where}: must be a table of settings ({', '.join(CONTEXT_KEYS)})")
@@ -131,9 +132,9 @@ def check_settings(where: str, table: Any, *, references: bool = True) -> dict[s
             raise BadInput(f"{where}: unknown key {key!r}; {hint}")
         if key == "notify":
             check_notify(where, value)
-        elif key == "verify_tls":
+        elif key in BOOLEAN_KEYS:
             if not isinstance(value, bool):
-                raise BadInput(f"{where}: verify_tls must be true or false (unquoted)")
+                raise BadInput(f"{where}: {key} must be true or false (unquoted)")
         elif key == "headers":
             example = ', Authorization = {env = "VAR"}' if references else ""
             if not isinstance(value, dict):

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BadInput
-from .settings import ENV_NAMES, Settings, tomllib
+from .settings import BOOLEAN_KEYS, ENV_NAMES, Settings, tomllib
 
 # The project config file of a project without a pyproject.toml (same keys as [tool.rtjob], top level).
 PROJECT_FILE = "rtjob.toml"
@@ -102,7 +102,7 @@ def _read_tool_table(root: Path) -> dict[str, Any]:
 
 
 def _env_value(key: str, raw: str) -> Any:
-    if key == "verify_tls":
+    if key in BOOLEAN_KEYS:
         return raw.strip().lower() not in {"0", "false", "no", "off"}
     if key == "headers":
         import json
@@ -127,6 +127,7 @@ def load_settings(flags: dict[str, Any], root: Path | None = None, context: str 
     root = root or find_root()
     settings = Settings(root=root)
     settings.set("verify_tls", True, "default")
+    settings.set("storage_check", True, "default")
     chosen, current = context_layers(context)
     for key, value, source in current:
         settings.set(key, value, source)

@@ -22,7 +22,9 @@ else:  # pragma: no cover
     import tomli as tomllib  # noqa: F401
 
 SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project",
-                "notify")  # notify: a table (schema.Notify) with no environment variable of its own
+                "notify", "storage_check")  # notify: a table (schema.Notify) with no environment variable of its own
+# The settings that are true or false (TOML booleans; in the environment 0/false/no/off is false).
+BOOLEAN_KEYS = ("verify_tls", "storage_check")
 # Environment variables per setting, first match wins (rtjob's own first, then Ray's).
 ENV_NAMES: dict[str, tuple[str, ...]] = {
     "backend": ("RTJOB_BACKEND",),
@@ -31,6 +33,8 @@ ENV_NAMES: dict[str, tuple[str, ...]] = {
     "compute_config": ("RTJOB_COMPUTE_CONFIG",),
     "headers": ("RAY_JOB_HEADERS",),
     "verify_tls": ("RTJOB_VERIFY_TLS",),
+    # false: a submit does not write the run's record before it sends the run (runs/lifecycle/storage_check.py)
+    "storage_check": ("RTJOB_STORAGE_CHECK",),
     "cloud": ("RTJOB_ANYSCALE_CLOUD",),  # Anyscale cloud and project when the job names none
     "project": ("RTJOB_ANYSCALE_PROJECT",),
 }

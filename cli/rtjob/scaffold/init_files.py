@@ -25,10 +25,11 @@ GITIGNORE_LINES = (".env*", ".rtjob/", f"{PULLED_RUNS_DIR}/")
 _SETTINGS = """\
 # rtjob's project settings: flags > --context > environment > these > the current context (rtjob context use).
 # Uncomment what you need; `rtjob render JOB --explain` shows where each value came from.
-# Keys: backend, address, storage, compute_config, headers, verify_tls, cloud, project.
+# Keys: backend, address, storage, compute_config, headers, verify_tls, cloud, project, storage_check.
 # backend = "ray"                          # ray | local (embedded cluster) | anyscale
 # address = "http://head-node:8265"        # a Ray cluster's dashboard
 # storage = "s3://my-bucket/rtjob"         # where runs write checkpoints and metrics
+# storage_check = false                    # the cluster writes storage with a role this machine lacks
 # cloud = "my-anyscale-cloud"              # Anyscale: else the organization's default cloud
 # project = "my-anyscale-project"          # Anyscale: else the cloud's default project
 """

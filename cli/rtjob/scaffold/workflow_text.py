@@ -11,8 +11,10 @@ _HEADER = """\
 # Needs (repository Settings -> Secrets and variables -> Actions):
 <<NEEDS>>
 #   variable RTJOB_STORAGE        where runs write their results, e.g. s3://my-bucket/rtjob
-#   secrets AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY   read access to that bucket, for `rtjob pull`
-#                                 (rtjob's storage feature) to fetch the run's results
+#   secrets AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY   access to that bucket: the submit writes the run's
+#                                 record there first (its storage check: a missing bucket or bad keys exit 3
+#                                 before anything runs; keys that may only read: add --no-storage-check),
+#                                 `rtjob pull` (rtjob's storage feature) fetches the run's results
 #
 """
 
@@ -136,6 +138,9 @@ _FOLLOW_JOBS = """\
 """ + _INSTALL + """\
       - name: Submit and follow the job
         id: submit
+        env:
+          AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}
+          AWS_SECRET_ACCESS_KEY: ${{ secrets.AWS_SECRET_ACCESS_KEY }}
         run: |
           set +e
           rtjob submit <<JOBREF>> --nodes "$NODES" --submission-id "$RUN_ID" --timeout "$TIMEOUT" --output json > run.json
@@ -154,6 +159,9 @@ _UNATTENDED_JOBS = """\
       RUN_ID: rtjob-<<SLUG>>-gh${{ github.run_id }}
 """ + _INSTALL + """\
       - name: Submit the job; the cluster carries it
+        env:
+          AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}
+          AWS_SECRET_ACCESS_KEY: ${{ secrets.AWS_SECRET_ACCESS_KEY }}
         run: |
           rtjob submit <<JOBREF>> --nodes "$NODES" --submission-id "$RUN_ID" --no-wait --output json > run.json
           cat run.json

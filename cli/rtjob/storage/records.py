@@ -12,6 +12,7 @@ raises it (StorageError, exit 3); a permanent one (no bucket, denied, no credent
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -101,6 +102,25 @@ def update_record(run_uri: str, endpoint: str | None, change: Callable[[RunRecor
             except PreconditionFailed:
                 time.sleep(random.uniform(0.01, 0.05) * (attempt + 1))
     raise RtjobError(f"{where}: the run record kept changing under {tries} tries to update it")
+
+
+def withdraw_record(run_uri: str, endpoint: str | None, written: RunRecord) -> bool:
+    """The record ``written`` removed again while the run's folder still holds exactly it: the record a storage
+    check wrote (runs/lifecycle/storage_check.py) of a run whose submit then failed, so storage claims no run that
+    never went. A record another writer changed since (the run side saw the run start after all) stays. True:
+    removed (a local run folder left empty goes too)."""
+    from .opening import objects_for
+
+    location = parse_location(run_uri)
+    with objects_for(run_uri, endpoint) as objects:
+        got = objects.get(RUN_RECORD_FILE, MAX_RECORD_BYTES)
+        if got is None or RunRecord.loads(got.data, _child(location, RUN_RECORD_FILE)).to_json() != written.to_json():
+            return False
+        objects.delete(RUN_RECORD_FILE)
+    if location.scheme == "file":
+        with contextlib.suppress(OSError):
+            os.rmdir(location.path)  # only when empty: nothing else was written there
+    return True
 
 
 @reading

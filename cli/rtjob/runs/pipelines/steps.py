@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ...core.errors import BadInput, RtjobError, WaitTimeout
 from ...core.model import RunStatus
 from ..events import Quiet
+from ..lifecycle import storage_check
 from ..lifecycle.follow import Abandoned, Detached, Ended, Followed, follow_to_end
 from ..lifecycle.submission import submit_and_record
 from ..memory import find
@@ -50,9 +51,11 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
               stop_on_interrupt: bool) -> StepsOutcome:
     """Run the steps one after another, each followed to its end; stop at the first that does not succeed. Steps
     that already succeeded under this pipeline id are not run again. ``no_wait``: submit the next step only."""
-    record = find_pipeline(pp.id, None)
-    if record is None:
-        record = new_record(pp)
+    known = find_pipeline(pp.id, None)
+    record = known or new_record(pp)
+    if storage_check.wanted(pp.settings):  # once, before anything runs: its steps write below the same root
+        storage_check.check(record, events)
+    if known is None:
         record_progress(record, [None] * len(pp.steps), events, reopen=True)
     else:
         events.note(f"pipeline run {pp.id} exists: its steps that succeeded are not run again")
@@ -84,7 +87,8 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
             done.ended = recorded_end(pp.backend, record, deadline)  # the supervisor ended it before this step
             break
         events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id}")
-        submit_and_record(step.plan, attach=True, events=events)  # attaches to the supervisor's submit
+        # Attaches to the supervisor's submit; the storage was checked above, once for the pipeline.
+        submit_and_record(step.plan, attach=True, events=events, check_storage=False)
         done.statuses[i] = RunStatus.RUNNING
         record_progress(record, done.statuses, events, reopen=True)
         if no_wait:
