@@ -198,6 +198,19 @@ def supervisor_command(run_id: str, backend: str) -> str:
     return f"python -m {SUPERVISOR_MODULE} {shlex.quote(run_id)} {backend}"
 
 
+# `rtjob sync RUN_ID` on a cluster whose nodes are not this machine: a small Ray job of its own (id
+# <run id>-sync-<n>, role "sync", hidden from `list` and `runs`) pinned to the node that keeps the run's outputs runs
+# `python -m SYNC_MODULE RUN_ID` there (rtjob.storage.kept: stores the node's kept folders of the run).
+ROLE_SYNC = "sync"
+SYNC_SUFFIX = "-sync-"
+SYNC_MODULE = "rtjob.storage.kept"
+
+
+def sync_command(run_id: str) -> str:
+    """The entrypoint that stores, on its node, what that node kept of run ``run_id``."""
+    return f"python -m {SYNC_MODULE} {shlex.quote(run_id)}"
+
+
 # ... and on Anyscale (job tags).
 TAG_RUN_ID = "rtjob-run-id"
 TAG_JOB = "rtjob-job"

@@ -315,6 +315,13 @@ class Backend(ABC):
         del run_id, request
         return None
 
+    def store_kept(self, run_id: str) -> builtins.list[RunInfo]:
+        """Start, on each node that drove an attempt of ``run_id``, the job that stores what that node kept when
+        storage failed at the run's end (`rtjob sync` for a cluster whose nodes are not this machine); the jobs as
+        started. NotSupported: the backend cannot place a job on a given node."""
+        raise NotSupported(f"backend {self.name!r} cannot run rtjob sync on the node that keeps run {run_id}'s "
+                           "outputs: run `rtjob sync` on that node")
+
     # -- a supervisor on the cluster (carries a run's retries while no client follows) ---------------------------
     def supervise(self, run_id: str) -> RunInfo | None:
         """Start (or attach to) the supervisor of the run ``run_id`` where the run has something for one to carry

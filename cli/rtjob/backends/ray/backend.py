@@ -259,6 +259,7 @@ class RayJobsBackend(Backend):
                     runtime_env=request.runtime_env,
                     metadata=request.metadata,
                     entrypoint_num_cpus=request.entrypoint_num_cpus,
+                    **({"entrypoint_resources": request.entrypoint_resources} if request.entrypoint_resources else {}),
                 )
                 return
             except RuntimeError as exc:
@@ -280,10 +281,11 @@ class RayJobsBackend(Backend):
         return self._info(data)
 
     def _list(self) -> list[RunInfo]:
+        from .kept_jobs import is_sync_job
         from .supervisor_jobs import is_supervisor  # a run's supervisor is rtjob's, not a run of the user's
 
         return [self._info(d) for d in self.api.jobs()
-                if d.get("type", "SUBMISSION") == "SUBMISSION" and not is_supervisor(d)]
+                if d.get("type", "SUBMISSION") == "SUBMISSION" and not is_supervisor(d) and not is_sync_job(d)]
 
     stop_wait_s = 30.0
 
@@ -323,6 +325,29 @@ class RayJobsBackend(Backend):
 
     def retry(self, run_id: str, request: Request | None) -> Retry | None:
         return self._retries().decide_and_resubmit(run_id, request if isinstance(request, RayJobRequest) else None)
+
+    def store_kept(self, run_id: str) -> list[RunInfo]:
+        """One sync job (kept_jobs.py) per node that drove an attempt of the run, each pinned to its node."""
+        from .kept_jobs import driver_node, sync_request
+
+        attempts = self.attempts(run_id)
+        ids = [a.id for a in attempts.chain] if attempts is not None and attempts.chain else [run_id]
+        started: list[RunInfo] = []
+        nodes: set[str] = set()
+        n = 1
+        for attempt_id in ids:
+            data = self.api.job(attempt_id)
+            node = driver_node(data) if data is not None else None
+            if data is None or node is None or node in nodes:
+                continue
+            nodes.add(node)
+            while self.api.job(f"{run_id}{contract.SYNC_SUFFIX}{n}") is not None:
+                n += 1
+            started.append(self.submit(sync_request(run_id, data, node, n)).run)
+        if not started:
+            raise BadInput(f"run {run_id}: the cluster at {self.address} no longer knows which node ran it: run "
+                           f"`rtjob sync {run_id}` on the node its record names")
+        return started
 
     # -- the supervisor on the cluster (its jobs: supervisor_jobs.py; what its loop uses: in_cluster.py) --------------
     def supervise(self, run_id: str) -> RunInfo | None:

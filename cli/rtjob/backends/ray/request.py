@@ -25,6 +25,7 @@ class RayJobRequest(Request):
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
     entrypoint_num_cpus: float = 0
+    entrypoint_resources: dict[str, float] = field(default_factory=dict)  # e.g. {"node:10.0.0.5": 0.001}: pinned
     # The embedded cluster's GCS address goes into env_vars as RAY_ADDRESS (unless the job sets its own): Ray gives
     # RAY_ADDRESS to the driver only, and an actor started without it (Ray Train's clean-up actor) fails with
     # "Found multiple active Ray instances" when another Ray runs on the machine. True: rtjob sets it, from the

@@ -5,13 +5,16 @@ cluster the node is this machine; a folder kept on another machine is named with
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import RtjobError, Unreachable
-from ..memory import find, keep
+from ...core.model import RunStatus
+from ..memory import find, keep, stored_record
 
 if TYPE_CHECKING:
+    from ...backends.base import Backend
     from ...core.record import RunRecord
     from ..events import RunEvents
 
@@ -26,10 +29,15 @@ class Synced:
         return {"id": self.run_id, "stored": self.folders, "outputs": self.outputs}
 
 
-def sync_kept(run_id: str, storage_root: str | None, events: RunEvents) -> Synced:
+SYNC_JOB_WAIT_S = 600.0  # how long `rtjob sync` waits for its jobs on a cluster's nodes
+
+
+def sync_kept(run_id: str, storage_root: str | None, events: RunEvents,
+              backend: Callable[[], Backend] | None = None) -> Synced:
     """Store every kept folder of run ``run_id`` on this machine, oldest first; the ledger's row then holds the
-    record as written. Nothing kept here: the record says where the outputs are, if anywhere (exit 3 when they
-    are on another node)."""
+    record as written. Nothing kept here while the record says the outputs are kept on a node: on a cluster whose
+    nodes are not this machine, ``backend`` runs the sync there (Backend.store_kept: a job pinned to each node that
+    drove an attempt), and this waits for it."""
     from ...storage.kept import store_kept
     from ...storage.node_dirs import kept_folders
 
@@ -38,7 +46,16 @@ def sync_kept(run_id: str, storage_root: str | None, events: RunEvents) -> Synce
     if not folders:
         record = _record(run_id, storage_root)
         outputs = record.outputs if record is not None else None
-        if outputs and not outputs.get("complete") and outputs.get("kept_at"):
+        if backend is not None and (outputs is None or not outputs.get("complete")):
+            chosen = backend()
+            if chosen.local_cluster() is None:  # the embedded cluster's nodes are this machine: nothing kept
+                _on_the_nodes(chosen, run_id, done, events)
+                after = stored_record(record) if record is not None else None  # as the node's job wrote it
+                if after is not None:
+                    outputs = after.outputs
+                    with contextlib.suppress(RtjobError):
+                        keep(after, events)
+        elif outputs and not outputs.get("complete") and outputs.get("kept_at"):
             raise Unreachable(f"run {run_id}: its outputs are kept at {outputs['kept_at']}, not on this machine: run "
                               f"`rtjob sync {run_id}` on that node")
         done.outputs = outputs
@@ -54,6 +71,28 @@ def sync_kept(run_id: str, storage_root: str | None, events: RunEvents) -> Synce
         with contextlib.suppress(RtjobError):
             keep(written, events)
     return done
+
+
+def _on_the_nodes(backend: Backend, run_id: str, done: Synced, events: RunEvents) -> None:
+    """The sync jobs on the run's nodes, followed to their ends; one that did not store what it found is exit 3
+    with its own last line."""
+    import time
+
+    for job in backend.store_kept(run_id):
+        events.note(f"{job.id}: storing what its node kept of {run_id}")
+        deadline = time.monotonic() + SYNC_JOB_WAIT_S
+        info = job
+        while not info.status.terminal and time.monotonic() < deadline:
+            time.sleep(1.0)
+            info = backend.status(job.id)
+        said = [line for line in backend.last_lines(job.id, 20).splitlines() if line.startswith("rtjob sync: ")]
+        for line in said:
+            events.note(line.removeprefix("rtjob sync: "))
+        if info.status != RunStatus.SUCCEEDED:
+            why = said[-1].removeprefix("rtjob sync: ") if said else f"{info.status.value}: {info.message or ''}"
+            raise Unreachable(f"{job.id} on the run's node: {why}")
+        done.folders.append({"folder": f"{job.id} (on the run's node)", "files": None, "log": None,
+                             "said": [line.removeprefix("rtjob sync: ") for line in said]})
 
 
 def _record(run_id: str, storage_root: str | None) -> RunRecord | None:
