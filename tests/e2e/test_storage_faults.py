@@ -7,6 +7,8 @@ on a real S3 server (moto) behind a loopback forwarder that is taken down and br
   says SUCCEEDED, and nothing unsynced was deleted.
 - An outage longer than a short RTJOB_STORAGE_GRACE_S: "outputs not stored" in `wait` (exit 3), `status` and
   `-o json`; the node folder kept through `local down`; `rtjob sync` completes it once storage is back.
+- The same cluster reached as a plain Ray cluster from a client whose temp folder is elsewhere (as from another
+  machine): `rtjob sync` runs a job pinned to the node that keeps the outputs.
 """
 
 from __future__ import annotations
@@ -55,8 +57,9 @@ requirements: []
 FILES = {"epoch-0.txt", "epoch-1.txt", "epoch-2.txt", "epoch-3.txt", "model.txt"}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def home() -> Iterator[Path]:
+    """The module's own embedded cluster (started by the first submit; each test that stops it, the next starts)."""
     path = Path(tempfile.mkdtemp(prefix="rtjob-faults-", dir="/tmp"))
     try:
         yield path
@@ -72,9 +75,9 @@ def forwarder(s3: S3Server) -> Iterator[Forwarder]:
         yield fwd
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    root = tmp_path / "project"
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("faults") / "project"
     (root / "jobs").mkdir(parents=True)
     (root / "jobs" / "faults.yaml").write_text(JOB)
     (root / "faults.py").write_text(SCRIPT)
@@ -114,6 +117,39 @@ def _log_so_far(s3: S3Server, run_id: str) -> str:
 def _storing(run_id: str) -> bool:
     marker = Path(run_folder(run_id)) / "rtjob-kept.json"
     return marker.exists() and json.loads(marker.read_text()).get("storing") is True
+
+
+def test_rtjob_sync_runs_on_the_node_that_keeps_the_outputs_when_that_node_is_not_this_machine(
+        home: Path, s3: S3Server, forwarder: Forwarder, project: Path, tmp_path: Path) -> None:
+    """The cluster reached as a plain Ray cluster (its address, not as the embedded one) and this client's own
+    temp folder elsewhere, as on a machine that is not the cluster's node: `rtjob sync` runs a job pinned to the
+    node that drove the run, which stores what that node kept; while storage still refuses, that job's line, exit 3."""
+    env = _env(home, s3, forwarder, project)
+    run_id = _submit(env, project, "--env", "RTJOB_STORAGE_GRACE_S=2", "--set", "entrypoint=python faults.py 1")
+    wait_for(lambda: "about to end" in _log_so_far(s3, run_id), 180, "the run's last epoch")
+    forwarder.down()
+    wait_for(lambda: (Path(run_folder(run_id)) / "rtjob-kept.json").exists() and not _storing(run_id), 120,
+             "the companion keeping the outputs")
+    exports = rtjob("local", "env", env=env, timeout=60)
+    assert exports.returncode == 0, exports.stderr
+    ray_env = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.splitlines())
+    ray_env = {name: value.strip("'\"") for name, value in ray_env.items()}
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    remote = {**env, **ray_env, "TMPDIR": str(elsewhere), "RTJOB_STORAGE_PATIENCE_S": "1"}
+    address = ray_env["RAY_API_SERVER_ADDRESS"]
+    refused = rtjob("sync", run_id, "--backend", "ray", "--address", address, env=remote, cwd=project, timeout=300)
+    assert refused.returncode == 3, refused.stdout + refused.stderr
+    assert "not stored" in refused.stderr and (Path(run_folder(run_id)) / "rtjob-kept.json").exists()
+    forwarder.up()
+    synced = rtjob("sync", run_id, "--backend", "ray", "--address", address, env=remote, cwd=project, timeout=300)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert "stored" in synced.stderr and "outputs complete" in synced.stderr
+    assert _keys(s3, run_id) >= FILES
+    assert _record(s3, run_id)["outputs"] == {"complete": True}
+    assert not Path(run_folder(run_id)).exists()
+    listed = rtjob("list", "--backend", "ray", "--address", address, "-o", "json", env=remote, timeout=120)
+    assert listed.returncode == 0 and not [r for r in json.loads(listed.stdout) if "-sync-" in r["id"]]
 
 
 def test_an_outage_while_a_run_ends_loses_nothing_and_local_down_waits_for_it(
@@ -187,35 +223,3 @@ def test_outputs_not_stored_past_the_grace_are_kept_through_local_down_and_compl
     assert theirs.returncode == 0, theirs.stderr
     assert json.loads(theirs.stdout)["outputs"] == {"complete": True}
 
-
-def test_rtjob_sync_runs_on_the_node_that_keeps_the_outputs_when_that_node_is_not_this_machine(
-        home: Path, s3: S3Server, forwarder: Forwarder, project: Path, tmp_path: Path) -> None:
-    """The cluster reached as a plain Ray cluster (its address, not as the embedded one) and this client's own
-    temp folder elsewhere, as on a machine that is not the cluster's node: `rtjob sync` runs a job pinned to the
-    node that drove the run, which stores what that node kept; while storage still refuses, that job's line, exit 3."""
-    env = _env(home, s3, forwarder, project)
-    run_id = _submit(env, project, "--env", "RTJOB_STORAGE_GRACE_S=2", "--set", "entrypoint=python faults.py 1")
-    wait_for(lambda: "about to end" in _log_so_far(s3, run_id), 180, "the run's last epoch")
-    forwarder.down()
-    wait_for(lambda: (Path(run_folder(run_id)) / "rtjob-kept.json").exists() and not _storing(run_id), 120,
-             "the companion keeping the outputs")
-    exports = rtjob("local", "env", env=env, timeout=60)
-    assert exports.returncode == 0, exports.stderr
-    ray_env = dict(line.removeprefix("export ").split("=", 1) for line in exports.stdout.splitlines())
-    ray_env = {name: value.strip("'\"") for name, value in ray_env.items()}
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    remote = {**env, **ray_env, "TMPDIR": str(elsewhere), "RTJOB_STORAGE_PATIENCE_S": "1"}
-    address = ray_env["RAY_API_SERVER_ADDRESS"]
-    refused = rtjob("sync", run_id, "--backend", "ray", "--address", address, env=remote, cwd=project, timeout=300)
-    assert refused.returncode == 3, refused.stdout + refused.stderr
-    assert "not stored" in refused.stderr and (Path(run_folder(run_id)) / "rtjob-kept.json").exists()
-    forwarder.up()
-    synced = rtjob("sync", run_id, "--backend", "ray", "--address", address, env=remote, cwd=project, timeout=300)
-    assert synced.returncode == 0, synced.stdout + synced.stderr
-    assert "stored" in synced.stderr and "outputs complete" in synced.stderr
-    assert _keys(s3, run_id) >= FILES
-    assert _record(s3, run_id)["outputs"] == {"complete": True}
-    assert not Path(run_folder(run_id)).exists()
-    listed = rtjob("list", "--backend", "ray", "--address", address, "-o", "json", env=remote, timeout=120)
-    assert listed.returncode == 0 and not [r for r in json.loads(listed.stdout) if "-sync-" in r["id"]]
