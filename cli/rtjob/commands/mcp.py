@@ -1,0 +1,85 @@
+"""`rtjob mcp`: an MCP server over stdio for coding agents (cli/rtjob/mcp/). The SDK is imported inside the command
+only: the rest of the CLI never loads it. Each tool runs one of rtjob's own commands in this process with
+``-o json`` (``run_command``), so its answer is exactly the document that command prints, through the one redactor."""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+import click
+
+from ..core.errors import EXIT_INTERNAL, BadInput, RtjobError
+from .options import EXIT_CODES_HELP
+from .printing import report_crash, say
+
+if TYPE_CHECKING:
+    from ..mcp.server import Answer
+
+_ONE_AT_A_TIME = threading.Lock()  # a command's stdout is this process's: one tool call runs at a time
+
+
+def run_command(root: click.Command, argv: list[str]) -> Answer:
+    """``rtjob ARGV`` run in this process: its exit code, what it printed on stdout (captured, never the transport's)
+    and its one-line error. Its stderr lines (progress, Ray's) go to this process's stderr."""
+    import io
+    import sys
+
+    from ..core.errors import EXIT_BAD_INPUT
+    from ..mcp.server import Answer
+
+    with _ONE_AT_A_TIME:
+        captured, saved = io.StringIO(), sys.stdout
+        sys.stdout = captured
+        error: str | None = None
+        try:
+            code = root.main(args=argv, prog_name="rtjob", standalone_mode=False)
+        except click.exceptions.Exit as exc:
+            code = exc.exit_code
+        except click.UsageError as exc:
+            code, error = EXIT_BAD_INPUT, exc.format_message()
+        except RtjobError as exc:
+            code, error = exc.exit_code, exc.message
+        except click.Abort:
+            code, error = EXIT_INTERNAL, "interrupted"
+        except Exception as exc:  # noqa: BLE001 - rtjob's own failure: one line, its traceback in a file (exit 70)
+            sys.stdout = saved
+            code = report_crash(exc)
+            error = f"rtjob failed ({type(exc).__name__}); its traceback is in $RTJOB_HOME/crash/"
+        finally:
+            sys.stdout = saved
+    return Answer(code if isinstance(code, int) else 0, captured.getvalue(), error)
+
+
+@click.command(epilog=EXIT_CODES_HELP)
+@click.option("--allow-submit", is_flag=True, help="Add the submit tool: named jobs of this project only, "
+                                                   "answered at once (submit --no-wait).")
+@click.option("--allow-stop", is_flag=True, help="Add the stop tool: a run is stopped only with the confirmation "
+                                                 "token a first call answered.")
+@click.pass_context
+def mcp(ctx: click.Context, allow_submit: bool, allow_stop: bool) -> None:
+    """Serve rtjob to coding agents over MCP (stdio): jobs, render, runs, status, logs, results, wait; read-only
+    unless allowed more. Each answer is the JSON document the command prints with -o json.
+
+    \b
+    Examples:
+      rtjob mcp                                   read-only tools
+      rtjob mcp --allow-submit                    and submit (named jobs, answered at once)
+      rtjob mcp --allow-submit --allow-stop       and stop (with a confirmation token)
+    """
+    try:
+        from ..mcp.server import build
+    except ImportError as exc:
+        raise BadInput(f"rtjob mcp needs the mcp extra ({exc.name} is missing): pip install 'rtjob[mcp]'") from None
+    import logging
+    import warnings
+
+    logging.captureWarnings(True)  # a warning is logged to stderr, never printed on the transport
+    warnings.simplefilter("default")
+    root = ctx.find_root().command
+    server = build(lambda argv: run_command(root, argv), allow_submit=allow_submit, allow_stop=allow_stop)
+    say("mcp: serving on stdio (stdin closed ends it)")
+    server.run("stdio")
+
+
+COMMANDS = [mcp]
