@@ -164,7 +164,7 @@ def build(call: Call, *, allow_submit: bool = False, allow_stop: bool = False) -
              attempt: Annotated[int | None, Field(description="Attempt N of a retried run (1: the first).",
                                                   ge=1)] = None) -> str:
         """What the run's script printed, its end (rtjob logs --tail): {id, attempt, lines, truncated, log}."""
-        argv = ["logs", run_id] + ([] if search else ["--tail", str(tail)])
+        argv = ["logs", run_id] + ([] if search else ["--tail", str(tail + 1)])  # one more: was it cut?
         argv += ["--attempt", str(attempt)] if attempt is not None else []
         answer = call(argv)
         if answer.code != 0:
