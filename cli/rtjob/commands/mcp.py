@@ -16,6 +16,7 @@ from .printing import report_crash, say
 if TYPE_CHECKING:
     from ..mcp.server import Answer
 
+END_GRACE_S = 1.5  # the server exits within 2 s of its stdin closing, a tool's command still running or not
 _ONE_AT_A_TIME = threading.Lock()  # a command's stdout is this process's: one tool call runs at a time
 
 
@@ -80,6 +81,23 @@ def mcp(ctx: click.Context, allow_submit: bool, allow_stop: bool) -> None:
     server = build(lambda argv: run_command(root, argv), allow_submit=allow_submit, allow_stop=allow_stop)
     say("mcp: serving on stdio (stdin closed ends it)")
     server.run("stdio")
+    _end_promptly()
+
+
+def _end_promptly() -> None:
+    """The session is over (stdin closed): a command still running in its abandoned worker thread (a wait of up to
+    30 s) is given a moment to finish, then the process ends without waiting for it, as a killed rtjob would."""
+    import os
+    import sys
+
+    finished = _ONE_AT_A_TIME.acquire(timeout=END_GRACE_S)
+    if finished:
+        _ONE_AT_A_TIME.release()
+        return
+    say("mcp: stdin closed while a tool ran; ending without its answer")
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 COMMANDS = [mcp]

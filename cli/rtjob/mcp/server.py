@@ -8,10 +8,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field
@@ -80,13 +81,14 @@ def _job_flags(nodes: int | None, sets: list[str] | None) -> list[str]:
     return flags
 
 
-def _answers(fn: Callable[..., str]) -> Callable[..., CallToolResult]:
+def _answers(fn: Callable[..., str]) -> Callable[..., Awaitable[CallToolResult]]:
     """The tool's answer as one text content; a ToolError as an error result holding its line alone (the SDK
-    would prefix a raised error with "Error executing tool NAME")."""
+    would prefix a raised error with "Error executing tool NAME"). The command runs in a worker thread that the
+    session abandons when it ends (stdin closed), so the server never waits out a wait to exit."""
     @functools.wraps(fn)
-    def tool(*args: Any, **kwargs: Any) -> CallToolResult:
+    async def tool(*args: Any, **kwargs: Any) -> CallToolResult:
         try:
-            text = fn(*args, **kwargs)
+            text = await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), abandon_on_cancel=True)
         except ToolError as exc:
             return CallToolResult(content=[TextContent(type="text", text=_line(exc.line))], is_error=True)
         return CallToolResult(content=[TextContent(type="text", text=text)])
