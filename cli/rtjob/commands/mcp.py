@@ -72,11 +72,6 @@ def mcp(ctx: click.Context, allow_submit: bool, allow_stop: bool) -> None:
         from ..mcp.server import build
     except ImportError as exc:
         raise BadInput(f"rtjob mcp needs the mcp extra ({exc.name} is missing): pip install 'rtjob[mcp]'") from None
-    import logging
-    import warnings
-
-    logging.captureWarnings(True)  # a warning is logged to stderr, never printed on the transport
-    warnings.simplefilter("default")
     root = ctx.find_root().command
     server = build(lambda argv: run_command(root, argv), allow_submit=allow_submit, allow_stop=allow_stop)
     say("mcp: serving on stdio (stdin closed ends it)")
