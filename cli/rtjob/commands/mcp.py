@@ -16,7 +16,7 @@ from .printing import report_crash, say
 if TYPE_CHECKING:
     from ..mcp.server import Answer
 
-END_GRACE_S = 1.5  # the server exits within 2 s of its stdin closing, a tool's command still running or not
+END_GRACE_S = 1.0  # the server exits within 2 s of its stdin closing, a tool's command still running or not
 _ONE_AT_A_TIME = threading.Lock()  # a command's stdout is this process's: one tool call runs at a time
 
 
