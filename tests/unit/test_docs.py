@@ -63,6 +63,30 @@ def test_the_generator_check_names_a_stale_page(tmp_path: Path, monkeypatch: pyt
     assert gen.main([]) == 0 and gen.main(["--check"]) == 0
 
 
+def test_the_agent_skill_keeps_its_text_and_generates_its_reference(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/agents/SKILL.md: an Agent Skill (front matter: name, description) whose hand-written part stays as
+    written and whose command reference, below the generator's mark, is the --help of the commands an agent needs."""
+    gen = _generator()
+    real = (DOCS / "agents" / "SKILL.md").read_text(encoding="utf-8")
+    assert real.startswith("---\nname: rtjob\ndescription: ") and gen.SKILL_MARK in real
+    page = tmp_path / "docs" / "agents" / "SKILL.md"
+    page.parent.mkdir(parents=True)
+    page.write_text("---\nname: x\n---\n\n# By hand\n", encoding="utf-8")
+    monkeypatch.setattr(gen, "REPO", tmp_path)
+    monkeypatch.setattr(gen, "SKILL_PAGE", page)
+    monkeypatch.setattr(gen, "PAGES", {page: gen.skill_page})
+    assert gen.main(["--check"]) == 1
+    assert "docs/agents/SKILL.md is stale: run `make docs-cli`" in capsys.readouterr().err
+    assert gen.main([]) == 0 and gen.main(["--check"]) == 0
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("---\nname: x\n---\n\n# By hand\n\n" + gen.SKILL_MARK)
+    for name in gen.SKILL_COMMANDS:
+        assert f"### `rtjob {name}`" in text and f"Usage: rtjob {name} " in text, name
+    page.write_text(text.replace("# By hand", "# By hand, edited"), encoding="utf-8")
+    assert gen.main(["--check"]) == 0  # the text above the mark is the page's own
+
+
 def test_the_cli_reference_has_every_command() -> None:
     text = (DOCS / "reference" / "cli.md").read_text(encoding="utf-8")
     ctx = click.Context(cli)
