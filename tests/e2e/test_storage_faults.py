@@ -86,7 +86,8 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _env(home: Path, s3: S3Server, forwarder: Forwarder, project: Path) -> dict[str, str]:
     return {**base_env(home), **s3.env(), "AWS_ENDPOINT_URL": forwarder.url, "AWS_EC2_METADATA_DISABLED": "true",
-            "RTJOB_PROJECT": str(project), "RTJOB_STORAGE": f"s3://{BUCKET}/runs"}
+            "RTJOB_PROJECT": str(project), "RTJOB_STORAGE": f"s3://{BUCKET}/runs",
+            "RTJOB_STORAGE_PATIENCE_S": "2"}  # this client's reads while storage is down give up soon
 
 
 def _submit(env: dict[str, str], project: Path, *extra: str) -> str:
