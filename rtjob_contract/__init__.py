@@ -200,10 +200,10 @@ def supervisor_command(run_id: str, backend: str) -> str:
 
 # `rtjob sync RUN_ID` on a cluster whose nodes are not this machine: a small Ray job of its own (id
 # <run id>-sync-<n>, role "sync", hidden from `list` and `runs`) pinned to the node that keeps the run's outputs runs
-# `python -m SYNC_MODULE RUN_ID` there (rtjob.storage.kept: stores the node's kept folders of the run).
+# `python -m SYNC_MODULE RUN_ID` there (it stores the node's kept folders of the run: rtjob.storage.kept).
 ROLE_SYNC = "sync"
 SYNC_SUFFIX = "-sync-"
-SYNC_MODULE = "rtjob.storage.kept"
+SYNC_MODULE = "rtjob.runside.kept_sync"
 
 
 def sync_command(run_id: str) -> str:

@@ -61,7 +61,7 @@ def test_every_contract_value_is_scanned_for_or_checked_through_its_readers() ->
             "EPOCH_CHECKPOINT_PREFIX", "ENV_RUN_NAME"} <= set(SPELLED.values())
     assert {"RUN_LOGS_DIR", "SAMPLES_DIR", "LOG_PART_PREFIX", "EVENT_FIRST_STEP", "EVENT_WORKERS_STARTED",
             "ROLE_SUPERVISOR", "SUPERVISOR_SUFFIX", "STEP_KEY", "STEP_TIME",
-            "EVENT_STEP_ROW", "EVENT_SYSTEM_ROW", "STEP_TRIAL", "EVENT_OUTPUTS_NOT_STORED",
+            "EVENT_STEP_ROW", "EVENT_SYSTEM_ROW", "STEP_TRIAL", "EVENT_OUTPUTS_NOT_STORED", "ROLE_SYNC", "SYNC_SUFFIX",
             *(n for n in CONSTANTS if n.startswith("METRIC_"))} == THROUGH_READERS
     assert len(SPELLED) + len(THROUGH_READERS) == len(CONSTANTS)  # no two names share a value
 

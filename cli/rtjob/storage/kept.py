@@ -6,8 +6,8 @@ masked log. ``store_kept`` uploads the files by the run's rule (storage/dir_sync
 attempt of the run wrote it; one holding the same bytes is taken as stored), the log as the attempt's whole log,
 then writes the record's end if the companion could not (its verdict, from the marker) and ``outputs: complete``
 through the lifecycle kernel, and only then removes the folder. A fault leaves the folder and its marker as they
-were: run it again. Importable on the cluster (a remote cluster's repair runs there, beside the kept folder): the
-stdlib, rtjob_contract and rtjob's storage and core modules at module level.
+were: run it again. Importable on the cluster (a remote cluster's repair runs there, beside the kept folder,
+through runside/kept_sync.py): the stdlib, rtjob_contract and rtjob's storage and core modules at module level.
 """
 
 from __future__ import annotations
@@ -124,34 +124,3 @@ def _metrics(run_uri: str, endpoint: str | None) -> dict[str, Any] | None:
     except Exception:  # noqa: BLE001 - no summary is not a failed repair
         return None
 
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m rtjob.storage.kept RUN_ID``: store this node's kept folders of the run (the sync job a cluster runs
-    on that node); one line each, exit 0 when all are stored (or none is kept here), 3 while storage refuses."""
-    import sys
-
-    from ..core.errors import RtjobError
-
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m rtjob.storage.kept RUN_ID", file=sys.stderr)
-        return 2
-    run_id = args[0]
-    folders = node_dirs.kept_folders(run_id)
-    if not folders:
-        print(f"rtjob sync: nothing of run {run_id} is kept on {os.uname().nodename}", flush=True)
-        return 0
-    for n, (folder, marker) in enumerate(folders, 1):
-        try:
-            stored = store_kept(folder, marker, lambda line: print(f"rtjob sync: {line}", flush=True),
-                                last=n == len(folders))
-        except RtjobError as exc:
-            print(f"rtjob sync: {folder} not stored: {exc.message}", flush=True)
-            return exc.exit_code
-        print(f"rtjob sync: stored {stored.files} file(s)" + (" and the log" if stored.log else "")
-              + f" from {os.uname().nodename}:{folder}", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """`rtjob sync RUN_ID` on a Ray cluster whose nodes are not this machine: what a node kept of a run (storage/
 node_dirs.py's kept folders) is stored by a small Ray job pinned to that node (``entrypoint_resources`` on Ray's
-``node:<ip>`` resource), running `python -m rtjob.storage.kept RUN_ID` there with the run's own rtjob modules and
+``node:<ip>`` resource), running `python -m rtjob.runside.kept_sync RUN_ID` there with the run's own rtjob modules and
 environment (its storage's credentials included), one per node that drove an attempt of the run."""
 
 from __future__ import annotations
