@@ -704,6 +704,24 @@ def bench_ui(ctx: Context) -> list[Row]:
     return _rows(run_ui_bench(notes=ctx.notes), 13)
 
 
+def bench_parallel_submit(ctx: Context) -> list[Row]:
+    """The start-up issue, part 4: 8 `submit --no-wait` at once to a running cluster against one alone
+    (benchmarks/parallel_submit_bench.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from parallel_submit_bench import run_parallel_submit_bench
+
+    return _rows(run_parallel_submit_bench([RTJOB], notes=ctx.notes), 14)
+
+
+def bench_startup(ctx: Context) -> list[Row]:
+    """The start-up issue, part 4: submit → first step of ddp-resnet on a running cluster against one process
+    (benchmarks/startup_bench.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from startup_bench import run_startup_bench
+
+    return _rows(run_startup_bench([RTJOB], notes=ctx.notes), 15)
+
+
 def bench_ui_latency(ctx: Context) -> list[Row]:
     """Issue 28: a printed line → `rtjob ui`'s open run page vs `ray job submit` (benchmarks/ui_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -880,6 +898,8 @@ def main() -> int:
         rows += guarded(["11. `rtjob runs --storage` over 100,000 runs (run index)"], bench_index, ctx)
         rows += guarded(["12. the run-side companion"], bench_companion, ctx)
         rows += guarded(["13. `rtjob ui` runs page and log"], bench_ui, ctx)
+        rows += guarded(["14. 8 `submit --no-wait` at once to a running cluster"], bench_parallel_submit, ctx)
+        rows += guarded(["15. submit → first step vs one process"], bench_startup, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)

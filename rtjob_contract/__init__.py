@@ -294,15 +294,28 @@ KEPT_MARKER_FILE = "rtjob-kept.json"
 EVENT_OUTPUTS_NOT_STORED = "outputs_not_stored"
 
 # A line rtjob's entrypoints print (rank 0) when a stage of the start-up timeline is reached, which the companion
-# notes with its time: "rtjob-event: first_step".
+# notes: "rtjob-event: first_step". A line may carry the moment it was printed, which the companion then records
+# instead of the moment it read the line: "rtjob-event: first_step {"at": "2026-12-02T08:00:01.234+00:00"}".
 EVENT_LINE_PREFIX = "rtjob-event:"
-EVENT_FIRST_STEP = "first_step"
-EVENT_WORKERS_STARTED = "workers_started"  # a Ray Train worker group's loop began (rank 0)
+EVENT_AT_KEY = "at"
+EVENT_FIRST_STEP = "first_step"  # rtjob's entrypoints: the first optimizer step is done (rank 0)
+EVENT_WORKERS_STARTED = "workers_started"  # rtjob's Ray Train entrypoints: rank 0's loop began (after set-up)
+# Ray Train's own phases, stamped by rtjob's Train callback (RAY_TRAIN_CALLBACKS, set by the companion where the
+# job's Ray has the interface) in an unchanged Ray Train script; each named by the hook that stamps it.
+EVENT_TRAIN_CONTROLLER_STARTED = "train_controller_started"  # the controller's after_controller_start
+EVENT_WORKER_GROUP_STARTED = "worker_group_started"  # the worker actors are up: before_init_train_context
+EVENT_PROCESS_GROUP_READY = "process_group_ready"  # rank 0's torch process group is initialised (seen within 20 ms)
+EVENT_TRAIN_FN_STARTED = "train_fn_started"  # the training function launched on every worker
+EVENT_FIRST_REPORT = "first_report"  # the first ray.train.report of every worker: the controller's after_report
+TRAIN_PHASES = (EVENT_TRAIN_CONTROLLER_STARTED, EVENT_WORKER_GROUP_STARTED, EVENT_PROCESS_GROUP_READY,
+                EVENT_TRAIN_FN_STARTED)
 # The events the companion notes, in the order they come.
-TIMELINE_EVENTS = (EVENT_WORKERS_STARTED, EVENT_FIRST_STEP)
+TIMELINE_EVENTS = (*TRAIN_PHASES, EVENT_WORKERS_STARTED, EVENT_FIRST_STEP, EVENT_FIRST_REPORT)
 # The start-up timeline's stages, in order (a run record's "timeline": stage -> ISO time).
-TIMELINE_STAGES = ("submitted", "accepted", "driver_started", "first_log_line", EVENT_WORKERS_STARTED,
-                   EVENT_FIRST_STEP, "ended")
+TIMELINE_STAGES = ("submitted", "accepted", "driver_started", "first_log_line", *TIMELINE_EVENTS, "ended")
+# rtjob's Ray Train callback, as RAY_TRAIN_CALLBACKS names it (module.Class).
+TRAIN_CALLBACK = "rtjob.runside.train_callback.TrainPhases"
+ENV_TRAIN_CALLBACKS = "RAY_TRAIN_CALLBACKS"
 # One field of every metrics row of rtjob's entrypoints: the precision the epoch trained in (bf16, fp16, fp32).
 METRIC_PRECISION = "precision"
 

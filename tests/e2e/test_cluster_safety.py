@@ -25,7 +25,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from support.cli import base_env, popen_rtjob, rtjob
+from support.cli import base_env, new_id, popen_rtjob, rtjob
 
 pytestmark = pytest.mark.cluster
 
@@ -158,6 +158,36 @@ def test_token_and_state_are_private_from_the_start(concurrent_ups: ConcurrentUp
     assert not token.is_symlink() and len(token.read_text()) == 64
     for path in (token, local / "cluster.json"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_submits_to_a_running_cluster_do_not_wait_on_its_lock(concurrent_ups: ConcurrentUps) -> None:
+    """Submits to a cluster that runs as asked reuse it without the lock (the start-up issue, part 3): with the
+    lock held here, as a long start or stop would hold it, four `submit --no-wait` at once each return with
+    their own run, and the runs succeed. While `local down`'s marker is there, a reuse still waits on the lock
+    (the race against a stop: it never reuses a cluster being stopped)."""
+    from filelock import FileLock
+
+    home = concurrent_ups.home
+    env = base_env(home)
+    ids = [new_id("parallel") for _ in range(4)]
+    with FileLock(str(home / "local" / "cluster.lock")):
+        subs = [popen_rtjob("submit", "tests/support/jobs/count.yaml", "--nodes", "2", "--submission-id", run_id,
+                            "--no-wait", "--set", "args.lines=2", "--set", "args.interval=0", env=env)
+                for run_id in ids]
+        outs = [proc.communicate(timeout=300) for proc in subs]
+        assert [proc.returncode for proc in subs] == [0] * 4, outs
+        assert not any("waiting for it" in err for _, err in outs), outs
+        (home / "local" / "stopping").touch()
+        up = popen_rtjob("local", "up", "--nodes", "2", env=env)
+        said = _StderrLines(up)
+        said.wait_for("waiting for it", timeout=120)
+        assert up.poll() is None
+        (home / "local" / "stopping").unlink()
+    assert up.wait(timeout=120) == 0, said.text()
+    for run_id in ids:
+        waited = rtjob("wait", run_id, env=env, timeout=300)
+        assert waited.returncode == 0, (run_id, waited.stdout, waited.stderr)
+    assert len(_gcs(home)) == 1
 
 
 def test_damaged_state_kills_nothing_and_down_still_cleans_up(concurrent_ups: ConcurrentUps) -> None:

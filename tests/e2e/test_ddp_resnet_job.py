@@ -8,8 +8,16 @@ import re
 
 import pytest
 import torch
-from support.cli import REPO
+from support.cli import REPO, rtjob
 from support.shared_runs import ddp_resnet
+
+from rtjob_contract import (
+    EVENT_FIRST_REPORT,
+    EVENT_FIRST_STEP,
+    EVENT_PROCESS_GROUP_READY,
+    EVENT_WORKERS_STARTED,
+    TRAIN_PHASES,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -27,6 +35,13 @@ def test_ddp_resnet_on_two_local_nodes_succeeds_with_falling_loss_and_rank0_chec
     assert float(epochs[1][1]) < float(epochs[0][1])  # train loss falls
     assert float(epochs[1][3]) > 0.3  # well above chance (0.1)
     assert "workers=2" in log
+    # The start-up timeline: Ray Train's phases (rtjob's Train callback), then rtjob's entrypoint's first step and
+    # Ray Train's first report, in order (rtjob's workers_started comes with train_fn_started: no order between them).
+    shown = rtjob("show", run_id, "--output", "json", env=cluster_env)
+    timeline = json.loads(shown.stdout)["timeline"]
+    phases = ["driver_started", *TRAIN_PHASES, EVENT_FIRST_STEP, EVENT_FIRST_REPORT, "ended"]
+    assert [timeline.get(name) for name in phases] == sorted(timeline.get(name) or "" for name in phases), timeline
+    assert timeline[EVENT_PROCESS_GROUP_READY] <= timeline[EVENT_WORKERS_STARTED] <= timeline[EVENT_FIRST_STEP]
     # Ray Train's per-report INFO line (the whole metrics dict, per rank, per epoch) is held to the
     # job's train_log_level (WARNING), like the rest of Ray Train's own logging.
     assert "Reporting training result" not in log, log[-3000:]

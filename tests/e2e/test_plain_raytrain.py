@@ -13,6 +13,8 @@ import pytest
 import torch
 from support.cli import REPO, new_id, rtjob
 
+from rtjob_contract import EVENT_FIRST_REPORT, TRAIN_PHASES
+
 pytestmark = pytest.mark.cluster
 
 
@@ -33,6 +35,10 @@ def test_a_plain_ray_train_script_runs_and_its_own_run_folder_gives_results_and_
     # rtjob's storage holds nothing of this script's: the record names the folder Ray reported for the run.
     shown = rtjob("show", run_id, "--output", "json", env=cluster_env)
     assert shown.returncode == 0 and json.loads(shown.stdout)["train_storage"] == [str(run)], shown.stderr
+    # Ray Train's phases of the unchanged script, stamped by rtjob's Train callback, in their order.
+    timeline = json.loads(shown.stdout)["timeline"]
+    phases = ["driver_started", *TRAIN_PHASES, EVENT_FIRST_REPORT, "ended"]
+    assert [timeline.get(name) for name in phases] == sorted(timeline.get(name) or "" for name in phases), timeline
     shown = rtjob("results", str(run), "--output", "json", env=cluster_env)
     assert shown.returncode == 0, shown.stderr
     history = json.loads(shown.stdout)[0]["history"]

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from rtjob.backends.ray import cluster
+from rtjob.backends.ray import cluster, cluster_lock
 from rtjob.core.errors import Unreachable
 
 # Each fake `ray start`: write its arguments, wait (up to 30 s) until `expected` such files exist, then fail
@@ -98,7 +98,7 @@ def test_a_new_clusters_nodes_start_while_the_head_still_starts(monkeypatch, tmp
     """The head's fake `ray start` ends only once both other nodes have started: a start that waited for the
     head first would never finish."""
     monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "home"))
-    cluster._make_state_dir()
+    cluster_lock.make_state_dir()
     _patch(monkeypatch, tmp_path, expected=3)
     monkeypatch.setattr(cluster, "_require_nodes", lambda found, count: [{}] * count)
     started = cluster._start_head(1, lambda msg: None, nodes=3)

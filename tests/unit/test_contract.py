@@ -62,6 +62,8 @@ def test_every_contract_value_is_scanned_for_or_checked_through_its_readers() ->
     assert {"RUN_LOGS_DIR", "SAMPLES_DIR", "LOG_PART_PREFIX", "EVENT_FIRST_STEP", "EVENT_WORKERS_STARTED",
             "ROLE_SUPERVISOR", "SUPERVISOR_SUFFIX", "STEP_KEY", "STEP_TIME",
             "EVENT_STEP_ROW", "EVENT_SYSTEM_ROW", "STEP_TRIAL", "EVENT_OUTPUTS_NOT_STORED", "ROLE_SYNC", "SYNC_SUFFIX",
+            "EVENT_AT_KEY", "EVENT_TRAIN_CONTROLLER_STARTED", "EVENT_WORKER_GROUP_STARTED", "EVENT_PROCESS_GROUP_READY",
+            "EVENT_TRAIN_FN_STARTED", "EVENT_FIRST_REPORT",
             *(n for n in CONSTANTS if n.startswith("METRIC_"))} == THROUGH_READERS
     assert len(SPELLED) + len(THROUGH_READERS) == len(CONSTANTS)  # no two names share a value
 

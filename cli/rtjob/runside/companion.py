@@ -42,6 +42,7 @@ from .ending import grace_s, store_the_end
 from .node_folder import NodeFolder
 from .outcome import RAY_JOB_CONFIG, job_metadata
 from .stages import Stages
+from .train_phases import callbacks_env
 
 if TYPE_CHECKING:
     from ..storage.objects import Objects
@@ -72,6 +73,7 @@ def child_env(env: Mapping[str, str], run_dir: str | None, input_dir: str | None
     """The entrypoint's environment: the job's, with ``RTJOB_RUN_DIR`` the local folder and ``RTJOB_INPUT_DIR``
     the step before's (also in the runtime_env Ray gives the driver's workers, so Ray tasks on this node see them)."""
     out = dict(env)
+    out.update(callbacks_env(env))  # Ray Train's phases in the timeline, where the job's Ray can say them
     local = {name: value for name, value in ((contract.ENV_RUN_DIR, run_dir), (contract.ENV_INPUT_DIR, input_dir))
              if value}
     if not local:

@@ -25,6 +25,7 @@ from ..core.record import RunRecord
 from ..core.redact import redact
 from ..core.retry_rule import AttemptEnd, killed_by, retries_left, retry_reason
 from ..storage.run_ports import run_ports
+from .train_phases import event_times
 
 if TYPE_CHECKING:
     from ..runs.notify import Message
@@ -91,10 +92,14 @@ class Outcome:
     def log_from(self, offset: int) -> None:
         self.log_start = self._peeked = offset
 
+    def _watched(self) -> bool:  # at a Train script's first report, or rtjob's first step when no Train phase came
+        return contract.EVENT_FIRST_REPORT in self.timeline or (
+            contract.EVENT_FIRST_STEP in self.timeline and not any(p in self.timeline for p in contract.TRAIN_PHASES))
+
     def watch(self, source: str) -> None:
-        """Called every tick until both are seen: the log's first line after the driver started (its size grew)
-        and the first-step event line, read from where the last look stopped (at most 1 MiB a tick)."""
-        if contract.EVENT_FIRST_STEP in self.timeline or self.log_start is None:
+        """Called every tick until the watch ends (``_watched``): the log's first line after the driver started (its
+        size grew) and the event lines, read from where the last look stopped (at most 1 MiB a tick)."""
+        if self._watched() or self.log_start is None:
             return
         try:
             with open(source, "rb") as f:
@@ -111,24 +116,22 @@ class Outcome:
         self._peeked += cut if cut or len(chunk) == 1 << 20 else 0
 
     def saw_text(self, chunk: bytes) -> None:
-        """A new stretch of the driver log (in order): the first line after the driver started, and the event
-        line rtjob's entrypoints print at their first training step."""
-        start, self._seen = self._seen, self._seen + len(chunk)
+        """A new stretch of the driver log (in order): the first line after the driver started, and event lines."""
+        self._seen += len(chunk)
         self._tail = (self._tail + chunk)[-TAIL_BYTES:]
         when = now_iso()
         if "first_log_line" not in self.timeline and self.log_start is not None and self._seen > self.log_start:
             self.timeline["first_log_line"] = when
-        if contract.EVENT_FIRST_STEP not in self.timeline:
+        if not self._watched():
             self._note_events(chunk, when)
-        del start
 
     def _note_events(self, chunk: bytes, when: str) -> None:
-        """The event lines (contract.TIMELINE_EVENTS) in ``chunk``, each noted at its first sight."""
+        """The event lines in ``chunk``, each noted once: at the time its line carries, else at ``when``."""
         if contract.EVENT_LINE_PREFIX.encode() not in chunk:
             return
-        for name in contract.TIMELINE_EVENTS:
-            if name not in self.timeline and f"{contract.EVENT_LINE_PREFIX} {name}".encode() in chunk:
-                self.timeline[name] = when
+        for name, at in event_times(chunk):
+            if name not in self.timeline:
+                self.timeline[name] = at or when
 
     # -- writes: each a transition of the lifecycle kernel, through its one writer call ---------------------
     def _number(self) -> int:

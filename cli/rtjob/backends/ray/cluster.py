@@ -4,8 +4,9 @@ rtjob records what it started (a private temp dir, ports, a token file) and stop
 processes: `ray stop` would end every Ray process on the machine, other people's clusters included.
 
 Safety rules (the hardening issue, part 4):
-- one file lock (``<RTJOB_HOME>/local/cluster.lock``) around start, reuse and stop, so a second rtjob waits
-  for a first one that is still in ``ray start`` and then reuses its cluster;
+- one file lock (``<RTJOB_HOME>/local/cluster.lock``) around start, growth and stop, so a second rtjob waits
+  for a first one that is still in ``ray start`` and then reuses its cluster; a cluster that already runs as
+  asked is reused without the lock (cluster_lock.py says why that stays safe against `local down`);
 - a cluster whose dashboard does not answer but whose GCS still runs is waited for, never killed;
 - the token and the state file are written 0600 from the start (a private temp file, then a rename);
 - ``cluster.json`` is validated before any process is touched, and only processes whose command line
@@ -27,14 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ...core.errors import BadInput, Unreachable
 from ...core.files import write_atomically
-from ...jobspec.project import rtjob_home
+from .cluster_lock import locked as _locked
+from .cluster_lock import state_dir, stopping
 from .tuning import RAY_SETTINGS
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
@@ -44,7 +46,6 @@ TEMP_PREFIX = "rtjob-ray-"
 # Written into each temp dir rtjob creates: which RTJOB_HOME owns it and its GCS port, so `down` can find
 # its own clusters (client server included) even when cluster.json is damaged or gone.
 OWNER_FILE = "rtjob-owner.json"
-LOCK_WAIT_S = 900.0  # a busy 16-node `up` (~7 s a node) fits well inside; a holder stuck longer is reported
 START_TIMEOUT_ENV, START_TIMEOUT_S = "RTJOB_LOCAL_START_TIMEOUT_S", 180.0  # one `ray start`
 DASHBOARD_WAIT_ENV, DASHBOARD_WAIT_S = "RTJOB_LOCAL_DASHBOARD_WAIT_S", 60.0  # a live cluster's slow dashboard
 NODE_POLL_S = 0.2  # how often a start asks the dashboard for its nodes (one small GET)
@@ -83,10 +84,6 @@ class LocalCluster:
         return int(self.gcs_address.rsplit(":", 1)[1])
 
 
-def state_dir() -> Path:
-    return rtjob_home() / "local"
-
-
 def _state_file() -> Path:
     return state_dir() / "cluster.json"
 
@@ -113,10 +110,6 @@ def _seconds(env_name: str, default: float) -> float:
 
 
 # --- the state file: written privately and atomically, validated before use -----------------------------
-
-def _make_state_dir() -> None:
-    state_dir().mkdir(parents=True, exist_ok=True, mode=0o700)
-
 
 def _temp_dir_problem(temp_dir: object) -> str | None:
     """Why ``temp_dir`` is not a folder rtjob created and owns, or None. Checked before anything is
@@ -194,31 +187,6 @@ def load_state() -> LocalCluster | None:
     if problem:
         raise DamagedState(path, problem)
     return LocalCluster(**raw)
-
-
-# --- one rtjob at a time -----------------------------------------------------------------------------------
-
-@contextlib.contextmanager
-def _locked(say: Log) -> Iterator[None]:
-    """Hold the embedded cluster's lock: a second rtjob waits here while a first one starts, grows or
-    stops the cluster, then sees the finished result instead of racing it."""
-    from filelock import FileLock, Timeout
-
-    _make_state_dir()
-    lock = FileLock(str(state_dir() / "cluster.lock"), mode=0o600)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        say("another rtjob is starting or stopping the embedded cluster; waiting for it")
-        try:
-            lock.acquire(timeout=LOCK_WAIT_S)
-        except Timeout:
-            raise Unreachable(f"another rtjob has held {lock.lock_file} for over {LOCK_WAIT_S:.0f}s; "
-                              f"is it stuck?") from None
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 # --- starting nodes --------------------------------------------------------------------------------------
@@ -517,11 +485,33 @@ def _reusable(cluster: LocalCluster | None, say: Log) -> LocalCluster | None:
                       f"while its processes run (nothing was stopped): retry, or `rtjob local down` to stop it")
 
 
+def _running_as_asked(nodes: int, cpus_per_node: int, gpus_per_node: int) -> LocalCluster | None:
+    """The recorded cluster when it runs with the asked shape, found without the lock, so submits to a running
+    cluster ask Ray at once instead of one after another (the lock guards starting, growing and stopping).
+    None sends the caller to the locked path: nothing recorded, a damaged record, no answer, too few nodes,
+    another shape, or a `local down` under way (its marker, looked at again after Ray's answer)."""
+    with contextlib.suppress(DamagedState):
+        cluster = None if stopping.under_way() else load_state()
+        if cluster is None or cluster.gpus_per_node != gpus_per_node:
+            return None
+        found = alive_nodes(cluster)
+        if found is None or len(found) < nodes or (
+                cluster.cpus_per_node < cpus_per_node and cluster.cpus_per_node * len(found) < cpus_per_node * nodes):
+            return None
+        if not stopping.under_way() and load_state() == cluster:
+            return cluster
+    return None
+
+
 def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None, gpus_per_node: int = 0) -> LocalCluster:
     """Start the embedded cluster, or reuse it; add nodes until it has at least ``nodes``. With
     ``gpus_per_node``, each node gets its own that many of this machine's GPUs."""
+    running = _running_as_asked(nodes, cpus_per_node, gpus_per_node)
+    if running is not None:
+        return running
     say = log or (lambda msg: None)
     with _locked(say):
+        stopping.clear_stale()  # the lock is ours: a marker left now is a crashed `down`'s
         cluster = _reusable(load_state(), say) or _start_head(cpus_per_node, say, nodes, gpus_per_node)
         if cluster.gpus_per_node != gpus_per_node:
             say(f"the embedded cluster runs with {cluster.gpus_per_node} GPU per node, this job asks for "
@@ -664,7 +654,7 @@ def down(log: Log | None = None) -> int:
     Also stops any other cluster this RTJOB_HOME left behind (its owner file names this home), so a
     damaged cluster.json is reported and cleared, while what is really rtjob's still stops."""
     say = log or (lambda msg: None)
-    with _locked(say):
+    with _locked(say), stopping.marked():
         try:
             cluster = load_state()
         except DamagedState as exc:
