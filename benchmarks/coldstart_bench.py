@@ -47,6 +47,11 @@ GOAL = 1.0  # rtjob / by hand
 FOREIGN = ("RAY_", "RTJOB_")  # settings that would point either side at another cluster or project
 
 
+def rtjob_command() -> list[str]:
+    """The command to run rtjob with: the ``rtjob`` script beside this interpreter, else ``python -m rtjob.main``."""
+    return [str(BIN / "rtjob")] if (BIN / "rtjob").exists() else [sys.executable, "-m", "rtjob.main"]
+
+
 class BenchError(Exception):
     """A measurement could not be taken; the message says why."""
 
@@ -213,7 +218,7 @@ def run_coldstart_bench(rtjob: list[str] | None = None, *, notes: list[str] | No
                         repeats: tuple[int, int, int] = (REPEATS_UP, REPEATS_COLD, REPEATS_WARM)) -> list[dict[str, str]]:
     """Rows (keys measurement, rtjob, peer, ratio, goal, met). ``rtjob`` is the command to run rtjob with
     (default: the ``rtjob`` script beside this interpreter, else ``python -m rtjob.main``)."""
-    rtjob = rtjob or ([str(BIN / "rtjob")] if (BIN / "rtjob").exists() else [sys.executable, "-m", "rtjob.main"])
+    rtjob = rtjob or rtjob_command()
     notes = notes if notes is not None else []
     n_up, n_cold, n_warm = repeats
     work = Path(tempfile.mkdtemp(prefix="rtjob-coldbench-", dir="/tmp"))

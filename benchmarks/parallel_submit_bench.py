@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from coldstart_bench import JOB, ROOT, Side
+from coldstart_bench import JOB, ROOT, Side, rtjob_command
 
 CONCURRENT = 8
 REPEATS_ONE = 3
@@ -61,8 +61,7 @@ def _together(rtjob: list[str], env: dict[str, str]) -> float:
 
 def run_parallel_submit_bench(rtjob: list[str] | None = None, *, notes: list[str] | None = None) -> list[dict[str, str]]:
     """Rows (keys measurement, rtjob, peer, ratio, goal, met)."""
-    bin_dir = Path(sys.executable).parent
-    rtjob = rtjob or ([str(bin_dir / "rtjob")] if (bin_dir / "rtjob").exists() else [sys.executable, "-m", "rtjob.main"])
+    rtjob = rtjob or rtjob_command()
     notes = notes if notes is not None else []
     side = Side(Path(tempfile.mkdtemp(prefix="rtjob-parbench-", dir="/tmp")), "par", rtjob)
     try:

@@ -23,7 +23,7 @@ import time
 import uuid
 from pathlib import Path
 
-from coldstart_bench import ROOT, Side
+from coldstart_bench import ROOT, Side, rtjob_command
 
 REPEATS = 2
 GOAL = 2.0
@@ -64,8 +64,7 @@ def _single(env: dict[str, str], work: Path) -> float:
 
 def run_startup_bench(rtjob: list[str] | None = None, *, notes: list[str] | None = None) -> list[dict[str, str]]:
     """Rows (keys measurement, rtjob, peer, ratio, goal, met)."""
-    bin_dir = Path(sys.executable).parent
-    rtjob = rtjob or ([str(bin_dir / "rtjob")] if (bin_dir / "rtjob").exists() else [sys.executable, "-m", "rtjob.main"])
+    rtjob = rtjob or rtjob_command()
     notes = notes if notes is not None else []
     work = Path(tempfile.mkdtemp(prefix="rtjob-startbench-", dir="/tmp"))
     side = Side(work, "start", rtjob)
