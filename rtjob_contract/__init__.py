@@ -88,7 +88,7 @@ META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (
 # Notifications (the job's, project's or context's `notify:`), as JSON without any URL:
 # {"on": ["failed", ...], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": false}. Each target's URL
 # is a secret the client forwards in the job's env under the variable the target names ("env"); whoever sees an
-# outcome reads both from its own environment (rtjob.runs.notify.config_from_env). A `github` target's "env" holds
+# outcome reads both from its own environment (rtjob.notify.config_from_env). A `github` target's "env" holds
 # its token instead, and the target names its repository ("repo") and GitHub's API ("api_url").
 ENV_NOTIFY = "RTJOB_NOTIFY"
 NOTIFY_OUTCOMES = ("succeeded", "failed", "stopped", "retrying")  # what `notify: on:` may name

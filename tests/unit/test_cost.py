@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from rtjob.core.model import RunInfo, RunStatus
 from rtjob.jobspec import catalog
-from rtjob.jobspec.pricing import BASIS, compute_config_cost
-from rtjob.runs.cost import finished_run_cost, run_cost
+from rtjob.jobspec.pricing import BASIS, compute_config_cost, run_cost
+from rtjob.runs.cost import finished_run_cost
 from support.cli import REPO, base_env, run_in_process
 from support.prices import PRICED_AS, dollars, g5_4xlarge, listed, price
 

@@ -1,4 +1,4 @@
-"""runs/notify/ against a real HTTP receiver on loopback: what a webhook, a Slack incoming webhook and an
+"""notify/ against a real HTTP receiver on loopback: what a webhook, a Slack incoming webhook and an
 apprise json:// URL receive, the retries (3 tries in 20 s at most), exactly once per claimed outcome, and a
 target's URL (the secret: a token in its path) in no line said and no exception."""
 
@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from rtjob.runs import notify
-from rtjob.runs.notify import Message, NotifyConfig, Target, config_from_env, send
+from rtjob import notify
+from rtjob.notify import Message, NotifyConfig, Target, config_from_env, send
 from support.webhook import Receiver
 
 import rtjob_contract as contract

@@ -2,7 +2,7 @@
 supervisor_jobs.py): which step it
 carries next given the steps' states; the request that carries every step's request and keeps every step's package
 alive; which supervisor replaces a dead one, and the one that gives the pipeline up after MAX_REPLACEMENTS; whose end
-notifies (runs/notify/). The real cluster: tests/e2e/test_pipeline_supervisor.py."""
+notifies (notify/). The real cluster: tests/e2e/test_pipeline_supervisor.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from rtjob.backends.ray.supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, steps_of
-from rtjob.runs.notify import NotifyConfig, Target, run_end_notifies
+from rtjob.notify import NotifyConfig, Target, run_end_notifies
 from rtjob.runside.supervisor.loop import next_step
 
 import rtjob_contract as contract
@@ -165,7 +165,7 @@ def supervisor(cluster: Cluster, steps: list[dict[str, Any]]) -> Any:
 
 def carry(cluster: Cluster, stops: list[bool] | None = None, code: int = 0,
           **more: Any) -> tuple[list[str | None], str | None, list[str]]:
-    from rtjob.runs.pipelines.pipeline import overall
+    from rtjob.core.pipeline_status import overall
     from rtjob.runside.supervisor.loop import SupervisedPipeline, SupervisedRun
 
     ended: list[tuple[dict[str, str | None], str | None]] = []

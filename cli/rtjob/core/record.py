@@ -51,7 +51,7 @@ class RunRecord:
     request: dict[str, Any] | None = None  # the exact request as rendered (masked): `render -o json`'s "request"
     shape: dict[str, Any] | None = None  # nodes, workers, resources per worker, compute config
     rate: dict[str, Any] | None = None  # the priced shape (HourlyCost.to_json()), None: free or unknown
-    cost: dict[str, Any] | None = None  # the finished run's cost (runs/cost.run_cost)
+    cost: dict[str, Any] | None = None  # the finished run's cost (jobspec/pricing.run_cost)
     git: dict[str, Any] | None = None  # {"commit", "dirty", "branch"}, None: not a git checkout
     user: str | None = None
     host: str | None = None

@@ -1,4 +1,5 @@
-"""Cost rates: a compute config's estimated price per hour (runs/cost.py multiplies it by a run's duration).
+"""Cost rates: a compute config's estimated price per hour, and a finished run's cost (its duration × the rate
+recorded with it: the client's `status` and the run's companion on the cluster both apply ``run_cost``).
 
 Prices are the catalog's on-demand figures (one region, one date; see catalog.PRICES_AS_OF): no spot
 discounts, savings plans, storage, egress or Anyscale's own fees. Everything printed says so.
@@ -6,6 +7,7 @@ discounts, savings plans, storage, egress or Anyscale's own fees. Everything pri
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from . import catalog
 
 if TYPE_CHECKING:
+    from ..core.model import RunInfo
     from .resolve import ResolvedJob
     from .schema import ComputeConfig, WorkerGroup
 
@@ -72,6 +75,35 @@ class HourlyCost:
             spot=bool(data.get("spot")),
             source=str(data.get("source") or ""),
         )
+
+
+def _hours(info: RunInfo) -> float | None:
+    if not info.start_time or not info.end_time:
+        return None
+    start = dt.datetime.fromisoformat(info.start_time)
+    end = dt.datetime.fromisoformat(info.end_time)
+    return max(0.0, (end - start).total_seconds() / 3600)
+
+
+def run_cost(info: RunInfo, rate: HourlyCost) -> dict[str, Any] | None:
+    """A finished run's estimated cost: its duration × the rate of its cluster (None while it runs)."""
+    hours = _hours(info)
+    if hours is None or not info.status.terminal:
+        return None
+    low, high = hours * rate.low, hours * rate.high
+    amount = f"${low:,.2f}" if rate.fixed else f"${low:,.2f}–${high:,.2f}"
+    minutes = round(hours * 60)
+    source = f"; {rate.source}" if rate.source else ""
+    text = (f"est. {'≥ ' if rate.unpriced else ''}{amount} ({minutes // 60}h{minutes % 60:02d}m × "
+            f"{rate.rate_text()}; {BASIS}{source})")
+    return {
+        "estimated_usd": round(low, 2) if rate.fixed else None,
+        "estimated_usd_min": round(low, 2),
+        "estimated_usd_max": round(high, 2),
+        "hours": round(hours, 4),
+        "rate": rate.to_json(),
+        "text": text,
+    }
 
 
 def _price(instance_type: str) -> float | None:

@@ -1,4 +1,4 @@
-"""A run's notifications as its folder records them (runs/notify/markers.py), for `rtjob status`, `rtjob show`
+"""A run's notifications as its folder records them (notify/markers.py), for `rtjob status`, `rtjob show`
 and `rtjob notify RUN_ID`, which resends from this machine the messages a target did not get (the run's notify
 config from its recorded request, each target's URL from the variable it names in this environment)."""
 
@@ -18,8 +18,8 @@ from .places import writable_here
 
 if TYPE_CHECKING:
     from ..core.record import RunRecord
+    from ..notify import NotifyConfig
     from .events import RunEvents
-    from .notify import NotifyConfig
 
 LOCK_WAIT_S = 300.0  # a resend of a few messages, each at most 20 s a target
 
@@ -28,8 +28,8 @@ def notices(record: RunRecord) -> dict[str, dict[str, Any]] | None:
     """Each claimed outcome's state (notify.notices_in); None: the run's folder cannot be read from here."""
     if not record.storage_uri or not writable_here(record.backend, record.storage_uri):
         return None
+    from ..notify import notices_in
     from ..storage.opening import objects_for
-    from .notify import notices_in
 
     try:
         with objects_for(record.storage_uri, record.storage_endpoint) as objects:
@@ -65,9 +65,9 @@ def resend(record: RunRecord, force: bool, events: RunEvents) -> list[Resent]:
     marker then says delivered); ``force``: a delivered one too, to every target. Two resends at once send each
     message once: on this machine the second waits for the first (a file lock), from any machine each message's
     claim marker is held while it is resent (notify.held_for_resend) and its state is read again under it."""
+    from ..notify import config_from_env, notices_in
     from ..storage.opening import objects_for
     from .lifecycle.retry_notice import recorded_env_value
-    from .notify import config_from_env, notices_in
 
     if not record.storage_uri or not writable_here(record.backend, record.storage_uri):
         raise BadInput(f"run {record.id}: its notifications are recorded in its storage, which is not readable from "
@@ -89,7 +89,7 @@ def resend(record: RunRecord, force: bool, events: RunEvents) -> list[Resent]:
 
 
 def _resend_one(objects: Any, outcome: str, config: NotifyConfig, force: bool, events: RunEvents) -> Resent | None:
-    from .notify import deliver, held_for_resend, message_from, notice_in, settle_in
+    from ..notify import deliver, held_for_resend, message_from, notice_in, settle_in
 
     with held_for_resend(objects, outcome) as held:
         state = notice_in(objects, outcome) if held else None  # read under the hold: not what a resend just sent

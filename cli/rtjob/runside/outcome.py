@@ -28,7 +28,7 @@ from ..storage.run_ports import run_ports
 from .train_phases import event_times
 
 if TYPE_CHECKING:
-    from ..runs.notify import Message
+    from ..notify import Message
     from ..storage.objects import Objects
     from .child import Ended
 
@@ -251,19 +251,19 @@ class Outcome:
         """The outcome's notification, exactly once: only whoever creates its marker first sends it."""
         if record is None:
             return
-        from ..runs.notify import config_from_env, run_end_notifies, send, settle_in
+        from ..notify import config_from_env, run_end_notifies, send, settle_in
 
         config = config_from_env(self.env)
         if config is None or not run_end_notifies(config, self.env):
             return
-        from ..runs.notify import error_line_of
+        from ..notify import error_line_of
 
         error = error_line_of(redact(self._tail.decode(errors="replace"), secrets))
         send(config, message_for(record, error), self._claim, say=lambda line: self.say(redact(line, secrets)),
              settle=lambda message, sent, failed: settle_in(self.objects, message, sent, failed, now_iso()))
 
     def _claim(self, outcome: str) -> bool:
-        from ..runs.notify import claim_in
+        from ..notify import claim_in
 
         return claim_in(self.objects, outcome, now_iso())
 
@@ -271,7 +271,7 @@ class Outcome:
 def message_for(record: RunRecord, error_line: str | None = None) -> Message:
     """The notification of a run's end, from its record; ``error_line``: the error as its log shows it (a
     traceback's last line), which says more than the record's message ("the entrypoint exited with code 1")."""
-    from ..runs.notify import Message
+    from ..notify import Message
 
     cost = (record.cost or {}).get("estimated_usd")
     failed = record.status != RunStatus.SUCCEEDED.value
@@ -289,12 +289,14 @@ def _seconds(record: RunRecord) -> float | None:
 
 
 def _cost(record: RunRecord) -> dict[str, Any] | None:
-    """The finished run's estimated cost from the rate recorded at submit (None: no rate, or not importable)."""
+    """The finished run's estimated cost from the rate recorded at submit (None: no rate, or not one)."""
+    from ..jobspec.pricing import (  # cluster-safe: tests/unit/test_cluster_side_imports.py
+        HourlyCost,
+        run_cost,
+    )
+
     if not record.rate:
         return None
-    with contextlib.suppress(Exception):
-        from ..jobspec.pricing import HourlyCost
-        from ..runs.cost import run_cost
-
+    with contextlib.suppress(KeyError, TypeError, ValueError):  # HourlyCost.from_json's "not a rate"
         return run_cost(record.to_run_info(), HourlyCost.from_json(record.rate))
     return None

@@ -1,6 +1,6 @@
 """The lifecycle kernel's storage ports (core/lifecycle.RunPorts) for one run's folder: its record (a conditional
 read-modify-write), and the team's index entry beside the records (the notification's markers:
-runs/notify/markers.claim_in and settle_in, over the run's objects).
+notify/markers.claim_in and settle_in, over the run's objects).
 
 Importable on the cluster: the stdlib, rtjob_contract and rtjob's storage modules at module level only.
 """

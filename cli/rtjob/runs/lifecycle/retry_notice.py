@@ -47,7 +47,7 @@ def retry_teller(run_id: str, decision: Retry, events: RunEvents) -> Callable[[R
 
 
 def _tell_retrying(record: RunRecord, run_id: str, decision: Retry, events: RunEvents) -> None:
-    from ..notify import Message, claim_in, config_from_env, send, settle_in
+    from ...notify import Message, claim_in, config_from_env, send, settle_in
 
     assert decision.next_run is not None
     notify = recorded_env_value(record.request, contract.ENV_NOTIFY)

@@ -24,6 +24,7 @@ import rtjob_contract as contract
 
 from ...core.errors import BadInput, RtjobError
 from ...core.model import RunStatus, check_run_id
+from ...core.pipeline_status import overall
 from ...core.record import RunRecord
 
 if TYPE_CHECKING:
@@ -191,17 +192,6 @@ def new_record(pp: PipelinePlan) -> RunRecord:
         git=git_state(pipeline.path.resolve().parent), steps=[s.to_json() for s in pp.steps],
         **new_record_identity(),
     )
-
-
-def overall(statuses: list[RunStatus | None]) -> RunStatus:
-    """A pipeline run's status from its steps' (None: not submitted yet): the first step that did not succeed
-    decides; all succeeded is SUCCEEDED; else it is RUNNING once a step was submitted."""
-    for status in statuses:
-        if status in (RunStatus.FAILED, RunStatus.STOPPED, RunStatus.UNKNOWN):
-            return status
-        if status != RunStatus.SUCCEEDED:
-            return RunStatus.RUNNING if any(s is not None for s in statuses) else RunStatus.PENDING
-    return RunStatus.SUCCEEDED
 
 
 def record_progress(record: RunRecord, statuses: list[RunStatus | None], events: RunEvents,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ...core.errors import BadInput, RtjobError, WaitTimeout
 from ...core.model import RunStatus
+from ...core.pipeline_status import overall
 from ..events import Quiet
 from ..lifecycle import storage_check
 from ..lifecycle.follow import Abandoned, Detached, Ended, Followed, follow_to_end
@@ -18,7 +19,7 @@ from ..lifecycle.submission import submit_and_record
 from ..memory import find
 from ..view import look
 from .pipeline import find as find_pipeline
-from .pipeline import new_record, overall, record_progress
+from .pipeline import new_record, record_progress
 from .supervised import await_step, recorded_end, start_supervisor, supervisor_now
 
 if TYPE_CHECKING:

@@ -97,7 +97,7 @@ class PipelineFolder(RunFolder):
         did not carry had SUCCEEDED before (reused by --from, or run under this id already)."""
         from ...core import lifecycle
         from ...core.model import RunStatus
-        from ...runs.pipelines.pipeline import overall
+        from ...core.pipeline_status import overall
         from ..outcome import message_for
 
         def status_of(statuses: list[str | None]) -> RunStatus:

@@ -82,11 +82,11 @@ class RunFolder:
     def tell(self, message: Any, *, run_end: bool = False) -> None:
         """``message`` to the run's notify targets (its config from this process's env), exactly once: only whoever
         creates the run folder's ``rtjob-notifying-<outcome>`` marker first sends it (what the targets answered
-        recorded after: runs/notify.py settle_in). ``run_end``: the run's own
+        recorded after: notify/markers.py settle_in). ``run_end``: the run's own
         end, which a pipeline's step tells only with ``notify.steps``."""
         if not self.run_uri:
             return
-        from ...runs.notify import claim_in, config_from_env, run_end_notifies, send, settle_in
+        from ...notify import claim_in, config_from_env, run_end_notifies, send, settle_in
         from ...storage.opening import objects_for
 
         try:
@@ -112,7 +112,7 @@ class RunFolder:
         `notify: on: [retrying]` told to the run's targets once (the ``rtjob-notified-retrying-N`` marker, as a
         client that submits a retry claims it)."""
         from ...core import lifecycle
-        from ...runs.notify import Message
+        from ...notify import Message
 
         self.archive_log(failed)
         try:

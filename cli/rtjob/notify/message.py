@@ -108,7 +108,7 @@ def masked(message: Message, secrets: list[str]) -> Message:
             return text
         for secret in secrets:
             text = text.replace(secret, _MASK)
-        from ...core.redact import REDACTOR  # stdlib only, but outside this module's own imports
+        from ..core.redact import REDACTOR  # stdlib only, but outside this module's own imports
 
         return REDACTOR.text(text)
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import rtjob_contract as contract
 
-from ...core import clock
+from ..core import clock
 from .message import Message
 
 RESEND_STALE_S = 600.0  # a resend's hold older than this is a resender that died (its tries take 20 s a target)
@@ -25,7 +25,7 @@ RESEND_STALE_S = 600.0  # a resend's hold older than this is a resender that die
 def claim_in(objects: Any, outcome: str, stamp: str) -> bool:
     """Claim ``outcome``'s notification in a run's folder (``objects``: storage.objects.Objects): True for the one
     process that creates its claim marker first."""
-    from ...storage.objects import PreconditionFailed  # the run side's storage: importable on the cluster
+    from ..storage.objects import PreconditionFailed  # the run side's storage: importable on the cluster
 
     try:
         objects.put(contract.notify_claim_marker(outcome), stamp.encode(), if_absent=True)
@@ -95,7 +95,7 @@ def held_for_resend(objects: Any, outcome: str) -> Iterator[bool]:
     once, on any machines, one holds it. Yields False when another resend holds it (for less than
     RESEND_STALE_S: one that died is taken over) or nobody claimed the outcome. The holder reads the message's
     state after taking the hold: what a resend before it delivered is not sent again."""
-    from ...storage.objects import PreconditionFailed
+    from ..storage.objects import PreconditionFailed
 
     rel = contract.notify_claim_marker(outcome)
     got = objects.get(rel, 1 << 16)
