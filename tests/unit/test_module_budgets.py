@@ -1,27 +1,75 @@
-"""Budgets the tree keeps (issue 35, docs/ARCHITECTURE.md): the client's use cases, the run side's actors (the
-companion, the supervisor's loop), the UI and the files rtjob writes into a
-project stay in small modules, so a reader finds each actor's loop in one module of a size one can read."""
+"""Budgets the tree keeps (issues 35 and 43, docs/ARCHITECTURE.md): every module of rtjob (cli/rtjob/**) and of
+the contract (rtjob_contract/) stays under 300 lines, so a reader finds each actor, use case or adapter in one module
+of a size one can read.
+
+The modules that were larger when the budget reached the whole tree are listed with their line count then as a
+ceiling: one may shrink, never grow past it, and leaves the list (a test says so) once it is back under the budget.
+The list only shrinks: a new module, or a split one's parts, starts under the budget."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from support.cli import REPO
 
-CLI = Path(__file__).resolve().parents[2] / "cli" / "rtjob"
-BUDGET = 300  # lines a module in these folders may have
-FOLDERS = ["runs", "scaffold", "runside", "ui"]  # the client's use cases, the actors on the cluster, the UI
+BUDGET = 300  # lines a module may have
+PACKAGES = [REPO / "cli" / "rtjob", REPO / "rtjob_contract"]
+# Over the budget when it reached every package (2026-12-02): split them along what they hold, then lower or drop
+# the entry. Never raise a ceiling, never add an entry.
+CEILINGS = {
+    "cli/rtjob/backends/ray/cluster.py": 698,
+    "cli/rtjob/jobspec/resolve.py": 575,
+    "cli/rtjob/storage/objects_s3.py": 564,
+    "cli/rtjob/backends/ray/backend.py": 525,
+    "cli/rtjob/storage/records.py": 456,
+    "cli/rtjob/commands/anyscale.py": 449,
+    "cli/rtjob/backends/anyscale/backend.py": 414,
+    "cli/rtjob/backends/base.py": 391,
+    "cli/rtjob/core/lifecycle.py": 382,
+    "cli/rtjob/ledger/ledger.py": 379,
+    "cli/rtjob/core/redact.py": 368,
+    "cli/rtjob/jobspec/contexts.py": 361,
+    "rtjob_contract/__init__.py": 351,
+    "cli/rtjob/commands/runs.py": 349,
+    "cli/rtjob/storage/obstore_engine.py": 322,
+    "cli/rtjob/jobspec/schema.py": 310,
+    "cli/rtjob/commands/printing.py": 305,
+}
 
 
 def _modules() -> list[Path]:
-    return sorted(p for folder in FOLDERS for p in (CLI / folder).rglob("*.py"))
+    return sorted(p for package in PACKAGES for p in package.rglob("*.py"))
 
 
-def test_the_budgeted_folders_hold_modules() -> None:
-    assert len(_modules()) > 20  # the walk found the tree (a moved folder would pass the budget vacuously)
+def _name(module: Path) -> str:
+    return module.relative_to(REPO).as_posix()
 
 
-@pytest.mark.parametrize("module", _modules(), ids=lambda p: str(p.relative_to(CLI)))
+def _lines(module: Path) -> int:
+    return len(module.read_text().splitlines())
+
+
+def test_the_budget_walks_the_whole_tree() -> None:
+    names = {_name(p) for p in _modules()}
+    assert len(names) > 150  # a moved package would pass the budget vacuously
+    assert {"cli/rtjob/main.py", "cli/rtjob/runside/companion.py", "rtjob_contract/__init__.py"} <= names
+
+
+@pytest.mark.parametrize("module", _modules(), ids=_name)
 def test_no_module_over_budget(module: Path) -> None:
-    lines = len(module.read_text().splitlines())
-    assert lines <= BUDGET, f"{module.relative_to(CLI)} has {lines} lines (budget {BUDGET}): split it along what it holds"
+    ceiling = CEILINGS.get(_name(module), BUDGET)
+    lines = _lines(module)
+    assert lines <= ceiling, (f"{_name(module)} has {lines} lines ({'its ceiling' if ceiling > BUDGET else 'budget'} "
+                              f"{ceiling}): split it along what it holds")
+
+
+@pytest.mark.parametrize("name", sorted(CEILINGS))
+def test_the_ceilings_only_shrink(name: str) -> None:
+    """A listed module that is gone (moved, split) or back under the budget leaves the list, so the list never
+    holds room for a module to grow into."""
+    module = REPO / name
+    assert module.is_file(), f"{name} is gone: remove it from CEILINGS"
+    lines = _lines(module)
+    assert lines > BUDGET, f"{name} has {lines} lines, within the budget of {BUDGET}: remove it from CEILINGS"
+    assert CEILINGS[name] > BUDGET

@@ -89,7 +89,7 @@ def test_entries_compact_into_one_object_and_a_later_status_wins(root: str) -> N
 def test_a_row_prints_as_its_record_would() -> None:
     record = run(3, "SUCCEEDED", root="s3://b/team")
     row = index.entry_of(record)
-    assert index.record_of(row).summary() == record.summary() == index.summary_of(row)
+    assert index.record_of(row).summary() == record.summary() == index.record_summary(row)
     assert index.record_of(row).to_run_info() == record.to_run_info()
 
 

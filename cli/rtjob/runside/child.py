@@ -83,10 +83,6 @@ class Child:
             self._signal_others(signal.SIGKILL)
         return None
 
-    @property
-    def timing_out(self) -> bool:
-        return self._term_sent_at is not None
-
     def wait(self, step_s: float = 0.1) -> Ended:
         while True:
             ended = self.poll()

@@ -295,8 +295,6 @@ def _cost(record: RunRecord) -> dict[str, Any] | None:
         run_cost,
     )
 
-    if not record.rate:
-        return None
     with contextlib.suppress(KeyError, TypeError, ValueError):  # HourlyCost.from_json's "not a rate"
-        return run_cost(record.to_run_info(), HourlyCost.from_json(record.rate))
+        return run_cost(record.to_run_info(), HourlyCost.from_json(record.rate)) if record.rate else None
     return None

@@ -45,7 +45,6 @@ from .index_entries import (
     record_of,
     record_summary,
     root_of,
-    summary_of,
     write_entry,
     write_run_entry,
 )
@@ -56,7 +55,7 @@ from .run_filter import RunFilter
 
 __all__ = ["COMPACT_AFTER", "DETAILS", "FIELDS", "KEY", "Indexed", "Row", "Snapshot", "index_seq", "compact",
            "entry_of", "index_entry_name", "index_objects", "index_stamp", "list_indexed", "read_index", "rebuild",
-           "record_of", "record_summary", "reindex", "root_of", "summary_of", "write_entry", "write_run_entry"]
+           "record_of", "record_summary", "reindex", "root_of", "write_entry", "write_run_entry"]
 
 COMPACT_AFTER = 200  # a reader compacts once this many entries (or a second index object) are left over
 

@@ -134,8 +134,3 @@ def record_summary(row: Row) -> Row:
             "submitted_at": row.get("submitted_at"), "updated_at": row.get("updated_at"),
             "archived": bool(row.get("archived")), "git_commit": row.get("git_commit"),
             "git_dirty": row.get("git_dirty"), "cost_usd": row.get("cost_usd")}
-
-
-def summary_of(row: Row) -> Row:
-    """What `rtjob runs -o json` prints of a row (RunRecord.summary()'s keys, in its order)."""
-    return {name: row.get(name) for name in FIELDS[:-2]}

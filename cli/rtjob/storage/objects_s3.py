@@ -43,7 +43,7 @@ from ..jobspec.run_env import endpoint_from_env
 from . import s3light
 from .location import Location
 from .objects import PARTIAL_SUFFIX, Listed, Obj, Objects, PreconditionFailed, check_key
-from .s3errors import _AUTH, _DENIED, no_bucket, one_line, transient_answer, transient_text
+from .s3errors import _AUTH, _DENIED, first_line_of, no_bucket, transient_answer, transient_text
 
 IMPL_VAR = "RTJOB_S3_OBJECTS"
 IMPLS = ("boto3", "sigv4", "pyarrow")
@@ -192,7 +192,7 @@ class Boto3Objects(_S3):
                     if_match is not None and (status == 404 or code == "NoSuchKey")):
                 raise PreconditionFailed(rel) from None
             raise self._answered(rel, status, code, f"{code or status}: "
-                                 f"{one_line(exc.response['Error'].get('Message', ''))}") from None
+                                 f"{first_line_of(exc.response['Error'].get('Message', ''))}") from None
         except bex.NoCredentialsError:
             raise self._unreachable(rel, "no AWS credentials found", transient=False) from None
         except (bex.PartialCredentialsError, bex.NoRegionError) as exc:
@@ -471,7 +471,7 @@ class PyArrowObjects(_S3):
         try:
             self._fs = fs.S3FileSystem(**kwargs)
         except (OSError, ValueError) as exc:
-            raise self._unreachable("", one_line(str(exc)), transient=transient_text(str(exc))) from None
+            raise self._unreachable("", first_line_of(str(exc)), transient=transient_text(str(exc))) from None
         self._fs_module = fs
 
     def _path(self, rel: str) -> str:
@@ -484,7 +484,7 @@ class PyArrowObjects(_S3):
         except FileNotFoundError:
             raise
         except (OSError, ValueError) as exc:  # pyarrow's IO errors are OSErrors, known by their text only
-            raise self._unreachable(rel, one_line(str(exc)), transient=transient_text(str(exc))) from None
+            raise self._unreachable(rel, first_line_of(str(exc)), transient=transient_text(str(exc))) from None
 
     def get(self, rel: str, limit: int) -> Obj | None:
         with self._errors(rel):

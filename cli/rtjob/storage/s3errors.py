@@ -58,7 +58,7 @@ def s3_error(exc: BaseException, store: Store) -> RtjobError:
         error = exc.response.get("Error", {}) or {}
         code = str(error.get("Code", ""))
         status = int((exc.response.get("ResponseMetadata", {}) or {}).get("HTTPStatusCode") or 0)
-        message = one_line(str(error.get("Message") or code))
+        message = first_line_of(str(error.get("Message") or code))
         if code == "NoSuchBucket":
             return no_bucket(store.location.bucket, store.endpoint)
         if code in _DENIED:
@@ -70,9 +70,9 @@ def s3_error(exc: BaseException, store: Store) -> RtjobError:
                         bex.ReadTimeoutError)):
         return StorageError(f"cannot reach the S3 endpoint {store.endpoint or 'of AWS'} ({where})", transient=True)
     if isinstance(exc, (bex.PartialCredentialsError, bex.NoRegionError)):
-        return StorageError(f"{where}: {one_line(str(exc))}", transient=False)
+        return StorageError(f"{where}: {first_line_of(str(exc))}", transient=False)
     if isinstance(exc, (bex.BotoCoreError, OSError)):
-        return StorageError(f"{where}: {one_line(str(exc))}", transient=True)
+        return StorageError(f"{where}: {first_line_of(str(exc))}", transient=True)
     return StorageError(f"{where}: {errors.one_line(exc)}", transient=transient_text(str(exc)))
 
 
@@ -87,7 +87,7 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     from .engines import TransferError
 
     if isinstance(exc, TransferError):
-        return exc.code, f"{exc.code}: {one_line(exc.message)}" if exc.message else exc.code
+        return exc.code, f"{exc.code}: {first_line_of(exc.message)}" if exc.message else exc.code
     try:
         import botocore.exceptions as bex
     except ImportError:  # local storage: an OSError
@@ -95,7 +95,7 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     if isinstance(exc, bex.ClientError):
         error = exc.response.get("Error", {}) or {}
         code = str(error.get("Code", "error"))
-        return code, f"{code}: {one_line(str(error.get('Message', '')))}"
+        return code, f"{code}: {first_line_of(str(error.get('Message', '')))}"
     return type(exc).__name__, errors.one_line(exc)
 
 
@@ -104,7 +104,7 @@ def is_denial(code: str) -> bool:
     return code in _DENIED or code in _AUTH
 
 
-def one_line(text: str) -> str:
+def first_line_of(text: str) -> str:
     """The first non-blank line of a message, at most 300 characters."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return (lines[0] if lines else "")[:300]

@@ -69,7 +69,7 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, reindex:
                  compact: bool = True) -> tuple[list[Any], list[str]]:
     """A team's runs, newest first, as ``wanted`` keeps them: from the run index beside the records
     (storage/index.py; ``reindex``: rebuilt from the records first) as rows (storage.index.record_of makes each a
-    record, index.summary_of its JSON: a listing of 100,000 runs makes no 100,000 records to print their
+    record, index.record_summary its JSON: a listing of 100,000 runs makes no 100,000 records to print their
     summaries), else, for a root with no index yet, by the records themselves. Runs this ledger does not know are
     remembered in it (their full records: all of them when listed from the records, the first REMEMBER_AT_MOST when
     listed from the index), so `status`, `logs`, `show`, `results`, `pull` and `rerun` find them from now on.

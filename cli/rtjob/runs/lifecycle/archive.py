@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core import lifecycle
-from ...core.errors import BadInput, RtjobError, StorageError, Unreachable
+from ...core.errors import BadInput, RtjobError, StorageError
 from ...core.lifecycle import Writer, ended_by_run_side, merge
 from ...core.model import RunInfo, RunStatus
 from ...core.record import RunRecord
@@ -190,21 +190,6 @@ def archive_ended(backend: Backend, runs: list[RunInfo], events: RunEvents) -> N
     for info in runs:
         if info.id in pending and info.status.terminal:
             observe(backend, info, events)
-
-
-def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
-    """`rtjob runs`: ask the current backend about the listed runs it ran whose end rtjob has not seen yet (each
-    ended one is archived). A backend that cannot be reached is asked no more: the ledger's state is shown."""
-    for record in records:
-        if record.archived or record.backend != backend.name:
-            continue
-        try:
-            info = backend.status(record.id)
-        except Unreachable:
-            return
-        except RtjobError:
-            continue  # not on this cluster: `rtjob status` says what the record knows
-        observe(backend, info, events)
 
 
 def archived_log(record: RunRecord, tail_lines: int | None = None) -> Iterator[str]:

@@ -71,13 +71,13 @@ def stop_pipeline(backend: Backend, record: RunRecord, patience_s: float = 30.0)
     while (supervisor := backend.supervisor_of(record.id)) is not None and not supervisor.status.terminal:
         if time.monotonic() > deadline:
             stopped.append(backend.stop(supervisor.id))
-            _stopped_by_client(record)
+            _record_stopped_by_client(record)
             break
         time.sleep(0.5)
     return stopped
 
 
-def _stopped_by_client(record: RunRecord) -> None:
+def _record_stopped_by_client(record: RunRecord) -> None:
     """The pipeline's end, STOPPED, written by the client that stopped it (an end its supervisor wrote first
     stands: the kernel refuses this one then). Quietly: `stop` prints the pipeline's state after this."""
     from ...core import lifecycle

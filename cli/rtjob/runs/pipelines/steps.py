@@ -138,7 +138,7 @@ def follow_inside(be: Backend, record: RunRecord, storage_root: str | None, even
                 seen[info.id] = info.status
                 events.note(f"step {n}/{len(steps)} {step.get('name')}: {info.id} {info.status.value} "
                             f"(rtjob logs {info.id})")
-        if supervisor is None or supervisor.status.terminal or _stopped_by_client(record):
+        if supervisor is None or supervisor.status.terminal or _client_recorded_the_stop(record):
             break
         if deadline is not None and time.monotonic() > deadline:
             raise WaitTimeout(f"pipeline {record.id} is still running after the --timeout (its job {supervisor.id} "
@@ -155,7 +155,7 @@ def follow_inside(be: Backend, record: RunRecord, storage_root: str | None, even
     return statuses, ended
 
 
-def _stopped_by_client(record: RunRecord) -> bool:
+def _client_recorded_the_stop(record: RunRecord) -> bool:
     """A stop that outlasted the pipeline's supervisor: the client that stopped it recorded the pipeline STOPPED
     (runs/lifecycle/stopping.py) while its job may still be stopping."""
     from ...core.lifecycle import Writer
