@@ -5,7 +5,7 @@ naming the storage and what failed, nothing submitted, no cluster started, no ru
 `--no-storage-check` and the `storage_check = false` setting get past it to the backend; render, validate and
 --dry-run never write to storage.
 
-Real parts: the CLI as a subprocess; S3 is moto's server in a process of its own, with IAM authentication switched
+Real parts: the CLI's main (in this process, with each command's environment its whole environment); S3 is moto's server in a process of its own, with IAM authentication switched
 on (its switch is process-wide) so a wrong secret is refused as AWS refuses it; the Ray address a closed port on
 loopback. No cluster starts: every submit here ends before one would.
 """
@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.cli import base_env, new_id, plant, rtjob
+from support.cli import base_env, new_id, plant, run_in_process
 from support.project import write_files
 from support.s3_server import REGION, S3Server, free_port, process_server
 
@@ -58,7 +58,9 @@ def _env(tmp_path: Path, server: S3Server, **extra: str) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return rtjob(*args, env=env, cwd=cwd, timeout=120)
+    """The CLI's own main in this process with ``env`` as its whole environment (support/cli.run_in_process): what
+    a subprocess would print and exit with, without a second each of interpreter and imports."""
+    return run_in_process(*args, env=env, cwd=cwd)
 
 
 def _refused(proc: subprocess.CompletedProcess[str], *words: str) -> str:
