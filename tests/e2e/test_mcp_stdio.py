@@ -1,7 +1,8 @@
 """`rtjob mcp --allow-submit` as an agent starts it: a subprocess spoken to over stdio, newline-delimited JSON-RPC,
 against the session's embedded cluster. A named job of a throw-away project is submitted (answered at once with its
 id), waited for (bounded), its log read and its status asked; every line the server wrote on stdout is JSON-RPC
-(rtjob's own lines, Ray's and warnings went to stderr), and closing stdin ends the server within 2 s."""
+(rtjob's own lines, Ray's and warnings went to stderr), and closing stdin ends the server within 2 s; so does a
+client that goes away while a tool's command still runs (no cluster: the command is a stand-in that sleeps)."""
 
 from __future__ import annotations
 
@@ -112,3 +113,53 @@ def test_submit_wait_logs_status_over_stdio(cluster_env: dict[str, str], tmp_pat
             proc.wait(timeout=10)
         err.close()
         record((tmp_path / "stderr.txt").read_text(errors="replace"), *getattr(locals().get("session"), "lines", []))
+
+
+SLOW_SERVER = '''
+import time
+from rtjob.commands import mcp
+from rtjob.mcp.server import Answer
+
+def slow(root, argv):  # a wait that runs its whole 30 s
+    with mcp._ONE_AT_A_TIME:
+        time.sleep(30)
+    return Answer(0, "{}")
+
+mcp.run_command = slow
+mcp.mcp.main(args=[], standalone_mode=False)
+'''
+
+
+def test_stdin_closed_during_a_call_ends_the_server_within_2_s(tmp_path: Path) -> None:
+    """A client that goes away while a tool's command runs (a bounded wait: up to 30 s) does not keep the server:
+    it ends within 2 s of its stdin closing, and wrote nothing but JSON-RPC on stdout."""
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", SLOW_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        for message in ({"id": 1, "method": "initialize", "params": {
+                            "protocolVersion": "2025-06-18", "capabilities": {},
+                            "clientInfo": {"name": "t", "version": "1"}}},
+                        {"method": "notifications/initialized"},
+                        {"id": 2, "method": "tools/call", "params": {"name": "wait", "arguments": {"run_id": "r-1"}}}):
+            proc.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            proc.stdin.flush()
+            if message.get("id") == 1:
+                assert json.loads(proc.stdout.readline())["id"] == 1
+        time.sleep(0.3)  # the call is under way
+        proc.stdin.close()
+        closed = time.monotonic()
+        proc.wait(timeout=10)
+        took = time.monotonic() - closed
+        assert took <= 2.0, f"the server outlived its stdin by {took:.2f} s"
+        rest = proc.stdout.read()
+        record(rest)
+        assert all(json.loads(line)["jsonrpc"] == "2.0" for line in rest.splitlines())
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)

@@ -8,8 +8,9 @@ Logs: the fake serves a job run's log through the SDK's `get_logs` (`add_job_run
 tested for real, with one limit: the fake has no log *stream* (neither has the SDK's public API), so each
 poll reads the whole log and rtjob skips the lines it has printed.
 
-A few tests run the CLI as a subprocess (the missing-token path, the dry run of the issue's example), the
-rest in-process: importing anyscale costs seconds per process.
+The missing-token path and the dry run of the issue's example run the console script's own main with an
+environment of their own (support/cli.run_in_process), the rest through the `cli` fixture: importing anyscale
+costs seconds per process.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.backends.anyscale.backend import AnyscaleBackend
 from rtjob.main import main
 from rtjob.runs.lifecycle import follow, logtail
-from support.cli import REPO, base_env, rtjob
+from support.cli import REPO, base_env, run_in_process
 from support.companion import inner
 from support.fake_anyscale import CLOUD, Step, Timeline
 from support.prices import PRICED_AS, dollars, g5_4xlarge, listed
@@ -377,7 +378,7 @@ def test_dry_run_of_the_issue_example_through_the_real_cli(tmp_path: Path) -> No
 
     env = base_env(tmp_path / "home", HOME=str(tmp_path / "userhome"))
     env.pop("ANYSCALE_CLI_TOKEN", None)
-    text = rtjob("submit", "ddp-resnet", "--nodes", "3", "--backend", "anyscale", "--dry-run", env=env, timeout=120)
+    text = run_in_process("submit", "ddp-resnet", "--nodes", "3", "--backend", "anyscale", "--dry-run", env=env)
     assert text.returncode == 0, text.stderr
     assert (f"cost:      est. {dollars(g5_4xlarge(3))}/h = head {listed('m5.2xlarge')} + 3 × {listed('g5.4xlarge')}"
             in text.stdout)
@@ -394,7 +395,7 @@ def test_dry_run_of_the_issue_example_through_the_real_cli(tmp_path: Path) -> No
 def test_missing_token_is_one_line_exit_3(tmp_path: Path) -> None:
     env = base_env(tmp_path / "home", HOME=str(tmp_path / "userhome"))
     env.pop("ANYSCALE_CLI_TOKEN", None)
-    res = rtjob("submit", "hello", "--backend", "anyscale", env=env, timeout=120)
+    res = run_in_process("submit", "hello", "--backend", "anyscale", env=env)
     assert res.returncode == 3
     lines = res.stderr.strip().splitlines()
     assert lines[0].startswith("rtjob: uploading working dir ")  # what it was about to upload, then one error
