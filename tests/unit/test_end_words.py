@@ -57,6 +57,7 @@ def test_rays_plain_state_texts_and_machinery_say_nothing(message: str | None) -
     assert end_line(message, "FAILED") is None
 
 
-def test_a_succeeded_run_has_no_end_line_whatever_its_message() -> None:
+def test_a_succeeded_run_keeps_no_failure_of_rays_only_rtjobs_own_line() -> None:
     assert end_line("Job entrypoint command failed with exit code 3", "SUCCEEDED") is None
+    assert end_line("attempt 2 (r1-retry1) ended SUCCEEDED", "SUCCEEDED") == "attempt 2 (r1-retry1) ended SUCCEEDED"
     assert end_line("stopped (rtjob stop)", "STOPPED") == "stopped (rtjob stop)"

@@ -253,6 +253,8 @@ def test_live_rows_summary_and_bad_queries(root: Path, app: Any) -> None:
         objects.put(contract.STEP_METRICS_FILE, jsonl(step_rows(0, 50)) + b'{"step": 60, "lo')
     got = json.loads(call(app, "/api/runs/u-live/live?steps=5&system=2")[2])
     assert [r["step"] for r in got["steps"]] == [50] and got["steps_n"] == 6 and got["system"] == []
+    got = json.loads(call(app, "/api/runs/u-live/live?steps=6&system=2")[2])  # nothing new: still the last step
+    assert got["steps"] == [] and got["step"] == 50 and got["start_time"] == "2026-11-20T10:00:00Z", got
     assert json.loads(call(app, "/api/runs/u-good/live")[2])["ended"] is True
     for path in ("/api/runs/u-live/live?steps=-1", "/api/runs/u-live/live?system=%C2%B2", "/runs/u-good/log/find",
                  "/runs/u-good/log/find?q=a&context=99", "/?cols=nothing", "/?page=%C2%B2", "/api/runs?page=x",
@@ -359,3 +361,32 @@ def test_outputs_not_stored_read_the_same_in_the_ui_and_in_rtjob_status(
     assert "not stored" in card and "3 file(s)" in card and "node-a:/tmp/rtjob-run-dirs-0/u-kept" in card
     assert "rtjob sync u-kept" in card
     assert json.loads(call(app, "/api/runs/u-kept/live")[2])["outputs"] == kept.outputs
+
+
+def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_format(root: Path, app: Any) -> None:
+    """A failed run's card, list row and API: its one line in rtjob's words (no Ray sentence, no wrapper line, no log
+    tail); a running run's card keeps no PENDING text of Ray's; every time UTC to the second with a Z."""
+    from rtjob.storage.records import write_record
+
+    failed = write_run(root, "u-words", "train", status="FAILED", start="2026-11-20T10:00:00.737+00:00")
+    failed.message = ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 "
+                      "chars):\nRunning entrypoint for job u-words: python -m rtjob.runside.companion x\nboom\n")
+    failed.last_seen = "2026-11-20T10:04:59.123+00:00"
+    assert failed.storage_uri is not None
+    write_record(failed.storage_uri, failed, None)
+    card = call(app, "/runs/u-words/card")[2]
+    assert '<span class="message">the entrypoint exited with code 3</span>' in card, card
+    assert "rtjob.runside.companion" not in card and "boom" not in card and "+00:00<" not in card
+    assert 'title="2026-11-20T10:00:00Z"' in card and "last seen <time" in card and ">2026-11-20T10:04:59Z<" in card
+    as_json = json.loads(call(app, "/api/runs/u-words")[2])
+    assert as_json["message"] == "the entrypoint exited with code 3"
+    assert (as_json["start_time"], as_json["end_time"], as_json["last_seen"]) == (
+        "2026-11-20T10:00:00Z", "2026-11-20T10:05:00Z", "2026-11-20T10:04:59Z"), as_json
+    assert set(as_json["timeline"].values()) == {"2026-11-20T10:00:00Z"}
+
+    running = write_run(root, "u-pending-words", "train", status="RUNNING", epochs=1)
+    running.message = "Job has not started yet. It may be waiting for the runtime environment to be set up."
+    assert running.storage_uri is not None
+    write_record(running.storage_uri, running, None)
+    assert "not started" not in call(app, "/runs/u-pending-words/card")[2]
+    assert json.loads(call(app, "/api/runs/u-pending-words/live")[2])["message"] is None

@@ -44,16 +44,16 @@ _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|F
 
 def end_line(message: str | None, status: str | None = None) -> str | None:
     """The one line that says why a run ended, or None when ``message`` says nothing a status does not
-    (Ray's "Job finished successfully.") or nothing at all. ``status`` is the run's (a SUCCEEDED run has no
-    end line, whatever its message)."""
-    if not message or status == "SUCCEEDED":
-        return None
-    text = message.strip()
+    (Ray's "Job finished successfully.") or nothing at all. ``status`` is the run's: a SUCCEEDED run keeps no
+    failure of Ray's (an earlier attempt's, left in its message), only rtjob's own lines."""
+    text = (message or "").strip()
     if not text or text.startswith(_STATE_TEXTS):
         return None
     for pattern, words in _RAY_SENTENCES:
         found = pattern.match(text)
         if found:
+            if status == "SUCCEEDED":
+                return None
             said = words.format(**found.groupdict())
             cause = _cause(found.groupdict().get("rest") or "")
             return f"{said}: {cause}" if cause else said
