@@ -336,6 +336,10 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert code == 0, err
     shown = {step["name"]: step["status"] for step in json.loads(out)["steps"]}
     assert shown == {"prep": "SUCCEEDED", "train": "SUCCEEDED"}, shown
+    code, out, err = main_captured(capsys, "show", "u-pipe", "--storage", str(root))
+    assert code == 0, err
+    assert "run dir:" not in out and "timeline:" not in out, out  # a pipeline runs no script: neither is its
+    assert "started:     2026-11-20T10:00:00Z" in out and "duration:    5m00s" in out, out
     page = call(app, "/runs/u-pipe")[2]
     for name, status in shown.items():
         assert f"<b>{name}</b><br><span class=\"status\">{status}</span>" in page, page
@@ -390,3 +394,18 @@ def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_f
     write_record(running.storage_uri, running, None)
     assert "not started" not in call(app, "/runs/u-pending-words/card")[2]
     assert json.loads(call(app, "/api/runs/u-pending-words/live")[2])["message"] is None
+
+
+def test_a_pipeline_without_times_of_its_own_has_its_steps_start_end_and_duration() -> None:
+    from rtjob.commands.pipeline import pipeline_span
+    from rtjob.core.model import RunInfo, RunStatus
+
+    def run(status: RunStatus, start: str | None, end: str | None) -> RunInfo:
+        return RunInfo(id="p", job="flow", backend="local", status=status, start_time=start, end_time=end)
+
+    steps = [run(RunStatus.SUCCEEDED, "2026-11-20T10:00:00+00:00", "2026-11-20T10:01:00+00:00"),
+             run(RunStatus.SUCCEEDED, "2026-11-20T10:01:05+00:00", "2026-11-20T10:03:00+00:00")]
+    ended = pipeline_span(run(RunStatus.SUCCEEDED, None, None), steps)
+    assert (ended.start_time, ended.end_time) == ("2026-11-20T10:00:00+00:00", "2026-11-20T10:03:00+00:00")
+    running = pipeline_span(run(RunStatus.RUNNING, None, None), steps)
+    assert (running.start_time, running.end_time) == ("2026-11-20T10:00:00+00:00", None)  # not ended: no end yet

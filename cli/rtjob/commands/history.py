@@ -143,9 +143,16 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
     from .printing import carrier_text, command_text, run_dir_text, run_text, size, stamp, timeline_text
 
     info = record.to_run_info()
+    if steps:  # a pipeline: its start, end and duration are its steps' where its record has none
+        import dataclasses
+
+        from .pipeline import pipeline_span
+
+        info = pipeline_span(info, [dataclasses.replace(info, start_time=s.get("start_time"), end_time=s.get(
+            "end_time")) for s in steps])
     git = record.git or {}
     lines = [run_text(info)]  # ends with its storage: what the script got as its folder beside it
-    if record.storage_uri:
+    if record.storage_uri and not record.steps:  # a pipeline runs no script of its own: no run dir
         lines.append(f"run dir:     {run_dir_text(record.storage_uri, record.id)}")
     attempts = Attempts.recorded(record.attempts)
     if attempts.worth_showing:
@@ -168,7 +175,7 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
     if record.carried_by or not record.run_status.terminal:
         lines.append(f"carried by:  {carrier_text(record.carried_by, record.last_seen, record.run_status.terminal)}"
                      + (f"; completed by {record.completed_by}" if record.completed_by else ""))
-    if record.timeline:
+    if record.timeline and not record.steps:  # a pipeline's start-up is its steps' (their own `show`)
         lines.append(f"timeline:    {timeline_text(record.timeline)}")
     shown_metrics = {k: v for k, v in (record.metrics or {}).items()  # the values there are: no '-', no run/source
                      if v is not None and k not in ("run", "source") and not isinstance(v, (dict, list))}
