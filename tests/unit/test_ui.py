@@ -328,7 +328,7 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert headers["x-run-ended"] == "1" and ">SUCCEEDED<" in card and "2 attempt(s)" in card
     assert ">SUCCEEDED<" in call(app, "/runs/u-retried")[2]
 
-    write_run(root, "u-step-a", "prep")
+    write_run(root, "u-step-a", "prep", log_lines=["the prep step says hi"])
     write_run(root, "u-pipe", "flow", steps=[{"name": "prep", "run_id": "u-step-a"},
                                              {"name": "train", "run_id": "u-retried",
                                               "storage_uri": retried.storage_uri}])
@@ -340,6 +340,9 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert code == 0, err
     assert "run dir:" not in out and "timeline:" not in out, out  # a pipeline runs no script: neither is its
     assert "started:     2026-11-20T10:00:00Z" in out and "duration:    5m00s" in out, out
+    status, _, log = call(app, "/runs/u-pipe/log")
+    assert status == 200 and "== step prep: u-step-a ==\nthe prep step says hi" in log, log
+    assert "== step train: u-retried ==" in log, log  # its steps' logs, as `rtjob logs PIPE` prints them
     page = call(app, "/runs/u-pipe")[2]
     for name, status in shown.items():
         assert f"<b>{name}</b><br><span class=\"status\">{status}</span>" in page, page
