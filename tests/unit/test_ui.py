@@ -319,6 +319,9 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert code == 0, err
     told = json.loads(out)
     assert told["status"] == "SUCCEEDED" and len(told["attempts"]) == 2, told
+    code, out, err = main_captured(capsys, "runs")
+    row = next(line for line in out.splitlines() if line.startswith("u-retried"))
+    assert code == 0 and "(2 attempts)" in row, out + err  # as `list` and the UI's list say it (the status: verdict's)
     live = json.loads(call(app, "/api/runs/u-retried/live")[2])
     assert (live["status"], live["ended"], live["attempts"], live["exit_code"]) == ("SUCCEEDED", True, 2, 0)
     assert live["message"] == told["message"]

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from ..core.model import Attempts, RunStatus
+from ..core.model import Attempts, RunInfo, RunStatus
 from .events import PRINTED
 from .options import (
     EXIT_CODES_HELP,
@@ -81,14 +81,21 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         if output != "text":  # an index's rows print as their records would, without making 100,000 records
             print_data([record_summary(r) if isinstance(r, dict) else r.summary() for r in rows], output)
         else:
-            runs_table([(record_of(r) if isinstance(r, dict) else r).to_run_info() for r in rows])
+            runs_table([_listed(record_of(r) if isinstance(r, dict) else r) for r in rows])
         return EXIT_SUCCEEDED
     settings = settings_from(None, None, (), False)
     if output != "text":
         print_data(listing.recorded_summaries(wanted, settings, PRINTED), output)
     else:
-        runs_table([r.to_run_info() for r in listing.recorded_runs(wanted, settings, PRINTED)])
+        runs_table([_listed(r) for r in listing.recorded_runs(wanted, settings, PRINTED)])
     return EXIT_SUCCEEDED
+
+
+def _listed(record: RunRecord) -> RunInfo:
+    """A record as its row in `runs`, with its attempts ("SUCCEEDED (2 attempts)") as `list` and the UI say them."""
+    import dataclasses
+
+    return dataclasses.replace(record.to_run_info(), attempts=max(1, len(record.attempts)))
 
 
 @click.command(epilog=EXIT_CODES_HELP)
