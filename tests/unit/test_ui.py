@@ -77,6 +77,7 @@ def test_runs_json_filters_and_redacts(app: Any) -> None:
     status, headers, text = call(app, "/api/runs?user=bob")
     assert status == 200 and headers["content-type"] == "application/json"
     assert [r["id"] for r in json.loads(text)["runs"]] == ["u-bad"]
+    assert json.loads(text)["runs"][0]["start_time"] == "2026-11-20T10:00:00Z"  # UTC to the second, with a Z
     assert [r["id"] for r in json.loads(call(app, "/api/runs?q=alert")[2])["runs"]] == ["u-evil"]
     # (other tests of this module add runs of their own to the shared folder, in any order: the fixture's three sort)
     ids = [r["id"] for r in json.loads(call(app, "/api/runs?sort=id&order=asc")[2])["runs"]]

@@ -29,7 +29,8 @@ async def runs_json(request: Request) -> Response:
         listed = await asyncio.to_thread(runs_page.runs_page, query, source(request, site.config), site.config.endpoint)
     except RtjobError as exc:
         return JSONResponse({"error": clean(exc.message)}, status_code=failed(exc))
-    return JSONResponse(clean_data({"runs": listed.rows, "total": listed.total, "page": listed.page,
+    return JSONResponse(clean_data({"runs": [api_times(row) for row in listed.rows], "total": listed.total,
+                                    "page": listed.page,
                                     "pages": listed.pages, "problems": listed.problems}))
 
 
