@@ -55,7 +55,7 @@ class Printed:
             f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
 
     def ended(self, info: RunInfo) -> None:
-        line = end_line(info.message, info.status.value)
+        line = end_line(info.message, info.status.value) if info.status.value != "SUCCEEDED" else None
         message = f": {line}" if line else ""
         say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
         lost = outputs_line(info)
