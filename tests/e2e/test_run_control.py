@@ -46,9 +46,16 @@ def test_failing_job_exits_1_with_its_message(cluster_env):
     proc = rtjob("submit", "tests/support/jobs/fail.yaml", env=cluster_env)
     assert proc.returncode == 1
     assert "failing on purpose with exit code 3" in proc.stdout
-    assert re.search(r"FAILED after .*exit code 3", proc.stderr), proc.stderr
+    assert re.search(r"FAILED after .*exited with code 3", proc.stderr), proc.stderr
     closing = next(line for line in proc.stderr.splitlines() if " FAILED after " in line)
-    assert closing.endswith("exit code 3"), closing  # Ray's ", last available logs (...):" is cut
+    assert closing.endswith(": the entrypoint exited with code 3"), closing  # Ray's log tail is cut
+    run_id = re.search(r"(\S+) FAILED after ", closing).group(1)
+    status = rtjob("status", run_id, env=cluster_env)
+    assert "status:      FAILED" in status.stdout, status.stdout + status.stderr
+    message = next(line for line in status.stdout.splitlines() if line.startswith("message:"))
+    # one line in rtjob's words: not Ray's sentence, its job-manager lines, the wrapper's command or the log's tail
+    assert message.split(None, 1)[1] == "the entrypoint exited with code 3", status.stdout
+    assert "rtjob.runside.companion" not in status.stdout and "INFO" not in status.stdout and "on purpose" not in status.stdout
 
 
 def test_a_run_that_fails_on_a_missing_module_says_where_to_declare_it(cluster_env):

@@ -296,6 +296,12 @@ def test_a_running_run_grows_its_curves_and_ends_without_reload(team: dict[str, 
     until(lambda: {f.get_attribute("data-x") for f in browser.find_elements(By.CSS_SELECTOR, "#step-charts figure")}
           == {"time"}, what="the step charts redrawn over time")
     until(lambda: chart_drawn(browser, 0), what="a drawn chart over time")
+    # a time axis reads UTC, 24-hour; one point spans a minute (uPlot alone would stretch it over years)
+    assert browser.execute_script("return utcTick(Date.UTC(2026, 11, 2, 15, 4, 5) / 1000, 3600)") == "15:04:05"
+    assert browser.execute_script("return xRange(1000, 1000, true)") == [970, 1030]
+    browser.execute_script('document.querySelector("#status-card time[data-ago]").textContent = "stale"')
+    until(lambda: browser.find_element(By.CSS_SELECTOR, "#status-card time[data-ago]").text.endswith(" ago"),
+          what="the card's relative time moved by a poll")
     Select(browser.find_element(By.ID, "x-axis")).select_by_value("step")
     assert points(browser, "#step-charts", "loss") == 20
     browser.find_element(By.ID, "smoothing").send_keys("\ue014" * 10)  # arrow right: smoothing 0.2
@@ -383,7 +389,7 @@ def test_runs_table_columns_tags_and_times(team: dict[str, Any], browser: Any) -
     assert [c.text for c in row.find_elements(By.CSS_SELECTOR, "td.arg")][:1] == ["2"]
     assert [c.text for c in row.find_elements(By.CSS_SELECTOR, "td.metric")] == ["1.1", "0.75"]
     started = row.find_element(By.TAG_NAME, "time")
-    assert started.text.endswith("ago") and started.get_attribute("title") == "2026-11-18T07:00:00+00:00"
+    assert started.text.endswith("ago") and started.get_attribute("title") == "2026-11-18T07:00:00Z"
     assert browser.find_element(By.CSS_SELECTOR, 'tr[data-run="run-good"] td.duration').text == "5 min 00 s"
     shot(browser, "runs-columns")
     # tags are searched where the rows carry them (the ledger's: with a user filter, which reads the records; the

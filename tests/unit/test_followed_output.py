@@ -90,19 +90,6 @@ def test_a_pipeline_that_rtjob_stops_following_prints_its_document(tmp_path: Pat
     assert "after the --timeout" in doc["error"] and f"rtjob: error: {doc['error']}" in proc.stderr
 
 
-@pytest.mark.parametrize(("message", "line"), [
-    ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 chars):\nboom\n",
-     "Job entrypoint command failed with exit code 3"),
-    ("Job entrypoint command failed with exit code 3. No logs available.",
-     "Job entrypoint command failed with exit code 3. No logs available."),
-    ("", ""),
-])
-def test_a_failed_runs_closing_line_ends_cleanly(message: str, line: str) -> None:
-    from rtjob.commands.events import closing
-
-    assert closing(message) == line
-
-
 def test_wait_for_a_run_its_cluster_forgot_before_its_end_prints_the_record(capsys: pytest.CaptureFixture[str]) -> None:
     from rtjob.core.record import RunRecord
     from rtjob.runs.memory import ledger

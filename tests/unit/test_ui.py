@@ -77,6 +77,7 @@ def test_runs_json_filters_and_redacts(app: Any) -> None:
     status, headers, text = call(app, "/api/runs?user=bob")
     assert status == 200 and headers["content-type"] == "application/json"
     assert [r["id"] for r in json.loads(text)["runs"]] == ["u-bad"]
+    assert json.loads(text)["runs"][0]["start_time"] == "2026-11-20T10:00:00Z"  # UTC to the second, with a Z
     assert [r["id"] for r in json.loads(call(app, "/api/runs?q=alert")[2])["runs"]] == ["u-evil"]
     # (other tests of this module add runs of their own to the shared folder, in any order: the fixture's three sort)
     ids = [r["id"] for r in json.loads(call(app, "/api/runs?sort=id&order=asc")[2])["runs"]]
@@ -253,6 +254,8 @@ def test_live_rows_summary_and_bad_queries(root: Path, app: Any) -> None:
         objects.put(contract.STEP_METRICS_FILE, jsonl(step_rows(0, 50)) + b'{"step": 60, "lo')
     got = json.loads(call(app, "/api/runs/u-live/live?steps=5&system=2")[2])
     assert [r["step"] for r in got["steps"]] == [50] and got["steps_n"] == 6 and got["system"] == []
+    got = json.loads(call(app, "/api/runs/u-live/live?steps=6&system=2")[2])  # nothing new: still the last step
+    assert got["steps"] == [] and got["step"] == 50 and got["start_time"] == "2026-11-20T10:00:00Z", got
     assert json.loads(call(app, "/api/runs/u-good/live")[2])["ended"] is True
     for path in ("/api/runs/u-live/live?steps=-1", "/api/runs/u-live/live?system=%C2%B2", "/runs/u-good/log/find",
                  "/runs/u-good/log/find?q=a&context=99", "/?cols=nothing", "/?page=%C2%B2", "/api/runs?page=x",
@@ -317,6 +320,9 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert code == 0, err
     told = json.loads(out)
     assert told["status"] == "SUCCEEDED" and len(told["attempts"]) == 2, told
+    code, out, err = main_captured(capsys, "runs")
+    row = next(line for line in out.splitlines() if line.startswith("u-retried"))
+    assert code == 0 and "(2 attempts)" in row, out + err  # as `list` and the UI's list say it (the status: verdict's)
     live = json.loads(call(app, "/api/runs/u-retried/live")[2])
     assert (live["status"], live["ended"], live["attempts"], live["exit_code"]) == ("SUCCEEDED", True, 2, 0)
     assert live["message"] == told["message"]
@@ -326,7 +332,7 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert headers["x-run-ended"] == "1" and ">SUCCEEDED<" in card and "2 attempt(s)" in card
     assert ">SUCCEEDED<" in call(app, "/runs/u-retried")[2]
 
-    write_run(root, "u-step-a", "prep")
+    write_run(root, "u-step-a", "prep", log_lines=["the prep step says hi"])
     write_run(root, "u-pipe", "flow", steps=[{"name": "prep", "run_id": "u-step-a"},
                                              {"name": "train", "run_id": "u-retried",
                                               "storage_uri": retried.storage_uri}])
@@ -334,6 +340,13 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert code == 0, err
     shown = {step["name"]: step["status"] for step in json.loads(out)["steps"]}
     assert shown == {"prep": "SUCCEEDED", "train": "SUCCEEDED"}, shown
+    code, out, err = main_captured(capsys, "show", "u-pipe", "--storage", str(root))
+    assert code == 0, err
+    assert "run dir:" not in out and "timeline:" not in out, out  # a pipeline runs no script: neither is its
+    assert "started:     2026-11-20T10:00:00Z" in out and "duration:    5m00s" in out, out
+    status, _, log = call(app, "/runs/u-pipe/log")
+    assert status == 200 and "== step prep: u-step-a ==\nthe prep step says hi" in log, log
+    assert "== step train: u-retried ==" in log, log  # its steps' logs, as `rtjob logs PIPE` prints them
     page = call(app, "/runs/u-pipe")[2]
     for name, status in shown.items():
         assert f"<b>{name}</b><br><span class=\"status\">{status}</span>" in page, page
@@ -359,3 +372,47 @@ def test_outputs_not_stored_read_the_same_in_the_ui_and_in_rtjob_status(
     assert "not stored" in card and "3 file(s)" in card and "node-a:/tmp/rtjob-run-dirs-0/u-kept" in card
     assert "rtjob sync u-kept" in card
     assert json.loads(call(app, "/api/runs/u-kept/live")[2])["outputs"] == kept.outputs
+
+
+def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_format(root: Path, app: Any) -> None:
+    """A failed run's card, list row and API: its one line in rtjob's words (no Ray sentence, no wrapper line, no log
+    tail); a running run's card keeps no PENDING text of Ray's; every time UTC to the second with a Z."""
+    from rtjob.storage.records import write_record
+
+    failed = write_run(root, "u-words", "train", status="FAILED", start="2026-11-20T10:00:00.737+00:00")
+    failed.message = ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 "
+                      "chars):\nRunning entrypoint for job u-words: python -m rtjob.runside.companion x\nboom\n")
+    failed.last_seen = "2026-11-20T10:04:59.123+00:00"
+    assert failed.storage_uri is not None
+    write_record(failed.storage_uri, failed, None)
+    card = call(app, "/runs/u-words/card")[2]
+    assert '<span class="message">the entrypoint exited with code 3</span>' in card, card
+    assert "rtjob.runside.companion" not in card and "boom" not in card and "+00:00<" not in card
+    assert 'title="2026-11-20T10:00:00Z"' in card and "last seen <time" in card and ">2026-11-20T10:04:59Z<" in card
+    as_json = json.loads(call(app, "/api/runs/u-words")[2])
+    assert as_json["message"] == "the entrypoint exited with code 3"
+    assert (as_json["start_time"], as_json["end_time"], as_json["last_seen"]) == (
+        "2026-11-20T10:00:00Z", "2026-11-20T10:05:00Z", "2026-11-20T10:04:59Z"), as_json
+    assert set(as_json["timeline"].values()) == {"2026-11-20T10:00:00Z"}
+
+    running = write_run(root, "u-pending-words", "train", status="RUNNING", epochs=1)
+    running.message = "Job has not started yet. It may be waiting for the runtime environment to be set up."
+    assert running.storage_uri is not None
+    write_record(running.storage_uri, running, None)
+    assert "not started" not in call(app, "/runs/u-pending-words/card")[2]
+    assert json.loads(call(app, "/api/runs/u-pending-words/live")[2])["message"] is None
+
+
+def test_a_pipeline_without_times_of_its_own_has_its_steps_start_end_and_duration() -> None:
+    from rtjob.commands.pipeline import pipeline_span
+    from rtjob.core.model import RunInfo, RunStatus
+
+    def run(status: RunStatus, start: str | None, end: str | None) -> RunInfo:
+        return RunInfo(id="p", job="flow", backend="local", status=status, start_time=start, end_time=end)
+
+    steps = [run(RunStatus.SUCCEEDED, "2026-11-20T10:00:00+00:00", "2026-11-20T10:01:00+00:00"),
+             run(RunStatus.SUCCEEDED, "2026-11-20T10:01:05+00:00", "2026-11-20T10:03:00+00:00")]
+    ended = pipeline_span(run(RunStatus.SUCCEEDED, None, None), steps)
+    assert (ended.start_time, ended.end_time) == ("2026-11-20T10:00:00+00:00", "2026-11-20T10:03:00+00:00")
+    running = pipeline_span(run(RunStatus.RUNNING, None, None), steps)
+    assert (running.start_time, running.end_time) == ("2026-11-20T10:00:00+00:00", None)  # not ended: no end yet

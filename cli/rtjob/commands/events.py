@@ -3,12 +3,11 @@ on stderr, and a followed run's end as its exit code."""
 
 from __future__ import annotations
 
-import re
 import sys
 from typing import TYPE_CHECKING, TextIO, cast
 
+from ..core.end_words import end_line
 from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
-from ..core.model import RunStatus
 from ..core.redact import redact
 from .printing import duration, echo, outcome, outputs_line, print_data, run_json, say
 
@@ -56,7 +55,8 @@ class Printed:
             f"{decision.next_run.id} (same run name and storage: training resumes from its last checkpoint)")
 
     def ended(self, info: RunInfo) -> None:
-        message = f": {closing(info.message)}" if info.message and info.status != RunStatus.SUCCEEDED else ""
+        line = end_line(info.message, info.status.value) if info.status.value != "SUCCEEDED" else None
+        message = f": {line}" if line else ""
         say(f"{info.id} {info.status.value} after {duration(info)}{redact(message, info.secrets)}")
         lost = outputs_line(info)
         if lost is not None:
@@ -67,17 +67,6 @@ class Printed:
 
 
 PRINTED = Printed()
-
-# How Ray announces the log tail it appends to a failure message ("failed with exit code 3, last available logs
-# (truncated to 20,000 chars):\n..."): the tail was just printed, and the announcement alone would dangle.
-_LOG_TAIL = re.compile(r",?\s*last available logs \(truncated to [\d,]+ chars\):?\s*$")
-
-
-def closing(message: str) -> str:
-    """A run's end message as one clean line: its first line, without the announcement of a log tail."""
-    lines = message.strip().splitlines()
-    return _LOG_TAIL.sub("", lines[0]) if lines else ""
-
 
 def log_stream(output: str, raw: bool = False) -> TextIO:
     """Where a followed run's log goes: stdout, or stderr when stdout carries -o json/yaml; the user's view of it

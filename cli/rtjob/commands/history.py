@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED, BadInput
-from ..core.model import Attempts, RunStatus
+from ..core.model import Attempts, RunInfo, RunStatus
 from .events import PRINTED
 from .options import (
     EXIT_CODES_HELP,
@@ -81,14 +81,21 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         if output != "text":  # an index's rows print as their records would, without making 100,000 records
             print_data([record_summary(r) if isinstance(r, dict) else r.summary() for r in rows], output)
         else:
-            runs_table([(record_of(r) if isinstance(r, dict) else r).to_run_info() for r in rows])
+            runs_table([_listed(record_of(r) if isinstance(r, dict) else r) for r in rows])
         return EXIT_SUCCEEDED
     settings = settings_from(None, None, (), False)
     if output != "text":
         print_data(listing.recorded_summaries(wanted, settings, PRINTED), output)
     else:
-        runs_table([r.to_run_info() for r in listing.recorded_runs(wanted, settings, PRINTED)])
+        runs_table([_listed(r) for r in listing.recorded_runs(wanted, settings, PRINTED)])
     return EXIT_SUCCEEDED
+
+
+def _listed(record: RunRecord) -> RunInfo:
+    """A record as its row in `runs`, with its attempts ("SUCCEEDED (2 attempts)") as `list` and the UI say them."""
+    import dataclasses
+
+    return dataclasses.replace(record.to_run_info(), attempts=max(1, len(record.attempts)))
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -143,9 +150,16 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
     from .printing import carrier_text, command_text, run_dir_text, run_text, size, stamp, timeline_text
 
     info = record.to_run_info()
+    if steps:  # a pipeline: its start, end and duration are its steps' where its record has none
+        import dataclasses
+
+        from .pipeline import pipeline_span
+
+        info = pipeline_span(info, [dataclasses.replace(info, start_time=s.get("start_time"), end_time=s.get(
+            "end_time")) for s in steps])
     git = record.git or {}
     lines = [run_text(info)]  # ends with its storage: what the script got as its folder beside it
-    if record.storage_uri:
+    if record.storage_uri and not record.steps:  # a pipeline runs no script of its own: no run dir
         lines.append(f"run dir:     {run_dir_text(record.storage_uri, record.id)}")
     attempts = Attempts.recorded(record.attempts)
     if attempts.worth_showing:
@@ -168,7 +182,7 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
     if record.carried_by or not record.run_status.terminal:
         lines.append(f"carried by:  {carrier_text(record.carried_by, record.last_seen, record.run_status.terminal)}"
                      + (f"; completed by {record.completed_by}" if record.completed_by else ""))
-    if record.timeline:
+    if record.timeline and not record.steps:  # a pipeline's start-up is its steps' (their own `show`)
         lines.append(f"timeline:    {timeline_text(record.timeline)}")
     shown_metrics = {k: v for k, v in (record.metrics or {}).items()  # the values there are: no '-', no run/source
                      if v is not None and k not in ("run", "source") and not isinstance(v, (dict, list))}

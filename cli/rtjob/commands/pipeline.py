@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..core.errors import EXIT_FAILED, EXIT_SUCCEEDED
-from ..core.model import RunStatus
+from ..core.model import RunStatus, stamp
 from .events import PRINTED, finish, followed_error, log_stream, print_log
 from .printing import duration, echo, print_data, print_rich, run_json, say
 
@@ -113,6 +113,18 @@ def carrier_line(carrier: SupervisorState, run: RunStatus) -> str:
     return f"supervisor (ended with the run{seen})"
 
 
+def pipeline_span(pipeline: RunInfo, steps: list[RunInfo]) -> RunInfo:
+    """A pipeline's times: its own where its record has them, else its steps' (the first step's start; once it
+    ended, the last step's end), so it has a start, an end and a duration as a run has."""
+    import dataclasses
+
+    starts = sorted(s.start_time for s in steps if s.start_time)
+    ends = sorted(s.end_time for s in steps if s.end_time)
+    start = pipeline.start_time or (starts[0] if starts else None)
+    end = pipeline.end_time or (ends[-1] if ends and pipeline.status.terminal else None)
+    return dataclasses.replace(pipeline, start_time=start, end_time=end if pipeline.status.terminal else None)
+
+
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str, repair: bool) -> int:
     """`rtjob status PIPELINE_ID`: the pipeline run and each step's run (from their records once its cluster is
     gone). A supervisor that died before the pipeline ended is reported; ``repair``: replaced (exactly once:
@@ -134,8 +146,10 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
         say(f"warning: its supervisor {carrier.id} is {carrier.status} and nothing carries the pipeline now: rtjob "
             f"status {record.id} --repair (or rtjob wait {record.id}) starts a new one")
     current = next((str(step.get("name")) for step, info in steps if info is None or not info.status.terminal), None)
+    span = pipeline_span(dataclasses.replace(record.to_run_info(), status=status), [info for _, info in steps if info])
     if output != "text":
         print_data({"id": record.id, "pipeline": record.job, "status": status.value,
+                    "start_time": span.start_time, "end_time": span.end_time,
                     "storage_uri": record.storage_uri, "current_step": None if status.terminal else current,
                     **(carrier.to_json() if carrier else {}),
                     "steps": [{"name": step.get("name"), "reused_from": step.get("reused_from"),
@@ -145,7 +159,8 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     from rich.table import Table
 
     echo(f"id:          {record.id}\npipeline:    {record.job} ({record.job_file or '-'})\nstatus:      "
-         f"{status.value}\nstorage:     {record.storage_uri or '-'}")
+         f"{status.value}\nstarted:     {stamp(span.start_time)}\nended:       {stamp(span.end_time)}\n"
+         f"duration:    {duration(span)}\nstorage:     {record.storage_uri or '-'}")
     if carrier is not None:
         echo(f"carried by:  {carrier_line(carrier, status)}" + ("" if status.terminal or current is None else
                                                                  f", at step {current}"))

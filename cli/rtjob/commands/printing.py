@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..core import clock
+from ..core.end_words import end_line
 from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED, EXIT_UNREACHABLE
 from ..core.model import RunInfo, RunStatus, stamp
 from ..core.redact import REDACTOR, redact
@@ -219,7 +220,7 @@ def duration(info: RunInfo) -> str:
 
 
 def run_text(info: RunInfo) -> str:
-    message = redact(info.message or "", info.secrets)
+    message = redact(end_line(info.message, info.status.value) or "", info.secrets)
     lines = [
         f"id:          {info.id}",
         f"job:         {info.job or '-'}",

@@ -7,6 +7,7 @@ import datetime as dt
 from typing import Any
 
 from ..core import clock
+from ..core.end_words import end_line
 from . import run_page
 
 CHART_GROUPS = (("loss", ("loss",)), ("accuracy", ("acc",)), ("samples/s", ("samples_per_s", "throughput")))
@@ -29,6 +30,12 @@ def ago(when: Any) -> str:
         if seconds >= size:
             return f"{int(seconds // size)} {unit} ago"
     return f"{int(seconds)} s ago"
+
+
+def end_words(message: Any, status: Any = None) -> str:
+    """A run's end message as its one line in rtjob's words (core/end_words), '' when it says nothing a status
+    does not (Ray's "Job has not started yet." under RUNNING)."""
+    return end_line(str(message) if message else None, str(status) if status else None) or ""
 
 
 def duration(seconds: Any) -> str:

@@ -12,7 +12,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from ..core.end_words import end_line
 from ..core.errors import RtjobError
+from ..core.model import stamp
+from ..core.record import RunRecord
 from . import logs, run_page, runs_page
 from .formats import charts
 from .safety import clean, clean_data
@@ -26,7 +29,8 @@ async def runs_json(request: Request) -> Response:
         listed = await asyncio.to_thread(runs_page.runs_page, query, source(request, site.config), site.config.endpoint)
     except RtjobError as exc:
         return JSONResponse({"error": clean(exc.message)}, status_code=failed(exc))
-    return JSONResponse(clean_data({"runs": listed.rows, "total": listed.total, "page": listed.page,
+    return JSONResponse(clean_data({"runs": [api_times(row) for row in listed.rows], "total": listed.total,
+                                    "page": listed.page,
                                     "pages": listed.pages, "problems": listed.problems}))
 
 
@@ -38,9 +42,32 @@ async def run_json(request: Request) -> Response:
     except (NotFound, RtjobError) as exc:
         return JSONResponse({"error": clean(str(exc))}, status_code=failed(exc, 404))
     info = story.info
-    told = {"status": info.status.value, "message": info.message, "exit_code": info.exit_code,
-            "start_time": info.start_time, "end_time": info.end_time}
-    return JSONResponse(clean_data({**record.to_json(), **told}))
+    told = {"status": info.status.value, "message": end_line(info.message, info.status.value),
+            "exit_code": info.exit_code, "start_time": info.start_time, "end_time": info.end_time}
+    return JSONResponse(clean_data(api_times({**record.to_json(), **told})))
+
+
+# The API's times, as every view prints one (UTC to the second, with a Z): the record's own keys and the story's.
+TIME_KEYS = ("start_time", "end_time", "submitted_at", "last_seen", "updated_at", "created_at")
+
+
+def api_times(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its times (TIME_KEYS, a timeline's stages) in the one format; None stays None."""
+    out = {k: (stamp(v) if v else v) if k in TIME_KEYS and isinstance(v, str) else v for k, v in data.items()}
+    timeline = out.get("timeline")
+    if isinstance(timeline, dict):
+        out["timeline"] = {stage: stamp(when) for stage, when in timeline.items()}
+    return out
+
+
+def last_step(record: RunRecord, rows: list[dict[str, Any]], shown: int) -> list[dict[str, Any]]:
+    """The rows the live card's step comes from: the new ones, else the last row already shown (the card says
+    the run's last step whatever ?steps=N the page asked after)."""
+    from rtjob_contract import STEP_METRICS_FILE
+
+    if rows or shown <= 0:
+        return rows
+    return run_page.live_rows(record, STEP_METRICS_FILE, shown - 1)[0][-1:]
 
 
 async def run_live(request: Request) -> Response:
@@ -65,7 +92,9 @@ async def run_live(request: Request) -> Response:
         epochs = run_page.card_of(lambda: run_page.metrics_of(record))
         step_rows, steps_n = steps.data or ([], steps_shown)
         system_rows, system_n = system.data or ([], system_shown)
-        return {**run_page.live_summary(story, step_rows, epochs.data or []),
+        summary = run_page.live_summary(story, last_step(record, step_rows, steps_n), epochs.data or [])
+        summary["message"] = end_line(summary.get("message"), summary.get("status"))
+        return {**api_times(summary),
                 "epoch_charts": charts(epochs.data), "steps": step_rows, "steps_n": steps_n,
                 "system": system_rows, "system_n": system_n,
                 "problems": [c.error for c in (steps, system, epochs) if c.error]}

@@ -19,9 +19,31 @@ def log_tail(record: RunRecord, lines: int | None = LOG_TAIL_LINES) -> Iterator[
     from ..runs.lifecycle.archive import archived_log
     from ..runs.logview import TAIL_SLACK, user_chunks, user_tail
 
+    if record.steps:  # a pipeline has no log of its own: its steps', in order, as `rtjob logs PIPELINE_ID` prints
+        return _steps_log(record, lines)
     if lines is None:
         return user_chunks(archived_log(record, None))
     return iter([user_tail(archived_log(record, lines + TAIL_SLACK), lines)])
+
+
+def _steps_log(record: RunRecord, lines: int | None) -> Iterator[str]:
+    """A pipeline's steps' logs, each under a line naming the step and its run (commands/pipeline.pipeline_logs)."""
+    from ..core.errors import RtjobError
+    from ..runs.memory import find
+
+    for step in record.steps:
+        run_id = str(step.get("run_id"))
+        yield f"== step {step.get('name')}: {run_id} ==\n"
+        # <root>/<job>/<run id>: its record is found in its root, else in the pipeline's own
+        folder = str(step.get("storage_uri") or record.storage_uri or "")
+        try:
+            found = find(run_id, folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else None, record.storage_endpoint)
+            if found is None:
+                yield "(no record of this step's run)\n"
+                continue
+            yield from log_tail(found, lines)
+        except RtjobError as exc:
+            yield f"(no log: {exc.message})\n"
 
 
 def log_search(record: RunRecord, needle: str, limit: int = 1000) -> Iterator[tuple[int, str]]:

@@ -17,11 +17,12 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response, StreamingResponse
 
 from ..core.errors import StorageError
+from ..core.model import stamp
 from ..core.record import RunRecord
 from ..core.redact import redact
 from ..runs.view import RunView
 from . import run_page
-from .formats import ago, duration, num, short
+from .formats import ago, duration, end_words, num, short
 from .safety import Config, clean_data, finalize
 
 HERE = Path(__file__).parent
@@ -56,6 +57,8 @@ class Site:
         env.filters["duration"] = duration
         env.filters["short"] = short
         env.filters["num"] = num
+        env.filters["stamp"] = stamp  # a time as every view prints it: UTC to the second, with a Z
+        env.filters["end_words"] = end_words
         self.env = env
 
     def page(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:

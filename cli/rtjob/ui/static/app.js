@@ -25,6 +25,26 @@ function tick(v) {
   return a !== 0 && (a < 1e-4 || a >= 1e6) ? v.toExponential(1) : String(Number(v.toPrecision(3)));
 }
 
+// Times on a chart's axis as every printed time: UTC, 24-hour (uPlot's own ticks are local and 12-hour); the date
+// only when the chart spans more than a day.
+function utcTick(seconds, span) {
+  const iso = new Date(seconds * 1000).toISOString();
+  return span > 86400 ? iso.slice(5, 10) + " " + iso.slice(11, 16) : iso.slice(11, 19);
+}
+
+function utcTicks(u, splits) {
+  const span = u.scales.x.max - u.scales.x.min;
+  return splits.map((s) => (s == null ? "" : utcTick(s, span)));
+}
+
+// A chart's x range: its points', or for one point (or all at one x) a span around it: a minute of time, one step
+// (uPlot would stretch a single time over years).
+function xRange(min, max, time) {
+  if (min == null || max == null) return [0, 1];
+  if (min !== max) return [min, max];
+  return time ? [min - 30, max + 30] : [min - 1, max + 1];
+}
+
 function chartWidth(fig) {
   return Math.max(200, Math.floor(fig.clientWidth || fig.parentElement.clientWidth || 400));
 }
@@ -45,8 +65,10 @@ function draw(entry) {
   const many = chart.x.length > 60;
   entry.u = new uPlot({
     width: chartWidth(fig), height: 220,
-    scales: {x: {time: !!chart.time}},
-    axes: [{label: chart.xlabel || undefined}, {size: 60, values: (u, splits) => splits.map(tick)}],
+    tzDate: (seconds) => uPlot.tzDate(new Date(seconds * 1e3), "Etc/UTC"),  // the cursor's times in UTC too
+    scales: {x: {time: !!chart.time, range: (u, min, max) => xRange(min, max, !!chart.time)}},
+    axes: [{label: chart.xlabel || undefined, values: chart.time ? utcTicks : undefined},
+           {size: 60, values: (u, splits) => splits.map(tick)}],
     legend: {live: false},
     cursor: {drag: {x: true, y: false}},
     hooks: {setSelect: [(u) => { if (u.select.width > 0) entry.zoomed = true; }]},
@@ -340,11 +362,20 @@ function scrollBack() {
 
 // ---- a run followed live --------------------------------------------------------------------------------------
 
+// As the server's `ago` filter (ui/formats.py) says it, so a card's times read the same before and after a poll.
 function ago(seconds) {
-  const s = Math.max(0, Date.now() / 1000 - seconds);
-  if (s < 60) return Math.round(s) + " s ago";
-  if (s < 3600) return Math.round(s / 60) + " min ago";
-  return Math.round(s / 3600) + " h ago";
+  const s = Date.now() / 1000 - seconds;
+  if (s < 0) return "just now";
+  for (const [size, unit] of [[86400, "d"], [3600, "h"], [60, "min"]]) if (s >= size) return Math.floor(s / size) + " " + unit + " ago";
+  return Math.floor(s) + " s ago";
+}
+
+// The card's relative times ("started 27 s ago") move on each poll, not only when the card is drawn again.
+function refreshAgo() {
+  for (const el of document.querySelectorAll("#status-card time[data-ago]")) {
+    const when = Date.parse(el.getAttribute("datetime"));
+    if (!Number.isNaN(when)) el.textContent = ago(when / 1000);
+  }
 }
 
 function setText(id, value) {
@@ -418,9 +449,10 @@ function followRun() {
         const time = document.getElementById("live-time");
         if (time && typeof live.step_time === "number") {
           time.textContent = ago(live.step_time);
-          time.title = new Date(live.step_time * 1000).toISOString();
+          time.title = new Date(live.step_time * 1000).toISOString().slice(0, 19) + "Z";
         }
         if (live.status !== shownStatus) { shownStatus = live.status; await refreshCard(); }
+        refreshAgo();
         ended = live.ended;
       }
     } catch (err) { /* the server is restarting: try again */ }
