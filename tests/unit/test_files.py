@@ -51,7 +51,7 @@ def test_bytes_with_the_mode_a_new_file_gets_for_shared_storage(tmp_path: Path) 
 
 
 def test_sizes_print_sensibly_at_every_scale() -> None:
-    from rtjob.commands.printing import size
+    from rtjob.commands.describe import size
 
     assert [size(n) for n in (0, 812, 999, 1000, 12_400, 3_100_000, 123_400_000, 1_250_000_000, 7e15)] == [
         "0 B", "812 B", "999 B", "1 kB", "12.4 kB", "3.1 MB", "123 MB", "1.25 GB", "7000 TB"]

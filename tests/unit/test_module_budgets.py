@@ -34,7 +34,6 @@ CEILINGS = {
     "cli/rtjob/commands/runs.py": 349,
     "cli/rtjob/storage/obstore_engine.py": 322,
     "cli/rtjob/jobspec/schema.py": 310,
-    "cli/rtjob/commands/printing.py": 305,
 }
 
 

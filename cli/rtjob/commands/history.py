@@ -147,7 +147,8 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
                steps: list[dict[str, Any]] | None = None) -> str:
     """A run's summary: what a person asks first (status, times, attempts, command, storage), then the facts worth a
     line; the request only with ``with_request`` (`show --request`); a pipeline's steps when it has them."""
-    from .printing import carrier_text, command_text, run_dir_text, run_text, size, stamp, timeline_text
+    from .describe import command_text, run_dir_text, size
+    from .printing import carrier_text, run_text, stamp, timeline_text
 
     info = record.to_run_info()
     if steps:  # a pipeline: its start, end and duration are its steps' where its record has none

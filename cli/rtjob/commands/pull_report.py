@@ -7,7 +7,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..core.redact import redact
-from .printing import progress_console, say, size
+from .describe import size
+from .printing import progress_console, say
 
 if TYPE_CHECKING:
     from ..storage.pull import PullReport

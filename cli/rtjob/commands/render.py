@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from .printing import echo, print_data, run_dir_of, run_dir_text
+from .describe import run_dir_of, run_dir_text
+from .printing import echo, print_data
 
 if TYPE_CHECKING:
     from ..backends.base import Upload
@@ -89,7 +90,7 @@ def files_data(upload: Upload) -> dict[str, Any]:
 
 
 def _files_lines(upload: Upload) -> list[str]:
-    from .printing import size
+    from .describe import size
 
     data = files_data(upload)
     width = min(60, max((len(row["path"]) for rows in data.values() for row in rows), default=0))
