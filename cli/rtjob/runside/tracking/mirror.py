@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ...core.clock import now_iso
 from .mlflow_rest import BATCH_METRICS, BATCH_PARAMS, STATUS_OF, MlflowError, MlflowRest
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class MlflowMirror:
             out["unsent"] = len(self.pending)
             out["fault"] = self.fault
             out["resend"] = f"rtjob track resend {self.run_id}"
-        return {"mlflow": out}
+        return {"mlflow": out, "at": now_iso()}  # the newest note wins when two writers' records meet
 
     def _open(self) -> None:
         if self.mlflow_run_id is not None:
