@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -132,3 +131,8 @@ def test_a_plain_scripts_run_is_one_mlflow_run_with_every_step_through_an_outage
                     and mlflow_run_id in out and out, 30, "status names the MLflow run")
     assert f"mlflow:      {mlflow.uri}/#/experiments/" in status and "not sent" not in status
     assert API_KEY not in status
+
+    resent = rtjob("track", "resend", run_id, env=cluster_env, cwd=project)  # the rows from the run's storage
+    assert resent.returncode == 0, resent.stderr
+    assert "0 metric value(s) sent, 30 MLflow already had" in resent.stderr, resent.stderr
+    assert sorted(m["step"] for m in mlflow.history(mlflow_run_id, "loss")) == list(range(30))  # none twice

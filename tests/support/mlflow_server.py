@@ -6,6 +6,7 @@ read what it holds through its REST API, as the mirror writes it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -54,10 +55,8 @@ class MlflowServer:
 
     def stop(self) -> None:
         if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, 15)  # its gunicorn/uvicorn worker with it (its own session)
-            except ProcessLookupError:
-                pass
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 15)  # its uvicorn worker with it (its own session)
             stop(self.proc)
             self.proc = None
 

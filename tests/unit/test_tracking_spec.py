@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from rtjob.runs.mlflow_rest import metrics_of
 from rtjob.runs.tracking_view import tracking_lines
-from rtjob.runside.tracking.mirror import metrics_of
 from support.cli import plant, run_in_process
 from support.scrub import scrubbed_environ
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import rtjob_contract as contract
 
 from ...core.clock import now_iso
-from .mlflow_rest import BATCH_METRICS, BATCH_PARAMS, STATUS_OF, MlflowError, MlflowRest
+from ...runs.mlflow_rest import BATCH_METRICS, BATCH_PARAMS, STATUS_OF, MlflowError, MlflowRest, metrics_of
 
 if TYPE_CHECKING:
     from ..outcome import Outcome
@@ -61,19 +61,6 @@ def noted_in(outcome: Outcome) -> Note:
         outcome._write(lambda record: setattr(record, "tracking", tracking), indexed=False)  # noqa: SLF001
 
     return note
-
-
-def metrics_of(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """A step row's numbers as MLflow metrics (a sweep trial's under ``TRIAL/NAME``)."""
-    step, at = row.get(contract.STEP_KEY), row.get(contract.STEP_TIME)
-    if not isinstance(step, int) or not isinstance(at, (int, float)):
-        return []
-    trial = row.get(contract.STEP_TRIAL)
-    prefix = f"{trial}/" if isinstance(trial, str) and trial else ""
-    return [{"key": prefix + key, "value": float(value), "timestamp": int(at * 1000), "step": step}
-            for key, value in row.items()
-            if key not in (contract.STEP_KEY, contract.STEP_TIME, contract.STEP_TRIAL)
-            and isinstance(value, (int, float)) and not isinstance(value, bool)]
 
 
 class MlflowMirror:
