@@ -71,7 +71,7 @@ def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, back
     if tracking is None or tracking.mlflow is None:
         return {}
     params = {name: _text(value) for name, value in args.items() if not is_secret(name, _text(value))}
-    tags = {"rtjob.job": job, "rtjob.backend": backend, "rtjob.user": _user()}
+    tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": _user()}
     config = {"mlflow": tracking.mlflow.model_dump(), "params": params, "tags": tags}
     return {contract.ENV_TRACKING: json.dumps(config, separators=(",", ":"))}
 

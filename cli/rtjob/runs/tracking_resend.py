@@ -32,7 +32,7 @@ def resend(record: RunRecord) -> Resent:
     try:
         experiment_id = rest.experiment_id(str(mlflow.get("experiment") or "rtjob"))
         run_id = rest.find_run(experiment_id, record.id) or rest.create_run(
-            experiment_id, record.id, {"rtjob.run_id": record.id, "rtjob.job": record.job or ""})
+            experiment_id, record.id, {"rtjob.run_id": record.id, contract.META_JOB: record.job or ""})
         metrics = _rows(record)
         have = {key: rest.history(run_id, key) for key in {m["key"] for m in metrics}}
         missing = [m for m in metrics if (m["step"], m["timestamp"]) not in have[m["key"]]]

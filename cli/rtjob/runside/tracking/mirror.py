@@ -46,11 +46,8 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
     except (ValueError, KeyError, TypeError):
         say(f"{contract.ENV_TRACKING} is not what rtjob writes: the run is not mirrored")
         return None
-    tags = {**config.get("tags", {}), "rtjob.run_id": run_id, "rtjob.attempt": str(attempt),
+    tags = {**config.get("tags", {}), "rtjob.run_id": run_id, contract.META_ATTEMPT: str(attempt),
             "rtjob.status_command": f"rtjob status {run_id}"}
-    git = env.get("RTJOB_GIT_COMMIT")
-    if git:
-        tags["mlflow.source.git.commit"] = git
     return MlflowMirror(rest, str(mlflow.get("experiment") or "rtjob"), run_id, rows_folder, say, note,
                         params=dict(config.get("params", {})), tags=tags)
 
@@ -135,7 +132,7 @@ class MlflowMirror:
                 rest.log_batch(found, params=dict(items[at:at + BATCH_PARAMS]))
         else:  # a retry: the same MLflow run goes on
             rest.set_status(found, "RUNNING")
-            rest.log_batch(found, tags={"rtjob.attempt": self.tags["rtjob.attempt"]})
+            rest.log_batch(found, tags={contract.META_ATTEMPT: self.tags[contract.META_ATTEMPT]})
         self.mlflow_run_id = found
         self.say(f"mirrored to MLflow: {rest.run_url(experiment_id, found)}")
         self.note(self.summary())
