@@ -12,7 +12,12 @@ from .settings import settings_from
 
 @click.group(epilog=EXIT_CODES_HELP)
 def track() -> None:
-    """The run's mirror in an experiment tracker (a job's `tracking:`; docs/guide/tracking.md)."""
+    """The run's mirror in an experiment tracker (a job's `tracking:`; docs/guide/tracking.md).
+
+    \b
+    Examples:
+      rtjob track resend RUN_ID
+    """
 
 
 @track.command(epilog=EXIT_CODES_HELP)
