@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean
+.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean mlflow-server
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
 # folder (git-ignored, shipped as package data; a build without it, e.g. `pip install .` without npm, leaves it out
@@ -32,6 +32,18 @@ $(STAMP): pyproject.toml $(UI_ASSETS)
 	touch $(STAMP)
 
 install: $(STAMP)
+
+# The tracking tests' real MLflow server (tests/support/mlflow_server.py): its own venv, since mlflow is heavy and
+# neither rtjob's client nor its run side needs it (they speak MLflow's REST API with the standard library).
+# Pinned: 3.18.0 does not install from this project's index, 3.17.2 does.
+MLFLOW_VENV := .venv-mlflow
+MLFLOW_VERSION := 3.17.2
+$(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION):
+	$(PY) -m venv $(MLFLOW_VENV)
+	$(MLFLOW_VENV)/bin/pip install -q 'mlflow==$(MLFLOW_VERSION)'
+	touch $@
+
+mlflow-server: $(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION)
 
 # The main job on the embedded local Ray cluster, offline (synthetic data via the job's local profile).
 demo: install
@@ -62,7 +74,7 @@ bytecode: install
 # starts its own shared cluster and S3 servers; see tests/conftest.py).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
 UNIT_SEED ?= 20261127
-test: lint browser bytecode
+test: lint browser bytecode mlflow-server
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
@@ -71,7 +83,7 @@ test-unit: bytecode
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile --durations=15 tests/unit
 
-test-e2e: bytecode browser
+test-e2e: bytecode browser mlflow-server
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
 
 # On a machine with a CUDA GPU (its own Python with torch; no venv needed, GPU_PY=python3 by default): the
@@ -88,4 +100,4 @@ bench: bytecode  # rtjob's commands compiled, as the peers' are
 	$(BIN)/python benchmarks/run.py
 
 clean:
-	rm -rf $(VENV) web/node_modules $(UI_VENDOR) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(MLFLOW_VENV) web/node_modules $(UI_VENDOR) .pytest_cache .mypy_cache .ruff_cache

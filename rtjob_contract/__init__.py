@@ -91,6 +91,9 @@ META_TIME_LIMIT = "rtjob.timeout_s"  # the time limit as a fact of the request (
 # outcome reads both from its own environment (rtjob.notify.config_from_env). A `github` target's "env" holds
 # its token instead, and the target names its repository ("repo") and GitHub's API ("api_url").
 ENV_NOTIFY = "RTJOB_NOTIFY"
+# Experiment tracking (the job's `tracking:`), as JSON: {"mlflow": {"tracking_uri", "experiment"}, "params": {...},
+# "tags": {...}}. The params are the job's args as rendered, less any secret one (never a secret value here).
+ENV_TRACKING = "RTJOB_TRACKING"
 NOTIFY_OUTCOMES = ("succeeded", "failed", "stopped", "retrying")  # what `notify: on:` may name
 NOTIFY_TARGET_TYPES = ("webhook", "slack", "apprise", "github")
 # What a `github` target sends: a repository_dispatch of this event type, the message's fields as its
@@ -105,6 +108,7 @@ ENV_NAMES = frozenset({
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_INPUT_DIR, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
     ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID, ENV_STORAGE_GRACE_S, ENV_STORAGE_PATIENCE_S,
+    ENV_TRACKING,
 })
 
 # ---------------------------------------------------------------------------------------------

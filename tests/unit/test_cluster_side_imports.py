@@ -27,7 +27,7 @@ CLI = REPO / "cli"
 ENTRY = ("rtjob.runside.companion", f"{contract.SUPERVISOR_MODULE}.__main__", "rtjob.backends.ray.backend")
 # Reached in the graph only through functions the run side never calls (a pull's destination resolving a project,
 # a pipeline's planning): pydantic's job schema stays on the client.
-CLI_ONLY = {"rtjob.jobspec.schema", "rtjob.jobspec.resolve"}
+CLI_ONLY = {"rtjob.jobspec.schema", "rtjob.jobspec.resolve", "rtjob.jobspec.tracking"}  # tracking: the schema's `tracking:`
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
 BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")
 

@@ -54,6 +54,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     """
     from ..runs.cost import finished_run_cost
     from ..runs.notices import undelivered_lines
+    from ..runs.tracking_view import tracking_lines
     from ..runs.view import dead_supervisor, look
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
@@ -98,6 +99,8 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
             line += f"\ntimeline:    {timeline_text(side['timeline'])}"
         for note in side.get("sync_notes") or []:  # an object no attempt of the run wrote: never overwritten
             line += f"\nsync:        {note}"
+        for note in tracking_lines(side.get("tracking")):  # the MLflow run that mirrors it
+            line += f"\n{note}"
         for note in undelivered_lines(notified, run_id):  # a message a target did not get after its tries
             line += f"\nnotify:      {note}"
         echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
@@ -118,7 +121,8 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
         return {}
     record = with_run_side(record)
     return {"carried_by": record.carried_by, "completed_by": record.completed_by, "last_seen": record.last_seen,
-            "timeline": record.timeline, "sync_notes": record.sync_notes, "notifications": notices(record)}
+            "timeline": record.timeline, "sync_notes": record.sync_notes, "notifications": notices(record),
+            **({"tracking": record.tracking} if record.tracking else {})}
 
 
 @click.command(name="list", epilog=EXIT_CODES_HELP)

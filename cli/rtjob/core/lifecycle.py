@@ -313,6 +313,11 @@ def forgotten(record: RunRecord) -> str | None:
 # Two writers' versions of one record
 
 
+def _newer_tracking(mine: dict[str, Any] | None, stored: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The run side's latest note of where the run is mirrored (runside/tracking/: each carries its time)."""
+    return max((t for t in (mine, stored) if t), key=lambda t: str(t.get("at") or ""), default=None)
+
+
 def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
     """``mine`` (a writer's whole record) to be written over ``stored`` (the version in storage): an end of a
     higher rank is never replaced (each end field it set stays; one it left empty this writer may fill), an end
@@ -326,6 +331,7 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
             merged.timeline[stage] = when
     merged.last_seen = max(filter(None, (mine.last_seen, stored.last_seen)), default=None)
     merged.carried_by = mine.carried_by or stored.carried_by
+    merged.tracking = _newer_tracking(mine.tracking, stored.tracking)
     if rank(stored.completed_by) > rank(mine.completed_by):
         for name in END_FIELDS:
             value = getattr(stored, name)

@@ -85,6 +85,7 @@ class RunRecord:
     # {"complete": false, "not_stored": N, "kept_at": "NODE:FOLDER"} when the storage grace ran out and the node
     # keeps the only copy (`rtjob sync ID` stores it); None: not said (an older record, or a run without a node copy).
     outputs: dict[str, Any] | None = None
+    tracking: dict[str, Any] | None = None  # the MLflow run that mirrors it: {"mlflow": {run_id, url, unsent}}
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 

@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from ..core.errors import BadInput
+from .tracking import Tracking
 from .yamlsrc import Located
 
 Scalar = str | int | float | bool | None
@@ -145,6 +146,7 @@ class JobSpec(_Strict):
     cloud: str | None = None
     project: str | None = None
     notify: Notify | None = None
+    tracking: Tracking | None = None  # the run mirrored to MLflow (jobspec/tracking.py)
 
     @field_validator("env_vars")
     @classmethod

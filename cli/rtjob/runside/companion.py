@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from ..storage.objects import Objects
     from .live_rows import LiveRows
     from .outcome import Outcome
+    from .tracking.mirror import MlflowMirror
 
 SUBMISSION_ID_KEY = "job_submission_id"  # Ray's own metadata key: the attempt's submission id
 INTERVAL_S = float(os.environ.get(contract.ENV_COMPANION_INTERVAL_S) or 5)  # log parts and the folder's sync
@@ -202,6 +203,7 @@ class Companion:
         else:
             rows = self.stages.rows = self._live_rows()
             on_text = outcome.saw_text if rows is None else both(outcome.saw_text, rows.feed)
+            self.stages.tracker = self._tracker(rows)
             self.stages.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
@@ -246,6 +248,14 @@ class Companion:
                                   else None)
         return LiveRows(folder, say, own_sampler()) if folder and os.path.isdir(folder) else None
 
+    def _tracker(self, rows: LiveRows | None) -> MlflowMirror | None:
+        """The run's MLflow mirror (the job's `tracking:`), fed from the live rows' folder."""
+        from .tracking.mirror import mirror_for, noted_in
+
+        assert self.outcome is not None
+        return mirror_for(self.env, self.run_id, rows.folder if rows is not None else None, say,
+                          noted_in(self.outcome))
+
     def _end(self, ended: Ended) -> None:
         if self.outcome is None:
             if self.folder is not None:
@@ -253,6 +263,10 @@ class Companion:
             return
         usage = resource.getrusage(resource.RUSAGE_SELF)  # the companion's own CPU, not the entrypoint's
         store_the_end(self, ended, round(usage.ru_utime + usage.ru_stime, 3))
+        tracker, outcome = self.stages.tracker, self.outcome
+        if tracker is not None:  # after the run's own end: MLflow never delays it
+            self.guard("the MLflow mirror", lambda: tracker.finish(str((outcome.end or {}).get("status"))))
+            outcome.settle()
 
     def say_line(self, text: str) -> None:
         say(redact(text, self.secrets))

@@ -1,0 +1,88 @@
+"""`tracking:` of a job: the run mirrored to an experiment tracker (runside/tracking/), and what the run side gets
+of it (RTJOB_TRACKING: the tracker's address, the params and tags; never a secret).
+
+MLflow is built; W&B is not yet: `tracking: {wandb: ...}` is refused in one line rather than silently ignored."""
+
+from __future__ import annotations
+
+import getpass
+import json
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+import rtjob_contract as contract
+
+from ..core.redact import is_secret, url_password
+
+PARAM_VALUE_MAX = 6000  # MLflow's limit on a param's value
+
+
+class MlflowTracking(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    tracking_uri: Annotated[str, Field(pattern=r"^https?://[^\s/]+")]
+    experiment: Annotated[str, Field(min_length=1)] = "rtjob"
+
+    @field_validator("tracking_uri")
+    @classmethod
+    def _no_password(cls, value: str) -> str:
+        if url_password(value) is not None:  # the value itself is never echoed
+            raise ValueError("the tracking_uri carries a password: give the tracker's token as a secret, "
+                             "not in the address")
+        return value.rstrip("/")
+
+
+class Tracking(BaseModel):
+    """`tracking:` of a job."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mlflow: MlflowTracking | None = None
+    wandb: Any = None
+
+    @model_validator(mode="after")
+    def _built_only(self) -> Tracking:
+        if self.wandb is not None:
+            raise ValueError("tracking: wandb is not built yet (only mlflow: {tracking_uri, experiment})")
+        if self.mlflow is None:
+            raise ValueError("tracking: names no tracker (mlflow: {tracking_uri, experiment})")
+        return self
+
+
+def tracking_of_env(env: Mapping[str, str]) -> Tracking | None:
+    """MLflow's own MLFLOW_TRACKING_URI (an http(s) server) and MLFLOW_EXPERIMENT_NAME in this client's
+    environment, as MLflow users expect; a job's `tracking:` wins. Another kind of URI (a folder, databricks) is
+    not a server rtjob can talk to: then none."""
+    uri = (env.get("MLFLOW_TRACKING_URI") or "").strip()
+    if not uri.startswith(("http://", "https://")) or url_password(uri) is not None:
+        return None
+    try:
+        return Tracking(mlflow=MlflowTracking(tracking_uri=uri,
+                                              experiment=env.get("MLFLOW_EXPERIMENT_NAME") or "rtjob"))
+    except ValueError:
+        return None
+
+
+def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str) -> dict[str, str]:
+    """RTJOB_TRACKING for the job's env ({} without `tracking:`): the tracker's address, the params (the job's
+    args less every secret one: by name, by shape, a URL with a password) and rtjob's tags."""
+    if tracking is None or tracking.mlflow is None:
+        return {}
+    params = {name: _text(value) for name, value in args.items() if not is_secret(name, _text(value))}
+    tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": _user()}
+    config = {"mlflow": tracking.mlflow.model_dump(), "params": params, "tags": tags}
+    return {contract.ENV_TRACKING: json.dumps(config, separators=(",", ":"))}
+
+
+def _text(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (list, bool)) or value is None else str(value)
+    return text[:PARAM_VALUE_MAX]
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name: an empty tag
+        return ""

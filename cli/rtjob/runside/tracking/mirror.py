@@ -1,0 +1,171 @@
+"""One MLflow run per rtjob run, fed from the run side (the companion's stages): the run's step rows
+(RTJOB_RUN_DIR/metrics.jsonl, as the live rows write them) as metrics under the names the rows use, with their
+step and time; the job's args as params (less the secret ones: jobspec/tracking.py); rtjob's tags; the end as
+MLflow's status. A retry finds the same MLflow run by its ``rtjob.run_id`` tag and continues it (RUNNING again,
+``rtjob.attempt`` updated; rows MLflow already has are sent again and kept once, MLflow keys a metric by its key,
+step, time and value).
+
+Never in the run's way: each call waits at most a few seconds, and after a failed one nothing is sent for
+RETRY_S (the rows wait in memory, read from the file as it grows); the end's flush is bounded (``finish``), and
+what is left is said in the record with the command that sends it later (``rtjob track resend RUN``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import rtjob_contract as contract
+
+from ...core.clock import now_iso
+from ...trackers.mlflow_rest import (
+    BATCH_METRICS,
+    BATCH_PARAMS,
+    STATUS_OF,
+    MlflowError,
+    MlflowRest,
+    metrics_of,
+)
+
+if TYPE_CHECKING:
+    from ..outcome import Outcome
+
+RETRY_S = 10.0  # after a failed call, the next try
+FINISH_S = 5.0  # the end's flush, at most
+Note = Callable[[dict[str, Any]], None]  # the record's `tracking` (the companion writes it)
+
+
+def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say: Callable[[str], None],
+               note: Note) -> MlflowMirror | None:
+    """The run's mirror when the job's env asks for one (RTJOB_TRACKING) and the rows have a folder."""
+    from ..outcome import job_metadata
+
+    attempt = job_metadata(env).get(contract.META_ATTEMPT) or 1
+    raw = env.get(contract.ENV_TRACKING)
+    if not raw or not rows_folder:
+        return None
+    try:
+        config = json.loads(raw)
+        mlflow = config["mlflow"]
+        rest = MlflowRest(str(mlflow["tracking_uri"]))
+    except (ValueError, KeyError, TypeError):
+        say(f"{contract.ENV_TRACKING} is not what rtjob writes: the run is not mirrored")
+        return None
+    tags = {**config.get("tags", {}), "rtjob.run_id": run_id, contract.META_ATTEMPT: str(attempt),
+            "rtjob.status_command": f"rtjob status {run_id}"}
+    return MlflowMirror(rest, str(mlflow.get("experiment") or "rtjob"), run_id, rows_folder, say, note,
+                        params=dict(config.get("params", {})), tags=tags)
+
+
+def noted_in(outcome: Outcome) -> Note:
+    """The record's ``tracking`` written as one of the outcome's owed writes (tried again while storage fails)."""
+    def note(tracking: dict[str, Any]) -> None:
+        outcome._write(lambda record: setattr(record, "tracking", tracking), indexed=False)  # noqa: SLF001
+
+    return note
+
+
+class MlflowMirror:
+    def __init__(self, rest: MlflowRest, experiment: str, run_id: str, folder: str, say: Callable[[str], None],
+                 note: Note, params: dict[str, str], tags: dict[str, str]) -> None:
+        self.rest, self.experiment, self.run_id, self.folder = rest, experiment, run_id, folder
+        self.say, self.note, self.params, self.tags = say, note, params, tags
+        self.experiment_id: str | None = None
+        self.mlflow_run_id: str | None = None
+        self.pending: list[dict[str, Any]] = []  # metrics read, not sent yet
+        self.sent = 0
+        self.offset = 0  # bytes of metrics.jsonl read
+        self.next_try = 0.0
+        self.fault: str | None = None
+
+    def tick(self, final: bool = False) -> None:
+        """New rows read (always: the node folder may go at the end), and sent unless a failure is recent."""
+        self._read()
+        if time.monotonic() < self.next_try:
+            return
+        try:
+            self._open()
+            self._send()
+        except MlflowError as exc:
+            self.next_try = time.monotonic() + RETRY_S
+            if self.fault != str(exc):
+                self.say(f"the MLflow mirror: {exc}; {len(self.pending)} metric(s) wait, tried again")
+            self.fault = str(exc)
+        else:
+            if self.fault is not None:
+                self.say(f"the MLflow mirror reached MLflow again: {self.sent} metric(s) sent")
+            self.fault = None
+
+    def finish(self, status: str, within_s: float = FINISH_S) -> None:
+        """The end: what is left sent (for at most ``within_s``), MLflow's status, and the record's note."""
+        deadline = time.monotonic() + within_s
+        self.next_try = 0.0
+        while True:
+            self.tick(final=True)
+            if (self.fault is None and not self.pending) or time.monotonic() >= deadline:
+                break
+            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+            self.next_try = 0.0
+        if self.mlflow_run_id is not None and self.fault is None:
+            try:
+                self.rest.set_status(self.mlflow_run_id, STATUS_OF.get(status, "FAILED"))
+            except MlflowError as exc:
+                self.fault = str(exc)
+        self.note(self.summary(ended=True))
+
+    def summary(self, ended: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {"tracking_uri": self.rest.uri, "experiment": self.experiment,
+                               "run_id": self.mlflow_run_id, "sent": self.sent}
+        if self.experiment_id and self.mlflow_run_id:
+            out["url"] = self.rest.run_url(self.experiment_id, self.mlflow_run_id)
+        if ended and (self.pending or self.fault or self.mlflow_run_id is None):
+            out["unsent"] = len(self.pending)
+            out["fault"] = self.fault
+            out["resend"] = f"rtjob track resend {self.run_id}"
+        return {"mlflow": out, "at": now_iso()}  # the newest note wins when two writers' records meet
+
+    def _open(self) -> None:
+        if self.mlflow_run_id is not None:
+            return
+        rest = self.rest
+        self.experiment_id = experiment_id = rest.experiment_id(self.experiment)
+        found = rest.find_run(experiment_id, self.run_id)
+        if found is None:
+            found = rest.create_run(experiment_id, self.run_id, self.tags)
+            items = list(self.params.items())
+            for at in range(0, len(items), BATCH_PARAMS):
+                rest.log_batch(found, params=dict(items[at:at + BATCH_PARAMS]))
+        else:  # a retry: the same MLflow run goes on
+            rest.set_status(found, "RUNNING")
+            rest.log_batch(found, tags={contract.META_ATTEMPT: self.tags[contract.META_ATTEMPT]})
+        self.mlflow_run_id = found
+        self.say(f"mirrored to MLflow: {rest.run_url(experiment_id, found)}")
+        self.note(self.summary())
+
+    def _send(self) -> None:
+        assert self.mlflow_run_id is not None
+        while self.pending:
+            batch = self.pending[:BATCH_METRICS]
+            self.rest.log_batch(self.mlflow_run_id, metrics=batch)
+            del self.pending[:len(batch)]
+            self.sent += len(batch)
+
+    def _read(self) -> None:
+        path = os.path.join(self.folder, contract.STEP_METRICS_FILE)
+        try:
+            with open(path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        cut = data.rfind(b"\n") + 1  # whole lines only: the rest is read with the next
+        self.offset += cut
+        for line in data[:cut].splitlines():
+            try:
+                row = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(row, dict):
+                self.pending.extend(metrics_of(row))

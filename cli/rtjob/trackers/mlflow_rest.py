@@ -1,0 +1,115 @@
+"""MLflow's tracking REST API (``/api/2.0/mlflow/...``) with urllib: the few calls the run side's mirror
+(runside/tracking/) and `rtjob track resend` need, and a step row as MLflow metrics. No `mlflow` import: the client
+and the run side stay light."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+import rtjob_contract as contract
+
+BATCH_METRICS = 1000  # runs/log-batch takes at most 1000 metrics, 100 params and 100 tags a call
+BATCH_PARAMS = 100
+STATUS_OF = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "STOPPED": "KILLED"}  # rtjob's end → MLflow's
+
+
+class MlflowError(Exception):
+    """A call MLflow refused or did not answer (``transient``: worth trying again later)."""
+
+    def __init__(self, message: str, transient: bool = True) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class MlflowRest:
+    def __init__(self, uri: str, timeout_s: float = 3.0) -> None:
+        self.uri = uri.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = f"{self.uri}/api/2.0/mlflow/{path}"
+        data = None
+        if method == "GET" and body:
+            url += "?" + urllib.parse.urlencode(body)
+        elif body is not None:
+            data = json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - http(s) only
+                return dict(json.loads(response.read() or b"{}"))
+        except urllib.error.HTTPError as exc:
+            detail = _error_code(exc)
+            raise MlflowError(f"MLflow {path}: HTTP {exc.code} {detail}".strip(), transient=exc.code >= 500) from None
+        except (OSError, ValueError) as exc:
+            raise MlflowError(f"MLflow at {self.uri} not reached ({type(exc).__name__})") from None
+
+    def experiment_id(self, name: str) -> str:
+        try:
+            return str(self.call("GET", "experiments/get-by-name", {"experiment_name": name})["experiment"]
+                       ["experiment_id"])
+        except MlflowError as exc:
+            if exc.transient:
+                raise
+        return str(self.call("POST", "experiments/create", {"name": name})["experiment_id"])
+
+    def find_run(self, experiment_id: str, rtjob_run_id: str) -> str | None:
+        """The MLflow run tagged with this rtjob run's id (an earlier attempt's), None when there is none."""
+        found = self.call("POST", "runs/search", {"experiment_ids": [experiment_id], "max_results": 1,
+                                                   "filter": f"tags.`rtjob.run_id` = '{rtjob_run_id}'"})
+        runs = found.get("runs") or []
+        return str(runs[0]["info"]["run_id"]) if runs else None
+
+    def create_run(self, experiment_id: str, name: str, tags: dict[str, str]) -> str:
+        body = {"experiment_id": experiment_id, "run_name": name, "start_time": now_ms(),
+                "tags": [{"key": k, "value": v} for k, v in tags.items()]}
+        return str(self.call("POST", "runs/create", body)["run"]["info"]["run_id"])
+
+    def log_batch(self, run_id: str, metrics: list[dict[str, Any]] | None = None,
+                  params: dict[str, str] | None = None, tags: dict[str, str] | None = None) -> None:
+        self.call("POST", "runs/log-batch", {
+            "run_id": run_id, "metrics": metrics or [],
+            "params": [{"key": k, "value": v} for k, v in (params or {}).items()],
+            "tags": [{"key": k, "value": v} for k, v in (tags or {}).items()]})
+
+    def set_status(self, run_id: str, status: str) -> None:
+        body: dict[str, Any] = {"run_id": run_id, "status": status}
+        if status != "RUNNING":
+            body["end_time"] = now_ms()
+        self.call("POST", "runs/update", body)
+
+    def history(self, run_id: str, key: str) -> set[tuple[int, int]]:
+        """(step, timestamp) of the metric's values MLflow has."""
+        got = self.call("GET", "metrics/get-history", {"run_id": run_id, "metric_key": key, "max_results": 100000})
+        return {(int(m.get("step") or 0), int(m["timestamp"])) for m in got.get("metrics") or []}
+
+    def run_url(self, experiment_id: str, run_id: str) -> str:
+        return f"{self.uri}/#/experiments/{experiment_id}/runs/{run_id}"
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _error_code(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read() or b"{}").get("error_code") or "")
+    except (OSError, ValueError):
+        return ""
+
+
+def metrics_of(row: dict[str, Any]) -> list[dict[str, Any]]:
+    """A step row's numbers as MLflow metrics (a sweep trial's under ``TRIAL/NAME``)."""
+    step, at = row.get(contract.STEP_KEY), row.get(contract.STEP_TIME)
+    if not isinstance(step, int) or not isinstance(at, (int, float)):
+        return []
+    trial = row.get(contract.STEP_TRIAL)
+    prefix = f"{trial}/" if isinstance(trial, str) and trial else ""
+    return [{"key": prefix + key, "value": float(value), "timestamp": int(at * 1000), "step": step}
+            for key, value in row.items()
+            if key not in (contract.STEP_KEY, contract.STEP_TIME, contract.STEP_TRIAL)
+            and isinstance(value, (int, float)) and not isinstance(value, bool)]

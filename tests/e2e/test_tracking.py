@@ -1,0 +1,138 @@
+"""A plain script's run mirrored to a REAL MLflow tracking server on loopback (issue 46): `tracking: {mlflow: ...}`
+in the job, no change to the script (it prints rtjob's step rows), the embedded cluster. The server is stopped in
+the middle of the run and started again: the run goes on, and the MLflow run still gets every step, the job's args
+as params (the secret one left out), rtjob's tags, FINISHED at the end; `rtjob status` names the MLflow run.
+
+The server comes from .venv-mlflow (`make mlflow-server`, which `make test` builds): without it the test is
+skipped here and fails in CI."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from support.cli import PLANTED, new_id, rtjob, wait_for_status
+from support.mlflow_server import MlflowServer, available
+
+pytestmark = pytest.mark.cluster
+
+API_KEY = "sk-tracking0secret0value0123456789"
+PLANTED.add(API_KEY)
+EXPERIMENT = "rtjob-e2e"
+
+SCRIPT = '''
+import json, os, sys, time
+gate = sys.argv[sys.argv.index("--gate") + 1]
+def steps(first, last):
+    for i in range(first, last):
+        print("rtjob-event: step_row " + json.dumps({"step": i, "time": time.time(), "loss": 1.0 / (i + 1)}),
+              flush=True)
+        time.sleep(0.05)
+def wait_for(name):
+    while not os.path.exists(os.path.join(gate, name)):
+        time.sleep(0.2)
+steps(0, 10)
+wait_for("down")  # the test stopped MLflow
+steps(10, 20)
+time.sleep(2)  # a flush or two with MLflow down
+wait_for("up")  # the test started it again
+steps(20, 30)
+'''
+
+JOB = """
+name: tracked
+entrypoint: python tracked.py
+working_dir: .
+requirements: []
+args:
+  lr: 0.1
+  api_key: {api_key}
+  gate: {gate}
+env_vars:
+  RTJOB_COMPANION_INTERVAL_S: "1"
+tracking:
+  mlflow:
+    tracking_uri: {uri}
+    experiment: {experiment}
+"""
+
+
+@pytest.fixture(scope="module")
+def mlflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    if not available():
+        if os.environ.get("CI"):
+            pytest.fail(".venv-mlflow is missing: `make mlflow-server` builds it (make test does)")
+        pytest.skip(".venv-mlflow is missing: `make mlflow-server` builds it")
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            got = check()
+        except OSError:
+            got = None
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def _run_of(mlflow: MlflowServer, run_id: str) -> dict[str, Any] | None:
+    runs = [r for r in mlflow.runs(EXPERIMENT)
+            if any(t["key"] == "rtjob.run_id" and t["value"] == run_id for t in r["data"].get("tags", []))]
+    assert len(runs) <= 1, runs  # one MLflow run per rtjob run
+    return runs[0] if runs else None
+
+
+def test_a_plain_scripts_run_is_one_mlflow_run_with_every_step_through_an_outage(cluster_env, mlflow, tmp_path):
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    project = tmp_path / "proj"
+    project.mkdir()
+    (project / "tracked.py").write_text(SCRIPT)
+    job = project / "tracked.yaml"
+    job.write_text(JOB.format(api_key=API_KEY, gate=gate, uri=mlflow.uri, experiment=EXPERIMENT))
+    run_id = new_id("tracked")
+    proc = rtjob("submit", str(job), "--submission-id", run_id, "--no-wait", env=cluster_env, cwd=project)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+
+    first = _until(lambda: (run := _run_of(mlflow, run_id)) and len(mlflow.history(run["info"]["run_id"], "loss"))
+                   >= 10 and run, 90, "the first 10 steps in MLflow")
+    mlflow_run_id = first["info"]["run_id"]
+    mlflow.stop()
+    (gate / "down").touch()
+    time.sleep(4)  # steps 10-19 come while MLflow is down: the run goes on
+    mlflow.start()
+    (gate / "up").touch()
+    assert wait_for_status(cluster_env, run_id, {"SUCCEEDED", "FAILED"}, timeout=90) == "SUCCEEDED"
+
+    ended = _until(lambda: (run := _run_of(mlflow, run_id)) and run["info"]["status"] == "FINISHED" and run, 20,
+                   "the MLflow run FINISHED")
+    assert ended["info"]["run_id"] == mlflow_run_id
+    steps = sorted(m["step"] for m in mlflow.history(mlflow_run_id, "loss"))
+    assert steps == list(range(30)), steps  # every step, once, the outage's too
+    params = {p["key"]: p["value"] for p in ended["data"].get("params", [])}
+    assert params["lr"] == "0.1" and params["gate"] == str(gate) and "api_key" not in params
+    assert API_KEY not in str(ended)
+    tags = {t["key"]: t["value"] for t in ended["data"]["tags"]}
+    assert tags["rtjob.job"] == "tracked" and tags["rtjob.status_command"] == f"rtjob status {run_id}"
+
+    status = _until(lambda: (out := rtjob("status", run_id, env=cluster_env, cwd=project).stdout)
+                    and mlflow_run_id in out and out, 30, "status names the MLflow run")
+    assert f"mlflow:      {mlflow.uri}/#/experiments/" in status and "not sent" not in status
+    assert API_KEY not in status
+
+    resent = rtjob("track", "resend", run_id, env=cluster_env, cwd=project)  # the rows from the run's storage
+    assert resent.returncode == 0, resent.stderr
+    assert "0 metric value(s) sent, 30 MLflow already had" in resent.stderr, resent.stderr
+    assert sorted(m["step"] for m in mlflow.history(mlflow_run_id, "loss")) == list(range(30))  # none twice

@@ -1,0 +1,88 @@
+"""`tracking:` in a job file (issue 46): what the run side gets (RTJOB_TRACKING: the MLflow address, the args as
+params less every secret one, rtjob's tags), MLflow's own MLFLOW_TRACKING_URI turning it on, and bad input as one
+file:line (exit 2): W&B is not built, an address with a password is refused. Offline: render in this process, no
+tracker contacted. The mirror itself is tested against a real MLflow server in tests/e2e/test_tracking.py."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from rtjob.runs.tracking_view import tracking_lines
+from rtjob.trackers.mlflow_rest import metrics_of
+from support.cli import plant, run_in_process
+from support.scrub import scrubbed_environ
+
+import rtjob_contract as contract
+
+NOWHERE = "http://127.0.0.1:9"
+PASSWORD = plant("hunter2tracking")
+TRACKING = "tracking:\n  mlflow:\n    tracking_uri: http://127.0.0.1:5999/\n    experiment: team-x\n"
+ARGS = f"args:\n  lr: 0.1\n  layers: [2, 3]\n  db_password: {PASSWORD}\n"
+
+
+def _render(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess[str]:
+    project = tmp_path / "project"
+    (project / "jobs").mkdir(parents=True, exist_ok=True)
+    (project / "jobs" / "t.yaml").write_text(f"name: t\nentrypoint: python -c pass\n{body}")
+    (project / "pyproject.toml").write_text("[tool.rtjob]\n")
+    environ = scrubbed_environ()
+    environ.update(RTJOB_HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"), **env)
+    return run_in_process("render", "t", "--backend", "ray", "--address", NOWHERE, "--submission-id", "t-1",
+                          "--output", "json", env=environ, cwd=project)
+
+
+def _tracking(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
+    assert proc.returncode == 0, proc.stderr
+    raw = json.loads(proc.stdout)["submit_job"]["runtime_env"]["env_vars"].get(contract.ENV_TRACKING)
+    return json.loads(raw) if raw else None
+
+
+def test_the_run_side_gets_the_address_the_params_less_secrets_and_the_tags(tmp_path: Path) -> None:
+    proc = _render(tmp_path, TRACKING + ARGS)
+    tracking = _tracking(proc)
+    assert tracking is not None
+    assert tracking["mlflow"] == {"tracking_uri": "http://127.0.0.1:5999", "experiment": "team-x"}
+    assert tracking["params"] == {"lr": "0.1", "layers": "[2, 3]"}  # db_password: secret by name, never there
+    assert tracking["tags"]["rtjob.job"] == "t" and tracking["tags"]["rtjob.backend"] == "ray"
+    assert PASSWORD not in proc.stdout + proc.stderr
+
+
+def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) -> None:
+    assert _tracking(_render(tmp_path, ARGS)) is None  # nothing asked: no RTJOB_TRACKING
+    by_env = _tracking(_render(tmp_path, ARGS, MLFLOW_TRACKING_URI="http://127.0.0.1:5001",
+                               MLFLOW_EXPERIMENT_NAME="from-env"))
+    assert by_env is not None and by_env["mlflow"] == {"tracking_uri": "http://127.0.0.1:5001",
+                                                       "experiment": "from-env"}
+    assert _tracking(_render(tmp_path, ARGS, MLFLOW_TRACKING_URI="file:///tmp/mlruns")) is None  # not a server
+    job_wins = _tracking(_render(tmp_path, TRACKING, MLFLOW_TRACKING_URI="http://127.0.0.1:5001"))
+    assert job_wins is not None and job_wins["mlflow"]["experiment"] == "team-x"
+
+
+def test_wandb_and_an_address_with_a_password_are_one_line_with_where_exit_2(tmp_path: Path) -> None:
+    proc = _render(tmp_path, "tracking:\n  wandb:\n    project: p\n")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert "jobs/t.yaml:3" in proc.stderr and "wandb is not built" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    proc = _render(tmp_path, f"tracking:\n  mlflow:\n    tracking_uri: http://u:{PASSWORD}@127.0.0.1:5000\n")
+    assert proc.returncode == 2 and "carries a password" in proc.stderr and PASSWORD not in proc.stderr
+
+
+def test_step_rows_become_metrics_with_their_step_and_time() -> None:
+    row = {"step": 7, "time": 1700000000.25, "loss": 0.5, "lr": 1, "trial": "t1", "flag": True}
+    assert metrics_of(row) == [
+        {"key": "t1/loss", "value": 0.5, "timestamp": 1700000000250, "step": 7},
+        {"key": "t1/lr", "value": 1.0, "timestamp": 1700000000250, "step": 7}]
+    assert metrics_of({"time": 1.0, "loss": 1.0}) == []  # no step: not a step row
+
+
+def test_the_view_names_the_mlflow_run_and_what_was_not_sent() -> None:
+    assert tracking_lines(None) == []
+    sent = {"mlflow": {"url": "http://m/#/experiments/1/runs/abc", "run_id": "abc"}}
+    assert tracking_lines(sent) == ["mlflow:      http://m/#/experiments/1/runs/abc"]
+    unsent = {"mlflow": {"url": "http://m/r", "unsent": 12, "fault": "MLflow at http://m not reached",
+                         "resend": "rtjob track resend r-1"}}
+    assert tracking_lines(unsent)[1] == ("mlflow:      12 metric(s) not sent (MLflow at http://m not reached): "
+                                         "`rtjob track resend r-1` sends them")
