@@ -23,6 +23,7 @@ from .printing import echo, print_data, runs_table, say
 from .settings import settings_from
 
 if TYPE_CHECKING:
+    from ..core.model import RunInfo
     from ..core.record import RunRecord
 
 
@@ -81,14 +82,24 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         if output != "text":  # an index's rows print as their records would, without making 100,000 records
             print_data([record_summary(r) if isinstance(r, dict) else r.summary() for r in rows], output)
         else:
-            runs_table([(record_of(r) if isinstance(r, dict) else r).to_run_info() for r in rows])
+            runs_table([_listed(record_of(r), r.get("attempts")) if isinstance(r, dict) else _listed(r) for r in rows])
         return EXIT_SUCCEEDED
     settings = settings_from(None, None, (), False)
     if output != "text":
         print_data(listing.recorded_summaries(wanted, settings, PRINTED), output)
     else:
-        runs_table([r.to_run_info() for r in listing.recorded_runs(wanted, settings, PRINTED)])
+        runs_table([_listed(r) for r in listing.recorded_runs(wanted, settings, PRINTED)])
     return EXIT_SUCCEEDED
+
+
+def _listed(record: RunRecord, attempts: object = None) -> RunInfo:
+    """A listed run as its verdict says it (core/verdict.py; an index row: the attempts its entry counted)."""
+    import dataclasses
+
+    from ..core.verdict import of_record
+
+    info = of_record(record).onto(record.to_run_info())
+    return dataclasses.replace(info, attempts=max(info.attempts, attempts)) if isinstance(attempts, int) else info
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -140,9 +151,10 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
                steps: list[dict[str, Any]] | None = None) -> str:
     """A run's summary: what a person asks first (status, times, attempts, command, storage), then the facts worth a
     line; the request only with ``with_request`` (`show --request`); a pipeline's steps when it has them."""
+    from ..core.verdict import of_record
     from .printing import carrier_text, command_text, run_dir_text, run_text, size, stamp, timeline_text
 
-    info = record.to_run_info()
+    info = of_record(record).onto(record.to_run_info())
     git = record.git or {}
     lines = [run_text(info)]  # ends with its storage: what the script got as its folder beside it
     if record.storage_uri:

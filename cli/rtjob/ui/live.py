@@ -38,8 +38,11 @@ async def run_json(request: Request) -> Response:
     except (NotFound, RtjobError) as exc:
         return JSONResponse({"error": clean(str(exc))}, status_code=failed(exc, 404))
     info = story.info
+    from ..core.verdict import of_record
+
     told = {"status": info.status.value, "message": info.message, "exit_code": info.exit_code,
-            "start_time": info.start_time, "end_time": info.end_time}
+            "start_time": info.start_time, "end_time": info.end_time,
+            "verdict": of_record(record).to_json() if not record.steps else None}
     return JSONResponse(clean_data({**record.to_json(), **told}))
 
 
