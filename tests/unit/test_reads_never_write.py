@@ -145,3 +145,19 @@ def test_the_uis_routes_write_nothing_to_the_storage(team: tuple[Path, dict[str,
     assert json.loads(lost)["status"] == "UNKNOWN"
     if source == "storage":  # the team's list says what the run's page says
         assert rows["lost-1"]["status"] == "UNKNOWN" and rows["retry-1"]["attempts"] == 2
+
+
+def test_the_client_that_writes_a_runs_end_compacts_the_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compaction moved from the readers to the writers: the client's end write folds the entries left over."""
+    from rtjob.runs.events import Quiet
+    from rtjob.runs.lifecycle.archive import compact_index
+
+    store = tmp_path / "store"
+    ended = [write_run(store, f"c-{i}", "train") for i in range(3)]
+    monkeypatch.setattr(index, "COMPACT_AFTER", 2)
+    with index.index_objects(str(store)) as objects:
+        assert index.read_index(objects).leftover() >= 2
+    compact_index(ended[-1], Quiet())
+    with index.index_objects(str(store)) as objects:
+        snapshot = index.read_index(objects)
+        assert snapshot.leftover() == 0 and {row["id"] for row in snapshot.runs()} == {"c-0", "c-1", "c-2"}
