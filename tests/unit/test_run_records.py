@@ -273,10 +273,11 @@ def test_local_links_are_not_followed(tmp_path: Path) -> None:
     assert list_records(str(tmp_path / "nothing-here"), None).records == []
 
 
-def test_status_of_anothers_run_keeps_their_record_and_archives_the_log(s3_env: S3Server, tmp_path: Path) -> None:
+def test_wait_of_anothers_run_keeps_their_record_and_archives_the_log(s3_env: S3Server, tmp_path: Path) -> None:
     """A teammate asks about a run someone else submitted (a real Ray Jobs API stand-in on loopback, real S3):
-    their record in storage keeps its spec and gains the archived log; a run with no record in storage gets
-    none written there (its log is archived on this machine)."""
+    `status` only reads (their record is left as it is); `wait`, which carries the run, archives it: their record
+    in storage keeps its spec and gains the archived log; a run with no record in storage gets none written there
+    (its log is archived on this machine)."""
     import json
 
     from support.cli import base_env, run_in_process
@@ -299,9 +300,13 @@ def test_status_of_anothers_run_keeps_their_record_and_archives_the_log(s3_env: 
 
     env = {**base_env(tmp_path / "home"), **s3_env.env(), "AWS_EC2_METADATA_DISABLED": "true"}
     with StandIn(respond) as server:
-        for run_id in ("r-theirs", "r-seen"):
-            proc = run_in_process("status", run_id, "--backend", "ray", "--address", server.address, env=env)
-            assert proc.returncode == 0, proc.stderr
+        for command in ("status", "wait"):
+            for run_id in ("r-theirs", "r-seen"):
+                proc = run_in_process(command, run_id, "--backend", "ray", "--address", server.address, env=env)
+                assert proc.returncode == 0, proc.stderr
+            if command == "status":  # a read: their record is left as it is
+                unchanged = read_record(f"s3://{BUCKET}/team/a/r-theirs", s3_env.endpoint)
+                assert unchanged is not None and unchanged.status == "RUNNING"
     kept = read_record(f"s3://{BUCKET}/team/a/r-theirs", s3_env.endpoint)
     assert kept is not None and kept.spec == {"document": {"name": "a"}} and kept.user == "alice"
     assert kept.status == "SUCCEEDED" and kept.archived and kept.logs == ["logs/driver.log"]

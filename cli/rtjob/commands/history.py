@@ -23,6 +23,7 @@ from .printing import echo, print_data, runs_table, say
 from .settings import settings_from
 
 if TYPE_CHECKING:
+    from ..core.model import RunInfo
     from ..core.record import RunRecord
 
 
@@ -81,7 +82,7 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         if output != "text":  # an index's rows print as their records would, without making 100,000 records
             print_data([record_summary(r) if isinstance(r, dict) else r.summary() for r in rows], output)
         else:
-            runs_table([_listed(record_of(r) if isinstance(r, dict) else r) for r in rows])
+            runs_table([_listed(record_of(r), r.get("attempts")) if isinstance(r, dict) else _listed(r) for r in rows])
         return EXIT_SUCCEEDED
     settings = settings_from(None, None, (), False)
     if output != "text":
@@ -91,11 +92,14 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
     return EXIT_SUCCEEDED
 
 
-def _listed(record: RunRecord) -> RunInfo:
-    """A record as its row in `runs`, with its attempts ("SUCCEEDED (2 attempts)") as `list` and the UI say them."""
+def _listed(record: RunRecord, attempts: object = None) -> RunInfo:
+    """A listed run as its verdict says it (core/verdict.py; an index row: the attempts its entry counted)."""
     import dataclasses
 
-    return dataclasses.replace(record.to_run_info(), attempts=max(1, len(record.attempts)))
+    from ..core.verdict import of_record
+
+    info = of_record(record).onto(record.to_run_info())
+    return dataclasses.replace(info, attempts=max(info.attempts, attempts)) if isinstance(attempts, int) else info
 
 
 @click.command(epilog=EXIT_CODES_HELP)
@@ -147,11 +151,12 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
                steps: list[dict[str, Any]] | None = None) -> str:
     """A run's summary: what a person asks first (status, times, attempts, command, storage), then the facts worth a
     line; the request only with ``with_request`` (`show --request`); a pipeline's steps when it has them."""
+    from ..core.verdict import of_record
     from ..runs.tracking_view import tracking_lines
     from .describe import command_text, run_dir_text, size
     from .printing import carrier_text, run_text, stamp, timeline_text
 
-    info = record.to_run_info()
+    info = of_record(record).onto(record.to_run_info())
     if steps:  # a pipeline: its start, end and duration are its steps' where its record has none
         import dataclasses
 

@@ -139,7 +139,7 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     if ended.run_status.terminal:  # its supervisor (or follower) recorded its end: that stands, its steps as recorded
         steps, status = step_infos(be, ended, storage_root), ended.run_status
     else:
-        steps, status = pipeline_state(be, record, storage_root)
+        steps, status = pipeline_state(be, record, storage_root, carry=repair)
     carrier = supervisor_state(be, dataclasses.replace(record.to_run_info(), status=status),
                          PRINTED.note if repair else None)
     if carrier is not None and not carrier.alive and not status.terminal and not repair:

@@ -58,8 +58,8 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     from ..runs.view import dead_supervisor, look
 
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
-    attempts_of = functools.cache(be.attempts)  # a run seen ended here is archived with them: asked once
-    view = look(be, run_id, storage_root, PRINTED, attempts_of)
+    attempts_of = functools.cache(be.attempts)  # --repair archives a run seen ended with them: asked once
+    view = look(be, run_id, storage_root, PRINTED, attempts_of, carry=repair)  # a read writes nothing shared
     info, record = view.info, view.record
     if view.pipeline:  # a pipeline run: its steps' runs
         from .pipeline import pipeline_status
@@ -143,7 +143,6 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --job ddp-resnet --limit 5 -o json
       rtjob list --backend anyscale
     """
-    from ..runs.lifecycle.archive import archive_ended
     from ..runs.places import on_this_machine
     from ..runs.view import fold_retries, with_recorded_times
     from ..storage.run_filter import RunFilter
@@ -159,7 +158,6 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
         raise Unreachable(f"{exc.message}; rtjob runs lists the runs rtjob knows (they outlive the cluster)") \
             from None
     listed = fold_retries(listed)  # a retried run is one row: its latest attempt's status
-    archive_ended(be, listed, PRINTED)  # runs submitted with --no-wait that ended since: their records completed
     runs = with_recorded_times(wanted.apply(listed))  # an ended run's duration as every other command shows it
     if output != "text":
         print_data([{**run_json(r), "attempts": r.attempts} for r in runs], output)
@@ -254,7 +252,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     timeout_s = parse_timeout(timeout)
     be, storage_root = backend_for_run(run_id, backend, address, headers, no_verify_tls)
-    view = look(be, run_id, storage_root, PRINTED)
+    view = look(be, run_id, storage_root, PRINTED, carry=True)  # wait carries the run: an end seen is archived
     info, record = view.info, view.record
     if view.pipeline:  # a pipeline run: its submitted steps, then its outcome
         from .pipeline import pipeline_wait
@@ -299,7 +297,7 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     from ..runs.events import Quiet
     from ..runs.view import look, one_story
 
-    view = look(be, run_id, storage_root, Quiet())
+    view = look(be, run_id, storage_root, Quiet(), carry=True)
     if view.pipeline:  # a pipeline run: its supervisor and the step running now
         from ..runs.lifecycle.stopping import stop_pipeline
         from ..runs.pipelines.steps import pipeline_state
@@ -308,7 +306,7 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         stopped = stop_pipeline(be, view.record)
         for one in stopped:
             say(f"{one.id}: {one.status.value}")
-        steps, final = pipeline_state(be, view.record, storage_root)  # its final state, as `status` reads it
+        steps, final = pipeline_state(be, view.record, storage_root, carry=True)  # its final state, as `status` reads it
         if output != "text":
             print_data({"id": run_id, "status": final.value, "stopped": [run_json(one) for one in stopped],
                         "steps": [{"name": step.get("name"), "id": step.get("run_id"),

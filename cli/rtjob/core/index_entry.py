@@ -9,6 +9,7 @@ from typing import Any
 
 from . import clock
 from .record import RunRecord
+from .verdict import end_reason, of_entry, recorded_state
 
 # The fields `rtjob runs` prints and filters on: RunRecord.summary()'s keys, and user, pipeline.
 FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time", "storage_uri", "exit_code",
@@ -17,18 +18,36 @@ FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time",
 # What an entry holds besides: the number of attempts so far, the run's duration (None until it has both ends), its
 # tags and its job's args (the job document's, then its --set overrides: what the run ran with; secrets are masked
 # in the recorded spec already) and its final metrics (the last epoch row's numbers, the epoch itself left out).
-DETAILS = ("attempts", "duration_s", "tags", "args", "final_metrics")
+# What the run's verdict needs (core/verdict.of_entry): who carries it and when it was last seen (a listing reads
+# the record of a run not ended for its latest beat), who wrote its end, the end's reason, whether its outputs are
+# all stored; so the team's list says what `status` says.
+DETAILS = ("attempts", "duration_s", "tags", "args", "final_metrics", "carried_by", "last_seen", "completed_by",
+           "reason", "outputs")
 
 
 def entry_of(record: RunRecord) -> dict[str, Any]:
     """The run's listed fields and its DETAILS."""
     last = (record.metrics or {}).get("last") if isinstance(record.metrics, dict) else None
     finals = {k: v for k, v in (last or {}).items() if k != "epoch" and _number(v)} if isinstance(last, dict) else {}
-    return {**record.summary(), "user": record.user, "pipeline": record.pipeline,
+    status, message, exit_code = recorded_state(record)  # a retried run: one story, its last attempt's end
+    told = {"status": status.value, "message": message, "exit_code": exit_code}
+    return {**record.summary(), **told, "user": record.user, "pipeline": record.pipeline,
             "attempts": len(record.attempts) or 1,
             "duration_s": duration_s(record.start_time or record.submitted_at, record.end_time),
             "tags": {k: str(v) for k, v in recorded_part(record, "tags").items()},
-            "args": recorded_part(record, "args"), "final_metrics": finals}
+            "args": recorded_part(record, "args"), "final_metrics": finals,
+            "carried_by": record.carried_by, "last_seen": record.last_seen, "completed_by": record.completed_by,
+            "reason": end_reason(record).value, "outputs": record.outputs}
+
+
+def seen_row(row: dict[str, Any], now: Any = None) -> dict[str, Any]:
+    """A listed row as its run's verdict says it (core/verdict.py): status, message, times, duration, attempts,
+    reason and line as `status` prints them."""
+    seen = of_entry(row, now)
+    return {**row, "status": seen.status.value, "message": seen.message, "start_time": seen.started,
+            "end_time": seen.ended, "duration_s": seen.duration_s, "attempts": seen.attempts,
+            "reason": seen.reason.value, "line": seen.line, "carried_by": row.get("carried_by"),
+            "last_seen": seen.last_seen, "outputs_complete": seen.outputs_complete}
 
 
 def recorded_part(record: RunRecord, name: str) -> dict[str, Any]:

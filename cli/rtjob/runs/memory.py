@@ -17,7 +17,7 @@ from ..core import lifecycle
 from ..core.clock import now_iso
 from ..core.errors import BadInput, RtjobError, StorageError, Unreachable
 from ..core.lifecycle import IllegalTransition, merge
-from ..core.model import RunInfo, RunStatus
+from ..core.model import RunInfo
 from ..core.record import RunRecord
 from .places import writable_here
 
@@ -172,23 +172,28 @@ def find(run_id: str, storage_root: str | None = None, endpoint: str | None = No
 
 
 def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[RunInfo, RunRecord | None]:
-    """The run as its backend reports it, else as its record remembers it: the backend does not know it (its
-    cluster stopped, restarted or is another), or cannot be reached and the record says the run ended. The record
-    is returned when the answer came from it."""
+    """The run as its backend reports it, else as its record (with what its run side wrote since: lifecycle.merge)
+    remembers it, through the one verdict (core/verdict.py): the backend does not know it (its cluster stopped,
+    restarted or is another: a record no run side carries is CLUSTER_GONE), or cannot be reached and the record
+    answers (an end, a pipeline, a run side that beats: a teammate's run is never blamed on a cluster here). The
+    record is returned when the answer came from it."""
     try:
         return backend.status(run_id), None
     except (BadInput, Unreachable) as exc:
         try:
             record = find(run_id, storage_root)
+            record = None if record is None else with_run_side(record)
         except StorageError:
             raise  # the storage that may know the run cannot be read (exit 3): never "no such run"
         except RtjobError:
             record = None
         if record is None:
             _raise_unknown(backend, run_id, exc)
-        if record is None or (isinstance(exc, Unreachable) and not record.run_status.terminal):
             raise exc from None
-        return remembered_info(record), record
+        carried = bool(record.run_status.terminal or record.steps or record.carried_by)
+        if isinstance(exc, Unreachable) and not carried:
+            raise exc from None  # only the cluster knows how a run nothing else carries goes on
+        return remembered_info(record, cluster_forgot=not carried), record
 
 
 def _raise_unknown(backend: Backend, run_id: str, exc: BadInput | Unreachable) -> None:
@@ -224,12 +229,9 @@ def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
     return record.backend, address
 
 
-def remembered_info(record: RunRecord) -> RunInfo:
-    """What a record says of a run its cluster no longer knows: an end never seen is UNKNOWN, not RUNNING."""
-    from ..core.lifecycle import forgotten
+def remembered_info(record: RunRecord, *, cluster_forgot: bool = True) -> RunInfo:
+    """What a record says of a run its cluster no longer knows (``cluster_forgot``: an end never seen is UNKNOWN,
+    not RUNNING), as the run's verdict (core/verdict.py) says it."""
+    from ..core.verdict import of_record
 
-    info = record.to_run_info()
-    why = forgotten(record)
-    if why is not None:
-        info.status, info.message = RunStatus.UNKNOWN, why
-    return info
+    return of_record(record, cluster_forgot=cluster_forgot).onto(record.to_run_info())

@@ -4,8 +4,10 @@
 The answer comes from the first source that knows the run: its backend (live), else its record (the ledger's, or
 the one in the run's storage), else, for a pipeline run, its record and its steps' records. A retried run is one run
 whatever the source: its first attempt's id and start, its latest attempt's status, message, exit code and end (one
-duration), and its attempts. Looking never acts: a dead supervisor is reported (``dead_supervisor``), replaced only
-by the commands that carry a run (`wait`, `submit`, `status --repair`)."""
+duration), and its attempts, as the one verdict (core/verdict.py) says it. Looking never acts: nothing is written to
+the run's storage or its index and no cluster is acted on (a dead supervisor is reported: ``dead_supervisor``);
+only the commands that carry a run (`submit`, `wait`, `stop`, `status --repair`, `local down`) archive what they
+saw (``look(..., carry=True)``). This machine's ledger is a cache of verdicts: a look may refresh its row."""
 
 from __future__ import annotations
 
@@ -72,21 +74,11 @@ def fold_retries(listed: list[RunInfo]) -> list[RunInfo]:
 
 
 def recorded_story(info: RunInfo, record: RunRecord) -> RunInfo:
-    """What a record says of a run, as one story: its attempts counted, and where its last recorded attempt ended
-    otherwise than the record's status says (a record written before the retry's end was seen), that end."""
-    if len(record.attempts) <= 1:
-        return info
-    last = record.attempts[-1]
-    info = dataclasses.replace(info, attempts=len(record.attempts))
-    try:
-        status = RunStatus(str(last.get("status")))
-    except ValueError:
-        return info
-    if status.terminal and status != info.status:
-        exit_code = last.get("exit_code")
-        return dataclasses.replace(info, status=status, exit_code=exit_code if isinstance(exit_code, int) else None,
-                                   message=f"attempt {len(record.attempts)} ({last.get('id')}) ended {status.value}")
-    return info
+    """What a record says of a run, as one story (the verdict's: its attempts counted, its last recorded attempt's
+    end where that is newer than the record's status), over ``info``, the record's own RunInfo."""
+    from ..core.verdict import of_record
+
+    return of_record(record).onto(info)
 
 
 def _latest(backend: Backend, info: RunInfo, attempts: Attempts | None) -> tuple[RunInfo, str]:
@@ -104,25 +96,23 @@ def _latest(backend: Backend, info: RunInfo, attempts: Attempts | None) -> tuple
 
 
 def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEvents,
-         attempts_of: AttemptsOf | None = None) -> RunView:
-    """What rtjob knows of ``run_id`` (see the module's docstring); what it learned is kept (archive.observe: an
-    ended run archived; a record found only in storage remembered here). Raises as memory.lookup does when nothing
-    knows the run."""
-    from .lifecycle.archive import observe
+         attempts_of: AttemptsOf | None = None, *, carry: bool = False) -> RunView:
+    """What rtjob knows of ``run_id`` (see the module's docstring). ``carry`` (a command that carries the run):
+    what it learned is archived (archive.observe: an ended run's record, logs and index entry written) and a record
+    found only in storage remembered here; else nothing is written but this ledger's cached row. Raises as
+    memory.lookup does when nothing knows the run."""
     from .memory import lookup, remember
 
     asked: AttemptsOf = attempts_of or functools.cache(backend.attempts)
-    try:
-        info, record = lookup(backend, run_id, storage_root)
-    except Unreachable as exc:
-        info, record = _unreachable(run_id, storage_root, exc)
+    info, record = lookup(backend, run_id, storage_root)
     if record is not None:
-        remember(record)
+        if carry:
+            remember(record)
         if record.steps:
             return RunView(_pipeline_info(record), record, None, record.id)
         attempts = Attempts.recorded(record.attempts) if record.attempts else None
         latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
-        return RunView(recorded_story(info, record), record, attempts, latest)
+        return RunView(info, record, attempts, latest)
     if backend.pipeline_steps_inside:
         pipeline = _hosted_pipeline(info)
         if pipeline is not None:
@@ -132,14 +122,36 @@ def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEve
     except RtjobError:
         attempts = None
     story, latest = _latest(backend, info, attempts)
-    recorded = observe(backend, story, events, attempts_of=asked)
-    return RunView(recorded_times(story, recorded), None, attempts, latest)
+    if carry:
+        from .lifecycle.archive import observe
+
+        archived = observe(backend, story, events, attempts_of=asked)
+        return RunView(recorded_times(story, archived), None, attempts, latest)
+    return RunView(_seen_live(story), None, attempts, latest)
+
+
+def _seen_live(story: RunInfo) -> RunInfo:
+    """A run its backend answers for, as the verdict says it: the backend's state, unless the run side's end in its
+    storage stands; times from the record (milliseconds kept). The ledger's row is refreshed (a cache)."""
+    from ..core.verdict import verdict
+    from .events import Quiet
+    from .memory import keep, ledger, stored
+
+    try:
+        row = ledger().get(story.id)
+    except RtjobError:
+        row = None
+    in_storage = stored(story) if row is None or not row.archived else None
+    seen = verdict(in_storage, row, story).onto(story)
+    if row is not None and not row.archived and row.observe(dataclasses.replace(seen, id=row.id)):
+        keep(row, Quiet())  # the ledger caches what was seen; its archive is a carrier's
+    return seen
 
 
 def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None) -> RunView | None:
-    """``look``'s read-only variant (`rtjob ui`): the run as its records tell it (the ledger's, else the one in
-    ``storage_root``, with what its run side wrote since), the same story as ``look`` tells from a record; no
-    backend asked, nothing started, repaired or written. None: no record of it."""
+    """``look``'s variant that asks no backend (`rtjob ui`): the run as its records tell it (the ledger's, else the
+    one in ``storage_root``, with what its run side wrote since), the same verdict as ``look`` tells from a record;
+    nothing started, repaired or written. None: no record of it."""
     from .memory import find, with_run_side
 
     record = find(run_id, storage_root, endpoint)
@@ -147,7 +159,7 @@ def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None)
         return None
     record = record if record.archived else with_run_side(record, strict=True)
     if record.steps:
-        return RunView(record.to_run_info(), record, None, record.id)
+        return RunView(_pipeline_info(record, merged=True), record, None, record.id)
     attempts = Attempts.recorded(record.attempts) if record.attempts else None
     latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
     return RunView(recorded_story(record.to_run_info(), record), record, attempts, latest)
@@ -163,31 +175,16 @@ def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
 
 
 def with_recorded_times(listed: list[RunInfo]) -> list[RunInfo]:
-    """`rtjob list`: each ended run's times as this ledger recorded them (recorded_times)."""
+    """`rtjob list`: each run as its verdict says it (a backend's row, this ledger's record of it: one source of
+    times, so `list` shows the duration `status` shows)."""
+    from ..core.verdict import verdict
     from .memory import ledger
 
     try:
         book = ledger()
-        return [recorded_times(info, book.get(info.id)) if info.status.terminal else info for info in listed]
+        return [verdict(None, book.get(info.id), info).onto(info) for info in listed]
     except RtjobError:
         return listed
-
-
-def _unreachable(run_id: str, storage_root: str | None, error: Unreachable) -> tuple[RunInfo, RunRecord]:
-    """The backend cannot be reached and the ledger's record has not seen the run end: the record as the run side
-    wrote it in the run's storage (a pipeline's supervisor, a run's companion) answers when it has the run's end or
-    the run is a pipeline (its steps answer from their records); else the backend's error stands."""
-    from .memory import find, remembered_info, with_run_side
-
-    try:
-        record = find(run_id, storage_root)
-    except RtjobError:
-        record = None
-    if record is not None:
-        record = with_run_side(record)
-        if record.steps or record.run_status.terminal:
-            return remembered_info(record), record
-    raise error
 
 
 def _hosted_pipeline(info: RunInfo) -> RunRecord | None:
@@ -203,11 +200,13 @@ def _hosted_pipeline(info: RunInfo) -> RunRecord | None:
     return found if found is not None and found.steps else None
 
 
-def _pipeline_info(record: RunRecord) -> RunInfo:
-    """A pipeline run's record as the run its supervisor (or its follower) wrote: its own end stands."""
+def _pipeline_info(record: RunRecord, merged: bool = False) -> RunInfo:
+    """A pipeline run's record as the run its supervisor (or its follower) wrote: its own end stands (``merged``:
+    the run side's record is joined already)."""
     from .memory import with_run_side
 
-    return with_run_side(record).to_run_info()
+    record = record if merged else with_run_side(record)
+    return recorded_story(record.to_run_info(), record)
 
 
 def dead_supervisor(backend: Backend, view: RunView) -> str | None:
@@ -235,8 +234,8 @@ def dead_supervisor(backend: Backend, view: RunView) -> str | None:
 
 def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
     """`rtjob runs`: ask the current backend about the listed runs it ran whose end rtjob has not seen yet, each as
-    one story (a retried run's latest attempt; an ended one archived). A backend that cannot be reached is asked no
-    more: the ledger's state is shown."""
+    one story (a retried run's latest attempt). A backend that cannot be reached is asked no
+    more: the ledger's state is shown. Nothing is archived: the ledger's rows are refreshed (a cache)."""
     for record in records:
         if record.archived or record.backend != backend.name:
             continue

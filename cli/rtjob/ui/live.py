@@ -42,9 +42,12 @@ async def run_json(request: Request) -> Response:
     except (NotFound, RtjobError) as exc:
         return JSONResponse({"error": clean(str(exc))}, status_code=failed(exc, 404))
     info = story.info
+    from ..core.verdict import of_record
+
     told = {"status": info.status.value, "message": end_line(info.message, info.status.value),
             "exit_code": info.exit_code, "start_time": info.start_time, "end_time": info.end_time}
-    return JSONResponse(clean_data(api_times({**record.to_json(), **told})))
+    verdict = api_times(of_record(record).to_json()) if not record.steps else None
+    return JSONResponse(clean_data({**api_times({**record.to_json(), **told}), "verdict": verdict}))
 
 
 # The API's times, as every view prints one (UTC to the second, with a Z): the record's own keys and the story's.

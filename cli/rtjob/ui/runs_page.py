@@ -1,6 +1,6 @@
 """The runs page as plain data: one page of runs (this machine's ledger, or a team's storage through its index) that
 the one run filter keeps (storage/run_filter.py), sorted and paged. Never writes to a run's storage (the index
-listing is asked not to compact; only this machine's ledger learns the team runs it lists, as `rtjob runs --storage`
+listing never compacts; only this machine's ledger learns the team runs it lists, as `rtjob runs --storage`
 does). Unredacted: the routes pass it through the redaction boundary (safety.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import BadInput
-from ..core.index_entry import entry_of
+from ..core.index_entry import entry_of, seen_row
 from ..core.record import RunRecord
 from ..storage.run_filter import RunFilter
 from .table import table_row
@@ -80,7 +80,7 @@ def runs_page(query: RunsQuery, storage: str | None, endpoint: str | None) -> Ru
     shown = rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
     if not storage:
         shown = _with_records(shown)
-    return RunsPage([table_row(row) for row in shown], total, page, pages, source, problems)
+    return RunsPage([table_row(seen_row(row)) for row in shown], total, page, pages, source, problems)
 
 
 def _with_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -108,7 +108,7 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
     rows = [entry_of(r) for r in book.query(**filters, limit=page * PAGE_SIZE)[(page - 1) * PAGE_SIZE:]]
     problems.extend(book.warnings)
     book.warnings.clear()
-    return RunsPage([table_row(row) for row in rows], total, page, pages, "ledger", problems)
+    return RunsPage([table_row(seen_row(row)) for row in rows], total, page, pages, "ledger", problems)
 
 
 def _ledger_rows(wanted: RunFilter, problems: list[str]) -> list[dict[str, Any]]:
@@ -131,6 +131,6 @@ def _storage_rows(wanted: RunFilter, storage: str, endpoint: str | None,
                   problems: list[str]) -> list[dict[str, Any]]:
     from ..runs.history.listing import storage_rows
 
-    found, more = storage_rows(storage, endpoint, wanted, compact=False)
+    found, more = storage_rows(storage, endpoint, wanted)
     problems.extend(more)
     return [entry_of(row) if isinstance(row, RunRecord) else dict(row) for row in found]

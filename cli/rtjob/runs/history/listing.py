@@ -37,7 +37,31 @@ def _listing(wanted: RunFilter, settings: Settings, events: RunEvents) -> tuple[
             from ..view import refresh
 
             refresh(backend, pending, events)
+    _cache_run_side(book)
     return book, {**wanted.ledger_query(), "limit": wanted.limit}
+
+
+def _cache_run_side(book: Ledger) -> None:
+    """This ledger's rows of runs not ended refreshed from their records in storage (what their run side wrote
+    since: an end, a beat), so `rtjob runs` says what `status` says. The ledger is a cache: nothing else written. A
+    storage that cannot be read is asked no more (the rows stay as they are)."""
+    from ...core.errors import StorageError
+    from ..events import Quiet
+    from ..memory import keep, with_run_side
+
+    try:
+        going = [record for record in book.unarchived() if not record.run_status.terminal][:BEATS_AT_MOST]
+    except RtjobError:
+        return
+    for record in going:
+        try:
+            merged = with_run_side(record, strict=True)
+        except StorageError:
+            return
+        except RtjobError:
+            continue
+        if merged.dumps() != record.dumps():
+            keep(merged, Quiet())
 
 
 def _warnings(book: Ledger, events: RunEvents) -> None:
@@ -66,15 +90,16 @@ REMEMBER_AT_MOST = 200  # runs listed from an index whose full records are read 
 
 
 def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, reindex: bool = False,
-                 compact: bool = True) -> tuple[list[Any], list[str]]:
+                 compact: bool = False) -> tuple[list[Any], list[str]]:
     """A team's runs, newest first, as ``wanted`` keeps them: from the run index beside the records
     (storage/index.py; ``reindex``: rebuilt from the records first) as rows (storage.index.record_of makes each a
     record, index.record_summary its JSON: a listing of 100,000 runs makes no 100,000 records to print their
     summaries), else, for a root with no index yet, by the records themselves. Runs this ledger does not know are
     remembered in it (their full records: all of them when listed from the records, the first REMEMBER_AT_MOST when
     listed from the index), so `status`, `logs`, `show`, `results`, `pull` and `rerun` find them from now on.
-    ``compact`` False: the listing never writes to the storage (`rtjob ui` is read-only), however many index
-    entries are left over."""
+    Each row says its run's verdict (core/verdict.py; a run not ended: from its record's latest beat, so a run
+    whose companion stopped beating reads as `status` reads it). A read never writes to the storage: the index is
+    compacted by its writers (the client's end write) or by ``reindex``; ``compact`` is for those."""
     from ...storage.index import COMPACT_AFTER, index_objects, list_indexed, rebuild
 
     problems: list[str] = []
@@ -87,10 +112,32 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, reindex:
         if indexed is None:
             records, found = _by_records(root, endpoint, wanted, problems)
             return list(records), found
-        _remember_full(indexed.rows[:REMEMBER_AT_MOST], root, objects, endpoint, indexed.problems)
+        beats = _remember_full(indexed.rows[:REMEMBER_AT_MOST], root, objects, endpoint, indexed.problems)
+        beats.update(_beats([r for r in indexed.rows if r.get("id") not in beats], root, objects, endpoint))
     finally:
         objects.close()
-    return indexed.rows, problems + indexed.problems
+    return [_seen(row, beats.get(str(row.get("id")))) for row in indexed.rows], problems + indexed.problems
+
+
+_ENDS = ("SUCCEEDED", "FAILED", "STOPPED")
+BEATS_AT_MOST = 100  # runs not ended whose records a listing reads for their latest beat
+
+
+def _seen(row: dict[str, Any], record: RunRecord | None) -> dict[str, Any]:
+    """The row as its run's verdict says it: from its record's latest beat where that was read."""
+    from ...core.index_entry import entry_of, seen_row
+
+    if record is None or row.get("status") in _ENDS:
+        return seen_row(row)  # an end listed is the end its writer wrote
+    return seen_row({**row, **entry_of(record)})
+
+
+def _beats(rows: list[dict[str, Any]], root: str, objects: Objects, endpoint: str | None) -> dict[str, RunRecord]:
+    """The records of listed runs not ended whose entry names a carrier (its beats are in its record only)."""
+    going = [row for row in rows if row.get("carried_by") and row.get("storage_uri")
+             and row.get("status") not in _ENDS][:BEATS_AT_MOST]
+    found = _read_records(going, root, objects, endpoint)
+    return {record.id: record for record in found if record is not None}
 
 
 def _by_records(root: str, endpoint: str | None, query: RunFilter,
@@ -112,20 +159,32 @@ def _by_records(root: str, endpoint: str | None, query: RunFilter,
 
 
 def _remember_full(rows: list[dict[str, Any]], root: str, objects: Objects, endpoint: str | None,
-                   problems: list[str]) -> None:
+                   problems: list[str]) -> dict[str, RunRecord]:
     """The full records of listed runs this ledger does not know, read from their folders and remembered (one
-    transaction). A folder below ``root`` is read through the listing's own ``objects`` (no client per record)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from ...core.record import RunRecord
-    from ...storage.records import MAX_RECORD_BYTES, RUN_RECORD_FILE, read_record
-
+    transaction; the ledger is this machine's cache). Returns those read, by id."""
     try:
         book = ledger()
         unknown = [row for row in rows if row.get("storage_uri") and book.get(row["id"]) is None]
     except RtjobError as exc:
         problems.append(f"run ledger not updated: {one_line(exc)}")
-        return
+        return {}
+    found = [record for record in _read_records(unknown, root, objects, endpoint) if record is not None]
+    try:
+        book.save_many(iter(found))
+    except RtjobError as exc:
+        problems.append(f"run ledger not updated: {one_line(exc)}")
+    return {record.id: record for record in found}
+
+
+def _read_records(rows: list[dict[str, Any]], root: str, objects: Objects,
+                  endpoint: str | None) -> list[RunRecord | None]:
+    """The listed runs' records, read from their folders (a folder below ``root`` through the listing's own
+    ``objects``: no client per record); None for one that cannot be read."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ...core.record import RunRecord
+    from ...storage.records import MAX_RECORD_BYTES, RUN_RECORD_FILE, read_record
+
     below = root.rstrip("/") + "/"
 
     def full(row: dict[str, Any]) -> RunRecord | None:
@@ -139,15 +198,10 @@ def _remember_full(rows: list[dict[str, Any]], root: str, objects: Objects, endp
         except RtjobError:
             return None  # listed from the index all the same; `rtjob show ID --storage ROOT` reads it later
 
-    if len(unknown) > 1:
+    if len(rows) > 1:
         with ThreadPoolExecutor(16, thread_name_prefix="rtjob-remember") as pool:
-            found = list(pool.map(full, unknown))
-    else:
-        found = [full(row) for row in unknown]
-    try:
-        book.save_many(record for record in found if record is not None)
-    except RtjobError as exc:
-        problems.append(f"run ledger not updated: {one_line(exc)}")
+            return list(pool.map(full, rows))
+    return [full(row) for row in rows]
 
 
 def prune(older_than_s: float) -> int:
@@ -166,8 +220,8 @@ def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRe
 
     try:
         backend = get_backend(settings)
-        if backend.name == record.backend and not record.steps:  # observed as one story (view.look): a retried
-            look(backend, record.id, None, events)                # run's latest attempt; an ended one archived
+        if backend.name == record.backend and not record.steps:  # seen as one story (view.look): a retried
+            look(backend, record.id, None, events)                # run's latest attempt; the ledger refreshed
             record = ledger().get(record.id) or record
     except RtjobError:
         pass

@@ -1,6 +1,7 @@
 """A run seen ended is archived: its final record, each attempt's driver log beside it, its attempts, cost and
-metrics summary. Every use case that sees a run (status, wait, logs, list, runs, show, a follow to the end,
-`local down`) calls ``observe`` here, so the next command that sees a run ended completes its record. A run
+metrics summary. The commands that carry a run (a follow to the end: submit, wait; stop; status --repair;
+`local down`) call ``observe`` here; a read (status, show, logs, list, runs, the UI) never does: it writes nothing
+shared. The client that writes a run's end also compacts the team's index (``compact_index``). A run
 without storage this machine can write archives its logs under ``$RTJOB_HOME/runs/<id>/``."""
 
 from __future__ import annotations
@@ -123,8 +124,32 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             saved.metrics = quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
             if saved.metrics:
                 break
-    return write(record, functools.partial(lifecycle.archived, status=status, saved=saved, message=message,
-                                           by=Writer.ARCHIVE), events)
+    written = write(record, functools.partial(lifecycle.archived, status=status, saved=saved, message=message,
+                                              by=Writer.ARCHIVE), events)
+    compact_index(written, events)
+    return written
+
+
+def compact_index(record: RunRecord, events: RunEvents) -> None:
+    """The team's index compacted by the client that wrote a run's end, once COMPACT_AFTER entries are left over
+    (a read never compacts: `rtjob runs --storage` and the UI only list). A compaction that fails is a warning:
+    the next end write, or `rtjob runs --storage ROOT --reindex`, does it."""
+    if not record.storage_uri or not writable_here(record.backend, record.storage_uri):
+        return
+    from ...storage.index import COMPACT_AFTER, list_indexed, root_of
+    from ...storage.run_filter import RunFilter
+
+    root = root_of(record.storage_uri, record.id)
+    if root is None:
+        return
+    try:
+        listed = list_indexed(root, record.storage_endpoint, RunFilter(limit=1), compact_after=COMPACT_AFTER)
+    except RtjobError as exc:
+        events.warning(f"run index not compacted: {exc.message}")
+        return
+    for line in listed.problems if listed is not None else []:
+        if line.startswith("run index not compacted"):
+            events.warning(line)
 
 
 def kept_outputs(run_id: str, log: str | None) -> dict[str, Any] | None:
@@ -179,17 +204,6 @@ def quiet(call: Callable[[], Any], events: RunEvents | None, what: str) -> Any:
         if events is not None:
             events.warning(f"{what} not archived: {exc.message}")
         return None
-
-
-def archive_ended(backend: Backend, runs: list[RunInfo], events: RunEvents) -> None:
-    """Runs a listing showed ended that the ledger has not archived yet (after `submit --no-wait`)."""
-    try:
-        pending = {r.id for r in ledger().unarchived(backend.name)}
-    except RtjobError:
-        return
-    for info in runs:
-        if info.id in pending and info.status.terminal:
-            observe(backend, info, events)
 
 
 def archived_log(record: RunRecord, tail_lines: int | None = None) -> Iterator[str]:

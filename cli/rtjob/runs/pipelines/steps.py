@@ -188,14 +188,16 @@ def step_infos(be: Backend, record: RunRecord,
     return out
 
 
-def pipeline_state(be: Backend, record: RunRecord,
-                   storage_root: str | None) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], RunStatus]:
+def pipeline_state(be: Backend, record: RunRecord, storage_root: str | None, *,
+                   carry: bool = False) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], RunStatus]:
     """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's status (recorded;
-    a pipeline its supervisor ended is as it recorded it)."""
+    a pipeline its supervisor ended is as it recorded it). ``carry`` (`stop`, `status --repair`): the status seen
+    is written to the pipeline's record; a read writes nothing."""
     steps = step_infos(be, record, storage_root)
     statuses = [info.status if info else None for _, info in steps]
     ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
-    record_progress(record, statuses, Quiet(), ended)
+    if carry:
+        record_progress(record, statuses, Quiet(), ended)
     # An end recorded stands: a stop that outlasted its supervisor was ended by the client that stopped it.
     return steps, record.run_status if record.run_status.terminal else ended or overall(statuses)
 
