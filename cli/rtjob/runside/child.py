@@ -88,8 +88,10 @@ class Child:
         self.started = time.monotonic()
         # relay: the entrypoint's output (stdout and stderr, as Ray's driver log holds both) through it, line by
         # line, to the companion's stdout, so what Ray keeps is masked too (a run with secrets).
-        pipe = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if relay is not None else {}
-        self.proc = subprocess.Popen(entrypoint, shell=True, env=dict(env), **pipe)  # noqa: S602 - Ray's own way
+        piped = relay is not None
+        self.proc = subprocess.Popen(entrypoint, shell=True, env=dict(env),  # noqa: S602 - Ray's own way
+                                     stdout=subprocess.PIPE if piped else None,
+                                     stderr=subprocess.STDOUT if piped else None)
         self._relay = threading.Thread(target=_relay, args=(self.proc.stdout, relay), daemon=True) if relay else None
         if self._relay is not None:
             self._relay.start()

@@ -154,7 +154,7 @@ class RunSecrets:
         self._publish()
 
     def _gcs(self) -> Any:
-        from ray._raylet import GcsClient
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
         return GcsClient(address=self.env[RAY_ADDRESS])
 
