@@ -23,7 +23,9 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-ENV_SECRETS = "RTJOB_SECRET_REFS"  # {NAME: REFERENCE} as JSON: references, never values (shown: redact.py)
+import rtjob_contract as contract
+
+ENV_SECRETS = contract.ENV_SECRET_REFS  # {NAME: REFERENCE} as JSON: references, never values (shown: redact.py)
 SEALED_PACKAGE = "rtjob_sealed"  # the py_modules folder that carries the client-held values
 SEALED_FILE = "values.json"  # inside it: {NAME: value}
 KV_NAMESPACE = "rtjob-secrets"  # Ray's internal KV: where the companion leaves the values for the run's workers
