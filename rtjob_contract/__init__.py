@@ -94,6 +94,7 @@ ENV_NOTIFY = "RTJOB_NOTIFY"
 # Experiment tracking (the job's `tracking:`), as JSON: {"mlflow": {"tracking_uri", "experiment"}, "params": {...},
 # "tags": {...}}. The params are the job's args as rendered, less any secret one (never a secret value here).
 ENV_TRACKING = "RTJOB_TRACKING"
+ENV_SECRET_REFS = "RTJOB_SECRET_REFS"  # a job's `secrets:` as {NAME: REFERENCE} JSON: references, never values
 NOTIFY_OUTCOMES = ("succeeded", "failed", "stopped", "retrying")  # what `notify: on:` may name
 NOTIFY_TARGET_TYPES = ("webhook", "slack", "apprise", "github")
 # What a `github` target sends: a repository_dispatch of this event type, the message's fields as its
@@ -103,6 +104,7 @@ GITHUB_API_URL = "https://api.github.com"
 
 
 ENV_NAMES = frozenset({
+    ENV_SECRET_REFS,
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
     ENV_USE_GPU, ENV_MAX_FAILURES, ENV_STORAGE_PATH, ENV_RUN_DIR, ENV_DATA_DIR, ENV_SCHEDULE,
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_INPUT_DIR, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,

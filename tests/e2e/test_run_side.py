@@ -288,3 +288,62 @@ def _companion_of(run_id: str) -> int:
         if b"rtjob.runside.companion" in cmdline and f"RTJOB_RUN_NAME={run_id}".encode() in environ:
             return int(pid)
     raise AssertionError(f"no companion process of {run_id}")
+
+
+SEALED_TOKEN = "sealed-env-token-7c6b5a4f3e"  # an env: secret: the client holds it
+FILE_TOKEN = "sealed-file-token-2d3e4f5a6b"  # a file:// secret: only the driver's node has it
+PLANTED.update({SEALED_TOKEN, FILE_TOKEN})
+
+SECRET_SCRIPT = '''
+import hashlib, json, os, ray
+names = ("ENV_TOK", "FILE_TOK")
+def seen():
+    return {n: hashlib.sha256(os.environ.get(n, "").encode()).hexdigest()[:16] for n in names}
+print("driver " + json.dumps(seen()), flush=True)
+print("printing my token", os.environ["ENV_TOK"], "and", os.environ["FILE_TOK"], flush=True)
+ray.init()
+worker = ray.remote(num_cpus=1)(seen)  # one plain Ray task on each of the cluster's two nodes
+print("workers " + json.dumps(ray.get([worker.options(scheduling_strategy="SPREAD").remote() for _ in range(2)])),
+      flush=True)
+'''
+
+
+def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, project, jobs_api, tmp_path):
+    """Issue 45: an env: secret (sealed by the client) and a file:// secret (read on the driver's node) reach the
+    driver and both Ray workers (the worker_process_setup_hook); Ray's job list, `rtjob show`, the stored record,
+    the stored log, Ray's driver log and everything rtjob printed hold neither value; the script's print is masked."""
+    import hashlib
+
+    secret_file = tmp_path / "file-token"
+    secret_file.write_text(FILE_TOKEN + "\n")
+    (project / "sealed.py").write_text(SECRET_SCRIPT)
+    (project / "jobs" / "sealed.yaml").write_text(
+        "name: sealed\nentrypoint: python sealed.py\nworking_dir: ..\nrequirements: []\n"
+        f"secrets:\n  ENV_TOK: env:SEALED_SOURCE\n  FILE_TOK: file://{secret_file}\n")
+    run_id = new_id("sealed")
+    folder = f"runs/sealed/{run_id}"
+    proc = rtjob("submit", "sealed", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
+                 "--submission-id", run_id, env={**env, "SEALED_SOURCE": SEALED_TOKEN}, cwd=project, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    digest = {n: hashlib.sha256(v.encode()).hexdigest()[:16] for n, v in (("ENV_TOK", SEALED_TOKEN),
+                                                                         ("FILE_TOK", FILE_TOKEN))}
+    done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
+    assert done["status"] == "SUCCEEDED", done
+    log = body(s3, f"{folder}/logs/driver.log").decode()
+    [driver] = [json.loads(line[len("driver "):]) for line in log.splitlines() if line.startswith("driver ")]
+    [workers] = [json.loads(line[len("workers "):]) for line in log.splitlines() if line.startswith("workers ")]
+    assert driver == digest and workers == [digest, digest], (driver, workers)
+    assert "printing my token **** and ****" in log
+
+    address, headers = jobs_api
+    ray_jobs = requests.get(f"{address}/api/jobs/", headers=headers, timeout=60)
+    assert ray_jobs.status_code == 200 and run_id in ray_jobs.text
+    shown = rtjob("show", run_id, "-o", "json", env=env, cwd=project, timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    texts = {"Ray's job list": ray_jobs.text, "Ray's driver log": driver_log(jobs_api, run_id),
+             "rtjob show": shown.stdout, "the stored record": body(s3, f"{folder}/rtjob-run.json").decode(),
+             "the stored log": log + parts(s3, folder, run_id).decode(), "submit's output": proc.stdout + proc.stderr}
+    for what, text in texts.items():
+        for value in (SEALED_TOKEN, FILE_TOKEN):
+            assert value not in text, f"{what} holds a secret's value"
+    assert "secret_env.setup" in ray_jobs.text  # what Ray's job info shows: the hook's module path

@@ -40,8 +40,10 @@ _SECRET_WORDS = frozenset({
 _KEY_QUALIFIERS = frozenset({"API", "SECRET", "ACCESS", "PRIVATE", "SIGNING", "ENCRYPTION", "MASTER", "CLIENT",
                              "LICENSE", "SSH", "GPG", "PGP", "SERVICE", "ACCOUNT", "WEBHOOK"})
 # A name that ends in one of these holds where a secret is kept, not the secret (AWS_SHARED_CREDENTIALS_FILE,
-# TOKEN_PATH): a path is shown, and hunting it would mask every "/dev/null" rtjob prints.
-_LOCATION_WORDS = frozenset({"FILE", "FILES", "FILENAME", "PATH", "DIR", "FOLDER"})
+# TOKEN_PATH, RTJOB_SECRET_REFS: a job's `secrets:` references): a path is shown, and hunting it would mask every
+# "/dev/null" rtjob prints.
+_LOCATION_WORDS = frozenset({"FILE", "FILES", "FILENAME", "PATH", "DIR", "FOLDER", "REF", "REFS", "REFERENCE",
+                             "REFERENCES"})
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 
 # Secret shapes, whole values (structured fields) and tokens in free text.

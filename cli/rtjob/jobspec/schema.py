@@ -11,6 +11,7 @@ import re
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -20,6 +21,7 @@ from pydantic import (
     model_validator,
 )
 
+from ..core import secret_refs
 from ..core.errors import BadInput
 from .tracking import Tracking
 from .yamlsrc import Located
@@ -30,6 +32,15 @@ NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 # Environment values are strings; a YAML number (`OMP_NUM_THREADS: 4`) is taken as its text.
 EnvValue = Annotated[str, Field(coerce_numbers_to_str=True)]
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _reference(value: str) -> str:
+    secret_refs.parse(value)  # ValueError: the entry's file:line and what the grammar takes
+    return value.strip()
+
+
+# A `secrets:` entry's value: a reference (core/secret_refs.py), never the secret itself.
+SecretReference = Annotated[str, AfterValidator(_reference)]
 
 
 class _Strict(BaseModel):
@@ -147,6 +158,30 @@ class JobSpec(_Strict):
     project: str | None = None
     notify: Notify | None = None
     tracking: Tracking | None = None  # the run mirrored to MLflow (jobspec/tracking.py)
+    # NAME: REFERENCE (aws-sm://, ssm://, file://, env:): resolved where the run runs, never in Ray's job info.
+    secrets: dict[str, SecretReference] = Field(
+        default_factory=dict,
+        description="Environment variables whose values are secrets, by reference: aws-sm://NAME[#KEY] (AWS "
+        "Secrets Manager), ssm://PATH (SSM Parameter Store), file:///PATH (a file on the driver's node), env:VAR "
+        "(this client's environment). The run's companion resolves them on the driver's node and gives them to "
+        "the entrypoint and every Ray worker of the run; no value travels in Ray's job info (docs/guide/secrets.md).",
+    )
+
+    @field_validator("secrets")
+    @classmethod
+    def _secret_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            secret_refs.check_name(key)
+        return value
+
+    @model_validator(mode="after")
+    def _secrets_resolvable(self) -> JobSpec:
+        if self.secrets and not self.companion:
+            raise ValueError("secrets: needs the companion (companion: false leaves nothing to resolve them)")
+        both = sorted(set(self.secrets) & set(self.env_vars))
+        if both:
+            raise ValueError(f"secrets: {both[0]} is also in env_vars; keep it in one of them")
+        return self
 
     @field_validator("env_vars")
     @classmethod

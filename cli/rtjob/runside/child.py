@@ -14,13 +14,39 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import IO
 
 KILL_AFTER_S = 30  # after the time limit's TERM, as `timeout -k 30` did
 TIMED_OUT = 124  # coreutils timeout's codes: ended after TERM, or KILLed after -k
 KILLED_AFTER_TIMEOUT = 128 + int(signal.SIGKILL)
+RELAY_DRAIN_S = 5
+
+
+def _relay(source: IO[bytes] | None, mask: Callable[[str], str]) -> None:
+    """Each line of ``source`` (a line ends at a newline or a carriage return: progress bars) masked, to fd 1."""
+    if source is None:
+        return
+    out = os.fdopen(os.dup(1), "wb", buffering=0)
+    pending = b""
+    while True:
+        chunk = source.read1(65536) if hasattr(source, "read1") else source.read(65536)
+        if not chunk:
+            break
+        pending += chunk
+        cut = max(pending.rfind(b"\n"), pending.rfind(b"\r"))
+        if cut < 0 and len(pending) < 1 << 20:
+            continue
+        done, pending = (pending[:cut + 1], pending[cut + 1:]) if cut >= 0 else (pending, b"")
+        with contextlib.suppress(OSError):
+            out.write(mask(done.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+    with contextlib.suppress(OSError):
+        if pending:
+            out.write(mask(pending.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+        out.close()
 
 
 @dataclass
@@ -29,6 +55,7 @@ class Ended:
 
     code: int
     timed_out: bool = False
+    reason: str | None = None  # why it failed when the entrypoint never started (a secret not resolved)
 
     @property
     def signal_name(self) -> str | None:
@@ -54,12 +81,20 @@ class Child:
     """The entrypoint's process (``/bin/sh -c ENTRYPOINT``), with ``env``."""
 
     def __init__(self, entrypoint: str, env: Mapping[str, str], time_limit_s: float | None = None,
-                 kill_after_s: float = KILL_AFTER_S) -> None:
+                 kill_after_s: float = KILL_AFTER_S, relay: Callable[[str], str] | None = None) -> None:
         self.entrypoint = entrypoint
         self.time_limit_s = time_limit_s
         self.kill_after_s = kill_after_s
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(entrypoint, shell=True, env=dict(env))  # noqa: S602 - Ray's own way
+        # relay: the entrypoint's output (stdout and stderr, as Ray's driver log holds both) through it, line by
+        # line, to the companion's stdout, so what Ray keeps is masked too (a run with secrets).
+        piped = relay is not None
+        self.proc = subprocess.Popen(entrypoint, shell=True, env=dict(env),  # noqa: S602 - Ray's own way
+                                     stdout=subprocess.PIPE if piped else None,
+                                     stderr=subprocess.STDOUT if piped else None)
+        self._relay = threading.Thread(target=_relay, args=(self.proc.stdout, relay), daemon=True) if relay else None
+        if self._relay is not None:
+            self._relay.start()
         self._term_sent_at: float | None = None
         self._killed = False
 
@@ -71,6 +106,8 @@ class Child:
         """The end once the entrypoint has ended; enforces the time limit on the way (call it often)."""
         code = self.proc.poll()
         if code is not None:
+            if self._relay is not None:
+                self._relay.join(RELAY_DRAIN_S)  # its last lines (a process it left holding the pipe: not waited)
             if self._term_sent_at is not None:
                 return Ended(KILLED_AFTER_TIMEOUT if self._killed else TIMED_OUT, timed_out=True)
             return Ended(code)

@@ -37,10 +37,11 @@ from ..core.clock import now_iso
 from ..core.errors import one_line
 from ..core.redact import redact, secret_arg_values, secret_values
 from ..storage.retrying import patiently
-from .child import Child, Ended
+from .child import Ended
 from .ending import grace_s, store_the_end
 from .node_folder import NodeFolder
 from .outcome import RAY_JOB_CONFIG, job_metadata
+from .secret_env import RunSecrets
 from .stages import Stages
 from .train_phases import callbacks_env
 
@@ -136,8 +137,10 @@ class Companion:
         self.guard("the node folder", self._node_folders)
         source = log_source()
         log_start = os.path.getsize(source) if source else 0  # what Ray wrote before the entrypoint's first line
+        run_secrets = RunSecrets(self.env, say)  # resolved before the log parts start: they mask the values
+        self.secrets += list(run_secrets.values.values())
         self.guard("starting", lambda: self._start(started, source, log_start))
-        child = Child(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
+        child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
         next_flush = next_beat = time.monotonic()
         while True:
             ended = child.poll()
@@ -159,6 +162,7 @@ class Companion:
                 next_beat = moment + HEARTBEAT_S
             time.sleep(0.2)
         self.ending = True
+        run_secrets.withdraw()
         self.guard("the run's end", lambda: self._end(ended))
         return ended
 

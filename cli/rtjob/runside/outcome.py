@@ -65,7 +65,7 @@ def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: fl
         return RunStatus.FAILED.value, f"the entrypoint was killed by {killer} (exit code {ended.code})"
     if ended.code < 0:
         return RunStatus.FAILED.value, f"the entrypoint was killed by {ended.signal_name or -ended.code}"
-    return RunStatus.FAILED.value, f"the entrypoint exited with code {ended.code}"
+    return RunStatus.FAILED.value, ended.reason or f"the entrypoint exited with code {ended.code}"
 
 
 class Outcome:

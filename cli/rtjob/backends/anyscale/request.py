@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ...core.errors import BadInput
 from ...core.redact import MASK, is_secret, mask_command, mask_mapping
 from ...core.yamlout import dump_yaml
 from ...jobspec.pricing import pinned_compute_config
@@ -127,6 +128,9 @@ def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
     """The request for one resolved job and its JobConfig (``job_config``), checked with Anyscale's JobConfig
     model when the SDK is installed, with what the user should know about it as notes (pure: the job is not
     changed)."""
+    if job.spec.secrets:  # Anyscale keeps a job's env_vars in its JobConfig: no channel that keeps them out yet
+        raise BadInput(f"{job.job_file}: secrets: is not supported on Anyscale yet (its JobConfig would hold the "
+                       "values); use Anyscale's own secret store, or --backend ray (docs/guide/secrets.md)")
     checked = check_with_anyscale("JobConfig", config, job.job_file)
     notes = []
     if not checked:

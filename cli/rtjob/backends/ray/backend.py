@@ -248,6 +248,12 @@ class RayJobsBackend(Backend):
         """Ray's own client: it packages and uploads the working dir, then submits."""
         client = client_class(self.address, headers=self.api.headers, verify=self.api.verify,
                               create_cluster_if_needed=False)
+        from .sealed import sealed_runtime_env
+
+        with sealed_runtime_env(request.runtime_env, request.sealed) as runtime_env:  # env: secrets, never env_vars
+            self._submit_until_agent(client, request, runtime_env)
+
+    def _submit_until_agent(self, client: Any, request: RayJobRequest, runtime_env: dict[str, Any]) -> None:
         # A cluster that just started answers 500 "No available agent" until its job agent is up: on a loaded 2-core
         # machine that once took over 60 s.
         deadline = time.monotonic() + AGENT_WAIT_S
@@ -256,7 +262,7 @@ class RayJobsBackend(Backend):
                 client.submit_job(
                     entrypoint=request.entrypoint,
                     submission_id=request.submission_id,
-                    runtime_env=request.runtime_env,
+                    runtime_env=runtime_env,
                     metadata=request.metadata,
                     entrypoint_num_cpus=request.entrypoint_num_cpus,
                     **({"entrypoint_resources": request.entrypoint_resources} if request.entrypoint_resources else {}),

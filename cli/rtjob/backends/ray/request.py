@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ...core import secret_refs
+from ...core.errors import BadInput
 from ...core.redact import MASK, mask_command, mask_mapping, secret_arg_values, secret_values
 from ..base import Request
 from ..packaging import STOP_WAIT_ENV, STOP_WAIT_S, companion_entrypoint, companion_modules, sent_excludes
@@ -31,6 +34,14 @@ class RayJobRequest(Request):
     # "Found multiple active Ray instances" when another Ray runs on the machine. True: rtjob sets it, from the
     # cluster that runs when the request is sent.
     cluster_ray_address: bool = False
+    # The client-held values of the job's `secrets:` (env: references): sent in the sealed package (sealed.py),
+    # never in runtime_env, never recorded (to_json leaves them out), never printed (repr, the redactor).
+    sealed: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data.pop("sealed", None)
+        return data
 
     @property
     def submission_id(self) -> str:
@@ -87,12 +98,17 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
         "working_dir": str(job.working_dir),
         "env_vars": dict(job.env_vars),
     }
+    sealed: dict[str, str] = {}
     if job.companion:  # the companion runs it and enforces the time limit (a fact of the request, below)
         entrypoint = companion_entrypoint(entrypoint)
         runtime_env["py_modules"] = companion_modules()
         runtime_env["env_vars"].setdefault(STOP_WAIT_ENV, STOP_WAIT_S)
         if job.spec.timeout_s:
             runtime_env["env_vars"][contract.ENV_TIME_LIMIT_S] = str(job.spec.timeout_s)
+        sealed = _secrets(job, runtime_env)
+    elif job.spec.secrets:
+        raise BadInput(f"{job.job_file}: secrets: needs the companion ({contract.ENV_COMPANION}=0 turns it off, "
+                       "leaving nothing to resolve them)")
     elif job.spec.timeout_s:
         entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
     runtime_env["excludes"] = sent_excludes(job.spec.excludes)  # secrets, rtjob's state and pulled runs stay here
@@ -122,7 +138,20 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
         metadata[contract.META_RATE] = json.dumps(rate.to_json(), separators=(",", ":"))
     for key, value in job.spec.tags.items():
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
-    return RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)
+    request = RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)
+    request.sealed = sealed
+    return request
+
+
+def _secrets(job: ResolvedJob, runtime_env: dict[str, Any]) -> dict[str, str]:
+    """The job's `secrets:` in the request: the references in RTJOB_SECRET_REFS and Ray's worker_process_setup_hook
+    (a module path), both the same for every run of the job; returns the values this client holds (sealed)."""
+    if not job.spec.secrets:
+        return {}
+    runtime_env["env_vars"][secret_refs.ENV_SECRETS] = json.dumps(job.spec.secrets, sort_keys=True,
+                                                                  separators=(",", ":"))
+    runtime_env["worker_process_setup_hook"] = secret_refs.SETUP_HOOK
+    return secret_refs.client_values(job.spec.secrets, os.environ, job.job_file)
 
 
 __all__ = ["MASK", "RayJobRequest", "build"]

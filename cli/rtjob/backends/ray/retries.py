@@ -195,6 +195,7 @@ class RayRetries:
             run_id=new_id, job_file=str(metadata.get(contract.META_JOB_FILE, "")), notes=[],
             entrypoint=str(data.get("entrypoint")), runtime_env=runtime_env, metadata=metadata,
             entrypoint_num_cpus=float(data.get("entrypoint_num_cpus") or 0),
+            sealed=local.sealed if local is not None else {},  # the job info's runtime_env carries its package
         )
         result = self.submit(request)  # attaches when another rtjob submitted this retry first
         return result.run, result.created
