@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from ..storage.objects import Objects
     from .live_rows import LiveRows
     from .outcome import Outcome
-    from .tracking.mirror import MlflowMirror
 
 SUBMISSION_ID_KEY = "job_submission_id"  # Ray's own metadata key: the attempt's submission id
 INTERVAL_S = float(os.environ.get(contract.ENV_COMPANION_INTERVAL_S) or 5)  # log parts and the folder's sync
@@ -207,7 +206,9 @@ class Companion:
         else:
             rows = self.stages.rows = self._live_rows()
             on_text = outcome.saw_text if rows is None else both(outcome.saw_text, rows.feed)
-            self.stages.tracker = self._tracker(rows)
+            from .tracking.mirror import mirror_for, noted_in  # the job's `tracking:`, fed from the live rows
+
+            self.stages.tracker = mirror_for(self.env, self.run_id, rows.folder if rows else None, say, noted_in(outcome))
             self.stages.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
@@ -251,14 +252,6 @@ class Companion:
         folder = self.run_dir or (self.env.get(contract.ENV_RUN_DIR) if self.run_uri and "://" not in self.run_uri
                                   else None)
         return LiveRows(folder, say, own_sampler()) if folder and os.path.isdir(folder) else None
-
-    def _tracker(self, rows: LiveRows | None) -> MlflowMirror | None:
-        """The run's MLflow mirror (the job's `tracking:`), fed from the live rows' folder."""
-        from .tracking.mirror import mirror_for, noted_in
-
-        assert self.outcome is not None
-        return mirror_for(self.env, self.run_id, rows.folder if rows is not None else None, say,
-                          noted_in(self.outcome))
 
     def _end(self, ended: Ended) -> None:
         if self.outcome is None:
