@@ -163,7 +163,10 @@ def _state(record: RunRecord | None, live: RunInfo | None) -> tuple[RunStatus, s
     """Status, message, exit code: the run side's end, else the live answer, else the record (its last attempt's
     end where it is newer than the record's status: one story)."""
     if record is not None and (live is None or ended_by_run_side(record)):
-        return recorded_state(record)
+        status, message, code = recorded_state(record)
+        if message is None and live is not None and live.status == status:
+            message = live.message  # the run side wrote its end without words: the backend's, of the same end
+        return status, message, code
     assert live is not None
     return live.status, live.message, live.exit_code
 

@@ -174,17 +174,26 @@ def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
                                outputs=info.outputs or record.outputs)
 
 
+RECORDS_AT_MOST = 100  # unarchived runs whose records one `list` reads
+
+
 def with_recorded_times(listed: list[RunInfo]) -> list[RunInfo]:
     """`rtjob list`: each run as its verdict says it (a backend's row, this ledger's record of it: one source of
     times, so `list` shows the duration `status` shows)."""
     from ..core.verdict import verdict
-    from .memory import ledger
+    from .memory import ledger, with_run_side
 
     try:
         book = ledger()
-        return [verdict(None, book.get(info.id), info).onto(info) for info in listed]
+        rows = {info.id: book.get(info.id) for info in listed}
     except RtjobError:
         return listed
+    # A run whose end rtjob has not archived: its record as its run side left it (its end, to the millisecond),
+    # as `status` reads it, so both say the same end. Reads only; the ledger is not written here.
+    unarchived = [row for row in rows.values() if row is not None and not row.archived and not row.steps]
+    for row in unarchived[:RECORDS_AT_MOST]:
+        rows[row.id] = with_run_side(row)
+    return [verdict(None, rows[info.id], info).onto(info) for info in listed]
 
 
 def _hosted_pipeline(info: RunInfo) -> RunRecord | None:
