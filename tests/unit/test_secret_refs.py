@@ -50,3 +50,27 @@ def test_a_missing_file_fails_with_the_reference_and_why(tmp_path) -> None:
         resolve(env)
     (tmp_path / "none").write_text("file-secret-value\n")
     assert resolve(env) == {"T": "file-secret-value"}
+
+
+def test_secret_manager_and_ssm_references_resolve_through_the_nodes_aws_settings(shared_s3, monkeypatch) -> None:
+    """aws-sm:// and ssm:// against a real AWS-protocol server on loopback (moto's server, in a thread: it serves
+    Secrets Manager and SSM beside S3), reached through the node's standard settings (AWS_ENDPOINT_URL, the
+    region, its credentials) as the companion reaches them on the driver's node. Found, a JSON secret's key, not
+    found, a key the secret lacks: each a value or one worded line, never the value in the line."""
+    import boto3
+
+    for name, value in shared_s3.env().items():
+        monkeypatch.setenv(name, value)
+    sm, ssm = boto3.client("secretsmanager"), boto3.client("ssm")
+    sm.create_secret(Name="team/wandb", SecretString=json.dumps({"api_key": "sm-json-value-5f1"}))
+    sm.create_secret(Name="team/plain", SecretString="sm-plain-value-77c")
+    ssm.put_parameter(Name="/prod/db/password", Value="ssm-value-9d2", Type="SecureString")
+
+    refs = {"A": "aws-sm://team/wandb#api_key", "B": "aws-sm://team/plain", "C": "ssm://prod/db/password"}
+    assert resolve({secret_refs.ENV_SECRETS: json.dumps(refs)}) == {
+        "A": "sm-json-value-5f1", "B": "sm-plain-value-77c", "C": "ssm-value-9d2"}
+    for reference, why in [("aws-sm://team/none", "not found"), ("ssm://prod/none", "not found"),
+                           ("aws-sm://team/wandb#nokey", "the secret is not JSON with the key 'nokey'")]:
+        with pytest.raises(Unresolved, match=f"secrets.T: .* could not be resolved: {why}") as raised:
+            resolve({secret_refs.ENV_SECRETS: json.dumps({"T": reference})})
+        assert "sm-json-value-5f1" not in str(raised.value)
