@@ -98,16 +98,16 @@ def _latest(backend: Backend, info: RunInfo, attempts: Attempts | None) -> tuple
 def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEvents,
          attempts_of: AttemptsOf | None = None, *, carry: bool = False) -> RunView:
     """What rtjob knows of ``run_id`` (see the module's docstring). ``carry`` (a command that carries the run):
-    what it learned is archived (archive.observe: an ended run's record, logs and index entry written) and a record
-    found only in storage remembered here; else nothing is written but this ledger's cached row. Raises as
+    what it learned is archived (archive.observe: an ended run's record, logs and index entry written); else nothing
+    shared is written. Either way this ledger, a cache, may be refreshed: a record found only in storage is remembered
+    here (a pipeline's steps found by `status PIPE` are then found by `logs STEP`). Raises as
     memory.lookup does when nothing knows the run."""
     from .memory import lookup, remember
 
     asked: AttemptsOf = attempts_of or functools.cache(backend.attempts)
     info, record = lookup(backend, run_id, storage_root)
     if record is not None:
-        if carry:
-            remember(record)
+        remember(record)  # this machine's cache, never the shared storage
         if record.steps:
             return RunView(_pipeline_info(record), record, None, record.id)
         attempts = Attempts.recorded(record.attempts) if record.attempts else None
