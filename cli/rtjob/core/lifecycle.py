@@ -333,10 +333,9 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
     merged.carried_by = mine.carried_by or stored.carried_by
     merged.tracking = _newer_tracking(mine.tracking, stored.tracking)
     if rank(stored.completed_by) > rank(mine.completed_by):
-        told_another_state = mine.status != stored.status  # then my message is of that state, not of this end
-        for name in END_FIELDS:
+        for name in END_FIELDS:  # my message, written in another state than this end's, is not this end's words
             value = getattr(stored, name)
-            if value not in (None, [], {}) or (name == "message" and told_another_state):
+            if value not in (None, [], {}) or (name == "message" and mine.status != stored.status):
                 setattr(merged, name, value)
     elif stored.completed_by and not merged.completed_by:
         for name in END_FIELDS:
