@@ -70,8 +70,12 @@ class Verdict:
     duration_s: float | None
     carried_by: Carrier
     last_seen: str | None
-    outputs_complete: bool | None  # None: not said (still running, an older record, no node copy)
+    outputs: dict[str, Any] | None  # the record's "outputs" of an ended run; None: not said (still running, older)
     exit_code: int | None = None
+
+    @property
+    def outputs_complete(self) -> bool | None:
+        return None if self.outputs is None else bool(self.outputs["complete"])
 
     def to_json(self) -> dict[str, Any]:
         return {"status": self.status.value, "reason": self.reason.value, "line": self.line,
@@ -82,7 +86,8 @@ class Verdict:
     def onto(self, info: RunInfo) -> RunInfo:
         """``info`` (a backend's or a record's RunInfo: its id, address, storage) saying this verdict."""
         return dataclasses.replace(info, status=self.status, message=self.message, start_time=self.started,
-                                   end_time=self.ended, exit_code=self.exit_code, attempts=self.attempts)
+                                   end_time=self.ended, exit_code=self.exit_code, attempts=self.attempts,
+                                   outputs=self.outputs if self.outputs is not None else info.outputs)
 
 
 def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInfo | None = None,
@@ -113,7 +118,7 @@ def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInf
         attempts=max(len(record.attempts) if record is not None else 0, live.attempts if live else 1, 1),
         started=started, ended=ended, duration_s=_duration(started, ended, status, now),
         carried_by=_carrier(record), last_seen=record.last_seen if record is not None else None,
-        outputs_complete=_outputs(record, status), exit_code=code)
+        outputs=_outputs(record, status), exit_code=code)
 
 
 def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False) -> Verdict:
@@ -241,11 +246,11 @@ def _carrier(record: RunRecord | None) -> Carrier:
         return Carrier.CLIENT
 
 
-def _outputs(record: RunRecord | None, status: RunStatus) -> bool | None:
+def _outputs(record: RunRecord | None, status: RunStatus) -> dict[str, Any] | None:
     outputs = record.outputs if record is not None else None
     if not status.terminal or not isinstance(outputs, dict) or "complete" not in outputs:
         return None
-    return bool(outputs["complete"])
+    return outputs
 
 
 def _line(message: str | None, status: RunStatus) -> str | None:
