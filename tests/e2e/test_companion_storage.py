@@ -134,13 +134,19 @@ def test_502s_and_cut_connections_mid_run_lose_no_file_and_no_log_line(tmp_path:
     assert _record(s3, run)["outputs"] == {"complete": True}
 
 
+def _ended_in_an_outage(run: Run, forwarder: Forwarder, line: str) -> Run:
+    """``run`` started, storage taken down once its log says ``line``, and ended with the script's exit code 0
+    (whatever storage did)."""
+    run.start()
+    run.until_in_log(line)
+    forwarder.down()
+    assert run.wait() == 0
+    return run
+
+
 def test_past_the_grace_the_node_keeps_the_only_copy_until_rtjob_sync_stores_it(tmp_path: Path, s3: S3Server,
                                                                                 forwarder: Forwarder) -> None:
-    run = Run(tmp_path, s3, forwarder, RTJOB_STORAGE_GRACE_S="2")
-    run.start()
-    run.until_in_log("wrote file 3")
-    forwarder.down()
-    assert run.wait() == 0  # the script's exit code, whatever storage did
+    run = _ended_in_an_outage(Run(tmp_path, s3, forwarder, RTJOB_STORAGE_GRACE_S="2"), forwarder, "wrote file 3")
     text = run.text()
     assert "outputs not stored" in text and f"rtjob sync {run.id}" in text
     event = next(line for line in text.splitlines() if line.startswith("rtjob-event: outputs_not_stored "))
@@ -191,11 +197,7 @@ def test_past_the_grace_the_node_keeps_the_only_copy_until_rtjob_sync_stores_it(
 
 def test_sync_while_storage_still_refuses_exits_3_and_removes_nothing(tmp_path: Path, s3: S3Server,
                                                                      forwarder: Forwarder) -> None:
-    run = Run(tmp_path, s3, forwarder, RTJOB_STORAGE_GRACE_S="1")
-    run.start()
-    run.until_in_log("wrote file 4")
-    forwarder.down()
-    assert run.wait() == 0
+    run = _ended_in_an_outage(Run(tmp_path, s3, forwarder, RTJOB_STORAGE_GRACE_S="1"), forwarder, "wrote file 4")
     env = {**run.env, "RTJOB_STORAGE_PATIENCE_S": "1"}
     synced = rtjob("sync", run.id, env=env, timeout=120)
     assert synced.returncode == 3, synced.stdout + synced.stderr

@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 from support.cli import base_env, popen_rtjob, record, rtjob
 from support.http_faults import StandIn
-from support.outage import Forwarder
-from support.s3_server import S3Server, bucket_fixture, free_port, in_env
-from support.ui_runs import write_run
+from support.outage import Forwarder, forwarding_to
+from support.s3_server import S3Server, bucket_fixture, free_port
+from support.ui_runs import seed_run
 
 BUCKET = "outage-reads-cli"
 ROOT = f"s3://{BUCKET}/root"
@@ -35,17 +34,12 @@ DENIED = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InvalidAccessKeyI
 
 @pytest.fixture(scope="module")
 def seeded(s3: S3Server) -> S3Server:
-    """One run in the bucket, written with rtjob's own writers (its record, log and index entry)."""
-    with pytest.MonkeyPatch.context() as patch:
-        in_env(s3, patch)
-        write_run(ROOT, RUN, "train", log_lines=["hello from the run"])
-    return s3
+    return seed_run(s3, ROOT, RUN)
 
 
 @pytest.fixture
 def forwarder(seeded: S3Server) -> Iterator[Forwarder]:
-    target = urlsplit(seeded.endpoint)
-    with Forwarder(target.hostname or "127.0.0.1", target.port or 80) as fwd:
+    with forwarding_to(seeded.endpoint) as fwd:
         yield fwd
 
 

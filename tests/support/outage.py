@@ -23,6 +23,7 @@ import struct
 import threading
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from .tcp_proxy import DroppingProxy
 
@@ -154,3 +155,9 @@ def _read_answer(sock: socket.socket) -> None:
         if not chunk:
             return
         left -= len(chunk)
+
+
+def forwarding_to(endpoint: str) -> Forwarder:
+    """A Forwarder in front of the server at ``endpoint`` (a context manager; its port taken down and brought back)."""
+    target = urlsplit(endpoint)
+    return Forwarder(target.hostname or "127.0.0.1", target.port or 80)

@@ -190,3 +190,16 @@ def call(app: Any, path: str, *, method: str = "GET", host: str = f"127.0.0.1:{U
     text = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body").decode(errors="replace")
     record_output(text)
     return start["status"], {k.decode(): v.decode() for k, v in start["headers"]}, text
+
+
+def seed_run(server: Any, root: str, run_id: str) -> Any:
+    """One run in ``server``'s bucket under ``root``, written with rtjob's own writers (its record, log and index
+    entry), the server's AWS settings in the environment only while it is written. Returns ``server``."""
+    import pytest
+
+    from .s3_server import in_env
+
+    with pytest.MonkeyPatch.context() as patch:
+        in_env(server, patch)
+        write_run(root, run_id, "train", log_lines=["hello from the run"])
+    return server

@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 import pytest
 from rtjob.ui.app import Config, create_app
 from support.http_faults import StandIn
-from support.outage import Forwarder
+from support.outage import Forwarder, forwarding_to
 from support.s3_server import S3Server, bucket_fixture, in_env
-from support.ui_runs import UI_PORT, call, write_run
+from support.ui_runs import UI_PORT, call, seed_run
 
 BUCKET = "outage-reads"
 ROOT = f"s3://{BUCKET}/root"
@@ -41,17 +41,12 @@ def no_outage_left_over() -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def seeded(s3: S3Server) -> S3Server:
-    """One run in the bucket, written with rtjob's own writers (its record, log and index entry)."""
-    with pytest.MonkeyPatch.context() as patch:
-        in_env(s3, patch)
-        write_run(ROOT, RUN, "train", log_lines=["hello from the run"])
-    return s3
+    return seed_run(s3, ROOT, RUN)
 
 
 @pytest.fixture
 def forwarder(seeded: S3Server) -> Iterator[Forwarder]:
-    target = urlsplit(seeded.endpoint)
-    with Forwarder(target.hostname or "127.0.0.1", target.port or 80) as fwd:
+    with forwarding_to(seeded.endpoint) as fwd:
         yield fwd
 
 
