@@ -4,7 +4,7 @@ driver log as Ray writes it and appends them to metrics.jsonl / system.jsonl.
 
 No GPU can run here: ``nvidia-smi`` is a fake on PATH (test_gpu_discovery.fake_smi) printing what the real one prints
 for the utilisation query; the real one is checked on a GPU machine. The companion run at the end is the real
-companion over a local storage folder (as tests/unit/test_companion.py runs it)."""
+companion over a local storage folder (as tests/e2e/test_companion.py runs it)."""
 
 from __future__ import annotations
 

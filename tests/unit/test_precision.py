@@ -9,10 +9,14 @@ import importlib
 import json
 
 import pytest
-import torch
+from support.lazy import lazy
 
-from training import file_checkpoint, loop, precision, single
-from training.deepspeed_ray import deepspeed_config
+# torch and the entrypoints (which import it) at their first use, in the worker that runs these tests, never at
+# collection (support/lazy.py).
+torch = lazy("torch")
+file_checkpoint, loop, precision, single = (lazy(f"training.{name}") for name in (
+    "file_checkpoint", "loop", "precision", "single"))
+deepspeed_ray = lazy("training.deepspeed_ray")
 
 # Every entrypoint that trains, with the flags it needs besides the precision.
 ENTRYPOINTS = [
@@ -64,7 +68,7 @@ def test_the_precision_line_on_cpu_and_fp16_refused_by_the_worker_too():
 
 def test_deepspeed_takes_its_precision_config_from_the_same_option():
     def config(name: str) -> dict:
-        return deepspeed_config(micro_batch=4, world_size=2, precision=name)
+        return deepspeed_ray.deepspeed_config(micro_batch=4, world_size=2, precision=name)
 
     assert config("bf16")["torch_autocast"] == {"enabled": True, "dtype": "bfloat16"}
     assert config("fp16")["fp16"] == {"enabled": True, "auto_cast": True}

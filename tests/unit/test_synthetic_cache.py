@@ -5,20 +5,21 @@ reading them back ~1 s. The threshold is lowered so the test draws 64 images."""
 from __future__ import annotations
 
 import pytest
-import torch
+from support.lazy import lazy
 
-from training import data
+torch = lazy("torch")  # at its first use, never at collection (support/lazy.py)
+data = lazy("training.data")
 
 
 def test_a_large_synthetic_split_is_drawn_once_and_read_back_identical(tmp_path, monkeypatch):
-    monkeypatch.setattr(data, "SYNTHETIC_CACHE_MIN", 64)
+    monkeypatch.setattr(data.module, "SYNTHETIC_CACHE_MIN", 64)
     first = data.synthetic("synthetic-cifar10", 64, 3, "train", str(tmp_path))
     [kept] = (tmp_path / "synthetic").glob("synthetic-cifar10-train-64-seed3-*.pt")
 
     def drawn_again(*args: object) -> None:
         raise AssertionError("the kept split was drawn again")
 
-    monkeypatch.setattr(data, "make_synthetic", drawn_again)
+    monkeypatch.setattr(data.module, "make_synthetic", drawn_again)
     again = data.synthetic("synthetic-cifar10", 64, 3, "train", str(tmp_path))
     assert all(torch.equal(a, b) for a, b in zip(first.tensors, again.tensors, strict=True))
     assert kept.stat().st_size > 64 * 3 * 32 * 32 * 4
