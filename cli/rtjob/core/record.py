@@ -8,6 +8,7 @@ shares, so it never holds a secret, only the names of the secrets a rerun must f
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -141,11 +142,12 @@ class RunRecord:
             "git_dirty": git.get("dirty"), "cost_usd": cost.get("estimated_usd"),
         }
 
-    def stale_why(self, seconds: float = STALE_S) -> str | None:
-        """lifecycle.stale: why a run not ended whose run side was not seen for ``seconds`` is UNKNOWN, or None."""
+    def stale_why(self, seconds: float = STALE_S, now: dt.datetime | None = None) -> str | None:
+        """lifecycle.stale: why a run not ended whose run side was not seen for ``seconds`` (before ``now``) is
+        UNKNOWN, or None."""
         if self.run_status.terminal or not self.carried_by or not self.last_seen:
             return None
-        if not _older_than(self.last_seen, seconds):
+        if not _older_than(self.last_seen, seconds, now):
             return None
         return f"its {self.carried_by} was last seen {stamp(self.last_seen)}"
 
@@ -187,14 +189,14 @@ class RunRecord:
         return record
 
 
-def _older_than(when: str, seconds: float) -> bool:
+def _older_than(when: str, seconds: float, now: dt.datetime | None = None) -> bool:
     from . import clock
 
     try:
         stamp = clock.parse(when)
     except ValueError:
         return False
-    return (clock.now() - stamp).total_seconds() > seconds
+    return ((now or clock.now()) - stamp).total_seconds() > seconds
 
 
 def spec_hash(spec: dict[str, Any]) -> str:

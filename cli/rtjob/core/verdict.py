@@ -27,8 +27,8 @@ from typing import Any
 
 from . import clock
 from .end_words import end_line
-from .lifecycle import ended_by_run_side, merge
-from .model import RunInfo, RunStatus, stamp
+from .lifecycle import ended_by_run_side, forgotten, merge
+from .model import RunInfo, RunStatus
 from .record import STALE_S, RunRecord
 
 LINE_MAX = 240  # the end's line is one line a table cell holds
@@ -102,13 +102,11 @@ def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInf
     status, message, code = _state(record, live)
     reason = _reason(record, status, code)
     if not status.terminal and record is not None and (live is None or not _live_ended(live)):
-        seen = _stale(record, now) if live is None else None
+        seen = record.stale_why(STALE_S, now) if live is None else None
         if seen is not None:
             status, reason, message = RunStatus.UNKNOWN, EndReason.COMPANION_LOST, seen
         elif cluster_forgot and live is None:
-            status, reason = RunStatus.UNKNOWN, EndReason.CLUSTER_GONE
-            message = (f"its cluster no longer knows this run; last seen {record.status} at "
-                       f"{stamp(record.updated_at or record.submitted_at)}, its end was never recorded")
+            status, reason, message = RunStatus.UNKNOWN, EndReason.CLUSTER_GONE, forgotten(record)
     if status == RunStatus.UNKNOWN and reason == EndReason.NONE:
         reason = EndReason.UNKNOWN
     started, ended = _times(record, live, status)
@@ -202,19 +200,6 @@ def _reason(record: RunRecord | None, status: RunStatus, code: int | None) -> En
         return EndReason.NONE
     last = record.attempts[-1] if record is not None and record.attempts else {}
     return EndReason.DRIVER_LOST if isinstance(last, dict) and last.get("retry_reason") else EndReason.SCRIPT_FAILED
-
-
-def _stale(record: RunRecord, now: dt.datetime) -> str | None:
-    """Why a run not ended whose carrier was not seen for STALE_S is UNKNOWN; None when it is not stale."""
-    if record.run_status.terminal or not record.carried_by or not record.last_seen:
-        return None
-    try:
-        seen = clock.parse(record.last_seen)
-    except ValueError:
-        return None
-    if (now - seen).total_seconds() <= STALE_S:
-        return None
-    return f"its {record.carried_by} was last seen {stamp(record.last_seen)}"
 
 
 def _times(record: RunRecord | None, live: RunInfo | None, status: RunStatus) -> tuple[str | None, str | None]:
