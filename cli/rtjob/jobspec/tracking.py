@@ -8,12 +8,14 @@ from __future__ import annotations
 import getpass
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import rtjob_contract as contract
 
+from ..core.gitinfo import git_state
 from ..core.redact import is_secret, url_password
 
 PARAM_VALUE_MAX = 6000  # MLflow's limit on a param's value
@@ -65,15 +67,41 @@ def tracking_of_env(env: Mapping[str, str]) -> Tracking | None:
         return None
 
 
-def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str) -> dict[str, str]:
-    """RTJOB_TRACKING for the job's env ({} without `tracking:`): the tracker's address, the params (the job's
-    args less every secret one: by name, by shape, a URL with a password) and rtjob's tags."""
+def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str, shown: str,
+                 working_dir: Path, client_env: Mapping[str, str]) -> dict[str, str]:
+    """RTJOB_TRACKING for the job's env ({} when nothing asks for it): the job's `tracking:` (``shown``: its file),
+    else MLflow's own variables in ``client_env``; the tracker's address, the params (the job's args less every
+    secret one: by name, by shape, a URL with a password), the tags (rtjob's, MLflow's standard ones, the git
+    checkout of ``working_dir``) and where the setting came from (``render --explain``)."""
+    source = shown
+    if tracking is None:
+        tracking, source = tracking_of_env(client_env), "MLFLOW_TRACKING_URI in this environment"
     if tracking is None or tracking.mlflow is None:
         return {}
     params = {name: _text(value) for name, value in args.items() if not is_secret(name, _text(value))}
-    tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": _user()}
-    config = {"mlflow": tracking.mlflow.model_dump(), "params": params, "tags": tags}
+    user = _user()
+    tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": user, "mlflow.user": user,
+            "mlflow.source.type": "JOB", "mlflow.source.name": shown}
+    git = git_state(working_dir)
+    if git is not None:  # as MLflow's own client tags a run started from a checkout
+        tags["mlflow.source.git.commit"] = git["commit"]
+        tags.update({"mlflow.source.git.branch": git["branch"]} if git.get("branch") else {})
+        tags.update({"rtjob.git_dirty": str(git["dirty"]).lower()} if git.get("dirty") is not None else {})
+    config = {"mlflow": tracking.mlflow.model_dump(), "params": params, "tags": tags, "source": source}
     return {contract.ENV_TRACKING: json.dumps(config, separators=(",", ":"))}
+
+
+def tracking_shown(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """``render --explain``'s `tracking`: the tracker and where its setting came from (RTJOB_TRACKING as the job's
+    env holds it: never a secret), None when the run is not mirrored."""
+    try:
+        config = json.loads(env.get(contract.ENV_TRACKING) or "null")
+    except ValueError:
+        return None
+    if not isinstance(config, dict) or not isinstance(config.get("mlflow"), dict):
+        return None
+    return {"value": {"mlflow": config["mlflow"], "params": sorted(config.get("params") or {})},
+            "source": str(config.get("source") or "-")}
 
 
 def _text(value: Any) -> str:

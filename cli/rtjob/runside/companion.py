@@ -206,9 +206,9 @@ class Companion:
         else:
             rows = self.stages.rows = self._live_rows()
             on_text = outcome.saw_text if rows is None else both(outcome.saw_text, rows.feed)
-            from .tracking.mirror import mirror_for, noted_in  # the job's `tracking:`, fed from the live rows
+            from .tracking.mirror import mirror_for, noted_in  # the job's `tracking:`: rows and epochs
 
-            self.stages.tracker = mirror_for(self.env, self.run_id, rows.folder if rows else None, say, noted_in(outcome))
+            self.stages.tracker = mirror_for(self.env, self.run_id, rows.folder if rows else None, say, noted_in(outcome), objects)
             self.stages.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
