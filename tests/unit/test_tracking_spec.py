@@ -1,13 +1,14 @@
 """`tracking:` in a job file (issue 46): what the run side gets (RTJOB_TRACKING: the MLflow address, the args as
 params less every secret one, rtjob's tags and MLflow's standard ones, the git commit), MLflow's own
 MLFLOW_TRACKING_URI turning it on, `render --explain` saying which applies, and bad input as one file:line (exit 2):
-an address with a password is refused. The rows as MLflow metrics (trackers/rows.py). Offline: render in this
+an address with a password is refused, a W&B project is checked. The rows as MLflow metrics (trackers/rows.py). Offline: render in this
 process, no tracker contacted. The mirror itself is tested against a real MLflow server in
 tests/e2e/test_tracking.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -65,13 +66,20 @@ def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) 
     assert job_wins is not None and job_wins["mlflow"]["experiment"] == "team-x"
 
 
-def test_wandb_and_an_address_with_a_password_are_one_line_with_where_exit_2(tmp_path: Path) -> None:
-    proc = _render(tmp_path, "tracking:\n  wandb:\n    project: p\n")
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert "jobs/t.yaml:3" in proc.stderr and "wandb is not built" in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
-    proc = _render(tmp_path, f"tracking:\n  mlflow:\n    tracking_uri: http://u:{PASSWORD}@127.0.0.1:5000\n")
-    assert proc.returncode == 2 and "carries a password" in proc.stderr and PASSWORD not in proc.stderr
+def test_wandb_names_a_project_and_bad_blocks_are_one_line_with_where_exit_2(tmp_path: Path) -> None:
+    both = _tracking(_render(tmp_path, TRACKING + "  wandb:\n    project: team-p\n    entity: lab\n"))
+    assert both is not None and both["wandb"] == {"project": "team-p", "entity": "lab"}
+    assert both["mlflow"]["experiment"] == "team-x"
+    wandb_only = _tracking(_render(tmp_path, "tracking:\n  wandb:\n    project: p\n"))
+    assert wandb_only is not None and wandb_only["wandb"] == {"project": "p"} and "mlflow" not in wandb_only
+    for body, says in [("tracking:\n  wandb:\n    project: a/b\n", "project"),
+                       ("tracking: {}\n", "names no tracker"),
+                       (f"tracking:\n  mlflow:\n    tracking_uri: http://u:{PASSWORD}@127.0.0.1:5000\n",
+                        "carries a password")]:
+        proc = _render(tmp_path, body)
+        assert proc.returncode == 2 and proc.stdout == "" and says in proc.stderr, proc.stderr
+        assert re.search(r"jobs/t\.yaml:\d+: tracking", proc.stderr) and len(proc.stderr.splitlines()) == 1
+        assert PASSWORD not in proc.stderr
 
 
 def test_the_tags_name_the_git_commit_and_render_explain_says_which_setting_applies(tmp_path: Path) -> None:

@@ -198,7 +198,9 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
                 value = "on " + ",".join(value["on"]) + ": " + ", ".join(f"{t['type']} ({t['env']})"
                                                                          for t in value["targets"])
             elif key == "tracking":
-                value = f"mlflow {value['mlflow']['tracking_uri']} (experiment {value['mlflow']['experiment']})"
+                mlflow, wandb = value.get("mlflow"), value.get("wandb")
+                value = ", ".join([*([f"mlflow {mlflow['tracking_uri']} (experiment {mlflow['experiment']})"]
+                                     if mlflow else []), *([f"wandb project {wandb['project']}"] if wandb else [])])
             lines.append(f"  {key:<15} {value!s:<40} from {shown['source']}")
     lines.append("request:")
     lines.append(json.dumps(rendered, indent=2))

@@ -1,7 +1,8 @@
 """`tracking:` of a job: the run mirrored to an experiment tracker (runside/tracking/), and what the run side gets
 of it (RTJOB_TRACKING: the tracker's address, the params and tags; never a secret).
 
-MLflow is built; W&B is not yet: `tracking: {wandb: ...}` is refused in one line rather than silently ignored."""
+MLflow (`mlflow: {tracking_uri, experiment}`, through its REST API) and W&B (`wandb: {project, entity}`, with the
+job's environment's own `wandb` package: its token is W&B's WANDB_API_KEY, given as a secret), either or both."""
 
 from __future__ import annotations
 
@@ -36,20 +37,25 @@ class MlflowTracking(BaseModel):
         return value.rstrip("/")
 
 
+class WandbTracking(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    project: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/\\#?%:]+$")]
+    entity: Annotated[str, Field(min_length=1, pattern=r"^[^/\\#?%:]+$")] | None = None  # default: the key's
+
+
 class Tracking(BaseModel):
     """`tracking:` of a job."""
 
     model_config = ConfigDict(extra="forbid")
 
     mlflow: MlflowTracking | None = None
-    wandb: Any = None
+    wandb: WandbTracking | None = None
 
     @model_validator(mode="after")
-    def _built_only(self) -> Tracking:
-        if self.wandb is not None:
-            raise ValueError("tracking: wandb is not built yet (only mlflow: {tracking_uri, experiment})")
-        if self.mlflow is None:
-            raise ValueError("tracking: names no tracker (mlflow: {tracking_uri, experiment})")
+    def _one_at_least(self) -> Tracking:
+        if self.mlflow is None and self.wandb is None:
+            raise ValueError("tracking: names no tracker (mlflow: {tracking_uri, experiment}, wandb: {project})")
         return self
 
 
@@ -76,7 +82,7 @@ def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, back
     source = shown
     if tracking is None:
         tracking, source = tracking_of_env(client_env), "MLFLOW_TRACKING_URI in this environment"
-    if tracking is None or tracking.mlflow is None:
+    if tracking is None:
         return {}
     params = {name: _text(value) for name, value in args.items() if not is_secret(name, _text(value))}
     user = _user()
@@ -87,7 +93,7 @@ def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, back
         tags["mlflow.source.git.commit"] = git["commit"]
         tags.update({"mlflow.source.git.branch": git["branch"]} if git.get("branch") else {})
         tags.update({"rtjob.git_dirty": str(git["dirty"]).lower()} if git.get("dirty") is not None else {})
-    config = {"mlflow": tracking.mlflow.model_dump(), "params": params, "tags": tags, "source": source}
+    config = {**tracking.model_dump(exclude_none=True), "params": params, "tags": tags, "source": source}
     return {contract.ENV_TRACKING: json.dumps(config, separators=(",", ":"))}
 
 
@@ -98,10 +104,11 @@ def tracking_shown(env: Mapping[str, str]) -> dict[str, Any] | None:
         config = json.loads(env.get(contract.ENV_TRACKING) or "null")
     except ValueError:
         return None
-    if not isinstance(config, dict) or not isinstance(config.get("mlflow"), dict):
+    if not isinstance(config, dict):
         return None
-    return {"value": {"mlflow": config["mlflow"], "params": sorted(config.get("params") or {})},
-            "source": str(config.get("source") or "-")}
+    trackers = {name: config[name] for name in ("mlflow", "wandb") if isinstance(config.get(name), dict)}
+    return {"value": {**trackers, "params": sorted(config.get("params") or {})},
+            "source": str(config.get("source") or "-")} if trackers else None
 
 
 def _text(value: Any) -> str:

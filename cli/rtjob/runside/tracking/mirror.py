@@ -12,10 +12,9 @@ what is left is said in the record with the command that sends it later (``rtjob
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
@@ -27,44 +26,20 @@ from .feeds import EpochFeed, LiveFile, SystemFeed
 
 if TYPE_CHECKING:
     from ...storage.objects import Objects
-    from ..outcome import Outcome
 
 RETRY_S = 10.0  # after a failed call, the next try
 FINISH_S = 5.0  # the end's flush, at most
 Note = Callable[[dict[str, Any]], None]  # the record's `tracking` (the companion writes it)
 
 
-def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say: Callable[[str], None],
-               note: Note, objects: Objects | None = None) -> MlflowMirror | None:
-    """The run's mirror when the job's env asks for one (RTJOB_TRACKING) and the rows have a folder (``objects``:
-    the run's storage, where its epoch history is)."""
-    from ..outcome import job_metadata
-
-    attempt = job_metadata(env).get(contract.META_ATTEMPT) or 1
-    raw = env.get(contract.ENV_TRACKING)
-    if not raw or not rows_folder:
-        return None
-    try:
-        config = json.loads(raw)
-        mlflow = config["mlflow"]
-        rest = MlflowRest(str(mlflow["tracking_uri"]))
-    except (ValueError, KeyError, TypeError):
-        say(f"{contract.ENV_TRACKING} is not what rtjob writes: the run is not mirrored")
-        return None
-    tags = {**config.get("tags", {}), "rtjob.run_id": run_id, contract.META_ATTEMPT: str(attempt),
-            "rtjob.status_command": f"rtjob status {run_id}"}
-    mirror = MlflowMirror(rest, str(mlflow.get("experiment") or "rtjob"), run_id, rows_folder, say, note,
-                          params=dict(config.get("params", {})), tags=tags)
+def mlflow_mirror(config: dict[str, Any], run_id: str, rows_folder: str, say: Callable[[str], None], note: Note,
+                  tags: dict[str, str], objects: Objects | None) -> MlflowMirror:
+    """The run's MLflow mirror from RTJOB_TRACKING's ``config`` (a KeyError or a ValueError: not rtjob's)."""
+    mlflow = config["mlflow"]
+    mirror = MlflowMirror(MlflowRest(str(mlflow["tracking_uri"])), str(mlflow.get("experiment") or "rtjob"), run_id,
+                          rows_folder, say, note, params=dict(config.get("params", {})), tags=tags)
     mirror.epochs = EpochFeed(objects, say) if objects is not None else None
     return mirror
-
-
-def noted_in(outcome: Outcome) -> Note:
-    """The record's ``tracking`` written as one of the outcome's owed writes (tried again while storage fails)."""
-    def note(tracking: dict[str, Any]) -> None:
-        outcome._write(lambda record: setattr(record, "tracking", tracking), indexed=False)  # noqa: SLF001
-
-    return note
 
 
 class MlflowMirror:
