@@ -38,10 +38,14 @@ install: $(STAMP)
 # Pinned: 3.18.0 does not install from this project's index, 3.17.2 does.
 MLFLOW_VENV := .venv-mlflow
 MLFLOW_VERSION := 3.17.2
+# A test tool's own venv (a canned recipe): $(call tool_venv,FOLDER,REQUIREMENT)
+define tool_venv
+$(PY) -m venv $(1)
+$(1)/bin/pip install -q '$(2)'
+touch $@
+endef
 $(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION):
-	$(PY) -m venv $(MLFLOW_VENV)
-	$(MLFLOW_VENV)/bin/pip install -q 'mlflow==$(MLFLOW_VERSION)'
-	touch $@
+	$(call tool_venv,$(MLFLOW_VENV),mlflow==$(MLFLOW_VERSION))
 
 mlflow-server: $(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION)
 
@@ -50,9 +54,7 @@ mlflow-server: $(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION)
 WANDB_VENV := .venv-wandb
 WANDB_VERSION := 0.31.0
 $(WANDB_VENV)/.installed-$(WANDB_VERSION):
-	$(PY) -m venv $(WANDB_VENV)
-	$(WANDB_VENV)/bin/pip install -q 'wandb==$(WANDB_VERSION)'
-	touch $@
+	$(call tool_venv,$(WANDB_VENV),wandb==$(WANDB_VERSION))
 
 wandb-sdk: $(WANDB_VENV)/.installed-$(WANDB_VERSION)
 

@@ -16,6 +16,7 @@ import re
 import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,6 +66,14 @@ if first:
     os.kill(os.getpid(), signal.SIGKILL)  # a lost driver (the OOM killer's way): rtjob retries the run
 '''
 
+TRACKED = """
+env_vars:
+  RTJOB_COMPANION_INTERVAL_S: "1"
+tracking:
+  mlflow:
+    tracking_uri: {uri}
+    experiment: {experiment}
+"""  # both jobs': a flush a second, the one server
 JOB = """
 name: tracked
 entrypoint: python tracked.py
@@ -74,14 +83,7 @@ args:
   lr: 0.1
   api_key: {api_key}
   gate: {gate}
-env_vars:
-  RTJOB_COMPANION_INTERVAL_S: "1"
-tracking:
-  mlflow:
-    tracking_uri: {uri}
-    experiment: {experiment}
-"""
-
+""" + TRACKED
 RETRIED_JOB = """
 name: retried
 entrypoint: python retried.py
@@ -90,13 +92,7 @@ requirements: []
 max_retries: 1
 args:
   gate: {gate}
-env_vars:
-  RTJOB_COMPANION_INTERVAL_S: "1"
-tracking:
-  mlflow:
-    tracking_uri: {uri}
-    experiment: {experiment}
-"""
+""" + TRACKED
 
 
 @pytest.fixture(scope="module")
@@ -134,13 +130,7 @@ def _run_of(mlflow: MlflowServer, run_id: str) -> dict[str, Any] | None:
 
 
 def test_a_plain_scripts_run_is_one_mlflow_run_with_every_step_through_an_outage(cluster_env, mlflow, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "tracked.py").write_text(SCRIPT)
-    job = project / "tracked.yaml"
-    job.write_text(JOB.format(api_key=API_KEY, gate=gate, uri=mlflow.uri, experiment=EXPERIMENT))
+    gate, project, job = _project(tmp_path, "tracked", SCRIPT, JOB, mlflow.uri, api_key=API_KEY)
     commit = _git_commit(project)
     run_id = new_id("tracked")
     proc = rtjob("submit", str(job), "--submission-id", run_id, "--no-wait", env=cluster_env, cwd=project)
@@ -189,13 +179,7 @@ def test_a_plain_scripts_run_is_one_mlflow_run_with_every_step_through_an_outage
 
 
 def test_a_retried_run_is_still_one_mlflow_run_its_attempts_and_steps_going_on(cluster_env, mlflow, tmp_path):
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    project = tmp_path / "proj"
-    project.mkdir()
-    (project / "retried.py").write_text(RETRIED)
-    job = project / "retried.yaml"
-    job.write_text(RETRIED_JOB.format(gate=gate, uri=mlflow.uri, experiment=EXPERIMENT))
+    _gate, project, job = _project(tmp_path, "retried", RETRIED, RETRIED_JOB, mlflow.uri)
     run_id = new_id("retried")
     proc = rtjob("submit", str(job), "--submission-id", run_id, env=cluster_env, cwd=project, timeout=240)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
@@ -207,6 +191,16 @@ def test_a_retried_run_is_still_one_mlflow_run_its_attempts_and_steps_going_on(c
     assert tags["rtjob.attempt"] == "2" and tags["rtjob.run_id"] == run_id
     steps = sorted(m["step"] for m in mlflow.history(ended["info"]["run_id"], "loss"))
     assert steps == list(range(20)), steps  # both attempts' steps, the first's once though read again
+
+
+def _project(tmp_path: Path, name: str, script: str, job: str, uri: str, **values: str) -> tuple[Path, Path, Path]:
+    """(the gate folder the script waits on, the project, its job file NAME.yaml running NAME.py)."""
+    gate, project = tmp_path / "gate", tmp_path / "proj"
+    gate.mkdir()
+    project.mkdir()
+    (project / f"{name}.py").write_text(script)
+    (project / f"{name}.yaml").write_text(job.format(gate=gate, uri=uri, experiment=EXPERIMENT, **values))
+    return gate, project, project / f"{name}.yaml"
 
 
 def _git_commit(project: Any) -> str:

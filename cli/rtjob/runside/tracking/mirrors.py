@@ -52,7 +52,8 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
 
 def _wandb(config: dict[str, Any], run_id: str, folder: str, say: Callable[[str], None], note: Note,
            tags: dict[str, str], epochs: Any) -> WandbMirror | None:
-    if importlib.util.find_spec("wandb") is None:  # the job's environment's own package, never rtjob's
+    spec = importlib.util.find_spec("wandb")  # the job's environment's own package, never rtjob's
+    if spec is None or spec.origin is None:  # none, or W&B's own run folder, ./wandb, read as a namespace package
         say("tracking: wandb: the job's environment has no `wandb` package (add it to the job's requirements): "
             "the run is not mirrored to W&B")
         note({"wandb": {"project": config["wandb"]["project"], "fault": "no wandb package in the job's environment"}})
