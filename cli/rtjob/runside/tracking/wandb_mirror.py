@@ -50,11 +50,15 @@ class WandbMirror:
         self.ended_as: str | None = None
         self.extra: collections.deque[dict[str, Any]] = collections.deque()  # epochs, system rows: the next steps'
         self.last_step: int | None = None
+        self.opened, self.noted = threading.Event(), False
         self.thread = threading.Thread(target=self._work, name="rtjob-wandb-mirror", daemon=True)
         self.thread.start()
 
     def tick(self, final: bool = False) -> None:
-        """The new rows handed to W&B's thread (never waits for W&B)."""
+        """The new rows handed to W&B's thread (never waits for W&B); the W&B run noted once it is open."""
+        if self.opened.is_set() and not self.noted:
+            self.noted = True
+            self.note(self.summary())
         steps = [row for row in self.steps.rows() if isinstance(row.get(contract.STEP_KEY), int)]
         if steps:
             self.rows.put(("steps", steps))
@@ -126,7 +130,7 @@ class WandbMirror:
         run.define_metric(contract.METRIC_EPOCH)
         self.last_step = run.step - 1 if run.step else None  # a resumed run's steps go on after its last
         self.say(f"mirrored to W&B: {run.url or os.path.dirname(run.dir)}")
-        self.note(self.summary())
+        self.opened.set()  # the companion's thread notes it in the record (the record's writes are its own)
 
     def _log(self, kind: str, rows: list[dict[str, Any]]) -> None:
         """Step rows at their steps. W&B's history has one step axis that only grows, so an epoch's numbers (with
