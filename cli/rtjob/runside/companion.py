@@ -41,7 +41,7 @@ from .child import Ended
 from .ending import grace_s, store_the_end
 from .node_folder import NodeFolder
 from .outcome import RAY_JOB_CONFIG, job_metadata
-from .secret_env import RunSecrets
+from .secret_env import RunSecrets, unseal
 from .stages import Stages
 from .train_phases import callbacks_env
 
@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> None:
         say("usage: python -m rtjob.runside.companion ENTRYPOINT (one argument, as Ray's shell gets it)")
         os._exit(2)
     entrypoint = args[0]
+    unseal(os.environ)  # forwarded credentials and notify URLs: before anything reads the run's storage
     if os.environ.get(contract.ENV_COMPANION) == "0":
         os.execv("/bin/sh", ["/bin/sh", "-c", entrypoint])
     ended = Companion(entrypoint, os.environ).run()
