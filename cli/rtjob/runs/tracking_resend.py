@@ -5,6 +5,7 @@ not send everything before the run ended (the record's ``tracking`` says so)."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ import rtjob_contract as contract
 
 from ..core.errors import BadInput, RtjobError
 from ..core.record import RunRecord
-from ..trackers.mlflow_rest import BATCH_METRICS, MlflowError, MlflowRest, metrics_of
+from ..trackers.mlflow_rest import BATCH_METRICS, MlflowError, MlflowRest, auth_headers, metrics_of
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ def resend(record: RunRecord) -> Resent:
         raise BadInput(f"run {record.id} is not mirrored to MLflow (its job has no tracking:)")
     if not record.storage_uri:
         raise BadInput(f"run {record.id} has no storage: its step rows are not kept")
-    rest = MlflowRest(str(mlflow["tracking_uri"]), timeout_s=30)
+    rest = MlflowRest(str(mlflow["tracking_uri"]), timeout_s=30, headers=auth_headers(os.environ))  # this client's
     try:
         experiment_id = rest.experiment_id(str(mlflow.get("experiment") or "rtjob"))
         run_id = rest.find_run(experiment_id, record.id) or rest.create_run(

@@ -138,6 +138,8 @@ class Companion:
         log_start = os.path.getsize(source) if source else 0  # what Ray wrote before the entrypoint's first line
         run_secrets = RunSecrets(self.env, say)  # resolved before the log parts start: they mask the values
         self.secrets += list(run_secrets.values.values())
+        if run_secrets.values:  # the run side's own parts read them too (a tracker's token, a notify URL)
+            self.env = {**self.env, **run_secrets.values}
         self.guard("starting", lambda: self._start(started, source, log_start))
         child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
         next_flush = next_beat = time.monotonic()

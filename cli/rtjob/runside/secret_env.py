@@ -80,7 +80,8 @@ def unseal(environ: MutableMapping[str, str]) -> dict[str, str]:
 def _aws_client(service: str) -> Any:
     import boto3  # the node's standard AWS settings: region, endpoint (AWS_ENDPOINT_URL_<SERVICE>), its role
 
-    return boto3.client(service)
+    # AWS_REGION too, as the AWS SDKs other than this botocore read it (botocore reads AWS_DEFAULT_REGION only)
+    return boto3.client(service, region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
 
 
 def _aws_reason(exc: Exception) -> str:
@@ -89,6 +90,10 @@ def _aws_reason(exc: Exception) -> str:
         return "not found"
     if code in ("AccessDeniedException", "AccessDenied", "UnrecognizedClientException"):
         return f"access denied ({code})"
+    status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") \
+        if hasattr(exc, "response") else None
+    if status == 403:  # an answer botocore could not parse for its code (a proxy's, moto's XML): still a refusal
+        return "access denied (HTTP 403)"
     if type(exc).__name__ in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError"):
         return "unreachable"
     if type(exc).__name__ in ("NoRegionError", "NoCredentialsError"):

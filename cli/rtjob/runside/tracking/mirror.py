@@ -26,6 +26,7 @@ from ...trackers.mlflow_rest import (
     STATUS_OF,
     MlflowError,
     MlflowRest,
+    auth_headers,
     metrics_of,
 )
 
@@ -49,7 +50,7 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
     try:
         config = json.loads(raw)
         mlflow = config["mlflow"]
-        rest = MlflowRest(str(mlflow["tracking_uri"]))
+        rest = MlflowRest(str(mlflow["tracking_uri"]), headers=auth_headers(env))  # a token from `secrets:`
     except (ValueError, KeyError, TypeError):
         say(f"{contract.ENV_TRACKING} is not what rtjob writes: the run is not mirrored")
         return None
