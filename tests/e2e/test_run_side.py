@@ -370,4 +370,6 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
         for value in (SEALED_TOKEN, FILE_TOKEN, s3.secret_key, HOOK_SECRET, env["SIDE_HOOK"]):
             assert value not in text, f"{what} holds a secret's value"
     assert "secret_env.setup" in info["Ray's job list"]  # what Ray's job info shows: the hook's module path
-    assert "_ray_pkg_" in info[f"Ray's job info of {run_id}"]  # ... and the sealed package's URI, not its values
+    sent = json.loads(info[f"Ray's job info of {run_id}"])["runtime_env"]
+    assert not {"ENV_TOK", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SIDE_HOOK"} & set(sent["env_vars"])
+    assert all(uri.startswith("gcs://_ray_pkg_") for uri in sent["py_modules"])  # the sealed one among them
