@@ -296,7 +296,7 @@ PLANTED.update({SEALED_TOKEN, FILE_TOKEN})
 
 SECRET_SCRIPT = '''
 import hashlib, json, os, ray
-names = ("ENV_TOK", "FILE_TOK")
+names = ("ENV_TOK", "FILE_TOK", "AWS_SECRET_ACCESS_KEY")  # the last: --forward-aws-credentials, sealed too
 def seen():
     return {n: hashlib.sha256(os.environ.get(n, "").encode()).hexdigest()[:16] for n in names}
 print("driver " + json.dumps(seen()), flush=True)
@@ -308,10 +308,28 @@ print("workers " + json.dumps(ray.get([worker.options(scheduling_strategy="SPREA
 '''
 
 
-def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, project, jobs_api, tmp_path):
-    """Issue 45: an env: secret (sealed by the client) and a file:// secret (read on the driver's node) reach the
-    driver and both Ray workers (the worker_process_setup_hook); Ray's job list, `rtjob show`, the stored record,
-    the stored log, Ray's driver log and everything rtjob printed hold neither value; the script's print is masked."""
+def _ray_job_info(jobs_api: tuple[str, dict[str, str]], run_id: str) -> dict[str, str]:
+    """What Ray's Jobs API answers about the run and every job rtjob started for it (its supervisor): the list,
+    and each job's own answer (entrypoint, runtime_env, metadata), as text."""
+    address, headers = jobs_api
+    listed = requests.get(f"{address}/api/jobs/", headers=headers, timeout=60)
+    assert listed.status_code == 200 and run_id in listed.text
+    ids = [j["submission_id"] for j in listed.json() if str(j.get("submission_id") or "").startswith(run_id)]
+    out = {"Ray's job list": listed.text}
+    for job_id in ids:
+        answer = requests.get(f"{address}/api/jobs/{job_id}", headers=headers, timeout=60)
+        assert answer.status_code == 200, answer.text
+        out[f"Ray's job info of {job_id}"] = json.dumps({k: answer.json().get(k) for k in
+                                                         ("entrypoint", "runtime_env", "metadata")})
+    return out
+
+
+def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, receiver, project, jobs_api, tmp_path):
+    """Issue 45: an env: secret (sealed by the client), a file:// secret (read on the driver's node) and the
+    forwarded AWS secret key (sealed) reach the driver and both Ray workers (the worker_process_setup_hook); the
+    webhook's notification arrives though its URL travels sealed; Ray's job info (the list and each job's answer:
+    entrypoint, runtime_env, metadata), `rtjob show`, the bucket's objects, the stored log, Ray's driver log and
+    everything rtjob printed hold none of the values nor the webhook's URL; the script's print is masked."""
     import hashlib
 
     secret_file = tmp_path / "file-token"
@@ -319,14 +337,15 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, proje
     (project / "sealed.py").write_text(SECRET_SCRIPT)
     (project / "jobs" / "sealed.yaml").write_text(
         "name: sealed\nentrypoint: python sealed.py\nworking_dir: ..\nrequirements: []\n"
-        f"secrets:\n  ENV_TOK: env:SEALED_SOURCE\n  FILE_TOK: file://{secret_file}\n")
+        f"secrets:\n  ENV_TOK: env:SEALED_SOURCE\n  FILE_TOK: file://{secret_file}\n"
+        "notify:\n  on: [succeeded]\n  targets:\n    - type: webhook\n      url: {env: SIDE_HOOK}\n")
     run_id = new_id("sealed")
     folder = f"runs/sealed/{run_id}"
     proc = rtjob("submit", "sealed", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
                  "--submission-id", run_id, env={**env, "SEALED_SOURCE": SEALED_TOKEN}, cwd=project, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    digest = {n: hashlib.sha256(v.encode()).hexdigest()[:16] for n, v in (("ENV_TOK", SEALED_TOKEN),
-                                                                         ("FILE_TOK", FILE_TOKEN))}
+    digest = {n: hashlib.sha256(v.encode()).hexdigest()[:16] for n, v in (
+        ("ENV_TOK", SEALED_TOKEN), ("FILE_TOK", FILE_TOKEN), ("AWS_SECRET_ACCESS_KEY", s3.secret_key))}
     done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
     assert done["status"] == "SUCCEEDED", done
     log = body(s3, f"{folder}/logs/driver.log").decode()
@@ -335,15 +354,22 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, proje
     assert driver == digest and workers == [digest, digest], (driver, workers)
     assert "printing my token **** and ****" in log
 
-    address, headers = jobs_api
-    ray_jobs = requests.get(f"{address}/api/jobs/", headers=headers, timeout=60)
-    assert ray_jobs.status_code == 200 and run_id in ray_jobs.text
+    [message] = wait_for(lambda: receiver.for_run(run_id), 60, "the webhook")  # its URL travelled sealed
+    assert message["outcome"] == "succeeded"
+    info = _ray_job_info(jobs_api, run_id)
+    assert len(info) >= 2  # the list and the run's own answer (and its supervisor's, when one started)
     shown = rtjob("show", run_id, "-o", "json", env=env, cwd=project, timeout=120)
     assert shown.returncode == 0, shown.stderr
-    texts = {"Ray's job list": ray_jobs.text, "Ray's driver log": driver_log(jobs_api, run_id),
-             "rtjob show": shown.stdout, "the stored record": body(s3, f"{folder}/rtjob-run.json").decode(),
-             "the stored log": log + parts(s3, folder, run_id).decode(), "submit's output": proc.stdout + proc.stderr}
+    stored = {key: body(s3, key) for key in keys(s3, "")  # the bucket's objects (the module's other runs aside)
+              if not key.startswith("runs/side/")}
+    assert any(run_id in key for key in stored), sorted(stored)
+    texts = {**info, "Ray's driver log": driver_log(jobs_api, run_id), "rtjob show": shown.stdout,
+             "the stored log": log + parts(s3, folder, run_id).decode(), "submit's output": proc.stdout + proc.stderr,
+             **{f"s3://{BUCKET}/{key}": data.decode(errors="replace") for key, data in stored.items()}}
     for what, text in texts.items():
-        for value in (SEALED_TOKEN, FILE_TOKEN):
+        for value in (SEALED_TOKEN, FILE_TOKEN, s3.secret_key, HOOK_SECRET, env["SIDE_HOOK"]):
             assert value not in text, f"{what} holds a secret's value"
-    assert "secret_env.setup" in ray_jobs.text  # what Ray's job info shows: the hook's module path
+    assert "secret_env.setup" in info["Ray's job list"]  # what Ray's job info shows: the hook's module path
+    sent = json.loads(info[f"Ray's job info of {run_id}"])["runtime_env"]
+    assert not {"ENV_TOK", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SIDE_HOOK"} & set(sent["env_vars"])
+    assert all(uri.startswith("gcs://_ray_pkg_") for uri in sent["py_modules"])  # the sealed one among them

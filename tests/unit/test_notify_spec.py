@@ -59,8 +59,10 @@ def test_the_job_files_notify_wins_whole_and_is_forwarded_masked(tmp_path: Path)
     data = _json(proc)
     notify = {"on": ["failed"], "targets": [{"type": "slack", "env": "SLACK_URL"}], "steps": False}
     assert data["explain"]["notify"] == {"value": notify, "source": "jobs/own.yaml"}
-    env_vars = data["submit_job"]["runtime_env"]["env_vars"]
-    assert env_vars["SLACK_URL"] == MASK  # forwarded from the client, masked whole
+    runtime_env = data["submit_job"]["runtime_env"]
+    env_vars = runtime_env["env_vars"]
+    # forwarded from the client in the sealed package (issue 45), never in env_vars: named, never shown
+    assert "SLACK_URL" not in env_vars and "rtjob_sealed/ (sealed: SLACK_URL)" in runtime_env["py_modules"]
     assert "HOOK_URL" not in env_vars and "APPRISE_URL" not in env_vars  # nothing merged from the project
     assert json.loads(env_vars[contract.ENV_NOTIFY]) == notify
     assert "SECRETXYZ123" not in proc.stdout + proc.stderr and "/services/" not in proc.stdout
@@ -72,7 +74,8 @@ def test_the_project_config_beats_the_current_context(tmp_path: Path) -> None:
     assert data["explain"]["notify"] == {
         "value": {"on": ["succeeded", "failed"], "targets": [{"type": "webhook", "env": "HOOK_URL"}], "steps": False},
         "source": f"{project / 'pyproject.toml'} [tool.rtjob]"}
-    assert data["submit_job"]["runtime_env"]["env_vars"]["HOOK_URL"] == MASK
+    assert "HOOK_URL" not in data["submit_job"]["runtime_env"]["env_vars"]
+    assert "rtjob_sealed/ (sealed: HOOK_URL)" in data["submit_job"]["runtime_env"]["py_modules"]
     assert "APPRISE_URL" not in data["submit_job"]["runtime_env"]["env_vars"]
 
 
@@ -82,7 +85,7 @@ def test_the_current_context_applies_when_nothing_more_specific_does(tmp_path: P
     assert proc.returncode == 0, proc.stderr
     [line] = [line for line in proc.stdout.splitlines() if line.lstrip().startswith("notify ")]
     assert "on stopped: apprise (APPRISE_URL)" in line and "from current context c (" in line
-    assert '"APPRISE_URL": "****"' in proc.stdout and HOOK not in proc.stdout
+    assert "rtjob_sealed/ (sealed: APPRISE_URL)" in proc.stdout and HOOK not in proc.stdout
 
 
 def test_no_notify_anywhere_adds_nothing(tmp_path: Path) -> None:
@@ -192,7 +195,8 @@ def test_the_run_record_keeps_the_reference_never_the_url(tmp_path: Path, monkey
     monkeypatch.chdir(project)
     settings = load_settings({"backend": "ray", "address": NOWHERE}, root=project)
     planned = plan("own", settings, Overrides(submission_id="n-2"))
-    assert planned.job.notify is not None and planned.job.env_vars["SLACK_URL"] == SLACK  # sent as it is
+    assert planned.job.notify is not None and planned.job.sealed_env["SLACK_URL"] == SLACK  # sent sealed, as it is
+    assert "SLACK_URL" not in planned.request.runtime_env["env_vars"] and "SLACK_URL" not in planned.job.env_vars
     assert SLACK in planned.request.secrets()
     record = new_record(planned, RunInfo(id="n-2", job="own", backend="ray", status=RunStatus.PENDING))
     text = record.dumps()
@@ -214,7 +218,8 @@ def test_a_github_target_forwards_its_token_masked_and_names_its_repository(tmp_
     job_env = data["submit_job"]["runtime_env"]["env_vars"]
     assert json.loads(job_env[contract.ENV_NOTIFY])["targets"] == [
         {"type": "github", "env": "GITHUB_DISPATCH_TOKEN", "repo": "acme/train", "api_url": contract.GITHUB_API_URL}]
-    assert job_env["GITHUB_DISPATCH_TOKEN"] == MASK and GH_TOKEN not in proc.stdout + proc.stderr
+    assert "GITHUB_DISPATCH_TOKEN" not in job_env and GH_TOKEN not in proc.stdout + proc.stderr
+    assert "rtjob_sealed/ (sealed: GITHUB_DISPATCH_TOKEN)" in data["submit_job"]["runtime_env"]["py_modules"]
 
 
 @pytest.mark.parametrize(("target", "expect"), [

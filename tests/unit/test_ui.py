@@ -437,3 +437,53 @@ def test_the_card_links_the_mlflow_and_wandb_runs_that_mirror_it(root: Path, app
     assert "offline: <code>/n/wandb/offline-run-1</code> · W&amp;B did not finish within 10s: <code>wandb sync " in card
     assert "javascript:" not in card  # only an https address is a link
     assert 'id="mlflow"' not in call(app, "/runs/u-good/card")[2]  # a run not mirrored has no such line
+
+
+UI_SEALED = plant("ui-sealed-env-value-5a4b3c2d")  # an env: secret the client seals
+UI_ARG = plant("ui-secret-arg-value-8d7c6b5a")  # a secret arg (secret by its name)
+
+
+def test_a_secrets_run_shows_no_value_on_any_page_or_in_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45: a job with `secrets:` (an env: value the client seals, an aws-sm reference) and a secret arg,
+    planned as submit plans it; its record as the client writes it, its log as the companion wrote it (through its
+    redactor). `rtjob ui`, which never learned either value, shows neither on the runs page, the run's page and
+    card, its log, the log's search and find, compare, or the API (the references are shown)."""
+    from rtjob.core.model import RunInfo, RunStatus
+    from rtjob.jobspec.project import load_settings
+    from rtjob.jobspec.resolve import Overrides
+    from rtjob.runs.records import new_record
+    from rtjob.runs.runner import plan
+
+    project = tmp_path / "project"
+    (project / "jobs").mkdir(parents=True)
+    (project / "jobs" / "tok.yaml").write_text(
+        f"name: tok\nentrypoint: python tok.py\nargs:\n  api_token: {UI_ARG}\n"
+        "secrets:\n  HF_TOKEN: env:UI_SEALED\n  DB_PASSWORD: aws-sm://team/db#password\n")
+    (project / "pyproject.toml").write_text("[tool.rtjob]\n")
+    for name, value in {"RTJOB_HOME": tmp_path / "rtjob-home", "HOME": tmp_path / "home",
+                        "XDG_CONFIG_HOME": tmp_path / "xdg", "UI_SEALED": UI_SEALED}.items():
+        monkeypatch.setenv(name, str(value))
+    monkeypatch.chdir(project)
+    planned = plan("tok", load_settings({"backend": "ray", "address": "http://127.0.0.1:9"}, root=project),
+                   Overrides(submission_id="u-secrets"))
+    assert getattr(planned.request, "sealed", None) == {"HF_TOKEN": UI_SEALED}
+    made = new_record(planned, RunInfo(id="u-secrets", job="tok", backend="ray", status=RunStatus.SUCCEEDED))
+    REDACTOR.add([UI_SEALED, UI_ARG])  # the companion's redactor, as it masked the run's log
+    lines = [REDACTOR.text(f"printing {UI_SEALED} and {UI_ARG}"), "done"]
+    REDACTOR.clear()  # the UI's own process never learned the values
+    storage = tmp_path / "storage"
+    write_run(storage, "u-secrets", "tok", log_lines=lines, request=made.request, document=made.spec.get("document"))
+    write_run(storage, "u-other", "tok")
+    app = create_app(Config(storage=str(storage), lookup_root=str(storage), endpoint=None, host="127.0.0.1",
+                            port=PORT, token=None))
+    shown = {}
+    for path in ("/", "/?q=tok", "/api/runs", "/api/runs/u-secrets", "/runs/u-secrets", "/runs/u-secrets/card",
+                 "/runs/u-secrets/log", "/runs/u-secrets/log/search?q=printing", "/runs/u-secrets/log/find?q=printing",
+                 "/compare?run=u-secrets&run=u-other"):
+        status, _, text = call(app, path)
+        assert status == 200, (path, status, text[:300])
+        shown[path] = text
+    for path, text in shown.items():
+        assert UI_SEALED not in text and UI_ARG not in text, path
+    assert "printing **** and ****" in shown["/runs/u-secrets/log"]
+    assert "aws-sm://team/db#password" in shown["/api/runs/u-secrets"]  # the reference, never its value

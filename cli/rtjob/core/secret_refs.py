@@ -27,7 +27,8 @@ import rtjob_contract as contract
 
 ENV_SECRETS = contract.ENV_SECRET_REFS  # {NAME: REFERENCE} as JSON: references, never values (shown: redact.py)
 SEALED_PACKAGE = "rtjob_sealed"  # the py_modules folder that carries the client-held values
-SEALED_FILE = "values.json"  # inside it: {NAME: value}
+SEALED_FILE = "values.json"  # inside it: {NAME: value} of the env: references
+SEALED_ENV_FILE = "env.json"  # and {VARIABLE: value}: forwarded AWS credentials, notify URLs (the run side's env)
 KV_NAMESPACE = "rtjob-secrets"  # Ray's internal KV: where the companion leaves the values for the run's workers
 SETUP_HOOK = "rtjob.runside.secret_env.setup"  # the worker_process_setup_hook (a module path: the job info shows it)
 

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import copy
-import json
 import os
 import secrets
 import shlex
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,7 @@ from ..core.errors import BadInput
 from ..core.model import check_run_id
 from . import catalog
 from .gpus import inventory, machine_gpus
+from .notify_plan import NotifyPlan, resolve_notify
 from .overrides import apply_set, parse_env, parse_set
 from .project import find_compute_config_file, find_job_file, job_file_root
 from .requirements import declared_at, read_requirements, split_satisfied
@@ -28,8 +27,6 @@ from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
     ComputeConfig,
     JobSpec,
-    Notify,
-    NotifyTarget,
     WorkerGroup,
     describe_validation_error,
     validate_compute_config,
@@ -102,60 +99,6 @@ class JobSource:
         return cls(path, located.path, located.path, located.data, lines=located.lines)
 
 
-@dataclass(frozen=True)
-class NotifyPlan:
-    """The run's notifications as resolved: which outcomes, which targets (type, the environment variable that
-    holds its URL: never the URL), and where the `notify:` came from (``render --explain``)."""
-
-    on: tuple[str, ...]
-    # {"type", "env": the variable that holds its URL (a github target's token)} + a github target's repo, api_url
-    targets: tuple[dict[str, str], ...]
-    steps: bool
-    source: str
-
-    def to_json(self) -> dict[str, Any]:
-        """What RTJOB_NOTIFY holds (JSON, no URL) and render shows."""
-        return {"on": list(self.on), "targets": [dict(t) for t in self.targets], "steps": self.steps}
-
-
-def resolve_notify(spec: JobSpec, shown: str, settings: Settings, data_env: dict[str, str],
-                   client_env: Mapping[str, str] | None = None) -> tuple[NotifyPlan | None, dict[str, str]]:
-    """The job's `notify:`, else the settings' (project config or a context): the most specific wins whole.
-    Returns it and the variables to add to the job's env: each target's URL, forwarded from this client's
-    environment (a secret: the redactor masks the variables RTJOB_NOTIFY names), and RTJOB_NOTIFY itself."""
-    client_env = os.environ if client_env is None else client_env
-    if spec.notify is not None:
-        notify, source = spec.notify, shown
-    else:
-        raw = settings.get("notify")
-        if raw is None:
-            return None, {}
-        notify, source = Notify.model_validate(raw), settings.source("notify")  # checked when it was read
-    plan = NotifyPlan(on=tuple(dict.fromkeys(notify.on)), targets=tuple(_target_json(t) for t in notify.targets),
-                      steps=notify.steps, source=source)
-    from_where = "" if source == shown else f" (notify from {source})"
-    env: dict[str, str] = {}
-    for kind, name in ((t["type"], t["env"]) for t in plan.targets):
-        if name in data_env:
-            raise BadInput(f"{shown}: env_vars sets {name}, which a notify {kind} target{from_where} references: "
-                           f"leave it out; rtjob forwards {name} from your environment as a secret")
-        value = client_env.get(name, "")
-        if not value.strip():
-            raise BadInput(f"{shown}: environment variable {name} is not set (the notify {kind} target"
-                           f"{from_where} references it; rtjob forwards it to the run as a secret)")
-        env[name] = value
-    env[contract.ENV_NOTIFY] = json.dumps(plan.to_json(), separators=(",", ":"))
-    return plan, env
-
-
-def _target_json(target: NotifyTarget) -> dict[str, str]:
-    out = {"type": target.type, "env": target.secret.env}
-    if target.type == "github":
-        out["repo"] = str(target.repo)
-        out["api_url"] = (target.api_url or contract.GITHUB_API_URL).rstrip("/")
-    return out
-
-
 @dataclass
 class ResolvedJob:
     """One run of one job, fully decided. Backends turn this into their wire request."""
@@ -207,8 +150,11 @@ class ResolvedJob:
     document: dict[str, Any] = field(default_factory=dict, repr=False)
     compute_config_document: dict[str, Any] | None = field(default=None, repr=False)
     job_path: Path | None = None  # the job file, absolute
-    # Notifications (None: none); the URLs are in env_vars under the variables it names, RTJOB_NOTIFY holds it.
+    # Notifications (None: none); the URLs are in sealed_env under the variables it names, RTJOB_NOTIFY holds it.
     notify: NotifyPlan | None = None
+    # Client-held secrets for the run's environment (forwarded AWS credentials, notify URLs): on Ray they travel in
+    # the sealed package (backends/ray/sealed.py), never in env_vars; Anyscale's JobConfig has no such channel.
+    sealed_env: dict[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def use_gpu(self) -> bool:
@@ -531,6 +477,9 @@ def resolve(
     env.update(storage_env.env)
     notes += storage_env.notes
     notify, notify_env = resolve_notify(spec, shown, settings, spec.env_vars)
+    # Client-held secrets (forwarded credentials, each notify target's URL) travel sealed, not in env_vars.
+    sealed_env = {**storage_env.sealed, **{t["env"]: notify_env.pop(t["env"]) for t in notify.targets}} \
+        if notify is not None else dict(storage_env.sealed)
     env.update(notify_env)
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
     job_file = source.path if source is not None else find_job_file(ref, root)[0]
@@ -574,4 +523,5 @@ def resolve(
         compute_config_document=cc_located.data if cc_located is not None else None,
         job_path=job_file.resolve(),
         notify=notify,
+        sealed_env=sealed_env,
     )

@@ -32,6 +32,8 @@ def endpoint_from_env(env: Mapping[str, str] | None = None) -> str | None:
 @dataclass
 class JobStorageEnv:
     env: dict[str, str] = field(default_factory=dict)  # variables to add to the job's environment
+    # The forwarded credentials: client-held secrets, sealed (backends/ray/sealed.py), never the job's env_vars
+    sealed: dict[str, str] = field(default_factory=dict, repr=False)
     endpoint: str | None = None  # the S3 endpoint the job will use (recorded with the run)
     notes: list[str] = field(default_factory=list)
 
@@ -68,7 +70,7 @@ def job_storage_env(
             if var in job_env:
                 out.notes.append(f"--forward-aws-credentials: the job sets {var} itself; that value is kept")
             else:
-                out.env[var] = value
+                out.sealed[var] = value
         if region and not (job_env.get("AWS_REGION") or job_env.get("AWS_DEFAULT_REGION")):
             out.env["AWS_DEFAULT_REGION"] = region
         if "AWS_SESSION_TOKEN" in creds:

@@ -6,6 +6,7 @@ ended (the record's ``tracking`` says so). The rows become metrics by trackers/r
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -13,7 +14,7 @@ import rtjob_contract as contract
 
 from ..core.errors import BadInput, RtjobError
 from ..core.record import RunRecord
-from ..trackers.mlflow_rest import BATCH_METRICS, MlflowError, MlflowRest
+from ..trackers.mlflow_rest import BATCH_METRICS, MlflowError, MlflowRest, auth_headers
 from ..trackers.rows import SystemSteps, epoch_history, epoch_metrics, epoch_step, step_metrics
 
 
@@ -30,7 +31,7 @@ def resend(record: RunRecord) -> Resent:
         raise BadInput(f"run {record.id} is not mirrored to MLflow (its job has no tracking:)")
     if not record.storage_uri:
         raise BadInput(f"run {record.id} has no storage: its step rows are not kept")
-    rest = MlflowRest(str(mlflow["tracking_uri"]), timeout_s=30)
+    rest = MlflowRest(str(mlflow["tracking_uri"]), timeout_s=30, headers=auth_headers(os.environ))  # this client's
     try:
         experiment_id = rest.experiment_id(str(mlflow.get("experiment") or "rtjob"))
         run_id = rest.find_run(experiment_id, record.id) or rest.create_run(

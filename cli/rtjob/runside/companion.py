@@ -41,7 +41,7 @@ from .child import Ended
 from .ending import grace_s, store_the_end
 from .node_folder import NodeFolder
 from .outcome import RAY_JOB_CONFIG, job_metadata
-from .secret_env import RunSecrets
+from .secret_env import RunSecrets, unseal
 from .stages import Stages
 from .train_phases import callbacks_env
 
@@ -138,6 +138,8 @@ class Companion:
         log_start = os.path.getsize(source) if source else 0  # what Ray wrote before the entrypoint's first line
         run_secrets = RunSecrets(self.env, say)  # resolved before the log parts start: they mask the values
         self.secrets += list(run_secrets.values.values())
+        if run_secrets.values:  # the run side's own parts read them too (a tracker's token, a notify URL)
+            self.env = {**self.env, **run_secrets.values}
         self.guard("starting", lambda: self._start(started, source, log_start))
         child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
         next_flush = next_beat = time.monotonic()
@@ -207,8 +209,8 @@ class Companion:
             rows = self.stages.rows = self._live_rows()
             on_text = outcome.saw_text if rows is None else both(outcome.saw_text, rows.feed)
             from .tracking.mirrors import mirror_for, noted_in  # the job's `tracking:`: rows and epochs
-
-            self.stages.tracker = mirror_for(self.env, self.run_id, rows.folder if rows else None, say, noted_in(outcome), objects)
+            folder = rows.folder if rows else None
+            self.stages.tracker = mirror_for(self.env, self.run_id, folder, say, noted_in(outcome), objects)
             self.stages.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
@@ -285,6 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         say("usage: python -m rtjob.runside.companion ENTRYPOINT (one argument, as Ray's shell gets it)")
         os._exit(2)
     entrypoint = args[0]
+    unseal(os.environ)  # forwarded credentials and notify URLs: before anything reads the run's storage
     if os.environ.get(contract.ENV_COMPANION) == "0":
         os.execv("/bin/sh", ["/bin/sh", "-c", entrypoint])
     ended = Companion(entrypoint, os.environ).run()

@@ -21,6 +21,9 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m rtjob.runside.kept_sync RUN_ID", file=sys.stderr)
         return 2
     run_id = args[0]
+    from .secret_env import unseal
+
+    unseal(os.environ)  # the attempt's forwarded credentials travel sealed (its py_modules)
     folders = node_dirs.kept_folders(run_id)
     if not folders:
         print(f"rtjob sync: nothing of run {run_id} is kept on {os.uname().nodename}", flush=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 import rtjob_contract as contract
@@ -43,23 +43,45 @@ def references(env: Mapping[str, str]) -> dict[str, str]:
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
-def sealed_values() -> dict[str, str]:
-    """The client-held values the sealed package brought (a py_modules folder on this process's path)."""
+def _sealed(file: str) -> dict[str, str]:
+    """One file of the sealed package (a py_modules folder on this process's path: the run's job and every job
+    rtjob starts for it from its job info); {} without the package."""
     import importlib.util
 
     spec = importlib.util.find_spec(secret_refs.SEALED_PACKAGE)
     folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
-    if folder is None:
+    if folder is None or not os.path.exists(os.path.join(folder, file)):
         return {}
-    with open(os.path.join(folder, secret_refs.SEALED_FILE), encoding="utf-8") as f:
+    with open(os.path.join(folder, file), encoding="utf-8") as f:
         data = json.load(f)
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def sealed_values() -> dict[str, str]:
+    """The client-held values of the run's ``env:`` references the sealed package brought."""
+    return _sealed(secret_refs.SEALED_FILE)
+
+
+def unseal(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """The sealed variables (forwarded AWS credentials, notify URLs) into ``environ``, each a secret of this process
+    from now on; a variable already set keeps its value. Called first by every run-side process: the companion
+    (it needs the credentials before it reads the run's storage), the supervisor, the sync job and each Ray worker
+    (``setup``). Returns what was sealed."""
+    try:
+        values = _sealed(secret_refs.SEALED_ENV_FILE)
+    except (OSError, ValueError):
+        return {}
+    REDACTOR.add(values.values())
+    for name, value in values.items():
+        environ.setdefault(name, value)
+    return values
 
 
 def _aws_client(service: str) -> Any:
     import boto3  # the node's standard AWS settings: region, endpoint (AWS_ENDPOINT_URL_<SERVICE>), its role
 
-    return boto3.client(service)
+    # AWS_REGION too, as the AWS SDKs other than this botocore read it (botocore reads AWS_DEFAULT_REGION only)
+    return boto3.client(service, region_name=os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION"))
 
 
 def _aws_reason(exc: Exception) -> str:
@@ -68,6 +90,10 @@ def _aws_reason(exc: Exception) -> str:
         return "not found"
     if code in ("AccessDeniedException", "AccessDenied", "UnrecognizedClientException"):
         return f"access denied ({code})"
+    status = getattr(exc, "response", {}).get("ResponseMetadata", {}).get("HTTPStatusCode") \
+        if hasattr(exc, "response") else None
+    if status == 403:  # an answer botocore could not parse for its code (a proxy's, moto's XML): still a refusal
+        return "access denied (HTTP 403)"
     if type(exc).__name__ in ("EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError"):
         return "unreachable"
     if type(exc).__name__ in ("NoRegionError", "NoCredentialsError"):
@@ -154,6 +180,10 @@ class RunSecrets:
         self._publish()
 
     def _gcs(self) -> Any:
+        # Ray 2.60 has no public KV: ray.experimental.internal_kv's functions are underscore-named (no PublicAPI)
+        # and work only after ray.init in this process, which would make the companion a second driver of the job
+        # (its own entry in Ray's job table, a core worker beside the entrypoint's). They wrap this same client
+        # (internal_kv._initialize_internal_kv(GcsClient)): the companion uses it directly, for two calls.
         from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
         return GcsClient(address=self.env[RAY_ADDRESS])
@@ -186,12 +216,14 @@ class RunSecrets:
 
 
 def setup() -> None:
-    """Ray's ``worker_process_setup_hook`` (every worker process of the run): the run's values into its
-    environment. A worker that starts before the companion published them (Ray's own job supervisor) gets none."""
+    """Ray's ``worker_process_setup_hook`` (every worker process of the run): the sealed variables and the run's
+    resolved values into its environment. A worker that starts before the companion published the values (Ray's
+    own job supervisor) gets the sealed variables only."""
+    unseal(os.environ)
     run_id = os.environ.get(contract.ENV_RUN_NAME)
     if not run_id or secret_refs.ENV_SECRETS not in os.environ:
         return
-    from ray.experimental import internal_kv
+    from ray.experimental import internal_kv  # a worker is connected: Ray's own client reads the KV
 
     raw = internal_kv._internal_kv_get(secret_refs.kv_key(run_id), namespace=secret_refs.KV_NAMESPACE)  # noqa: SLF001
     if raw:

@@ -4,11 +4,13 @@ and the run side stay light."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 BATCH_METRICS = 1000  # runs/log-batch takes at most 1000 metrics, 100 params and 100 tags a call
@@ -24,10 +26,24 @@ class MlflowError(Exception):
         self.transient = transient
 
 
+def auth_headers(env: Mapping[str, str]) -> dict[str, str]:
+    """MLflow's own credentials, as its client reads them: MLFLOW_TRACKING_TOKEN (a bearer token), else
+    MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (basic auth). On the run side they come from the job's
+    `secrets:` (docs/guide/secrets.md), resolved by the companion; never from RTJOB_TRACKING."""
+    token = (env.get("MLFLOW_TRACKING_TOKEN") or "").strip()
+    if token:
+        return {"Authorization": f"Bearer {token}"}
+    user, password = env.get("MLFLOW_TRACKING_USERNAME") or "", env.get("MLFLOW_TRACKING_PASSWORD") or ""
+    if user and password:
+        return {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+    return {}
+
+
 class MlflowRest:
-    def __init__(self, uri: str, timeout_s: float = 3.0) -> None:
+    def __init__(self, uri: str, timeout_s: float = 3.0, headers: Mapping[str, str] | None = None) -> None:
         self.uri = uri.rstrip("/")
         self.timeout_s = timeout_s
+        self.headers = dict(headers or {})  # auth_headers: secrets, never printed (repr-free; not in errors)
 
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         url = f"{self.uri}/api/2.0/mlflow/{path}"
@@ -36,7 +52,7 @@ class MlflowRest:
             url += "?" + urllib.parse.urlencode(body)
         elif body is not None:
             data = json.dumps(body).encode()
-        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json", **self.headers})
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:  # noqa: S310 - http(s) only
                 return dict(json.loads(response.read() or b"{}"))

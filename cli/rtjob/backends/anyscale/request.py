@@ -50,7 +50,8 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         "working_dir": str(job.working_dir),
         "excludes": [*DEFAULT_EXCLUDES, *(e for e in job.spec.excludes if e not in DEFAULT_EXCLUDES)],
         "requirements": list(job.requirements or []),
-        "env_vars": dict(job.env_vars),
+        # Anyscale's JobConfig has no sealed channel: forwarded credentials and notify URLs are env_vars there
+        "env_vars": {**job.env_vars, **job.sealed_env},
         "max_retries": job.spec.max_retries,  # explicit: unset, the SDK defaults to 1 (and warns)
         "timeout_s": job.spec.timeout_s,
         "tags": tags,

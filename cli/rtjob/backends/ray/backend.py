@@ -250,7 +250,7 @@ class RayJobsBackend(Backend):
                               create_cluster_if_needed=False)
         from .sealed import sealed_runtime_env
 
-        with sealed_runtime_env(request.runtime_env, request.sealed) as runtime_env:  # env: secrets, never env_vars
+        with sealed_runtime_env(request) as runtime_env:  # client-held secrets, never env_vars
             self._submit_until_agent(client, request, runtime_env)
 
     def _submit_until_agent(self, client: Any, request: RayJobRequest, runtime_env: dict[str, Any]) -> None:

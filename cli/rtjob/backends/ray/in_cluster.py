@@ -136,7 +136,10 @@ def upload_packages(address: str, api: RayJobsAPI, request: RayJobRequest) -> Ra
 
     quiet_ray_client()  # as a single job's submit: rtjob says "uploading working dir" itself
     client = JobSubmissionClient(address, headers=api.headers, verify=api.verify, create_cluster_if_needed=False)
-    runtime_env = copy.deepcopy(request.runtime_env)
-    client._upload_working_dir_if_needed(runtime_env)  # noqa: SLF001 - Ray's own upload, the one submit_job uses
-    client._upload_py_modules_if_needed(runtime_env)  # noqa: SLF001
+    from .sealed import sealed_runtime_env
+
+    with sealed_runtime_env(request) as sent:  # a step's client-held secrets: its sealed package, never env_vars
+        runtime_env = copy.deepcopy(sent)
+        client._upload_working_dir_if_needed(runtime_env)  # noqa: SLF001 - Ray's own upload, the one submit_job uses
+        client._upload_py_modules_if_needed(runtime_env)  # noqa: SLF001
     return dataclasses.replace(request, runtime_env=runtime_env)

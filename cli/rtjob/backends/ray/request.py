@@ -37,10 +37,13 @@ class RayJobRequest(Request):
     # The client-held values of the job's `secrets:` (env: references): sent in the sealed package (sealed.py),
     # never in runtime_env, never recorded (to_json leaves them out), never printed (repr, the redactor).
     sealed: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
+    # The other client-held secrets for the run's environment (forwarded AWS credentials, notify URLs): sealed too.
+    sealed_env: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         data = super().to_json()
         data.pop("sealed", None)
+        data.pop("sealed_env", None)
         return data
 
     @property
@@ -49,11 +52,16 @@ class RayJobRequest(Request):
 
     def secrets(self) -> list[str]:
         """Secret values inside the request: secret env values, and secret args inside the entrypoint."""
-        return secret_values(self.runtime_env.get("env_vars") or {}) + secret_arg_values(self.entrypoint)
+        return (secret_values(self.runtime_env.get("env_vars") or {}) + secret_arg_values(self.entrypoint)
+                + [*self.sealed.values(), *self.sealed_env.values()])
 
     def masked_runtime_env(self) -> dict[str, Any]:
         env = dict(self.runtime_env)
         env["env_vars"] = mask_mapping(env.get("env_vars") or {})
+        sealed = sorted({*self.sealed, *self.sealed_env})
+        if sealed:  # what Ray is sent: the sealed package, its variables named, never their values
+            env["py_modules"] = [*(env.get("py_modules") or []),
+                                 f"{secret_refs.SEALED_PACKAGE}/ (sealed: {', '.join(sealed)})"]
         return env
 
     def masked_entrypoint(self) -> str:
@@ -106,11 +114,15 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
         if job.spec.timeout_s:
             runtime_env["env_vars"][contract.ENV_TIME_LIMIT_S] = str(job.spec.timeout_s)
         sealed = _secrets(job, runtime_env)
+        if job.sealed_env:  # the workers get them from the sealed package (runside/secret_env.setup)
+            runtime_env["worker_process_setup_hook"] = secret_refs.SETUP_HOOK
     elif job.spec.secrets:
         raise BadInput(f"{job.job_file}: secrets: needs the companion ({contract.ENV_COMPANION}=0 turns it off, "
                        "leaving nothing to resolve them)")
     elif job.spec.timeout_s:
         entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
+    if not job.companion:  # nothing on the cluster would unseal them: as env_vars (docs/guide/secrets.md)
+        runtime_env["env_vars"].update(job.sealed_env)
     runtime_env["excludes"] = sent_excludes(job.spec.excludes)  # secrets, rtjob's state and pulled runs stay here
     if job.requirements:
         runtime_env["pip"] = list(job.requirements)
@@ -140,6 +152,7 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
     request = RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)
     request.sealed = sealed
+    request.sealed_env = dict(job.sealed_env) if job.companion else {}
     return request
 
 

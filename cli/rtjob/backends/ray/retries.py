@@ -195,7 +195,8 @@ class RayRetries:
             run_id=new_id, job_file=str(metadata.get(contract.META_JOB_FILE, "")), notes=[],
             entrypoint=str(data.get("entrypoint")), runtime_env=runtime_env, metadata=metadata,
             entrypoint_num_cpus=float(data.get("entrypoint_num_cpus") or 0),
-            sealed=local.sealed if local is not None else {},  # the job info's runtime_env carries its package
+            # the job info's runtime_env carries its package
+            sealed=local.sealed if local is not None else {}, sealed_env=local.sealed_env if local is not None else {},
         )
         result = self.submit(request)  # attaches when another rtjob submitted this retry first
         return result.run, result.created

@@ -1,5 +1,5 @@
 """``python -m rtjob.runside.supervisor RUN_ID BACKEND``: the supervisor's process. Its environment is the run's (the
-record's folder RTJOB_RUN_URI and its credentials) plus the dashboard's address (RTJOB_DASHBOARD_ADDRESS); with
+record's folder RTJOB_RUN_URI; its credentials unsealed) plus the dashboard's address (RTJOB_DASHBOARD_ADDRESS); with
 RTJOB_PIPELINE_STEPS it carries a pipeline run. It runs the supervisor's loop (loop.py) on BACKEND's primitives
 (``Backend.cluster_jobs``, reached through the registry) writing through the run's folder, then archives its own log
 beside the run's (``logs/<supervisor id>.log``, listed in the record)."""
@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     run_id, backend = args
     from ...backends import backend_class
+    from ..secret_env import unseal
+
+    unseal(os.environ)  # the run's forwarded credentials and notify URLs travel sealed (its py_modules), not env_vars
 
     run_uri = os.environ.get(contract.ENV_RUN_URI) or None
     try:

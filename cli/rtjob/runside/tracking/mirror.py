@@ -14,13 +14,20 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
 from ...core.clock import now_iso
-from ...trackers.mlflow_rest import BATCH_METRICS, BATCH_PARAMS, STATUS_OF, MlflowError, MlflowRest
+from ...trackers.mlflow_rest import (
+    BATCH_METRICS,
+    BATCH_PARAMS,
+    STATUS_OF,
+    MlflowError,
+    MlflowRest,
+    auth_headers,
+)
 from ...trackers.rows import step_metrics
 from .feeds import EpochFeed, LiveFile, SystemFeed
 
@@ -33,10 +40,11 @@ Note = Callable[[dict[str, Any]], None]  # the record's `tracking` (the companio
 
 
 def mlflow_mirror(config: dict[str, Any], run_id: str, rows_folder: str, say: Callable[[str], None], note: Note,
-                  tags: dict[str, str], objects: Objects | None) -> MlflowMirror:
-    """The run's MLflow mirror from RTJOB_TRACKING's ``config`` (a KeyError or a ValueError: not rtjob's)."""
+                  tags: dict[str, str], objects: Objects | None, env: Mapping[str, str]) -> MlflowMirror:
+    """The run's MLflow mirror from RTJOB_TRACKING's ``config`` (a KeyError or a ValueError: not rtjob's); its
+    token, if any, from the job's ``env`` (MLflow's own names, given through ``secrets:``)."""
     mlflow = config["mlflow"]
-    mirror = MlflowMirror(MlflowRest(str(mlflow["tracking_uri"])), str(mlflow.get("experiment") or "rtjob"), run_id,
+    mirror = MlflowMirror(MlflowRest(str(mlflow["tracking_uri"]), headers=auth_headers(env)), str(mlflow.get("experiment") or "rtjob"), run_id,
                           rows_folder, say, note, params=dict(config.get("params", {})), tags=tags)
     mirror.epochs = EpochFeed(objects, say) if objects is not None else None
     return mirror

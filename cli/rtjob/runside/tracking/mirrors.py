@@ -40,7 +40,7 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
         tags = {**config.get("tags", {}), "rtjob.run_id": run_id, contract.META_ATTEMPT: str(attempt),
                 "rtjob.status_command": f"rtjob status {run_id}"}
         if config.get("mlflow"):
-            mirrors.mlflow = mlflow_mirror(config, run_id, rows_folder, say, mirrors.part, tags, objects)
+            mirrors.mlflow = mlflow_mirror(config, run_id, rows_folder, say, mirrors.part, tags, objects, env)
         if config.get("wandb"):
             mirrors.wandb = _wandb(config, run_id, rows_folder, say, mirrors.part, tags,
                                    EpochFeed(objects, say) if objects is not None else None)

@@ -1,0 +1,167 @@
+"""Issue 45 on the run side: a reference the node may not read fails the run in one line, each attempt resolves its
+references anew, the sealed variables reach every run-side process, and a tracker's token from `secrets:` reaches
+the tracker and nothing else. Real servers on loopback: moto's server with IAM on, an HTTP server that keeps what
+it was sent."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rtjob.core import secret_refs
+from rtjob.core.redact import REDACTOR
+from rtjob.runside.secret_env import RunSecrets, unseal
+from support.cli import plant, record
+from support.s3_server import REGION, process_server
+
+import rtjob_contract as contract
+
+LOCKED = plant("locked-secret-value-4e3d2c")
+ROTATED = (plant("rotated-value-first-81a"), plant("rotated-value-second-92b"))
+MLFLOW_TOKEN = plant("mlflow-token-from-secrets-6f5e")
+
+
+def _refs(**refs: str) -> dict[str, str]:
+    return {secret_refs.ENV_SECRETS: json.dumps(refs), contract.ENV_RUN_NAME: "r-1"}
+
+
+def test_a_reference_the_node_may_not_read_fails_the_run_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto with IAM on: the node's credentials (a user allowed S3 only) are refused the secret. The run ends before
+    its script with one line naming the reference and why, said once; never the value, never a traceback."""
+    import boto3
+    import requests
+
+    with process_server() as (server, _proc):
+        setup = {"endpoint_url": server.endpoint, "region_name": REGION, "aws_access_key_id": "setup",
+                 "aws_secret_access_key": "setup"}
+        boto3.client("secretsmanager", **setup).create_secret(Name="team/locked", SecretString=LOCKED)
+        iam = boto3.client("iam", **setup)
+        iam.create_user(UserName="node")
+        iam.put_user_policy(UserName="node", PolicyName="s3", PolicyDocument=json.dumps({
+            "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}))
+        key = iam.create_access_key(UserName="node")["AccessKey"]
+        assert requests.post(f"{server.endpoint}/moto-api/reset-auth", data=b"0", timeout=10).ok
+        for name, value in {"AWS_ENDPOINT_URL": server.endpoint, "AWS_REGION": REGION,
+                            "AWS_ACCESS_KEY_ID": key["AccessKeyId"], "AWS_SECRET_ACCESS_KEY": key["SecretAccessKey"],
+                            "AWS_EC2_METADATA_DISABLED": "true"}.items():
+            monkeypatch.setenv(name, value)
+        said: list[str] = []
+        run_secrets = RunSecrets(_refs(WANDB_API_KEY="aws-sm://team/locked"), said.append)
+        ended = run_secrets.start("echo never", {}, None).poll()
+    record(*said)  # what the run side printed: the suite's secret check reads it too
+    assert said == [ended.reason] and ended.code == 1
+    assert ended.reason == ("secrets.WANDB_API_KEY: aws-sm://team/locked could not be resolved: access denied "
+                            "(HTTP 403); the script was not started")
+    assert LOCKED not in ended.reason and "Traceback" not in ended.reason and not run_secrets.values
+
+
+def test_each_attempt_resolves_its_references_anew(tmp_path: Path) -> None:
+    """A retry's companion resolves again: a secret rotated between the attempts reaches the second attempt, and
+    the first attempt's value is still masked (the redactor keeps both)."""
+    secret = tmp_path / "token"
+    env = _refs(HF_TOKEN=f"file://{secret}")
+    seen = []
+    for value in ROTATED:  # attempt 1, then the token is rotated, then attempt 2 (its own companion)
+        secret.write_text(value + "\n")
+        attempt = RunSecrets(env, lambda line: None)  # no Ray here: the values stay with the entrypoint
+        seen.append(attempt.values["HF_TOKEN"])
+    assert seen == list(ROTATED)
+    masked = REDACTOR.text(f"{ROTATED[0]} {ROTATED[1]}")
+    record(masked)
+    assert masked == "**** ****"
+
+
+def test_the_sealed_variables_reach_the_run_sides_environment_and_the_redactor(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sealed package as Ray unpacks it among the py_modules: `unseal` gives a run-side process the forwarded
+    credentials and notify URLs; a variable the job sets itself keeps its value."""
+    folder = tmp_path / secret_refs.SEALED_PACKAGE
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    hook = plant("https://hooks.example/unseal-secret-path-3c2b")
+    (folder / secret_refs.SEALED_ENV_FILE).write_text(json.dumps({"SIDE_HOOK": hook, "AWS_REGION": "sealed"}))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    environ = {"AWS_REGION": "the-jobs-own"}
+    assert unseal(environ) == {"SIDE_HOOK": hook, "AWS_REGION": "sealed"}
+    assert environ == {"AWS_REGION": "the-jobs-own", "SIDE_HOOK": hook}
+    masked = REDACTOR.text(f"posting to {hook}")
+    record(masked)
+    assert masked == "posting to ****"
+
+
+class _Kept(BaseHTTPRequestHandler):
+    got: list[tuple[str, dict[str, str], bytes]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._answer()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer()
+
+    def _answer(self) -> None:
+        body = self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.got.append((self.path, dict(self.headers), body))
+        answer: dict[str, Any] = {}
+        if "get-by-name" in self.path:
+            answer = {"experiment": {"experiment_id": "7"}}
+        elif self.path.endswith("runs/search"):
+            answer = {"runs": []}
+        elif self.path.endswith("runs/create"):
+            answer = {"run": {"info": {"run_id": "m-1"}}}
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def tracker() -> Iterator[tuple[str, list[tuple[str, dict[str, str], bytes]]]]:
+    got: list[tuple[str, dict[str, str], bytes]] = []
+    handler = type("Handler", (_Kept,), {"got": got})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", got
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_trackers_token_from_secrets_reaches_the_tracker_and_nothing_rtjob_writes(tmp_path: Path, tracker) -> None:
+    """`secrets: {MLFLOW_TRACKING_TOKEN: file://...}` with `tracking: mlflow`: the companion resolves it, its mirror
+    sends it as MLflow's client does (a bearer token) on every call; RTJOB_TRACKING, which Ray's job info shows,
+    holds none of it, and neither do the params and tags the tracker is sent."""
+    from rtjob.jobspec.tracking import MlflowTracking, Tracking, tracking_env
+    from rtjob.runside.tracking.mirrors import mirror_for
+
+    url, got = tracker
+    (tmp_path / "token").write_text(MLFLOW_TOKEN + "\n")
+    job_env = {**_refs(MLFLOW_TRACKING_TOKEN=f"file://{tmp_path / 'token'}"),
+               **tracking_env(Tracking(mlflow=MlflowTracking(tracking_uri=url)), {"lr": 0.1}, "tok", "ray",
+                               "job.yaml", tmp_path, {})}
+    record(json.dumps(job_env))  # what the request (and Ray's job info) carries: the suite checks it holds no token
+    said: list[str] = []
+    run_secrets = RunSecrets(job_env, said.append)
+    rows = tmp_path / "rows"
+    rows.mkdir()
+    (rows / "metrics.jsonl").write_text(json.dumps({"step": 1, "time": 1.0, "loss": 0.5}) + "\n")
+    mirrors = mirror_for({**job_env, **run_secrets.values}, "r-1", str(rows), said.append, lambda t: None)
+    assert mirrors is not None
+    mirror = mirrors.mlflow
+    assert mirror is not None
+    mirror.tick(final=True)
+    record(*said, repr(mirror.__dict__))
+    assert got and {headers.get("Authorization") for _, headers, _ in got} == {f"Bearer {MLFLOW_TOKEN}"}
+    assert all(MLFLOW_TOKEN.encode() not in body for _, _, body in got)  # params and tags: never the token
