@@ -34,8 +34,9 @@ def pipeline_verdict(record: RunRecord, steps: list[tuple[str, RunInfo | None]],
     read (name, the step run's judged info; None: not submitted): an end its record holds stands (its supervisor's,
     or the client's that stopped it); else the end its supervisor recorded late (``ended``); else its steps'
     (``overall``); no step read (the UI's list): the record's own verdict. Its start is its record's or its first
-    step's, its end (once it ended) its record's or its last step's; its line its record's, else the first step's
-    that did not succeed. A pipeline is one attempt: its steps have theirs."""
+    step's, its end (once it ended) its record's or its last step's; its line its record's once it ended (every
+    list says it from there), else the first step's that did not succeed. A pipeline is one attempt: its steps have
+    theirs."""
     from . import clock
     from .verdict import EndReason, _duration, _line, of_record
 
@@ -48,13 +49,10 @@ def pipeline_verdict(record: RunRecord, steps: list[tuple[str, RunInfo | None]],
         reason = {RunStatus.SUCCEEDED: EndReason.COMPLETED, RunStatus.STOPPED: EndReason.STOPPED,
                   RunStatus.FAILED: EndReason.SCRIPT_FAILED, RunStatus.UNKNOWN: EndReason.UNKNOWN}.get(
                       status, EndReason.NONE)
-        line = None
-    if line is None and status != RunStatus.SUCCEEDED:
         failed = next(((name, info) for name, info in steps if info is not None and info.status == status
-                       and status.terminal), None)
-        if failed is not None:
-            said = _line(failed[1].message, failed[1].status)
-            line = f"step {failed[0]} {status.value}" + (f": {said}" if said else "")
+                       and status.terminal and status != RunStatus.SUCCEEDED), None)
+        said = _line(failed[1].message, failed[1].status) if failed is not None else None
+        line = None if failed is None else f"step {failed[0]} {status.value}" + (f": {said}" if said else "")
     starts = sorted(info.start_time for info in infos if info is not None and info.start_time)
     ends = sorted(info.end_time for info in infos if info is not None and info.end_time)
     started = record.start_time or (starts[0] if starts else None) or own.started
