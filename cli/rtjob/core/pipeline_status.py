@@ -33,10 +33,10 @@ def pipeline_verdict(record: RunRecord, steps: list[tuple[str, RunInfo | None]],
     """A pipeline run's verdict from its record (with what its supervisor wrote since) and its steps as they were
     read (name, the step run's judged info; None: not submitted): an end its record holds stands (its supervisor's,
     or the client's that stopped it); else the end its supervisor recorded late (``ended``); else its steps'
-    (``overall``); no step read (the UI's list): the record's own verdict. Its start is its record's or its first
-    step's, its end (once it ended) its record's or its last step's; its line its record's once it ended (every
-    list says it from there), else the first step's that did not succeed. A pipeline is one attempt: its steps have
-    theirs."""
+    (``overall``); no step read (the UI's list): the record's own verdict. Its start is its record's (its start,
+    else its submission: what every list reads) or its first step's; its end (once it ended) its record's or its
+    last step's; its line its record's once it ended (every list says it from there), else the first step's that
+    did not succeed. A pipeline is one attempt: its steps have theirs."""
     from . import clock
     from .verdict import EndReason, _duration, _line, of_record
 
@@ -55,7 +55,7 @@ def pipeline_verdict(record: RunRecord, steps: list[tuple[str, RunInfo | None]],
         line = None if failed is None else f"step {failed[0]} {status.value}" + (f": {said}" if said else "")
     starts = sorted(info.start_time for info in infos if info is not None and info.start_time)
     ends = sorted(info.end_time for info in infos if info is not None and info.end_time)
-    started = record.start_time or (starts[0] if starts else None) or own.started
+    started = own.started or (starts[0] if starts else None)  # the record's, as every list reads it
     finished = (record.end_time if record.run_status.terminal else None) or (ends[-1] if ends else None)
     finished = finished if status.terminal else None
     return dataclasses.replace(own, status=status, reason=reason, line=line, message=line or own.message,
