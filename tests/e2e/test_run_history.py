@@ -1,8 +1,8 @@
 """Runs that outlive their cluster, end to end: a run on a private embedded cluster with S3 storage (moto on
 loopback), a pipeline run, another run still running, then `rtjob local down`. Afterwards `runs`, `show`, `status`,
 `logs`, `results`, `pull` and `rerun --dry-run` work from the ledger and the bucket (a pipeline's `status`, `wait`,
-`show` and `logs` too); a second client with an empty ledger finds the team's runs from the bucket alone, and while
-a run runs, `runs`, `runs --storage` and the UI's runs list say RUNNING. Real Ray, real S3 protocol, nothing mocked.
+`show` and `logs` too); a second client with an empty ledger finds the team's runs from the bucket alone (every view of its, the
+UI's too, says one verdict of the pipeline), and while a run runs, `runs`, `runs --storage` and the UI's runs list say RUNNING. Real Ray, real S3 protocol, nothing mocked.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.agree import views
 from support.browser import ui_server
 from support.cli import base_env, new_id, plant, rtjob, wait_for_status
 from support.ray_jobs import wait_for
@@ -139,6 +140,13 @@ def test_runs_outlive_their_cluster_here_and_on_a_fresh_client(s3: S3Server, hom
     assert json.loads(ok(rtjob("results", done_id, "-o", "json", env=fresh)))[0]["history"][-1]["epoch"] == 2
     assert pipe_id in team
     pipeline_after_its_cluster(pipe_id, fresh)
+    # ... and every view of the teammate's (`runs --storage`, `status`, `show`, the UI's list, page and API): one
+    # verdict of the pipeline, its start, end and duration its steps'; no cluster of the teammate's blamed.
+    seen = views(pipe_id, storage, fresh)
+    agreed = seen.agree()
+    assert (agreed["status"], agreed["reason"], agreed["attempts"]) == ("SUCCEEDED", "completed", 1), agreed
+    assert agreed["duration_s"] and agreed["end_time"], agreed
+    assert "embedded" not in seen.status_stderr and "not running" not in seen.status_stderr, seen.status_stderr
 
 
 def pipeline_after_its_cluster(pipe_id: str, env: dict[str, str]) -> None:

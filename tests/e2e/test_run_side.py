@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 import requests
+from rtjob.core.model import stamp
 from support.cli import PLANTED, new_id, rtjob
 from support.ray_jobs import wait_for
 from support.s3_server import bucket_fixture
@@ -195,7 +196,7 @@ def test_an_unwatched_run_leaves_its_files_whole_log_record_and_one_message(env,
     assert tail.returncode == 0 and tail.stdout.splitlines()[-1] == "script done", tail.stderr
 
 
-def test_a_driver_killed_mid_run_loses_at_most_the_last_interval(env, s3, project, jobs_api):
+def test_a_driver_killed_mid_run_loses_at_most_the_last_interval(env, s3, project, jobs_api, tmp_path):
     run_id = new_id("kill")
     folder = f"runs/side/{run_id}"
     submit(env, run_id, mib=0, ticks=600, project=project)
@@ -212,6 +213,20 @@ def test_a_driver_killed_mid_run_loses_at_most_the_last_interval(env, s3, projec
     assert lost <= 10, f"{lost} lines lost (a 1 s interval at 5 lines/s, plus the kill's own moment)"
     kept = record(s3, folder)
     assert kept is not None and kept.get("completed_by") is None and kept["last_seen"]  # nobody wrote its end
+    # A teammate reading later than STALE_S after its companion's last beat (their clock moved on; nothing else
+    # is): UNKNOWN, its companion lost, in every view (`runs --storage`, `status`, `show`, the UI's list, page, API).
+    import datetime as dt
+
+    from rtjob.core import clock
+    from rtjob.core.record import STALE_S
+    from support.agree import views
+    from support.cli import base_env
+
+    later = clock.parse(kept["last_seen"]) + dt.timedelta(seconds=STALE_S + 60)
+    seen = views(run_id, f"s3://{BUCKET}/runs", {**base_env(tmp_path / "teammate"), **s3.env()}, now=later)
+    agreed = seen.agree()
+    assert (agreed["status"], agreed["reason"], agreed["duration_s"]) == ("UNKNOWN", "companion_lost", None), agreed
+    assert agreed["line"] == f"its companion was last seen {stamp(kept['last_seen'])}", agreed
 
 
 def test_rtjob_stop_is_recorded_stopped_with_the_files_whole_log_and_one_message(env, s3, receiver, project):

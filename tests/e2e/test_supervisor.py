@@ -3,7 +3,8 @@
 process alive (the supervisor, a Ray job of its own, retried it through the cluster's own Jobs API, token auth on),
 and with s3 storage the retry resumes from the run's own checkpoint file and replaces attempt 1's files (the bucket,
 `results` and `pull` have the retry's rows; each attempt's log is archived and read back with `logs --attempt N`,
-also from a fresh client with no cluster address, whose `rtjob ui` shows the same one row; no node folder is left); with a client following as well there is
+also from a fresh client with no cluster address, whose `runs --storage`, `status`, `show` and `rtjob ui` (list, page, API)
+say one verdict: status, reason, line, attempts, duration; no node folder is left); with a client following as well there is
 still exactly one retry. Observed through the Jobs API and storage only until everything is asserted; rtjob commands
 come after."""
 
@@ -13,12 +14,12 @@ import json
 import os
 import signal
 import stat
-import urllib.request
 from pathlib import Path
 
 import pytest
+from rtjob.core import clock
 from rtjob.core.model import stamp
-from support.browser import ui_server
+from support.agree import views
 from support.cli import base_env, new_id, popen_rtjob, rtjob
 from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
@@ -184,24 +185,14 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     # Each attempt's log, from the cluster's client and from a fresh client with no cluster address (only the
     # bucket: the session's cluster cannot be taken down mid-session, so this client knows no cluster at all).
     fresh = {**base_env(tmp_path / "fresh-home"), **s3.env()}
-    team = rtjob("runs", "--storage", f"s3://{BUCKET}/runs", "-o", "json", env=fresh)
-    assert team.returncode == 0, team.stderr
-    team_rows = [r for r in json.loads(team.stdout) if r["id"].startswith(run_id)]
-    assert [(r["id"], r["status"]) for r in team_rows] == [(run_id, "SUCCEEDED")], team_rows
-    assert (team_rows[0]["start_time"], team_rows[0]["end_time"]) == (row["start_time"], row["end_time"]), team_rows
-    for command in ("status", "show"):  # the fresh client: from the bucket, the same story
-        again = rtjob(command, run_id, "-o", "json", env=fresh)
-        assert again.returncode == 0, again.stderr
-        seen = json.loads(again.stdout)
-        assert seen["status"] == "SUCCEEDED" and len(seen["attempts"]) == 2, seen
-        assert (seen["start_time"], seen["end_time"]) == (row["start_time"], row["end_time"]), seen
-    # ... and the UI (a real `rtjob ui` over the bucket, from the fresh client): one row, the same story
-    with ui_server(fresh, "--storage", f"s3://{BUCKET}/runs", log=tmp_path / "ui.log") as url:
-        listed_ui = json.loads(urllib.request.urlopen(url + "api/runs", timeout=60).read())["runs"]
-        page = json.loads(urllib.request.urlopen(url + f"api/runs/{run_id}", timeout=60).read())
-    ui_rows = [r for r in listed_ui if r["id"].startswith(run_id)]
-    assert [(r["id"], r["status"], r["attempts"]) for r in ui_rows] == [(run_id, "SUCCEEDED", 2)], ui_rows
-    assert page["status"] == "SUCCEEDED" and page["exit_code"] == 0, page
+    seen = views(run_id, f"s3://{BUCKET}/runs", fresh)  # `runs --storage`, `status`, `show`, the UI: one verdict
+    for listed_ids in seen.listed.values():  # one row for the retried run in the team's list and the UI's
+        assert [one for one in listed_ids if one.startswith(run_id)] == [run_id], seen.listed
+    agreed = seen.agree()
+    took = (clock.parse(record["end_time"]) - clock.parse(record["start_time"])).total_seconds()
+    assert (agreed["status"], agreed["reason"], agreed["attempts"]) == ("SUCCEEDED", "completed", 2), agreed
+    assert agreed["duration_s"] == round(took, 3) and agreed["end_time"] == stamp(row["end_time"]), (agreed, record)
+    assert "embedded" not in seen.status_stderr, seen.status_stderr  # a teammate's run: no cluster of theirs blamed
     for client in (env, fresh):
         one = rtjob("logs", run_id, "--attempt", "1", env=client)
         two = rtjob("logs", run_id, "--attempt", "2", env=client)

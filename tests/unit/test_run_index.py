@@ -179,7 +179,9 @@ def test_runs_storage_lists_from_the_index_and_reindex_adds_records_of_an_older_
 
     rows = listed()
     assert ids(rows) == ["r002", "r001", "r000"]
+    said = rows[0].pop("verdict")  # the row's verdict (core/verdict.of_entry), as `status` says it
     assert rows[0] == run(2, "SUCCEEDED", user="bob", root=root).summary() | {"updated_at": None}
+    assert (said["status"], said["reason"], said["attempts"]) == ("SUCCEEDED", "completed", 1), said
     assert ids(listed("--user", "bob")) == ["r002"]
     assert ids(listed("--job", "eval")) == ["r000"]
     assert ids(listed("--status", "failed")) == []

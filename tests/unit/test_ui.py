@@ -404,18 +404,26 @@ def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_f
 
 
 def test_a_pipeline_without_times_of_its_own_has_its_steps_start_end_and_duration() -> None:
-    from rtjob.commands.pipeline import pipeline_span
+    import datetime as dt
+
     from rtjob.core.model import RunInfo, RunStatus
+    from rtjob.core.pipeline_status import pipeline_verdict
+    from rtjob.core.record import RunRecord
 
     def run(status: RunStatus, start: str | None, end: str | None) -> RunInfo:
-        return RunInfo(id="p", job="flow", backend="local", status=status, start_time=start, end_time=end)
+        return RunInfo(id="s", job="flow", backend="local", status=status, start_time=start, end_time=end)
 
-    steps = [run(RunStatus.SUCCEEDED, "2026-11-20T10:00:00+00:00", "2026-11-20T10:01:00+00:00"),
-             run(RunStatus.SUCCEEDED, "2026-11-20T10:01:05+00:00", "2026-11-20T10:03:00+00:00")]
-    ended = pipeline_span(run(RunStatus.SUCCEEDED, None, None), steps)
-    assert (ended.start_time, ended.end_time) == ("2026-11-20T10:00:00+00:00", "2026-11-20T10:03:00+00:00")
-    running = pipeline_span(run(RunStatus.RUNNING, None, None), steps)
-    assert (running.start_time, running.end_time) == ("2026-11-20T10:00:00+00:00", None)  # not ended: no end yet
+    now = dt.datetime(2026, 11, 20, 10, 5, tzinfo=dt.timezone.utc)
+    steps = [("a", run(RunStatus.SUCCEEDED, "2026-11-20T10:00:00+00:00", "2026-11-20T10:01:00+00:00")),
+             ("b", run(RunStatus.SUCCEEDED, "2026-11-20T10:01:05+00:00", "2026-11-20T10:03:00+00:00"))]
+    pipeline = RunRecord(id="p", job="flow", backend="local", status="SUCCEEDED", steps=[{"name": "a"}, {"name": "b"}])
+    ended = pipeline_verdict(pipeline, steps, now)
+    assert (ended.started, ended.ended, ended.duration_s) == ("2026-11-20T10:00:00+00:00",
+                                                              "2026-11-20T10:03:00+00:00", 180.0)
+    pipeline.status = "RUNNING"
+    running = pipeline_verdict(pipeline, [steps[0], ("b", run(RunStatus.RUNNING, steps[1][1].start_time, None))], now)
+    assert (running.status, running.started, running.ended, running.duration_s) == (
+        RunStatus.RUNNING, "2026-11-20T10:00:00+00:00", None, 300.0)  # not ended: no end yet, counting up
 
 
 def test_the_card_links_the_mlflow_and_wandb_runs_that_mirror_it(root: Path, app: Any) -> None:

@@ -14,7 +14,7 @@ import pytest
 from rtjob.core.index_entry import entry_of, seen_row
 from rtjob.core.model import RunInfo, RunStatus
 from rtjob.core.record import RunRecord
-from rtjob.core.verdict import Carrier, EndReason, of_entry, of_record, verdict
+from rtjob.core.verdict import AGREED, Carrier, EndReason, of_entry, of_record, said, verdict
 from rtjob.runs.memory import remembered_info
 
 NOW = dt.datetime(2026, 12, 2, 12, 0, 0, tzinfo=dt.timezone.utc)
@@ -128,6 +128,7 @@ def test_every_view_of_a_recorded_run_says_the_same(case: Case, monkeypatch: pyt
     by_entry = of_entry(entry_of(case.stored), NOW)
     listed = seen_row(entry_of(case.stored), NOW)
     shown = remembered_info(case.stored, cluster_forgot=False)
+    assert said(shown, NOW) == {key: by_record.to_json()[key] for key in AGREED}  # `status -o json`'s "verdict"
     for other in (by_entry,):
         assert (other.status, other.reason, other.line, other.attempts, other.started, other.ended,
                 other.duration_s) == (by_record.status, by_record.reason, by_record.line, by_record.attempts,
@@ -149,3 +150,65 @@ def test_an_index_entry_carries_what_the_verdict_needs() -> None:
 def test_a_verdict_needs_something_to_judge() -> None:
     with pytest.raises(ValueError):
         verdict(None, None, None, NOW)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_what_status_prints_is_the_verdict(case: Case) -> None:
+    """`status -o json`'s "verdict" (said: from the RunInfo the verdict judged) is the verdict's own words, for
+    every kind of run, as `show -o json`, `runs --storage -o json` and the UI's API print them (Verdict.to_json)."""
+    seen = verdict(case.stored, case.row, case.live, NOW, cluster_forgot=case.cluster_forgot)
+    base = case.live or (case.stored or case.row).to_run_info()  # type: ignore[union-attr]
+    assert said(seen.onto(base), NOW) == {key: seen.to_json()[key] for key in AGREED}
+
+
+def step(status: RunStatus, start: str | None = START, end: str | None = END, message: str | None = None) -> RunInfo:
+    return RunInfo(id="s", job="step", backend="local", status=status, message=message, start_time=start,
+                   end_time=end if status.terminal else None)
+
+
+def pipeline(status: str, **fields: Any) -> RunRecord:
+    return record(status=status, start_time=None, carried_by="supervisor",
+                  steps=[{"name": "prep", "run_id": "p1"}, {"name": "train", "run_id": "p2"}], **fields)
+
+
+LATER = "2026-12-02T11:02:00.250+00:00"  # the second step's end: 120 s after START
+PIPELINES = [
+    # (name, record, steps read, ended (its supervisor's late end), status, reason, line, started, ended, duration)
+    ("ended: its record's end stands, its steps' times", pipeline("SUCCEEDED", end_time=LATER),
+     [("prep", step(RunStatus.SUCCEEDED)), ("train", step(RunStatus.SUCCEEDED, END, LATER))], None,
+     RunStatus.SUCCEEDED, EndReason.COMPLETED, None, START, LATER, 120.0),
+    ("a step failed, its record not ended yet", pipeline("RUNNING", last_seen=at(5)),
+     [("prep", step(RunStatus.SUCCEEDED)), ("train", step(RunStatus.FAILED, END, LATER, "ValueError: bad lr\nTb"))],
+     None, RunStatus.FAILED, EndReason.SCRIPT_FAILED, "step train FAILED: ValueError: bad lr", START, LATER, 120.0),
+    ("its supervisor not seen, a step still running: the steps say", pipeline("RUNNING", last_seen=at(600)),
+     [("prep", step(RunStatus.SUCCEEDED)), ("train", step(RunStatus.RUNNING, END))], None,
+     RunStatus.RUNNING, EndReason.NONE, None, START, None, 3599.75),
+    ("no step read (a list): its record's verdict", pipeline("RUNNING", last_seen=at(600)), [], None,
+     RunStatus.UNKNOWN, EndReason.COMPANION_LOST, "its supervisor was last seen 2026-12-02T11:50:00Z", START, None,
+     None),
+    ("its supervisor's end, recorded late", pipeline("RUNNING", last_seen=at(5)),
+     [("prep", step(RunStatus.SUCCEEDED)), ("train", None)], RunStatus.STOPPED,
+     RunStatus.STOPPED, EndReason.STOPPED, None, START, END, 48.5),
+]
+
+
+@pytest.mark.parametrize("case", PIPELINES, ids=[c[0] for c in PIPELINES])
+def test_a_pipelines_verdict(case: tuple[Any, ...]) -> None:
+    """`status PIPE` (its steps as the backend reports them), `show PIPE` and the UI's page (as their records have
+    them: runs/view.pipeline_verdict) say the pipeline's verdict from one function."""
+    from rtjob.core.pipeline_status import pipeline_verdict
+    from rtjob.runs import view
+
+    _name, pipe, steps, ended, status, reason, line, started, finished, duration = case
+    seen = pipeline_verdict(pipe, steps, NOW, ended=ended)
+    assert (seen.status, seen.reason, seen.line, seen.attempts, seen.started, seen.ended, seen.duration_s) == (
+        status, reason, line, 1, started, finished, duration)
+    if ended is None:  # `show`'s way in: the steps as dicts (recorded_steps), the same verdict
+        as_dicts = [{"name": name, "run_id": "p", "status": info.status.value if info else None,
+                     "message": info.message if info else None, "start_time": info.start_time if info else None,
+                     "end_time": info.end_time if info else None} for name, info in steps]
+        with pytest.MonkeyPatch.context() as patch:
+            from rtjob.core import clock
+
+            patch.setattr(clock, "now", lambda: NOW)
+            assert view.pipeline_verdict(pipe, as_dicts) == seen

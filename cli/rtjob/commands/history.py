@@ -80,7 +80,10 @@ def runs(output: str, job_filter: str | None, status_filter: str | None, backend
         for line in problems:
             say(f"warning: {line}")
         if output != "text":  # an index's rows print as their records would, without making 100,000 records
-            print_data([record_summary(r) if isinstance(r, dict) else r.summary() for r in rows], output)
+            from ..core.verdict import of_entry, of_record
+
+            print_data([{**record_summary(r), "verdict": of_entry(r).to_json()} if isinstance(r, dict) else
+                        {**r.summary(), "verdict": of_record(r).to_json()} for r in rows], output)
         else:
             runs_table([_listed(record_of(r), r.get("attempts")) if isinstance(r, dict) else _listed(r) for r in rows])
         return EXIT_SUCCEEDED
@@ -139,7 +142,12 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     steps = recorded_steps(record, storage_root(settings, storage_uri)) if record.steps else None
     notified = notices(record)  # what became of its notifications (its folder's markers)
     if output != "text":
-        print_data({**record.to_json(), "checkpoints": checkpoints, **({"steps": steps} if steps else {}),
+        from ..core.verdict import of_record
+        from ..runs.view import pipeline_verdict
+
+        judged = pipeline_verdict(record, steps) if steps else of_record(record)
+        print_data({**record.to_json(), "verdict": judged.to_json(), "checkpoints": checkpoints,
+                    **({"steps": steps} if steps else {}),
                     **({"notifications": notified} if notified else {})}, output)
         return EXIT_SUCCEEDED
     echo(_show_text(record, checkpoints, with_request, steps) + "".join(f"\nnotify:      {line}"
@@ -156,14 +164,12 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
     from .describe import command_text, run_dir_text, size
     from .printing import carrier_text, run_text, stamp, timeline_text
 
-    info = of_record(record).onto(record.to_run_info())
     if steps:  # a pipeline: its start, end and duration are its steps' where its record has none
-        import dataclasses
+        from ..runs.view import pipeline_verdict
 
-        from .pipeline import pipeline_span
-
-        info = pipeline_span(info, [dataclasses.replace(info, start_time=s.get("start_time"), end_time=s.get(
-            "end_time")) for s in steps])
+        info = pipeline_verdict(record, steps).onto(record.to_run_info())
+    else:
+        info = of_record(record).onto(record.to_run_info())
     git = record.git or {}
     lines = [run_text(info)]  # ends with its storage: what the script got as its folder beside it
     if record.storage_uri and not record.steps:  # a pipeline runs no script of its own: no run dir

@@ -113,42 +113,33 @@ def carrier_line(carrier: SupervisorState, run: RunStatus) -> str:
     return f"supervisor (ended with the run{seen})"
 
 
-def pipeline_span(pipeline: RunInfo, steps: list[RunInfo]) -> RunInfo:
-    """A pipeline's times: its own where its record has them, else its steps' (the first step's start; once it
-    ended, the last step's end), so it has a start, an end and a duration as a run has."""
-    import dataclasses
-
-    starts = sorted(s.start_time for s in steps if s.start_time)
-    ends = sorted(s.end_time for s in steps if s.end_time)
-    start = pipeline.start_time or (starts[0] if starts else None)
-    end = pipeline.end_time or (ends[-1] if ends and pipeline.status.terminal else None)
-    return dataclasses.replace(pipeline, start_time=start, end_time=end if pipeline.status.terminal else None)
-
-
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str, repair: bool) -> int:
     """`rtjob status PIPELINE_ID`: the pipeline run and each step's run (from their records once its cluster is
     gone). A supervisor that died before the pipeline ended is reported; ``repair``: replaced (exactly once:
     deterministic ids)."""
     import dataclasses
 
+    from ..core.pipeline_status import pipeline_verdict
     from ..runs.lifecycle.supervisor_state import supervisor_state
     from ..runs.memory import with_run_side
     from ..runs.pipelines.steps import pipeline_state, step_infos
 
     ended = with_run_side(record)
     if ended.run_status.terminal:  # its supervisor (or follower) recorded its end: that stands, its steps as recorded
-        steps, status = step_infos(be, ended, storage_root), ended.run_status
+        steps = step_infos(be, ended, storage_root)
+        judged = pipeline_verdict(ended, [(str(step.get("name")), info) for step, info in steps])
     else:
-        steps, status = pipeline_state(be, record, storage_root, carry=repair)
+        steps, judged = pipeline_state(be, record, storage_root, carry=repair)
+    status = judged.status
     carrier = supervisor_state(be, dataclasses.replace(record.to_run_info(), status=status),
                          PRINTED.note if repair else None)
     if carrier is not None and not carrier.alive and not status.terminal and not repair:
         say(f"warning: its supervisor {carrier.id} is {carrier.status} and nothing carries the pipeline now: rtjob "
             f"status {record.id} --repair (or rtjob wait {record.id}) starts a new one")
     current = next((str(step.get("name")) for step, info in steps if info is None or not info.status.terminal), None)
-    span = pipeline_span(dataclasses.replace(record.to_run_info(), status=status), [info for _, info in steps if info])
+    span = judged.onto(record.to_run_info())
     if output != "text":
-        print_data({"id": record.id, "pipeline": record.job, "status": status.value,
+        print_data({"id": record.id, "pipeline": record.job, "status": status.value, "verdict": judged.to_json(),
                     "start_time": span.start_time, "end_time": span.end_time,
                     "storage_uri": record.storage_uri, "current_step": None if status.terminal else current,
                     **(carrier.to_json() if carrier else {}),

@@ -52,6 +52,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
       rtjob status RUN_ID --address http://head:8265 -o json
       rtjob status RUN_ID --repair     a dead supervisor replaced
     """
+    from ..core.verdict import said
     from ..runs.cost import finished_run_cost
     from ..runs.notices import undelivered_lines
     from ..runs.tracking_view import tracking_lines
@@ -86,9 +87,8 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     side = _run_side(record, run_id)
     notified = side.pop("notifications", None)
     if output != "text":
-        supervisor = carrier.to_json() if carrier else {}
-        print_data({**run_json(info), "cost": cost, **data_attempts, **side, **supervisor,
-                    **({"notifications": notified} if notified else {})}, output)
+        print_data({**run_json(info), "verdict": said(info), "cost": cost, **data_attempts, **side, **(
+            carrier.to_json() if carrier else {}), **({"notifications": notified} if notified else {})}, output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
         if carrier is not None:  # its supervisor on the cluster: alive, or how it ended and when it was last seen
@@ -103,7 +103,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
             line += f"\n{note}"
         for note in undelivered_lines(notified, run_id):  # a message a target did not get after its tries
             line += f"\nnotify:      {note}"
-        echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost else "") + line)
+        echo(run_text(info) + (f"\ncost:        {cost['text']}" if cost and cost.get("text") else "") + line)
     return EXIT_SUCCEEDED
 
 
@@ -308,11 +308,11 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
             say(f"{one.id}: {one.status.value}")
         steps, final = pipeline_state(be, view.record, storage_root, carry=True)  # its final state, as `status` reads it
         if output != "text":
-            print_data({"id": run_id, "status": final.value, "stopped": [run_json(one) for one in stopped],
+            print_data({"id": run_id, "status": final.status.value, "stopped": [run_json(one) for one in stopped],
                         "steps": [{"name": step.get("name"), "id": step.get("run_id"),
                                    "status": info.status.value if info else None} for step, info in steps]}, output)
         else:
-            say(f"{run_id}: {final.value} (steps: " + ", ".join(
+            say(f"{run_id}: {final.status.value} (steps: " + ", ".join(
                 f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
         return EXIT_SUCCEEDED
     info = stop_run(be, view.latest)  # a retried run: its latest attempt is the one that runs

@@ -81,6 +81,8 @@ class RunInfo:
     attempts: int = 1
     # Whether the run's files reached its storage (the record's "outputs": core/lifecycle.outputs); None: not said.
     outputs: dict[str, Any] | None = None
+    # The end's reason as the run's verdict named it (core/verdict.EndReason's value; None: no verdict judged it).
+    reason: str | None = None
     # Values to redact from anything printed about this run (never serialised).
     secrets: list[str] = field(default_factory=list, repr=False)
 

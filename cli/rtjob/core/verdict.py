@@ -87,7 +87,7 @@ class Verdict:
         """``info`` (a backend's or a record's RunInfo: its id, address, storage) saying this verdict."""
         return dataclasses.replace(info, status=self.status, message=self.message, start_time=self.started,
                                    end_time=self.ended, exit_code=self.exit_code, attempts=self.attempts,
-                                   outputs=self.outputs if self.outputs is not None else info.outputs)
+                                   reason=self.reason.value, outputs=self.outputs if self.outputs is not None else info.outputs)
 
 
 def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInfo | None = None,
@@ -117,6 +117,21 @@ def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInf
         started=started, ended=ended, duration_s=_duration(started, ended, status, now),
         carried_by=_carrier(record), last_seen=record.last_seen if record is not None else None,
         outputs=_outputs(record, status), exit_code=code)
+
+
+AGREED = ("status", "reason", "line", "attempts", "start_time", "end_time", "duration_s")  # what every view says
+
+
+def said(info: RunInfo, now: dt.datetime | None = None) -> dict[str, Any]:
+    """What a run judged by its verdict (``info``: ``Verdict.onto``'s, or a backend's own answer for a run the
+    client carries) says, in ``Verdict.to_json``'s words: status, reason, line, attempts, times, duration (`status
+    -o json`'s "verdict")."""
+    reason = EndReason(info.reason) if info.reason else _reason(None, info.status, info.exit_code)
+    if info.status == RunStatus.UNKNOWN and reason == EndReason.NONE:
+        reason = EndReason.UNKNOWN
+    return {"status": info.status.value, "reason": reason.value, "line": _line(info.message, info.status),
+            "attempts": info.attempts, "start_time": info.start_time, "end_time": info.end_time,
+            "duration_s": _duration(info.start_time, info.end_time, info.status, now or clock.now())}
 
 
 def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False) -> Verdict:

@@ -22,6 +22,7 @@ from ..core.model import Attempts, RunInfo, RunStatus
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.record import RunRecord
+    from ..core.verdict import Verdict
     from .events import RunEvents
     from .lifecycle.archive import AttemptsOf
 
@@ -158,8 +159,9 @@ def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None)
     if record is None:
         return None
     record = record if record.archived else with_run_side(record, strict=True)
-    if record.steps:
-        return RunView(_pipeline_info(record, merged=True), record, None, record.id)
+    if record.steps:  # its steps as their records have them: the verdict `status` and `show` tell
+        judged = pipeline_verdict(record, recorded_steps(record, storage_root, endpoint))
+        return RunView(judged.onto(record.to_run_info()), record, None, record.id)
     attempts = Attempts.recorded(record.attempts) if record.attempts else None
     latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
     return RunView(recorded_story(record.to_run_info(), record), record, attempts, latest)
@@ -258,7 +260,23 @@ def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> No
             continue
 
 
-def recorded_steps(record: RunRecord, storage_root: str | None) -> list[dict[str, Any]]:
+def pipeline_verdict(record: RunRecord, steps: list[dict[str, Any]]) -> Verdict:
+    """A pipeline's verdict from its steps as ``recorded_steps`` has them (`show`, the UI: no backend asked): the
+    one `status` tells (core/pipeline_status.pipeline_verdict)."""
+    from ..core.pipeline_status import pipeline_verdict as judge
+
+    def info(step: dict[str, Any]) -> RunInfo | None:
+        try:
+            status = RunStatus(str(step.get("status")))
+        except ValueError:
+            return None
+        return RunInfo(id=str(step.get("run_id")), job=None, backend=record.backend, status=status,
+                       message=step.get("message"), start_time=step.get("start_time"), end_time=step.get("end_time"))
+
+    return judge(record, [(str(step.get("name")), info(step)) for step in steps])
+
+
+def recorded_steps(record: RunRecord, storage_root: str | None, endpoint: str | None = None) -> list[dict[str, Any]]:
     """A pipeline run's steps as their records have them (`rtjob show`: no backend asked): each step's entry with
     its run's status, start and end (None: no record of it, e.g. never submitted)."""
     from .memory import find
@@ -268,13 +286,14 @@ def recorded_steps(record: RunRecord, storage_root: str | None) -> list[dict[str
         folder = str(step.get("storage_uri") or "")  # <root>/<job>/<run id>: its record is found there first
         root = folder.rsplit("/", 2)[0] if folder.count("/") >= 2 else storage_root
         try:
-            found = find(str(step.get("run_id")), root)
+            found = find(str(step.get("run_id")), root, endpoint)
         except StorageError:
             raise  # a step whose storage is down is not "never submitted" (exit 3)
         except RtjobError:
             found = None
         info = recorded_story(found.to_run_info(), found) if found is not None else None
         out.append({**step, "status": info.status.value if info else step.get("status"),
+                    "message": info.message if info else None,
                     "start_time": info.start_time if info else None, "end_time": info.end_time if info else None,
                     "logs": list(found.logs) if found is not None else []})
     return out

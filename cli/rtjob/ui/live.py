@@ -42,11 +42,12 @@ async def run_json(request: Request) -> Response:
     except (NotFound, RtjobError) as exc:
         return JSONResponse({"error": clean(str(exc))}, status_code=failed(exc, 404))
     info = story.info
-    from ..core.verdict import of_record
+    from ..core.verdict import of_record, said
 
     told = {"status": info.status.value, "message": end_line(info.message, info.status.value),
             "exit_code": info.exit_code, "start_time": info.start_time, "end_time": info.end_time}
-    verdict = api_times(of_record(record).to_json()) if not record.steps else None
+    # the run's verdict (a pipeline's: from its steps' records, as the page's story has it)
+    verdict = api_times(said(info) if record.steps else of_record(record).to_json())
     return JSONResponse(clean_data({**api_times({**record.to_json(), **told}), "verdict": verdict}))
 
 

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from ...backends.base import Backend
     from ...core.model import RunInfo
     from ...core.record import RunRecord
+    from ...core.verdict import Verdict
     from ..events import RunEvents
     from .pipeline import PipelinePlan
 
@@ -189,17 +190,22 @@ def step_infos(be: Backend, record: RunRecord,
 
 
 def pipeline_state(be: Backend, record: RunRecord, storage_root: str | None, *,
-                   carry: bool = False) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], RunStatus]:
-    """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's status (recorded;
-    a pipeline its supervisor ended is as it recorded it). ``carry`` (`stop`, `status --repair`): the status seen
-    is written to the pipeline's record; a read writes nothing."""
+                   carry: bool = False) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], Verdict]:
+    """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's verdict (its
+    status, line, times, duration: core/pipeline_status.pipeline_verdict, as `show`, `runs` and the UI say it; a
+    pipeline its supervisor ended is as it recorded it). ``carry`` (`stop`, `status --repair`): the status seen is
+    written to the pipeline's record; a read writes nothing."""
+    from ...core.pipeline_status import pipeline_verdict
+    from ..memory import with_run_side
+
     steps = step_infos(be, record, storage_root)
     statuses = [info.status if info else None for _, info in steps]
     ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
     if carry:
         record_progress(record, statuses, Quiet(), ended)
+    record = with_run_side(record)  # what its supervisor wrote since (its end, its times) joins the ledger's
     # An end recorded stands: a stop that outlasted its supervisor was ended by the client that stopped it.
-    return steps, record.run_status if record.run_status.terminal else ended or overall(statuses)
+    return steps, pipeline_verdict(record, [(str(step.get("name")), info) for step, info in steps], ended=ended)
 
 
 def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events: RunEvents,
