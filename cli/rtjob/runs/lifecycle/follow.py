@@ -164,9 +164,8 @@ def record_retry(run_id: str, info: RunInfo, decision: Retry, events: RunEvents)
         record = None
     if record is None:
         return
-    write(record, functools.partial(lifecycle.retrying, n=decision.attempt, reason=decision.reason,
-                                    failed_id=decision.failed_id, next_id=decision.next_run.id, by=Writer.FOLLOWER),
-          events, tell=retry_teller(run_id, decision, events))
+    write(record, lifecycle.Retrying(decision.attempt, decision.reason, decision.failed_id, decision.next_run.id,
+                                     by=Writer.FOLLOWER), events, tell=retry_teller(run_id, decision, events))
 
 
 def _not_ended(events: RunEvents, seen: Callable[[RunInfo], None] | None) -> Callable[[RunInfo], None]:

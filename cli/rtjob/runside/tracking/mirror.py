@@ -62,7 +62,9 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
 def noted_in(outcome: Outcome) -> Note:
     """The record's ``tracking`` written as one of the outcome's owed writes (tried again while storage fails)."""
     def note(tracking: dict[str, Any]) -> None:
-        outcome._write(lambda record: setattr(record, "tracking", tracking), indexed=False)  # noqa: SLF001
+        from ...core import lifecycle
+
+        outcome._write([lifecycle.Tracked(tracking)], indexed=False)  # noqa: SLF001
 
     return note
 

@@ -1,0 +1,35 @@
+"""The states × writers table, as docs/ARCHITECTURE.md shows it: generated from the kernel's ``TABLE`` (each
+transition's row: the state it leads to, the writers that may hand it in), so the page says what ``apply``
+enforces (tools/gen_reference.py writes it; tests/unit/test_docs.py fails while it is stale)."""
+
+from __future__ import annotations
+
+from .rules import TABLE, Rule, Writer
+
+ROWS = (("PENDING", "PENDING"), ("RUNNING", "RUNNING"), ("SUCCEEDED / FAILED / STOPPED", "ended"),
+        ("any (no status change)", "any"))
+UNKNOWN_ROW = ("UNKNOWN: never written; the verdict's (core/verdict.py) for a run whose carrier stopped beating "
+               "(90 s) or whose cluster forgot it with no end recorded")
+
+
+def _row_of(entry: Rule) -> set[str]:
+    states = {state.strip() for state in entry.leads_to.split(",")}
+    return {"ended" if state in ("ended", "SUCCEEDED", "FAILED", "STOPPED") else state for state in states}
+
+
+def table_markdown() -> str:
+    """The table (markdown): one row per state, one column per writer, each cell the transitions that writer hands
+    in that lead there; then one line per transition: what it does."""
+    writers = list(Writer)
+    lines = ["| state | " + " | ".join(w.value for w in writers) + " |",
+             "|---|" + "---|" * len(writers)]
+    for label, key in ROWS:
+        cells = []
+        for writer in writers:
+            names = [f"`{e.name}`" for e in TABLE.values() if key in _row_of(e) and writer in e.writers]
+            cells.append(", ".join(names) or "—")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines.append(f"| {UNKNOWN_ROW} |" + " — |" * len(writers))
+    lines.append("")
+    lines += [f"- `{e.name}` (leads to {e.leads_to}): {e.what}" for e in TABLE.values()]
+    return "\n".join(lines) + "\n"
