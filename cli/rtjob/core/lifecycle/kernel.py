@@ -60,11 +60,14 @@ def write(ports: RunPorts, transitions: Any, *, new: RunRecord | None = None, mi
 
     The record they apply to: the stored one; ``mine`` (a client's whole record) merged over it (``merge``); where
     none is stored, ``new`` (``blank``), else nothing is written (None). ``only_if_missing``: a record that is
-    stored already is left as it is (nothing written). An illegal transition raises IllegalTransition: nothing written."""
+    stored already is left as it is (nothing written, None returned). An illegal transition raises IllegalTransition: nothing written."""
     steps: Sequence[Any] = transitions if isinstance(transitions, (list, tuple)) else [transitions]
+    kept: list[RunRecord] = []  # a stored record left as it is (only_if_missing)
 
     def change(stored: RunRecord | None) -> RunRecord | None:
+        kept.clear()
         if stored is not None and only_if_missing:
+            kept.append(stored)
             return None
         if mine is not None:
             record = merge(copy.deepcopy(mine), stored)
@@ -84,7 +87,7 @@ def write(ports: RunPorts, transitions: Any, *, new: RunRecord | None = None, mi
         return record
 
     record = ports.record.update(change)
-    if record is None:
+    if record is None or (kept and record is kept[0]):
         return None
     if indexed and ports.index is not None:
         ports.index.entry(record)
