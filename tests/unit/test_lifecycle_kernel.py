@@ -1,4 +1,4 @@
-"""The lifecycle kernel (core/lifecycle.py) and the one retry rule (core/retry_rule.py): every legal transition,
+"""The lifecycle kernel (core/lifecycle/) and the one retry rule (core/retry_rule.py): every legal transition,
 illegal ones refused, whose end stands (the precedence table), under hypothesis; and the one writer call
 interrupted between its steps and called again, over a real run folder on the local filesystem."""
 

@@ -89,7 +89,7 @@ def test_the_architecture_table_is_the_kernels_and_a_stale_one_is_named(tmp_path
     for entry in TABLE.values():
         assert f"`{entry.name}`" in lifecycle.table_markdown()
     page = tmp_path / "ARCHITECTURE.md"
-    page.write_text(real.replace("`Started`", "`Begun`"), encoding="utf-8")
+    page.write_text(real.replace("- `Started` (leads to", "- `Begun` (leads to"), encoding="utf-8")
     monkeypatch.setattr(gen, "REPO", tmp_path)
     monkeypatch.setattr(gen, "ARCHITECTURE_PAGE", page)
     monkeypatch.setattr(gen, "PAGES", {page: gen.architecture_page})

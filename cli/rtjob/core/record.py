@@ -69,7 +69,7 @@ class RunRecord:
     # attempts: the companion keeps that), who wrote its end (a run-side writer, or "client": a client that saw
     # the backend's verdict), when the run side last said it was alive,
     # and the start-up timeline (stage -> ISO time: submitted, accepted, driver_started, first_log_line,
-    # first_step, ended). The record has several writers: each goes through core/lifecycle.py and writes with If-Match.
+    # first_step, ended). The record has several writers: each goes through core/lifecycle/ and writes with If-Match.
     carried_by: str | None = None
     completed_by: str | None = None
     last_seen: str | None = None

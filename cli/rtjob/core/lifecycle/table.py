@@ -31,5 +31,7 @@ def table_markdown() -> str:
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append(f"| {UNKNOWN_ROW} |" + " — |" * len(writers))
     lines.append("")
-    lines += [f"- `{e.name}` (leads to {e.leads_to}): {e.what}" for e in TABLE.values()]
+    order = [key for _, key in ROWS]
+    legend = sorted(TABLE.values(), key=lambda e: (min(order.index(k) for k in _row_of(e)), e.name))
+    lines += [f"- `{e.name}` (leads to {e.leads_to}): {e.what}" for e in legend]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
 """The client's follow loop (`submit`, `wait`, `logs --follow`, each pipeline step a client advances): a run
-followed to its end through its attempts, each write by its lifecycle-kernel name (core/lifecycle.py).
+followed to its end through its attempts, each write by its lifecycle-kernel name (core/lifecycle/).
 
 One attempt is followed by polling its status (the outcome comes from the status, never from the end of the log
 stream) while its log is printed (logtail.py) and a wait that can never end is watched for (stuck_watch.py). A
