@@ -4,7 +4,7 @@ with the one ``apply`` that runs a transition over a record. The transitions the
 ``@rule`` each) are in transitions.py and ends.py.
 
 Adding a state's transitions is one entry each: a frozen dataclass with a ``by: Writer`` field (who hands it in)
-and an ``change(self, record, at)`` method, under ``@rule(leads_to=..., writers=(...), what=...)``; ``apply``
+and a ``change(self, record, at)`` method, under ``@rule(leads_to=..., writers=(...), what=...)``; ``apply``
 refuses it from any writer the entry does not name, and the states × writers table in docs/ARCHITECTURE.md is
 generated from ``TABLE`` (tools/gen_reference.py, ``table_markdown``)."""
 

@@ -4,17 +4,20 @@ enforces (tools/gen_reference.py writes it; tests/unit/test_docs.py fails while 
 
 from __future__ import annotations
 
+from ..model import RunStatus
 from .rules import TABLE, Rule, Writer
 
-ROWS = (("PENDING", "PENDING"), ("RUNNING", "RUNNING"), ("SUCCEEDED / FAILED / STOPPED", "ended"),
-        ("any (no status change)", "any"))
+# One row per state a run may be written in (a new RunStatus gets its row), the ends as one, then no change.
+ROWS = (*((s.value, s.value) for s in RunStatus if not s.terminal and s != RunStatus.UNKNOWN),
+        (" / ".join(s.value for s in RunStatus if s.terminal), "ended"), ("any (no status change)", "any"))
 UNKNOWN_ROW = ("UNKNOWN: never written; the verdict's (core/verdict.py) for a run whose carrier stopped beating "
                "(90 s) or whose cluster forgot it with no end recorded")
 
 
 def _row_of(entry: Rule) -> set[str]:
     states = {state.strip() for state in entry.leads_to.split(",")}
-    return {"ended" if state in ("ended", "SUCCEEDED", "FAILED", "STOPPED") else state for state in states}
+    ends = {s.value for s in RunStatus if s.terminal}
+    return {"ended" if state == "ended" or state in ends else state for state in states}
 
 
 def table_markdown() -> str:
