@@ -4,6 +4,7 @@ transitions wrote (core/lifecycle)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -53,3 +54,18 @@ def test_the_ui_card_draws_the_last_attempts_timeline_as_a_bar_with_the_earlier_
     assert "(attempt 2, the last)" in card and card.count('class="stage stage-') == 3, card
     assert 'title="ended +48.0s"' in card and 'style="left: 18.75%; width: 81.25%"' in card  # driver started..end
     assert "attempt 1 (<code>u-two</code>): FAILED, ended 2026-11-20T10:00:30Z after 30 s" in card, card
+
+
+def test_status_says_the_same_in_text_and_json_with_its_cluster_gone(root: Path, capsys: Any) -> None:
+    from rtjob.runs.memory import remember
+    from rtjob.storage.records import read_record
+
+    remember(read_record(str(root / "train" / "u-two"), None))  # as `rtjob runs --storage` leaves it
+    code, out, err = main_captured(capsys, "status", "u-two", "--backend", "local", "-o", "json")
+    assert code == 0, err
+    told = json.loads(out)
+    assert told["timeline"]["submitted"] == "2026-11-20T10:00:31.000+00:00", told  # the last attempt's
+    assert told["earlier_attempts"] == [{"attempt": 1, "id": "u-two", "status": "FAILED",
+                                         "ended": "2026-11-20T10:00:30.125+00:00", "duration_s": 30.125}]
+    code, out, err = main_captured(capsys, "status", "u-two", "--backend", "local")
+    assert code == 0 and "ended +48.0s" in out and "attempt 1 (u-two): FAILED" in out, out + err
