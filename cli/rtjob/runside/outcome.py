@@ -2,9 +2,8 @@
 (``last_seen``), the start-up timeline, and its end (status, exit code, end time, cost, metrics summary, the log,
 ``completed_by: companion``), then the notification of the outcome. Each write is a list of the lifecycle
 kernel's transitions (core/lifecycle: Stages, Beat, Started, AttemptEnded, Saved, Outputs), values handed to its
-one writer call: the record (If-Match: the
-submitting client and this companion may write at the same time, and neither loses the other's fields), then the
-index entry on a status change, then the notification.
+one writer call: the record (If-Match: the submitting client and this companion may write at the same time, and
+neither loses the other's fields), then the index entry on a status change, then the notification.
 
 No write is dropped: one that storage refused is owed (``owed``) and tried again, in order, before any later one
 (``settle``, each tick and through the end's wait for storage), until it is stored."""
