@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean mlflow-server
+.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean mlflow-server wandb-sdk
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
 # folder (git-ignored, shipped as package data; a build without it, e.g. `pip install .` without npm, leaves it out
@@ -38,12 +38,25 @@ install: $(STAMP)
 # Pinned: 3.18.0 does not install from this project's index, 3.17.2 does.
 MLFLOW_VENV := .venv-mlflow
 MLFLOW_VERSION := 3.17.2
+# A test tool's own venv (a canned recipe): $(call tool_venv,FOLDER,REQUIREMENT)
+define tool_venv
+$(PY) -m venv $(1)
+$(1)/bin/pip install -q '$(2)'
+touch $@
+endef
 $(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION):
-	$(PY) -m venv $(MLFLOW_VENV)
-	$(MLFLOW_VENV)/bin/pip install -q 'mlflow==$(MLFLOW_VERSION)'
-	touch $@
+	$(call tool_venv,$(MLFLOW_VENV),mlflow==$(MLFLOW_VERSION))
 
 mlflow-server: $(MLFLOW_VENV)/.installed-$(MLFLOW_VERSION)
+
+# The W&B mirror's test (tests/e2e/test_tracking_wandb.py): W&B's own SDK in a venv of its own, as a job's
+# environment that has `wandb` (rtjob never installs it: the run side imports it only where the job brings it).
+WANDB_VENV := .venv-wandb
+WANDB_VERSION := 0.31.0
+$(WANDB_VENV)/.installed-$(WANDB_VERSION):
+	$(call tool_venv,$(WANDB_VENV),wandb==$(WANDB_VERSION))
+
+wandb-sdk: $(WANDB_VENV)/.installed-$(WANDB_VERSION)
 
 # The main job on the embedded local Ray cluster, offline (synthetic data via the job's local profile).
 demo: install
@@ -74,7 +87,7 @@ bytecode: install
 # starts its own shared cluster and S3 servers; see tests/conftest.py).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
 UNIT_SEED ?= 20261127
-test: lint browser bytecode mlflow-server
+test: lint browser bytecode mlflow-server wandb-sdk
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
@@ -83,7 +96,7 @@ test-unit: bytecode
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile --durations=15 tests/unit
 
-test-e2e: bytecode browser mlflow-server
+test-e2e: bytecode browser mlflow-server wandb-sdk
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
 
 # On a machine with a CUDA GPU (its own Python with torch; no venv needed, GPU_PY=python3 by default): the

@@ -1,17 +1,21 @@
 """`tracking:` in a job file (issue 46): what the run side gets (RTJOB_TRACKING: the MLflow address, the args as
-params less every secret one, rtjob's tags), MLflow's own MLFLOW_TRACKING_URI turning it on, and bad input as one
-file:line (exit 2): W&B is not built, an address with a password is refused. Offline: render in this process, no
-tracker contacted. The mirror itself is tested against a real MLflow server in tests/e2e/test_tracking.py."""
+params less every secret one, rtjob's tags and MLflow's standard ones, the git commit), MLflow's own
+MLFLOW_TRACKING_URI turning it on, `render --explain` saying which applies, and bad input as one file:line (exit 2):
+an address with a password is refused, a W&B project is checked. The rows as MLflow metrics (trackers/rows.py). Offline: render in this
+process, no tracker contacted. The mirror itself is tested against a real MLflow server in
+tests/e2e/test_tracking.py."""
 
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from rtjob.runs.tracking_view import tracking_lines
-from rtjob.trackers.mlflow_rest import metrics_of
+from rtjob.trackers.rows import SystemSteps, epoch_metrics, epoch_step
+from rtjob.trackers.rows import step_metrics as metrics_of
 from support.cli import plant, run_in_process
 from support.scrub import scrubbed_environ
 
@@ -23,7 +27,8 @@ TRACKING = "tracking:\n  mlflow:\n    tracking_uri: http://127.0.0.1:5999/\n    
 ARGS = f"args:\n  lr: 0.1\n  layers: [2, 3]\n  db_password: {PASSWORD}\n"
 
 
-def _render(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProcess[str]:
+def _render(tmp_path: Path, body: str, *flags: str, output: str = "json", **env: str
+            ) -> subprocess.CompletedProcess[str]:
     project = tmp_path / "project"
     (project / "jobs").mkdir(parents=True, exist_ok=True)
     (project / "jobs" / "t.yaml").write_text(f"name: t\nentrypoint: python -c pass\n{body}")
@@ -31,7 +36,7 @@ def _render(tmp_path: Path, body: str, **env: str) -> subprocess.CompletedProces
     environ = scrubbed_environ()
     environ.update(RTJOB_HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"), **env)
     return run_in_process("render", "t", "--backend", "ray", "--address", NOWHERE, "--submission-id", "t-1",
-                          "--output", "json", env=environ, cwd=project)
+                          "--output", output, *flags, env=environ, cwd=project)
 
 
 def _tracking(proc: subprocess.CompletedProcess[str]) -> dict[str, Any] | None:
@@ -61,13 +66,73 @@ def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) 
     assert job_wins is not None and job_wins["mlflow"]["experiment"] == "team-x"
 
 
-def test_wandb_and_an_address_with_a_password_are_one_line_with_where_exit_2(tmp_path: Path) -> None:
-    proc = _render(tmp_path, "tracking:\n  wandb:\n    project: p\n")
-    assert proc.returncode == 2 and proc.stdout == ""
-    assert "jobs/t.yaml:3" in proc.stderr and "wandb is not built" in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1
-    proc = _render(tmp_path, f"tracking:\n  mlflow:\n    tracking_uri: http://u:{PASSWORD}@127.0.0.1:5000\n")
-    assert proc.returncode == 2 and "carries a password" in proc.stderr and PASSWORD not in proc.stderr
+def test_wandb_names_a_project_and_bad_blocks_are_one_line_with_where_exit_2(tmp_path: Path) -> None:
+    both = _tracking(_render(tmp_path, TRACKING + "  wandb:\n    project: team-p\n    entity: lab\n"))
+    assert both is not None and both["wandb"] == {"project": "team-p", "entity": "lab"}
+    assert both["mlflow"]["experiment"] == "team-x"
+    wandb_only = _tracking(_render(tmp_path, "tracking:\n  wandb:\n    project: p\n"))
+    assert wandb_only is not None and wandb_only["wandb"] == {"project": "p"} and "mlflow" not in wandb_only
+    for body, says in [("tracking:\n  wandb:\n    project: a/b\n", "project"),
+                       ("tracking: {}\n", "names no tracker"),
+                       (f"tracking:\n  mlflow:\n    tracking_uri: http://u:{PASSWORD}@127.0.0.1:5000\n",
+                        "carries a password")]:
+        proc = _render(tmp_path, body)
+        assert proc.returncode == 2 and proc.stdout == "" and says in proc.stderr, proc.stderr
+        assert re.search(r"jobs/t\.yaml:\d+: tracking", proc.stderr) and len(proc.stderr.splitlines()) == 1
+        assert PASSWORD not in proc.stderr
+
+
+def test_the_tags_name_the_git_commit_and_render_explain_says_which_setting_applies(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "jobs").mkdir()
+    (project / "jobs" / "t.yaml").write_text("name: t\nentrypoint: python -c pass\n" + TRACKING)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(project), "-c", "user.name=t", "-c", "user.email=t@example.com",
+                               *args], check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    git("add", ".")
+    git("commit", "-q", "-m", "one")
+    tracking = _tracking(_render(tmp_path, TRACKING))
+    assert tracking is not None
+    tags = tracking["tags"]
+    assert tags["mlflow.source.git.commit"] == git("rev-parse", "HEAD") and tags["mlflow.source.git.branch"] == "main"
+    assert tags["rtjob.git_dirty"] == "true"  # render wrote pyproject.toml after the commit: not committed
+    assert tags["mlflow.source.type"] == "JOB" and tags["mlflow.source.name"].endswith("t.yaml")
+    assert tags["mlflow.user"] == tags["rtjob.user"]
+
+    explained = json.loads(_render(tmp_path, TRACKING + ARGS, "--explain").stdout)["explain"]["tracking"]
+    assert explained["value"]["mlflow"] == {"tracking_uri": "http://127.0.0.1:5999", "experiment": "team-x"}
+    assert explained["value"]["params"] == ["layers", "lr"] and explained["source"].endswith("t.yaml")
+    text = _render(tmp_path, ARGS, "--explain", output="text", MLFLOW_TRACKING_URI="http://127.0.0.1:5001")
+    line = next(line for line in text.stdout.splitlines() if line.strip().startswith("tracking"))
+    assert "mlflow http://127.0.0.1:5001 (experiment rtjob)" in line and "from MLFLOW_TRACKING_URI" in line, line
+    assert PASSWORD not in text.stdout
+    assert not any(line.strip().startswith("tracking") for line in _render(
+        tmp_path, ARGS, "--explain", output="text").stdout.splitlines())  # nothing asked: no line
+
+
+def test_epoch_and_system_rows_become_mlflow_metrics() -> None:
+    row = {"epoch": 3, "val_loss": 0.25, "epoch_time_s": 12, "precision": "bf16", "ok": True}
+    assert epoch_step(row, 1) == 3 and epoch_step({"val_loss": 1.0}, 2) == 2  # no epoch: its place in the history
+    assert epoch_metrics(row, 3, 1700000000.0) == [
+        {"key": "val_loss", "value": 0.25, "timestamp": 1700000000000, "step": 3},
+        {"key": "epoch_time_s", "value": 12.0, "timestamp": 1700000000000, "step": 3}]
+    system = {"time": 1700000000.5, "node": "node 1:x", "cpu_percent": 50.0, "mem_used_mb": 1000.0,
+              "mem_total_mb": 4000.0,
+              "gpus": [{"index": 0, "util_percent": 90.0, "mem_used_mb": 100.0, "mem_total_mb": None}]}
+    steps = SystemSteps()
+    first = {m["key"]: (m["value"], m["step"]) for m in steps.metrics(system)}
+    assert first == {"system/node 1_x/cpu_utilization_percentage": (50.0, 0),
+                     "system/node 1_x/system_memory_usage_megabytes": (1048.6, 0),
+                     "system/node 1_x/system_memory_usage_percentage": (25.0, 0),
+                     "system/node 1_x/gpu_0_utilization_percentage": (90.0, 0),
+                     "system/node 1_x/gpu_0_memory_usage_megabytes": (104.9, 0)}
+    assert {m["step"] for m in steps.metrics(system)} == {1}  # the node's next row: its next step
+    assert {m["step"] for m in steps.metrics({**system, "node": "b"})} == {0}  # another node counts its own
+    assert steps.metrics({"node": "b"}) == []  # no time: not a system row
 
 
 def test_step_rows_become_metrics_with_their_step_and_time() -> None:

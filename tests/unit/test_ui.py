@@ -418,7 +418,7 @@ def test_a_pipeline_without_times_of_its_own_has_its_steps_start_end_and_duratio
     assert (running.start_time, running.end_time) == ("2026-11-20T10:00:00+00:00", None)  # not ended: no end yet
 
 
-def test_the_card_links_the_mlflow_run_that_mirrors_it(root: Path, app: Any) -> None:
+def test_the_card_links_the_mlflow_and_wandb_runs_that_mirror_it(root: Path, app: Any) -> None:
     """The record's ``tracking`` (runside/tracking/) on the run's card: the MLflow run's address, and what did not
     reach it with the command that sends it (as `rtjob status` says: runs/tracking_view.py)."""
     from rtjob.storage.records import write_record
@@ -426,10 +426,14 @@ def test_the_card_links_the_mlflow_run_that_mirrors_it(root: Path, app: Any) -> 
     url = "http://127.0.0.1:5000/#/experiments/1/runs/abc123"
     record = write_run(root, "u-mirrored", "train")
     record.tracking = {"mlflow": {"tracking_uri": "http://127.0.0.1:5000", "experiment": "team", "url": url,
-                                  "unsent": 3, "resend": "rtjob track resend u-mirrored"}, "at": "2026-12-02T10:00:00Z"}
+                                  "unsent": 3, "resend": "rtjob track resend u-mirrored"}, "at": "2026-12-02T10:00:00Z",
+                       "wandb": {"project": "p", "url": "javascript:alert(1)", "dir": "/n/wandb/offline-run-1",
+                                 "fault": "W&B did not finish within 10s", "resend": "wandb sync /n/wandb/offline-run-1"}}
     assert record.storage_uri is not None
     write_record(record.storage_uri, record, None)
     card = call(app, "/runs/u-mirrored/card")[2]
     assert f'<a href="{url}" rel="noreferrer">{url}</a>' in card, card
     assert "3 metric(s) not sent: <code>rtjob track resend u-mirrored</code>" in card, card
+    assert "offline: <code>/n/wandb/offline-run-1</code> · W&amp;B did not finish within 10s: <code>wandb sync " in card
+    assert "javascript:" not in card  # only an https address is a link
     assert 'id="mlflow"' not in call(app, "/runs/u-good/card")[2]  # a run not mirrored has no such line

@@ -107,12 +107,17 @@ def _files_lines(upload: Upload) -> list[str]:
 
 def _explained(planned: Plan, settings: Settings) -> dict[str, dict[str, Any]]:
     """Each effective setting's value (masked) and source; `notify` as the job got it (the job file's, else the
-    project config's or a context's: the most specific wins whole)."""
+    project config's or a context's: the most specific wins whole); `tracking` as the run side gets it."""
     out = {k: {"value": _shown_setting(k, s.value), "source": s.source}
            for k, s in settings.values.items() if k != "notify"}
     notify = planned.job.notify
     if notify is not None:
         out["notify"] = {"value": notify.to_json(), "source": notify.source}
+    from ..jobspec.tracking import tracking_shown
+
+    tracking = tracking_shown(planned.job.env_vars)  # the job's `tracking:`, else MLflow's own variables
+    if tracking is not None:
+        out["tracking"] = tracking
     return out
 
 
@@ -192,6 +197,10 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
             if key == "notify":
                 value = "on " + ",".join(value["on"]) + ": " + ", ".join(f"{t['type']} ({t['env']})"
                                                                          for t in value["targets"])
+            elif key == "tracking":
+                mlflow, wandb = value.get("mlflow"), value.get("wandb")
+                value = ", ".join([*([f"mlflow {mlflow['tracking_uri']} (experiment {mlflow['experiment']})"]
+                                     if mlflow else []), *([f"wandb project {wandb['project']}"] if wandb else [])])
             lines.append(f"  {key:<15} {value!s:<40} from {shown['source']}")
     lines.append("request:")
     lines.append(json.dumps(rendered, indent=2))

@@ -23,8 +23,8 @@ def track() -> None:
 @track.command(epilog=EXIT_CODES_HELP)
 @run_id_argument
 def resend(run_id: str) -> int:
-    """Send the run's step rows that its MLflow run lacks (from the run's storage; what MLflow has is kept as it
-    is). For a run whose record says metrics were not sent.
+    """Send the run's step, system and epoch rows that its MLflow run lacks (from the run's storage; what MLflow
+    has is kept as it is). For a run whose record says metrics were not sent.
 
     \b
     Examples:

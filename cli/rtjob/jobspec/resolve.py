@@ -37,7 +37,7 @@ from .schema import (
 )
 from .settings import Settings
 from .storage_root import storage_root as pick_storage_root
-from .tracking import tracking_env, tracking_of_env
+from .tracking import tracking_env
 from .yamlsrc import Located, load_yaml
 
 
@@ -532,7 +532,6 @@ def resolve(
     notes += storage_env.notes
     notify, notify_env = resolve_notify(spec, shown, settings, spec.env_vars)
     env.update(notify_env)
-    env.update(tracking_env(spec.tracking or tracking_of_env(os.environ), spec.args, spec.name, backend))
     entrypoint = " ".join([spec.entrypoint, *(shlex.quote(a) for a in render_args(spec.args))])
     job_file = source.path if source is not None else find_job_file(ref, root)[0]
     requirements = read_requirements(spec.requirements, job_file,
@@ -542,6 +541,7 @@ def resolve(
         if present:
             notes.append(f"requirements this environment already satisfies are not installed again: {', '.join(present)}")
     working_dir = job_working_dir(spec, job_file, shown)
+    env.update(tracking_env(spec.tracking, spec.args, spec.name, backend, shown, working_dir, os.environ))
     return ResolvedJob(
         spec=spec,
         job_file=source.job_file if source is not None else shown,

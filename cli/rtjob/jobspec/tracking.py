@@ -1,19 +1,22 @@
 """`tracking:` of a job: the run mirrored to an experiment tracker (runside/tracking/), and what the run side gets
 of it (RTJOB_TRACKING: the tracker's address, the params and tags; never a secret).
 
-MLflow is built; W&B is not yet: `tracking: {wandb: ...}` is refused in one line rather than silently ignored."""
+MLflow (`mlflow: {tracking_uri, experiment}`, through its REST API) and W&B (`wandb: {project, entity}`, with the
+job's environment's own `wandb` package: its token is W&B's WANDB_API_KEY, given as a secret), either or both."""
 
 from __future__ import annotations
 
 import getpass
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import rtjob_contract as contract
 
+from ..core.gitinfo import git_state
 from ..core.redact import is_secret, url_password
 
 PARAM_VALUE_MAX = 6000  # MLflow's limit on a param's value
@@ -34,20 +37,25 @@ class MlflowTracking(BaseModel):
         return value.rstrip("/")
 
 
+class WandbTracking(BaseModel):
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    project: Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[^/\\#?%:]+$")]
+    entity: Annotated[str, Field(min_length=1, pattern=r"^[^/\\#?%:]+$")] | None = None  # default: the key's
+
+
 class Tracking(BaseModel):
     """`tracking:` of a job."""
 
     model_config = ConfigDict(extra="forbid")
 
     mlflow: MlflowTracking | None = None
-    wandb: Any = None
+    wandb: WandbTracking | None = None
 
     @model_validator(mode="after")
-    def _built_only(self) -> Tracking:
-        if self.wandb is not None:
-            raise ValueError("tracking: wandb is not built yet (only mlflow: {tracking_uri, experiment})")
-        if self.mlflow is None:
-            raise ValueError("tracking: names no tracker (mlflow: {tracking_uri, experiment})")
+    def _one_at_least(self) -> Tracking:
+        if self.mlflow is None and self.wandb is None:
+            raise ValueError("tracking: names no tracker (mlflow: {tracking_uri, experiment}, wandb: {project})")
         return self
 
 
@@ -65,15 +73,42 @@ def tracking_of_env(env: Mapping[str, str]) -> Tracking | None:
         return None
 
 
-def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str) -> dict[str, str]:
-    """RTJOB_TRACKING for the job's env ({} without `tracking:`): the tracker's address, the params (the job's
-    args less every secret one: by name, by shape, a URL with a password) and rtjob's tags."""
-    if tracking is None or tracking.mlflow is None:
+def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str, shown: str,
+                 working_dir: Path, client_env: Mapping[str, str]) -> dict[str, str]:
+    """RTJOB_TRACKING for the job's env ({} when nothing asks for it): the job's `tracking:` (``shown``: its file),
+    else MLflow's own variables in ``client_env``; the tracker's address, the params (the job's args less every
+    secret one: by name, by shape, a URL with a password), the tags (rtjob's, MLflow's standard ones, the git
+    checkout of ``working_dir``) and where the setting came from (``render --explain``)."""
+    source = shown
+    if tracking is None:
+        tracking, source = tracking_of_env(client_env), "MLFLOW_TRACKING_URI in this environment"
+    if tracking is None:
         return {}
     params = {name: _text(value) for name, value in args.items() if not is_secret(name, _text(value))}
-    tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": _user()}
-    config = {"mlflow": tracking.mlflow.model_dump(), "params": params, "tags": tags}
+    user = _user()
+    tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": user, "mlflow.user": user,
+            "mlflow.source.type": "JOB", "mlflow.source.name": shown}
+    git = git_state(working_dir)
+    if git is not None:  # as MLflow's own client tags a run started from a checkout
+        tags["mlflow.source.git.commit"] = git["commit"]
+        tags.update({"mlflow.source.git.branch": git["branch"]} if git.get("branch") else {})
+        tags.update({"rtjob.git_dirty": str(git["dirty"]).lower()} if git.get("dirty") is not None else {})
+    config = {**tracking.model_dump(exclude_none=True), "params": params, "tags": tags, "source": source}
     return {contract.ENV_TRACKING: json.dumps(config, separators=(",", ":"))}
+
+
+def tracking_shown(env: Mapping[str, str]) -> dict[str, Any] | None:
+    """``render --explain``'s `tracking`: the tracker and where its setting came from (RTJOB_TRACKING as the job's
+    env holds it: never a secret), None when the run is not mirrored."""
+    try:
+        config = json.loads(env.get(contract.ENV_TRACKING) or "null")
+    except ValueError:
+        return None
+    if not isinstance(config, dict):
+        return None
+    trackers = {name: config[name] for name in ("mlflow", "wandb") if isinstance(config.get(name), dict)}
+    return {"value": {**trackers, "params": sorted(config.get("params") or {})},
+            "source": str(config.get("source") or "-")} if trackers else None
 
 
 def _text(value: Any) -> str:

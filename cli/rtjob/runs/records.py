@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import getpass
 import socket
-import subprocess
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import clock
+from ..core.gitinfo import git_state  # rerun and pipelines import it from here
 from ..core.record import RunRecord, spec_hash
 from ..core.redact import mask_url, redact_data
 
@@ -26,25 +25,6 @@ def now() -> str:
 def now_ms() -> str:
     """The start-up timeline's stamps: core/clock's, to the millisecond (its stages are seconds apart)."""
     return clock.now_iso("milliseconds")
-
-
-def git_state(folder: Path) -> dict[str, Any] | None:
-    """The commit checked out in ``folder``, whether the tree has changes, and the branch; None: not git."""
-    def git(*args: str) -> str | None:
-        try:
-            done = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=10,
-                                  check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-        return done.stdout.strip() if done.returncode == 0 else None
-
-    commit = git("rev-parse", "HEAD")
-    if not commit:
-        return None
-    changes = git("status", "--porcelain", "--untracked-files=normal")
-    branch = git("rev-parse", "--abbrev-ref", "HEAD")
-    return {"commit": commit, "dirty": bool(changes) if changes is not None else None,
-            "branch": branch if branch and branch != "HEAD" else None}
 
 
 def new_record(planned: Plan, info: RunInfo, timeline: dict[str, str] | None = None) -> RunRecord:

@@ -206,9 +206,9 @@ class Companion:
         else:
             rows = self.stages.rows = self._live_rows()
             on_text = outcome.saw_text if rows is None else both(outcome.saw_text, rows.feed)
-            from .tracking.mirror import mirror_for, noted_in  # the job's `tracking:`, fed from the live rows
+            from .tracking.mirrors import mirror_for, noted_in  # the job's `tracking:`: rows and epochs
 
-            self.stages.tracker = mirror_for(self.env, self.run_id, rows.folder if rows else None, say, noted_in(outcome))
+            self.stages.tracker = mirror_for(self.env, self.run_id, rows.folder if rows else None, say, noted_in(outcome), objects)
             self.stages.parts = LogParts(source, objects, self.attempt, self.secrets, say, on_text=on_text)
             self.log_file = source
             outcome.log_from(log_start)
@@ -261,8 +261,9 @@ class Companion:
         usage = resource.getrusage(resource.RUSAGE_SELF)  # the companion's own CPU, not the entrypoint's
         store_the_end(self, ended, round(usage.ru_utime + usage.ru_stime, 3))
         tracker, outcome = self.stages.tracker, self.outcome
-        if tracker is not None:  # after the run's own end: MLflow never delays it
-            self.guard("the MLflow mirror", lambda: tracker.finish(str((outcome.end or {}).get("status"))))
+        for name, one in tracker.each() if tracker is not None else []:  # after the run's own end: never delays it
+            self.guard(name, lambda one=one: one.finish(str((outcome.end or {}).get("status"))))  # type: ignore[misc]
+        if tracker is not None:
             outcome.settle()
 
     def say_line(self, text: str) -> None:

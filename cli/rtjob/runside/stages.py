@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from ..storage.dir_sync import DirSync
     from .live_rows import LiveRows
     from .logparts import LogParts
-    from .tracking.mirror import MlflowMirror
+    from .tracking.mirrors import Mirrors
 
 Guard = Callable[[str, Callable[[], object]], None]
 
@@ -24,7 +24,7 @@ class Stages:
     parts: LogParts | None = None
     rows: LiveRows | None = None
     sync: DirSync | None = None
-    tracker: MlflowMirror | None = None  # the run mirrored to MLflow (tracking/): never part of `stored`
+    tracker: Mirrors | None = None  # the run mirrored to MLflow, W&B (tracking/): never part of `stored`
 
     def due(self, moment: float) -> bool:
         """New log output worth a part now, before the regular flush."""
@@ -45,9 +45,8 @@ class Stages:
             guard("the live rows", lambda: rows.tick(final=final))
         if sync is not None:
             guard("the run's folder", lambda: sync.scan(final=final))
-        tracker = self.tracker
-        if tracker is not None:  # after the rows: what they wrote this pass goes with it
-            guard("the MLflow mirror", lambda: tracker.tick(final=final))
+        for name, tracker in self.tracker.each() if self.tracker is not None else []:  # after the rows: theirs too
+            guard(name, lambda one=tracker: one.tick(final=final))  # type: ignore[misc]
 
     @property
     def files_pending(self) -> bool:

@@ -1,5 +1,5 @@
 """MLflow's tracking REST API (``/api/2.0/mlflow/...``) with urllib: the few calls the run side's mirror
-(runside/tracking/) and `rtjob track resend` need, and a step row as MLflow metrics. No `mlflow` import: the client
+(runside/tracking/) and `rtjob track resend` need (the rows as metrics: rows.py). No `mlflow` import: the client
 and the run side stay light."""
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from typing import Any
-
-import rtjob_contract as contract
 
 BATCH_METRICS = 1000  # runs/log-batch takes at most 1000 metrics, 100 params and 100 tags a call
 BATCH_PARAMS = 100
@@ -100,16 +98,3 @@ def _error_code(exc: urllib.error.HTTPError) -> str:
         return str(json.loads(exc.read() or b"{}").get("error_code") or "")
     except (OSError, ValueError):
         return ""
-
-
-def metrics_of(row: dict[str, Any]) -> list[dict[str, Any]]:
-    """A step row's numbers as MLflow metrics (a sweep trial's under ``TRIAL/NAME``)."""
-    step, at = row.get(contract.STEP_KEY), row.get(contract.STEP_TIME)
-    if not isinstance(step, int) or not isinstance(at, (int, float)):
-        return []
-    trial = row.get(contract.STEP_TRIAL)
-    prefix = f"{trial}/" if isinstance(trial, str) and trial else ""
-    return [{"key": prefix + key, "value": float(value), "timestamp": int(at * 1000), "step": step}
-            for key, value in row.items()
-            if key not in (contract.STEP_KEY, contract.STEP_TIME, contract.STEP_TRIAL)
-            and isinstance(value, (int, float)) and not isinstance(value, bool)]

@@ -1,7 +1,8 @@
-"""One MLflow run per rtjob run, fed from the run side (the companion's stages): the run's step rows
-(RTJOB_RUN_DIR/metrics.jsonl, as the live rows write them) as metrics under the names the rows use, with their
-step and time; the job's args as params (less the secret ones: jobspec/tracking.py); rtjob's tags; the end as
-MLflow's status. A retry finds the same MLflow run by its ``rtjob.run_id`` tag and continues it (RUNNING again,
+"""One MLflow run per rtjob run, fed from the run side (the companion's stages): the run's rows as metrics
+(feeds.py reads them, trackers/rows.py names them): the step rows (RTJOB_RUN_DIR/metrics.jsonl, as the live rows
+write them) under the names the rows use, with their step and time, the system rows (system.jsonl) as MLflow's
+system metrics, the epoch history (metrics.json) by epoch; the job's args as params (less the secret ones:
+jobspec/tracking.py); rtjob's tags and MLflow's standard ones (the git commit); the end as MLflow's status. A retry finds the same MLflow run by its ``rtjob.run_id`` tag and continues it (RUNNING again,
 ``rtjob.attempt`` updated; rows MLflow already has are sent again and kept once, MLflow keys a metric by its key,
 step, time and value).
 
@@ -11,62 +12,34 @@ what is left is said in the record with the command that sends it later (``rtjob
 
 from __future__ import annotations
 
-import json
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
 from ...core.clock import now_iso
-from ...trackers.mlflow_rest import (
-    BATCH_METRICS,
-    BATCH_PARAMS,
-    STATUS_OF,
-    MlflowError,
-    MlflowRest,
-    metrics_of,
-)
+from ...trackers.mlflow_rest import BATCH_METRICS, BATCH_PARAMS, STATUS_OF, MlflowError, MlflowRest
+from ...trackers.rows import step_metrics
+from .feeds import EpochFeed, LiveFile, SystemFeed
 
 if TYPE_CHECKING:
-    from ..outcome import Outcome
+    from ...storage.objects import Objects
 
 RETRY_S = 10.0  # after a failed call, the next try
 FINISH_S = 5.0  # the end's flush, at most
 Note = Callable[[dict[str, Any]], None]  # the record's `tracking` (the companion writes it)
 
 
-def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say: Callable[[str], None],
-               note: Note) -> MlflowMirror | None:
-    """The run's mirror when the job's env asks for one (RTJOB_TRACKING) and the rows have a folder."""
-    from ..outcome import job_metadata
-
-    attempt = job_metadata(env).get(contract.META_ATTEMPT) or 1
-    raw = env.get(contract.ENV_TRACKING)
-    if not raw or not rows_folder:
-        return None
-    try:
-        config = json.loads(raw)
-        mlflow = config["mlflow"]
-        rest = MlflowRest(str(mlflow["tracking_uri"]))
-    except (ValueError, KeyError, TypeError):
-        say(f"{contract.ENV_TRACKING} is not what rtjob writes: the run is not mirrored")
-        return None
-    tags = {**config.get("tags", {}), "rtjob.run_id": run_id, contract.META_ATTEMPT: str(attempt),
-            "rtjob.status_command": f"rtjob status {run_id}"}
-    return MlflowMirror(rest, str(mlflow.get("experiment") or "rtjob"), run_id, rows_folder, say, note,
-                        params=dict(config.get("params", {})), tags=tags)
-
-
-def noted_in(outcome: Outcome) -> Note:
-    """The record's ``tracking`` written as one of the outcome's owed writes (tried again while storage fails)."""
-    def note(tracking: dict[str, Any]) -> None:
-        from ...core import lifecycle
-
-        outcome._write([lifecycle.Tracked(tracking)], indexed=False)  # noqa: SLF001
-
-    return note
+def mlflow_mirror(config: dict[str, Any], run_id: str, rows_folder: str, say: Callable[[str], None], note: Note,
+                  tags: dict[str, str], objects: Objects | None) -> MlflowMirror:
+    """The run's MLflow mirror from RTJOB_TRACKING's ``config`` (a KeyError or a ValueError: not rtjob's)."""
+    mlflow = config["mlflow"]
+    mirror = MlflowMirror(MlflowRest(str(mlflow["tracking_uri"])), str(mlflow.get("experiment") or "rtjob"), run_id,
+                          rows_folder, say, note, params=dict(config.get("params", {})), tags=tags)
+    mirror.epochs = EpochFeed(objects, say) if objects is not None else None
+    return mirror
 
 
 class MlflowMirror:
@@ -78,17 +51,24 @@ class MlflowMirror:
         self.mlflow_run_id: str | None = None
         self.pending: list[dict[str, Any]] = []  # metrics read, not sent yet
         self.sent = 0
-        self.offset = 0  # bytes of metrics.jsonl read
+        self.steps = LiveFile(os.path.join(folder, contract.STEP_METRICS_FILE))
+        self.system = SystemFeed(folder)
+        self.epochs: EpochFeed | None = None
         self.next_try = 0.0
         self.fault: str | None = None
 
     def tick(self, final: bool = False) -> None:
         """New rows read (always: the node folder may go at the end), and sent unless a failure is recent."""
-        self._read()
+        for row in self.steps.rows():
+            self.pending.extend(step_metrics(row))
+        self.pending.extend(self.system.metrics())
         if time.monotonic() < self.next_try:
             return
         try:
             self._open()
+            if self.epochs is not None:
+                rest, run = self.rest, self.mlflow_run_id or ""
+                self.pending.extend(self.epochs.metrics(final, lambda key: {s for s, _ in rest.history(run, key)}))
             self._send()
         except MlflowError as exc:
             self.next_try = time.monotonic() + RETRY_S
@@ -139,7 +119,9 @@ class MlflowMirror:
             items = list(self.params.items())
             for at in range(0, len(items), BATCH_PARAMS):
                 rest.log_batch(found, params=dict(items[at:at + BATCH_PARAMS]))
-        else:  # a retry: the same MLflow run goes on
+        else:  # a retry: the same MLflow run goes on (its epochs asked before any is sent again)
+            if self.epochs is not None:
+                self.epochs.known = None
             rest.set_status(found, "RUNNING")
             rest.log_batch(found, tags={contract.META_ATTEMPT: self.tags[contract.META_ATTEMPT]})
         self.mlflow_run_id = found
@@ -153,21 +135,3 @@ class MlflowMirror:
             self.rest.log_batch(self.mlflow_run_id, metrics=batch)
             del self.pending[:len(batch)]
             self.sent += len(batch)
-
-    def _read(self) -> None:
-        path = os.path.join(self.folder, contract.STEP_METRICS_FILE)
-        try:
-            with open(path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return
-        cut = data.rfind(b"\n") + 1  # whole lines only: the rest is read with the next
-        self.offset += cut
-        for line in data[:cut].splitlines():
-            try:
-                row = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(row, dict):
-                self.pending.extend(metrics_of(row))
