@@ -119,7 +119,24 @@ def skill_page(page: Path | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-PAGES = {CLI_PAGE: cli_page, SCHEMA_PAGE: schema_page, SKILL_PAGE: skill_page}
+ARCHITECTURE_PAGE = REPO / "docs" / "ARCHITECTURE.md"
+TABLE_MARK = "<!-- generated: the lifecycle table (tools/gen_reference.py, from core/lifecycle TABLE) -->"
+TABLE_END = "<!-- end generated -->"
+
+
+def architecture_page(page: Path | None = None) -> str:
+    """docs/ARCHITECTURE.md as written, the states × writers table between its marks generated from the lifecycle
+    kernel's table (rtjob.core.lifecycle.table_markdown)."""
+    from rtjob.core.lifecycle import table_markdown
+
+    page = page or ARCHITECTURE_PAGE
+    text = page.read_text(encoding="utf-8") if page.exists() else f"{TABLE_MARK}\n{TABLE_END}\n"
+    head, rest = text.split(TABLE_MARK, 1)
+    tail = rest.split(TABLE_END, 1)[1]
+    return f"{head}{TABLE_MARK}\n{table_markdown()}{TABLE_END}{tail}"
+
+
+PAGES = {CLI_PAGE: cli_page, SCHEMA_PAGE: schema_page, SKILL_PAGE: skill_page, ARCHITECTURE_PAGE: architecture_page}
 
 
 def stale() -> list[Path]:

@@ -163,6 +163,8 @@ def test_run_page_charts_samples_checkpoints(team: dict[str, Any], browser: Any)
     for n in range(len(figures)):
         until(lambda n=n: chart_drawn(browser, n), what="a drawn chart")
     assert browser.find_element(By.ID, "status").text == "SUCCEEDED"
+    bar = browser.find_element(By.CSS_SELECTOR, "#timeline .timeline-bar")  # the start-up timeline, one bar
+    assert bar.size["width"] > 100 and len(bar.find_elements(By.CSS_SELECTOR, ".stage")) == 4
     pulls = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#checkpoints code.pull")]
     # one command per checkpoint (each pulls that one), and the best by validation loss
     assert pulls == ["rtjob pull run-good --checkpoint checkpoint_epoch_0001",

@@ -276,7 +276,6 @@ def test_the_clients_writes_are_the_kernels_transitions_and_the_run_sides_end_st
     its index entry (lifecycle.write), then the ledger; an end the companion wrote stands over the client's, with
     its message and log; a transition the kernel refuses leaves the stored record as it is; a run this client only
     saw (no spec) is written to the ledger only."""
-    import functools
     import json
 
     from rtjob.core import lifecycle
@@ -291,7 +290,7 @@ def test_the_clients_writes_are_the_kernels_transitions_and_the_run_sides_end_st
     entries = tmp_path / "root" / "rtjob-index" / "entries"
     heard = Heard()
     mine = RunRecord(id="r1", job="job", backend="local", storage_uri=str(folder), spec={"job": "job"})
-    write(mine, lifecycle.submitted, heard)
+    write(mine, lifecycle.Submitted(), heard)
     stored = read_record(str(folder), None)
     assert stored is not None and stored.status == "PENDING" and stored.spec == {"job": "job"}
     def newest_entry() -> str:  # the index is append-only: the newest entry of a run stands
@@ -300,28 +299,24 @@ def test_the_clients_writes_are_the_kernels_transitions_and_the_run_sides_end_st
     assert newest_entry() == "PENDING"
     assert _ledger_record("r1") is not None and _ledger_record("r1").status == "PENDING"  # type: ignore[union-attr]
 
-    def companion_end(record: RunRecord | None) -> RunRecord:  # the run side, through the same writer call
-        assert record is not None
-        lifecycle.started(record, "r1", 1)
-        record.logs, record.log_home = ["logs/driver.log"], str(folder)
-        return lifecycle.attempt_ended(record, "r1", 1, AttemptEnd("FAILED", 3), "exit code 3")
-
+    companion_end = [lifecycle.Started("r1", 1),  # the run side, through the same writer call
+                     lifecycle.AttemptEnded("r1", 1, AttemptEnd("FAILED", 3), "exit code 3"),
+                     lifecycle.Saved(Writer.COMPANION, ("logs/driver.log",), str(folder))]
     lifecycle.write(run_ports(str(folder)), companion_end)
-    seen = functools.partial(lifecycle.archived, status=RunStatus.STOPPED, message="seen stopped",
-                             saved=lifecycle.Archive(logs=["logs/other.log"], cost={"usd": 0.5}), by=Writer.ARCHIVE)
+    seen = lifecycle.Archived(RunStatus.STOPPED, lifecycle.Archive(logs=["logs/other.log"], cost={"usd": 0.5}),
+                              "seen stopped", by=Writer.ARCHIVE)
     written = write(mine, seen, heard)
     assert (written.status, written.message, written.completed_by, written.logs) == \
         ("FAILED", "exit code 3", "companion", ["logs/driver.log"])
     assert written.archived and written.cost == {"usd": 0.5} and mine.status == "FAILED"  # mine is the written one
     assert newest_entry() == "FAILED"
-    reopen = functools.partial(lifecycle.progressed, status=RunStatus.RUNNING)  # refused: the end stands
+    reopen = lifecycle.Progressed(RunStatus.RUNNING)  # refused: the end stands
     assert write(mine, reopen, heard).status == "FAILED" and read_record(str(folder), None).status == "FAILED"  # type: ignore[union-attr]
     assert not [e for e in heard.events if e[0] == "warning"]
 
     other = tmp_path / "root" / "job" / "seen"
     other.mkdir()
     only_seen = RunRecord(id="seen", job="job", backend="local", storage_uri=str(other), status="RUNNING")
-    write(only_seen, functools.partial(lifecycle.archived, status=RunStatus.SUCCEEDED, saved=lifecycle.Archive()),
-          heard)
+    write(only_seen, lifecycle.Archived(RunStatus.SUCCEEDED), heard)
     assert read_record(str(other), None) is None  # another's folder is never written by a client that only saw it
     assert _ledger_record("seen") is not None and _ledger_record("seen").status == "SUCCEEDED"  # type: ignore[union-attr]

@@ -1,4 +1,4 @@
-"""The lifecycle kernel (core/lifecycle.py) and the one retry rule (core/retry_rule.py): every legal transition,
+"""The lifecycle kernel (core/lifecycle/) and the one retry rule (core/retry_rule.py): every legal transition,
 illegal ones refused, whose end stands (the precedence table), under hypothesis; and the one writer call
 interrupted between its steps and called again, over a real run folder on the local filesystem."""
 
@@ -12,7 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rtjob.core import lifecycle
 from rtjob.core.index_entry import entry_of
-from rtjob.core.lifecycle import IllegalTransition, Writer
+from rtjob.core.lifecycle import (
+    Archived,
+    AttemptEnded,
+    Beat,
+    Ended,
+    GaveUp,
+    IllegalTransition,
+    Progressed,
+    Retrying,
+    Started,
+    Submitted,
+    Writer,
+    apply,
+)
 from rtjob.core.model import RunStatus
 from rtjob.core.record import RunRecord
 from rtjob.core.retry_rule import AttemptEnd, retries_left, retry_reason
@@ -23,6 +36,7 @@ ALL = list(RunStatus)
 WRITERS = list(Writer)
 RUN_SIDE = [Writer.COMPANION, Writer.SUPERVISOR, Writer.PIPELINE_SUPERVISOR]
 CLIENTS = [Writer.SUBMITTER, Writer.FOLLOWER, Writer.ARCHIVE]
+ENDERS = [Writer.FOLLOWER, Writer.ARCHIVE, Writer.PIPELINE_SUPERVISOR]  # the writers of Ended
 
 
 def record(status: RunStatus = RunStatus.PENDING, completed_by: str | None = None) -> RunRecord:
@@ -30,7 +44,7 @@ def record(status: RunStatus = RunStatus.PENDING, completed_by: str | None = Non
 
 
 def started(n: int = 1) -> RunRecord:
-    return lifecycle.started(record(), attempt(n), n, "2026-11-27T10:00:00+00:00")
+    return apply(record(), Started(attempt(n), n, "2026-11-27T10:00:00+00:00"))
 
 
 def attempt(n: int) -> str:
@@ -66,7 +80,7 @@ def test_retries_left_allow_max_retries_after_the_first(attempt_n: int, max_retr
 # -- legal transitions ------------------------------------------------------------------------------------------
 
 def test_submitted_is_pending_with_its_time() -> None:
-    r = lifecycle.submitted(record(RunStatus.UNKNOWN), "2026-11-27T10:00:00+00:00")
+    r = apply(record(RunStatus.UNKNOWN), Submitted("2026-11-27T10:00:00+00:00"))
     assert (r.status, r.submitted_at, r.timeline["submitted"]) == ("PENDING", "2026-11-27T10:00:00+00:00",
                                                                     "2026-11-27T10:00:00+00:00")
 
@@ -74,16 +88,16 @@ def test_submitted_is_pending_with_its_time() -> None:
 def test_submitted_before_the_run_is_sent_leaves_its_timeline_stage_to_the_submit() -> None:
     """The storage check's record (staged=False): PENDING, submitted_at, no timeline stage; the submit's own
     ``submitted`` after it stamps the stage with the moment the run was sent."""
-    r = lifecycle.submitted(record(RunStatus.UNKNOWN), "2026-11-27T10:00:00+00:00", staged=False)
+    r = apply(record(RunStatus.UNKNOWN), Submitted("2026-11-27T10:00:00+00:00", staged=False))
     assert (r.status, r.submitted_at, r.timeline) == ("PENDING", "2026-11-27T10:00:00+00:00", {})
-    lifecycle.submitted(r, "2026-11-27T10:00:40+00:00")
+    apply(r, Submitted("2026-11-27T10:00:40+00:00"))
     assert (r.submitted_at, r.timeline) == ("2026-11-27T10:00:00+00:00", {"submitted": "2026-11-27T10:00:40+00:00"})
 
 
 @given(status=st.sampled_from(ENDS))
 def test_submitted_refuses_an_ended_run_never_submitted(status: RunStatus) -> None:
     with pytest.raises(IllegalTransition, match="submitted refused"):
-        lifecycle.submitted(record(status))
+        apply(record(status), Submitted())
 
 
 def test_started_runs_the_attempt_and_the_companion_carries_it() -> None:
@@ -95,9 +109,11 @@ def test_started_runs_the_attempt_and_the_companion_carries_it() -> None:
 @given(by=st.sampled_from(RUN_SIDE), ended=st.sampled_from(ENDS))
 def test_a_retry_starting_clears_the_earlier_attempts_end(by: Writer, ended: RunStatus) -> None:
     r = started()
-    lifecycle.attempt_ended(r, "r1", 1, AttemptEnd(ended.value, 137), "killed", by=by)
+    end = AttemptEnded("r1", 1, AttemptEnd(ended.value, 137), "killed") if by == Writer.COMPANION else GaveUp(
+        "killed", by=by)
+    apply(r, end)
     r.logs = ["logs/driver.log", "logs/r1.log"]
-    lifecycle.started(r, "r1-retry1", 2)
+    apply(r, Started("r1-retry1", 2))
     assert (r.status, r.completed_by, r.end_time, r.message, r.exit_code) == ("RUNNING", None, None, None, None)
     assert r.logs == ["logs/r1.log"]  # each attempt's own log stays listed
     assert [a["id"] for a in r.attempts] == ["r1", "r1-retry1"]
@@ -106,10 +122,10 @@ def test_a_retry_starting_clears_the_earlier_attempts_end(by: Writer, ended: Run
 def test_an_ended_attempt_or_an_older_one_never_starts_again() -> None:
     r = started(2)
     with pytest.raises(IllegalTransition, match="a later attempt"):
-        lifecycle.started(r, "r1", 1)
-    lifecycle.attempt_ended(r, "r1-retry1", 2, AttemptEnd("SUCCEEDED", 0), None)
+        apply(r, Started("r1", 1))
+    apply(r, AttemptEnded("r1-retry1", 2, AttemptEnd("SUCCEEDED", 0)))
     with pytest.raises(IllegalTransition, match="this attempt ended SUCCEEDED"):
-        lifecycle.started(r, "r1-retry1", 2)
+        apply(r, Started("r1-retry1", 2))
 
 
 @given(status=st.sampled_from(ALL), by=st.sampled_from(RUN_SIDE), carried=st.sampled_from([None, "companion",
@@ -118,63 +134,63 @@ def test_beat_never_changes_the_status_and_a_companion_never_takes_a_supervisors
         status: RunStatus, by: Writer, carried: str | None) -> None:
     r = record(status)
     r.carried_by = carried
-    lifecycle.beat(r, by, "2026-11-27T10:00:05+00:00")
+    apply(r, Beat(by, "2026-11-27T10:00:05+00:00"))
     assert r.status == status.value and r.last_seen == "2026-11-27T10:00:05+00:00"
     assert r.carried_by == ("supervisor" if by == Writer.COMPANION and carried == "supervisor" else by.recorded_as)
 
 
 @given(by=st.sampled_from(CLIENTS))
 def test_only_the_run_side_beats(by: Writer) -> None:
-    with pytest.raises(IllegalTransition, match="only the run side beats"):
-        lifecycle.beat(record(), by)
+    with pytest.raises(IllegalTransition, match=f"the {by.value} does not write it"):
+        apply(record(), Beat(by))
 
 
 @given(code=st.integers(-20, 200), timed_out=st.booleans())
 def test_attempt_ended_records_the_end_and_the_one_rules_reason(code: int, timed_out: bool) -> None:
     status = "SUCCEEDED" if code == 0 else "FAILED"
     end = AttemptEnd(status, code, timed_out=timed_out)
-    r = lifecycle.attempt_ended(started(), "r1", 1, end, "why", "2026-11-27T10:01:00+00:00")
+    r = apply(started(), AttemptEnded("r1", 1, end, "why", "2026-11-27T10:01:00+00:00"))
     assert (r.status, r.exit_code, r.completed_by, r.end_time) == (status, code, "companion",
                                                                    "2026-11-27T10:01:00+00:00")
     assert r.attempts[-1]["retry_reason"] == retry_reason(end)
-    assert lifecycle.attempt_ended(r, "r1", 1, end, "why", "2026-11-27T10:01:00+00:00").to_json() == r.to_json()
+    assert apply(r, AttemptEnded("r1", 1, end, "why", "2026-11-27T10:01:00+00:00")).to_json() == r.to_json()
 
 
 def test_attempt_ended_refuses_a_non_end_and_an_older_attempts_end() -> None:
     with pytest.raises(IllegalTransition, match="not an end"):
-        lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("RUNNING"), None)
+        apply(started(), AttemptEnded("r1", 1, AttemptEnd("RUNNING")))
     with pytest.raises(IllegalTransition, match="a later attempt"):
-        lifecycle.attempt_ended(started(2), "r1", 1, AttemptEnd("FAILED", 137), None)
+        apply(started(2), AttemptEnded("r1", 1, AttemptEnd("FAILED", 137)))
 
 
 def test_retrying_is_pending_again_with_the_failed_attempt_kept() -> None:
-    r = lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("FAILED", 137), "killed")
+    r = apply(started(), AttemptEnded("r1", 1, AttemptEnd("FAILED", 137), "killed"))
     reason = r.attempts[0]["retry_reason"]
-    lifecycle.retrying(r, 1, reason, "r1", "r1-retry1")
+    apply(r, Retrying(1, reason, "r1", "r1-retry1"))
     assert (r.status, r.completed_by, r.end_time) == ("PENDING", None, None)
     assert [(a["id"], a["status"]) for a in r.attempts] == [("r1", "FAILED"), ("r1-retry1", "PENDING")]
     assert r.message == f"attempt 1 {reason}; attempt 2 is r1-retry1"
-    again = lifecycle.retrying(r, 1, reason, "r1", "r1-retry1")  # idempotent: a writer repeating itself
+    again = apply(r, Retrying(1, reason, "r1", "r1-retry1"))  # idempotent: a writer repeating itself
     assert again.attempts == r.attempts and again.status == "PENDING"
 
 
 def test_retrying_after_the_retry_started_leaves_it_running() -> None:
     r = started(2)
-    lifecycle.retrying(r, 1, "its driver was lost (x)", "r1", "r1-retry1")
+    apply(r, Retrying(1, "its driver was lost (x)", "r1", "r1-retry1"))
     assert r.status == "RUNNING" and r.attempts[0]["retry_reason"] == "its driver was lost (x)"
 
 
 @given(status=st.sampled_from([RunStatus.SUCCEEDED, RunStatus.STOPPED]))
 def test_a_run_that_succeeded_or_stopped_is_never_retried_nor_given_up(status: RunStatus) -> None:
     with pytest.raises(IllegalTransition, match=f"the run ended {status.value}"):
-        lifecycle.retrying(record(status), 1, "x", "r1", "r1-retry1")
+        apply(record(status), Retrying(1, "x", "r1", "r1-retry1"))
     with pytest.raises(IllegalTransition, match=f"the run ended {status.value}"):
-        lifecycle.gave_up(record(status), "why")
+        apply(record(status), GaveUp("why"))
 
 
 @given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING, RunStatus.FAILED, RunStatus.UNKNOWN]))
 def test_gave_up_is_failed_with_why(status: RunStatus) -> None:
-    r = lifecycle.gave_up(record(status), "its supervisor died 3 times")
+    r = apply(record(status), GaveUp("its supervisor died 3 times"))
     assert (r.status, r.message, r.completed_by) == ("FAILED", "its supervisor died 3 times", "supervisor")
     assert r.end_time is not None
 
@@ -182,20 +198,20 @@ def test_gave_up_is_failed_with_why(status: RunStatus) -> None:
 # -- the client's own transitions: a pipeline's progress, the archive of an end it saw -----------------------------
 
 @given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING]), end=st.sampled_from(ENDS),
-       by=st.sampled_from(WRITERS), reopen=st.booleans())
+       by=st.sampled_from(ENDERS), reopen=st.booleans())
 def test_progressed_never_ends_nor_reopens_an_end_unless_a_submit_of_its_rank_does(
         status: RunStatus, end: RunStatus, by: Writer, reopen: bool) -> None:
-    assert lifecycle.progressed(record(), status).status == status.value
-    with pytest.raises(IllegalTransition, match="ended"):
-        lifecycle.progressed(record(), end)
-    r = lifecycle.ended(record(RunStatus.RUNNING), end, by)
+    assert apply(record(), Progressed(status)).status == status.value
+    with pytest.raises(IllegalTransition, match="an end is written by Ended"):
+        apply(record(), Progressed(end))
+    r = apply(record(RunStatus.RUNNING), Ended(end, by))
     if reopen and lifecycle.rank(by.recorded_as) <= lifecycle.rank(Writer.FOLLOWER.recorded_as):
-        reopened = lifecycle.progressed(r, status, reopen=True)
+        reopened = apply(r, Progressed(status, reopen=True))
         assert (reopened.status, reopened.completed_by, reopened.end_time, reopened.archived) == \
             (status.value, None, None, False) and "ended" not in reopened.timeline
     else:
         with pytest.raises(IllegalTransition, match="stands"):
-            lifecycle.progressed(r, status, reopen=reopen)
+            apply(r, Progressed(status, reopen=reopen))
         assert r.status == end.value
 
 
@@ -207,14 +223,15 @@ SAVED = lifecycle.Archive(logs=["logs/driver.log"], log_home="s3://b/j/r1", cost
 @given(end=st.sampled_from(ENDS), seen=st.sampled_from(ENDS), by=st.sampled_from(RUN_SIDE))
 def test_archived_keeps_the_run_sides_end_and_log_and_fills_the_rest(end: RunStatus, seen: RunStatus,
                                                                      by: Writer) -> None:
-    r = lifecycle.ended(record(RunStatus.RUNNING), end, by)
+    r = record(RunStatus.RUNNING)
+    r.status, r.end_time, r.completed_by = end.value, "2026-11-27T10:00:00+00:00", by.recorded_as  # its end
     r.message, r.logs, r.log_home = "run side", ["logs/part-0"], "s3://b/j/r1"
-    once = lifecycle.archived(r, seen, SAVED, "client saw", by=Writer.ARCHIVE)
+    once = apply(r, Archived(seen, SAVED, "client saw", by=Writer.ARCHIVE))
     assert (once.status, once.message, once.completed_by, once.logs) == \
         (end.value, "run side", by.recorded_as, ["logs/part-0"])
     assert once.archived and once.cost == {"usd": 1.0} and once.metrics == {"loss": 0.1}
     assert once.attempts == SAVED.attempts and once.train_storage == ["s3://b/train"]
-    again = lifecycle.archived(once, seen, SAVED, "client saw", by=Writer.ARCHIVE)  # idempotent: a repair
+    again = apply(once, Archived(seen, SAVED, "client saw", by=Writer.ARCHIVE))  # idempotent: a repair
     assert again.to_json() == once.to_json()
 
 
@@ -223,34 +240,34 @@ def test_archived_writes_the_clients_end_where_no_run_side_wrote_one(seen: RunSt
                                                                      before: RunStatus | None) -> None:
     r = started()
     if before is not None:  # an end another client saw first: the later one stands (equal rank)
-        lifecycle.ended(r, before, Writer.FOLLOWER)
-    done = lifecycle.archived(r, seen, SAVED, "seen ended", at="2026-11-27T11:00:00+00:00")
+        apply(r, Ended(before, Writer.FOLLOWER))
+    done = apply(r, Archived(seen, SAVED, "seen ended", at="2026-11-27T11:00:00+00:00"))
     assert (done.status, done.message, done.completed_by, done.logs, done.log_home) == \
         (seen.value, "seen ended", "client", ["logs/driver.log"], "s3://b/j/r1")
     assert done.archived and done.timeline["ended"] == done.end_time
     with pytest.raises(IllegalTransition, match="not an end"):
-        lifecycle.archived(record(), RunStatus.RUNNING, SAVED)
+        apply(record(), Archived(RunStatus.RUNNING, SAVED))
 
 
 # -- whose end stands ---------------------------------------------------------------------------------------------
 
-@given(first=st.sampled_from(WRITERS), second=st.sampled_from(WRITERS), s1=st.sampled_from(ENDS),
+@given(first=st.sampled_from(ENDERS), second=st.sampled_from(ENDERS), s1=st.sampled_from(ENDS),
        s2=st.sampled_from(ENDS))
 def test_ended_follows_the_precedence_table(first: Writer, second: Writer, s1: RunStatus, s2: RunStatus) -> None:
-    r = lifecycle.ended(record(RunStatus.RUNNING), s1, first)
+    r = apply(record(RunStatus.RUNNING), Ended(s1, first))
     if lifecycle.rank(first.recorded_as) > lifecycle.rank(second.recorded_as):
         with pytest.raises(IllegalTransition, match="stands"):
-            lifecycle.ended(r, s2, second)
+            apply(r, Ended(s2, second))
         assert r.status == s1.value
     else:
-        assert lifecycle.ended(r, s2, second).status == s2.value
+        assert apply(r, Ended(s2, second)).status == s2.value
         assert r.completed_by == second.recorded_as
 
 
-@given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING, RunStatus.UNKNOWN]), by=st.sampled_from(WRITERS))
+@given(status=st.sampled_from([RunStatus.PENDING, RunStatus.RUNNING, RunStatus.UNKNOWN]), by=st.sampled_from(ENDERS))
 def test_ended_refuses_a_status_that_is_not_an_end(status: RunStatus, by: Writer) -> None:
     with pytest.raises(IllegalTransition, match="not an end"):
-        lifecycle.ended(record(), status, by)
+        apply(record(), Ended(status, by))
 
 
 def test_the_table_ranks_the_run_side_over_clients_over_nobody() -> None:
@@ -333,18 +350,16 @@ def test_the_writer_call_interrupted_between_its_steps_is_repaired_by_calling_it
             raise Crash("the writer died after the index entry")
         told.append(rec.status)
 
-    def transition(stored: RunRecord | None) -> RunRecord:
-        rec = stored or lifecycle.started(RunRecord(id="r1", job="job", backend="ray", storage_uri=uri), "r1", 1,
-                                          "2026-11-27T10:00:00+00:00")
-        return lifecycle.attempt_ended(rec, "r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:01:00+00:00")
+    new = apply(lifecycle.blank("r1", uri, job="job", backend="ray"), Started("r1", 1, "2026-11-27T10:00:00+00:00"))
+    transition = AttemptEnded("r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:01:00+00:00")
 
     if crash_at is not None:
         with pytest.raises(Crash):
-            lifecycle.write(ports, transition, tell=tell)
+            lifecycle.write(ports, transition, new=new, tell=tell)
         written = RecordFile(uri, None).update(lambda stored: None)
         assert written is not None and written.status == "SUCCEEDED"  # the record is ahead, never behind
         assert told == []
-    again = lifecycle.write(ports, transition, tell=tell)  # the same call again repairs
+    again = lifecycle.write(ports, transition, new=new, tell=tell)  # the same call again repairs
     assert again is not None and again.status == "SUCCEEDED" and told == ["SUCCEEDED"]
     entries = _entries(root)
     assert entries and entries[-1]["status"] == "SUCCEEDED" and entries[-1]["attempts"] == 1
@@ -356,14 +371,14 @@ def test_a_heartbeat_writes_no_index_entry(tmp_path: Path) -> None:
     folder = tmp_path / "job" / "r1"
     folder.mkdir(parents=True)
     ports = run_ports(f"file://{folder}")
-    lifecycle.write(ports, lambda s: lifecycle.beat(s or record(), Writer.COMPANION), indexed=False)
+    lifecycle.write(ports, Beat(Writer.COMPANION), new=record(), indexed=False)
     assert not (tmp_path / "rtjob-index").exists()
-    lifecycle.write(ports, lambda s: lifecycle.started(s or record(), "r1", 1))
+    lifecycle.write(ports, Started("r1", 1), new=record())
     assert [e["status"] for e in _entries(tmp_path)] == ["RUNNING"]
 
 
 def test_an_index_entry_holds_the_shared_schema() -> None:
-    r = lifecycle.attempt_ended(started(), "r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:00:30+00:00")
+    r = apply(started(), AttemptEnded("r1", 1, AttemptEnd("SUCCEEDED", 0), None, "2026-11-27T10:00:30+00:00"))
     r.spec = {"document": {"tags": {"team": "nlp", "n": 3}, "args": {"epochs": 2, "lr": 0.1}},
               "overrides": {"sets": ["args.lr=0.2", "tags.team=cv", "max_retries=1"]}}  # what the run ran with
     r.metrics = {"last": {"epoch": 2, "val_loss": 0.5, "note": "x", "ok": True, "nan": float("nan")}}

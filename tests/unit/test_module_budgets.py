@@ -28,7 +28,6 @@ CEILINGS = {
     "cli/rtjob/commands/anyscale.py": 449,
     "cli/rtjob/backends/anyscale/backend.py": 414,
     "cli/rtjob/backends/base.py": 391,
-    "cli/rtjob/core/lifecycle.py": 388,
     "cli/rtjob/ledger/ledger.py": 379,
     "cli/rtjob/core/redact.py": 370,
     "cli/rtjob/jobspec/contexts.py": 361,

@@ -159,6 +159,7 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
                steps: list[dict[str, Any]] | None = None) -> str:
     """A run's summary: what a person asks first (status, times, attempts, command, storage), then the facts worth a
     line; the request only with ``with_request`` (`show --request`); a pipeline's steps when it has them."""
+    from ..core.lifecycle import earlier
     from ..core.verdict import of_record
     from ..runs.tracking_view import tracking_lines
     from .describe import command_text, run_dir_text, size
@@ -196,7 +197,7 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
         lines.append(f"carried by:  {carrier_text(record.carried_by, record.last_seen, record.run_status.terminal)}"
                      + (f"; completed by {record.completed_by}" if record.completed_by else ""))
     if record.timeline and not record.steps:  # a pipeline's start-up is its steps' (their own `show`)
-        lines.append(f"timeline:    {timeline_text(record.timeline)}")
+        lines.append(f"timeline:    {timeline_text(record.timeline, [a.to_json() for a in earlier(record)])}")
     lines += tracking_lines(record.tracking)  # the MLflow run that mirrors it
     shown_metrics = {k: v for k, v in (record.metrics or {}).items()  # the values there are: no '-', no run/source
                      if v is not None and k not in ("run", "source") and not isinstance(v, (dict, list))}

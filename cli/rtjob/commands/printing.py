@@ -198,8 +198,9 @@ def run_text(info: RunInfo) -> str:
     return "\n".join(lines)
 
 
-def timeline_text(timeline: dict[str, str]) -> str:
-    """The start-up timeline as people read it: each stage's time after the first one recorded (submitted)."""
+def timeline_text(timeline: dict[str, str], earlier: list[dict[str, Any]] | None = None) -> str:
+    """The start-up timeline as people read it: each stage's time after the first one recorded (submitted), of
+    the run's last attempt; ``earlier`` (core/lifecycle.earlier's): one line under it for each attempt before."""
 
     from rtjob_contract import TIMELINE_STAGES
 
@@ -209,10 +210,14 @@ def timeline_text(timeline: dict[str, str]) -> str:
             stamps.append((stage, dt.datetime.fromisoformat(timeline[stage])))
         except (KeyError, ValueError):
             continue
-    if not stamps:
-        return "-"
-    first = stamps[0][1]
-    return ", ".join(f"{stage.replace('_', ' ')} +{(when - first).total_seconds():.1f}s" for stage, when in stamps)
+    first = stamps[0][1] if stamps else None
+    text = ", ".join(f"{stage.replace('_', ' ')} +{(when - first).total_seconds():.1f}s" for stage, when in stamps
+                     if first is not None) or "-"
+    for attempt in earlier or []:
+        took = f" after {attempt['duration_s']:.1f}s" if attempt.get("duration_s") is not None else ""
+        ended = f", ended {stamp(attempt['ended'])}" if attempt.get("ended") else ""
+        text += f"\n             attempt {attempt['attempt']} ({attempt['id']}): {attempt.get('status') or '-'}{ended}{took}"
+    return text
 
 
 def carrier_text(carried_by: str | None, last_seen: str | None, ended: bool) -> str:

@@ -96,7 +96,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
         elif side.get("carried_by") or side.get("timeline"):
             line += f"\ncarried by:  {carrier_text(side['carried_by'], side['last_seen'], info.status.terminal)}"
         if side.get("timeline"):
-            line += f"\ntimeline:    {timeline_text(side['timeline'])}"
+            line += f"\ntimeline:    {timeline_text(side['timeline'], side.get('earlier_attempts'))}"
         for note in side.get("sync_notes") or []:  # an object no attempt of the run wrote: never overwritten
             line += f"\nsync:        {note}"
         for note in tracking_lines(side.get("tracking")):  # the MLflow run that mirrors it
@@ -108,8 +108,8 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
 
 
 def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
-    """What the run side recorded (who carries the run, when it was last seen, the start-up timeline): the record's
-    in the run's storage, which its companion keeps, over this ledger's."""
+    """What the run side recorded (carrier, last seen, timelines): its record in storage over this ledger's."""
+    from ..core.lifecycle import earlier
     from ..runs.memory import find, with_run_side
     from ..runs.notices import notices
 
@@ -121,8 +121,8 @@ def _run_side(record: RunRecord | None, run_id: str) -> dict[str, Any]:
         return {}
     record = with_run_side(record)
     return {"carried_by": record.carried_by, "completed_by": record.completed_by, "last_seen": record.last_seen,
-            "timeline": record.timeline, "sync_notes": record.sync_notes, "notifications": notices(record),
-            **({"tracking": record.tracking} if record.tracking else {})}
+            "timeline": record.timeline, "earlier_attempts": [a.to_json() for a in earlier(record)],
+            "sync_notes": record.sync_notes, "notifications": notices(record), "tracking": record.tracking}
 
 
 @click.command(name="list", epilog=EXIT_CODES_HELP)

@@ -23,10 +23,6 @@ RECORD_SCHEMA = 1
 # A run-side carrier refreshes last_seen every 30 s: three missed beats and the run's state is not known.
 STALE_S = 90
 
-# What a run's end sets in its record.
-END_FIELDS = ("status", "message", "exit_code", "end_time", "cost", "metrics", "logs", "log_home",
-              "archived", "completed_by", "companion_cpu_s", "steps", "sync_notes", "outputs")  # steps: a pipeline's, with their states
-
 
 @dataclass
 class RunRecord:
@@ -73,11 +69,12 @@ class RunRecord:
     # attempts: the companion keeps that), who wrote its end (a run-side writer, or "client": a client that saw
     # the backend's verdict), when the run side last said it was alive,
     # and the start-up timeline (stage -> ISO time: submitted, accepted, driver_started, first_log_line,
-    # first_step, ended). The record has several writers: each goes through core/lifecycle.py and writes with If-Match.
+    # first_step, ended). The record has several writers: each goes through core/lifecycle/ and writes with If-Match.
     carried_by: str | None = None
     completed_by: str | None = None
     last_seen: str | None = None
-    timeline: dict[str, str] = field(default_factory=dict)
+    timeline: dict[str, str] = field(default_factory=dict)  # the last attempt's (core/lifecycle/timelines.py)
+    timelines: dict[str, dict[str, str]] = field(default_factory=dict)  # each attempt's own, by attempt id
     companion_cpu_s: float | None = None  # the CPU time the run's companion used (what carrying the run cost)
     # What the last attempt's sync of RTJOB_RUN_DIR said (one line each): an object no attempt of the run wrote,
     # left as it is (never overwritten), and a node folder kept because something did not reach the storage.

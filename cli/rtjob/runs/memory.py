@@ -11,7 +11,7 @@ import contextlib
 import copy
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core import lifecycle
 from ..core.clock import now_iso
@@ -50,27 +50,29 @@ def keep(record: RunRecord, events: RunEvents) -> None:
         events.warning(f"run ledger not updated: {exc.message}")
 
 
-def write(record: RunRecord, transition: Callable[[RunRecord], RunRecord], events: RunEvents, *,
+def write(record: RunRecord, transitions: Any, events: RunEvents, *,
           tell: Callable[[RunRecord], None] | None = None) -> RunRecord:
-    """One of the lifecycle kernel's named transitions (``transition``, with its writer bound) applied by this
-    client: in the run's storage through the kernel's one writer call (the record, conditional on the version read,
-    this client's ``record`` joined with it by lifecycle.merge first; then the index entry), then the ledger's row.
-    A transition the kernel refuses (an end of a higher rank stands) leaves the stored record as it is. Where the
-    run's storage is not this client's to write (a run it only saw, no storage here) or cannot be reached, the
-    transition is applied to the ledger's row only, with a warning for a write that failed. ``tell``: the
-    notification, after the record and its index entry (its claim marker makes it once). Returns the record as
-    written; ``record`` is updated to it."""
-    written = _write_to_storage(record, transition, events, tell)
+    """The lifecycle kernel's transitions (``transitions``: one value, or several in order, each naming this
+    client as its writer) applied by this client: in the run's storage through the kernel's one writer call (the
+    record, conditional on the version read, this client's ``record`` joined with it by lifecycle.merge first;
+    then the index entry), then the ledger's row. A transition the kernel refuses (an end of a higher rank stands)
+    leaves the stored record as it is. Where the run's storage is not this client's to write (a run it only saw,
+    no storage here) or cannot be reached, the transitions are applied to the ledger's row only, with a warning
+    for a write that failed. ``tell``: the notification, after the record and its index entry (its claim marker
+    makes it once). Returns the record as written; ``record`` is updated to it."""
+    steps = list(transitions) if isinstance(transitions, (list, tuple)) else [transitions]
+    written = _write_to_storage(record, steps, events, tell)
     if written is None:
         with contextlib.suppress(IllegalTransition):  # refused: the end recorded stands
-            transition(record)
+            for step in steps:
+                lifecycle.apply(record, step)
     else:
         record.__dict__.update(written.__dict__)  # the caller's record is the one written (merged)
     keep(record, events)
     return record
 
 
-def _write_to_storage(record: RunRecord, transition: Callable[[RunRecord], RunRecord], events: RunEvents,
+def _write_to_storage(record: RunRecord, steps: list[Any], events: RunEvents,
                       tell: Callable[[RunRecord], None] | None) -> RunRecord | None:
     """Only a record that carries its spec (made by the submit, or read back from storage) goes to the run's
     folder: a run this client only saw is another's, whose record there must never be replaced by less."""
@@ -79,21 +81,13 @@ def _write_to_storage(record: RunRecord, transition: Callable[[RunRecord], RunRe
     from ..storage.run_ports import run_ports
 
     assert record.storage_uri is not None
-    mine = copy.deepcopy(record)
-
-    def change(stored: RunRecord | None) -> RunRecord | None:
-        joined = merge(copy.deepcopy(mine), stored)
-        joined.updated_at = now_iso("seconds")
-        try:
-            return transition(joined)
-        except IllegalTransition:
-            return None  # refused: the stored record stands (a higher-ranked end was written first)
-
     ports = run_ports(record.storage_uri, record.storage_endpoint)
     if ports.index is not None:
         ports.index = _WarnedIndex(ports.index, record.storage_uri, events)
     try:
-        return lifecycle.write(ports, change, tell=tell)
+        return lifecycle.write(ports, steps, mine=copy.deepcopy(record), tell=tell)
+    except IllegalTransition:
+        return None  # refused: the stored record stands (a higher-ranked end was written first)
     except RtjobError as exc:
         events.warning(f"run record not written to {record.storage_uri}: {exc.message} (the local ledger has it)")
         return None

@@ -1,9 +1,9 @@
 """The run's record as the run side writes it: its start (who carries it, when the driver started), a heartbeat
 (``last_seen``), the start-up timeline, and its end (status, exit code, end time, cost, metrics summary, the log,
-``completed_by: companion``), then the notification of the outcome. Each write is a transition of the lifecycle
-kernel (core/lifecycle.py: started, beat, attempt_ended) through its one writer call: the record (If-Match: the
-submitting client and this companion may write at the same time, and neither loses the other's fields), then the
-index entry on a status change, then the notification.
+``completed_by: companion``), then the notification of the outcome. Each write is a list of the lifecycle
+kernel's transitions (core/lifecycle: Stages, Beat, Started, AttemptEnded, Saved, Outputs), values handed to its
+one writer call: the record (If-Match: the submitting client and this companion may write at the same time, and
+neither loses the other's fields), then the index entry on a status change, then the notification.
 
 No write is dropped: one that storage refused is owed (``owed``) and tried again, in order, before any later one
 (``settle``, each tick and through the end's wait for storage), until it is stored."""
@@ -83,7 +83,7 @@ class Outcome:
         self.log_start: int | None = None
         self._peeked = 0  # how far watch() has read the log
         self._tail = b""  # the log's last TAIL_BYTES: a failed run's message says its error line (notify.py)
-        self.owed: list[tuple[Callable[[RunRecord], object], bool, Callable[[RunRecord], None] | None]] = []
+        self.owed: list[tuple[list[Any], bool, Callable[[RunRecord], None] | None]] = []
         self._fault: str | None = None  # the storage fault last said (said again only when it changes)
         self.fault: StorageError | None = None  # the last owed write's storage fault (None: none is failing)
         self.end: dict[str, Any] | None = None  # the attempt's end as ``ended`` recorded it (a kept marker's)
@@ -141,19 +141,19 @@ class Outcome:
         except (ValueError, TypeError):
             return 1
 
-    def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool,
+    def _write(self, transitions: list[Any], *, indexed: bool,
                tell: Callable[[RunRecord], None] | None = None) -> None:
-        """The transition owed, then every owed write tried in order (a refused one stays owed)."""
-        self.owed.append((transition, indexed, tell))
+        """The transitions owed, then every owed write tried in order (a refused one stays owed)."""
+        self.owed.append((transitions, indexed, tell))
         self.settle()
 
     def settle(self) -> bool:
         """Try the owed writes in order; True when none is left. A storage fault stops the round (one line when
         its wording changes); any other error is the writer's bug: said, and that write dropped."""
         while self.owed:
-            transition, indexed, tell = self.owed[0]
+            transitions, indexed, tell = self.owed[0]
             try:
-                self._apply(transition, indexed=indexed, tell=tell)
+                self._apply(transitions, indexed=indexed, tell=tell)
             except StorageError as exc:
                 self.fault = exc
                 if self._fault != exc.message:
@@ -169,30 +169,27 @@ class Outcome:
             self.say("the run's record is stored again")
         return True
 
-    def _apply(self, transition: Callable[[RunRecord], object], *, indexed: bool,
+    def _apply(self, transitions: list[Any], *, indexed: bool,
                tell: Callable[[RunRecord], None] | None = None) -> RunRecord | None:
-        def apply(stored: RunRecord | None) -> RunRecord:
-            record = stored or RunRecord(id=self.run_id, job=self.env.get(contract.ENV_JOB_NAME) or None,
-                                         backend=self.env.get(contract.ENV_BACKEND) or "unknown",
-                                         storage_uri=self.run_uri)
-            for stage, when in self.timeline.items():
-                record.timeline.setdefault(stage, when)
-            lifecycle.beat(record, Writer.COMPANION)
-            transition(record)
-            return record
-
-        return lifecycle.write(run_ports(self.run_uri, self.endpoint), apply, indexed=indexed, tell=tell)
+        """The attempt's stages seen so far and a beat, then ``transitions``, in the kernel's one writer call (a
+        record made where none is stored yet)."""
+        ports = run_ports(self.run_uri, self.endpoint)
+        ports.cost = _cost
+        steps = [lifecycle.Stages(self.attempt_id, dict(self.timeline)), lifecycle.Beat(Writer.COMPANION),
+                 *transitions]
+        return lifecycle.write(ports, steps, new=lifecycle.blank(self.run_id, self.run_uri, self.env),
+                               indexed=indexed, tell=tell)
 
     def started(self, when: str) -> None:
         self.timeline["driver_started"] = when
-        self._write(lambda record: lifecycle.started(record, self.attempt_id, self._number(), when), indexed=True)
+        self._write([lifecycle.Started(self.attempt_id, self._number(), when)], indexed=True)
 
     def heartbeat(self) -> None:
         """``last_seen`` now: an owed write beats too, so a heartbeat is owed only when nothing else is."""
         if self.owed:
             self.settle()
         else:
-            self._write(lambda record: record, indexed=False)
+            self._write([], indexed=False)
 
     def stop_requested(self) -> bool:
         """Whether `rtjob stop` asked first (its marker); unknown while storage fails: then not."""
@@ -216,17 +213,10 @@ class Outcome:
         self.end = {"status": status, "exit_code": ended.code, "message": masked, "at": when,
                     "timed_out": ended.timed_out, "stop_requested": stop_requested, "number": self._number()}
 
-        def change(record: RunRecord) -> None:
-            lifecycle.attempt_ended(record, self.attempt_id, self._number(), end, masked, when)
-            record.start_time = record.start_time or self.timeline.get("driver_started")
-            record.archived = True
-            record.companion_cpu_s = cpu_s
-            if logs:
-                record.logs, record.log_home = list(dict.fromkeys([*record.logs, *logs])), self.run_uri
-            record.sync_notes = [redact(line, secrets) for line in sync_notes or []]
-            record.metrics = metrics or record.metrics
-            record.cost = _cost(record) or record.cost
-            lifecycle.outputs(record, *outputs, at=when)
+        change = [lifecycle.AttemptEnded(self.attempt_id, self._number(), end, masked, when, cpu_s=cpu_s,
+                                         sync_notes=tuple(redact(line, secrets) for line in sync_notes or [])),
+                  lifecycle.Saved(Writer.COMPANION, tuple(logs), self.run_uri, metrics),
+                  lifecycle.Outputs(*outputs, at=when)]
 
         # A lost driver with retries left is not told: its last attempt tells how the run ended.
         retry_due = retry_reason(end) is not None and retries_left(self._number(), self._max_retries())

@@ -12,7 +12,6 @@ through runside/kept_sync.py): the stdlib, rtjob_contract and rtjob's storage an
 
 from __future__ import annotations
 
-import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,46 +73,31 @@ def store_kept(folder: str, marker: dict[str, Any], say: Callable[[str], None],
             patiently(lambda rel=rel: objects.put_file(rel, log), patience_s)  # type: ignore[misc]
             logs.append(rel)
     metrics = _metrics(run_uri, endpoint)
-    record = patiently(lambda: lifecycle.write(run_ports(run_uri, endpoint),
-                                               lambda stored: completed(stored, marker, logs, metrics, last)), patience_s)
+    steps = [kept_end(marker, complete=last), lifecycle.Saved(Writer.COMPANION, tuple(logs), run_uri, metrics)]
+    record = patiently(lambda: lifecycle.write(run_ports(run_uri, endpoint), steps, new=kept_record(marker)),
+                       patience_s)
     node_dirs.release_kept(folder)
     return Stored(folder, uploaded, bool(logs), record)
 
 
-def completed(stored: RunRecord | None, marker: dict[str, Any], logs: list[str],
-              metrics: dict[str, Any] | None, last: bool = True) -> RunRecord:
-    """The record once the kept files are stored: the companion's end from the marker where the record lacks it,
-    the log and metrics, then (``last``) outputs complete."""
-    record = kept_end(stored, marker)
-    if logs:
-        record.logs = list(dict.fromkeys([*record.logs, *logs]))
-        record.log_home = record.log_home or marker.get("run_uri")
-    record.metrics = metrics or record.metrics
-    if record.run_status.terminal and last:
-        lifecycle.outputs(record, True)
-    return record
+def kept_record(marker: dict[str, Any]) -> RunRecord:
+    """The record made where the run's folder has none (the kernel's blank, named as the marker names the run)."""
+    return lifecycle.blank(str(marker["run_id"]), marker.get("run_uri"), job=marker.get("job"),
+                           backend=marker.get("backend"))
 
 
-def kept_end(stored: RunRecord | None, marker: dict[str, Any]) -> RunRecord:
-    """The companion's end as its kept marker says it, where the record lacks it (the kernel's attempt_ended, by
-    the companion's rank: it is that companion's verdict), and its outputs not stored (what the node keeps)."""
-    run_id, attempt = str(marker["run_id"]), str(marker.get("attempt") or marker["run_id"])
-    record = stored or RunRecord(id=run_id, job=marker.get("job"), backend=marker.get("backend") or "unknown",
-                                 storage_uri=marker.get("run_uri"))
+def kept_end(marker: dict[str, Any], complete: bool = False) -> lifecycle.KeptEnd:
+    """The companion's end as its kept marker says it (the kernel's KeptEnd: written where the record lacks it),
+    and its outputs: ``complete`` once the kept files are stored, else not stored (what the node keeps)."""
+    run_id = str(marker["run_id"])
+    attempt = str(marker.get("attempt") or run_id)
     end = marker.get("end") if isinstance(marker.get("end"), dict) else None
-    recorded = next((a for a in record.attempts if isinstance(a, dict) and a.get("id") == attempt), None)
-    attempt_open = recorded is None or str(recorded.get("status")) not in lifecycle.ENDS
-    if end is not None and (attempt_open or not record.run_status.terminal):
-        number = int(end.get("number") or 1)
-        verdict = AttemptEnd(str(end["status"]), end.get("exit_code"), timed_out=bool(end.get("timed_out")),
-                             stop_requested=bool(end.get("stop_requested")))
-        with contextlib.suppress(lifecycle.IllegalTransition):  # a later attempt's record stands over this end
-            lifecycle.attempt_ended(record, attempt, number, verdict, end.get("message"), end.get("at"),
-                                    by=Writer.COMPANION)
-            record.archived = True
-    if record.run_status.terminal and not (record.outputs or {}).get("kept_at"):
-        lifecycle.outputs(record, False, int(marker.get("not_stored") or 0), marker.get("kept_at"))
-    return record
+    verdict = None if end is None else AttemptEnd(str(end["status"]), end.get("exit_code"),
+                                                   timed_out=bool(end.get("timed_out")),
+                                                   stop_requested=bool(end.get("stop_requested")))
+    return lifecycle.KeptEnd(attempt, int((end or {}).get("number") or 1), verdict, (end or {}).get("message"),
+                             (end or {}).get("at"), int(marker.get("not_stored") or 0), marker.get("kept_at"),
+                             complete=complete)
 
 
 def _metrics(run_uri: str, endpoint: str | None) -> dict[str, Any] | None:

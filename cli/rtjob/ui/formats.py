@@ -102,3 +102,35 @@ def overlaid(runs: list[tuple[str, list[dict[str, Any]]]]) -> list[dict[str, Any
                 series.append({"label": f"run {run_id}", "values": [at.get(x) for x in xs]})
         charts.append({"title": key, "x": xs, "series": series})
     return charts
+
+
+def timeline_bar(timeline: Any) -> list[dict[str, Any]]:
+    """A timeline (stage -> ISO time) as a horizontal bar: each stage a segment from its time to the next stage's
+    (the last one a mark at the bar's end), ``left`` and ``width`` in percent of the whole, ``after_s`` from the
+    first stage. Empty when it has no time it can read."""
+    from ..core.clock import parse
+
+    stamps = []
+    for stage, when in (timeline or {}).items():
+        try:
+            stamps.append((parse(str(when)), str(stage)))
+        except ValueError:
+            continue
+    stamps.sort()
+    if not stamps:
+        return []
+    first, total = stamps[0][0], max((stamps[-1][0] - stamps[0][0]).total_seconds(), 1e-9)
+    out = []
+    for i, (when, stage) in enumerate(stamps):
+        after = (when - first).total_seconds()
+        until = (stamps[i + 1][0] - first).total_seconds() if i + 1 < len(stamps) else after
+        out.append({"stage": stage, "after_s": round(after, 1), "left": round(100 * after / total, 2),
+                    "width": round(100 * (until - after) / total, 2)})
+    return out
+
+
+def earlier_attempts(record: Any) -> list[dict[str, Any]]:
+    """The attempts before a run's last one (core/lifecycle.earlier): number, id, status, end, duration."""
+    from ..core.lifecycle import earlier
+
+    return [a.to_json() for a in earlier(record)]

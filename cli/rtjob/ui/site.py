@@ -22,7 +22,7 @@ from ..core.record import RunRecord
 from ..core.redact import redact
 from ..runs.view import RunView
 from . import run_page
-from .formats import ago, duration, end_words, num, short
+from .formats import ago, duration, earlier_attempts, end_words, num, short, timeline_bar
 from .safety import Config, clean_data, finalize
 
 HERE = Path(__file__).parent
@@ -59,6 +59,8 @@ class Site:
         env.filters["num"] = num
         env.filters["stamp"] = stamp  # a time as every view prints it: UTC to the second, with a Z
         env.filters["end_words"] = end_words
+        env.filters["timeline_bar"] = timeline_bar  # the start-up timeline drawn as one horizontal bar
+        env.filters["earlier_attempts"] = earlier_attempts
         self.env = env
 
     def page(self, name: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -124,8 +124,7 @@ def archive(backend: Backend, record: RunRecord, info: RunInfo, events: RunEvent
             saved.metrics = quiet(functools.partial(metrics_summary, uri, record.storage_endpoint), None, "metrics")
             if saved.metrics:
                 break
-    written = write(record, functools.partial(lifecycle.archived, status=status, saved=saved, message=message,
-                                              by=Writer.ARCHIVE), events)
+    written = write(record, lifecycle.Archived(status, saved, message, by=Writer.ARCHIVE), events)
     compact_index(written, events)
     return written
 

@@ -95,7 +95,7 @@ def kept_after_cluster(events: RunEvents) -> list[str]:
             record = None
         if record is None or ended_by_run_side(record):
             continue
-        write(record, lambda stored, marker=marker: kept_end(stored, marker), events)  # type: ignore[misc]
+        write(record, kept_end(marker), events)
     return sorted(kept)
 
 

@@ -1,5 +1,5 @@
 """The client's follow loop (`submit`, `wait`, `logs --follow`, each pipeline step a client advances): a run
-followed to its end through its attempts, each write by its lifecycle-kernel name (core/lifecycle.py).
+followed to its end through its attempts, each write by its lifecycle-kernel name (core/lifecycle/).
 
 One attempt is followed by polling its status (the outcome comes from the status, never from the end of the log
 stream) while its log is printed (logtail.py) and a wait that can never end is watched for (stuck_watch.py). A
@@ -164,9 +164,8 @@ def record_retry(run_id: str, info: RunInfo, decision: Retry, events: RunEvents)
         record = None
     if record is None:
         return
-    write(record, functools.partial(lifecycle.retrying, n=decision.attempt, reason=decision.reason,
-                                    failed_id=decision.failed_id, next_id=decision.next_run.id, by=Writer.FOLLOWER),
-          events, tell=retry_teller(run_id, decision, events))
+    write(record, lifecycle.Retrying(decision.attempt, decision.reason, decision.failed_id, decision.next_run.id,
+                                     by=Writer.FOLLOWER), events, tell=retry_teller(run_id, decision, events))
 
 
 def _not_ended(events: RunEvents, seen: Callable[[RunInfo], None] | None) -> Callable[[RunInfo], None]:

@@ -85,9 +85,6 @@ def _record_stopped_by_client(record: RunRecord) -> None:
     from ..events import Quiet
     from ..memory import write
 
-    def stop_ended(stored: RunRecord) -> RunRecord:
-        return lifecycle.archived(stored, RunStatus.STOPPED, lifecycle.Archive(),
-                                  "stopped by rtjob stop: its supervisor did not end within the stop's wait",
-                                  by=Writer.FOLLOWER)
-
-    write(record, stop_ended, Quiet())
+    write(record, lifecycle.Archived(RunStatus.STOPPED, lifecycle.Archive(),
+                                     "stopped by rtjob stop: its supervisor did not end within the stop's wait",
+                                     by=Writer.FOLLOWER), Quiet())

@@ -8,7 +8,6 @@ then written after the submit, its failure a warning (memory.write)."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -65,21 +64,18 @@ def check(record: RunRecord, events: RunEvents) -> Checked | None:
 
     assert record.storage_uri is not None
     uri, endpoint = record.storage_uri, record.storage_endpoint
+    ports = lifecycle.RunPorts(RecordFile(uri, endpoint))
     made: list[RunRecord] = []
 
-    def change(stored: RunRecord | None) -> RunRecord:
-        made.clear()
-        if stored is not None:
-            return stored
-        mine = copy.deepcopy(record)
-        try:
-            made.append(lifecycle.submitted(mine, staged=False))
-        except lifecycle.IllegalTransition:  # an ended run's record, as this client knows it (a pipeline's)
-            made.append(mine)
-        return made[0]
-
     def write() -> RunRecord | None:
-        return lifecycle.write(lifecycle.RunPorts(RecordFile(uri, endpoint)), change, indexed=False)
+        made.clear()
+        try:
+            written = lifecycle.write(ports, lifecycle.Submitted(staged=False), new=record, only_if_missing=True,
+                                      indexed=False)
+        except lifecycle.IllegalTransition:  # an ended run's record, as this client knows it (a pipeline's)
+            written = lifecycle.write(ports, [], new=record, only_if_missing=True, indexed=False)
+        made.extend([written] if written is not None else [])
+        return written
 
     try:
         patiently(write, on_fault=lambda exc: events.note(f"storage check: {exc.message}; trying again"))

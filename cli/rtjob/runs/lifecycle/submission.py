@@ -110,4 +110,4 @@ def _record(planned: Plan, info: RunInfo, events: RunEvents, timeline: dict[str,
     if known is not None and known.spec is not None:
         observe(planned.backend, info, events)
         return
-    write(new_record(planned, info, timeline), lifecycle.submitted, events)
+    write(new_record(planned, info, timeline), lifecycle.Submitted(), events)

@@ -28,7 +28,6 @@ from ...core.pipeline_status import overall
 from ...core.record import RunRecord
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
 
     from ...backends.base import Backend
     from ...jobspec.pipeline import Pipeline
@@ -200,8 +199,6 @@ def record_progress(record: RunRecord, statuses: list[RunStatus | None], events:
     kernel's transitions by this client: ``submitted`` (a new pipeline run), ``progressed`` (PENDING, RUNNING;
     ``reopen``: a submit of the same id goes on after its end), ``archived`` at its end. An end already recorded
     stands (``record`` then holds it)."""
-    import functools
-
     from ...core import lifecycle
     from ...core.lifecycle import Writer
     from ..memory import write
@@ -210,14 +207,9 @@ def record_progress(record: RunRecord, statuses: list[RunStatus | None], events:
     if record.updated_at is not None and record.status == status.value and record.archived == status.terminal:
         return
 
-    def progressed(stored: RunRecord) -> RunRecord:
-        if not stored.submitted_at:
-            lifecycle.submitted(stored)
-        return lifecycle.progressed(stored, status, Writer.FOLLOWER, reopen=reopen)
-
-    change: Callable[[RunRecord], RunRecord] = functools.partial(
-        lifecycle.archived, status=status, saved=lifecycle.Archive(), message=record.message,
-        by=Writer.FOLLOWER) if status.terminal else progressed
+    change = ([lifecycle.Archived(status, lifecycle.Archive(), record.message, by=Writer.FOLLOWER)]
+              if status.terminal else
+              [lifecycle.Submitted(by=Writer.FOLLOWER), lifecycle.Progressed(status, Writer.FOLLOWER, reopen=reopen)])
     write(record, change, events)
 
 

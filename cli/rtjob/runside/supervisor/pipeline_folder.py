@@ -1,5 +1,6 @@
-"""The pipeline run's folder as its supervisor sees it (its stop marker; its record's transitions: ``submitted``
-where no client wrote it, ``beat``, ``ended`` from its steps' statuses, ``gave_up``; its one notification) and each
+"""The pipeline run's folder as its supervisor sees it (its stop marker; its record's transitions, kernel values:
+``Submitted`` and ``Progressed(RUNNING)`` where no client wrote it, ``Beat``, ``PipelineEnded`` from its steps'
+statuses, ``GaveUp``; its one notification) and each
 step's folder, written as a run's (run_folder.py). The steps' order and retries are the supervisor's loop's
 (loop.py).
 
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
-from ...core.clock import now_iso
 from ...core.errors import one_line
 from ...core.lifecycle import Writer
 from .run_folder import WRITER, RunFolder, say
@@ -42,41 +42,39 @@ class PipelineFolder(RunFolder):
         return SupervisedRun(stop_requested=lambda: self.stop_requested() or step.stop_requested(), beat=self.beat,
                              say=say, gave_up=gave_up, retrying=step.retrying)
 
-    def _change(self, change: Callable[[RunRecord | None], RunRecord | None], what: str, *,
+    def _change(self, transitions: list[Any], what: str, *, new: RunRecord | None = None,
                 tell: Callable[[RunRecord], None] | None = None) -> None:
-        """The pipeline's record changed (then its index entry, then ``tell``), or one line in its log."""
+        """The pipeline's record changed by ``transitions`` (then its index entry, then ``tell``), or one line in
+        its log. ``new``: the record made where none is stored, and only then (else a missing record stays so)."""
         if not self.run_uri:
             return
         from ...core import lifecycle
         from ...storage.run_ports import run_ports
 
         try:
-            lifecycle.write(run_ports(self.run_uri), change, tell=tell)
+            lifecycle.write(run_ports(self.run_uri), transitions, new=new, only_if_missing=new is not None,
+                            tell=tell)
         except Exception as exc:  # noqa: BLE001 - its log says so; the steps' own records stand
             say(f"pipeline record not {what}: {one_line(exc)}")
 
     def submitted(self, bodies: list[dict[str, Any]]) -> None:
         """The pipeline run's record, when no client wrote one (a run its schedule started): its steps' run ids and
-        folders, as a client's submit records them; RUNNING, carried by this supervisor."""
+        folders, as a client's submit records them; RUNNING (``Progressed``: its start), carried by this
+        supervisor."""
         from ...core import lifecycle
-        from ...core.record import RunRecord
+        from ...core.model import RunStatus
 
-        run_uri = self.run_uri
-
-        def change(stored: RunRecord | None) -> RunRecord | None:
-            if stored is not None:
-                return None
-            job = os.environ.get(contract.ENV_JOB_NAME) or None
-            steps = [{"name": ((b.get("runtime_env") or {}).get("env_vars") or {}).get(contract.ENV_STEP_NAME),
-                      "run_id": str(b["submission_id"]), "reused_from": None,
-                      "storage_uri": (b.get("metadata") or {}).get(contract.META_STORAGE)} for b in bodies]
-            record = RunRecord(id=self.run_id, job=job, backend=os.environ.get(contract.ENV_BACKEND) or "unknown",
-                               status="RUNNING", storage_uri=run_uri, job_file=bodies[0].get("job_file") if bodies
-                               else None, spec={"pipeline": job, "steps": [s["name"] for s in steps]}, steps=steps,
-                               start_time=now_iso())
-            return lifecycle.beat(lifecycle.submitted(record), Writer.PIPELINE_SUPERVISOR)
-
-        self._change(change, "written")  # the record, then its index entry: RUNNING in `rtjob runs --storage`
+        steps = [{"name": ((b.get("runtime_env") or {}).get("env_vars") or {}).get(contract.ENV_STEP_NAME),
+                  "run_id": str(b["submission_id"]), "reused_from": None,
+                  "storage_uri": (b.get("metadata") or {}).get(contract.META_STORAGE)} for b in bodies]
+        new = lifecycle.blank(self.run_id, self.run_uri, os.environ, steps=steps,
+                              job_file=bodies[0].get("job_file") if bodies else None,
+                              spec={"pipeline": os.environ.get(contract.ENV_JOB_NAME) or None,
+                                    "steps": [s["name"] for s in steps]})
+        by = Writer.PIPELINE_SUPERVISOR
+        # the record, then its index entry: RUNNING in `rtjob runs --storage`
+        self._change([lifecycle.Submitted(by=by), lifecycle.Progressed(RunStatus.RUNNING, by), lifecycle.Beat(by)],
+                     "written", new=new)
 
     def succeeded_before(self, body: dict[str, Any]) -> bool:
         """Whether the step's record in storage says SUCCEEDED (a cluster that does not know the step: the
@@ -92,51 +90,35 @@ class PipelineFolder(RunFolder):
         return record.status
 
     def ended(self, carried: dict[str, str | None], line: str | None) -> str:
-        """The pipeline run's record ended (its status from its steps', each step's status), then its one
-        notification (claimed through the pipeline folder's rtjob-notified-<outcome> marker). A recorded step it
-        did not carry had SUCCEEDED before (reused by --from, or run under this id already)."""
+        """The pipeline run's record ended (``PipelineEnded``: its status from its steps', each step's status), then
+        its one notification (claimed through the pipeline folder's rtjob-notified-<outcome> marker). A recorded
+        step it did not carry had SUCCEEDED before (reused by --from, or run under this id already)."""
         from ...core import lifecycle
-        from ...core.model import RunStatus
-        from ...core.pipeline_status import overall
         from ..outcome import message_for
 
-        def status_of(statuses: list[str | None]) -> RunStatus:
-            status = overall([RunStatus(s) if s in RunStatus.__members__ else None for s in statuses])
-            return status if status.terminal else RunStatus.STOPPED  # a step left unsubmitted: a stop between
+        by = Writer.PIPELINE_SUPERVISOR
+        end = lifecycle.PipelineEnded(carried, line or self.why)
+        told: list[str] = []
 
-        status = status_of(list(carried.values()))
+        def tell(record: RunRecord) -> None:
+            told.append(record.status)
+            self.tell(message_for(record))
 
-        def change(stored: RunRecord | None) -> RunRecord | None:
-            nonlocal status
-            if stored is None:
-                return None
-            stored.steps = [{**step, "status": carried.get(str(step.get("run_id")), RunStatus.SUCCEEDED.value)}
-                            for step in stored.steps or []]
-            status = status_of([step["status"] for step in stored.steps]) if stored.steps else status
-            stored.message = line or self.why or stored.message
-            stored.archived = True
-            lifecycle.beat(stored, Writer.PIPELINE_SUPERVISOR)
-            # an end the run side wrote: a client's later write keeps it (lifecycle.PRECEDENCE)
-            return lifecycle.ended(stored, status, Writer.PIPELINE_SUPERVISOR)
-
-        # the record, then the team's index entry (as a step's companion does), then its notification
-        self._change(change, "updated", tell=lambda record: self.tell(message_for(record)))
-        say(f"pipeline {self.run_id} {status.value}")
-        return status.value
+        # the record, then the team's index entry (as a step's companion does), then its notification; an end the
+        # run side wrote: a client's later write keeps it (lifecycle.PRECEDENCE)
+        self._change([lifecycle.Beat(by), end], "updated", tell=tell)
+        status = told[0] if told else end.status(lifecycle.blank(self.run_id, None, {})).value
+        say(f"pipeline {self.run_id} {status}")
+        return status
 
     def gave_up(self, line: str) -> None:
         """The pipeline ends FAILED with ``line`` (its supervisor kept dying), then its one notification."""
         from ...core import lifecycle
         from ..outcome import message_for
 
-        def change(stored: RunRecord | None) -> RunRecord | None:
-            if stored is None:
-                return None
-            stored.archived = True
-            lifecycle.beat(stored, Writer.PIPELINE_SUPERVISOR)
-            return lifecycle.gave_up(stored, line, by=Writer.PIPELINE_SUPERVISOR)
-
-        self._change(change, "updated", tell=lambda record: self.tell(message_for(record)))
+        by = Writer.PIPELINE_SUPERVISOR
+        self._change([lifecycle.Beat(by), lifecycle.GaveUp(line, by=by)], "updated",
+                     tell=lambda record: self.tell(message_for(record)))
         say(f"pipeline {self.run_id} FAILED")
 
     def supervised_pipeline(self) -> SupervisedPipeline:

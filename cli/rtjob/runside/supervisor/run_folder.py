@@ -1,5 +1,5 @@
-"""The run's folder as its supervisor sees it: the stop marker, and the record's transitions it writes, each the
-lifecycle kernel's of the same name (``beat``, ``retrying``, ``gave_up``) through the kernel's one writer call; a
+"""The run's folder as its supervisor sees it: the stop marker, and the record's transitions it writes, each a
+lifecycle kernel value (``Beat``, ``Retrying``, ``GaveUp``, ``Saved``: its own log) handed to the kernel's one writer call; a
 retry's notice and a given-up run's end told once; the ended attempt's log and its own log archived. Imports at
 module level: the stdlib, rtjob_contract and the lifecycle kernel only (the cluster runs it)."""
 
@@ -47,36 +47,25 @@ class RunFolder:
             say(f"stop marker not readable: {one_line(exc)}")
             return False
 
-    def _write(self, transition: Callable[[RunRecord], object], *, indexed: bool, create: bool = False,
+    def _write(self, transitions: list[Any], *, indexed: bool, create: bool = False,
                tell: Callable[[RunRecord], None] | None = None) -> RunRecord | None:
-        """A transition of the run's record (core/lifecycle) through the kernel's one writer call: the record,
-        then (``indexed``) its index entry, then (``tell``) the notification. ``create``: a record made when the
-        run's folder has none yet; else a missing record is left missing."""
+        """Transitions of the run's record (core/lifecycle values) through the kernel's one writer call: the
+        record, then (``indexed``) its index entry, then (``tell``) the notification. ``create``: a record made
+        when the run's folder has none yet; else a missing record is left missing."""
         if not self.run_uri:
             return None
         from ...core import lifecycle
-        from ...core.record import RunRecord
         from ...storage.run_ports import run_ports
 
-        run_uri = self.run_uri
-
-        def change(stored: RunRecord | None) -> RunRecord | None:
-            if stored is None and not create:
-                return None
-            record = stored or RunRecord(id=self.run_id, job=os.environ.get(contract.ENV_JOB_NAME) or None,
-                                         backend=os.environ.get(contract.ENV_BACKEND) or "unknown",
-                                         storage_uri=run_uri)
-            transition(record)
-            return record
-
-        return lifecycle.write(run_ports(run_uri), change, indexed=indexed, tell=tell)
+        new = lifecycle.blank(self.run_id, self.run_uri, os.environ) if create else None
+        return lifecycle.write(run_ports(self.run_uri), transitions, new=new, indexed=indexed, tell=tell)
 
     def beat(self, attempt: str | None) -> None:
         """``carried_by: supervisor`` and ``last_seen`` now in the run's record (``attempt``: None when the run has
         ended: the record still names the supervisor as who carries it). No index entry: not a status change."""
         from ...core import lifecycle
 
-        self._write(lambda record: lifecycle.beat(record, Writer.SUPERVISOR), indexed=False, create=True)
+        self._write([lifecycle.Beat(Writer.SUPERVISOR)], indexed=False, create=True)
         del attempt
 
     def tell(self, message: Any, *, run_end: bool = False) -> None:
@@ -116,8 +105,7 @@ class RunFolder:
 
         self.archive_log(failed)
         try:
-            self._write(lambda record: lifecycle.retrying(record, attempt, reason, failed, retry, by=Writer.SUPERVISOR),
-                        indexed=True)
+            self._write([lifecycle.Retrying(attempt, reason, failed, retry, by=Writer.SUPERVISOR)], indexed=True)
         except Exception as exc:  # noqa: BLE001 - the retry runs; its companion records its start
             say(f"record not updated: {one_line(exc)}")
         self.tell(Message(job=os.environ.get(contract.ENV_JOB_NAME) or None, run_id=self.run_id,
@@ -156,11 +144,9 @@ class RunFolder:
             own_id = str(job_metadata(os.environ).get("job_submission_id") or f"{self.run_id}-supervisor")
             rel = write_log(self.run_uri, contract.attempt_log_name(own_id),
                             redact(text, secret_values(os.environ)), None)
+            from ...core import lifecycle
 
-            def listed(record: RunRecord) -> None:
-                record.logs = list(dict.fromkeys([*record.logs, rel]))
-
-            self._write(listed, indexed=False)
+            self._write([lifecycle.Saved(Writer.SUPERVISOR, (rel,))], indexed=False)
         except Exception as exc:  # noqa: BLE001 - its log stays on the cluster while the cluster lives
             say(f"own log not archived: {one_line(exc)}")
 
@@ -172,7 +158,7 @@ class RunFolder:
         from ..outcome import message_for
 
         try:
-            self._write(lambda record: lifecycle.gave_up(record, line, by=Writer.SUPERVISOR), indexed=True,
+            self._write([lifecycle.GaveUp(line, by=Writer.SUPERVISOR)], indexed=True,
                         tell=lambda record: self.tell(message_for(record), run_end=True))
         except Exception as exc:  # noqa: BLE001 - the line is in the supervisor's log already
             say(f"record not updated: {one_line(exc)}")

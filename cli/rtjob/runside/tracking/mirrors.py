@@ -66,7 +66,9 @@ def _wandb(config: dict[str, Any], run_id: str, folder: str, say: Callable[[str]
 def noted_in(outcome: Outcome) -> Note:
     """The record's ``tracking`` written as one of the outcome's owed writes (tried again while storage fails)."""
     def note(tracking: dict[str, Any]) -> None:
-        outcome._write(lambda record: setattr(record, "tracking", tracking), indexed=False)  # noqa: SLF001
+        from ...core import lifecycle
+
+        outcome._write([lifecycle.Tracked(tracking)], indexed=False)  # noqa: SLF001
 
     return note
 
