@@ -407,7 +407,7 @@ def test_a_pipeline_without_times_of_its_own_has_its_steps_start_end_and_duratio
     import datetime as dt
 
     from rtjob.core.model import RunInfo, RunStatus
-    from rtjob.core.pipeline_status import pipeline_verdict
+    from rtjob.core.pipeline_verdict import pipeline_verdict
     from rtjob.core.record import RunRecord
 
     def run(status: RunStatus, start: str | None, end: str | None) -> RunInfo:

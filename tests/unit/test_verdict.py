@@ -196,7 +196,7 @@ PIPELINES = [
 def test_a_pipelines_verdict(case: tuple[Any, ...]) -> None:
     """`status PIPE` (its steps as the backend reports them), `show PIPE` and the UI's page (as their records have
     them: runs/view.pipeline_verdict) say the pipeline's verdict from one function."""
-    from rtjob.core.pipeline_status import pipeline_verdict
+    from rtjob.core.pipeline_verdict import pipeline_verdict
     from rtjob.runs import view
 
     _name, pipe, steps, ended, status, reason, line, started, finished, duration = case

@@ -119,7 +119,7 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     deterministic ids)."""
     import dataclasses
 
-    from ..core.pipeline_status import pipeline_verdict
+    from ..core.pipeline_verdict import pipeline_verdict
     from ..runs.lifecycle.supervisor_state import supervisor_state
     from ..runs.memory import with_run_side
     from ..runs.pipelines.steps import pipeline_state, step_infos

@@ -262,8 +262,8 @@ def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> No
 
 def pipeline_verdict(record: RunRecord, steps: list[dict[str, Any]]) -> Verdict:
     """A pipeline's verdict from its steps as ``recorded_steps`` has them (`show`, the UI: no backend asked): the
-    one `status` tells (core/pipeline_status.pipeline_verdict)."""
-    from ..core.pipeline_status import pipeline_verdict as judge
+    one `status` tells (core/pipeline_verdict.pipeline_verdict)."""
+    from ..core.pipeline_verdict import pipeline_verdict as judge
 
     def info(step: dict[str, Any]) -> RunInfo | None:
         try:

@@ -192,10 +192,10 @@ def step_infos(be: Backend, record: RunRecord,
 def pipeline_state(be: Backend, record: RunRecord, storage_root: str | None, *,
                    carry: bool = False) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], Verdict]:
     """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's verdict (its
-    status, line, times, duration: core/pipeline_status.pipeline_verdict, as `show`, `runs` and the UI say it; a
+    status, line, times, duration: core/pipeline_verdict.pipeline_verdict, as `show`, `runs` and the UI say it; a
     pipeline its supervisor ended is as it recorded it). ``carry`` (`stop`, `status --repair`): the status seen is
     written to the pipeline's record; a read writes nothing."""
-    from ...core.pipeline_status import pipeline_verdict
+    from ...core.pipeline_verdict import pipeline_verdict
     from ..memory import with_run_side
 
     steps = step_infos(be, record, storage_root)
