@@ -177,8 +177,8 @@ SYSTEM_SAMPLE_S = 10.0
 # ---------------------------------------------------------------------------------------------
 # What rtjob records with a run on Ray (job metadata: string values).
 
-META_JOB = "rtjob.job"
-META_JOB_FILE = "rtjob.job_file"
+META_JOB, META_JOB_FILE = "rtjob.job", "rtjob.job_file"
+META_QUEUE, META_PRIORITY = "rtjob.queue", "rtjob.priority"  # the team's queue the run waited in, its priority there
 META_NODES = "rtjob.nodes"
 META_WORKERS = "rtjob.workers"
 META_STORAGE = "rtjob.storage_uri"

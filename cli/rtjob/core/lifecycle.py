@@ -33,8 +33,7 @@ LATEST_LOG = f"{contract.RUN_LOGS_DIR}/{contract.DRIVER_LOG_FILE}"  # the latest
 
 
 class Writer(str, Enum):
-    """Who writes a run's record. ``recorded_as`` is the name its record keeps (``carried_by``,
-    ``completed_by``): the three names older records use too."""
+    """Who writes a run's record. ``recorded_as``: the name its record keeps (``carried_by``, ``completed_by``)."""
 
     SUBMITTER = "submitter"  # the client that submitted the run
     FOLLOWER = "follower"  # a client that follows (submit, wait) or looks (status, show, list, runs)
@@ -42,6 +41,7 @@ class Writer(str, Enum):
     COMPANION = "companion"  # the run's entrypoint wrapper, beside the driver, one per attempt
     SUPERVISOR = "supervisor"  # the run's supervisor on the cluster: its retries across attempts
     PIPELINE_SUPERVISOR = "pipeline supervisor"  # a pipeline's supervisor: its steps, in order
+    KEEPER = "keeper"  # a queue's keeper on the cluster: admits a queued run, or ends it cancelled (core/queueing.py)
 
     @property
     def recorded_as(self) -> str:
@@ -50,12 +50,12 @@ class Writer(str, Enum):
 
 _RECORDED_AS = {Writer.SUBMITTER: "client", Writer.FOLLOWER: "client", Writer.ARCHIVE: "client",
                 Writer.COMPANION: "companion", Writer.SUPERVISOR: "supervisor",
-                Writer.PIPELINE_SUPERVISOR: "supervisor"}
+                Writer.PIPELINE_SUPERVISOR: "supervisor", Writer.KEEPER: "keeper"}
 
 # Whose end stands: an end written by a higher rank is never replaced by a lower one's; between equals the later
 # write stands (a retry's companion ends the run after its first attempt's did). The run side saw the end where the
 # run was; a client saw it through the backend, later and from afar.
-PRECEDENCE: dict[str | None, int] = {None: 0, "client": 1, "companion": 2, "supervisor": 2}
+PRECEDENCE: dict[str | None, int] = {None: 0, "client": 1, "companion": 2, "supervisor": 2, "keeper": 2}
 
 
 def rank(completed_by: str | None) -> int:
@@ -294,15 +294,13 @@ def archived(record: RunRecord, status: RunStatus, saved: Archive, message: str 
 
 
 def stale(record: RunRecord, seconds: float = STALE_S) -> str | None:
-    """The reader's verdict on a run not ended whose run side was not seen for ``seconds``: why its state is
-    UNKNOWN (one line), or None when it is not stale. Never written: the run may still be alive. (Computed by the
-    record itself, whose to_run_info every reader prints: core/record.py cannot import this module.)"""
+    """The reader's verdict on a run not ended whose run side was not seen for ``seconds``: why it is UNKNOWN, or
+    None. Never written: the run may still be alive. (record.stale_why computes it: record.py cannot import this.)"""
     return record.stale_why(seconds)
 
 
 def forgotten(record: RunRecord) -> str | None:
-    """The reader's verdict on a run its cluster no longer knows: why it is UNKNOWN (its end never recorded), or
-    None when its record holds its end. Never written."""
+    """The reader's verdict on a run its cluster no longer knows: why it is UNKNOWN (its end never recorded), or None."""
     if record.run_status.terminal:
         return None
     return (f"its cluster no longer knows this run; last seen {record.status} at "
@@ -342,9 +340,11 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
             if getattr(merged, name) in (None, [], {}, False):
                 setattr(merged, name, getattr(stored, name))
     elif not merged.run_status.terminal and stored.run_status == RunStatus.RUNNING \
-            and merged.run_status in (RunStatus.PENDING, RunStatus.UNKNOWN):
+            and merged.run_status in (RunStatus.QUEUED, RunStatus.PENDING, RunStatus.UNKNOWN):
         merged.status = stored.status  # the companion saw it start; a client's PENDING is older news
         merged.start_time = merged.start_time or stored.start_time
+    elif merged.run_status == RunStatus.QUEUED and "admitted" in stored.timeline and not stored.run_status.terminal:
+        merged.status = stored.status  # its keeper admitted it: a client's QUEUED is older news
     if len(stored.attempts) > len(merged.attempts):
         merged.attempts = stored.attempts  # the run side's account of its attempts, where this writer has fewer
     return merged

@@ -23,6 +23,7 @@ from . import catalog
 from .gpus import inventory, machine_gpus
 from .overrides import apply_set, parse_env, parse_set
 from .project import find_compute_config_file, find_job_file, job_file_root
+from .queues import QueuePlan, plan_for
 from .requirements import declared_at, read_requirements, split_satisfied
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
@@ -209,6 +210,7 @@ class ResolvedJob:
     job_path: Path | None = None  # the job file, absolute
     # Notifications (None: none); the URLs are in env_vars under the variables it names, RTJOB_NOTIFY holds it.
     notify: NotifyPlan | None = None
+    queue: QueuePlan | None = None  # the team's queue it waits in (jobspec/queues.py); None: sent at once
 
     @property
     def use_gpu(self) -> bool:
@@ -295,8 +297,7 @@ def _load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool,
         data["nodes"] = overrides.nodes
     if overrides.name:
         data["name"] = overrides.name
-    # The flag is named by its key only: its value may be a secret.
-    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]
+    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]  # its key only: the value may be a secret
     if overrides.env:
         origins.append((["env_vars"], "--env"))
     if overrides.nodes is not None:
@@ -378,8 +379,6 @@ def _wants_gpu(spec: JobSpec, cc: ComputeConfig | None, shown: str) -> bool:
 
 def machine_cpus() -> int:
     """The CPUs this process may use (its affinity mask where the platform has one)."""
-    import os
-
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows
@@ -574,4 +573,5 @@ def resolve(
         compute_config_document=cc_located.data if cc_located is not None else None,
         job_path=job_file.resolve(),
         notify=notify,
+        queue=plan_for(spec, located.where, settings, storage_root),
     )
