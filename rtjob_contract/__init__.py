@@ -218,8 +218,8 @@ def sync_command(run_id: str) -> str:
 
 
 # ... and on Anyscale (job tags).
-TAG_RUN_ID = "rtjob-run-id"
-TAG_JOB = "rtjob-job"
+TAG_RUN_ID, TAG_JOB = "rtjob-run-id", "rtjob-job"
+TAG_QUEUE = "rtjob-queue"  # the team's queue it waits in (Anyscale's job queue: backends/anyscale/queue.py)
 TAG_STORAGE = "rtjob-storage"
 TAG_SCHEDULE = "rtjob-schedule"
 TAG_RATE = "rtjob-usd-per-hour"  # "LOW" or "LOW-HIGH": the priced shape at submit
