@@ -158,7 +158,8 @@ def run_options(dry_run_help: str) -> Callable[[F], F]:
             click.option("--dry-run", is_flag=True, help=dry_run_help),
             click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted."),
             click.option("--timeout", metavar="DURATION",
-                         help="Stop following after this long (90s, 15m, 2h); exit 4, job left running."),
+                         help="Stop following after this long (90s, 15m, 2h); exit 4, job left running. The "
+                              "time a queued run waits in its queue counts too."),
             click.option("--stop-on-interrupt", is_flag=True,
                          help="Ctrl-C stops the job instead of detaching from it."),
             click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from."),

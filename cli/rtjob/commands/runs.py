@@ -238,7 +238,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 @run_id_argument
 @backend_options
 @output_option
-@click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running.")
+@click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running; a queued run's wait in its queue counts.")
 def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
          output: str, timeout: str | None) -> int:
     """Wait for a run to end; exit 0 succeeded, 1 failed/stopped, 3 its outputs not stored, 4 timed out.
@@ -259,7 +259,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
         assert record is not None
         return pipeline_wait(be, record, storage_root, output, timeout_s, info)
-    if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
+    if record is not None and record.status != "QUEUED":  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
             from ..runs.lifecycle.follow import Abandoned
 

@@ -129,9 +129,11 @@ def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInf
         outputs=_outputs(record, status), exit_code=code, place=place if status == RunStatus.QUEUED else None)
 
 
-def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False) -> Verdict:
-    """The verdict of a run known only by its record (a teammate's, a run its cluster no longer holds)."""
-    return verdict(record, None, None, now, cluster_forgot=cluster_forgot)
+def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False,
+              place: Place | None = None) -> Verdict:
+    """The verdict of a run known only by its record (a teammate's, a run its cluster no longer holds, a queued
+    run: ``place``, its place as its queue tells it)."""
+    return verdict(record, None, None, now, cluster_forgot=cluster_forgot, place=place)
 
 
 def end_reason(record: RunRecord) -> EndReason:
@@ -141,17 +143,18 @@ def end_reason(record: RunRecord) -> EndReason:
     return _reason(record, status, code)
 
 
-def of_entry(row: dict[str, Any], now: dt.datetime | None = None) -> Verdict:
+def of_entry(row: dict[str, Any], now: dt.datetime | None = None, *, place: Place | None = None) -> Verdict:
     """The verdict of a run listed by its team's index entry (core/index_entry.entry_of): what its record says,
-    the attempts the entry counted."""
+    the attempts the entry counted (a queued run's place: ``place``, else its queue's name)."""
     record = RunRecord(id=str(row["id"]), job=row.get("job"), backend=str(row.get("backend") or "?"),
                        status=str(row.get("status") or RunStatus.UNKNOWN.value), message=row.get("message"),
                        exit_code=row.get("exit_code"), submitted_at=row.get("submitted_at"),
                        start_time=row.get("start_time"), end_time=row.get("end_time"),
                        updated_at=row.get("updated_at"), carried_by=row.get("carried_by"),
                        last_seen=row.get("last_seen"), completed_by=row.get("completed_by"),
-                       outputs=row.get("outputs") if isinstance(row.get("outputs"), dict) else None)
-    seen = verdict(record, None, None, now)
+                       outputs=row.get("outputs") if isinstance(row.get("outputs"), dict) else None,
+                       queue=row.get("queue") if isinstance(row.get("queue"), dict) else None)
+    seen = verdict(record, None, None, now, place=place)
     counted = row.get("attempts")
     reason = seen.reason
     if reason == EndReason.SCRIPT_FAILED and row.get("reason") == EndReason.DRIVER_LOST.value:

@@ -111,6 +111,32 @@ async def compare(request: Request) -> Response:
                      charts=overlaid([(r.id, card.data or []) for r, card in runs_found]))
 
 
+async def queue(request: Request) -> Response:
+    """A team's queue: its admitted and queued runs in order, as `rtjob queue NAME` lists them. Its storage is the
+    one a known run's record names (``run``), else the app's: never a location taken from the URL."""
+    from ..runs.queued import queue_at
+
+    site = site_of(request)
+    name, run_id = request.path_params["name"], request.query_params.get("run")
+
+    def gather() -> Any:
+        storage = site.config.storage or site.config.lookup_root
+        found = run_page.find_run(run_id, site.config.lookup_root, site.config.endpoint) if run_id else None
+        recorded = (found.record.queue or {}) if found is not None and found.record is not None else {}
+        if recorded.get("name") == name and recorded.get("storage"):
+            storage = str(recorded["storage"])
+        if not storage:
+            raise NotFound(f"queue {name!r}: no storage to read it from (rtjob ui --storage, or a run of it: ?run=ID)")
+        return queue_at(name, storage, site.config.endpoint)
+    try:
+        listed = await asyncio.to_thread(gather)
+    except NotFound as exc:
+        return site.problem(str(exc), 404)
+    except RtjobError as exc:
+        return site.problem(exc.message, failed(exc))
+    return site.page("queue.html", view=listed.view, rows=listed.rows())
+
+
 async def login(request: Request) -> Response:
     site = site_of(request)
     if request.method == "POST":
@@ -126,5 +152,5 @@ async def login(request: Request) -> Response:
 
 ROUTES: list[BaseRoute] = [
     Route("/", runs), Route("/runs/{run_id}", run), Route("/runs/{run_id}/card", run_card),
-    Route("/runs/{run_id}/log/find", log_find), Route("/compare", compare),
+    Route("/runs/{run_id}/log/find", log_find), Route("/compare", compare), Route("/queues/{name}", queue),
     Route("/login", login, methods=["GET", "POST"]), Route("/favicon.ico", favicon)]
