@@ -241,21 +241,23 @@ class Keeper:
 
 
 def record_in_run(run_id: str, what: str, body: dict[str, Any]) -> None:
-    """The run's record transition (the kernel's ``admitted`` / ``cancelled_queued``), where its storage is known."""
+    """The run's record transition (the kernel's ``queueing.admitted`` / ``queueing.cancelled``), where its storage is
+    known."""
     env = (body.get("runtime_env") or {}).get("env_vars") or {}
     run_uri = env.get("RTJOB_RUN_URI")
     if not run_uri:
         return
-    from ..core import lifecycle
+    import rtjob_contract as contract
+
+    from ..core import queueing
+    from ..core.lifecycle import Writer, write
     from ..storage.run_ports import run_ports
 
-    transition = getattr(lifecycle, "admitted" if what == "admitted" else "cancelled_queued", None)
-    writer = getattr(lifecycle.Writer, "KEEPER", lifecycle.Writer.SUPERVISOR)
-    if transition is None:
-        return
-    try:
-        lifecycle.write(run_ports(run_uri), lambda r: None if r is None else (
-            transition(r, by=writer) if what == "admitted" else transition(r, f"cancelled while queued in {body.get('queue')}", by=writer)))
+    queue = ((body.get("metadata") or {}).get(contract.META_QUEUE)) or "its queue"
+    why = f"cancelled while queued in {queue}: it never reached the cluster"
+    try:  # the kernel's transitions (core/queueing.py); an illegal one (ended while queued) is said, not written
+        write(run_ports(run_uri), lambda r: None if r is None else (
+            queueing.admitted(r, by=Writer.KEEPER) if what == "admitted" else queueing.cancelled(r, why, by=Writer.KEEPER)))
     except Exception as exc:  # noqa: BLE001 - the queue goes on; the run's record is its own
         say(f"{run_id}: could not record {what}: {exc}")
 
