@@ -36,20 +36,9 @@ def ref_of(settings: QueueSettings, storage: str | None, endpoint: str | None = 
 
 
 def record_queue(plan: QueuePlan) -> dict[str, Any]:
-    """What the run's record keeps of its queue (core/record.py's ``queue``)."""
-    return {"name": plan.name, "priority": plan.priority, "storage": plan.storage}
-
-
-def shape_of(planned: Plan) -> Any:
-    """What the run declares it takes (the keeper admits by it): its workers' bundles, else its driver alone;
-    a CPU left for Ray Data where the job uses it (Ray Train withholds its workers' CPUs from it)."""
-    from ..queue.format import Shape
-
-    job = planned.job
-    data_cpus = 1.0 if job.spec.strategy == "ray-data" else 0.0
-    if not job.shape_declared:
-        return Shape(workers=0, per_worker={}, entrypoint={"CPU": 1.0}, data_cpus=data_cpus)
-    return Shape(workers=job.num_workers, per_worker=job.worker_resources(), entrypoint={}, data_cpus=data_cpus)
+    """What the run's record keeps of its queue (core/record.py's ``queue``): its settings too, so a command that
+    starts a dead keeper for it (`wait`) starts it with the queue's policy and caps."""
+    return {"name": plan.name, "priority": plan.priority, "storage": plan.storage, "settings": plan.settings.to_json()}
 
 
 def enqueue(planned: Plan, events: RunEvents) -> Submitted:
@@ -64,14 +53,16 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
     ref = ref_of(job.queue.settings, job.queue.storage, job.storage_endpoint)
     info = RunInfo(job.run_id, job.spec.name, backend.name, RunStatus.QUEUED, storage_uri=job.storage_uri,
                    storage_endpoint=job.storage_endpoint, message=f"queued in {job.queue.name}")
-    body = backend.queue_body(planned.request)  # type: ignore[attr-defined]  # the keeper's part (backends/)
+    # What it declares it takes (the keeper admits by it): a CPU left to Ray Data where the job uses it.
+    shape = client.shape_of(job, float(getattr(planned.request, "entrypoint_num_cpus", 0) or 0),
+                            1.0 if job.spec.strategy == "ray-data" else 0.0)
     created = True
-    try:
-        client.enqueue(ref, job.run_id, body, shape_of(planned), user=user(), job=job.spec.name,
-                       priority=job.queue.priority)
+    try:  # its packages uploaded now and kept in the queue's storage (Ray collects an unreferenced one)
+        client.enqueue_planned(backend, ref, planned.request, shape, user=user(), job=job.spec.name,
+                               priority=job.queue.priority)
     except client.AlreadyQueued:
         created = False
-    keeper = client.ensure_keeper(backend, ref)
+    keeper = client.ensure_keeper(backend, ref, job.queue.settings)
     events.note(f"queued in {job.queue.name} (priority {job.queue.priority}); its keeper {keeper} admits it when "
                 "the cluster can take the whole run")
     return Submitted(info, created, {"queued": clock.now_iso("milliseconds")} if created else {})
@@ -88,12 +79,15 @@ def _ref_of_record(record: RunRecord) -> QueueRef | None:
 
 def ensure_keeper_of(backend: Backend, record: RunRecord) -> str:
     """A queued run's keeper started where its lease lapsed (what a carrying command does): its id."""
+    from ..jobspec.queues import QueueSettings
     from ..queue import client
 
     ref = _ref_of_record(record)
     if ref is None:
         raise BadInput(f"{record.id}: its record names no queue storage")
-    return client.ensure_keeper(backend, ref)
+    known = (record.queue or {}).get("settings")
+    settings = QueueSettings(**known) if isinstance(known, dict) else None
+    return client.ensure_keeper(backend, ref, settings)
 
 
 def place(record: RunRecord) -> Place | None:
