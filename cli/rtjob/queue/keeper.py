@@ -243,12 +243,12 @@ class Keeper:
 def record_in_run(run_id: str, what: str, body: dict[str, Any]) -> None:
     """The run's record transition (the kernel's ``queueing.admitted`` / ``queueing.cancelled``), where its storage is
     known."""
-    env = (body.get("runtime_env") or {}).get("env_vars") or {}
-    run_uri = env.get("RTJOB_RUN_URI")
-    if not run_uri:
-        return
     import rtjob_contract as contract
 
+    env = (body.get("runtime_env") or {}).get("env_vars") or {}
+    run_uri = env.get(contract.ENV_RUN_URI)
+    if not run_uri:
+        return
     from ..core import queueing
     from ..core.lifecycle import Writer, write
     from ..storage.run_ports import run_ports
