@@ -110,3 +110,16 @@ def test_stop_of_a_queued_run_cancels_it_and_it_never_reaches_a_cluster(queued: 
     assert [r["id"] for r in after] == ["r-small", "r-late"] and [r["position"] for r in after] == [1, 2]
     again = cli("status", "r-big", "-o", "json")
     assert json.loads(again.stdout)["status"] == "STOPPED"
+
+
+def test_runs_of_a_teams_storage_list_a_queued_run_with_its_place(queued: tuple[ProjectCli, Path]) -> None:
+    cli, store = queued
+    from rtjob.storage.index_entries import write_entry
+
+    for run_id, _, _ in RUNS:  # the index entry each run's record writer leaves
+        write_entry(str(store), None, RunRecord.loads((store / "train" / run_id / "rtjob-run.json").read_text(), "r"))
+    proc = cli("runs", "--storage", str(store), "-o", "json")
+    assert proc.returncode == 0, proc.stderr
+    listed = {row["id"]: row for row in json.loads(proc.stdout)}
+    assert listed["r-big"]["status"] == "QUEUED"
+    assert listed["r-big"]["message"] == "position 1 of 3 in team: needs 2 × 1 CPU, 0 free"

@@ -13,6 +13,7 @@ from ..memory import ledger
 from ..places import writable_here
 
 if TYPE_CHECKING:
+    from ...core.queueing import Place
     from ...core.record import RunRecord
     from ...jobspec.project import Settings
     from ...ledger import Ledger
@@ -116,20 +117,25 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, reindex:
         beats.update(_beats([r for r in indexed.rows if r.get("id") not in beats], root, objects, endpoint))
     finally:
         objects.close()
-    return [_seen(row, beats.get(str(row.get("id")))) for row in indexed.rows], problems + indexed.problems
+    from ..queued import places_of  # a queued run's position: each queue listed read once
+
+    places = places_of(indexed.rows) if any(row.get("status") == "QUEUED" for row in indexed.rows) else {}
+    return ([_seen(row, beats.get(str(row.get("id"))), places.get(str(row.get("id")))) for row in indexed.rows],
+            problems + indexed.problems)
 
 
 _ENDS = ("SUCCEEDED", "FAILED", "STOPPED")
 BEATS_AT_MOST = 100  # runs not ended whose records a listing reads for their latest beat
 
 
-def _seen(row: dict[str, Any], record: RunRecord | None) -> dict[str, Any]:
-    """The row as its run's verdict says it: from its record's latest beat where that was read."""
+def _seen(row: dict[str, Any], record: RunRecord | None, place: Place | None = None) -> dict[str, Any]:
+    """The row as its run's verdict says it: from its record's latest beat where that was read; a queued run at its
+    ``place`` in its queue."""
     from ...core.index_entry import entry_of, seen_row
 
     if record is None or row.get("status") in _ENDS:
-        return seen_row(row)  # an end listed is the end its writer wrote
-    return seen_row({**row, **entry_of(record)})
+        return seen_row(row, place=place)  # an end listed is the end its writer wrote
+    return seen_row({**row, **entry_of(record)}, place=place)
 
 
 def _beats(rows: list[dict[str, Any]], root: str, objects: Objects, endpoint: str | None) -> dict[str, RunRecord]:
