@@ -101,12 +101,9 @@ async def compare(request: Request) -> Response:
             record = found.record
             out.append((record, run_page.card_of(lambda r=record: run_page.metrics_of(r))))
         return out
-    try:
-        runs_found = await asyncio.to_thread(gather)
-    except NotFound as exc:
-        return site.problem(str(exc), 404)
-    except RtjobError as exc:
-        return site.problem(exc.message, failed(exc))
+    runs_found, problem = await _gathered(site, gather)
+    if problem is not None:
+        return problem
     return site.page("compare.html", runs=runs_found, diff=compare_rows([r for r, _ in runs_found]),
                      charts=overlaid([(r.id, card.data or []) for r, card in runs_found]))
 
@@ -128,13 +125,20 @@ async def queue(request: Request) -> Response:
         if not storage:
             raise NotFound(f"queue {name!r}: no storage to read it from (rtjob ui --storage, or a run of it: ?run=ID)")
         return queue_at(name, storage, site.config.endpoint)
-    try:
-        listed = await asyncio.to_thread(gather)
-    except NotFound as exc:
-        return site.problem(str(exc), 404)
-    except RtjobError as exc:
-        return site.problem(exc.message, failed(exc))
+    listed, problem = await _gathered(site, gather)
+    if problem is not None:
+        return problem
     return site.page("queue.html", view=listed.view, rows=listed.rows())
+
+
+async def _gathered(site: Any, gather: Any) -> tuple[Any, Response | None]:
+    """What ``gather`` found (in a thread), or the page that says why not: 404 for what does not exist."""
+    try:
+        return await asyncio.to_thread(gather), None
+    except NotFound as exc:
+        return None, site.problem(str(exc), 404)
+    except RtjobError as exc:
+        return None, site.problem(exc.message, failed(exc))
 
 
 async def login(request: Request) -> Response:
