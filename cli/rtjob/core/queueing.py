@@ -95,7 +95,10 @@ class Place:
     held: bool = False  # the queue is held (`rtjob queue hold`): nothing is admitted until it is released
 
     def line(self) -> str:
-        """"position 2 of 5 in team: needs 2 nodes × 1 GPU, 1 free; behind priority 10"."""
+        """"position 2 of 5 in team: needs 2 nodes × 1 GPU, 1 free; behind priority 10". A keeper's reason that is
+        such a line already (its own position and queue) is the line as it is."""
+        if self.reason and self.reason.startswith(("position ", f"queued in {self.queue}")):
+            return self.reason
         where = (f"position {self.position}" + (f" of {self.of}" if self.of else "") + f" in {self.queue}"
                  if self.position is not None else f"queued in {self.queue}")
         why = "; ".join(filter(None, ["the queue is held" if self.held else None, self.reason]))

@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core import clock
 from ..core.errors import BadInput, RtjobError
 from ..core.model import RunInfo, RunStatus
 from ..core.queueing import Place
@@ -65,7 +64,7 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
     keeper = client.ensure_keeper(backend, ref, job.queue.settings)
     events.note(f"queued in {job.queue.name} (priority {job.queue.priority}); its keeper {keeper} admits it when "
                 "the cluster can take the whole run")
-    return Submitted(info, created, {"queued": clock.now_iso("milliseconds")} if created else {})
+    return Submitted(info, created)  # the timeline's "queued": core/queueing.queued stamps it
 
 
 def _ref_of_record(record: RunRecord) -> QueueRef | None:
@@ -132,9 +131,11 @@ def places_of(rows: list[dict[str, Any]]) -> dict[str, Place]:
 def place_in(view: QueueView, run_id: str) -> Place:
     queued = [e for e in view.entries if e.status == "queued"]
     entry = next((e for e in view.entries if e.id == run_id), None)
-    return Place(view.name, entry.position if entry else None, len(queued) or None,
-                 (entry.reason or None) if entry else "not in the queue's state yet",
-                 keeper_alive=view.keeper_alive, held=view.held)
+    why = (entry.reason or None) if entry else "not in the queue's state yet"
+    if not view.keeper:  # no keeper ever held the lease: the first one is starting (its Ray job takes seconds)
+        why = "; ".join(filter(None, ["its keeper is starting", why]))
+    return Place(view.name, entry.position if entry else None, len(queued) or None, why,
+                 keeper_alive=view.keeper_alive if view.keeper else None, held=view.held)
 
 
 def cancel_intent(record: RunRecord) -> None:

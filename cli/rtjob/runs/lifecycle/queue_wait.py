@@ -64,7 +64,8 @@ def cancelled_while_queued(backend: Backend, run_id: str) -> RunInfo | None:
 
 def until_admitted(backend: Backend, run_id: str, *, remaining: Callable[[], float | None], events: RunEvents,
                    poll_s: float | None = None) -> RunInfo | None:
-    """Wait while the run is QUEUED. None: it was never queued, or it is admitted now (follow it on the cluster);
+    """Wait while the run is QUEUED (its keeper made sure of first). None: it was never queued, or it is admitted now
+    (follow it on the cluster);
     a RunInfo: it ended while queued (cancelled), as its record says. ``remaining()`` raises the --timeout's
     WaitTimeout when the time is up."""
     from ...core.verdict import of_record
@@ -75,6 +76,7 @@ def until_admitted(backend: Backend, run_id: str, *, remaining: Callable[[], flo
     if record is None or record.run_status != RunStatus.QUEUED:
         return None
     told: str | None = None
+    ensure_keeper_of(backend, record)  # a carrying command: a keeper whose lease lapsed is started again
     restarted = False
     while True:
         record = _current(run_id) or record
