@@ -552,3 +552,7 @@ def test_a_queued_run_goes_to_anyscales_job_queue_with_its_priority_in_anyscales
     assert json.loads(low.out)["job_config"]["job_queue_config"]["priority"] == 2000
     out_of_range = cli("render", "ddp-resnet", "--queue", "cpu", "--priority", "1001")
     assert out_of_range.code == 2 and "--priority: a priority is an integer from -1000 to 1000" in out_of_range.err
+    listed = cli("queue", "cpu", "-o", "json")  # what the SDK says: the run sent to the queue, no position given
+    assert listed.code == 0, listed.err
+    assert [(r["id"], r["position"], r["priority"]) for r in json.loads(listed.out)] == [("queued-1", None, 1000)]
+    assert "unknown" in cli("queue", "cpu").out

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from ..core.errors import EXIT_SUCCEEDED
+from .events import PRINTED
 from .options import EXIT_CODES_HELP, backend_options, output_option, run_id_argument
 from .printing import echo, print_rows, say
 from .settings import settings_from
@@ -65,12 +66,11 @@ def list_queue(name: str | None, backend: str | None, address: str | None, heade
 
     settings = settings_from(backend, address, headers, no_verify_tls)
     be = get_backend(settings)
-    if be.queues_itself:  # the platform keeps the queue (Anyscale): what its SDK says
+    if be.queues_itself:  # the platform keeps the queue (Anyscale): the runs sent to it, as its SDK says them now
+        from ..runs.history.listing import platform_queue_rows
         from ..runs.queued import queue_settings
 
-        queue = queue_settings(settings, name)
-        rows = be.queue_rows(queue.anyscale_queue or queue.name)  # type: ignore[attr-defined]
-        print_rows(rows, COLUMNS, output)
+        print_rows(platform_queue_rows(be, queue_settings(settings, name), PRINTED), COLUMNS, output)
         return EXIT_SUCCEEDED
     from ..runs.queued import listed
 

@@ -32,3 +32,4 @@ def job_queue_config(queue: QueuePlan) -> dict[str, Any]:
     exists on Anyscale (created there with its execution mode and compute config); rtjob never creates one."""
     return {"target_job_queue_name": queue.settings.anyscale_queue or queue.name,
             "priority": anyscale_priority(queue.priority)}
+

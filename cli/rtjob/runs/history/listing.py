@@ -13,9 +13,11 @@ from ..memory import ledger
 from ..places import writable_here
 
 if TYPE_CHECKING:
+    from ...backends.base import Backend
     from ...core.queueing import Place
     from ...core.record import RunRecord
     from ...jobspec.project import Settings
+    from ...jobspec.queues import QueueSettings
     from ...ledger import Ledger
     from ...storage.objects import Objects
     from ..events import RunEvents
@@ -248,3 +250,29 @@ def checkpoints_of(record: RunRecord, events: RunEvents) -> list[dict[str, Any]]
     except RtjobError as exc:
         events.warning(f"checkpoints not listed: {exc.message}")
         return None
+
+
+def platform_queue_rows(backend: Backend, queue: QueueSettings, events: RunEvents) -> list[dict[str, Any]]:
+    """`rtjob queue NAME` where the platform keeps the queue (Anyscale's job queues): the runs this machine sent to
+    it that have not ended, each as the backend says it now, oldest first. The SDK tells no position in the queue:
+    each is "unknown" (None); the order and the admission are the platform's."""
+    from ...core.model import RunStatus
+    from ...core.verdict import of_record
+    from ..view import look
+
+    target = queue.anyscale_queue or queue.name
+    rows = []
+    for record in sorted(ledger().unarchived(backend.name), key=lambda r: r.submitted_at or ""):
+        if (record.queue or {}).get("name") != queue.name:
+            continue
+        try:
+            info = look(backend, record.id, None, events).info
+        except RtjobError:
+            info = of_record(record).onto(record.to_run_info())
+        if info.status.terminal:
+            continue
+        rows.append({"id": record.id, "status": "QUEUED" if info.status == RunStatus.PENDING else info.status.value,
+                     "position": None, "priority": (record.queue or {}).get("priority"), "user": record.user,
+                     "job": record.job, "waiting_since": record.submitted_at,
+                     "reason": f"in Anyscale's job queue {target}: its order is Anyscale's (no position given)"})
+    return rows

@@ -115,12 +115,13 @@ def _record(planned: Plan, info: RunInfo, events: RunEvents, timeline: dict[str,
     if known is not None and known.spec is not None:
         observe(planned.backend, info, events)
         return
-    queue = planned.job.queue
-    if info.status == RunStatus.QUEUED and queue is not None:  # QUEUED, its queue recorded (core/queueing.py)
+    made, queue = new_record(planned, info, timeline), planned.job.queue
+    if queue is not None:  # the queue it waits in (on Anyscale: Anyscale's job queue), as its record keeps it
         from ...core import queueing
         from ..queued import record_queue
 
-        write(new_record(planned, info, timeline),
-              lambda r: queueing.queued(lifecycle.submitted(r), record_queue(queue)), events)
-        return
-    write(new_record(planned, info, timeline), lifecycle.submitted, events)
+        made.queue = record_queue(queue)
+        if info.status == RunStatus.QUEUED:  # in rtjob's queue: QUEUED until its keeper admits it
+            write(made, lambda r: queueing.queued(lifecycle.submitted(r), record_queue(queue)), events)
+            return
+    write(made, lifecycle.submitted, events)
