@@ -99,6 +99,8 @@ class Place:
         such a line already (its own position and queue) is the line as it is."""
         if self.reason and self.reason.startswith(("position ", f"queued in {self.queue}")):
             return self.reason
+        if self.reason and self.position is None and self.reason.startswith(f"in {self.queue}"):
+            return f"queued {self.reason}"  # "queued in team, not yet ordered by its keeper"
         where = (f"position {self.position}" + (f" of {self.of}" if self.of else "") + f" in {self.queue}"
                  if self.position is not None else f"queued in {self.queue}")
         why = "; ".join(filter(None, ["the queue is held" if self.held else None, self.reason]))
