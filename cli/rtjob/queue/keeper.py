@@ -140,12 +140,14 @@ class Keeper:
                 state.ended.append(entry.run_id)
 
     def free(self, state: State) -> list[Node]:
-        """The nodes' free resources minus what admitted runs that hold no placement group yet declared."""
-        free: list[Node] | None = self.cluster.free_per_node()
+        """The nodes' free resources minus what admitted runs declared that Ray does not hold for them yet: a run
+        placed by its placement group or its driver is in Ray's numbers; one not placed (or that never placed
+        its workers in time) counts with its whole declared shape until it ends."""
+        free = self.cluster.free_per_node()
         for entry in state.admitted():
-            if free is not None and entry.placed_by != "pg":
+            if entry.placed_by in (None, "timeout"):
                 free = place(entry.shape, free) or [{k: 0.0 for k in n} for n in free]
-        return free or []
+        return free
 
     def admit(self, state: State) -> Entry | None:
         queued = state.queued()
