@@ -123,3 +123,22 @@ def test_runs_of_a_teams_storage_list_a_queued_run_with_its_place(queued: tuple[
     listed = {row["id"]: row for row in json.loads(proc.stdout)}
     assert listed["r-big"]["status"] == "QUEUED"
     assert listed["r-big"]["message"] == "position 1 of 3 in team: needs 2 × 1 CPU, 0 free"
+
+
+def test_rtjob_list_shows_the_queued_runs_no_cluster_holds_yet(queued: tuple[ProjectCli, Path]) -> None:
+    """`list` (runs/view.with_queued over the cluster's answer, here none) shows first the queued runs this machine
+    knows that no cluster holds yet, newest first, each at its place in its queue."""
+    cli, store = queued
+    from rtjob.runs.memory import remember
+
+    for run_id, _, _ in RUNS:
+        remember(RunRecord.loads((store / "train" / run_id / "rtjob-run.json").read_text(), "r"))
+    from rtjob.backends import get_backend
+    from rtjob.jobspec.project import load_settings
+    from rtjob.runs.view import with_queued
+
+    listed = with_queued(get_backend(load_settings({"backend": "local"}, cli.project)), [])
+    assert [(i.id, i.status.value, i.message) for i in listed] == [
+        ("r-late", "QUEUED", "position 3 of 3 in team: needs 2 × 1 CPU, 0 free"),
+        ("r-big", "QUEUED", "position 1 of 3 in team: needs 2 × 1 CPU, 0 free"),
+        ("r-small", "QUEUED", "position 2 of 3 in team: needs 2 × 1 CPU, 0 free")]

@@ -144,7 +144,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --backend anyscale
     """
     from ..runs.places import on_this_machine
-    from ..runs.view import fold_retries, with_recorded_times
+    from ..runs.view import fold_retries, with_queued, with_recorded_times
     from ..storage.run_filter import RunFilter
 
     wanted = RunFilter.from_flags(status=status_filter, job=job_filter, since=since, limit=limit)  # before a request
@@ -157,7 +157,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
         # The embedded cluster is down: what it ran is still known, by the ledger.
         raise Unreachable(f"{exc.message}; rtjob runs lists the runs rtjob knows (they outlive the cluster)") \
             from None
-    listed = fold_retries(listed)  # a retried run is one row: its latest attempt's status
+    listed = with_queued(be, fold_retries(listed))  # a retried run one row; a queued run first, at its place
     runs = with_recorded_times(wanted.apply(listed))  # an ended run's duration as every other command shows it
     if output != "text":
         print_data([{**run_json(r), "attempts": r.attempts} for r in runs], output)
