@@ -142,3 +142,25 @@ def test_rtjob_list_shows_the_queued_runs_no_cluster_holds_yet(queued: tuple[Pro
         ("r-late", "QUEUED", "position 3 of 3 in team: needs 2 × 1 CPU, 0 free"),
         ("r-big", "QUEUED", "position 1 of 3 in team: needs 2 × 1 CPU, 0 free"),
         ("r-small", "QUEUED", "position 2 of 3 in team: needs 2 × 1 CPU, 0 free")]
+
+
+def test_a_lapsed_lease_reads_as_a_lost_keeper_except_just_after_the_enqueue(queued: tuple[ProjectCli, Path]) -> None:
+    """Never stale while the keeper holds the lease; once it lapses every view says UNKNOWN (keeper lost), except for
+    a run queued moments ago, whose submit started the keeper that is about to take the lease."""
+    cli, store = queued
+    ref = client.QueueRef.of(QueueSettings(name="team"), str(store))
+    with ref.objects() as objects:
+        held = lease.read(objects)
+        assert held is not None and held.alive()
+        lease.give_up(objects, held)
+    old = json.loads(cli("status", "r-small", "-o", "json").stdout)  # queued at 10:01 today: long ago
+    assert old["status"] == "UNKNOWN" and old["message"].startswith("queued in team, whose keeper is not running")
+    uri = f"{store}/train/r-now"  # queued now: its enqueue not folded yet either
+    record = queueing.queued(RunRecord(id="r-now", job="train", backend="local", storage_uri=uri, user="carol",
+                                       spec={"document": {"name": "train"}}), {"name": "team", "priority": 0,
+                                                                               "storage": str(store)})
+    run_ports(uri).record.update(lambda _stored: record)
+    client.enqueue(ref, "r-now", {"submission_id": "r-now"}, Shape(), user="carol", job="train")
+    fresh = json.loads(cli("status", "r-now", "-o", "json").stdout)
+    assert fresh["status"] == "QUEUED"
+    assert fresh["message"] == "queued in team: its keeper is starting; not yet ordered by its keeper"

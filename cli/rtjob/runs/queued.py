@@ -5,9 +5,10 @@ keeper's state and lease), which alone knows the queue's storage format. Reads n
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from ..core import clock
 from ..core.errors import BadInput, RtjobError
 from ..core.model import RunInfo, RunStatus
 from ..core.queueing import Place
@@ -104,7 +105,21 @@ def place(record: RunRecord) -> Place | None:
         view = client.read(ref)
     except (RtjobError, OSError, ValueError):
         return Place(name)
-    return place_in(view, record.id)
+    found = place_in(view, record.id)
+    if found.keeper_alive is False and _within(record.timeline.get("queued"), KEEPER_START_S):
+        # just queued: the keeper its submit started takes the lease in a few seconds (a Ray job's start)
+        return replace(found, keeper_alive=None, reason="; ".join(filter(None, ["its keeper is starting", found.reason])))
+    return found
+
+
+KEEPER_START_S = 120.0  # how long after its enqueue a run's lapsed lease reads as a keeper starting, not a lost one
+
+
+def _within(when: str | None, seconds: float) -> bool:
+    try:
+        return when is not None and (clock.now() - clock.parse(when)).total_seconds() < seconds
+    except ValueError:
+        return False
 
 
 def places_of(rows: list[dict[str, Any]]) -> dict[str, Place]:
@@ -132,6 +147,8 @@ def place_in(view: QueueView, run_id: str) -> Place:
     queued = [e for e in view.entries if e.status == "queued"]
     entry = next((e for e in view.entries if e.id == run_id), None)
     why = (entry.reason or None) if entry else "not in the queue's state yet"
+    if why and why.startswith(f"in {view.name}, "):  # an enqueue its keeper has not folded: "in NAME, not yet ..."
+        why = why[len(f"in {view.name}, "):]
     if not view.keeper:  # no keeper ever held the lease: the first one is starting (its Ray job takes seconds)
         why = "; ".join(filter(None, ["its keeper is starting", why]))
     return Place(view.name, entry.position if entry else None, len(queued) or None, why,
