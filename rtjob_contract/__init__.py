@@ -177,8 +177,8 @@ SYSTEM_SAMPLE_S = 10.0
 # ---------------------------------------------------------------------------------------------
 # What rtjob records with a run on Ray (job metadata: string values).
 
-META_JOB = "rtjob.job"
-META_JOB_FILE = "rtjob.job_file"
+META_JOB, META_JOB_FILE = "rtjob.job", "rtjob.job_file"
+META_QUEUE, META_PRIORITY = "rtjob.queue", "rtjob.priority"  # the team's queue the run waited in, its priority there
 META_NODES = "rtjob.nodes"
 META_WORKERS = "rtjob.workers"
 META_STORAGE = "rtjob.storage_uri"
@@ -218,8 +218,8 @@ def sync_command(run_id: str) -> str:
 
 
 # ... and on Anyscale (job tags).
-TAG_RUN_ID = "rtjob-run-id"
-TAG_JOB = "rtjob-job"
+TAG_RUN_ID, TAG_JOB = "rtjob-run-id", "rtjob-job"
+TAG_QUEUE = "rtjob-queue"  # the team's queue it waits in (Anyscale's job queue: backends/anyscale/queue.py)
 TAG_STORAGE = "rtjob-storage"
 TAG_SCHEDULE = "rtjob-schedule"
 TAG_RATE = "rtjob-usd-per-hour"  # "LOW" or "LOW-HIGH": the priced shape at submit

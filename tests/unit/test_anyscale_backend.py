@@ -525,3 +525,34 @@ def test_a_pipeline_job_that_ended_without_recording_its_end_is_failed_not_succe
     assert got.code == 1, got.err
     assert json.loads(got.out)["status"] == "FAILED"
     assert "pipe-1-supervisor ended FAILED without recording the pipeline's end" in got.err
+
+
+def test_a_queued_run_goes_to_anyscales_job_queue_with_its_priority_in_anyscales_order(
+        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """queue/priority render the JobConfig's job_queue_config (backends/anyscale/queue.py's rule: Anyscale's priority
+    = 1000 - rtjob's, 0 the highest), the SDK's own JobConfig model accepts it, and the SDK carries it to the fake."""
+    write_config = tmp_path / "xdg" / "rtjob" / "config.toml"
+    write_config.parent.mkdir(parents=True)
+    write_config.write_text('[contexts.team]\nbackend = "anyscale"\n\n[contexts.team.queues.team]\n'
+                            'anyscale_queue = "g5-priority"\n\n[contexts.team.queues.cpu]\n')
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setenv("RTJOB_CONTEXT", "team")
+    rendered = cli("render", "ddp-resnet", "--queue", "team", "--priority", "10", "-o", "json")
+    assert rendered.code == 0, rendered.err
+    data = json.loads(rendered.out)
+    assert data["job_config"]["job_queue_config"] == {"target_job_queue_name": "g5-priority", "priority": 990}
+    assert data["job_config"]["tags"]["rtjob-queue"] == "team"
+    assert data["run"]["queue"]["name"] == "team"
+    _ok_timeline(cli)
+    res = cli(*SUBMIT, "--queue", "cpu", "--priority", "1000", "--submission-id", "queued-1", "--no-wait")
+    assert res.code == 0, res.err
+    sent = cli.fake.submitted_job.job_queue_config
+    assert (sent.target_job_queue_name, sent.priority) == ("cpu", 0)  # rtjob's highest is Anyscale's 0
+    low = cli("render", "ddp-resnet", "--queue", "cpu", "--priority", "-1000", "-o", "json")
+    assert json.loads(low.out)["job_config"]["job_queue_config"]["priority"] == 2000
+    out_of_range = cli("render", "ddp-resnet", "--queue", "cpu", "--priority", "1001")
+    assert out_of_range.code == 2 and "--priority: a priority is an integer from -1000 to 1000" in out_of_range.err
+    listed = cli("queue", "cpu", "-o", "json")  # what the SDK says: the run sent to the queue, no position given
+    assert listed.code == 0, listed.err
+    assert [(r["id"], r["position"], r["priority"]) for r in json.loads(listed.out)] == [("queued-1", None, 1000)]
+    assert "unknown" in cli("queue", "cpu").out

@@ -24,7 +24,8 @@ CLI = REPO / "cli"
 
 # What Ray runs: the companion wraps every entrypoint; the supervisor's process (its package's __main__), and the
 # backend whose `cluster_jobs` its loop uses (the one every backend declares as its supervisor_backend).
-ENTRY = ("rtjob.runside.companion", f"{contract.SUPERVISOR_MODULE}.__main__", "rtjob.backends.ray.backend")
+ENTRY = ("rtjob.runside.companion", f"{contract.SUPERVISOR_MODULE}.__main__", "rtjob.backends.ray.backend",
+         "rtjob.queue.keeper")  # a queue's keeper (backends/keepers.py starts it)
 # Reached in the graph only through functions the run side never calls (a pull's destination resolving a project,
 # a pipeline's planning): pydantic's job schema stays on the client.
 CLI_ONLY = {"rtjob.jobspec.schema", "rtjob.jobspec.resolve", "rtjob.jobspec.tracking"}  # tracking: the schema's `tracking:`

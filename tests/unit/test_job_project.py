@@ -126,7 +126,7 @@ def test_settings_come_from_rtjob_toml(tmp_path, monkeypatch):
     (tmp_path / "deep" / "er").mkdir(parents=True)
     assert find_root(tmp_path / "deep" / "er") == tmp_path  # rtjob.toml marks the current project too
     write_files(tmp_path, {"rtjob.toml": 'adress = "http://head:8265"\n'})
-    with pytest.raises(BadInput, match="rtjob.toml: unknown key 'adress'; did you mean 'address'"):
+    with pytest.raises(BadInput, match="rtjob.toml:1: unknown key 'adress'; did you mean 'address'"):
         load_settings({}, tmp_path)
 
 

@@ -291,8 +291,8 @@ def test_merge_keeps_the_higher_ranked_end(mine_by: str | None, stored_by: str |
         assert (merged.status, merged.message, merged.completed_by) == (theirs.value, "theirs", stored_by)
     elif mine_by is None and stored_by:  # an end already written stays written (its empty fields filled)
         assert merged.completed_by == stored_by and merged.message == "mine"
-    elif theirs == RunStatus.RUNNING and mine in (RunStatus.PENDING, RunStatus.UNKNOWN):
-        assert merged.status == "RUNNING"  # the companion saw it start: a client's PENDING is older news
+    elif theirs == RunStatus.RUNNING and mine in (RunStatus.QUEUED, RunStatus.PENDING, RunStatus.UNKNOWN):
+        assert merged.status == "RUNNING"  # the companion saw it start: a client's PENDING (QUEUED) is older news
     else:
         assert (merged.status, merged.message) == (mine.value, "mine")
 

@@ -40,6 +40,9 @@ SAMPLES: dict[type, tuple[str, Any]] = {
     lifecycle.Progressed: ("PENDING", lifecycle.Progressed(RunStatus.RUNNING, Writer.PIPELINE_SUPERVISOR, at=T0)),
     lifecycle.Archived: ("RUNNING", lifecycle.Archived(RunStatus.FAILED, lifecycle.Archive(logs=["logs/d.log"]),
                                                        "seen", at=T1)),
+    lifecycle.Queued: ("PENDING", lifecycle.Queued({"name": "team", "priority": 1}, T0)),
+    lifecycle.Admitted: ("QUEUED", lifecycle.Admitted(T1)),
+    lifecycle.Cancelled: ("QUEUED", lifecycle.Cancelled("cancelled while queued in team", T1)),
 }
 
 

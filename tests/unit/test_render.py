@@ -182,6 +182,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
         "resources_per_worker": {"CPU": 1.0}, "compute_config": spec["compute_config"], "storage_uri": storage_uri,
         "run_dir": storage_uri,  # a folder as storage: the script's RTJOB_RUN_DIR is that folder itself
         "profile": "local", "gpus_per_node": 0,  # the embedded cluster: the local profile, no GPU on this machine
+        "queue": None,  # no queue: sent at once
     }
     # What is uploaded: the project root, measured as Ray packs it (tests/ excluded by the job).
     assert upload["working_dir"] == str(REPO) and upload["files"] > 0 and upload["bytes"] > 0

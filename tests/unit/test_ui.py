@@ -495,3 +495,42 @@ def test_a_secrets_run_shows_no_value_on_any_page_or_in_the_api(tmp_path: Path, 
         assert UI_SEALED not in text and UI_ARG not in text, path
     assert "printing **** and ****" in shown["/runs/u-secrets/log"]
     assert "aws-sm://team/db#password" in shown["/api/runs/u-secrets"]  # the reference, never its value
+
+
+def test_a_queued_run_shows_its_position_in_the_runs_table_and_its_queue_has_a_page(tmp_path: Path) -> None:
+    """QUEUED with its position (#N) and its one line in the runs table, a link to the queue's page, which lists the
+    queue in order as `rtjob queue` does (its storage the one the run's record names, never one from the URL)."""
+    from rtjob.core.lifecycle import Queued, apply
+    from rtjob.core.record import RunRecord
+    from rtjob.jobspec.queues import QueueSettings
+    from rtjob.queue import client, lease
+    from rtjob.queue.format import STATE, Entry, Shape, State
+    from rtjob.storage.index_entries import write_entry
+    from rtjob.storage.records import write_record
+
+    ref = client.QueueRef.of(QueueSettings(name="team"), str(tmp_path))
+    state = State("team")
+    for n, (run_id, priority) in enumerate([("q-first", 5), ("q-second", 0)]):
+        record = apply(RunRecord(id=run_id, job="train", backend="ray", storage_uri=str(tmp_path / "train" / run_id),
+                                 user="alice"), Queued({"name": "team", "priority": priority, "storage": str(tmp_path)}))
+        assert record.storage_uri is not None
+        write_record(record.storage_uri, record, None)
+        write_entry(str(tmp_path), None, record)
+        client.enqueue(ref, run_id, {"submission_id": run_id}, Shape(), user="alice", job="train", priority=priority)
+        state.entries.append(Entry(run_id=run_id, priority=priority, user="alice", job="train",
+                                          enqueued_at=1.0 + n, arrival=n, shape=Shape(), intent=f"enqueue-{run_id}.json",
+                                          reason="needs 2 × 1 GPU, 1 free"))
+    with ref.objects() as objects:
+        objects.put(STATE, state.to_bytes())
+        assert lease.take(objects, "rtjob-keeper-team-1") is not None  # its keeper holds the lease: QUEUED, not lost
+    app = create_app(Config(storage=str(tmp_path), lookup_root=str(tmp_path), endpoint=None, host="127.0.0.1",
+                            port=PORT, token=None))
+    status, _, page = call(app, "/?status=QUEUED")
+    assert status == 200, page
+    assert page.count("status badge\">QUEUED") == 2 and "#1" in page and "#2" in page
+    assert "position 1 of 2 in team: needs 2 × 1 GPU, 1 free" in page
+    assert 'href="/queues/team?run=q-first"' in page
+    status, _, queue_page = call(app, "/queues/team?run=q-first")
+    assert status == 200, queue_page
+    assert queue_page.index("q-first") < queue_page.index("q-second") and "needs 2 × 1 GPU, 1 free" in queue_page
+    assert call(app, "/queues/hold")[0] == 400  # a word of `rtjob queue`, not a queue's name

@@ -157,8 +157,7 @@ class Backend(ABC):
     cluster (or ``prepare``) connects."""
 
     name: ClassVar[str]
-    # For `rtjob schedule render --github`: the secrets a CI workflow needs for this backend
-    # (name, what it holds) and the rtjob extra it installs; empty: the backend takes no workflows.
+    # For `rtjob schedule render --github`: the secrets a CI workflow needs (name, what it holds), the extra it installs.
     ci_secrets: ClassVar[tuple[tuple[str, str], ...]] = ()
     ci_extra: ClassVar[str] = ""
     # A pipeline's steps run on with no client alive (a supervisor on the cluster: supervise_pipeline).
@@ -169,6 +168,7 @@ class Backend(ABC):
     # The steps run inside the job that hosts the pipeline's supervisor (one Anyscale job): the backend sees that
     # job, not the steps, whose status and logs come from their records in storage.
     pipeline_steps_inside: ClassVar[bool] = False
+    queues_itself: ClassVar[bool] = False  # its platform keeps a queued run's queue (Anyscale's job queues), not a keeper
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings

@@ -12,7 +12,7 @@ import sys
 import click
 
 from ..core.errors import EXIT_BAD_INPUT, EXIT_INTERRUPTED, RtjobError
-from . import history, mcp, notify, project, repair, runs, submit, track, ui
+from . import history, mcp, notify, project, queue, repair, runs, submit, track, ui
 from .anyscale import compute_config_group, schedule_group
 from .completion import completion_command
 from .context import context_group
@@ -55,7 +55,7 @@ def _restore(name: str, value: str | None) -> None:
         os.environ[name] = value
 
 
-for _command in [submit.render, submit.submit, submit.rerun, *runs.COMMANDS, *history.COMMANDS, *notify.COMMANDS, *track.COMMANDS, *repair.COMMANDS, *project.COMMANDS, *ui.COMMANDS, *mcp.COMMANDS,
+for _command in [submit.render, submit.submit, submit.rerun, *runs.COMMANDS, *history.COMMANDS, *notify.COMMANDS, *track.COMMANDS, *repair.COMMANDS, *project.COMMANDS, *queue.COMMANDS, *ui.COMMANDS, *mcp.COMMANDS,
                  local, compute_config_group, schedule_group, pull, results, context_group, completion_command]:
     cli.add_command(_command)
 

@@ -100,8 +100,9 @@ def _listed(record: RunRecord, attempts: object = None) -> RunInfo:
     import dataclasses
 
     from ..core.verdict import of_record
+    from ..runs.queued import place  # a queued run: its place (its queue read); None for any other
 
-    info = of_record(record).onto(record.to_run_info())
+    info = of_record(record, place=place(record)).onto(record.to_run_info())
     return dataclasses.replace(info, attempts=max(info.attempts, attempts)) if isinstance(attempts, int) else info
 
 

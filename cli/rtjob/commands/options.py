@@ -9,7 +9,7 @@ import click
 
 from ..backends import DEFAULT
 from .completion import compute_config_names_starting, job_names_starting, run_ids_starting
-from .settings import CONTEXT_KEY
+from .settings import CONTEXT_KEY, QUEUE_KEY
 
 EXIT_CODES_HELP = """\b
 Exit codes:
@@ -111,7 +111,23 @@ def job_options(func: F) -> F:
         click.option("--real-shape", is_flag=True,
                      help="Embedded cluster: run the job as written (its args, data, epochs), not its `local:` "
                           "profile (sized for a CPU laptop): for a workstation's GPUs."),
+        *queue_options,
     ])
+
+
+def _remember_queue(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value is not None:
+        ctx.meta[f"{QUEUE_KEY}.{param.name}"] = value
+
+
+# Kept out of the commands' signatures, as --context is: settings_from reads them (the settings `queue`, `priority`).
+queue_options = [
+    click.option("--queue", metavar="NAME", expose_value=False, callback=_remember_queue,
+                 help="Wait in the team's queue NAME ([queues.NAME] in the project config or a context) until the "
+                      "cluster can take the whole run (docs/guide/queues.md)."),
+    click.option("--priority", type=int, metavar="N", expose_value=False, callback=_remember_queue,
+                 help="Priority in the queue: an integer from -1000 to 1000, higher first (default 0)."),
+]
 
 
 def _run_id(ctx: click.Context, param: click.Parameter, value: str) -> str:
@@ -142,7 +158,8 @@ def run_options(dry_run_help: str) -> Callable[[F], F]:
             click.option("--dry-run", is_flag=True, help=dry_run_help),
             click.option("--no-wait", is_flag=True, help="Return as soon as the job is submitted."),
             click.option("--timeout", metavar="DURATION",
-                         help="Stop following after this long (90s, 15m, 2h); exit 4, job left running."),
+                         help="Stop following after this long (90s, 15m, 2h); exit 4, job left running. The "
+                              "time a queued run waits in its queue counts too."),
             click.option("--stop-on-interrupt", is_flag=True,
                          help="Ctrl-C stops the job instead of detaching from it."),
             click.option("--explain", is_flag=True, help="With --dry-run: show where each setting came from."),

@@ -167,7 +167,7 @@ def report_crash(exc: BaseException) -> int:
 
 
 def duration(info: RunInfo) -> str:
-    if not info.start_time:
+    if not info.start_time or info.status == RunStatus.QUEUED:  # a queued run has not started: its wait is no run time
         return "-"
     start = clock.parse(info.start_time)
     end = clock.parse(info.end_time) if info.end_time else clock.now()

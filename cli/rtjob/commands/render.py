@@ -78,6 +78,11 @@ def _embedded_text(job: Any) -> str:
     return f"{profile}; {gpus}"
 
 
+def _queue_text(queue: Any) -> str:
+    return (f"{queue.name}, priority {queue.priority} (policy {queue.settings.policy}; waits until the cluster can "
+            f"take the whole run)")
+
+
 def files_data(upload: Upload) -> dict[str, Any]:
     """What `render --files` shows: every uploaded file (path, size), and what was left out grouped by top-level
     path and the rule that excluded it (Ray's default, a .gitignore/.rayignore, the job's excludes, rtjob's)."""
@@ -132,6 +137,7 @@ def render_data(planned: Plan, settings: Settings, explain: bool, files: bool = 
         "compute_config": job.compute_config_name, "storage_uri": job.storage_uri,
         "run_dir": run_dir_of(job.storage_uri, job.run_id) if job.storage_uri else None,  # what the script gets
         "upload": planned.upload.to_json() if planned.upload else None,
+        "queue": job.queue.to_json() if job.queue else None,  # None: sent at once
     }
     if job.embedded:  # which configuration runs on this machine, and its GPUs
         data["run"].update({"profile": "local" if job.local_profile else "real shape (--real-shape)",
@@ -182,6 +188,7 @@ def print_render(planned: Plan, settings: Settings, output: str, explain: bool, 
         f"compute:   {job.compute_config_name or '-'}",
         *([f"embedded:  {_embedded_text(job)}"] if job.embedded else []),
         *([f"cost:      {cost.text()}"] if cost else []),
+        *([f"queue:     {_queue_text(job.queue)}"] if job.queue else []),
         f"run id:    {job.run_id}",
         f"storage:   {job.storage_uri or '-'}",
         *([f"run dir:   {run_dir_text(job.storage_uri, job.run_id)}"] if job.storage_uri else []),

@@ -144,7 +144,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --backend anyscale
     """
     from ..runs.places import on_this_machine
-    from ..runs.view import fold_retries, with_recorded_times
+    from ..runs.view import fold_retries, with_queued, with_recorded_times
     from ..storage.run_filter import RunFilter
 
     wanted = RunFilter.from_flags(status=status_filter, job=job_filter, since=since, limit=limit)  # before a request
@@ -157,7 +157,7 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
         # The embedded cluster is down: what it ran is still known, by the ledger.
         raise Unreachable(f"{exc.message}; rtjob runs lists the runs rtjob knows (they outlive the cluster)") \
             from None
-    listed = fold_retries(listed)  # a retried run is one row: its latest attempt's status
+    listed = with_queued(be, fold_retries(listed))  # a retried run one row; a queued run first, at its place
     runs = with_recorded_times(wanted.apply(listed))  # an ended run's duration as every other command shows it
     if output != "text":
         print_data([{**run_json(r), "attempts": r.attempts} for r in runs], output)
@@ -238,7 +238,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 @run_id_argument
 @backend_options
 @output_option
-@click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running.")
+@click.option("--timeout", metavar="DURATION", help="Give up after this long (90s, 15m, 2h): exit 4, job left running; a queued run's wait in its queue counts.")
 def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
          output: str, timeout: str | None) -> int:
     """Wait for a run to end; exit 0 succeeded, 1 failed/stopped, 3 its outputs not stored, 4 timed out.
@@ -259,7 +259,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
         assert record is not None
         return pipeline_wait(be, record, storage_root, output, timeout_s, info)
-    if record is not None:  # the cluster no longer knows it: its recorded end is the outcome
+    if record is not None and record.status != "QUEUED":  # the cluster no longer knows it: its recorded end is the outcome
         if not info.status.terminal:  # its end was never seen: the run as recorded, and why rtjob cannot wait
             from ..runs.lifecycle.follow import Abandoned
 

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from ..jobspec.project import Settings
 
 CONTEXT_KEY = "rtjob.context"  # where --context leaves its value in the Click context (options.context_option)
+QUEUE_KEY = "rtjob.queue-flags"  # ... and --queue, --priority theirs (options.queue_options): QUEUE_KEY.queue, .priority
 
 
 def settings_from(backend: str | None, address: str | None, headers: tuple[str, ...], no_verify_tls: bool,
@@ -30,6 +31,8 @@ def settings_from(backend: str | None, address: str | None, headers: tuple[str, 
     if no_verify_tls:
         flags["verify_tls"] = False
     click_ctx = click.get_current_context(silent=True)
+    if click_ctx is not None:
+        flags.update({k: click_ctx.meta[f"{QUEUE_KEY}.{k}"] for k in ("queue", "priority") if f"{QUEUE_KEY}.{k}" in click_ctx.meta})
     settings = configured(flags, project_of(job) if job else None,
                           context=click_ctx.meta.get(CONTEXT_KEY) if click_ctx else None)
     half = settings.half_applied_context()

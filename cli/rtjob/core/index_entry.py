@@ -8,6 +8,7 @@ import math
 from typing import Any
 
 from . import clock
+from .queueing import Place
 from .record import RunRecord
 from .verdict import end_reason, of_entry, recorded_state
 
@@ -22,7 +23,7 @@ FIELDS = ("id", "job", "backend", "status", "message", "start_time", "end_time",
 # the record of a run not ended for its latest beat), who wrote its end, the end's reason, whether its outputs are
 # all stored; so the team's list says what `status` says.
 DETAILS = ("attempts", "duration_s", "tags", "args", "final_metrics", "carried_by", "last_seen", "completed_by",
-           "reason", "outputs")
+           "reason", "outputs", "queue")  # queue: a queued run's ({"name", "priority", "storage"})
 
 
 def entry_of(record: RunRecord) -> dict[str, Any]:
@@ -37,17 +38,18 @@ def entry_of(record: RunRecord) -> dict[str, Any]:
             "tags": {k: str(v) for k, v in recorded_part(record, "tags").items()},
             "args": recorded_part(record, "args"), "final_metrics": finals,
             "carried_by": record.carried_by, "last_seen": record.last_seen, "completed_by": record.completed_by,
-            "reason": end_reason(record).value, "outputs": record.outputs}
+            "reason": end_reason(record).value, "outputs": record.outputs, "queue": record.queue}
 
 
-def seen_row(row: dict[str, Any], now: Any = None) -> dict[str, Any]:
+def seen_row(row: dict[str, Any], now: Any = None, place: Place | None = None) -> dict[str, Any]:
     """A listed row as its run's verdict says it (core/verdict.py): status, message, times, duration, attempts,
-    reason and line as `status` prints them."""
-    seen = of_entry(row, now)
+    reason and line as `status` prints them; a queued run's position (``place``: its queue's word)."""
+    seen = of_entry(row, now, place=place)
     return {**row, "status": seen.status.value, "message": seen.message, "start_time": seen.started,
             "end_time": seen.ended, "duration_s": seen.duration_s, "attempts": seen.attempts,
             "reason": seen.reason.value, "line": seen.line, "carried_by": row.get("carried_by"),
-            "last_seen": seen.last_seen, "outputs_complete": seen.outputs_complete}
+            "last_seen": seen.last_seen, "outputs_complete": seen.outputs_complete,
+            "position": seen.place.position if seen.place is not None else None}
 
 
 def recorded_part(record: RunRecord, name: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ def check_run_id(run_id: str, what: str = "run id") -> str:
 
 
 class RunStatus(str, Enum):
+    QUEUED = "QUEUED"  # waiting in a team's queue (jobspec/queues.py): not sent to the cluster yet
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"

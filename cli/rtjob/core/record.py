@@ -84,6 +84,8 @@ class RunRecord:
     # keeps the only copy (`rtjob sync ID` stores it); None: not said (an older record, or a run without a node copy).
     outputs: dict[str, Any] | None = None
     tracking: dict[str, Any] | None = None  # the MLflow run that mirrors it: {"mlflow": {run_id, url, unsent}}
+    # The team's queue it waited in (core/queueing.py): {"name", "priority", "storage"}; None: sent at once.
+    queue: dict[str, Any] | None = None
     updated_at: str | None = None
     schema: int = RECORD_SCHEMA
 

@@ -29,6 +29,7 @@ from . import clock
 from .end_words import end_line
 from .lifecycle import ended_by_run_side, forgotten, merge
 from .model import RunInfo, RunStatus
+from .queueing import Place, place_of
 from .record import STALE_S, RunRecord
 
 LINE_MAX = 240  # the end's line is one line a table cell holds
@@ -38,6 +39,8 @@ class EndReason(str, Enum):
     """Why a run is where it is (as Ray's JobErrorType and dstack's termination reasons name an end)."""
 
     NONE = "none"  # not ended: pending or running
+    QUEUED = "queued"  # waiting in a team's queue: not sent to the cluster yet (core/queueing.py)
+    KEEPER_LOST = "keeper_lost"  # queued, and its queue's keeper does not hold the queue's lease: state not known
     COMPLETED = "completed"  # its script exited 0
     SCRIPT_FAILED = "script_failed"  # its script failed (non-zero exit, an error the platform reported)
     DRIVER_LOST = "driver_lost"  # its driver was lost or killed (a node lost, the OOM killer) and no retry was left
@@ -72,6 +75,7 @@ class Verdict:
     last_seen: str | None
     outputs: dict[str, Any] | None  # the record's "outputs" of an ended run; None: not said (still running, older)
     exit_code: int | None = None
+    place: Place | None = None  # a queued run's place in its queue (its position: 1 = the next admitted)
 
     @property
     def outputs_complete(self) -> bool | None:
@@ -81,7 +85,8 @@ class Verdict:
         return {"status": self.status.value, "reason": self.reason.value, "line": self.line,
                 "attempts": self.attempts, "start_time": self.started, "end_time": self.ended,
                 "duration_s": self.duration_s, "carried_by": self.carried_by.value, "last_seen": self.last_seen,
-                "outputs_complete": self.outputs_complete}
+                "outputs_complete": self.outputs_complete,
+                **({"queue": self.place.queue, "position": self.place.position} if self.place is not None else {})}
 
     def onto(self, info: RunInfo) -> RunInfo:
         """``info`` (a backend's or a record's RunInfo: its id, address, storage) saying this verdict."""
@@ -91,17 +96,22 @@ class Verdict:
 
 
 def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInfo | None = None,
-            now: dt.datetime | None = None, *, cluster_forgot: bool = False) -> Verdict:
+            now: dt.datetime | None = None, *, cluster_forgot: bool = False, place: Place | None = None) -> Verdict:
     """The run's verdict from what is known of it (see the module's docstring). ``cluster_forgot``: the backend was
     asked and does not know the run (never set for a teammate's run on another machine: its cluster is not ours
-    to ask)."""
+    to ask). ``place``: a queued run's place as its queue's state tells it (else the record's queue name alone)."""
     now = now or clock.now()
     record = _known(stored, row)
     if record is None and live is None:
         raise ValueError("a verdict needs a record or a live answer")
     status, message, code = _state(record, live)
     reason = _reason(record, status, code)
-    if not status.terminal and record is not None and (live is None or not _live_ended(live)):
+    place = (place or place_of(record)) if status == RunStatus.QUEUED and record is not None else None
+    if place is not None:  # no cluster knows it yet: never forgotten; unknown only when its keeper is lost
+        lost = place.lost()
+        status, reason, message = (RunStatus.UNKNOWN, EndReason.KEEPER_LOST, lost) if lost else \
+            (status, EndReason.QUEUED, place.line())
+    elif not status.terminal and record is not None and (live is None or not _live_ended(live)):
         seen = record.stale_why(STALE_S, now) if live is None else None
         if seen is not None:
             status, reason, message = RunStatus.UNKNOWN, EndReason.COMPANION_LOST, seen
@@ -116,7 +126,7 @@ def verdict(stored: RunRecord | None, row: RunRecord | None = None, live: RunInf
         attempts=max(len(record.attempts) if record is not None else 0, live.attempts if live else 1, 1),
         started=started, ended=ended, duration_s=_duration(started, ended, status, now),
         carried_by=_carrier(record), last_seen=record.last_seen if record is not None else None,
-        outputs=_outputs(record, status), exit_code=code)
+        outputs=_outputs(record, status), exit_code=code, place=place if status == RunStatus.QUEUED else None)
 
 
 AGREED = ("status", "reason", "line", "attempts", "start_time", "end_time", "duration_s")  # what every view says
@@ -134,9 +144,11 @@ def said(info: RunInfo, now: dt.datetime | None = None) -> dict[str, Any]:
             "duration_s": _duration(info.start_time, info.end_time, info.status, now or clock.now())}
 
 
-def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False) -> Verdict:
-    """The verdict of a run known only by its record (a teammate's, a run its cluster no longer holds)."""
-    return verdict(record, None, None, now, cluster_forgot=cluster_forgot)
+def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False,
+              place: Place | None = None) -> Verdict:
+    """The verdict of a run known only by its record (a teammate's, a run its cluster no longer holds, a queued
+    run: ``place``, its place as its queue tells it)."""
+    return verdict(record, None, None, now, cluster_forgot=cluster_forgot, place=place)
 
 
 def end_reason(record: RunRecord) -> EndReason:
@@ -146,17 +158,18 @@ def end_reason(record: RunRecord) -> EndReason:
     return _reason(record, status, code)
 
 
-def of_entry(row: dict[str, Any], now: dt.datetime | None = None) -> Verdict:
+def of_entry(row: dict[str, Any], now: dt.datetime | None = None, *, place: Place | None = None) -> Verdict:
     """The verdict of a run listed by its team's index entry (core/index_entry.entry_of): what its record says,
-    the attempts the entry counted."""
+    the attempts the entry counted (a queued run's place: ``place``, else its queue's name)."""
     record = RunRecord(id=str(row["id"]), job=row.get("job"), backend=str(row.get("backend") or "?"),
                        status=str(row.get("status") or RunStatus.UNKNOWN.value), message=row.get("message"),
                        exit_code=row.get("exit_code"), submitted_at=row.get("submitted_at"),
                        start_time=row.get("start_time"), end_time=row.get("end_time"),
                        updated_at=row.get("updated_at"), carried_by=row.get("carried_by"),
                        last_seen=row.get("last_seen"), completed_by=row.get("completed_by"),
-                       outputs=row.get("outputs") if isinstance(row.get("outputs"), dict) else None)
-    seen = verdict(record, None, None, now)
+                       outputs=row.get("outputs") if isinstance(row.get("outputs"), dict) else None,
+                       queue=row.get("queue") if isinstance(row.get("queue"), dict) else None)
+    seen = verdict(record, None, None, now, place=place)
     counted = row.get("attempts")
     reason = seen.reason
     if reason == EndReason.SCRIPT_FAILED and row.get("reason") == EndReason.DRIVER_LOST.value:
@@ -230,7 +243,7 @@ def _times(record: RunRecord | None, live: RunInfo | None, status: RunStatus) ->
 
 
 def _duration(started: str | None, ended: str | None, status: RunStatus, now: dt.datetime) -> float | None:
-    if not started or status == RunStatus.UNKNOWN or (status.terminal and not ended):
+    if not started or status in (RunStatus.UNKNOWN, RunStatus.QUEUED) or (status.terminal and not ended):
         return None
     try:
         end = clock.parse(ended) if ended else now

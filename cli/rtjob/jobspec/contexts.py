@@ -27,14 +27,13 @@ from typing import Any
 from ..core.errors import BadInput
 from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
+from . import queues
 from .settings import BOOLEAN_KEYS, SETTING_KEYS, Deferred, tomllib
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
-CONTEXT_KEYS = SETTING_KEYS  # backend, address, headers, verify_tls, storage, compute_config, cloud, project, notify,
-# storage_check
-REF_KINDS = ("env", "file")
+CONTEXT_KEYS = SETTING_KEYS  # every setting (jobspec/settings.py), a context's queue and [queues.NAME] among them
+REF_KINDS, _TOP_KEYS = ("env", "file"), ("current", "contexts")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
-_TOP_KEYS = ("current", "contexts")
 _LOCK_TIMEOUT_S = 30.0
 
 Layer = list[tuple[str, Any, str]]  # (setting, value, source) in the order they apply
@@ -65,8 +64,7 @@ class Config:
             return self.contexts[name]
         names = sorted(self.contexts)
         if not names:
-            raise BadInput(f"{how}: no context {name!r}: {shown_path(self.path)} defines none "
-                           "(add one: rtjob context add NAME --address URL)")
+            raise BadInput(f"{how}: no context {name!r}: {shown_path(self.path)} defines none (add one: rtjob context add NAME --address URL)")
         close = difflib.get_close_matches(name, names, n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise BadInput(f"{how}: no context {name!r}{hint} (contexts in {shown_path(self.path)}: {', '.join(names)})")
@@ -119,18 +117,21 @@ def check_notify(where: str, value: Any) -> None:
         raise BadInput(describe_validation_error(exc, Notify, lambda loc: where, "notify")) from None
 
 
-def check_settings(where: str, table: Any, *, references: bool = True) -> dict[str, Any]:
-    """A table of settings (a context, or the project config) checked: known keys, strings where strings are
-    expected, verify_tls and storage_check booleans, headers a table of valid names to one-line values. With ``references``
-    (a context) a secret may only be a reference ``{env = "VAR"}`` / ``{file = "PATH"}``, never clear."""
+def check_settings(where: str, table: Any, *, references: bool = True, at: queues.Locator | None = None) -> dict[str, Any]:
+    """A table of settings (a context, or the project config) checked: known keys, strings where strings are expected,
+    verify_tls and storage_check booleans, headers a table of valid names to one-line values, queues (jobspec/queues.py)
+    at ``at``'s file:line. With ``references`` (a context) a secret may only be a reference ``{env = "VAR"}`` /
+    ``{file = "PATH"}``, never clear."""
     if not isinstance(table, dict):
         raise BadInput(f"{where}: must be a table of settings ({', '.join(CONTEXT_KEYS)})")
     for key, value in table.items():
         if key not in CONTEXT_KEYS:
             close = difflib.get_close_matches(key, CONTEXT_KEYS, n=1)
             hint = f"did you mean {close[0]!r}?" if close else f"valid keys: {', '.join(CONTEXT_KEYS)}"
-            raise BadInput(f"{where}: unknown key {key!r}; {hint}")
-        if key == "notify":
+            raise BadInput(f"{(at or (lambda loc: where))((key,))}: unknown key {key!r}; {hint}")
+        if key in queues.SETTING_KEYS:
+            queues.check_setting(key, value, at or (lambda loc: where))
+        elif key == "notify":
             check_notify(where, value)
         elif key in BOOLEAN_KEYS:
             if not isinstance(value, bool):
@@ -165,15 +166,14 @@ def parse_config(path: Path, text: str) -> Config:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInput(f"{shown}: not valid TOML ({exc}); {valid}") from None
-    for key in data:
-        if key not in _TOP_KEYS:
-            raise BadInput(f"{shown}: unknown key {key!r}; {valid}")
+    for key in (k for k in data if k not in _TOP_KEYS):
+        raise BadInput(f"{queues.toml_locator(shown, text)((key,))}: unknown key {key!r}; {valid}")
     contexts = data.get("contexts", {})
     if not isinstance(contexts, dict):
         raise BadInput(f"{shown}: contexts must be tables [contexts.NAME]; {valid}")
     for name, ctx in contexts.items():
         check_name(name, f"{shown}: context")
-        check_settings(f"{shown}: [contexts.{name}]", ctx)
+        check_settings(f"{shown}: [contexts.{name}]", ctx, at=queues.toml_locator(shown, text, ("contexts", name)))
     current = data.get("current")
     if current is not None and (not isinstance(current, str) or current not in contexts):
         raise BadInput(f"{shown}: current = {current!r} names no context "

@@ -92,13 +92,16 @@ def _read_tool_table(root: Path) -> dict[str, Any]:
     own = path.name == PROJECT_FILE
     table_name = "the settings" if own else "[tool.rtjob]"
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text)
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise BadInput(f"{path}: cannot read {table_name}: {exc}") from None
     table = data if own else data.get("tool", {}).get("rtjob", {})
     from .contexts import check_settings  # the same checks as a context's, less references (not in a project)
+    from .queues import toml_locator  # a key's file:line
 
-    return check_settings(str(path) if own else f"{path}: [tool.rtjob]", table, references=False)
+    return check_settings(str(path) if own else f"{path}: [tool.rtjob]", table, references=False,
+                          at=toml_locator(str(path), text, () if own else ("tool", "rtjob")))
 
 
 def _env_value(key: str, raw: str) -> Any:

@@ -22,6 +22,7 @@ from .gpus import inventory, machine_gpus
 from .notify_plan import NotifyPlan, resolve_notify
 from .overrides import apply_set, parse_env, parse_set
 from .project import find_compute_config_file, find_job_file, job_file_root
+from .queues import QueuePlan, plan_for
 from .requirements import declared_at, read_requirements, split_satisfied
 from .run_env import RAY_DEFAULT_ENV, job_storage_env
 from .schema import (
@@ -155,6 +156,7 @@ class ResolvedJob:
     # Client-held secrets for the run's environment (forwarded AWS credentials, notify URLs): on Ray they travel in
     # the sealed package (backends/ray/sealed.py), never in env_vars; Anyscale's JobConfig has no such channel.
     sealed_env: dict[str, str] = field(default_factory=dict, repr=False)
+    queue: QueuePlan | None = None  # the team's queue it waits in (jobspec/queues.py); None: sent at once
 
     @property
     def use_gpu(self) -> bool:
@@ -241,8 +243,7 @@ def _load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool,
         data["nodes"] = overrides.nodes
     if overrides.name:
         data["name"] = overrides.name
-    # The flag is named by its key only: its value may be a secret.
-    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]
+    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]  # its key only: the value may be a secret
     if overrides.env:
         origins.append((["env_vars"], "--env"))
     if overrides.nodes is not None:
@@ -324,8 +325,6 @@ def _wants_gpu(spec: JobSpec, cc: ComputeConfig | None, shown: str) -> bool:
 
 def machine_cpus() -> int:
     """The CPUs this process may use (its affinity mask where the platform has one)."""
-    import os
-
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS, Windows
@@ -524,4 +523,5 @@ def resolve(
         job_path=job_file.resolve(),
         notify=notify,
         sealed_env=sealed_env,
+        queue=plan_for(spec, located.where, settings, storage_root),
     )

@@ -23,14 +23,14 @@ from pydantic import (
 
 from ..core import secret_refs
 from ..core.errors import BadInput
+from . import queues
 from .tracking import Tracking
 from .yamlsrc import Located
 
 Scalar = str | int | float | bool | None
 ArgValue = Scalar | list[str | int | float]
 NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
-# Environment values are strings; a YAML number (`OMP_NUM_THREADS: 4`) is taken as its text.
-EnvValue = Annotated[str, Field(coerce_numbers_to_str=True)]
+EnvValue = Annotated[str, Field(coerce_numbers_to_str=True)]  # a YAML number (`OMP_NUM_THREADS: 4`) as its text
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -120,9 +120,7 @@ class JobSpec(_Strict):
     name: Annotated[str, Field(pattern=NAME_RE)]
     entrypoint: Annotated[str, Field(min_length=1)]
     description: str = ""
-    strategy: Literal["single", "torchrun", "ray-ddp", "ray-data", "fsdp2", "deepspeed", "tune", "custom"] = (
-        "custom"
-    )
+    strategy: Literal["single", "torchrun", "ray-ddp", "ray-data", "fsdp2", "deepspeed", "tune", "custom"] = "custom"
     # Rendered after the entrypoint as `--key value` (True → `--key`, False/None → omitted).
     args: dict[str, ArgValue] = Field(default_factory=dict)
     nodes: Annotated[int, Field(ge=1, le=1000)] = 1
@@ -158,6 +156,8 @@ class JobSpec(_Strict):
     project: str | None = None
     notify: Notify | None = None
     tracking: Tracking | None = None  # the run mirrored to MLflow (jobspec/tracking.py)
+    queue: Annotated[str, AfterValidator(queues.queue_name)] | None = None  # a team's queue (jobspec/queues.py)
+    priority: Annotated[int, Field(strict=True), AfterValidator(queues.check_priority)] | None = None  # higher first
     # NAME: REFERENCE (aws-sm://, ssm://, file://, env:): resolved where the run runs, never in Ray's job info.
     secrets: dict[str, SecretReference] = Field(
         default_factory=dict,

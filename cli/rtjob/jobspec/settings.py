@@ -22,7 +22,8 @@ else:  # pragma: no cover
     import tomli as tomllib  # noqa: F401
 
 SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project",
-                "notify", "storage_check")  # notify: a table (schema.Notify) with no environment variable of its own
+                "notify", "storage_check",  # notify: a table (schema.Notify) with no environment variable of its own
+                "queue", "priority", "queues")  # a run's queue, its priority, [queues.NAME] tables (jobspec/queues.py)
 # The settings that are true or false (TOML booleans; in the environment 0/false/no/off is false).
 BOOLEAN_KEYS = ("verify_tls", "storage_check")
 # Environment variables per setting, first match wins (rtjob's own first, then Ray's).
@@ -94,4 +95,7 @@ class Settings:
     def set(self, key: str, value: Any, source: str) -> None:
         if not isinstance(value, Deferred):
             _protect(key, value)
+        if key == "queues" and isinstance(value, dict) and isinstance(self.get("queues"), dict):
+            value = {**self.get("queues"), **value}  # by name: a later layer's [queues.NAME] replaces that one whole
+            source = f"{self.source('queues')}; {source}"
         self.values[key] = Setting(value, source)

@@ -17,7 +17,7 @@ from ..core import lifecycle
 from ..core.clock import now_iso
 from ..core.errors import BadInput, RtjobError, StorageError, Unreachable
 from ..core.lifecycle import IllegalTransition, merge
-from ..core.model import RunInfo
+from ..core.model import RunInfo, RunStatus
 from ..core.record import RunRecord
 from .places import writable_here
 
@@ -184,7 +184,8 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[Run
         if record is None:
             _raise_unknown(backend, run_id, exc)
             raise exc from None
-        carried = bool(record.run_status.terminal or record.steps or record.carried_by)
+        carried = bool(record.run_status.terminal or record.steps or record.carried_by
+                       or record.run_status == RunStatus.QUEUED)  # a queued run: its queue's keeper carries it
         if isinstance(exc, Unreachable) and not carried:
             raise exc from None  # only the cluster knows how a run nothing else carries goes on
         return remembered_info(record, cluster_forgot=not carried), record
@@ -227,5 +228,6 @@ def remembered_info(record: RunRecord, *, cluster_forgot: bool = True) -> RunInf
     """What a record says of a run its cluster no longer knows (``cluster_forgot``: an end never seen is UNKNOWN,
     not RUNNING), as the run's verdict (core/verdict.py) says it."""
     from ..core.verdict import of_record
+    from .queued import place
 
-    return of_record(record, cluster_forgot=cluster_forgot).onto(record.to_run_info())
+    return of_record(record, cluster_forgot=cluster_forgot, place=place(record)).onto(record.to_run_info())

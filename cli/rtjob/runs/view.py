@@ -74,6 +74,21 @@ def fold_retries(listed: list[RunInfo]) -> list[RunInfo]:
     return out
 
 
+def with_queued(backend: Backend, listed: list[RunInfo]) -> list[RunInfo]:
+    """`rtjob list`: the cluster's runs, and first the runs this machine queued for it that no cluster holds yet
+    (QUEUED, each at its place in its queue), newest first."""
+    from .memory import ledger, remembered_info, with_run_side
+
+    known = {info.id for info in listed}
+    try:  # each with what its keeper wrote since (its admission, its cancel)
+        waiting = [with_run_side(r) for r in ledger().unarchived(backend.name)
+                   if r.run_status == RunStatus.QUEUED and r.id not in known]
+    except RtjobError:
+        return listed
+    queued = [remembered_info(r, cluster_forgot=False) for r in waiting if r.run_status == RunStatus.QUEUED]
+    return sorted(queued, key=lambda i: i.start_time or "", reverse=True) + listed
+
+
 def recorded_story(info: RunInfo, record: RunRecord) -> RunInfo:
     """What a record says of a run, as one story (the verdict's: its attempts counted, its last recorded attempt's
     end where that is newer than the record's status), over ``info``, the record's own RunInfo."""

@@ -101,14 +101,44 @@ async def compare(request: Request) -> Response:
             record = found.record
             out.append((record, run_page.card_of(lambda r=record: run_page.metrics_of(r))))
         return out
-    try:
-        runs_found = await asyncio.to_thread(gather)
-    except NotFound as exc:
-        return site.problem(str(exc), 404)
-    except RtjobError as exc:
-        return site.problem(exc.message, failed(exc))
+    runs_found, problem = await _gathered(site, gather)
+    if problem is not None:
+        return problem
     return site.page("compare.html", runs=runs_found, diff=compare_rows([r for r, _ in runs_found]),
                      charts=overlaid([(r.id, card.data or []) for r, card in runs_found]))
+
+
+async def queue(request: Request) -> Response:
+    """A team's queue: its admitted and queued runs in order, as `rtjob queue NAME` lists them. Its storage is the
+    one a known run's record names (``run``), else the app's: never a location taken from the URL."""
+    from ..runs.queued import queue_at
+
+    site = site_of(request)
+    name, run_id = request.path_params["name"], request.query_params.get("run")
+
+    def gather() -> Any:
+        storage = site.config.storage or site.config.lookup_root
+        found = run_page.find_run(run_id, site.config.lookup_root, site.config.endpoint) if run_id else None
+        recorded = (found.record.queue or {}) if found is not None and found.record is not None else {}
+        if recorded.get("name") == name and recorded.get("storage"):
+            storage = str(recorded["storage"])
+        if not storage:
+            raise NotFound(f"queue {name!r}: no storage to read it from (rtjob ui --storage, or a run of it: ?run=ID)")
+        return queue_at(name, storage, site.config.endpoint)
+    listed, problem = await _gathered(site, gather)
+    if problem is not None:
+        return problem
+    return site.page("queue.html", view=listed.view, rows=listed.rows())
+
+
+async def _gathered(site: Any, gather: Any) -> tuple[Any, Response | None]:
+    """What ``gather`` found (in a thread), or the page that says why not: 404 for what does not exist."""
+    try:
+        return await asyncio.to_thread(gather), None
+    except NotFound as exc:
+        return None, site.problem(str(exc), 404)
+    except RtjobError as exc:
+        return None, site.problem(exc.message, failed(exc))
 
 
 async def login(request: Request) -> Response:
@@ -126,5 +156,5 @@ async def login(request: Request) -> Response:
 
 ROUTES: list[BaseRoute] = [
     Route("/", runs), Route("/runs/{run_id}", run), Route("/runs/{run_id}/card", run_card),
-    Route("/runs/{run_id}/log/find", log_find), Route("/compare", compare),
+    Route("/runs/{run_id}/log/find", log_find), Route("/compare", compare), Route("/queues/{name}", queue),
     Route("/login", login, methods=["GET", "POST"]), Route("/favicon.ico", favicon)]

@@ -80,7 +80,15 @@ def runs_page(query: RunsQuery, storage: str | None, endpoint: str | None) -> Ru
     shown = rows[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
     if not storage:
         shown = _with_records(shown)
-    return RunsPage([table_row(seen_row(row)) for row in shown], total, page, pages, source, problems)
+    return RunsPage(_seen(shown), total, page, pages, source, problems)
+
+
+def _seen(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The shown rows as their verdicts say them, a queued run with its place (its queue read once per queue)."""
+    from ..runs.queued import places_of
+
+    places = places_of(rows) if any(row.get("status") == "QUEUED" for row in rows) else {}
+    return [table_row(seen_row(row, place=places.get(str(row.get("id"))))) for row in rows]
 
 
 def _with_records(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -108,7 +116,7 @@ def _ledger_page(query: RunsQuery, problems: list[str]) -> RunsPage:
     rows = [entry_of(r) for r in book.query(**filters, limit=page * PAGE_SIZE)[(page - 1) * PAGE_SIZE:]]
     problems.extend(book.warnings)
     book.warnings.clear()
-    return RunsPage([table_row(seen_row(row)) for row in rows], total, page, pages, "ledger", problems)
+    return RunsPage(_seen(rows), total, page, pages, "ledger", problems)
 
 
 def _ledger_rows(wanted: RunFilter, problems: list[str]) -> list[dict[str, Any]]:

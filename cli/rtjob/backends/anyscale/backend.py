@@ -92,7 +92,7 @@ class AnyscaleBackend(Backend):
     carries_pipelines = True
     # A pipeline's job runs on a Ray cluster: the Ray backend's loop carries its steps.
     supervisor_backend: ClassVar[str | None] = "ray"
-    pipeline_steps_inside = True
+    pipeline_steps_inside = queues_itself = True
     ci_secrets = (("ANYSCALE_CLI_TOKEN", "an Anyscale API key (the SDK reads it; never printed)"),)
     ci_extra = "anyscale,s3"
     # Anyscale's API is polled at most this often per run (follow asks every second).

@@ -17,6 +17,7 @@ from ..base import Request
 # Anyscale packages a working dir as Ray does; the companion travels as it does on Ray.
 from ..packaging import DEFAULT_EXCLUDES, STOP_WAIT_ENV, STOP_WAIT_S, companion_entrypoint, companion_modules
 from .client import ANYSCALE_VERSION, anyscale_errors
+from .queue import job_queue_config
 
 if TYPE_CHECKING:
     from ...jobspec.pricing import HourlyCost
@@ -64,6 +65,9 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         config["cloud"] = cloud
     if job.spec.project or project:
         config["project"] = job.spec.project or project
+    if job.queue is not None:  # Anyscale's own job queue orders it (backends/anyscale/queue.py: the priority's rule)
+        config["job_queue_config"] = job_queue_config(job.queue)
+        tags[contract.TAG_QUEUE] = job.queue.name
     if job.companion:  # the run-side companion, as on Ray: JobConfig's py_modules, the entrypoint under it
         config["entrypoint"] = companion_entrypoint(job.entrypoint)
         config["py_modules"] = companion_modules()

@@ -148,6 +148,8 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
     if rate is not None:  # the priced shape, so the finished run is priced without its job file
         rate = dataclasses.replace(rate, source=f"shape of {job.compute_config_name} at submit, {job.nodes} node(s)")
         metadata[contract.META_RATE] = json.dumps(rate.to_json(), separators=(",", ":"))
+    if job.queue is not None:  # the request the queue's keeper submits once the run is admitted says where it waited
+        metadata.update({contract.META_QUEUE: job.queue.name, contract.META_PRIORITY: str(job.queue.priority)})
     for key, value in job.spec.tags.items():
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
     request = RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)

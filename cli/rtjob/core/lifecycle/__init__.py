@@ -11,7 +11,7 @@ crashed after the record and before the index entry or the notification calls ``
 illegal transition raises ``IllegalTransition`` (an internal error: a writer's bug, never the run's end).
 
 Modules: rules.py (writers, precedence, the table, ``apply``), transitions.py (a run's start, the run side's
-transitions), ends.py (the ends other writers record), timelines.py (per attempt), kernel.py (``write``,
+transitions), ends.py (the ends other writers record), queued.py (a queued run's), timelines.py (per attempt), kernel.py (``write``,
 ``blank``, ``merge``, the readers' verdicts), table.py (the generated table). Stdlib, rtjob.core and
 rtjob_contract only: the cluster imports it (the companion and the supervisor).
 """
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from .ends import Archive, Archived, Ended, GaveUp, PipelineEnded, Progressed
 from .kernel import IndexPort, RecordPort, RunPorts, blank, forgotten, merge, stale, write
+from .queued import ADMITTED, Admitted, Cancelled, Queued, was_admitted
 from .rules import (
     END_FIELDS,
     ENDS,
@@ -48,8 +49,8 @@ from .transitions import (
     Tracked,
 )
 
-__all__ = ["END_FIELDS", "ENDS", "LATEST_LOG", "PRECEDENCE", "TABLE", "Archive", "Archived", "AttemptEnded", "Beat",
-           "EarlierAttempt", "Ended", "GaveUp", "IllegalTransition", "IndexPort", "KeptEnd", "Outputs", "PipelineEnded",
-           "Progressed", "RecordPort", "Retrying", "Rule", "RunPorts", "Saved", "Stages", "Started", "Submitted", "Tracked",
+__all__ = ["ADMITTED", "END_FIELDS", "ENDS", "LATEST_LOG", "PRECEDENCE", "TABLE", "Admitted", "Archive", "Archived", "AttemptEnded", "Beat",
+           "Cancelled", "EarlierAttempt", "Ended", "GaveUp", "IllegalTransition", "IndexPort", "KeptEnd", "Outputs", "PipelineEnded",
+           "Progressed", "Queued", "RecordPort", "Retrying", "Rule", "RunPorts", "Saved", "Stages", "Started", "Submitted", "Tracked",
            "Writer", "apply", "blank", "earlier", "ended_by_run_side", "forgotten", "last_attempt", "merge", "rank",
-           "stale", "table_markdown", "write"]
+           "stale", "table_markdown", "was_admitted", "write"]

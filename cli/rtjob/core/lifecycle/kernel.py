@@ -129,9 +129,11 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
             if getattr(merged, name) in (None, [], {}, False):
                 setattr(merged, name, getattr(stored, name))
     elif not merged.run_status.terminal and stored.run_status == RunStatus.RUNNING \
-            and merged.run_status in (RunStatus.PENDING, RunStatus.UNKNOWN):
+            and merged.run_status in (RunStatus.QUEUED, RunStatus.PENDING, RunStatus.UNKNOWN):
         merged.status = stored.status  # the companion saw it start; a client's PENDING is older news
         merged.start_time = merged.start_time or stored.start_time
+    elif merged.run_status == RunStatus.QUEUED and "admitted" in stored.timeline and not stored.run_status.terminal:
+        merged.status = stored.status  # its keeper admitted it: a client's QUEUED is older news
     if len(stored.attempts) > len(merged.attempts):
         merged.attempts = stored.attempts  # the run side's account of its attempts, where this writer has fewer
     timelines.derive(merged)

@@ -39,6 +39,7 @@ class Writer(str, Enum):
     COMPANION = "companion"  # the run's entrypoint wrapper, beside the driver, one per attempt
     SUPERVISOR = "supervisor"  # the run's supervisor on the cluster: its retries across attempts
     PIPELINE_SUPERVISOR = "pipeline supervisor"  # a pipeline's supervisor: its steps, in order
+    KEEPER = "keeper"  # a queue's keeper on the cluster: admits a queued run, or ends it cancelled (core/queueing.py)
 
     @property
     def recorded_as(self) -> str:
@@ -47,13 +48,13 @@ class Writer(str, Enum):
 
 _RECORDED_AS = {Writer.SUBMITTER: "client", Writer.FOLLOWER: "client", Writer.ARCHIVE: "client",
                 Writer.COMPANION: "companion", Writer.SUPERVISOR: "supervisor",
-                Writer.PIPELINE_SUPERVISOR: "supervisor"}
+                Writer.PIPELINE_SUPERVISOR: "supervisor", Writer.KEEPER: "keeper"}
 RUN_SIDE = (Writer.COMPANION, Writer.SUPERVISOR, Writer.PIPELINE_SUPERVISOR)
 
 # Whose end stands: an end written by a higher rank is never replaced by a lower one's; between equals the later
 # write stands (a retry's companion ends the run after its first attempt's did). The run side saw the end where the
 # run was; a client saw it through the backend, later and from afar.
-PRECEDENCE: dict[str | None, int] = {None: 0, "client": 1, "companion": 2, "supervisor": 2}
+PRECEDENCE: dict[str | None, int] = {None: 0, "client": 1, "companion": 2, "supervisor": 2, "keeper": 2}
 
 
 def rank(completed_by: str | None) -> int:

@@ -13,8 +13,11 @@ from ..memory import ledger
 from ..places import writable_here
 
 if TYPE_CHECKING:
+    from ...backends.base import Backend
+    from ...core.queueing import Place
     from ...core.record import RunRecord
     from ...jobspec.project import Settings
+    from ...jobspec.queues import QueueSettings
     from ...ledger import Ledger
     from ...storage.objects import Objects
     from ..events import RunEvents
@@ -116,20 +119,25 @@ def storage_rows(root: str, endpoint: str | None, wanted: RunFilter, *, reindex:
         beats.update(_beats([r for r in indexed.rows if r.get("id") not in beats], root, objects, endpoint))
     finally:
         objects.close()
-    return [_seen(row, beats.get(str(row.get("id")))) for row in indexed.rows], problems + indexed.problems
+    from ..queued import places_of  # a queued run's position: each queue listed read once
+
+    places = places_of(indexed.rows) if any(row.get("status") == "QUEUED" for row in indexed.rows) else {}
+    return ([_seen(row, beats.get(str(row.get("id"))), places.get(str(row.get("id")))) for row in indexed.rows],
+            problems + indexed.problems)
 
 
 _ENDS = ("SUCCEEDED", "FAILED", "STOPPED")
 BEATS_AT_MOST = 100  # runs not ended whose records a listing reads for their latest beat
 
 
-def _seen(row: dict[str, Any], record: RunRecord | None) -> dict[str, Any]:
-    """The row as its run's verdict says it: from its record's latest beat where that was read."""
+def _seen(row: dict[str, Any], record: RunRecord | None, place: Place | None = None) -> dict[str, Any]:
+    """The row as its run's verdict says it: from its record's latest beat where that was read; a queued run at its
+    ``place`` in its queue."""
     from ...core.index_entry import entry_of, seen_row
 
     if record is None or row.get("status") in _ENDS:
-        return seen_row(row)  # an end listed is the end its writer wrote
-    return seen_row({**row, **entry_of(record)})
+        return seen_row(row, place=place)  # an end listed is the end its writer wrote
+    return seen_row({**row, **entry_of(record)}, place=place)
 
 
 def _beats(rows: list[dict[str, Any]], root: str, objects: Objects, endpoint: str | None) -> dict[str, RunRecord]:
@@ -242,3 +250,29 @@ def checkpoints_of(record: RunRecord, events: RunEvents) -> list[dict[str, Any]]
     except RtjobError as exc:
         events.warning(f"checkpoints not listed: {exc.message}")
         return None
+
+
+def platform_queue_rows(backend: Backend, queue: QueueSettings, events: RunEvents) -> list[dict[str, Any]]:
+    """`rtjob queue NAME` where the platform keeps the queue (Anyscale's job queues): the runs this machine sent to
+    it that have not ended, each as the backend says it now, oldest first. The SDK tells no position in the queue:
+    each is "unknown" (None); the order and the admission are the platform's."""
+    from ...core.model import RunStatus
+    from ...core.verdict import of_record
+    from ..view import look
+
+    target = queue.anyscale_queue or queue.name
+    rows = []
+    for record in sorted(ledger().unarchived(backend.name), key=lambda r: r.submitted_at or ""):
+        if (record.queue or {}).get("name") != queue.name:
+            continue
+        try:
+            info = look(backend, record.id, None, events).info
+        except RtjobError:
+            info = of_record(record).onto(record.to_run_info())
+        if info.status.terminal:
+            continue
+        rows.append({"id": record.id, "status": "QUEUED" if info.status == RunStatus.PENDING else info.status.value,
+                     "position": None, "priority": (record.queue or {}).get("priority"), "user": record.user,
+                     "job": record.job, "waiting_since": record.submitted_at,
+                     "reason": f"in Anyscale's job queue {target}: its order is Anyscale's (no position given)"})
+    return rows

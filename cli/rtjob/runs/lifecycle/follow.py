@@ -128,6 +128,11 @@ def follow_run(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: 
                               f"(rtjob wait {current} to keep waiting, rtjob stop {current} to stop it)")
         return left
 
+    from .queue_wait import until_admitted  # a queued run: through QUEUED first, the --timeout counting
+
+    ended = until_admitted(backend, run_id, remaining=remaining, events=events)
+    if ended is not None:
+        return ended  # cancelled while queued
     patience = Patience(events.note)
     known = patience.call_sync(lambda: backend.attempts(run_id))
     if known is not None and known.chain and known.chain[-1].id != run_id and any(a.id == run_id for a in known.chain):

@@ -35,8 +35,14 @@ def mark_stop(storage_uri: str | None, endpoint: str | None) -> bool:
 
 
 def stop_run(backend: Backend, run_id: str) -> RunInfo:
-    """Mark the run's stop in its folder, then stop it (the backend returns at once for an ended run)."""
+    """Mark the run's stop in its folder, then stop it (the backend returns at once for an ended run). A run still
+    queued is cancelled instead: it never reaches the cluster (runs/queued.py)."""
     from ..places import writable_here
+    from .queue_wait import cancelled_while_queued
+
+    cancelled = cancelled_while_queued(backend, run_id)
+    if cancelled is not None:
+        return cancelled
 
     try:
         info = backend.status(run_id)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from ...core import lifecycle
 from ...core.errors import RtjobError
+from ...core.model import RunStatus
 from ..memory import ledger, write
 from ..records import new_record, now_ms
 from ..runner import Submitted
@@ -48,8 +49,12 @@ def _send(planned: Plan, attach: bool, events: RunEvents) -> Submitted:
     existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
     if existing is not None:
         return Submitted(existing, created=False)
-    for warning in patience.call_sync(lambda: backend.precheck(planned.job)):
+    for warning in patience.call_sync(lambda: backend.precheck(planned.job)):  # never fits: exit 2, queued or not
         events.warning(warning)
+    if planned.job.queue is not None and not backend.queues_itself:  # its queue's keeper sends it (runs/queued.py)
+        from ..queued import enqueue
+
+        return enqueue(planned, events)
     if planned.upload is not None:
         events.note(f"uploading working dir {planned.upload.describe()}")
     sent = now_ms()  # the start-up timeline's first stages: sent (the upload follows), accepted
@@ -61,7 +66,7 @@ def _send(planned: Plan, attach: bool, events: RunEvents) -> Submitted:
 def _supervise(backend: Backend, run: RunInfo, events: RunEvents) -> None:
     """The run's supervisor on the cluster (where the backend has one and the run needs it: retries), started or
     attached to; one warning if it cannot be, and the run goes on (a follower still retries it)."""
-    if run.status.terminal:
+    if run.status.terminal or run.status == RunStatus.QUEUED:  # a queued run's: started when it is admitted
         return
     try:
         supervisor = Patience(events.note).call_sync(lambda: backend.supervise(run.id))
@@ -91,7 +96,7 @@ def submit_and_record(planned: Plan, *, attach: bool, events: RunEvents,
 def pending_record(planned: Plan) -> RunRecord:
     """The record of the planned run before it is sent: PENDING under its planned id (what the storage check
     writes; the submit's own record is written over it)."""
-    from ...core.model import RunInfo, RunStatus
+    from ...core.model import RunInfo
 
     job = planned.job
     return new_record(planned, RunInfo(job.run_id, job.spec.name, planned.backend.name, RunStatus.PENDING,
@@ -110,4 +115,12 @@ def _record(planned: Plan, info: RunInfo, events: RunEvents, timeline: dict[str,
     if known is not None and known.spec is not None:
         observe(planned.backend, info, events)
         return
-    write(new_record(planned, info, timeline), lifecycle.Submitted(), events)
+    made, queue = new_record(planned, info, timeline), planned.job.queue
+    if queue is not None:  # the queue it waits in (on Anyscale: Anyscale's job queue), as its record keeps it
+        from ..queued import record_queue
+
+        made.queue = record_queue(queue)
+        if info.status == RunStatus.QUEUED:  # in rtjob's queue: QUEUED until its keeper admits it
+            write(made, [lifecycle.Submitted(), lifecycle.Queued(record_queue(queue))], events)
+            return
+    write(made, lifecycle.Submitted(), events)

@@ -1,0 +1,213 @@
+"""A queue's keeper on a Ray cluster, as the backends serve it (rtjob.queue's keeper decides; this acts):
+- the client's part: ``start_keeper`` submits ``rtjob-keeper-<queue>-<n>`` (a Ray job of 0 CPUs on the head,
+  running ``python -m rtjob.queue.keeper``, rtjob travelling as its py_modules; hidden from `list` as a
+  supervisor of ``queue:<name>``), and ``queued_body`` turns a planned request into the Jobs API body the keeper
+  POSTs at admission, its packages uploaded to the cluster and their zips kept in the queue's storage;
+- the cluster's part: ``RayKeeperCluster``, what the keeper's loop asks of the cluster from inside it (free and
+  total resources per node, a run's Jobs API state, whether it is placed or ended, its submit and stop, its
+  packages put back from the queue's storage when Ray has collected them).
+
+Imports at module level: the stdlib and rtjob_contract (the cluster runs it); ray inside functions."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import rtjob_contract as contract
+
+from ..core.errors import BadInput
+
+KEEPER_MODULE = "rtjob.queue.keeper"
+ENV_QUEUE_URI = "RTJOB_QUEUE_URI"
+ENV_QUEUE_NAME = "RTJOB_QUEUE_NAME"
+ENV_QUEUE_ENDPOINT = "RTJOB_QUEUE_ENDPOINT"
+ENV_QUEUE_LIMITS = "RTJOB_QUEUE_LIMITS"
+PASSED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION",
+               "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "RTJOB_S3_OBJECTS")
+TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+MAX_KEEPERS = 50
+
+
+def keeper_id(name: str, n: int) -> str:
+    return f"rtjob-keeper-{name}-{n}"
+
+
+def _ray_api(backend: Any) -> Any:
+    api = getattr(backend, "api", None)
+    if api is None or not hasattr(api, "job"):
+        raise BadInput(f"queues need a Ray cluster: backend {getattr(backend, 'name', backend)!r} has no Jobs API here")
+    return api
+
+
+def start_keeper(backend: Any, name: str, folder: str, endpoint: str | None, n: int, env: dict[str, str] | None,
+                 limits: dict[str, Any] | None = None) -> str:
+    """Start the queue's keeper number ``n`` or later (one whose job ended is passed over; one that is starting is
+    returned as it is): its id."""
+    import json
+
+    from .packaging import companion_modules
+    from .ray.request import RayJobRequest
+
+    api = _ray_api(backend)
+    for k in range(n, n + MAX_KEEPERS):
+        data = api.job(keeper_id(name, k))
+        if data is None:
+            break
+        if data.get("status") not in TERMINAL:
+            return keeper_id(name, k)
+    else:
+        raise BadInput(f"queue {name}: {MAX_KEEPERS} keepers ended in a row; see `ray job logs {keeper_id(name, k)}`")
+    passed = dict(env) if env is not None else {v: os.environ[v] for v in PASSED_VARS if os.environ.get(v)}
+    passed.update({ENV_QUEUE_URI: folder, ENV_QUEUE_NAME: name, contract.ENV_DASHBOARD_ADDRESS: backend.address,
+                   ENV_QUEUE_LIMITS: json.dumps(limits or {})})
+    if endpoint:
+        passed[ENV_QUEUE_ENDPOINT] = endpoint
+    request = RayJobRequest(
+        run_id=keeper_id(name, k), job_file="", notes=[], entrypoint=f"python -m {KEEPER_MODULE} {keeper_id(name, k)}",
+        runtime_env={"py_modules": companion_modules(), "env_vars": passed},
+        metadata={contract.META_ROLE: contract.ROLE_SUPERVISOR, contract.META_SUPERVISES: f"queue:{name}"},
+        entrypoint_num_cpus=0, cluster_ray_address=bool(getattr(backend, "_cluster", None)))
+    backend.submit(request)
+    return keeper_id(name, k)
+
+
+def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -> dict[str, Any]:
+    """The Jobs API body of planned ``request`` with its packages uploaded to the cluster (gcs:// URIs) and each
+    package's zip handed to ``keep(name, path)`` (the queue's storage), so the keeper can put it back later."""
+    from ray._private.runtime_env.packaging import create_package
+    from ray.dashboard.modules.job.common import uri_to_http_components
+    from ray.job_submission import JobSubmissionClient
+
+    from .ray.client import quiet_ray_client
+    from .ray.request import RayJobRequest
+    from .ray.supervisor_jobs import step_body
+
+    if not isinstance(request, RayJobRequest):
+        raise BadInput("queues need a Ray cluster: this backend's runs are queued by its platform")
+    api = _ray_api(backend)
+    quiet_ray_client()
+    client = JobSubmissionClient(backend.address, headers=api.headers, verify=api.verify, create_cluster_if_needed=False)
+    upload = client._upload_package_if_needed  # noqa: SLF001 - Ray's own upload, the one submit_job uses
+
+    def upload_and_keep(package_path: str, include_gitignore: bool, include_parent_dir: bool = False,
+                        excludes: list[str] | None = None, is_file: bool = False) -> str:
+        uri = upload(package_path, include_gitignore, include_parent_dir, excludes, is_file)
+        _, package = uri_to_http_components(uri)
+        with tempfile.TemporaryDirectory() as tmp:
+            zipped = Path(package_path) if is_file else Path(tmp) / package
+            if not is_file:
+                create_package(package_path, zipped, include_gitignore=include_gitignore,
+                               include_parent_dir=include_parent_dir, excludes=excludes)
+            keep(package, zipped)
+        return str(uri)
+
+    client._upload_package_if_needed = upload_and_keep  # type: ignore[method-assign]  # noqa: SLF001
+    import copy
+
+    env = copy.deepcopy(request.runtime_env)
+    client._upload_working_dir_if_needed(env)  # noqa: SLF001
+    client._upload_py_modules_if_needed(env)  # noqa: SLF001
+    body = step_body(request)
+    body["runtime_env"] = env
+    body["entrypoint_resources"] = dict(request.entrypoint_resources)
+    if request.cluster_ray_address and getattr(backend, "_cluster", None) is not None:
+        env.setdefault("env_vars", {}).setdefault("RAY_ADDRESS", backend._cluster.gcs_address)  # noqa: SLF001
+    return body
+
+
+class RayKeeperCluster:
+    """The cluster as the keeper's loop sees it from inside (the Jobs API over REST, Ray's GCS for resources and
+    placement groups)."""
+
+    def __init__(self) -> None:
+        from .ray.in_cluster import RayClusterJobs, in_cluster_api
+
+        self.api = in_cluster_api()
+        self.jobs = RayClusterJobs(self.api)
+        self._ray = False
+
+    def _init(self) -> None:
+        if not self._ray:
+            import ray
+
+            ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", logging_level=40, log_to_driver=False)
+            self._ray = True
+
+    def free_per_node(self) -> list[dict[str, float]]:
+        self._init()
+        from ray._private import state
+
+        return [_plain(v) for v in state.available_resources_per_node().values()]
+
+    def total_per_node(self) -> list[dict[str, float]]:
+        self._init()
+        from ray._private import state
+
+        return [_plain(v) for v in state.total_resources_per_node().values()]
+
+    def job(self, run_id: str) -> dict[str, Any] | None:
+        return self.api.job(run_id)
+
+    def submit(self, body: dict[str, Any]) -> bool:
+        """POST the run (its id is its submission id: Ray refuses a second, which is an attach); True: created."""
+        resp = self.api.request("POST", "/api/jobs/", json={k: v for k, v in body.items() if k != "job_file"})
+        if resp.status_code < 400:
+            return True
+        if "already exists" in resp.text:
+            return False
+        raise RuntimeError(f"Ray refused {body.get('submission_id')}: HTTP {resp.status_code} {resp.text.strip()[-300:]}")
+
+    def restore_code(self, body: dict[str, Any], fetch: Callable[[str], bytes | None]) -> list[str]:
+        """Put back the body's packages Ray no longer has, from ``fetch(name)`` (the queue's storage); the ones it
+        could not (none kept) are returned."""
+        from .ray.supervisor_jobs import missing_packages
+
+        lost = []
+        for uri in missing_packages(self.api, dict(body.get("runtime_env") or {})):
+            package = uri[len("gcs://"):]
+            data = fetch(package)
+            resp = None if data is None else self.api.request("PUT", f"/api/packages/gcs/{package}", data=data)
+            if resp is None or resp.status_code != 200:
+                lost.append(uri)
+        return lost
+
+    def placed(self, run_id: str, data: dict[str, Any], workers: int) -> str | None:
+        """How the run holds its place: "pg" (a placement group its job created is placed), "driver" (its driver
+        runs and it declares no workers), None (not yet)."""
+        job_id = data.get("job_id")
+        if workers and job_id:
+            self._init()
+            from ray.util.state import list_placement_groups
+
+            groups = list_placement_groups(filters=[("creator_job_id", "=", str(job_id))], raise_on_missing_output=False)
+            if any(str(getattr(g, "state", "")) == "CREATED" for g in groups):
+                return "pg"
+        if data.get("status") == "RUNNING" and not workers:
+            return "driver"
+        return None
+
+    def ended(self, run_id: str, grace_s: float = 120.0) -> bool:
+        """Whether the run left the cluster for good: its latest attempt ended and no retry comes (a retriable
+        end with retries left keeps its slot while the supervisor resubmits, up to ``grace_s``)."""
+        latest = self.jobs.latest_attempt(run_id)
+        state = self.jobs.state(latest)
+        if state is None or state.status not in TERMINAL:
+            return False
+        from ..core.retry_rule import retries_left
+
+        if state.retry_reason is not None and retries_left(state.attempt, state.max_retries):
+            end = float((self.job(latest) or {}).get("end_time") or 0) / 1000
+            return bool(end) and time.time() - end > grace_s
+        return True
+
+    def stop(self, run_id: str) -> None:
+        self.api.stop(self.jobs.latest_attempt(run_id))
+
+
+def _plain(resources: dict[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in resources.items() if not k.startswith("node:") and "_group_" not in k}

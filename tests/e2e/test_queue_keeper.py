@@ -1,0 +1,108 @@
+"""The queue's keeper for real, on the session's 2-node embedded cluster (CPU shapes, folder storage): started by
+ensure_keeper as a Ray job of its own, it admits queued runs by priority then arrival with no client doing
+anything but watch; and a keeper that died between writing an admission and submitting it (the state it leaves:
+admitted, not marked submitted, its lease run out) is replaced by the next ensure_keeper, which submits that run
+exactly once, whether or not the dead one had reached Ray. Observed through the Jobs API and the queue's state."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import requests
+from rtjob.queue import lease as leases
+from rtjob.queue.client import QueueRef, enqueue, ensure_keeper, hold, read, release
+from rtjob.queue.format import ADMITTED, STATE, Shape, State
+from support.cli import REPO, new_id
+from support.ray_jobs import JobsAPI, ended, wait_for
+
+pytestmark = pytest.mark.cluster
+
+SHAPE = Shape(entrypoint={"CPU": 1.0})
+
+
+@pytest.fixture
+def backend(cluster_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Any:
+    from rtjob.backends import backend_class, configured
+
+    for name in ("RTJOB_HOME", "XDG_CONFIG_HOME"):
+        monkeypatch.setenv(name, cluster_env[name])
+    return backend_class("local")(configured({"backend": "local"}, REPO))
+
+
+def body(run_id: str, code: str = "print('ran')") -> dict[str, Any]:
+    return {"entrypoint": f"python -c \"{code}\"", "submission_id": run_id, "runtime_env": {},
+            "metadata": {"rtjob.test": "queue"}, "entrypoint_num_cpus": 1}
+
+
+def stop_keeper(api: JobsAPI, keeper: str) -> None:
+    requests.post(f"{api.address}/api/jobs/{keeper}/stop", headers={"Authorization": f"Bearer {api.token}"}, timeout=10)
+    wait_for(ended(api, keeper), 60, f"{keeper} to stop")
+
+
+def test_runs_are_admitted_by_priority_then_arrival_with_no_client_alive(cluster_env, backend, tmp_path: Path) -> None:
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    hold(ref, "test")  # all four are queued before the keeper may admit any
+    ids = {name: new_id(name) for name in ("late", "early", "urgent", "first")}
+    enqueue(ref, ids["early"], body(ids["early"]), SHAPE, user="ann", job="j", enqueued_at=100.0)
+    enqueue(ref, ids["late"], body(ids["late"]), SHAPE, user="bob", job="j", enqueued_at=200.0)
+    enqueue(ref, ids["urgent"], body(ids["urgent"]), SHAPE, user="bob", job="j", priority=10, enqueued_at=300.0)
+    enqueue(ref, ids["first"], body(ids["first"]), SHAPE, user="ann", job="j", enqueued_at=50.0)  # a pipeline's
+    keeper = ensure_keeper(backend, ref, SimpleNamespace(max_running=1, policy="best-effort", max_skips=3,
+                                                         max_running_per_user=None))
+    try:
+        wait_for(lambda: (v := read(ref)).keeper_alive and v.entries[0].position == 1, 120, "the keeper to order them")
+        assert ensure_keeper(backend, ref) == keeper  # alive: a second carrying command starts none
+        view = read(ref)
+        assert view.held and [(e.id, e.position) for e in view.entries] == [
+            (ids["urgent"], 1), (ids["first"], 2), (ids["early"], 3), (ids["late"], 4)]
+        assert view.entries[1].reason.endswith("the queue is held; behind priority 10"), view.entries[1].reason
+        release(ref, "test")
+        for name in ids.values():
+            assert wait_for(ended(api, name), 120, f"{name} to end") == "SUCCEEDED"
+        starts = sorted(ids, key=lambda n: api.job(ids[n])["start_time"])
+        assert starts == ["urgent", "first", "early", "late"]
+        wait_for(lambda: not read(ref).entries, 60, "the queue to empty")
+    finally:
+        stop_keeper(api, keeper)
+
+
+def test_a_keeper_killed_mid_admission_is_replaced_and_the_run_admitted_once(cluster_env, backend,
+                                                                             tmp_path: Path) -> None:
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    unsent, sent = new_id("unsent"), new_id("sent")
+    for run in (unsent, sent):
+        enqueue(ref, run, body(run), SHAPE, user="ann", job="j")
+    # What a keeper killed between its two writes leaves: both admitted in the state, neither marked submitted;
+    # it had reached Ray with one of them; its lease ran out.
+    from rtjob.queue.fold import fold
+    from rtjob.queue.keeper import Keeper
+
+    objects = ref.objects()
+    dead = Keeper(objects, ref.name, cluster=None, holder="rtjob-keeper-x-1", limits=None)  # type: ignore[arg-type]
+    state = State(ref.name)
+    fold(state, dead.intents(state))
+    for entry in state.entries:
+        entry.status, entry.admitted_at = ADMITTED, 1.0
+    dead.write(state, None)
+    objects.put(leases.LEASE, leases.dumps({"holder": "rtjob-keeper-x-1", "beat": 1.0, "ttl": 30.0}))
+    posted = requests.post(f"{api.address}/api/jobs/", json=body(sent), timeout=30,
+                           headers={"Authorization": f"Bearer {api.token}"})
+    assert posted.status_code == 200, posted.text
+    keeper = ensure_keeper(backend, ref)
+    try:
+        assert keeper.endswith("-2")  # the next one after the lease's holder
+        for run in (unsent, sent):
+            assert wait_for(ended(api, run), 120, f"{run} to end") == "SUCCEEDED"
+        wait_for(lambda: not read(ref).entries, 60, "the queue to empty")
+        for run in (unsent, sent):
+            assert api.logs(run).splitlines().count("ran") == 1  # one driver each: Ray refused a second submission
+        raw = objects.get(STATE, 1 << 20)
+        assert raw is not None and not State.from_bytes(raw.data, ref.name).entries
+    finally:
+        stop_keeper(api, keeper)
+
