@@ -126,7 +126,7 @@ def test_runs_of_a_teams_storage_list_a_queued_run_with_its_place(queued: tuple[
 
 
 def test_rtjob_list_shows_the_queued_runs_no_cluster_holds_yet(queued: tuple[ProjectCli, Path]) -> None:
-    """`list` (runs/view.with_queued over the cluster's answer, here none) shows first the queued runs this machine
+    """`list` (runs/listed.with_queued over the cluster's answer, here none) shows first the queued runs this machine
     knows that no cluster holds yet, newest first, each at its place in its queue."""
     cli, store = queued
     from rtjob.runs.memory import remember
@@ -135,7 +135,7 @@ def test_rtjob_list_shows_the_queued_runs_no_cluster_holds_yet(queued: tuple[Pro
         remember(RunRecord.loads((store / "train" / run_id / "rtjob-run.json").read_text(), "r"))
     from rtjob.backends import get_backend
     from rtjob.jobspec.project import load_settings
-    from rtjob.runs.view import with_queued
+    from rtjob.runs.listed import with_queued
 
     listed = with_queued(get_backend(load_settings({"backend": "local"}, cli.project)), [])
     assert [(i.id, i.status.value, i.message) for i in listed] == [

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from rtjob.core.model import RunInfo, RunStatus
 from rtjob.core.record import RunRecord
-from rtjob.runs.view import fold_retries, recorded_story, recorded_times
+from rtjob.runs.listed import fold_retries
+from rtjob.runs.view import recorded_story, recorded_times
 
 
 def info(run_id: str, status: RunStatus, start: str, end: str | None, parent: str | None = None,

@@ -143,8 +143,8 @@ def list_runs(backend: str | None, address: str | None, headers: tuple[str, ...]
       rtjob list --job ddp-resnet --limit 5 -o json
       rtjob list --backend anyscale
     """
+    from ..runs.listed import fold_retries, with_queued, with_recorded_times
     from ..runs.places import on_this_machine
-    from ..runs.view import fold_retries, with_queued, with_recorded_times
     from ..storage.run_filter import RunFilter
 
     wanted = RunFilter.from_flags(status=status_filter, job=job_filter, since=since, limit=limit)  # before a request
