@@ -6,6 +6,7 @@ exactly once, whether or not the dead one had reached Ray. Observed through the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -103,6 +104,32 @@ def test_a_keeper_killed_mid_admission_is_replaced_and_the_run_admitted_once(clu
             assert api.logs(run).splitlines().count("ran") == 1  # one driver each: Ray refused a second submission
         raw = objects.get(STATE, 1 << 20)
         assert raw is not None and not State.from_bytes(raw.data, ref.name).entries
+    finally:
+        stop_keeper(api, keeper)
+
+
+def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_env, backend, tmp_path: Path) -> None:
+    """The run's package is in the queue's storage only, the cluster's GCS lacks it (as after Ray collected an
+    upload no job referenced for 10 minutes): the keeper puts it back at admission and the run runs its code."""
+    from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
+
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text(f"print('code {os.urandom(4).hex()}')\n")
+    uri = get_uri_for_directory(str(code), True)
+    package = uri[len("gcs://"):]
+    create_package(str(code), tmp_path / package, include_gitignore=True)
+    ref.objects().put_file(f"code/{package}", str(tmp_path / package))
+    assert api.get(f"/api/packages/gcs/{package}").status_code == 404  # the cluster does not have it
+    run = new_id("coded")
+    enqueue(ref, run, {**body(run), "entrypoint": "python main.py", "runtime_env": {"working_dir": uri}}, SHAPE,
+            user="ann", job="j")
+    keeper = ensure_keeper(backend, ref)
+    try:
+        assert wait_for(ended(api, run), 120, f"{run} to end") == "SUCCEEDED"
+        assert (code / "main.py").read_text().strip()[7:-2] in api.logs(run)
     finally:
         stop_keeper(api, keeper)
 
