@@ -133,3 +133,29 @@ def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_en
     finally:
         stop_keeper(api, keeper)
 
+
+
+def test_a_planned_request_is_queued_with_its_code_kept_and_runs(cluster_env, backend, tmp_path: Path) -> None:
+    """enqueue_planned (what `submit --queue` calls): the request's working dir is uploaded, its zip kept in the
+    queue's storage under Ray's own name, and the keeper submits exactly that body."""
+    from rtjob.backends.ray.request import RayJobRequest
+    from rtjob.queue.client import enqueue_planned
+
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    code = tmp_path / "work"
+    code.mkdir()
+    (code / "main.py").write_text("print('planned ' + 'code')\n")
+    run = new_id("planned")
+    request = RayJobRequest(run_id=run, job_file="j.yaml", notes=[], entrypoint="python main.py",
+                            runtime_env={"working_dir": str(code)}, entrypoint_num_cpus=1)
+    enqueue_planned(backend, ref, request, SHAPE, user="ann", job="j")
+    kept = [x.rel for x in ref.objects().list("code")]
+    assert len(kept) == 1 and kept[0].startswith("code/_ray_pkg_"), kept
+    keeper = ensure_keeper(backend, ref)
+    try:
+        assert wait_for(ended(api, run), 120, f"{run} to end") == "SUCCEEDED"
+        assert "planned code" in api.logs(run)
+        assert api.job(run)["runtime_env"]["working_dir"] == f"gcs://{kept[0][len('code/'):]}"
+    finally:
+        stop_keeper(api, keeper)
