@@ -159,3 +159,26 @@ def test_a_planned_request_is_queued_with_its_code_kept_and_runs(cluster_env, ba
         assert api.job(run)["runtime_env"]["working_dir"] == f"gcs://{kept[0][len('code/'):]}"
     finally:
         stop_keeper(api, keeper)
+
+
+def test_a_retry_keeps_its_admission(cluster_env, backend, tmp_path: Path) -> None:
+    """max_running 1: the first run's driver is killed (SIGKILL, a retriable end); the supervisor the keeper started
+    for it submits its retry, and the next queued run is admitted only after that retry ended."""
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    marker = tmp_path / "first-attempt-ran"
+    flaky, nxt = new_id("flaky"), new_id("next")
+    script = f"if [ -e {marker} ]; then echo retried; else touch {marker}; kill -9 $$; fi"
+    enqueue(ref, flaky, {**body(flaky), "entrypoint": f"sh -c '{script}'",
+                         "metadata": {"rtjob.max_retries": "1"}}, SHAPE, user="ann", job="j", enqueued_at=1.0)
+    enqueue(ref, nxt, body(nxt), SHAPE, user="ann", job="j", enqueued_at=2.0)
+    keeper = ensure_keeper(backend, ref, SimpleNamespace(max_running=1))
+    try:
+        assert wait_for(ended(api, nxt), 180, f"{nxt} to end") == "SUCCEEDED"
+        assert api.status(flaky) == "FAILED" and api.status(f"{flaky}-retry1") == "SUCCEEDED"
+        assert api.job(nxt)["start_time"] >= api.job(f"{flaky}-retry1")["end_time"]
+    finally:
+        stop_keeper(api, keeper)
+        for supervisor in (f"{flaky}-supervisor",):
+            if api.status(supervisor) not in (None, "SUCCEEDED", "FAILED", "STOPPED"):
+                stop_keeper(api, supervisor)

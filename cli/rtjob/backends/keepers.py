@@ -156,11 +156,21 @@ class RayKeeperCluster:
     def submit(self, body: dict[str, Any]) -> bool:
         """POST the run (its id is its submission id: Ray refuses a second, which is an attach); True: created."""
         resp = self.api.request("POST", "/api/jobs/", json={k: v for k, v in body.items() if k != "job_file"})
-        if resp.status_code < 400:
-            return True
-        if "already exists" in resp.text:
-            return False
-        raise RuntimeError(f"Ray refused {body.get('submission_id')}: HTTP {resp.status_code} {resp.text.strip()[-300:]}")
+        if resp.status_code >= 400 and "already exists" not in resp.text:
+            raise RuntimeError(f"Ray refused {body.get('submission_id')}: HTTP {resp.status_code} "
+                               f"{resp.text.strip()[-300:]}")
+        self._supervise(str(body.get("submission_id")))
+        return resp.status_code < 400
+
+    def _supervise(self, run_id: str) -> None:
+        """Start the run's supervisor when it allows retries, as a client's submit does (its id is deterministic:
+        a keeper that starts it again attaches), so its retries keep its admission with no client alive."""
+        from .ray.in_cluster import submit_over_rest
+        from .ray.supervisor_jobs import supervisor_request, wants_supervisor
+
+        data = self.api.job(run_id)
+        if data is not None and wants_supervisor(data):
+            submit_over_rest(self.api, supervisor_request(data, self.api.address))
 
     def restore_code(self, body: dict[str, Any], fetch: Callable[[str], bytes | None]) -> list[str]:
         """Put back the body's packages Ray no longer has, from ``fetch(name)`` (the queue's storage); the ones it
