@@ -9,7 +9,7 @@ admission rule against the free resources per node minus what unplaced admitted 
 with If-Match. An admission is written to the state first, then submitted, then recorded in the run's record.
 
 What it needs of the cluster is ``Cluster`` (backends/keepers.RayKeeperCluster on Ray; tests may give another
-real one). Its settings (policy, max_skips, caps) come in RTJOB_QUEUE_LIMITS as JSON."""
+real one). Its queue and settings (policy, max_skips, caps) come in contract.ENV_QUEUE as JSON."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import rtjob_contract as contract
 
 from ..storage.objects import Objects, PreconditionFailed
 from . import lease as leases
@@ -245,7 +247,7 @@ class Keeper:
 def record_in_run(run_id: str, what: str, body: dict[str, Any]) -> None:
     """The run's record transition (the kernel's ``admitted`` / ``cancelled_queued``), where its storage is known."""
     env = (body.get("runtime_env") or {}).get("env_vars") or {}
-    run_uri = env.get("RTJOB_RUN_URI")
+    run_uri = env.get(contract.ENV_RUN_URI)
     if not run_uri:
         return
     from ..core import lifecycle
@@ -265,18 +267,13 @@ def record_in_run(run_id: str, what: str, body: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     holder = args[0] if args else os.environ.get("RAY_JOB_SUBMISSION_ID") or "keeper"
-    from ..backends.keepers import (
-        ENV_QUEUE_ENDPOINT,
-        ENV_QUEUE_LIMITS,
-        ENV_QUEUE_NAME,
-        ENV_QUEUE_URI,
-        RayKeeperCluster,
-    )
+    from ..backends.keepers import RayKeeperCluster
     from ..storage.opening import objects_for
 
-    limits = Limits(**json.loads(os.environ.get(ENV_QUEUE_LIMITS) or "{}"))
-    objects = objects_for(os.environ[ENV_QUEUE_URI], os.environ.get(ENV_QUEUE_ENDPOINT) or None)
-    keeper = Keeper(objects, os.environ[ENV_QUEUE_NAME], RayKeeperCluster(), holder, limits)
+    queue = json.loads(os.environ[contract.ENV_QUEUE])  # {"uri", "name", "endpoint", "limits"} (backends/keepers.py)
+    limits = Limits(**(queue.get("limits") or {}))
+    objects = objects_for(queue["uri"], queue.get("endpoint") or None)
+    keeper = Keeper(objects, str(queue["name"]), RayKeeperCluster(), holder, limits)
     sys.exit(keeper.run())
 
 
