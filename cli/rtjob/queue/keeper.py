@@ -123,6 +123,15 @@ class Keeper:
             self.submit(state, admitted)
         return True
 
+    def step_or_say(self) -> bool:
+        """A pass whose failure (storage or the cluster unreachable for a while) is one line, not the keeper's end:
+        its lease runs out only if it stays failing longer than the lease's time to live."""
+        try:
+            return self.step()
+        except Exception as exc:  # noqa: BLE001 - one line in its log; the next pass starts from storage again
+            say(f"queue {self.name}: a pass failed ({type(exc).__name__}: {str(exc)[:300]})")
+            return self.lease is not None
+
     def carry_admitted(self, state: State) -> None:
         for entry in state.admitted():
             data = self.cluster.job(entry.run_id)
@@ -186,14 +195,22 @@ class Keeper:
         lost = self.cluster.restore_code(body, self.code)
         if lost:
             say(f"{entry.run_id}: its code is gone from the cluster and the queue ({', '.join(lost)})")
-        created = self.cluster.submit(body)
-        say(f"admitted {entry.run_id} ({'submitted' if created else 'Ray had it already'})")
-        self.record(entry.run_id, "admitted", body)
+        try:
+            created: bool | None = self.cluster.submit(body)
+            say(f"admitted {entry.run_id} ({'submitted' if created else 'Ray had it already'})")
+            self.record(entry.run_id, "admitted", body)
+        except RuntimeError as exc:  # Ray refused the request itself: it leaves the queue, which goes on
+            created = None
+            say(f"{entry.run_id}: {exc}; removed from the queue")
+            self.record(entry.run_id, "cancelled", {**body, "queue": self.name})
         while True:  # mark it submitted (another pass may have written the state meanwhile: this keeper's own)
             state, etag = self.read()
             mine = state.find(entry.run_id)
             if mine is None or mine.submitted:
                 return
+            if created is None:
+                state.entries.remove(mine)
+                state.ended.append(mine.run_id)
             mine.submitted, mine.reason = True, "admitted, waiting to be placed"
             try:
                 self.write(state, etag)
@@ -232,7 +249,7 @@ class Keeper:
             return 0
         self.resubmit_unseen()
         idle_since = now()
-        while self.step():
+        while self.step_or_say():
             state, _ = self.read()
             if state.entries:
                 idle_since = now()
