@@ -62,6 +62,7 @@ ENV_COMPANION_HEARTBEAT_S = "RTJOB_COMPANION_HEARTBEAT_S"
 ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
 # The supervisor's way to the cluster's Jobs API from inside (a driver's RAY_ADDRESS is the GCS, not the dashboard)
 ENV_DASHBOARD_ADDRESS = "RTJOB_DASHBOARD_ADDRESS"
+ENV_QUEUE = "RTJOB_QUEUE"  # a queue's keeper (rtjob.queue.keeper): its queue's uri, name, endpoint, limits as JSON
 # A pipeline's supervisor: JSON [{the step's Jobs API request body}, ...] of the steps it runs, in order, their
 # packages already uploaded (gcs:// URIs), so it needs nothing from the client's checkout.
 ENV_PIPELINE_STEPS = "RTJOB_PIPELINE_STEPS"
@@ -110,8 +111,7 @@ ENV_NAMES = frozenset({
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_INPUT_DIR, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
     ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID, ENV_STORAGE_GRACE_S, ENV_STORAGE_PATIENCE_S,
-    ENV_TRACKING,
-})
+    ENV_TRACKING, ENV_QUEUE})
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint layout: <storage path>/<run name>/checkpoint_epoch_NNNN/{model.pt, optimizer.pt, state.json,

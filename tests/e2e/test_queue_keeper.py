@@ -6,6 +6,7 @@ exactly once, whether or not the dead one had reached Ray. Observed through the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -106,3 +107,78 @@ def test_a_keeper_killed_mid_admission_is_replaced_and_the_run_admitted_once(clu
     finally:
         stop_keeper(api, keeper)
 
+
+def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_env, backend, tmp_path: Path) -> None:
+    """The run's package is in the queue's storage only, the cluster's GCS lacks it (as after Ray collected an
+    upload no job referenced for 10 minutes): the keeper puts it back at admission and the run runs its code."""
+    from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
+
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "main.py").write_text(f"print('code {os.urandom(4).hex()}')\n")
+    uri = get_uri_for_directory(str(code), True)
+    package = uri[len("gcs://"):]
+    create_package(str(code), tmp_path / package, include_gitignore=True)
+    ref.objects().put_file(f"code/{package}", str(tmp_path / package))
+    assert api.get(f"/api/packages/gcs/{package}").status_code == 404  # the cluster does not have it
+    run = new_id("coded")
+    enqueue(ref, run, {**body(run), "entrypoint": "python main.py", "runtime_env": {"working_dir": uri}}, SHAPE,
+            user="ann", job="j")
+    keeper = ensure_keeper(backend, ref)
+    try:
+        assert wait_for(ended(api, run), 120, f"{run} to end") == "SUCCEEDED"
+        assert (code / "main.py").read_text().strip()[7:-2] in api.logs(run)
+    finally:
+        stop_keeper(api, keeper)
+
+
+
+def test_a_planned_request_is_queued_with_its_code_kept_and_runs(cluster_env, backend, tmp_path: Path) -> None:
+    """enqueue_planned (what `submit --queue` calls): the request's working dir is uploaded, its zip kept in the
+    queue's storage under Ray's own name, and the keeper submits exactly that body."""
+    from rtjob.backends.ray.request import RayJobRequest
+    from rtjob.queue.client import enqueue_planned
+
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    code = tmp_path / "work"
+    code.mkdir()
+    (code / "main.py").write_text("print('planned ' + 'code')\n")
+    run = new_id("planned")
+    request = RayJobRequest(run_id=run, job_file="j.yaml", notes=[], entrypoint="python main.py",
+                            runtime_env={"working_dir": str(code)}, entrypoint_num_cpus=1)
+    enqueue_planned(backend, ref, request, SHAPE, user="ann", job="j")
+    kept = [x.rel for x in ref.objects().list("code")]
+    assert len(kept) == 1 and kept[0].startswith("code/_ray_pkg_"), kept
+    keeper = ensure_keeper(backend, ref)
+    try:
+        assert wait_for(ended(api, run), 120, f"{run} to end") == "SUCCEEDED"
+        assert "planned code" in api.logs(run)
+        assert api.job(run)["runtime_env"]["working_dir"] == f"gcs://{kept[0][len('code/'):]}"
+    finally:
+        stop_keeper(api, keeper)
+
+
+def test_a_retry_keeps_its_admission(cluster_env, backend, tmp_path: Path) -> None:
+    """max_running 1: the first run's driver is killed (SIGKILL, a retriable end); the supervisor the keeper started
+    for it submits its retry, and the next queued run is admitted only after that retry ended."""
+    api = JobsAPI(cluster_env)
+    ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
+    marker = tmp_path / "first-attempt-ran"
+    flaky, nxt = new_id("flaky"), new_id("next")
+    script = f"if [ -e {marker} ]; then echo retried; else touch {marker}; kill -9 $$; fi"
+    enqueue(ref, flaky, {**body(flaky), "entrypoint": f"sh -c '{script}'",
+                         "metadata": {"rtjob.max_retries": "1"}}, SHAPE, user="ann", job="j", enqueued_at=1.0)
+    enqueue(ref, nxt, body(nxt), SHAPE, user="ann", job="j", enqueued_at=2.0)
+    keeper = ensure_keeper(backend, ref, SimpleNamespace(max_running=1))
+    try:
+        assert wait_for(ended(api, nxt), 180, f"{nxt} to end") == "SUCCEEDED"
+        assert api.status(flaky) == "FAILED" and api.status(f"{flaky}-retry1") == "SUCCEEDED"
+        assert api.job(nxt)["start_time"] >= api.job(f"{flaky}-retry1")["end_time"]
+    finally:
+        stop_keeper(api, keeper)
+        for supervisor in (f"{flaky}-supervisor",):
+            if api.status(supervisor) not in (None, "SUCCEEDED", "FAILED", "STOPPED"):
+                stop_keeper(api, supervisor)

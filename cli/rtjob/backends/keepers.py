@@ -23,10 +23,6 @@ import rtjob_contract as contract
 from ..core.errors import BadInput
 
 KEEPER_MODULE = "rtjob.queue.keeper"
-ENV_QUEUE_URI = "RTJOB_QUEUE_URI"
-ENV_QUEUE_NAME = "RTJOB_QUEUE_NAME"
-ENV_QUEUE_ENDPOINT = "RTJOB_QUEUE_ENDPOINT"
-ENV_QUEUE_LIMITS = "RTJOB_QUEUE_LIMITS"
 PASSED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION",
                "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "RTJOB_S3_OBJECTS")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
@@ -63,10 +59,8 @@ def start_keeper(backend: Any, name: str, folder: str, endpoint: str | None, n: 
     else:
         raise BadInput(f"queue {name}: {MAX_KEEPERS} keepers ended in a row; see `ray job logs {keeper_id(name, k)}`")
     passed = dict(env) if env is not None else {v: os.environ[v] for v in PASSED_VARS if os.environ.get(v)}
-    passed.update({ENV_QUEUE_URI: folder, ENV_QUEUE_NAME: name, contract.ENV_DASHBOARD_ADDRESS: backend.address,
-                   ENV_QUEUE_LIMITS: json.dumps(limits or {})})
-    if endpoint:
-        passed[ENV_QUEUE_ENDPOINT] = endpoint
+    passed[contract.ENV_DASHBOARD_ADDRESS] = backend.address
+    passed[contract.ENV_QUEUE] = json.dumps({"uri": folder, "name": name, "endpoint": endpoint, "limits": limits or {}})
     request = RayJobRequest(
         run_id=keeper_id(name, k), job_file="", notes=[], entrypoint=f"python -m {KEEPER_MODULE} {keeper_id(name, k)}",
         runtime_env={"py_modules": companion_modules(), "env_vars": passed},
@@ -156,11 +150,21 @@ class RayKeeperCluster:
     def submit(self, body: dict[str, Any]) -> bool:
         """POST the run (its id is its submission id: Ray refuses a second, which is an attach); True: created."""
         resp = self.api.request("POST", "/api/jobs/", json={k: v for k, v in body.items() if k != "job_file"})
-        if resp.status_code < 400:
-            return True
-        if "already exists" in resp.text:
-            return False
-        raise RuntimeError(f"Ray refused {body.get('submission_id')}: HTTP {resp.status_code} {resp.text.strip()[-300:]}")
+        if resp.status_code >= 400 and "already exists" not in resp.text:
+            raise RuntimeError(f"Ray refused {body.get('submission_id')}: HTTP {resp.status_code} "
+                               f"{resp.text.strip()[-300:]}")
+        self._supervise(str(body.get("submission_id")))
+        return resp.status_code < 400
+
+    def _supervise(self, run_id: str) -> None:
+        """Start the run's supervisor when it allows retries, as a client's submit does (its id is deterministic:
+        a keeper that starts it again attaches), so its retries keep its admission with no client alive."""
+        from .ray.in_cluster import submit_over_rest
+        from .ray.supervisor_jobs import supervisor_request, wants_supervisor
+
+        data = self.api.job(run_id)
+        if data is not None and wants_supervisor(data):
+            submit_over_rest(self.api, supervisor_request(data, self.api.address))
 
     def restore_code(self, body: dict[str, Any], fetch: Callable[[str], bytes | None]) -> list[str]:
         """Put back the body's packages Ray no longer has, from ``fetch(name)`` (the queue's storage); the ones it

@@ -6,7 +6,7 @@ the project's) under ``queues/<NAME>/`` (format.py):
 - ``intents/<kind>-<at ns>-<run id or random>.json``: one object per intent, written by clients only with
   ``If-None-Match: *`` (never overwritten, so nothing is lost or doubled): enqueue (the exact planned Jobs API
   request, the run's declared shape, user, job, priority, first enqueue time), cancel, priority, hold, release.
-- ``state.json``: the queue as the keeper folded it (entries queued or admitted, their order, skips, reasons, the
+- ``queue-state.json``: the queue as the keeper folded it (entries queued or admitted, their order, skips, reasons, the
   intents folded), rewritten only by the keeper with ``If-Match`` (a second keeper's write loses).
 - ``lease.json``: the keeper's lease (holder, heartbeat, time to live); a replaced keeper takes over once it
   expires, and the next command that carries (submit, wait, stop) starts one when none is alive (client.py).

@@ -180,7 +180,8 @@ def read(ref: QueueRef) -> QueueView:
     known = {e.run_id for e in state.entries}
     out = [QueueEntry(e.run_id, ADMITTED, None, e.priority, e.user, e.job, e.enqueued_at,
                       e.reason or "admitted") for e in state.admitted()]
-    for i, e in enumerate(state.queued(), start=1):
+    queued = [e for e in state.queued() if e.run_id not in cancelled]  # a cancel not folded yet wins already
+    for i, e in enumerate(queued, start=1):
         out.append(QueueEntry(e.run_id, QUEUED, i, e.priority, e.user, e.job, e.enqueued_at, e.reason or ""))
     for intent in unfolded:
         run = str(intent.get("run_id") or "")

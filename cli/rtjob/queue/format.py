@@ -1,6 +1,6 @@
 """The queue's storage format: where each object lives below the queue's folder and what its JSON holds.
 
-Below ``<storage>/queues/<NAME>/``: ``intents/`` (one object per client intent, written if absent), ``state.json``
+Below ``<storage>/queues/<NAME>/``: ``intents/`` (one object per client intent, written if absent), ``queue-state.json``
 (the keeper's folded queue, written if it matches), ``lease.json`` (the keeper's heartbeat), ``code/`` (queued
 runs' packages). Every object is a small JSON document with ``"v": 1``; readers ignore keys they do not know.
 
@@ -17,7 +17,7 @@ from typing import Any
 VERSION = 1
 INTENTS_FOLDER = "intents"
 INTENTS = "intents/"  # the intents' names start so; list them with objects.list(INTENTS_FOLDER)
-STATE = "state.json"
+STATE = "queue-state.json"
 LEASE = "lease.json"
 CODE = "code/"
 LIMIT = 64 << 20  # a state of many thousand entries; an enqueue intent carries one request

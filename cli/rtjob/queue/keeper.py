@@ -9,7 +9,7 @@ admission rule against the free resources per node minus what unplaced admitted 
 with If-Match. An admission is written to the state first, then submitted, then recorded in the run's record.
 
 What it needs of the cluster is ``Cluster`` (backends/keepers.RayKeeperCluster on Ray; tests may give another
-real one). Its settings (policy, max_skips, caps) come in RTJOB_QUEUE_LIMITS as JSON."""
+real one). Its queue and settings (policy, max_skips, caps) come in contract.ENV_QUEUE as JSON."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
+
+import rtjob_contract as contract
 
 from ..storage.objects import Objects, PreconditionFailed
 from . import lease as leases
@@ -121,6 +123,15 @@ class Keeper:
             self.submit(state, admitted)
         return True
 
+    def step_or_say(self) -> bool:
+        """A pass whose failure (storage or the cluster unreachable for a while) is one line, not the keeper's end:
+        its lease runs out only if it stays failing longer than the lease's time to live."""
+        try:
+            return self.step()
+        except Exception as exc:  # noqa: BLE001 - one line in its log; the next pass starts from storage again
+            say(f"queue {self.name}: a pass failed ({type(exc).__name__}: {str(exc)[:300]})")
+            return self.lease is not None
+
     def carry_admitted(self, state: State) -> None:
         for entry in state.admitted():
             data = self.cluster.job(entry.run_id)
@@ -184,14 +195,22 @@ class Keeper:
         lost = self.cluster.restore_code(body, self.code)
         if lost:
             say(f"{entry.run_id}: its code is gone from the cluster and the queue ({', '.join(lost)})")
-        created = self.cluster.submit(body)
-        say(f"admitted {entry.run_id} ({'submitted' if created else 'Ray had it already'})")
-        self.record(entry.run_id, "admitted", body)
+        try:
+            created: bool | None = self.cluster.submit(body)
+            say(f"admitted {entry.run_id} ({'submitted' if created else 'Ray had it already'})")
+            self.record(entry.run_id, "admitted", body)
+        except RuntimeError as exc:  # Ray refused the request itself: it leaves the queue, which goes on
+            created = None
+            say(f"{entry.run_id}: {exc}; removed from the queue")
+            self.record(entry.run_id, "cancelled", {**body, "queue": self.name})
         while True:  # mark it submitted (another pass may have written the state meanwhile: this keeper's own)
             state, etag = self.read()
             mine = state.find(entry.run_id)
             if mine is None or mine.submitted:
                 return
+            if created is None:
+                state.entries.remove(mine)
+                state.ended.append(mine.run_id)
             mine.submitted, mine.reason = True, "admitted, waiting to be placed"
             try:
                 self.write(state, etag)
@@ -230,7 +249,7 @@ class Keeper:
             return 0
         self.resubmit_unseen()
         idle_since = now()
-        while self.step():
+        while self.step_or_say():
             state, _ = self.read()
             if state.entries:
                 idle_since = now()
@@ -265,18 +284,13 @@ def record_in_run(run_id: str, what: str, body: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     holder = args[0] if args else os.environ.get("RAY_JOB_SUBMISSION_ID") or "keeper"
-    from ..backends.keepers import (
-        ENV_QUEUE_ENDPOINT,
-        ENV_QUEUE_LIMITS,
-        ENV_QUEUE_NAME,
-        ENV_QUEUE_URI,
-        RayKeeperCluster,
-    )
+    from ..backends.keepers import RayKeeperCluster
     from ..storage.opening import objects_for
 
-    limits = Limits(**json.loads(os.environ.get(ENV_QUEUE_LIMITS) or "{}"))
-    objects = objects_for(os.environ[ENV_QUEUE_URI], os.environ.get(ENV_QUEUE_ENDPOINT) or None)
-    keeper = Keeper(objects, os.environ[ENV_QUEUE_NAME], RayKeeperCluster(), holder, limits)
+    queue = json.loads(os.environ[contract.ENV_QUEUE])  # {"uri", "name", "endpoint", "limits"} (backends/keepers.py)
+    limits = Limits(**(queue.get("limits") or {}))
+    objects = objects_for(queue["uri"], queue.get("endpoint") or None)
+    keeper = Keeper(objects, str(queue["name"]), RayKeeperCluster(), holder, limits)
     sys.exit(keeper.run())
 
 
