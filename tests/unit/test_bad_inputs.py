@@ -175,7 +175,7 @@ CASES = [
                  id="ray-job-headers-not-json"),
     pytest.param(flags(expect=("backend 'nope'", "env RTJOB_BACKEND"), env={"RTJOB_BACKEND": "nope"}),
                  id="backend-env-nope"),
-    pytest.param(Case(("render", "hello"), ("pyproject.toml", "[tool.rtjob]: unknown key 'adress'",
+    pytest.param(Case(("render", "hello"), ("pyproject.toml", "pyproject.toml:2: unknown key 'adress'",
                                             "did you mean 'address'?"),
                       {"pyproject.toml": '[tool.rtjob]\nadress = "http://head:8265"\n'}),
                  id="pyproject-unknown-key"),

@@ -44,7 +44,6 @@ def queue_group() -> None:
     Examples:
       rtjob queue team                      position, priority, user, job, waiting since, why
       rtjob queue team -o json              [{"id", "status", "position" (1 = next), "priority", "user", ...}]
-      rtjob queue priority RUN_ID 50        higher first (-1000..1000)
       rtjob queue hold team                 admit nothing until `rtjob queue release team`
     """
 
@@ -61,7 +60,13 @@ def _storage(settings: Any) -> str | None:
 @output_option
 def list_queue(name: str | None, backend: str | None, address: str | None, headers: tuple[str, ...],
                no_verify_tls: bool, output: str) -> int:
-    """List queue NAME (default: the settings' `queue`): admitted runs, then queued ones in order."""
+    """List queue NAME (default: the settings' `queue`): admitted runs, then queued ones in order.
+
+    \b
+    Examples:
+      rtjob queue list team
+      rtjob queue list team -o json
+    """
     from ..backends import get_backend
 
     settings = settings_from(backend, address, headers, no_verify_tls)
@@ -96,7 +101,13 @@ def list_queue(name: str | None, backend: str | None, address: str | None, heade
 @backend_options
 def priority(run_id: str, priority: int, backend: str | None, address: str | None, headers: tuple[str, ...],
              no_verify_tls: bool) -> int:
-    """Set queued run RUN_ID's priority (higher first, -1000..1000); its queue's keeper reorders it."""
+    """Set queued run RUN_ID's priority (higher first, -1000..1000); its queue's keeper reorders it.
+
+    \b
+    Examples:
+      rtjob queue priority ddp-resnet-20261202-1a2b 50
+      rtjob queue priority ddp-resnet-20261202-1a2b -10
+    """
     from ..core.errors import BadInput
     from ..jobspec.queues import check_priority
     from ..runs.memory import find
@@ -133,8 +144,9 @@ def _hold_or_release(what: str) -> click.Command:
                                  if what == "hold" else "released: its keeper admits again"))
         return EXIT_SUCCEEDED
 
-    command.__doc__ = ("Hold queue NAME: nothing is admitted until it is released (admitted runs go on)."
-                       if what == "hold" else "Release queue NAME: its keeper admits runs again.")
+    command.__doc__ = (("Hold queue NAME: nothing is admitted until it is released (admitted runs go on)."
+                        if what == "hold" else "Release queue NAME: its keeper admits runs again.")
+                       + f"\n\n    \b\n    Examples:\n      rtjob queue {what} team\n      rtjob queue {what} team --backend ray\n")
     return click.command(what)(command)
 
 
