@@ -37,6 +37,7 @@ def with_queued(backend: Backend, listed: list[RunInfo]) -> list[RunInfo]:
     """`rtjob list`: the cluster's runs, and first the runs this machine queued for it that no cluster holds yet
     (QUEUED, each at its place in its queue), newest first."""
     from .memory import ledger, remembered_info, with_run_side
+    from .queued import places
 
     known = {info.id for info in listed}
     try:  # each with what its keeper wrote since (its admission, its cancel)
@@ -44,7 +45,9 @@ def with_queued(backend: Backend, listed: list[RunInfo]) -> list[RunInfo]:
                    if r.run_status == RunStatus.QUEUED and r.id not in known]
     except RtjobError:
         return listed
-    queued = [remembered_info(r, cluster_forgot=False) for r in waiting if r.run_status == RunStatus.QUEUED]
+    waiting = [r for r in waiting if r.run_status == RunStatus.QUEUED]
+    where = places(waiting)  # each queue read once
+    queued = [remembered_info(r, cluster_forgot=False, where=where.get(r.id)) for r in waiting]
     return sorted(queued, key=lambda i: i.start_time or "", reverse=True) + listed
 
 

@@ -24,6 +24,7 @@ from .places import writable_here
 if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.lifecycle import IndexPort
+    from ..core.queueing import Place
     from ..ledger import Ledger
     from .events import RunEvents
 
@@ -224,10 +225,11 @@ def where_it_ran(run_id: str) -> tuple[str, str | None] | None:
     return record.backend, address
 
 
-def remembered_info(record: RunRecord, *, cluster_forgot: bool = True) -> RunInfo:
+def remembered_info(record: RunRecord, *, cluster_forgot: bool = True, where: Place | None = None) -> RunInfo:
     """What a record says of a run its cluster no longer knows (``cluster_forgot``: an end never seen is UNKNOWN,
-    not RUNNING), as the run's verdict (core/verdict.py) says it."""
+    not RUNNING), as the run's verdict (core/verdict.py) says it; a queued run at its place (``where``: read
+    already, else its queue is read now)."""
     from ..core.verdict import of_record
     from .queued import place
 
-    return of_record(record, cluster_forgot=cluster_forgot, place=place(record)).onto(record.to_run_info())
+    return of_record(record, cluster_forgot=cluster_forgot, place=where or place(record)).onto(record.to_run_info())

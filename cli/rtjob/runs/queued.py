@@ -93,23 +93,22 @@ def ensure_keeper_of(backend: Backend, record: RunRecord) -> str:
 def place(record: RunRecord) -> Place | None:
     """A queued run's place as its queue's state tells it (None: the record is not QUEUED). A queue that cannot be
     read leaves the record's own word (its queue's name): a read never fails a view."""
-    if record.run_status != RunStatus.QUEUED:
-        return None
-    name = str((record.queue or {}).get("name") or "?")
-    ref = _ref_of_record(record)
-    if ref is None:
-        return Place(name)
-    from ..queue import client
+    return places([record]).get(record.id)
 
-    try:
-        view = client.read(ref)
-    except (RtjobError, OSError, ValueError):
-        return Place(name)
-    found = place_in(view, record.id)
-    if found.keeper_alive is False and _within(record.timeline.get("queued"), KEEPER_START_S):
-        # just queued: the keeper its submit started takes the lease in a few seconds (a Ray job's start)
-        return replace(found, keeper_alive=None, reason="; ".join(filter(None, ["its keeper is starting", found.reason])))
-    return found
+
+def places(records: list[RunRecord]) -> dict[str, Place]:
+    """The queued records' places (`list`, `runs`: each queue read once): a run just queued whose keeper holds no
+    lease yet reads as its keeper starting (its Ray job takes seconds), not as lost."""
+    waiting = [r for r in records if r.run_status == RunStatus.QUEUED]
+    read = _read_places([(r.id, r.queue or {}, r.storage_endpoint) for r in waiting])
+    out: dict[str, Place] = {}
+    for record in waiting:
+        found = read.get(record.id) or Place(str((record.queue or {}).get("name") or "?"))
+        if found.keeper_alive is False and _within(record.timeline.get("queued"), KEEPER_START_S):
+            found = replace(found, keeper_alive=None,
+                            reason="; ".join(filter(None, ["its keeper is starting", found.reason])))
+        out[record.id] = found
+    return out
 
 
 KEEPER_START_S = 120.0  # how long after its enqueue a run's lapsed lease reads as a keeper starting, not a lost one
@@ -125,18 +124,24 @@ def _within(when: str | None, seconds: float) -> bool:
 def places_of(rows: list[dict[str, Any]]) -> dict[str, Place]:
     """The queued runs' places among listed rows (index entries), each queue read once; a queue that cannot be read
     is left out (its runs show their queue's name alone)."""
+    return _read_places([(str(row.get("id")), row.get("queue"), None) for row in rows
+                         if row.get("status") == RunStatus.QUEUED.value])
+
+
+def _read_places(runs: list[tuple[str, Any, str | None]]) -> dict[str, Place]:
+    """(run id, its record's ``queue``, its storage's endpoint) -> its place, each queue's state read once; a queue
+    that names no storage or cannot be read is left out."""
     from ..jobspec.queues import QueueSettings
     from ..queue import client
 
-    groups: dict[tuple[str, str], list[str]] = {}
-    for row in rows:
-        queue = row.get("queue") if row.get("status") == RunStatus.QUEUED.value else None
+    groups: dict[tuple[str, str, str | None], list[str]] = {}
+    for run_id, queue, endpoint in runs:
         if isinstance(queue, dict) and queue.get("name") and queue.get("storage"):
-            groups.setdefault((str(queue["name"]), str(queue["storage"])), []).append(str(row.get("id")))
+            groups.setdefault((str(queue["name"]), str(queue["storage"]), endpoint), []).append(run_id)
     out: dict[str, Place] = {}
-    for (name, storage), ids in groups.items():
+    for (name, storage, endpoint), ids in groups.items():
         try:
-            view = client.read(ref_of(QueueSettings(name=name), storage))
+            view = client.read(ref_of(QueueSettings(name=name), storage, endpoint))
         except (RtjobError, OSError, ValueError):
             continue
         out.update({run_id: place_in(view, run_id) for run_id in ids})
