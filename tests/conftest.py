@@ -136,8 +136,8 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 
 # pytest-xdist, --dist loadfile: a file is one unit of work (its module fixtures run once), handed to whichever
-# worker is free. The unit tier: the files whose tests import torch (and transformers, diffusers) go to one worker
-# as one unit, so that only one worker spends the ~4 s of those imports.
+# worker is free. The files whose tests import torch (and transformers, diffusers; all in the e2e tier, so the unit
+# tier never imports them) go to one worker as one unit, so that only one worker spends the ~4 s of those imports.
 TORCH_FILES = {"test_checkpoint_restore.py", "test_diffusion.py", "test_hf_sft.py", "test_precision.py",
                "test_synthetic_cache.py", "test_voice_audio.py", "test_voice_eval.py"}
 # The e2e tier (each worker with its own session cluster and S3 servers): the longest files go out first, so that
