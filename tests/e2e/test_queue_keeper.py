@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import requests
+from rtjob.backends.keepers import SEALED_URI
 from rtjob.queue import lease as leases
 from rtjob.queue.client import QueueRef, enqueue, ensure_keeper, hold, read, release
 from rtjob.queue.format import ADMITTED, STATE, Shape, State
@@ -130,6 +131,14 @@ def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_en
     try:
         assert wait_for(ended(api, run), 120, f"{run} to end") == "SUCCEEDED"
         assert (code / "main.py").read_text().strip()[7:-2] in api.logs(run)
+        # A sealed package (client-held secrets) is never kept in the queue's storage: once Ray collected it, the
+        # run leaves the queue told why, and never reaches Ray to fail there.
+        sealed, gone = new_id("sealed"), f"gcs://_ray_pkg_{os.urandom(8).hex()}.zip"
+        enqueue(ref, sealed, {**body(sealed), "runtime_env": {"working_dir": uri, "py_modules": [gone]},
+                              SEALED_URI: gone}, SHAPE, user="ann", job="j")
+        wait_for(lambda: f"{sealed}: its sealed secrets ({gone}) collected by Ray" in api.logs(keeper), 120,
+                 "the keeper to drop the run whose sealed package is gone")
+        assert api.job(sealed) is None
     finally:
         stop_keeper(api, keeper)
 

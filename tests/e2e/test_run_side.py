@@ -26,6 +26,7 @@ from support.webhook import Receiver, receiving
 pytestmark = pytest.mark.cluster
 
 BUCKET = "side-runs"
+QUEUE = "side"  # a team queue in the bucket (the secrets test's queued variant)
 HOOK_SECRET = "hookpathsecret9f8e7d6c"  # the webhook URL's secret path segment (as Slack's carry theirs)
 TOKEN = "side-api-token-5a4b3c2d1e"  # a secret env value the script prints
 PLANTED.update({HOOK_SECRET, TOKEN})
@@ -93,6 +94,7 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "jobs").mkdir()
     (root / "jobs" / "side.yaml").write_text(JOB)
     (root / "side.py").write_text(SCRIPT)
+    (root / "pyproject.toml").write_text(f"[tool.rtjob.queues.{QUEUE}]\nmax_running = 2\n")  # the queued variant's
     return root
 
 
@@ -324,15 +326,15 @@ print("workers " + json.dumps(ray.get([worker.options(scheduling_strategy="SPREA
 
 
 def _ray_job_info(jobs_api: tuple[str, dict[str, str]], run_id: str) -> dict[str, str]:
-    """What Ray's Jobs API answers about the run and every job rtjob started for it (its supervisor): their rows of
-    the list, and each job's own answer (entrypoint, runtime_env, metadata), as text. Only this run's: the session's
-    cluster also runs other modules' jobs, e.g. an Anyscale JobConfig, whose env carries forwarded credentials by
-    design (docs/guide/secrets.md), from the same S3 server."""
+    """What Ray's Jobs API answers about the run and every job rtjob started for it (its supervisor, its queue's
+    keeper): their rows of the list, and each job's own answer (entrypoint, runtime_env, metadata), as text. Only
+    these: the session's cluster also runs other modules' jobs, e.g. an Anyscale JobConfig, whose env carries
+    forwarded credentials by design (docs/guide/secrets.md), from the same S3 server."""
     address, headers = jobs_api
     listed = requests.get(f"{address}/api/jobs/", headers=headers, timeout=60)
     assert listed.status_code == 200 and run_id in listed.text
     mine = [j for j in listed.json() if str(j.get("submission_id") or "").startswith(run_id)
-            or (j.get("metadata") or {}).get("rtjob.supervises") == run_id]
+            or (j.get("metadata") or {}).get("rtjob.supervises") in (run_id, f"queue:{QUEUE}")]
     ids = [j["submission_id"] for j in mine]
     out = {"Ray's job list": json.dumps(mine)}
     for job_id in ids:
@@ -343,12 +345,16 @@ def _ray_job_info(jobs_api: tuple[str, dict[str, str]], run_id: str) -> dict[str
     return out
 
 
-def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, receiver, project, jobs_api, tmp_path):
+@pytest.mark.parametrize("queued", [False, True], ids=["submitted", "queued"])
+def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, receiver, project, jobs_api, tmp_path,
+                                                                  queued):
     """Issue 45: an env: secret (sealed by the client), a file:// secret (read on the driver's node) and the
     forwarded AWS secret key (sealed) reach the driver and both Ray workers (the worker_process_setup_hook); the
     webhook's notification arrives though its URL travels sealed; Ray's job info (the list and each job's answer:
     entrypoint, runtime_env, metadata), `rtjob show`, the bucket's objects, the stored log, Ray's driver log and
-    everything rtjob printed hold none of the values nor the webhook's URL; the script's print is masked."""
+    everything rtjob printed hold none of the values nor the webhook's URL; the script's print is masked. Queued
+    (issue 44), the same holds with the queue's keeper in between: the keeper's own AWS credentials travel sealed,
+    the run's sealed package is POSTed by the keeper, and the queue's objects in the bucket hold no value."""
     import hashlib
 
     secret_file = tmp_path / "file-token"
@@ -361,7 +367,8 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
     run_id = new_id("sealed")
     folder = f"runs/sealed/{run_id}"
     proc = rtjob("submit", "sealed", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
-                 "--submission-id", run_id, env={**env, "SEALED_SOURCE": SEALED_TOKEN}, cwd=project, timeout=240)
+                 *(["--queue", QUEUE] if queued else []), "--submission-id", run_id,
+                 env={**env, "SEALED_SOURCE": SEALED_TOKEN}, cwd=project, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     digest = {n: hashlib.sha256(v.encode()).hexdigest()[:16] for n, v in (
         ("ENV_TOK", SEALED_TOKEN), ("FILE_TOK", FILE_TOKEN), ("AWS_SECRET_ACCESS_KEY", s3.secret_key))}
@@ -395,3 +402,9 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
     sent = json.loads(info[f"Ray's job info of {run_id}"])["runtime_env"]
     assert not {"ENV_TOK", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "SIDE_HOOK"} & set(sent["env_vars"])
     assert all(uri.startswith("gcs://_ray_pkg_") for uri in sent["py_modules"])  # the sealed one among them
+    if queued:
+        [keeper] = [k for k in info if "rtjob-keeper-" in k and k.startswith("Ray's job info")]
+        assert "AWS_SECRET_ACCESS_KEY" not in json.loads(info[keeper])["runtime_env"]["env_vars"]
+        assert f"runs/queues/{QUEUE}/queue-state.json" in stored, sorted(stored)  # the queue's objects were read
+        address, headers = jobs_api
+        requests.post(f"{address}/api/jobs/{keeper.rsplit(' ', 1)[-1]}/stop", headers=headers, timeout=30)

@@ -25,7 +25,11 @@ from ..core.errors import BadInput
 KEEPER_MODULE = "rtjob.queue.keeper"
 PASSED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION",
                "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "RTJOB_S3_OBJECTS")
+# The credentials among them travel in the keeper's sealed package, never its env_vars (Ray's job info shows those
+# to anyone who reaches the dashboard): the keeper unseals them first (core/secret_refs.unseal).
+SEALED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
+SEALED_URI = "rtjob_sealed_uri"  # a queued body's key (popped before it is POSTed): its sealed package's gcs:// URI
 MAX_KEEPERS = 50
 
 
@@ -58,7 +62,9 @@ def start_keeper(backend: Any, name: str, folder: str, endpoint: str | None, n: 
             return keeper_id(name, k)
     else:
         raise BadInput(f"queue {name}: {MAX_KEEPERS} keepers ended in a row; see `ray job logs {keeper_id(name, k)}`")
-    passed = dict(env) if env is not None else {v: os.environ[v] for v in PASSED_VARS if os.environ.get(v)}
+    given = dict(env) if env is not None else {v: os.environ[v] for v in PASSED_VARS if os.environ.get(v)}
+    sealed = {k: v for k, v in given.items() if k in SEALED_VARS}
+    passed = {k: v for k, v in given.items() if k not in SEALED_VARS}
     passed[contract.ENV_DASHBOARD_ADDRESS] = backend.address
     passed[contract.ENV_QUEUE] = json.dumps({"uri": folder, "name": name, "endpoint": endpoint, "limits": limits or {}})
     request = RayJobRequest(
@@ -66,19 +72,25 @@ def start_keeper(backend: Any, name: str, folder: str, endpoint: str | None, n: 
         runtime_env={"py_modules": companion_modules(), "env_vars": passed},
         metadata={contract.META_ROLE: contract.ROLE_SUPERVISOR, contract.META_SUPERVISES: f"queue:{name}"},
         entrypoint_num_cpus=0, cluster_ray_address=bool(getattr(backend, "_cluster", None)))
+    request.sealed_env = sealed
     backend.submit(request)
     return keeper_id(name, k)
 
 
 def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -> dict[str, Any]:
     """The Jobs API body of planned ``request`` with its packages uploaded to the cluster (gcs:// URIs) and each
-    package's zip handed to ``keep(name, path)`` (the queue's storage), so the keeper can put it back later."""
+    package's zip handed to ``keep(name, path)`` (the queue's storage), so the keeper can put it back later; all but
+    the sealed package (the run's client-held secrets, backends/ray/sealed.py), which is never stored: Ray keeps an
+    unreferenced upload for RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S (600 s by default), so a run with
+    client-held secrets that waits longer than that is told at admission (docs/guide/secrets.md)."""
     from ray._private.runtime_env.packaging import create_package
     from ray.dashboard.modules.job.common import uri_to_http_components
     from ray.job_submission import JobSubmissionClient
 
+    from ..core.secret_refs import SEALED_PACKAGE
     from .ray.client import quiet_ray_client
     from .ray.request import RayJobRequest
+    from .ray.sealed import sealed_runtime_env
     from .ray.supervisor_jobs import step_body
 
     if not isinstance(request, RayJobRequest):
@@ -91,6 +103,8 @@ def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -
     def upload_and_keep(package_path: str, include_gitignore: bool, include_parent_dir: bool = False,
                         excludes: list[str] | None = None, is_file: bool = False) -> str:
         uri = upload(package_path, include_gitignore, include_parent_dir, excludes, is_file)
+        if Path(package_path).name == SEALED_PACKAGE:  # secrets are never written to the queue's storage
+            return str(uri)
         _, package = uri_to_http_components(uri)
         with tempfile.TemporaryDirectory() as tmp:
             zipped = Path(package_path) if is_file else Path(tmp) / package
@@ -103,11 +117,14 @@ def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -
     client._upload_package_if_needed = upload_and_keep  # type: ignore[method-assign]  # noqa: SLF001
     import copy
 
-    env = copy.deepcopy(request.runtime_env)
-    client._upload_working_dir_if_needed(env)  # noqa: SLF001
-    client._upload_py_modules_if_needed(env)  # noqa: SLF001
+    with sealed_runtime_env(request) as sent:  # the run's client-held secrets: its sealed package, as a submit's
+        env = copy.deepcopy(sent)
+        client._upload_working_dir_if_needed(env)  # noqa: SLF001
+        client._upload_py_modules_if_needed(env)  # noqa: SLF001
     body = step_body(request)
     body["runtime_env"] = env
+    if request.sealed or request.sealed_env:  # the last py_module: which one restore_code cannot put back
+        body[SEALED_URI] = env["py_modules"][-1]
     body["entrypoint_resources"] = dict(request.entrypoint_resources)
     if request.cluster_ray_address and getattr(backend, "_cluster", None) is not None:
         env.setdefault("env_vars", {}).setdefault("RAY_ADDRESS", backend._cluster.gcs_address)  # noqa: SLF001
@@ -172,12 +189,13 @@ class RayKeeperCluster:
         from .ray.supervisor_jobs import missing_packages
 
         lost = []
+        sealed = body.pop(SEALED_URI, None)  # never kept in the queue's storage (queued_body)
         for uri in missing_packages(self.api, dict(body.get("runtime_env") or {})):
             package = uri[len("gcs://"):]
-            data = fetch(package)
+            data = None if uri == sealed else fetch(package)
             resp = None if data is None else self.api.request("PUT", f"/api/packages/gcs/{package}", data=data)
             if resp is None or resp.status_code != 200:
-                lost.append(uri)
+                lost.append(f"its sealed secrets ({uri})" if uri == sealed else f"its code ({uri})")
         return lost
 
     def placed(self, run_id: str, data: dict[str, Any], workers: int) -> str | None:

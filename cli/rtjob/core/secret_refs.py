@@ -14,13 +14,17 @@ companion resolves the rest on the driver's node, hands the values to the entryp
 Ray's internal KV (``KV_NAMESPACE``, key ``kv_key(run id)``), to every Ray worker of the run
 (runside/secret_env.py: the ``worker_process_setup_hook``).
 
-Pure (stdlib only): the client's spec layer and the run side both parse with it.
+The grammar is pure (stdlib only): the client's spec layer and the run side both parse with it. ``sealed`` and
+``unseal`` read the sealed package on the run side: every process rtjob runs there (companion, supervisor, sync
+job, each Ray worker, a queue's keeper) unseals first.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 import rtjob_contract as contract
@@ -112,4 +116,33 @@ def client_values(secrets: Mapping[str, str], environ: Mapping[str, str], where:
                            "references are read from this client's environment)")
         values[name] = value
     REDACTOR.add(values.values())
+    return values
+
+
+def sealed(file: str) -> dict[str, str]:
+    """One file of the sealed package (a py_modules folder on this process's path: the run's job and every job
+    rtjob starts for it from its job info); {} without the package."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(SEALED_PACKAGE)
+    folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    if folder is None or not os.path.exists(os.path.join(folder, file)):
+        return {}
+    with open(os.path.join(folder, file), encoding="utf-8") as f:
+        data = json.load(f)
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def unseal(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """The sealed variables (forwarded AWS credentials, notify URLs) into ``environ``, each a secret of this process
+    from now on; a variable already set keeps its value. Returns what was sealed."""
+    from .redact import REDACTOR
+
+    try:
+        values = sealed(SEALED_ENV_FILE)
+    except (OSError, ValueError):
+        return {}
+    REDACTOR.add(values.values())
+    for name, value in values.items():
+        environ.setdefault(name, value)
     return values

@@ -39,6 +39,7 @@ from .format import (
     loads,
     now,
 )
+from .told import record_in_run, say
 
 PLACE_TIMEOUT_S = 300.0  # an admitted run not placed by then releases the next admission (it still counts)
 DATA_CPUS_DEFAULT = 0.0
@@ -53,10 +54,6 @@ class Cluster(Protocol):
     def placed(self, run_id: str, data: dict[str, Any], workers: int) -> str | None: ...
     def ended(self, run_id: str) -> bool: ...
     def stop(self, run_id: str) -> None: ...
-
-
-def say(line: str) -> None:
-    print(f"[rtjob keeper] {line}", flush=True)
 
 
 class Keeper:
@@ -193,16 +190,19 @@ class Keeper:
         body["submission_id"] = entry.run_id
         body.pop("queue", None)
         lost = self.cluster.restore_code(body, self.code)
-        if lost:
-            say(f"{entry.run_id}: its code is gone from the cluster and the queue ({', '.join(lost)})")
-        try:
-            created: bool | None = self.cluster.submit(body)
-            say(f"admitted {entry.run_id} ({'submitted' if created else 'Ray had it already'})")
-            self.record(entry.run_id, "admitted", body)
-        except RuntimeError as exc:  # Ray refused the request itself: it leaves the queue, which goes on
-            created = None
-            say(f"{entry.run_id}: {exc}; removed from the queue")
-            self.record(entry.run_id, "cancelled", {**body, "queue": self.name})
+        created: bool | None = None
+        if lost:  # Ray would only fail it setting up its runtime env: it leaves the queue, told why
+            why = f"{', '.join(lost)} collected by Ray while it waited in {self.name}; submit it again"
+            say(f"{entry.run_id}: {why}; removed from the queue")
+            self.record(entry.run_id, "cancelled", {**body, "queue": self.name, "why": why})
+        else:
+            try:
+                created = self.cluster.submit(body)
+                say(f"admitted {entry.run_id} ({'submitted' if created else 'Ray had it already'})")
+                self.record(entry.run_id, "admitted", body)
+            except RuntimeError as exc:  # Ray refused the request itself: it leaves the queue, which goes on
+                say(f"{entry.run_id}: {exc}; removed from the queue")
+                self.record(entry.run_id, "cancelled", {**body, "queue": self.name})
         while True:  # mark it submitted (another pass may have written the state meanwhile: this keeper's own)
             state, etag = self.read()
             mine = state.find(entry.run_id)
@@ -261,29 +261,12 @@ class Keeper:
         return 0
 
 
-def record_in_run(run_id: str, what: str, body: dict[str, Any]) -> None:
-    """The run's record transition (the kernel's ``Admitted`` / ``Cancelled``, core/lifecycle/queued.py), where its
-    storage is known."""
-    import rtjob_contract as contract
-
-    env = (body.get("runtime_env") or {}).get("env_vars") or {}
-    run_uri = env.get(contract.ENV_RUN_URI)
-    if not run_uri:
-        return
-    from ..core.lifecycle import Admitted, Cancelled, write
-    from ..storage.run_ports import run_ports
-
-    queue = ((body.get("metadata") or {}).get(contract.META_QUEUE)) or "its queue"
-    why = f"cancelled while queued in {queue}: it never reached the cluster"
-    try:  # the kernel's transitions; an illegal one (ended while queued) is said, not written; no record: none
-        write(run_ports(run_uri), Admitted() if what == "admitted" else Cancelled(why))
-    except Exception as exc:  # noqa: BLE001 - the queue goes on; the run's record is its own
-        say(f"{run_id}: could not record {what}: {exc}")
-
-
 def main(argv: list[str] | None = None) -> None:
     args = sys.argv[1:] if argv is None else argv
     holder = args[0] if args else os.environ.get("RAY_JOB_SUBMISSION_ID") or "keeper"
+    from ..core.secret_refs import unseal
+
+    unseal(os.environ)  # the client's AWS credentials travel sealed (its py_modules), not env_vars
     from ..backends.keepers import RayKeeperCluster
     from ..storage.opening import objects_for
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import rtjob_contract as contract
@@ -23,7 +23,7 @@ import rtjob_contract as contract
 from ..core import secret_refs
 from ..core.errors import one_line
 from ..core.redact import REDACTOR
-from ..core.secret_refs import SecretRef
+from ..core.secret_refs import SecretRef, unseal
 from .child import Child, Ended
 
 RAY_ADDRESS = "RAY_ADDRESS"  # the GCS address Ray's job supervisor gives the driver
@@ -43,38 +43,9 @@ def references(env: Mapping[str, str]) -> dict[str, str]:
     return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
-def _sealed(file: str) -> dict[str, str]:
-    """One file of the sealed package (a py_modules folder on this process's path: the run's job and every job
-    rtjob starts for it from its job info); {} without the package."""
-    import importlib.util
-
-    spec = importlib.util.find_spec(secret_refs.SEALED_PACKAGE)
-    folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
-    if folder is None or not os.path.exists(os.path.join(folder, file)):
-        return {}
-    with open(os.path.join(folder, file), encoding="utf-8") as f:
-        data = json.load(f)
-    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
-
-
 def sealed_values() -> dict[str, str]:
     """The client-held values of the run's ``env:`` references the sealed package brought."""
-    return _sealed(secret_refs.SEALED_FILE)
-
-
-def unseal(environ: MutableMapping[str, str]) -> dict[str, str]:
-    """The sealed variables (forwarded AWS credentials, notify URLs) into ``environ``, each a secret of this process
-    from now on; a variable already set keeps its value. Called first by every run-side process: the companion
-    (it needs the credentials before it reads the run's storage), the supervisor, the sync job and each Ray worker
-    (``setup``). Returns what was sealed."""
-    try:
-        values = _sealed(secret_refs.SEALED_ENV_FILE)
-    except (OSError, ValueError):
-        return {}
-    REDACTOR.add(values.values())
-    for name, value in values.items():
-        environ.setdefault(name, value)
-    return values
+    return secret_refs.sealed(secret_refs.SEALED_FILE)
 
 
 def _aws_client(service: str) -> Any:
