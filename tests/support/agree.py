@@ -86,6 +86,9 @@ def views(run_id: str, storage: str, env: dict[str, str], now: dt.datetime | Non
             assert got.returncode == 0, (command, got.stderr)
             said[command] = _picked(json.loads(got.stdout)["verdict"])
             stderr = got.stderr if command == "status" else stderr
+        mine = run_in_process("runs", "-o", "json", env=env)  # this machine's ledger, which the reads above taught
+        assert mine.returncode == 0, mine.stderr
+        said["runs"] = _picked(next(r for r in json.loads(mine.stdout) if r["id"] == run_id)["verdict"])
         app = create_app(Config(storage=storage, lookup_root=storage, endpoint=None, host="127.0.0.1", port=UI_PORT,
                                 token=None))
         listed = json.loads(call(app, "/api/runs")[2])["runs"]

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 from rtjob.core.errors import BadInput
+from rtjob.core.index_entry import VERDICT_INPUTS, ledger_summary, summary_said
 from rtjob.core.record import RunRecord
+from rtjob.core.verdict import of_record
 from rtjob.ledger import Ledger, ledger_path
 from rtjob.ledger import ledger as ledger_module
 
@@ -124,16 +126,23 @@ def test_summaries_are_the_records_short_form_in_the_same_order(ledger: Ledger) 
                        storage_uri="s3://b/runs/ddp-resnet/a", address="https://ray:8265", archived=True))
     ledger.save(record("b", "2026-11-02T09:00:00+00:00", status="RUNNING", backend="anyscale"))
     summaries = ledger.summaries(limit=None)
-    assert summaries == [r.summary() for r in ledger.query(limit=None)]
+    assert summaries == [ledger_summary(r) for r in ledger.query(limit=None)]
     assert list(summaries[0]) == ["id", "job", "backend", "status", "message", "start_time", "end_time",
                                   "storage_uri", "exit_code", "address", "submitted_at", "updated_at", "archived",
-                                  "git_commit", "git_dirty", "cost_usd"]
+                                  "git_commit", "git_dirty", "cost_usd", *VERDICT_INPUTS]  # b: RUNNING, no verdict
     assert summaries[1] | {"updated_at": None} == {
         "id": "a", "job": "ddp-resnet", "backend": "ray", "status": "SUCCEEDED", "message": None,
         "start_time": "2026-11-01T09:00:00+00:00", "end_time": "2026-11-01T10:00:00+00:00",
         "storage_uri": "s3://b/runs/ddp-resnet/a", "exit_code": 0, "address": "https://ray:8265",
         "submitted_at": None, "updated_at": None, "archived": True, "git_commit": "c0ffee", "git_dirty": False,
-        "cost_usd": 1.5}
+        "cost_usd": 1.5, "attempts": 1, "carried_by": None, "last_seen": None, "completed_by": None,
+        "reason": "completed", "outputs": None, "queue": None, "verdict": of_record(ledger.get("a")).to_json()}
+    assert "verdict" not in summaries[0]  # a run not ended: its verdict depends on the reader's clock
+    # `rtjob runs -o json` prints RunRecord.summary()'s keys and the verdict `status`/`show` print
+    now = dt.datetime(2026, 11, 3, tzinfo=dt.timezone.utc)  # one clock for both readers (b's duration runs on)
+    for said, run in ((summary_said(summaries[0], now), "b"), (summary_said(summaries[1], now), "a")):
+        assert list(said) == [*RunRecord(id="-", job=None, backend="-").summary(), "verdict"]
+        assert said["verdict"] == of_record(ledger.get(run), now).to_json()
     assert [s["id"] for s in ledger.summaries(backend="anyscale")] == ["b"]
 
 

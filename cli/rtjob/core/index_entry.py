@@ -41,6 +41,29 @@ def entry_of(record: RunRecord) -> dict[str, Any]:
             "reason": end_reason(record).value, "outputs": record.outputs, "queue": record.queue}
 
 
+# What a ledger row keeps beside RunRecord.summary() so `rtjob runs -o json` says the verdict without the record:
+# the told state (a retried run's last attempt) and these.
+VERDICT_INPUTS = ("attempts", "carried_by", "last_seen", "completed_by", "reason", "outputs", "queue")
+
+
+def ledger_summary(record: RunRecord) -> dict[str, Any]:
+    """The ledger's summary column: the record's summary with its verdict's inputs (as its index entry has them);
+    an ended run's verdict too, which no clock changes (a listing of 10,000 runs computes none of theirs)."""
+    entry = entry_of(record)
+    row = {**record.summary(), **{k: entry[k] for k in ("status", "message", "exit_code", *VERDICT_INPUTS)}}
+    if record.run_status.terminal:
+        row["verdict"] = of_entry(row).to_json()
+    return row
+
+
+def summary_said(row: dict[str, Any], now: Any = None) -> dict[str, Any]:
+    """A ledger row as `rtjob runs -o json` prints it: RunRecord.summary()'s keys and the run's verdict (a row saved
+    before it kept the inputs: its verdict from its status alone)."""
+    said = {k: v for k, v in row.items() if k not in VERDICT_INPUTS}
+    said["verdict"] = row.get("verdict") or of_entry(row, now).to_json()
+    return said
+
+
 def seen_row(row: dict[str, Any], now: Any = None, place: Place | None = None) -> dict[str, Any]:
     """A listed row as its run's verdict says it (core/verdict.py): status, message, times, duration, attempts,
     reason and line as `status` prints them; a queued run's position (``place``: its queue's word)."""

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core import clock
 from ..core.errors import BadInput, RtjobError
+from ..core.index_entry import ledger_summary
 from ..core.model import RunStatus
 from ..core.record import RunRecord
 from ..jobspec.project import rtjob_home
@@ -36,8 +37,8 @@ ENDED = tuple(s.value for s in RunStatus if s.terminal)
 # To change the layout, append an entry; never edit a released one.
 MIGRATIONS: list[tuple[str, ...]] = [
     (  # 1: one row per run. `started` is the sort key: the run's start (or submit) time in one fixed-width UTC
-       # form, else when it was first seen, so ISO text order is time order. `summary` is RunRecord.summary()
-       # of `record`, written with it: `rtjob runs -o json` reads it without parsing whole records.
+       # form, else when it was first seen, so ISO text order is time order. `summary` is ledger_summary()
+       # of `record` (core/index_entry.py), written with it: `rtjob runs -o json` reads it, not whole records.
         """CREATE TABLE runs (
             id TEXT PRIMARY KEY,
             job TEXT,
@@ -201,8 +202,7 @@ class Ledger:
 
     def summaries(self, *, job: str | None = None, status: str | None = None, backend: str | None = None,
                   since: dt.datetime | None = None, limit: int | None = 50) -> list[dict[str, Any]]:
-        """The rows ``query`` would return, as RunRecord.summary() dicts (its docstring lists the keys): what
-        `rtjob runs -o json` prints, read from a column saved with each record instead of parsing records."""
+        """The rows ``query`` would return as index_entry.ledger_summary dicts, from a column (no record parsed)."""
         rows = self._select("id, summary", job=job, status=status, backend=backend, since=since, limit=limit)
         out: list[dict[str, Any]] = []
         bad: list[str] = []
@@ -265,7 +265,7 @@ class Ledger:
             "id": record.id, "job": record.job, "backend": record.backend, "status": record.status,
             "started": sort_time(record.start_time) or sort_time(record.submitted_at),
             "now": sort_time(record.updated_at), "archived": int(record.archived),
-            "summary": json.dumps(record.summary(), separators=(",", ":")), "record": record.dumps(),
+            "summary": json.dumps(ledger_summary(record), separators=(",", ":")), "record": record.dumps(),
         }
 
     def _parse(self, run_id: str, text: str) -> RunRecord:

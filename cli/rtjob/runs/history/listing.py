@@ -82,9 +82,11 @@ def recorded_runs(wanted: RunFilter, settings: Settings, events: RunEvents) -> l
 
 
 def recorded_summaries(wanted: RunFilter, settings: Settings, events: RunEvents) -> list[dict[str, Any]]:
-    """The same runs' short form (`rtjob runs -o json`), read without the whole records."""
+    """The same runs' short form (`rtjob runs -o json`) with each one's verdict, read without the whole records."""
+    from ...core.index_entry import summary_said
+
     book, filters = _listing(wanted, settings, events)
-    found = book.summaries(**filters)
+    found = [summary_said(row) for row in book.summaries(**filters)]
     _warnings(book, events)
     return found
 
