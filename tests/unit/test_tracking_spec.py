@@ -27,12 +27,12 @@ TRACKING = "tracking:\n  mlflow:\n    tracking_uri: http://127.0.0.1:5999/\n    
 ARGS = f"args:\n  lr: 0.1\n  layers: [2, 3]\n  db_password: {PASSWORD}\n"
 
 
-def _render(tmp_path: Path, body: str, *flags: str, output: str = "json", **env: str
+def _render(tmp_path: Path, body: str, *flags: str, output: str = "json", config: str = "", **env: str
             ) -> subprocess.CompletedProcess[str]:
     project = tmp_path / "project"
     (project / "jobs").mkdir(parents=True, exist_ok=True)
     (project / "jobs" / "t.yaml").write_text(f"name: t\nentrypoint: python -c pass\n{body}")
-    (project / "pyproject.toml").write_text("[tool.rtjob]\n")
+    (project / "pyproject.toml").write_text(f"[tool.rtjob]\n{config}")
     environ = scrubbed_environ()
     environ.update(RTJOB_HOME=str(tmp_path / "home"), XDG_CONFIG_HOME=str(tmp_path / "xdg"), **env)
     return run_in_process("render", "t", "--backend", "ray", "--address", NOWHERE, "--submission-id", "t-1",
@@ -64,6 +64,19 @@ def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) 
     assert _tracking(_render(tmp_path, ARGS, MLFLOW_TRACKING_URI="file:///tmp/mlruns")) is None  # not a server
     job_wins = _tracking(_render(tmp_path, TRACKING, MLFLOW_TRACKING_URI="http://127.0.0.1:5001"))
     assert job_wins is not None and job_wins["mlflow"]["experiment"] == "team-x"
+
+
+def test_the_project_config_turns_it_on_for_every_job_and_a_jobs_own_block_wins_whole(tmp_path: Path) -> None:
+    config = '[tool.rtjob.tracking]\nmlflow = {tracking_uri = "http://127.0.0.1:5002", experiment = "team"}\n'
+    team = _tracking(_render(tmp_path, ARGS, config=config, MLFLOW_TRACKING_URI="http://127.0.0.1:5001"))
+    assert team is not None and team["mlflow"] == {"tracking_uri": "http://127.0.0.1:5002", "experiment": "team"}
+    assert team["source"].endswith("pyproject.toml [tool.rtjob]") and team["params"] == {"lr": "0.1", "layers": "[2, 3]"}
+    own = _tracking(_render(tmp_path, "tracking:\n  wandb:\n    project: p\n", config=config))
+    assert own is not None and own["wandb"] == {"project": "p"} and "mlflow" not in own  # the job's, whole
+    proc = _render(tmp_path, ARGS, config=f'[tool.rtjob.tracking]\nmlflow = {{tracking_uri = '
+                                         f'"http://u:{PASSWORD}@127.0.0.1:5000"}}\n')
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "pyproject.toml" in proc.stderr and "carries a password" in proc.stderr and PASSWORD not in proc.stderr
 
 
 def test_wandb_names_a_project_and_bad_blocks_are_one_line_with_where_exit_2(tmp_path: Path) -> None:

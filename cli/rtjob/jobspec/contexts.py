@@ -29,6 +29,7 @@ from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
 from . import queues
 from .settings import BOOLEAN_KEYS, SETTING_KEYS, Deferred, tomllib
+from .table_settings import TABLE_CHECKS
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
 CONTEXT_KEYS = SETTING_KEYS  # every setting (jobspec/settings.py), a context's queue and [queues.NAME] among them
@@ -102,21 +103,6 @@ def _check_header(where: str, name: str, value: str) -> None:
     parse_headers([f"{name}: {value}"], source=f"{where}: header")
 
 
-def check_notify(where: str, value: Any) -> None:
-    """A `notify` table (schema.Notify: its target URLs are references ``{env = "VAR"}`` only), or one line."""
-    from pydantic import ValidationError
-
-    from .schema import Notify, describe_validation_error
-
-    if not isinstance(value, dict):
-        raise BadInput(f'{where}: notify must be a table, e.g. notify = {{on = ["failed"], targets = '
-                       '[{type = "slack", url = {env = "SLACK_URL"}}]}')
-    try:
-        Notify.model_validate(value)
-    except ValidationError as exc:
-        raise BadInput(describe_validation_error(exc, Notify, lambda loc: where, "notify")) from None
-
-
 def check_settings(where: str, table: Any, *, references: bool = True, at: queues.Locator | None = None) -> dict[str, Any]:
     """A table of settings (a context, or the project config) checked: known keys, strings where strings are expected,
     verify_tls and storage_check booleans, headers a table of valid names to one-line values, queues (jobspec/queues.py)
@@ -131,8 +117,8 @@ def check_settings(where: str, table: Any, *, references: bool = True, at: queue
             raise BadInput(f"{(at or (lambda loc: where))((key,))}: unknown key {key!r}; {hint}")
         if key in queues.SETTING_KEYS:
             queues.check_setting(key, value, at or (lambda loc: where))
-        elif key == "notify":
-            check_notify(where, value)
+        elif key in TABLE_CHECKS:
+            TABLE_CHECKS[key](where, value)
         elif key in BOOLEAN_KEYS:
             if not isinstance(value, bool):
                 raise BadInput(f"{where}: {key} must be true or false (unquoted)")

@@ -489,7 +489,7 @@ def resolve(
         if present:
             notes.append(f"requirements this environment already satisfies are not installed again: {', '.join(present)}")
     working_dir = job_working_dir(spec, job_file, shown)
-    env.update(tracking_env(spec.tracking, spec.args, spec.name, backend, shown, working_dir, os.environ))
+    env.update(tracking_env(spec.tracking, spec.args, spec.name, backend, shown, working_dir, os.environ, settings))
     return ResolvedJob(
         spec=spec,
         job_file=source.job_file if source is not None else shown,

@@ -74,12 +74,15 @@ def tracking_of_env(env: Mapping[str, str]) -> Tracking | None:
 
 
 def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str, shown: str,
-                 working_dir: Path, client_env: Mapping[str, str]) -> dict[str, str]:
+                 working_dir: Path, client_env: Mapping[str, str], settings: Any = None) -> dict[str, str]:
     """RTJOB_TRACKING for the job's env ({} when nothing asks for it): the job's `tracking:` (``shown``: its file),
-    else MLflow's own variables in ``client_env``; the tracker's address, the params (the job's args less every
-    secret one: by name, by shape, a URL with a password), the tags (rtjob's, MLflow's standard ones, the git
-    checkout of ``working_dir``) and where the setting came from (``render --explain``)."""
+    else the `tracking` setting of ``settings`` (the project config or a context: checked when it was read), else
+    MLflow's own variables in ``client_env``; the tracker's address, the params (the job's args less every secret
+    one: by name, by shape, a URL with a password), the tags (rtjob's, MLflow's standard ones, the git checkout of
+    ``working_dir``) and where the setting came from (``render --explain``)."""
     source = shown
+    if tracking is None and settings is not None and settings.get("tracking") is not None:
+        tracking, source = Tracking.model_validate(settings.get("tracking")), settings.source("tracking")
     if tracking is None:
         tracking, source = tracking_of_env(client_env), "MLFLOW_TRACKING_URI in this environment"
     if tracking is None:
