@@ -3,6 +3,7 @@
 (`python -m training.single`), side by side in one run, interleaved, after one warm-up of each.
 
     python benchmarks/startup_bench.py          # prints the rows as a Markdown table
+    python benchmarks/startup_bench.py RAY_enable_worker_prestart=1   # the same with a lever set on the raylets
     from startup_bench import run_startup_bench  # benchmarks/run.py: rows for results.md
 
 rtjob's side is timed from the CLI's spawn to the run's recorded `first_step` (the run's timeline, this machine's
@@ -62,12 +63,15 @@ def _single(env: dict[str, str], work: Path) -> float:
         proc.wait()
 
 
-def run_startup_bench(rtjob: list[str] | None = None, *, notes: list[str] | None = None) -> list[dict[str, str]]:
-    """Rows (keys measurement, rtjob, peer, ratio, goal, met)."""
+def run_startup_bench(rtjob: list[str] | None = None, *, notes: list[str] | None = None,
+                      ray_env: dict[str, str] | None = None) -> list[dict[str, str]]:
+    """Rows (keys measurement, rtjob, peer, ratio, goal, met); ``ray_env``: variables for the embedded cluster's
+    `ray start` (a start-up lever on or off: docs/benchmarks.md has the figures of each)."""
     rtjob = rtjob or rtjob_command()
     notes = notes if notes is not None else []
     work = Path(tempfile.mkdtemp(prefix="rtjob-startbench-", dir="/tmp"))
     side = Side(work, "start", rtjob)
+    side.env.update(ray_env or {})
     runs: list[dict[str, float]] = []
     singles: list[float] = []
     try:
@@ -97,5 +101,6 @@ def run_startup_bench(rtjob: list[str] | None = None, *, notes: list[str] | None
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    for row in run_startup_bench():
+    extra = dict(arg.split("=", 1) for arg in sys.argv[1:])
+    for row in run_startup_bench(ray_env=extra):
         print("| " + " | ".join(row.values()) + " |")
