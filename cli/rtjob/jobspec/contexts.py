@@ -27,9 +27,8 @@ from typing import Any
 from ..core.errors import BadInput
 from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
-from . import queues
+from . import queues, table_settings
 from .settings import BOOLEAN_KEYS, SETTING_KEYS, Deferred, tomllib
-from .table_settings import TABLE_CHECKS
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
 CONTEXT_KEYS = SETTING_KEYS  # every setting (jobspec/settings.py), a context's queue and [queues.NAME] among them
@@ -117,8 +116,8 @@ def check_settings(where: str, table: Any, *, references: bool = True, at: queue
             raise BadInput(f"{(at or (lambda loc: where))((key,))}: unknown key {key!r}; {hint}")
         if key in queues.SETTING_KEYS:
             queues.check_setting(key, value, at or (lambda loc: where))
-        elif key in TABLE_CHECKS:
-            TABLE_CHECKS[key](where, value)
+        elif key in table_settings.EXAMPLES:
+            table_settings.check_table(key, where, value)
         elif key in BOOLEAN_KEYS:
             if not isinstance(value, bool):
                 raise BadInput(f"{where}: {key} must be true or false (unquoted)")

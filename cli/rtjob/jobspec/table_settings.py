@@ -3,41 +3,38 @@ naming where, or nothing. The project config and the contexts file both check wi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..core.errors import BadInput
 
-
-def check_notify(where: str, value: Any) -> None:
-    """A `notify` table (schema.Notify: its target URLs are references ``{env = "VAR"}`` only), or one line."""
-    from pydantic import ValidationError
-
-    from .schema import Notify, describe_validation_error
-
-    if not isinstance(value, dict):
-        raise BadInput(f'{where}: notify must be a table, e.g. notify = {{on = ["failed"], targets = '
-                       '[{type = "slack", url = {env = "SLACK_URL"}}]}')
-    try:
-        Notify.model_validate(value)
-    except ValidationError as exc:
-        raise BadInput(describe_validation_error(exc, Notify, lambda loc: where, "notify")) from None
+# Each table setting: an example of its TOML form (said when the value is not a table). notify's target URLs are
+# references ``{env = "VAR"}`` only (schema.Notify); tracking holds an address, never a token (tracking.Tracking).
+EXAMPLES = {
+    "notify": 'notify = {on = ["failed"], targets = [{type = "slack", url = {env = "SLACK_URL"}}]}',
+    "tracking": 'tracking = {mlflow = {tracking_uri = "https://mlflow.example.com", experiment = "team"}}',
+}
 
 
-def check_tracking(where: str, value: Any) -> None:
-    """A `tracking` table (jobspec/tracking.Tracking: an address, never a token), or one line."""
+def _model(key: str) -> Any:
+    if key == "notify":
+        from .schema import Notify
+
+        return Notify
+    from .tracking import Tracking
+
+    return Tracking
+
+
+def check_table(key: str, where: str, value: Any) -> None:
+    """The table setting ``key`` (one of EXAMPLES) validated as the job's own block would be, or one line."""
     from pydantic import ValidationError
 
     from .schema import describe_validation_error
-    from .tracking import Tracking
 
     if not isinstance(value, dict):
-        raise BadInput(f'{where}: tracking must be a table, e.g. tracking = {{mlflow = {{tracking_uri = '
-                       '"https://mlflow.example.com", experiment = "team"}}')
+        raise BadInput(f"{where}: {key} must be a table, e.g. {EXAMPLES[key]}")
+    model = _model(key)
     try:
-        Tracking.model_validate(value)
+        model.model_validate(value)
     except ValidationError as exc:
-        raise BadInput(describe_validation_error(exc, Tracking, lambda loc: where, "tracking")) from None
-
-
-TABLE_CHECKS: dict[str, Callable[[str, Any], None]] = {"notify": check_notify, "tracking": check_tracking}
+        raise BadInput(describe_validation_error(exc, model, lambda loc: where, key)) from None
