@@ -47,6 +47,23 @@ def test_a_known_secret_never_survives_as_a_token(secret: str, before: list[str]
     assert secret not in out.replace(MASK, " ")
 
 
+cells_st = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=30),
+                     words_st.map(" ".join))
+
+
+@FAST
+@given(secret=secrets_st, rows=st.lists(st.dictionaries(st.text(max_size=8), st.one_of(
+    cells_st, st.dictionaries(st.text(max_size=8), cells_st, max_size=4)), max_size=5), min_size=1, max_size=4),
+    at=st.integers(0, 3))
+def test_a_listing_is_redacted_row_by_row_as_any_data_is(secret: str, rows: list[dict], at: int) -> None:
+    """rows() (the listing fast path: a row's verdict nested one level) gives what data() gives, a secret masked."""
+    redactor = Redactor()
+    redactor.add([secret])
+    rows[at % len(rows)]["planted"] = {"line": f"token {secret} used"}
+    assert redactor.rows(rows) == redactor.data(rows)
+    assert secret not in json.dumps(redactor.rows(rows))
+
+
 @FAST
 @given(text=st.text(max_size=300), short=st.lists(st.text(min_size=1, max_size=5), max_size=5))
 def test_short_values_are_never_hunted_in_free_text(text: str, short: list[str]) -> None:

@@ -35,8 +35,10 @@ def _plain_data(data: Any) -> Any:
 
 
 def _flat_rows(data: Any) -> bool:
-    return isinstance(data, list) and bool(data) and all(
-        isinstance(row, dict) and not any(isinstance(v, (dict, list)) for v in row.values()) for row in data)
+    """A listing printed one row per line: rows of scalars or dicts of scalars (a row's verdict)."""
+    return isinstance(data, list) and bool(data) and all(isinstance(row, dict) and not any(
+        isinstance(v, list) or (isinstance(v, dict) and any(isinstance(w, (dict, list)) for w in v.values()))
+        for v in row.values()) for row in data)
 
 
 def print_json(data: Any) -> None:

@@ -59,8 +59,11 @@ def ledger_summary(record: RunRecord) -> dict[str, Any]:
 def summary_said(row: dict[str, Any], now: Any = None) -> dict[str, Any]:
     """A ledger row as `rtjob runs -o json` prints it: RunRecord.summary()'s keys and the run's verdict (a row saved
     before it kept the inputs: its verdict from its status alone)."""
-    said = {k: v for k, v in row.items() if k not in VERDICT_INPUTS}
-    said["verdict"] = row.get("verdict") or of_entry(row, now).to_json()
+    verdict = row.get("verdict") or of_entry(row, now).to_json()
+    said = dict(row)
+    for key in VERDICT_INPUTS:
+        said.pop(key, None)
+    said["verdict"] = verdict
     return said
 
 

@@ -18,6 +18,8 @@ Two kinds of masking, one boundary:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 import shlex
@@ -282,38 +284,41 @@ class Redactor:
         return walk(value)
 
     def rows(self, value: Any) -> list[dict[str, Any]] | None:
-        """``data(value)`` for a listing: a non-empty list of dicts whose values are all scalars (None: ``value`` is
-        not one; call ``data``). Equal to ``data(value)``, cheaper for 100,000 rows: the distinct strings are found
-        first, then one search of them all joined says which could change (a hunted value, or a fixed part of a
-        URL password, an auth header or a secret shape: what ``text`` acts on); only those pass ``text``."""
-        if not isinstance(value, list) or not value or not all(type(row) is dict for row in value):
-            return None
+        """``data(value)`` for a listing (a non-empty list of dicts of scalars or dicts of scalars: a row's verdict;
+        else None), cheaper for 100,000 rows: the distinct strings are found first, then one search of them all
+        joined says which could change (what ``text`` acts on); only those pass ``text``."""
         strings: dict[str, str] = {}
-        for row in value:
-            for key, val in row.items():
-                if isinstance(val, (dict, list, tuple)):
-                    return None
-                if isinstance(key, str):
-                    strings[key] = key
-                if isinstance(val, str):
-                    strings[val] = val
+        if not isinstance(value, list) or not value or not all(
+                type(row) is dict and self._collect(row, strings, True) for row in value):
+            return None
         self._redact_all(strings)
-        done = strings.__getitem__
-        plain = (str, bool, int, float, type(None))
-        out = []
-        for row in value:
-            new: dict[str, Any] = {}
-            for key, val in row.items():
-                name = done(key) if isinstance(key, str) else _json_key(key)
-                if isinstance(val, str):
-                    new[name] = done(val)
-                elif isinstance(val, plain):
-                    new[name] = val
-                else:  # what json.dumps(default=str) would print, as data() words it
-                    text = str(val)
-                    new[name] = self.text(text) if len(text) >= _SHORTEST_SECRET else text
-            out.append(new)
-        return out
+        return [self._row(row, strings.__getitem__) for row in value]
+
+    @staticmethod
+    def _collect(row: dict[Any, Any], strings: dict[str, str], nested: bool) -> bool:
+        for key, val in row.items():
+            if isinstance(key, str):
+                strings[key] = key
+            if isinstance(val, str):
+                strings[val] = val
+            elif isinstance(val, (dict, list, tuple)) and not (nested and type(val) is dict
+                                                               and Redactor._collect(val, strings, False)):
+                return False
+        return True
+
+    def _row(self, row: dict[Any, Any], done: Callable[[str], str]) -> dict[str, Any]:
+        new: dict[str, Any] = {}
+        for key, val in row.items():
+            name = done(key) if isinstance(key, str) else _json_key(key)
+            if isinstance(val, str):
+                new[name] = done(val)
+            elif val is None or isinstance(val, (bool, int, float)):
+                new[name] = val
+            elif type(val) is dict:
+                new[name] = self._row(val, done)
+            else:  # what json.dumps(default=str) would print, as data() words it
+                new[name] = self.text(str(val)) if len(str(val)) >= _SHORTEST_SECRET else str(val)
+        return new
 
     def _redact_all(self, strings: dict[str, str]) -> None:
         """Each value of ``strings`` (text → itself) replaced by ``text(it)``, calling ``text`` only for those a
@@ -327,15 +332,10 @@ class Redactor:
                 strings[text] = self.text(text)
             return
         joined = sep.join(texts)
-        starts, at = [], 0
-        for text in texts:
-            starts.append(at)
-            at += len(text) + 1
+        starts = list(itertools.accumulate((len(t) + 1 for t in texts[:-1]), initial=0))  # each one's offset
         hits = [m.start() for m in _MAYBE.finditer(joined)]
         if pattern is not None:
             hits += [m.start() for m in pattern.finditer(joined)]
-        import bisect
-
         for at in set(hits):
             text = texts[bisect.bisect_right(starts, at) - 1]
             strings[text] = self.text(text)
