@@ -66,7 +66,7 @@ def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) 
     assert job_wins is not None and job_wins["mlflow"]["experiment"] == "team-x"
 
 
-def test_the_project_config_turns_it_on_for_every_job_and_a_jobs_own_block_wins_whole(tmp_path: Path) -> None:
+def test_the_project_config_or_a_context_turns_it_on_and_a_jobs_own_block_wins_whole(tmp_path: Path) -> None:
     config = '[tool.rtjob.tracking]\nmlflow = {tracking_uri = "http://127.0.0.1:5002", experiment = "team"}\n'
     team = _tracking(_render(tmp_path, ARGS, config=config, MLFLOW_TRACKING_URI="http://127.0.0.1:5001"))
     assert team is not None and team["mlflow"] == {"tracking_uri": "http://127.0.0.1:5002", "experiment": "team"}
@@ -77,6 +77,13 @@ def test_the_project_config_turns_it_on_for_every_job_and_a_jobs_own_block_wins_
                                          f'"http://u:{PASSWORD}@127.0.0.1:5000"}}\n')
     assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
     assert "pyproject.toml" in proc.stderr and "carries a password" in proc.stderr and PASSWORD not in proc.stderr
+    # the current context's table applies where the project config has none
+    (tmp_path / "xdg" / "rtjob").mkdir(parents=True)
+    (tmp_path / "xdg" / "rtjob" / "config.toml").write_text(
+        'current = "c"\n[contexts.c]\ntracking = {wandb = {project = "from-context"}}\n')
+    by_context = _tracking(_render(tmp_path, ARGS))
+    assert by_context is not None and by_context["wandb"] == {"project": "from-context"}
+    assert "context c" in by_context["source"], by_context["source"]
 
 
 def test_wandb_names_a_project_and_bad_blocks_are_one_line_with_where_exit_2(tmp_path: Path) -> None:
