@@ -39,6 +39,15 @@ def _current(run_id: str) -> RunRecord | None:
         return row
 
 
+def _on_the_cluster(backend: Backend, run_id: str) -> bool:
+    """Whether the cluster knows the run (its keeper submitted it under its id): admitted, whatever a record this
+    machine reads says yet. A cluster that does not answer: not known yet."""
+    try:
+        return backend.find(run_id) is not None
+    except RtjobError:
+        return False
+
+
 def cancelled_while_queued(backend: Backend, run_id: str) -> RunInfo | None:
     """`rtjob stop` of a queued run: cancelled in its queue and recorded STOPPED (None: it is not queued, or its
     keeper admitted it first: stop it on the cluster)."""
@@ -79,6 +88,9 @@ def until_admitted(backend: Backend, run_id: str, *, remaining: Callable[[], flo
     restarted = False
     while True:
         record = _current(run_id) or record
+        if record.run_status == RunStatus.QUEUED and _on_the_cluster(backend, run_id):
+            events.note(f"{run_id}: admitted by its queue's keeper")  # its record says so a moment later
+            return None
         if record.run_status != RunStatus.QUEUED:
             keep(record, events)  # this ledger's cache: the keeper's admission or its cancel
             if record.run_status.terminal:
