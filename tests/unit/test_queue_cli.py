@@ -164,3 +164,27 @@ def test_a_lapsed_lease_reads_as_a_lost_keeper_except_just_after_the_enqueue(que
     fresh = json.loads(cli("status", "r-now", "-o", "json").stdout)
     assert fresh["status"] == "QUEUED"
     assert fresh["message"] == "queued in team: its keeper is starting; not yet ordered by its keeper"
+
+
+def test_a_pipelines_step_enqueued_at_its_turn_keeps_its_pipelines_priority_and_first_enqueue_time(
+        queued: tuple[ProjectCli, Path]) -> None:
+    """A pipeline's step is enqueued by its supervisor only when the step before it ended (queue/steps.py), with
+    the body its client prepared: the pipeline's priority and submit time, so it goes behind runs that arrived
+    before the pipeline and ahead of those that arrived after it, whenever it is enqueued; once only."""
+    from rtjob.queue import steps
+
+    _, store = queued
+    step = {"submission_id": "p-1-train", "entrypoint": "python train.py", "runtime_env": {}, "metadata": {},
+            steps.QUEUE_KEY: {"name": "team", "storage": str(store), "endpoint": None, "limits": {}, "record": {},
+                              "shape": Shape(workers=2, per_worker={"CPU": 1.0}).to_json(), "user": "carol",
+                              "job": "train", "priority": 0, "enqueued_at": 1_700_000_001.5, "pipeline_id": "p-1"}}
+    assert steps.enqueue_step(step) is True and steps.enqueue_step(step) is False  # never doubled
+    state = _keeper_folds(steps.ref_of(step))
+    assert [e.run_id for e in state.queued()] == ["r-big", "r-small", "p-1-train", "r-late"]
+    entry = state.find("p-1-train")
+    assert entry is not None and entry.pipeline_id == "p-1" and entry.user == "carol"
+    with steps.ref_of(step).objects() as objects:  # the keeper POSTs the body without the queue's own key
+        found = objects.get(entry.intent, LIMIT)
+        assert found is not None and steps.QUEUE_KEY not in loads(found.data, entry.intent)["request"]
+    steps.cancel_step(step, "its pipeline's supervisor")
+    assert "p-1-train" not in [e.run_id for e in _keeper_folds(steps.ref_of(step)).queued()]

@@ -341,10 +341,11 @@ class Backend(ABC):
         raise NotSupported(f"backend {cls.name!r} has no supervisor on the cluster")
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
-                           requests: builtins.list[Request]) -> RunInfo | None:
-        """Upload every step's packages and start (or attach to) the supervisor that runs the steps ``requests``
-        in order on the cluster; None: the backend has none (a client follower advances the steps)."""
-        del pipeline_id, storage_uri, job, requests
+                           requests: builtins.list[Request],
+                           queued: dict[str, dict[str, Any]] | None = None) -> RunInfo | None:
+        """Upload every step's packages (``queued``: {id: body} of steps uploaded already, queue/steps.py) and start
+        (or attach to) the supervisor that runs the steps ``requests`` in order; None: the backend has none."""
+        del pipeline_id, storage_uri, job, requests, queued
         return None
 
     def check_pipeline(self, requests: builtins.list[Request], where: str) -> None:
@@ -353,8 +354,7 @@ class Backend(ABC):
 
     def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,
                                     requests: builtins.list[Request]) -> dict[str, Any] | None:
-        """What ``supervise_pipeline`` sends, as render shows it (masked; packages as local paths until the submit
-        uploads them); None: the backend has no pipeline supervisor."""
+        """What ``supervise_pipeline`` sends, as render shows it (masked, local packages); None: it has none."""
         del pipeline_id, storage_uri, job, requests
         return None
 

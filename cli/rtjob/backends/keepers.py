@@ -77,6 +77,20 @@ def start_keeper(backend: Any, name: str, folder: str, endpoint: str | None, n: 
     return keeper_id(name, k)
 
 
+def in_cluster_backend() -> Any:
+    """The cluster's Jobs API as a backend, from a process on the cluster (a pipeline's supervisor starting its
+    steps' queue's keeper): the dashboard's address it was given (backends/ray/in_cluster.py)."""
+    from pathlib import Path
+
+    from ..jobspec.settings import Settings
+    from .ray.backend import RayJobsBackend
+    from .ray.in_cluster import in_cluster_api
+
+    settings = Settings(Path.cwd())
+    settings.set("address", in_cluster_api().address, "the cluster's dashboard")
+    return RayJobsBackend(settings)
+
+
 def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -> dict[str, Any]:
     """The Jobs API body of planned ``request`` with its packages uploaded to the cluster (gcs:// URIs) and each
     package's zip handed to ``keep(name, path)`` (the queue's storage), so the keeper can put it back later; all but

@@ -87,9 +87,15 @@ def enqueue(ref: QueueRef, run_id: str, request: dict[str, Any], shape: Shape, *
 
 def enqueue_planned(backend: Any, ref: QueueRef, request: Any, shape: Shape, *, user: str, job: str,
                     priority: int = 0, enqueued_at: float | None = None, pipeline_id: str | None = None) -> str:
-    """Queue a planned request (``backend.plan(job).request``) of a Ray backend: its packages are uploaded to the
-    cluster now and their zips kept in the queue's storage (``code/``), so the keeper can put them back at
-    admission however long the run waits; then ``enqueue`` with the Jobs API body."""
+    """Queue a planned request (``backend.plan(job).request``) of a Ray backend: its body (``queued_request``),
+    then ``enqueue``."""
+    return enqueue(ref, str(request.run_id), queued_request(backend, ref, request), shape, user=user, job=job,
+                   priority=priority, enqueued_at=enqueued_at, pipeline_id=pipeline_id)
+
+
+def queued_request(backend: Any, ref: QueueRef, request: Any) -> dict[str, Any]:
+    """The Jobs API body of a planned request, its packages uploaded to the cluster now and their zips kept in the
+    queue's storage (``code/``), so the keeper can put them back at admission however long the run waits."""
     from ..backends.keepers import queued_body
 
     with ref.objects() as objects:
@@ -99,9 +105,7 @@ def enqueue_planned(backend: Any, ref: QueueRef, request: Any, shape: Shape, *, 
                 with contextlib.suppress(PreconditionFailed):
                     objects.put_file(rel, str(path), if_absent=True)
 
-        body = queued_body(backend, request, keep)
-    return enqueue(ref, str(request.run_id), body, shape, user=user, job=job, priority=priority,
-                   enqueued_at=enqueued_at, pipeline_id=pipeline_id)
+        return queued_body(backend, request, keep)
 
 
 def shape_of(job: Any, entrypoint_cpus: float = 0.0, data_cpus: float = 0.0) -> Shape:

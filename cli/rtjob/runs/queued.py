@@ -5,6 +5,7 @@ keeper's state and lease), which alone knows the queue's storage format. Reads n
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -53,12 +54,9 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
     ref = ref_of(job.queue.settings, job.queue.storage, job.storage_endpoint)
     info = RunInfo(job.run_id, job.spec.name, backend.name, RunStatus.QUEUED, storage_uri=job.storage_uri,
                    storage_endpoint=job.storage_endpoint, message=f"queued in {job.queue.name}")
-    # What it declares it takes (the keeper admits by it): a CPU left to Ray Data where the job uses it.
-    shape = client.shape_of(job, float(getattr(planned.request, "entrypoint_num_cpus", 0) or 0),
-                            1.0 if job.spec.strategy == "ray-data" else 0.0)
     created = True
     try:  # its packages uploaded now and kept in the queue's storage (Ray collects an unreferenced one)
-        client.enqueue_planned(backend, ref, planned.request, shape, user=user(), job=job.spec.name,
+        client.enqueue_planned(backend, ref, planned.request, _shape(planned), user=user(), job=job.spec.name,
                                priority=job.queue.priority)
     except client.AlreadyQueued:
         created = False
@@ -66,6 +64,44 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
     events.note(f"queued in {job.queue.name} (priority {job.queue.priority}); its keeper {keeper} admits it when "
                 "the cluster can take the whole run")
     return Submitted(info, created)  # the timeline's "queued": the kernel's Queued stamps it
+
+
+def _shape(planned: Plan) -> Any:
+    """What the planned run declares it takes (the keeper admits by it): a CPU left to Ray Data where it uses it."""
+    from ..queue.client import shape_of
+
+    job = planned.job
+    return shape_of(job, float(getattr(planned.request, "entrypoint_num_cpus", 0) or 0),
+                    1.0 if job.spec.strategy == "ray-data" else 0.0)
+
+
+def queued_steps(plans: list[Plan], pipeline_id: str, events: RunEvents) -> dict[str, dict[str, Any]]:
+    """A queued pipeline's steps as its supervisor will enqueue them, each when the one before it ended: {run id:
+    its body} (packages uploaded now and kept in the queue's storage), with the pipeline's priority and this
+    moment as every step's first enqueue time; the queue's keeper made sure of now. Empty: the steps are not
+    queued (no queue, or the backend queues them itself)."""
+    queued = [p for p in plans if p.job.queue is not None and not p.backend.queues_itself]
+    if not queued:
+        return {}
+    from ..queue import client, steps
+    from ..queue.admission import Limits
+
+    at, bodies = time.time(), {}
+    for planned in queued:
+        job = planned.job
+        assert job.queue is not None
+        ref = ref_of(job.queue.settings, job.queue.storage, job.storage_endpoint)
+        bodies[job.run_id] = steps.prepared(
+            planned.backend, ref, planned.request, _shape(planned), limits=Limits.of(job.queue.settings),
+            record=record_queue(job.queue), user=user(), job=job.spec.name, priority=job.queue.priority,
+            enqueued_at=at, pipeline_id=pipeline_id)
+    first = queued[0].job.queue
+    assert first is not None
+    keeper = client.ensure_keeper(queued[0].backend, ref_of(first.settings, first.storage,
+                                                            queued[0].job.storage_endpoint), first.settings)
+    events.note(f"its steps queue in {first.name} (priority {first.priority}), each when the one before it ends; "
+                f"its keeper {keeper} admits them")
+    return bodies
 
 
 def _ref_of_record(record: RunRecord) -> QueueRef | None:

@@ -350,9 +350,9 @@ class AnyscaleBackend(Backend):
         return pipeline_request(pipeline_id, storage_uri, job, [r for r in requests if isinstance(r, AnyscaleJobRequest)],
                                 str(self.supervisor_backend))
 
-    def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
-                           requests: list[Request]) -> RunInfo | None:
-        """Submit the pipeline's Anyscale job (a second submit attaches to it: its name is deterministic)."""
+    def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str, requests: list[Request],
+                           queued: dict[str, dict[str, Any]] | None = None) -> RunInfo | None:
+        """Submit the pipeline's Anyscale job (a second submit attaches); never ``queued``: Anyscale queues it."""
         return self.submit(self._pipeline_request(pipeline_id, storage_uri, job, requests)).run
 
     def pipeline_supervisor_preview(self, pipeline_id: str, storage_uri: str | None, job: str,

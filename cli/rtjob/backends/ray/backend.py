@@ -33,8 +33,7 @@ AGENT_WAIT_S = 180.0  # a new cluster's job agent, waited for at submit (as long
 
 
 def SUBMIT_TIMEOUT_S() -> float:  # noqa: N802 - a setting, read when a submit starts
-    """How long one submit (packaging, upload and the request) may take: Ray's client has no time-out of its
-    own (RTJOB_SUBMIT_TIMEOUT_S overrides the default)."""
+    """How long one submit (packaging, upload, request) may take: Ray's client has none (RTJOB_SUBMIT_TIMEOUT_S)."""
     import os
 
     return float(os.environ.get("RTJOB_SUBMIT_TIMEOUT_S") or 600)
@@ -393,7 +392,8 @@ class RayJobsBackend(Backend):
         return None if latest is None else self._info(latest)
 
     def supervise_pipeline(self, pipeline_id: str, storage_uri: str | None, job: str,
-                           requests: builtins.list[Request]) -> RunInfo | None:
+                           requests: builtins.list[Request],
+                           queued: dict[str, dict[str, Any]] | None = None) -> RunInfo | None:
         from .in_cluster import upload_packages
         from .supervisor_jobs import pipeline_supervisor_request, renewed_if_dead, step_body
 
@@ -402,8 +402,8 @@ class RayJobsBackend(Backend):
             return self.submit(existing).run
         if existing is not None:  # a second submit of the pipeline attaches to its supervisor
             return self._info(existing)
-        bodies = [step_body(upload_packages(self.address, self.api, r)) for r in requests
-                  if isinstance(r, RayJobRequest)]
+        bodies = [(queued or {}).get(r.run_id) or step_body(upload_packages(self.address, self.api, r))
+                  for r in requests if isinstance(r, RayJobRequest)]  # a queued step's: uploaded already
         return self.submit(pipeline_supervisor_request(pipeline_id, storage_uri, job, bodies, self.address,
                                                        backend=str(self.supervisor_backend))).run
 

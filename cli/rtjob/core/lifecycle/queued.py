@@ -23,12 +23,13 @@ def was_admitted(record: RunRecord) -> bool:
     return ADMITTED in record.timeline or any(ADMITTED in stages for stages in record.timelines.values())
 
 
-@rule(leads_to="QUEUED", writers=(Writer.SUBMITTER,),
-      what="the run enqueued in its queue (never once admitted or ended: a queue never takes a run back)")
+@rule(leads_to="QUEUED", writers=(Writer.SUBMITTER, Writer.PIPELINE_SUPERVISOR),
+      what="the run enqueued in its queue (a pipeline's step: by its supervisor, when the step before it ended; "
+           "never once admitted or ended: a queue never takes a run back)")
 @dataclass(frozen=True)
 class Queued:
-    """The client enqueued the run in ``queue`` ({"name", "priority", "storage"}): QUEUED, the timeline's
-    ``queued``, its submission time."""
+    """The client (a pipeline step's: its supervisor) enqueued the run in ``queue`` ({"name", "priority",
+    "storage"}): QUEUED, the timeline's ``queued``, its submission time."""
 
     queue: dict[str, Any] = field(default_factory=dict)
     at: str | None = None

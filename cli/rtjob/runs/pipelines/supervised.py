@@ -35,9 +35,13 @@ def start_supervisor(pp: PipelinePlan, steps: list[StepPlan], events: RunEvents)
             pp.backend.prepare(step.plan.job, events.note)
     for upload in dict.fromkeys(s.plan.upload.describe() for s in planned if s.plan and s.plan.upload):
         events.note(f"uploading working dir {upload}")  # as a single job's submit says it (steps share one, often)
+    from ..queued import queued_steps
+
+    queued = queued_steps([s.plan for s in planned if s.plan is not None], pp.id, events)  # none: sent at once
     try:
         supervisor = Patience(events.note).call_sync(lambda: pp.backend.supervise_pipeline(
-            pp.id, pp.storage_uri, pp.pipeline.name, [s.plan.request for s in planned if s.plan is not None]))
+            pp.id, pp.storage_uri, pp.pipeline.name, [s.plan.request for s in planned if s.plan is not None],
+            queued=queued))
     except RtjobError as exc:
         if pp.backend.pipeline_steps_inside:  # its steps run nowhere else
             raise

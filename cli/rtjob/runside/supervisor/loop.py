@@ -9,8 +9,8 @@ A run: its current attempt is polled; on an end the one retry rule (core/retry_r
 client follower and the supervisor both trying end with one submission and one attach). The stop marker is read
 every STOP_POLL_S while an attempt runs and before and after each submit. It ends when the run's last attempt ends.
 
-A pipeline: step i+1 is submitted only after step i SUCCEEDED (``next_step``), each step carried as a run (attached
-to where it exists: a client may have submitted it first).
+A pipeline: step i+1 is submitted (or, in a team's queue, enqueued: queued_step.py) only after step i SUCCEEDED
+(``next_step``), each step carried as a run (attached to where it exists: a client may have submitted it first).
 
 A supervisor whose run's (or pipeline's) supervisors kept dying (``ClusterJobs.given_up_line``: the replacement
 rule's verdict) carries nothing: it stops what runs and gives up, FAILED with that line, told once.
@@ -30,16 +30,17 @@ import rtjob_contract as contract
 from ...core.errors import RtjobError, one_line
 from ...core.lifecycle import ENDS
 from ...core.retry_rule import retries_left
+from .pipeline_rule import SUCCEEDED, exit_code, next_step
 
 if TYPE_CHECKING:
     from ...backends.base import ClusterJobs, JobState
+    from .queued_step import QueuedSteps
 
 POLL_S, STOP_POLL_S = 1.0, 5.0
 HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)
 PATIENCE_S = 300.0  # how long the cluster may fail to answer (a dashboard restarting) before it gives up on the run
 STOP_WAIT_S = 60.0  # how long a supervisor that gives up waits for the attempt it stopped to end
 TERMINAL = ENDS  # the kernel's ends, as the Jobs API spells them
-SUCCEEDED = "SUCCEEDED"
 
 
 @dataclass
@@ -72,18 +73,7 @@ class SupervisedPipeline:
     succeeded_before: Callable[[dict[str, Any]], bool] = lambda step: False
     # The pipeline's end as a supervisor recorded it already (a restarted one has nothing to carry); None: not yet
     ended_before: Callable[[], str | None] = lambda: None
-
-
-def next_step(statuses: list[str | None], stop: bool) -> int | None:
-    """A pipeline's rule, pure: the index of the step to carry now (submit or attach to), or None when the pipeline
-    has ended (a step that did not succeed, a stop, or all steps SUCCEEDED). A step still running is carried on."""
-    if stop:
-        return None
-    for i, status in enumerate(statuses):
-        if status == SUCCEEDED:
-            continue
-        return i if status in (None, "PENDING", "RUNNING") else None
-    return None
+    queued: QueuedSteps | None = None  # its steps' team queue (queued_step.py); a step without one is sent at once
 
 
 class Supervisor:
@@ -225,7 +215,7 @@ class Supervisor:
         ended = pipeline.ended_before()
         if ended is not None:  # a restarted supervisor (the platform's retry of the job hosting it): nothing to do
             say(f"pipeline {pipeline_id} ended {ended} already: nothing to carry")
-            return _exit_code(ended)
+            return exit_code(ended)
         statuses: list[str | None] = [None] * len(steps)
         for i, step in enumerate(steps):  # what already ran (an earlier supervisor, a client) is known first
             known = self.jobs.state(ids[i])
@@ -244,7 +234,7 @@ class Supervisor:
             why = why or because
         if pipeline.stop_requested():
             say("the pipeline's stop was requested: no later step is submitted")
-        return _exit_code(pipeline.ended(dict(zip(ids, statuses, strict=True)), why))
+        return exit_code(pipeline.ended(dict(zip(ids, statuses, strict=True)), why))
 
     def _final(self, step_id: str) -> str:
         """A step's outcome: its last attempt's status."""
@@ -255,7 +245,12 @@ class Supervisor:
         """The step (``where``: "step 2/3") submitted (or attached to) and carried as a run; its status, and why the
         pipeline ends here when the step itself did not say."""
         step_id, say = self.jobs.step_id(step), pipeline.say
-        if self.jobs.state(step_id) is None:
+        if self.jobs.state(step_id) is None and pipeline.queued is not None and pipeline.queued.holds(step):
+            run = pipeline.step(step)  # its queue's keeper sends it (and puts its code back): waited for here
+            if (ended := pipeline.queued.wait(self.jobs, where, step, pipeline.stop_requested,
+                                              lambda: self._beat(run, step_id))) is not None:
+                return ended
+        elif self.jobs.state(step_id) is None:
             missing = self.jobs.step_missing_code(step)
             if missing:
                 line = f"cannot run step {step_id}: the cluster no longer has its code ({', '.join(missing)})"
@@ -288,12 +283,4 @@ class Supervisor:
                 self._stop(current, pipeline.say, wait=True)
         pipeline.say(line)
         pipeline.gave_up(line)
-        return _exit_code("FAILED")
-
-
-def _exit_code(status: str | None) -> int:
-    """0, except where the job hosting the supervisor shows the pipeline's outcome (RTJOB_SUPERVISOR_EXIT): on Ray
-    a supervisor job that FAILED is one that died, and is replaced."""
-    if os.environ.get(contract.ENV_SUPERVISOR_EXIT) != "outcome":
-        return 0
-    return 0 if status == SUCCEEDED else 1
+        return exit_code("FAILED")

@@ -124,10 +124,12 @@ class PipelineFolder(RunFolder):
     def supervised_pipeline(self) -> SupervisedPipeline:
         """What the supervisor's loop writes through when it carries the pipeline (loop.py)."""
         from .loop import SupervisedPipeline
+        from .queued_step import QueuedSteps
 
         return SupervisedPipeline(stop_requested=self.stop_requested, beat=self.beat, say=say, step=self.step,
                                   ended=self.ended, gave_up=self.gave_up, submitted=self.submitted,
-                                  succeeded_before=self.succeeded_before, ended_before=self.ended_before)
+                                  succeeded_before=self.succeeded_before, ended_before=self.ended_before,
+                                  queued=QueuedSteps(say))
 
 
 def take_run_id(env: MutableMapping[str, str], run_id: str) -> str | None:
