@@ -35,10 +35,11 @@ def _plain_data(data: Any) -> Any:
 
 
 def _flat_rows(data: Any) -> bool:
-    """A listing printed one row per line: rows of scalars or dicts of scalars (a row's verdict)."""
-    return isinstance(data, list) and bool(data) and all(isinstance(row, dict) and not any(
-        isinstance(v, list) or (isinstance(v, dict) and any(isinstance(w, (dict, list)) for w in v.values()))
-        for v in row.values()) for row in data)
+    """A listing printed one row per line: rows as the redactor's ``rows`` takes them (a row's verdict nested)."""
+    from ..core.redact import Redactor
+
+    return isinstance(data, list) and bool(data) and all(
+        type(row) is dict and Redactor.listing_row(row, {}) for row in data)
 
 
 def print_json(data: Any) -> None:
