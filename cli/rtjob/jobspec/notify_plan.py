@@ -39,16 +39,15 @@ def resolve_notify(spec: JobSpec, shown: str, settings: Settings, data_env: dict
     """The job's `notify:`, else the settings' (project config or a context): the most specific wins whole.
     Returns it and the variables to add to the job's env: each target's URL, forwarded from this client's
     environment (a secret: the redactor masks the variables RTJOB_NOTIFY names), and RTJOB_NOTIFY itself."""
-    from .schema import Notify
+    from .table_settings import parsed
 
     client_env = os.environ if client_env is None else client_env
     if spec.notify is not None:
         notify, source = spec.notify, shown
     else:
-        raw = settings.get("notify")
-        if raw is None:
+        notify, source = parsed(settings, "notify"), settings.source("notify")
+        if notify is None:
             return None, {}
-        notify, source = Notify.model_validate(raw), settings.source("notify")  # checked when it was read
     plan = NotifyPlan(on=tuple(dict.fromkeys(notify.on)), targets=tuple(_target_json(t) for t in notify.targets),
                       steps=notify.steps, source=source)
     from_where = "" if source == shown else f" (notify from {source})"

@@ -7,22 +7,30 @@ from typing import Any
 
 from ..core.errors import BadInput
 
-# Each table setting: an example of its TOML form (said when the value is not a table). notify's target URLs are
-# references ``{env = "VAR"}`` only (schema.Notify); tracking holds an address, never a token (tracking.Tracking).
-EXAMPLES = {
-    "notify": 'notify = {on = ["failed"], targets = [{type = "slack", url = {env = "SLACK_URL"}}]}',
-    "tracking": 'tracking = {mlflow = {tracking_uri = "https://mlflow.example.com", experiment = "team"}}',
+# Each table setting: its model (module of this package, class) and an example of its TOML form (said when the
+# value is not a table). notify's target URLs are references ``{env = "VAR"}`` only (schema.Notify); tracking holds
+# an address, never a token (tracking.Tracking).
+TABLES = {
+    "notify": ("schema", "Notify",
+               'notify = {on = ["failed"], targets = [{type = "slack", url = {env = "SLACK_URL"}}]}'),
+    "tracking": ("tracking", "Tracking",
+                 'tracking = {mlflow = {tracking_uri = "https://mlflow.example.com", experiment = "team"}}'),
 }
+EXAMPLES = {key: example for key, (_, _, example) in TABLES.items()}
 
 
 def _model(key: str) -> Any:
-    if key == "notify":
-        from .schema import Notify
+    """The setting's model, imported when first asked for (pydantic's models are the heavy part of jobspec)."""
+    import importlib
 
-        return Notify
-    from .tracking import Tracking
+    module, name, _ = TABLES[key]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), name)
 
-    return Tracking
+
+def parsed(settings: Any, key: str) -> Any:
+    """The table setting ``key`` of ``settings`` as its model (None: unset); checked already when it was read."""
+    value = settings.get(key)
+    return None if value is None else _model(key).model_validate(value)
 
 
 def check_table(key: str, where: str, value: Any) -> None:
