@@ -27,7 +27,7 @@ from typing import Any
 from ..core.errors import BadInput
 from ..core.files import write_atomically
 from ..core.redact import REDACTOR, is_secret, url_password
-from . import queues, table_settings
+from . import queues, secret_settings, table_settings
 from .settings import BOOLEAN_KEYS, SETTING_KEYS, Deferred, tomllib
 
 CONTEXT_ENV = "RTJOB_CONTEXT"  # an explicitly chosen context, below --context
@@ -118,6 +118,8 @@ def check_settings(where: str, table: Any, *, references: bool = True, at: queue
             queues.check_setting(key, value, at or (lambda loc: where))
         elif key in table_settings.EXAMPLES:
             table_settings.check_table(key, where, value)
+        elif key == "secrets":
+            secret_settings.check(value, at or (lambda loc: where))
         elif key in BOOLEAN_KEYS:
             if not isinstance(value, bool):
                 raise BadInput(f"{where}: {key} must be true or false (unquoted)")

@@ -17,7 +17,7 @@ import rtjob_contract as contract
 
 from ..core.errors import BadInput
 from ..core.model import check_run_id
-from . import catalog
+from . import catalog, secret_settings
 from .gpus import inventory, machine_gpus
 from .notify_plan import NotifyPlan, resolve_notify
 from .overrides import apply_set, parse_env, parse_set
@@ -358,6 +358,7 @@ def resolve(
     backend = placement.backend
     local_profile = placement.embedded and not overrides.real_shape
     spec, shown, located = _load_job(ref, root, overrides, local_profile, source)
+    spec = secret_settings.applied(spec, shown, settings)  # a context's secrets (references): the job's own win
     notes: list[str] = []
     nodes = spec.nodes
     local_gpus = 0

@@ -24,7 +24,8 @@ else:  # pragma: no cover
 SETTING_KEYS = ("backend", "address", "storage", "compute_config", "headers", "verify_tls", "cloud", "project",
                 "notify", "storage_check",  # notify: a table (schema.Notify) with no environment variable of its own
                 "tracking",  # a table (jobspec/tracking.Tracking): a job's own `tracking:` wins whole
-                "queue", "priority", "queues")  # a run's queue, its priority, [queues.NAME] tables (jobspec/queues.py)
+                "queue", "priority", "queues",  # a run's queue, its priority, [queues.NAME] tables (jobspec/queues.py)
+                "secrets")  # NAME = "REFERENCE" every job gets (jobspec/secret_settings.py); a job's own entry wins
 # The settings that are true or false (TOML booleans; in the environment 0/false/no/off is false).
 BOOLEAN_KEYS = ("verify_tls", "storage_check")
 # Environment variables per setting, first match wins (rtjob's own first, then Ray's).

@@ -1,0 +1,45 @@
+"""The `secrets` setting (a context's, or the project config's): ``NAME = "REFERENCE"`` entries that every job run
+there gets, resolved on the cluster as a job's own `secrets:` are (core/secret_refs.py: references only, never a
+value). A job's own entry of the same name wins; a job that sets the name in env_vars, or runs without the
+companion, is refused in one line."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ..core import secret_refs
+from ..core.errors import BadInput
+
+EXAMPLE = 'secrets = {HF_TOKEN = "aws-sm://team/hf#token", WANDB_API_KEY = "ssm://team/wandb"}'
+
+
+def check(value: Any, at: Callable[[tuple[str, ...]], str]) -> None:
+    """The setting's table checked (``at``: a key path's file:line), as a job's `secrets:` is."""
+    if not isinstance(value, dict) or not value:
+        raise BadInput(f"{at(('secrets',))}: secrets must be a table of NAME = \"REFERENCE\", e.g. {EXAMPLE}")
+    for name, reference in value.items():
+        try:
+            secret_refs.check_name(str(name))
+            if not isinstance(reference, str):
+                raise ValueError("must be a reference string (aws-sm://, ssm://, file:///, env:)")
+            secret_refs.parse(reference)
+        except ValueError as exc:
+            raise BadInput(f"{at(('secrets', str(name)))}: secrets.{name}: {exc}") from None
+
+
+def applied(spec: Any, shown: str, settings: Any) -> Any:
+    """The job's spec with the setting's secrets it does not name itself (the spec as it is when there are none)."""
+    table = settings.get("secrets") or {}
+    added = {name: str(ref).strip() for name, ref in table.items() if name not in spec.secrets}
+    if not added:
+        return spec
+    source = settings.source("secrets")
+    clash = sorted(set(added) & set(spec.env_vars))
+    if clash:
+        raise BadInput(f"{shown}: env_vars sets {clash[0]}, which the secrets setting ({source}) names; keep it in "
+                       "one of them")
+    if not spec.companion:
+        raise BadInput(f"{shown}: companion: false, but the secrets setting ({source}) needs the companion to "
+                       "resolve them on the cluster")
+    return spec.model_copy(update={"secrets": {**added, **spec.secrets}})

@@ -1,0 +1,69 @@
+"""The `secrets` setting (issue 45): a context's (or the project config's) NAME = "REFERENCE" entries reach every job
+run there as its own `secrets:` do, rendered as references (never values); a job's own entry of the name wins; a bad
+entry is one line with its file:line (exit 2); a job that sets the name in env_vars, or runs without the companion,
+is refused in one line. Offline: `render` in this process, no secret resolved (that happens on the cluster:
+tests/e2e/test_run_side.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from rtjob.core import secret_refs
+from support.project import ProjectCli, write_files
+
+RENDER = ("render", "t", "--backend", "ray", "--address", "http://127.0.0.1:9", "--submission-id", "t-1", "-o", "json")
+
+
+@pytest.fixture
+def cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> ProjectCli:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # the contexts file of this test alone
+    return ProjectCli(tmp_path, monkeypatch, capsys)
+
+
+def _job(cli: ProjectCli, body: str = "", config: str = "", context: str | None = None) -> None:
+    write_files(cli.project, {"jobs/t.yaml": f"name: t\nentrypoint: python -c pass\n{body}",
+                              "pyproject.toml": f"[tool.rtjob]\n{config}"})
+    if context is not None:
+        write_files(cli.home.parent / "xdg" / "rtjob", {"config.toml": f'current = "team"\n[contexts.team]\n{context}'})
+
+
+def _references(cli: ProjectCli, **env: str) -> dict[str, str]:
+    proc = cli(*RENDER, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not any(value in proc.stdout for value in env.values())  # an env: value travels sealed, never rendered
+    env = json.loads(proc.stdout)["submit_job"]["runtime_env"]["env_vars"]
+    return dict(json.loads(env.get(secret_refs.ENV_SECRETS) or "{}"))
+
+
+def test_a_contexts_secrets_reach_the_job_as_references_and_the_jobs_own_win(cli: ProjectCli) -> None:
+    _job(cli, "secrets:\n  HF_TOKEN: ssm://mine/hf\n",
+         context='secrets = {HF_TOKEN = "aws-sm://team/hf#token", WANDB_API_KEY = "env:TEAM_WANDB"}\n')
+    assert _references(cli, TEAM_WANDB="wandb-value-91c2") == {"HF_TOKEN": "ssm://mine/hf",
+                                                                "WANDB_API_KEY": "env:TEAM_WANDB"}
+    _job(cli, config='secrets = {DB_PASSWORD = "file:///run/secrets/db"}\n')  # the project config's, no context
+    assert _references(cli) == {"DB_PASSWORD": "file:///run/secrets/db"}
+
+
+@pytest.mark.parametrize(("context", "says"), [
+    ('secrets = {HF_TOKEN = "hunter2"}\n', "secrets.HF_TOKEN: not a secret reference"),
+    ('secrets = {"bad-name" = "ssm://x"}\n', "is not a valid environment variable name"),
+    ('secrets = "ssm://x"\n', "secrets must be a table"),
+])
+def test_a_bad_entry_is_one_line_with_its_file_and_line(cli: ProjectCli, context: str, says: str) -> None:
+    _job(cli, context=context)
+    proc = cli(*RENDER)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert says in proc.stderr and "config.toml:3" in proc.stderr, proc.stderr
+    assert "hunter2" not in proc.stderr
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    ("env_vars:\n  HF_TOKEN: plain\n", "env_vars sets HF_TOKEN, which the secrets setting"),
+    ("companion: false\n", "companion: false, but the secrets setting"),
+])
+def test_a_job_that_cannot_take_them_is_refused_in_one_line(cli: ProjectCli, body: str, says: str) -> None:
+    _job(cli, body, context='secrets = {HF_TOKEN = "ssm://team/hf"}\n')
+    proc = cli(*RENDER)
+    assert proc.returncode == 2 and says in proc.stderr and "context team" in proc.stderr, proc.stderr
