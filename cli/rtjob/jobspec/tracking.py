@@ -82,9 +82,7 @@ def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, back
     ``working_dir``) and where the setting came from (``render --explain``)."""
     source = shown
     if tracking is None and settings is not None and settings.get("tracking") is not None:
-        from .table_settings import parsed
-
-        tracking, source = parsed(settings, "tracking"), settings.source("tracking")
+        tracking, source = Tracking.model_validate(settings.get("tracking")), settings.source("tracking")
     if tracking is None:
         tracking, source = tracking_of_env(client_env), "MLFLOW_TRACKING_URI in this environment"
     if tracking is None:
