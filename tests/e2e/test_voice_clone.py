@@ -1,9 +1,10 @@
 """The voice-clone pipeline end to end on the real 2-node embedded cluster with S3 storage (moto on loopback):
 process (Ray Data) → encode → train (hf-sft) → evaluate, first submitted with --no-wait (its supervisor on the cluster
 runs the steps) and followed with `rtjob wait`. The evaluate step first fails on purpose (a --max-len that
-leaves the held-out clips no target token, refused), which stops the pipeline with exit 1; `--from train` then reuses the process and
-encode runs, trains again and passes the real bar: the fine-tuned model beats the base model and the code-frequency
-baselines on held-out clips, loss falls over the epochs, and the checkpoint reloads with `from_pretrained`.
+leaves the held-out clips no target token, refused), which stops the pipeline with exit 1; `--from evaluate` then reuses
+the process, encode and train runs (what a user whose evaluation failed does: no second training) and passes the
+real bar: the fine-tuned model beats the base model and the code-frequency baselines on held-out clips, loss falls
+over the epochs, and the checkpoint reloads with `from_pretrained`.
 `status`, `results` and `pull` of the pipeline id cover its steps."""
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ def ok(proc) -> str:
     return proc.stdout
 
 
-def test_voice_clone_runs_its_four_steps_and_from_train_resumes_after_a_failed_evaluate(cluster_env, s3, tmp_path):
+def test_voice_clone_runs_its_four_steps_and_from_evaluate_resumes_after_a_failed_evaluate(cluster_env, s3, tmp_path):
     env = {**cluster_env, **s3.env()}
     storage = f"s3://{BUCKET}/team"
     failed_id, fixed_id = new_id("voice"), new_id("voicefix")
@@ -46,13 +47,13 @@ def test_voice_clone_runs_its_four_steps_and_from_train_resumes_after_a_failed_e
     assert "no target token" in logs
     assert "synthetic" in logs.lower()  # the offline set says what it is in the step's log
 
-    fixed = rtjob("submit", "voice-clone", *common, "--submission-id", fixed_id, "--from", "train", failed_id,
+    fixed = rtjob("submit", "voice-clone", *common, "--submission-id", fixed_id, "--from", "evaluate", failed_id,
                   env=env, timeout=900)
     done = json.loads(ok(fixed))
     assert done["status"] == "SUCCEEDED"
     assert [(s["name"], s["reused_from"]) for s in done["steps"]] == [
-        ("process", failed_id), ("encode", failed_id), ("train", None), ("evaluate", None)]
-    assert done["steps"][1]["run_id"] == f"{failed_id}-encode" and done["steps"][2]["run_id"] == f"{fixed_id}-train"
+        ("process", failed_id), ("encode", failed_id), ("train", failed_id), ("evaluate", None)]
+    assert done["steps"][2]["run_id"] == f"{failed_id}-train" and done["steps"][3]["run_id"] == f"{fixed_id}-evaluate"
 
     # The evaluation: the fine-tuned model beats the base and both code-frequency baselines on held-out clips.
     s3c = s3.client()
