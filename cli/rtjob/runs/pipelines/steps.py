@@ -85,6 +85,9 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
             events.note(f"pipeline {pp.id}: its supervisor runs the steps on the cluster; rtjob wait {pp.id} "
                         "follows them")
             break
+        if supervisor is not None and step.plan.job.queue is not None and not pp.backend.queues_itself:
+            events.note(f"step {i + 1}/{len(pp.steps)} {step.name}: {step.run_id} waits in queue "
+                        f"{step.plan.job.queue.name} until its keeper admits it (rtjob queue {step.plan.job.queue.name})")
         if supervisor is not None and await_step(pp.backend, pp.id, step.run_id, deadline) is None:
             done.ended = recorded_end(pp.backend, record, deadline)  # the supervisor ended it before this step
             break

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ...backends.base import ClusterJobs
 
 POLL_S = 1.0  # the cluster's jobs read while the step waits (the keeper's pass is as often)
+STORAGE_POLL_S = 5.0  # the stop marker and the step's record (a cancel folded), read as a running step's stop is
 KEEPER_CHECK_S = 30.0  # how often a waiting step's keeper is looked for (a dead one is started again)
 
 
@@ -45,16 +46,18 @@ class QueuedSteps:
         why (STOPPED: cancelled while queued, by the pipeline's stop or by another's cancel)."""
         step_id = jobs.step_id(step)
         self.enqueue(step)
-        cancelled, looked = False, time.monotonic()
+        cancelled, looked, read = False, time.monotonic(), 0.0
         while jobs.state(step_id) is None:
-            if not cancelled and stop_requested():
-                self.say(f"the pipeline's stop was requested: cancelling {step_id} in its queue")
-                self.cancel(step)
-                cancelled = True
-            line = self.ended_while_queued(step)
-            if line is not None:
-                self.say(f"{where} {step_id}: {line}")
-                return "STOPPED", None if cancelled else line
+            if time.monotonic() - read >= STORAGE_POLL_S:  # its storage (the stop marker, its record) less often
+                read = time.monotonic()
+                if not cancelled and stop_requested():
+                    self.say(f"the pipeline's stop was requested: cancelling {step_id} in its queue")
+                    self.cancel(step)
+                    cancelled = True
+                line = self.ended_while_queued(step)
+                if line is not None:
+                    self.say(f"{where} {step_id}: {line}")
+                    return "STOPPED", None if cancelled else line
             if time.monotonic() - looked >= KEEPER_CHECK_S:
                 looked = time.monotonic()
                 self.keeper(step)
