@@ -24,6 +24,8 @@ from rtjob.storage.opening import objects_for
 from rtjob.storage.run_files import seed, written_by_run
 from support.s3_server import S3Server, bucket_fixture
 
+import rtjob_contract as contract
+
 BUCKET = "sync-tests"
 SETTLE = 0.2
 
@@ -326,3 +328,28 @@ def test_a_failing_upload_is_one_line_and_retried(tmp_path: Path, s3: S3Server,
     s3.client().create_bucket(Bucket=bucket)
     assert dirsync.scan(final=True) == 1
     assert _data(target, "out.txt") == b"kept for later"
+
+
+def test_a_manifest_not_written_counts_as_not_stored_until_it_is(tmp_path: Path) -> None:
+    local = tmp_path / "run"
+    local.mkdir()
+    (local / "model.txt").write_text("final")
+
+    class RefusesTheManifestOnce(LocalObjects):
+        """The local target, refusing the first write of the manifest (storage went down right after the file)."""
+
+        refused = False
+
+        def put(self, rel: str, data: bytes, *, if_match: str | None = None, if_absent: bool = False) -> str:
+            if rel.startswith(contract.RUN_SYNC_DIR) and not self.refused:
+                self.refused = True
+                raise OSError("storage unreachable")
+            return super().put(rel, data, if_match=if_match, if_absent=if_absent)
+
+    objs = RefusesTheManifestOnce(objects_for(str(tmp_path / "storage")).location)
+    dirsync = DirSync(str(local), objs, settle_s=SETTLE, say=Said(), attempt_id="run")
+    assert dirsync.scan(final=True) == 1
+    assert not dirsync.complete  # the file is there, the manifest that calls it the run's is not
+    assert dirsync.not_stored() == [contract.sync_manifest_name("run")]
+    assert dirsync.scan(final=True) == 0
+    assert dirsync.complete and dirsync.not_stored() == []

@@ -144,9 +144,12 @@ class DirSync:
         return not self._failing and not self._manifest_due
 
     def not_stored(self) -> list[str]:
-        """The files (relative names) whose latest content is not in the run's storage yet (the manifest aside)."""
+        """The objects (relative names) the run's storage lacks: files whose latest content is not there yet, and
+        this attempt's manifest when it is due, so that a sync that is not ``complete`` never counts nothing."""
         waiting = [rel for rel, _path, st in self._files() if rel not in self._left
                    and (rel not in self._synced or self._synced[rel].state != (st.st_size, st.st_mtime_ns))]
+        if self._manifest_due and self.attempt_id is not None:
+            waiting.append(contract.sync_manifest_name(self.attempt_id))
         return sorted(waiting)
 
     def scan(self, final: bool = False) -> int:
