@@ -307,6 +307,28 @@ def test_a_wait_that_ended_does_not_count_towards_a_later_one(monkeypatch):
     assert backend.stops == 1
 
 
+def test_the_checks_back_off_only_after_a_runs_first_minutes(monkeypatch):
+    """A run asks for its workers after its imports (slow on a busy node): checks backed off by then would stop
+    a run that can never start minutes late; a run long past its start is asked less and less often."""
+    import asyncio
+
+    from rtjob.runs.lifecycle import stuck_watch
+
+    backend = StuckBackend(final=True)
+    backend.stuck_answer = None
+    clock = [1000.0]
+    monkeypatch.setattr(stuck_watch.time, "monotonic", lambda: clock[0])
+    watch = stuck_watch.StuckWatch(backend, "r1", notice=None)  # type: ignore[arg-type]
+    gaps = []
+    while clock[0] < 1000 + stuck_watch.STUCK_EARLY_S + 400:
+        clock[0] = watch.next_check
+        asyncio.run(watch.check(backend.info))
+        gaps.append(watch.next_check - clock[0])
+    early = int(stuck_watch.STUCK_EARLY_S // stuck_watch.STUCK_POLL_S) - 1
+    assert set(gaps[:early]) == {stuck_watch.STUCK_POLL_S}
+    assert gaps[early] == 2 * stuck_watch.STUCK_POLL_S and gaps[-1] == stuck_watch.STUCK_POLL_MAX_S
+
+
 def test_on_a_cluster_that_can_grow_the_wait_is_reported_once_and_the_run_left_alone(monkeypatch):
     from rtjob.core.model import RunStatus
     from rtjob.runs.lifecycle.follow import follow

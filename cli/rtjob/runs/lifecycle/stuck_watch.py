@@ -18,10 +18,13 @@ T = TypeVar("T")
 # How often a follower asks whether the run waits for resources the cluster does not have: Ray's State API is
 # not cheap (on the embedded cluster it takes CPU from training) and every follower asks, so the checks back off
 # from STUCK_POLL_S to STUCK_POLL_MAX_S while the run waits for nothing (a run is stuck mostly from its start),
-# and come every STUCK_POLL_S again while it waits. A wait lasting RTJOB_STUCK_GRACE_S (longer than a node
-# takes to join) stops the run.
+# and come every STUCK_POLL_S again while it waits. Not during the first STUCK_EARLY_S of a follow, though: that
+# is when a run asks for its workers (after its imports, slow on a busy node), and a check backed off to minutes
+# then would stop a run that can never start minutes late. A wait lasting RTJOB_STUCK_GRACE_S (longer than a
+# node takes to join) stops the run.
 STUCK_POLL_S = 10.0
 STUCK_POLL_MAX_S = 120.0
+STUCK_EARLY_S = 180.0
 STUCK_GRACE_S = 60.0
 
 
@@ -74,7 +77,8 @@ class StuckWatch:
         self.notice = notice or (lambda _: None)
         self.grace_s = float(os.environ.get("RTJOB_STUCK_GRACE_S") or STUCK_GRACE_S)
         self.interval = STUCK_POLL_S
-        self.next_check = time.monotonic() + self.interval
+        self.began = time.monotonic()
+        self.next_check = self.began + self.interval
         self.since: float | None = None
         self.warned = False
 
@@ -89,7 +93,8 @@ class StuckWatch:
             return
         if stuck is None:
             self.since = None  # it got what it waited for: a later wait (a worker group restarting) starts afresh
-            self.interval = min(self.interval * 2, STUCK_POLL_MAX_S)
+            early = now - self.began < STUCK_EARLY_S
+            self.interval = STUCK_POLL_S if early else min(self.interval * 2, STUCK_POLL_MAX_S)
             self.next_check = time.monotonic() + self.interval
             return
         self.interval = STUCK_POLL_S
