@@ -8,6 +8,7 @@ module's: the keeper is given the body without it."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from .admission import Limits
@@ -60,10 +61,12 @@ def cancel_step(step: dict[str, Any], by: str) -> None:
     cancel(ref_of(step), str(step["submission_id"]), by)
 
 
-def keeper_for(step: dict[str, Any], backend: Any) -> str | None:
-    """The step's queue's keeper started on ``backend``'s cluster when none holds the lease (its id; None: one is
-    alive), with the queue's policy and caps; it reaches the queue's storage with this process's AWS variables."""
+def keeper_for(step: dict[str, Any], backend: Callable[[], Any]) -> str | None:
+    """The step's queue's keeper started on the cluster of ``backend()`` (made only then: a Jobs API client) when
+    none holds the lease (its id; None: one is alive), with the queue's policy and caps; it reaches the queue's
+    storage with this process's AWS variables. ``ensure_keeper`` reads the lease again: another carrier may have
+    started one meanwhile."""
     ref = ref_of(step)
     if keeper_alive(ref):
         return None
-    return ensure_keeper(backend, ref, Limits(**dict((queued(step) or {}).get("limits") or {})))
+    return ensure_keeper(backend(), ref, Limits(**dict((queued(step) or {}).get("limits") or {})))

@@ -99,7 +99,7 @@ class QueuedSteps:
         from ...queue.steps import keeper_for
 
         try:
-            started = keeper_for(step, in_cluster_backend())
+            started = keeper_for(step, in_cluster_backend)
         except Exception as exc:  # noqa: BLE001 - a client's `wait` starts it too; the step waits meanwhile
             self.say(f"its queue's keeper not started: {one_line(exc)}")
             return
