@@ -38,6 +38,7 @@ QUEUED_RUNS = 1_000
 REPEATS = 5
 HANDOVER_GOAL_S = 1.0
 LIST_GOAL_S = 1.0
+QUEUED_SUBMIT_GOAL = 1.1
 SHAPE_CPU = {"CPU": 1.0}
 
 
@@ -213,6 +214,53 @@ def measure_listing(work: Path, repeats: int = REPEATS) -> tuple[list[float], li
         ours.append(timed(listing, rows_ok))
         floor.append(timed(bare, count_ok))
     return ours, floor, pass_s, state_file.stat().st_size
+
+
+def measure_queued_submit(rtjob: list[str], env: dict[str, str], project: Path,
+                          repeats: int = REPEATS) -> tuple[list[float], list[float]]:
+    """(`submit --queue Q --no-wait` wall times, plain `submit --no-wait` wall times), spawn → exit, interleaved,
+    to the running cluster ``env`` points at, from one project (folder storage, queue Q declared) for both sides.
+    One warm-up each: the queue's first enqueue also starts its keeper on the cluster."""
+    sleeper = next(iter(sorted((project / "jobs").glob("*sleep*.yaml"))), None)
+    if sleeper is None:
+        raise RuntimeError(f"no sleep job in {project / 'jobs'}")
+    ours = project.parent / "queue-project"
+    shutil.copytree(project, ours, dirs_exist_ok=True)
+    storage = project.parent / "queue-storage"
+    (ours / "pyproject.toml").write_text(f'[tool.rtjob]\nstorage = "{storage}"\n\n[tool.rtjob.queues.benchq]\n')
+    env = {**env, "RTJOB_PROJECT": str(ours)}
+
+    def timed(*extra: str) -> float:
+        began = time.monotonic()
+        done = subprocess.run([*rtjob, "submit", sleeper.stem, "--no-wait", *extra], env=env, cwd=ours,
+                              capture_output=True, text=True, timeout=180)
+        took = time.monotonic() - began
+        if done.returncode != 0:
+            raise RuntimeError(f"`submit {' '.join(extra)}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
+        return took
+
+    timed("--queue", "benchq")
+    timed()  # warm-ups
+    queued, plain = [], []
+    for _ in range(repeats):
+        queued.append(timed("--queue", "benchq"))
+        plain.append(timed())
+    return queued, plain
+
+
+def queued_submit_rows(rtjob: list[str], env: dict[str, str], project: Path,
+                       repeats: int = REPEATS) -> list[dict[str, str]]:
+    try:
+        queued, plain = measure_queued_submit(rtjob, env, project, repeats)
+    except Exception as exc:  # noqa: BLE001 - a failed measurement is a row saying why
+        return [{"measurement": "`submit --queue Q --no-wait` vs `submit --no-wait`", "rtjob": f"failed: {exc}",
+                 "peer": "—", "ratio": "—", "goal": f"≤{QUEUED_SUBMIT_GOAL:g}×", "met": "**FAILED**"}]
+    ratio = statistics.median(queued) / statistics.median(plain)
+    return [{"measurement": f"`submit --queue Q --no-wait` vs `submit --no-wait`, spawn → exit (median of "
+                            f"{repeats}; running embedded cluster, folder storage)",
+             "rtjob": _spread(queued), "peer": f"{_spread(plain)} (rtjob's plain submit)",
+             "ratio": f"{ratio:.2f}×", "goal": f"≤{QUEUED_SUBMIT_GOAL:g}×",
+             "met": "yes" if ratio <= QUEUED_SUBMIT_GOAL else "**NO**"}]
 
 
 def _spread(values: list[float]) -> str:

@@ -722,6 +722,24 @@ def bench_startup(ctx: Context) -> list[Row]:
     return _rows(run_startup_bench([RTJOB], notes=ctx.notes), 15)
 
 
+def bench_queue(ctx: Context) -> list[Row]:
+    """Issue 44: the queue keeper's hand-over and `rtjob queue` over 1,000 queued runs (benchmarks/queue_bench.py;
+    folder storage, no cluster)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from queue_bench import run_queue_bench
+
+    return _rows(run_queue_bench(notes=ctx.notes), 16)
+
+
+def bench_queued_submit(ctx: Context) -> list[Row]:
+    """Issue 44: `submit --queue --no-wait` against a plain `submit --no-wait` on the running cluster."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from queue_bench import queued_submit_rows
+
+    rows = _rows(queued_submit_rows([RTJOB], ctx.env, Path(ctx.env["RTJOB_PROJECT"])))
+    return [row._replace(measurement="16d. " + row.measurement) for row in rows]
+
+
 def bench_ui_latency(ctx: Context) -> list[Row]:
     """Issue 28: a printed line → `rtjob ui`'s open run page vs `ray job submit` (benchmarks/ui_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -871,6 +889,7 @@ def main() -> int:
         "status": ["2. `status ID` of a finished job"],
         "ui": ["13d. `rtjob ui` printed line → page"],
         "live": ["14a. printed line → the run's stored log", "14b. the companion's CPU while the run prints"],
+        "queued": ["16d. `submit --queue Q --no-wait` vs `submit --no-wait`"],
     }
     try:
         rows += guarded(["1. CLI start-up: `submit --help`"], bench_help, ctx)
@@ -882,6 +901,7 @@ def main() -> int:
                 rows += guarded(cluster_rows["status"], bench_status, ctx)
                 rows += guarded(cluster_rows["ui"], bench_ui_latency, ctx)
                 rows += guarded(cluster_rows["live"], bench_livelog, ctx)
+                rows += guarded(cluster_rows["queued"], bench_queued_submit, ctx)  # last: its runs stay queued
         except BenchError as exc:
             # The cluster itself did not come up: every cluster measurement fails for that reason.
             done = {r.measurement.split(" (")[0] for r in rows}
@@ -900,6 +920,7 @@ def main() -> int:
         rows += guarded(["13. `rtjob ui` runs page and log"], bench_ui, ctx)
         rows += guarded(["14. 8 `submit --no-wait` at once to a running cluster"], bench_parallel_submit, ctx)
         rows += guarded(["15. submit → first step vs one process"], bench_startup, ctx)
+        rows += guarded(["16. the queue keeper and `rtjob queue`"], bench_queue, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)
