@@ -166,9 +166,10 @@ def test_a_client_write_never_replaces_the_run_sides_end(tmp_path: Path) -> None
     update_record(run, None, lambda stored: ended)
     client = RunRecord(id="r1", job="job", backend="local", status="RUNNING", user="alice",
                        timeline={"submitted": "2026-11-26T10:00:00+00:00"})
-    from rtjob.storage.records import read_record, write_record
+    from rtjob.storage.records import read_record
+    from support.planted import plant_record
 
-    written = write_record(run, client, None)
+    written = plant_record(run, client, None)
     stored = read_record(run, None)
     assert stored == written and stored is not None
     assert (stored.status, stored.exit_code, stored.completed_by, stored.backend, stored.user) == (

@@ -17,9 +17,9 @@ from typing import Any
 from urllib.request import urlopen
 
 import pytest
-from rtjob.storage.records import write_record
 from support.browser import chromium, ui_server, until
 from support.cli import REPO, base_env, plant, record
+from support.planted import plant_record
 from support.ui_runs import append_log_part, append_rows, png, step_rows, system_rows, wav, write_run
 
 from rtjob_contract import STEP_METRICS_FILE, SYSTEM_METRICS_FILE
@@ -313,7 +313,7 @@ def test_a_running_run_grows_its_curves_and_ends_without_reload(team: dict[str, 
         browser.save_screenshot(str(DOCS_IMAGE))
     ended = dataclasses.replace(grow, status="SUCCEEDED", end_time="2026-11-18T09:30:00+00:00",
                                 completed_by="companion", exit_code=0)
-    write_record(grow.storage_uri, ended, None)  # the run's companion writes its end
+    plant_record(grow.storage_uri, ended, None)  # the run's companion writes its end
     began = time.monotonic()
     until(lambda: browser.find_element(By.ID, "status").text == "SUCCEEDED", timeout=5,
           what="the end shown within 5 s of the record")

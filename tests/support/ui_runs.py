@@ -1,5 +1,5 @@
 """Runs as real runs leave them, for `rtjob ui`'s tests and benchmark: each run's record, log parts, metrics history,
-samples and checkpoints written into a storage folder with rtjob's own writers (storage/records.write_record,
+samples and checkpoints written into a storage folder (the record planted with support/planted.plant_record,
 Objects.put, the index entry), and the record remembered in the ledger as the submitting client does."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from typing import Any
 from rtjob.core.record import RunRecord
 from rtjob.storage.index import write_entry
 from rtjob.storage.opening import objects_for
-from rtjob.storage.records import write_record
 
 import rtjob_contract as contract
+from support.planted import plant_record
 
 from .cli import record as record_output
 
@@ -90,7 +90,7 @@ def write_run(root: Path | str, run_id: str, job: str, *, status: str = "SUCCEED
         timeline={"submitted": start, "accepted": start, "driver_started": start, "first_log_line": start},
         steps=steps or [], pipeline=pipeline,
     )
-    write_record(uri, record, None)
+    plant_record(uri, record, None)
     with objects_for(uri) as objects:
         text = "".join(line + "\n" for line in (log_lines or [f"epoch {e} done" for e in range(1, epochs + 1)]))
         objects.put(f"{contract.RUN_LOGS_DIR}/{run_id}/{contract.LOG_PART_PREFIX}000000", text.encode())

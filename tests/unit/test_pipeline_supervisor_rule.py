@@ -222,11 +222,12 @@ def test_the_pipeline_record_keeps_the_steps_it_did_not_carry(tmp_path) -> None:
     recorded step, with its status, and the pipeline's status is from all of them."""
     from rtjob.core.record import RunRecord
     from rtjob.runside.supervisor.pipeline_folder import PipelineFolder
-    from rtjob.storage.records import read_record, write_record
+    from rtjob.storage.records import read_record
+    from support.planted import plant_record
 
     steps = [{"name": n, "run_id": f"{PID}-{n}", "reused_from": "earlier" if n in ("a", "b") else None}
              for n in ("a", "b", "c", "d")]
-    write_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path),
+    plant_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path),
                                           status="RUNNING", steps=steps), None)
     PipelineFolder(PID, str(tmp_path)).ended({f"{PID}-c": "SUCCEEDED", f"{PID}-d": "SUCCEEDED"}, None)
     record = read_record(str(tmp_path), None)
@@ -264,7 +265,8 @@ def test_a_pipeline_whose_supervisor_keeps_dying_is_given_up_failed_after_three_
     from rtjob.backends.ray.supervisor_jobs import GIVING_UP, MAX_REPLACEMENTS, supervisor_id
     from rtjob.core.record import RunRecord
     from rtjob.runside.supervisor.pipeline_folder import PipelineFolder
-    from rtjob.storage.records import read_record, write_record
+    from rtjob.storage.records import read_record
+    from support.planted import plant_record
 
     assert MAX_REPLACEMENTS == 3 and GIVING_UP == 5
     monkeypatch.setenv(contract.ENV_NOTIFY, json.dumps({"on": ["failed"], "steps": False,
@@ -272,7 +274,7 @@ def test_a_pipeline_whose_supervisor_keeps_dying_is_given_up_failed_after_three_
     monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
     monkeypatch.setenv(contract.ENV_JOB_NAME, "p")
     steps = [body("a", "gcs://_ray_pkg_wd.zip"), body("b", "gcs://_ray_pkg_wd.zip")]
-    write_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path), status="RUNNING",
+    plant_record(str(tmp_path), RunRecord(id=PID, job="p", backend="local", storage_uri=str(tmp_path), status="RUNNING",
                                           steps=[{"name": n, "run_id": f"{PID}-{n}"} for n in ("a", "b")]), None)
     cluster = Cluster()
     cluster.jobs[f"{PID}-a"] = {"submission_id": f"{PID}-a", "status": "RUNNING", "metadata": {}}  # step a runs

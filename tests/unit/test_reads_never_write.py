@@ -21,8 +21,8 @@ from rtjob.core.model import RunInfo, RunStatus
 from rtjob.ledger import Ledger
 from rtjob.storage import index
 from rtjob.storage.objects import LocalObjects
-from rtjob.storage.records import write_record
 from support.cli import base_env, run_in_process
+from support.planted import plant_record
 from support.toy_backend.backend import ToyBackend
 from support.ui_runs import append_log_part, call, write_run
 
@@ -48,12 +48,12 @@ def team(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path
     store = tmp_path / "store"
     write_run(store, "done-1", "train")
     going = write_run(store, "lost-1", "train", status="RUNNING")
-    write_record(going.storage_uri or "", dataclasses.replace(going, last_seen=LONG_AGO), None)
+    plant_record(going.storage_uri or "", dataclasses.replace(going, last_seen=LONG_AGO), None)
     retried = write_run(store, "retry-1", "train")
     retried = dataclasses.replace(retried, completed_by="supervisor", attempts=[
         {"id": "retry-1", "attempt": 1, "status": "FAILED", "exit_code": None, "retry_reason": LOST},
         {"id": "retry-1-retry1", "attempt": 2, "status": "SUCCEEDED", "exit_code": 0, "retry_reason": None}])
-    write_record(retried.storage_uri or "", retried, None)
+    plant_record(retried.storage_uri or "", retried, None)
     index.write_entry(str(store), None, retried)  # its end's entry, as lifecycle.write writes it
     append_log_part(dataclasses.replace(retried, id="retry-1-retry1"), 0, ["epoch 1 again", "done"])
     unarchived = write_run(store, "toy-1", "train", status="RUNNING", backend="toy", archived=False)

@@ -15,8 +15,8 @@ from rtjob.core.model import RunInfo, RunStatus
 from rtjob.core.record import RunRecord
 from rtjob.storage import index
 from rtjob.storage.index import compact, index_objects, read_index, write_entry, write_run_entry
-from rtjob.storage.records import write_record
 from rtjob.storage.run_filter import RunFilter
+from support.planted import plant_record
 from support.s3_server import S3Server, bucket_fixture, in_env
 
 from rtjob_contract import INDEX_ENTRIES_DIR, INDEX_OBJECTS_DIR
@@ -167,10 +167,10 @@ def test_runs_storage_lists_from_the_index_and_reindex_adds_records_of_an_older_
     env = {**base_env(tmp_path / "home"), **({k: os.environ[k] for k in os.environ if k.startswith("AWS_")})}
     for i in range(3):  # as runs/memory.py writes them: the record, then its entry
         record = run(i, "SUCCEEDED", job="train" if i else "eval", user="bob" if i == 2 else "alice", root=root)
-        write_record(record.storage_uri or "", record, None)
+        plant_record(record.storage_uri or "", record, None)
         write_run_entry(record.storage_uri or "", None, record)
     older = run(7, "FAILED", root=root)  # an older rtjob's run: a record, no entry
-    write_record(older.storage_uri or "", older, None)
+    plant_record(older.storage_uri or "", older, None)
 
     def listed(*args: str) -> list[dict[str, object]]:
         proc = run_in_process("runs", "--storage", root, "-o", "json", *args, env=env)

@@ -25,8 +25,8 @@ from rtjob.storage.records import (
     metrics_summary,
     read_record,
     write_log,
-    write_record,
 )
+from support.planted import plant_record
 from support.s3_server import S3Server, bucket_fixture, in_env
 
 from rtjob_contract import DRIVER_LOG_FILE, RUN_RECORD_FILE, attempt_log_name, log_part_name
@@ -88,10 +88,10 @@ def test_record_and_logs_round_trip(root: Root) -> None:
     run = root.run("ddp-resnet", "r1")
     assert read_record(run, root.endpoint) is None  # nothing written yet
     written = record("r1", "ddp-resnet", "2026-11-20T10:00:00+00:00", attempts=[{"id": "r1", "status": "FAILED"}])
-    write_record(run, written, root.endpoint)
+    plant_record(run, written, root.endpoint)
     assert read_record(run, root.endpoint) == written
     written.status, written.archived = "FAILED", True  # the record is replaced whole at the end
-    write_record(run, written, root.endpoint)
+    plant_record(run, written, root.endpoint)
     assert read_record(run, root.endpoint) == written
 
     assert log_chunks(run, root.endpoint, "r1") is None
@@ -126,9 +126,9 @@ def test_record_and_logs_round_trip(root: Root) -> None:
 
 
 def test_list_records_newest_first_job_filter_and_problems(root: Root) -> None:
-    write_record(root.run("a", "old"), record("old", "a", "2026-11-01T08:00:00+00:00"), root.endpoint)
-    write_record(root.run("a", "new"), record("new", "a", "2026-11-03T08:00:00Z"), root.endpoint)
-    write_record(root.run("b", "mid"), record("mid", "b", None, submitted_at="2026-11-02T08:00:00+00:00"),
+    plant_record(root.run("a", "old"), record("old", "a", "2026-11-01T08:00:00+00:00"), root.endpoint)
+    plant_record(root.run("a", "new"), record("new", "a", "2026-11-03T08:00:00Z"), root.endpoint)
+    plant_record(root.run("b", "mid"), record("mid", "b", None, submitted_at="2026-11-02T08:00:00+00:00"),
                  root.endpoint)
     root.put("b/older-rtjob-run/checkpoint_epoch_0001/model.pt", b"w")  # a run folder without a record
     root.put(f"b/corrupt/{RUN_RECORD_FILE}", b"{not json")
@@ -156,8 +156,8 @@ def test_list_records_newest_first_job_filter_and_problems(root: Root) -> None:
 
 def test_find_record_under_any_job(root: Root) -> None:
     written = record("r7", "mnist", "2026-11-05T08:00:00+00:00")
-    write_record(root.run("mnist", "r7"), written, root.endpoint)
-    write_record(root.run("other", "r8"), record("r8", "other", None), root.endpoint)
+    plant_record(root.run("mnist", "r7"), written, root.endpoint)
+    plant_record(root.run("other", "r8"), record("r8", "other", None), root.endpoint)
     assert find_record(root.uri, "r7", root.endpoint) == (root.run("mnist", "r7"), written)
     assert find_record(root.uri, "r9", root.endpoint) is None
     root.put(f"other/broken/{RUN_RECORD_FILE}", b"[]")
@@ -175,7 +175,7 @@ def test_checkpoints_and_metrics_summary(root: Root) -> None:
         ckpt = f"mnist/r1/checkpoint_epoch_{epoch:04d}"
         root.put(f"{ckpt}/model.pt", b"m" * (100 * epoch))
         root.put(f"{ckpt}/metrics.json", json.dumps(rows[:epoch]).encode())
-    write_record(run, record("r1", "mnist", None), root.endpoint)
+    plant_record(run, record("r1", "mnist", None), root.endpoint)
 
     found = checkpoints(run, root.endpoint)
     assert [c["name"] for c in found] == [f"checkpoint_epoch_{e:04d}" for e in (1, 2, 3, 10)]  # natural order
@@ -203,7 +203,7 @@ def test_listing_uses_delimiters_never_every_key(s3_env: S3Server, monkeypatch: 
     client = s3_env.client()
     uri = f"s3://{BUCKET}/many"
     for job, run_id in (("big", "r1"), ("big", "r2"), ("small", "r3")):
-        write_record(f"{uri}/{job}/{run_id}", record(run_id, job, None), s3_env.endpoint)
+        plant_record(f"{uri}/{job}/{run_id}", record(run_id, job, None), s3_env.endpoint)
     keys = [f"many/big/r1/checkpoint_epoch_{i // 20:04d}/shard_{i:05d}.bin" for i in range(200)]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda key: client.put_object(Bucket=BUCKET, Key=key, Body=b"x"), keys))
@@ -252,7 +252,7 @@ def test_local_links_are_not_followed(tmp_path: Path) -> None:
     assert listed.records == [] and len(listed.problems) == 1 and "symbolic link" in listed.problems[0]
 
     # Writing: the link is replaced by the record, the file it pointed to is untouched.
-    write_record(str(run), record("r1", "job", None), None)
+    plant_record(str(run), record("r1", "job", None), None)
     assert not (run / RUN_RECORD_FILE).is_symlink() and secret.read_text() == "keep me"
     assert read_record(str(run), None) == record("r1", "job", None)
     assert [p.name for p in run.iterdir()] == [RUN_RECORD_FILE]  # no temporary file left behind
@@ -266,7 +266,7 @@ def test_local_links_are_not_followed(tmp_path: Path) -> None:
     assert list(outside.iterdir()) == []
     other = tmp_path / "other-run"
     other.mkdir()
-    write_record(str(other), record("r2", "job", None), None)
+    plant_record(str(other), record("r2", "job", None), None)
     (root / "job" / "r2").symlink_to(other)
     (root / "linked-job").symlink_to(root / "job")
     assert [r.id for r in list_records(str(root), None).records] == ["r1"]
@@ -285,7 +285,7 @@ def test_wait_of_anothers_run_keeps_their_record_and_archives_the_log(s3_env: S3
 
     theirs = RunRecord(id="r-theirs", job="a", backend="ray", status="RUNNING", spec={"document": {"name": "a"}},
                        spec_hash="h", submitted_at="2026-11-20T10:00:00+00:00", user="alice")
-    write_record(f"s3://{BUCKET}/team/a/r-theirs", theirs, s3_env.endpoint)
+    plant_record(f"s3://{BUCKET}/team/a/r-theirs", theirs, s3_env.endpoint)
 
     def respond(method: str, path: str) -> tuple[int, str, bytes]:
         run_id = path.split("/")[3]
@@ -326,7 +326,7 @@ def test_a_run_folder_with_only_rtjobs_own_files_has_nothing_stored(tmp_path: Pa
     from rtjob.storage.results import history_from_location
 
     run = tmp_path / "job" / "r1"
-    write_record(str(run), RunRecord(id="r1", job="job", backend="local"), None)
+    plant_record(str(run), RunRecord(id="r1", job="job", backend="local"), None)
     write_log(str(run), DRIVER_LOG_FILE, "hello\n", None)
     with pytest.raises(NothingStored):
         history_from_location(parse_location(str(run)))

@@ -250,14 +250,14 @@ def test_a_run_the_supervisor_gives_up_on_is_told_failed_once(tmp_path, monkeypa
 
     from rtjob.core.record import RunRecord
     from rtjob.runside.supervisor.run_folder import RunFolder
-    from rtjob.storage.records import write_record
+    from support.planted import plant_record
 
     monkeypatch.setenv(contract.ENV_NOTIFY, json.dumps({"on": ["failed"], "steps": False,
                                                         "targets": [{"type": "webhook", "env": "HOOK_URL"}]}))
     monkeypatch.setenv("HOOK_URL", receiver.url("/hook"))
     if pipeline_step:
         monkeypatch.setenv(contract.ENV_PIPELINE_ID, "t-pipe")
-    write_record(str(tmp_path), RunRecord(id=RUN, job="count", backend="local", storage_uri=str(tmp_path),
+    plant_record(str(tmp_path), RunRecord(id=RUN, job="count", backend="local", storage_uri=str(tmp_path),
                                           status="FAILED"), None)
     side = RunFolder(RUN, str(tmp_path))
     for _ in range(2):

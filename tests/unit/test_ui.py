@@ -305,8 +305,8 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     run whose record was written before its retry's end was seen is the retry's SUCCEEDED, with both attempts, as
     `rtjob status` says; a pipeline's steps are their runs' stories, as `rtjob show` lists them."""
     from rtjob.runs.memory import remember
-    from rtjob.storage.records import write_record
     from support.cli import main_captured
+    from support.planted import plant_record
 
     retried = write_run(root, "u-retried", "train", status="FAILED")
     retried.exit_code, retried.message = 137, "killed"
@@ -314,7 +314,7 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
                          "retry_reason": "the driver was killed"},
                         {"id": "u-retried-retry1", "attempt": 2, "status": "SUCCEEDED", "exit_code": 0}]
     assert retried.storage_uri is not None
-    write_record(retried.storage_uri, retried, None)
+    plant_record(retried.storage_uri, retried, None)
     remember(retried)  # as `rtjob runs --storage` leaves it: `rtjob status` finds it with the cluster down
     code, out, err = main_captured(capsys, "status", "u-retried", "--backend", "local", "-o", "json")
     assert code == 0, err
@@ -357,13 +357,13 @@ def test_outputs_not_stored_read_the_same_in_the_ui_and_in_rtjob_status(
     """A run whose node kept its outputs: the card says "not stored" with the folder and `rtjob sync`, the live poll
     and the JSON carry the record's outputs, as `rtjob status -o json` does."""
     from rtjob.runs.memory import remember
-    from rtjob.storage.records import write_record
     from support.cli import main_captured
+    from support.planted import plant_record
 
     kept = write_run(root, "u-kept", "train")
     kept.outputs = {"complete": False, "not_stored": 3, "kept_at": "node-a:/tmp/rtjob-run-dirs-0/u-kept"}
     assert kept.storage_uri is not None
-    write_record(kept.storage_uri, kept, None)
+    plant_record(kept.storage_uri, kept, None)
     remember(kept)
     code, out, err = main_captured(capsys, "status", "u-kept", "--backend", "local", "-o", "json")
     assert code == 0, err
@@ -377,14 +377,14 @@ def test_outputs_not_stored_read_the_same_in_the_ui_and_in_rtjob_status(
 def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_format(root: Path, app: Any) -> None:
     """A failed run's card, list row and API: its one line in rtjob's words (no Ray sentence, no wrapper line, no log
     tail); a running run's card keeps no PENDING text of Ray's; every time UTC to the second with a Z."""
-    from rtjob.storage.records import write_record
+    from support.planted import plant_record
 
     failed = write_run(root, "u-words", "train", status="FAILED", start="2026-11-20T10:00:00.737+00:00")
     failed.message = ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 "
                       "chars):\nRunning entrypoint for job u-words: python -m rtjob.runside.companion x\nboom\n")
     failed.last_seen = "2026-11-20T10:04:59.123+00:00"
     assert failed.storage_uri is not None
-    write_record(failed.storage_uri, failed, None)
+    plant_record(failed.storage_uri, failed, None)
     card = call(app, "/runs/u-words/card")[2]
     assert '<span class="message">the entrypoint exited with code 3</span>' in card, card
     assert "rtjob.runside.companion" not in card and "boom" not in card and "+00:00<" not in card
@@ -398,7 +398,7 @@ def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_f
     running = write_run(root, "u-pending-words", "train", status="RUNNING", epochs=1)
     running.message = "Job has not started yet. It may be waiting for the runtime environment to be set up."
     assert running.storage_uri is not None
-    write_record(running.storage_uri, running, None)
+    plant_record(running.storage_uri, running, None)
     assert "not started" not in call(app, "/runs/u-pending-words/card")[2]
     assert json.loads(call(app, "/api/runs/u-pending-words/live")[2])["message"] is None
 
@@ -429,7 +429,7 @@ def test_a_pipeline_without_times_of_its_own_has_its_steps_start_end_and_duratio
 def test_the_card_links_the_mlflow_and_wandb_runs_that_mirror_it(root: Path, app: Any) -> None:
     """The record's ``tracking`` (runside/tracking/) on the run's card: the MLflow run's address, and what did not
     reach it with the command that sends it (as `rtjob status` says: runs/tracking_view.py)."""
-    from rtjob.storage.records import write_record
+    from support.planted import plant_record
 
     url = "http://127.0.0.1:5000/#/experiments/1/runs/abc123"
     record = write_run(root, "u-mirrored", "train")
@@ -438,7 +438,7 @@ def test_the_card_links_the_mlflow_and_wandb_runs_that_mirror_it(root: Path, app
                        "wandb": {"project": "p", "url": "javascript:alert(1)", "dir": "/n/wandb/offline-run-1",
                                  "fault": "W&B did not finish within 10s", "resend": "wandb sync /n/wandb/offline-run-1"}}
     assert record.storage_uri is not None
-    write_record(record.storage_uri, record, None)
+    plant_record(record.storage_uri, record, None)
     card = call(app, "/runs/u-mirrored/card")[2]
     assert f'<a href="{url}" rel="noreferrer">{url}</a>' in card, card
     assert "3 metric(s) not sent: <code>rtjob track resend u-mirrored</code>" in card, card
@@ -506,7 +506,7 @@ def test_a_queued_run_shows_its_position_in_the_runs_table_and_its_queue_has_a_p
     from rtjob.queue import client, lease
     from rtjob.queue.format import STATE, Entry, Shape, State
     from rtjob.storage.index_entries import write_entry
-    from rtjob.storage.records import write_record
+    from support.planted import plant_record
 
     ref = client.QueueRef.of(QueueSettings(name="team"), str(tmp_path))
     state = State("team")
@@ -514,7 +514,7 @@ def test_a_queued_run_shows_its_position_in_the_runs_table_and_its_queue_has_a_p
         record = apply(RunRecord(id=run_id, job="train", backend="ray", storage_uri=str(tmp_path / "train" / run_id),
                                  user="alice"), Queued({"name": "team", "priority": priority, "storage": str(tmp_path)}))
         assert record.storage_uri is not None
-        write_record(record.storage_uri, record, None)
+        plant_record(record.storage_uri, record, None)
         write_entry(str(tmp_path), None, record)
         client.enqueue(ref, run_id, {"submission_id": run_id}, Shape(), user="alice", job="train", priority=priority)
         state.entries.append(Entry(run_id=run_id, priority=priority, user="alice", job="train",

@@ -64,16 +64,6 @@ class Listed:
 # One run's record and logs
 
 
-def write_record(run_uri: str, record: RunRecord, endpoint: str | None) -> RunRecord:
-    """``<run_uri>/rtjob-run.json`` from this writer's ``record``, merged with the stored one so an end written
-    on the run side is never replaced (core/lifecycle.merge); returns what was written."""
-    from ..core.lifecycle import merge
-
-    written = update_record(run_uri, endpoint, lambda stored: merge(record, stored))
-    assert written is not None
-    return written
-
-
 def update_record(run_uri: str, endpoint: str | None, change: Callable[[RunRecord | None], RunRecord | None],
                   tries: int = 30) -> RunRecord | None:
     """Read-modify-write of the run's record by one of its several writers (the submitting client, the run's
