@@ -140,6 +140,10 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 # tier never imports them) go to one worker as one unit, so that only one worker spends the ~4 s of those imports.
 TORCH_FILES = {"test_checkpoint_restore.py", "test_diffusion.py", "test_hf_sft.py", "test_precision.py",
                "test_synthetic_cache.py", "test_voice_audio.py", "test_voice_eval.py"}
+# Files that look at the same run of the worker's session cluster (support/shared_runs.py) go as one unit too: on
+# two workers each would submit it (the ddp-resnet run is ~150 s of a loaded CI).
+SHARED_RUN_FILES = {"test_training.py": "ddp-resnet-run", "test_ddp_resnet_job.py": "ddp-resnet-run",
+                    "test_pipeline.py": "relay-run", "test_ui_live_cluster.py": "relay-run"}
 # The e2e tier (each worker with its own session cluster and S3 servers): the longest files go out first, so that
 # the last units handed out are short ones and both workers end about together. Seconds of each file's tests
 # (setup, call, teardown), measured in one 2-worker e2e run on a busy 2-core machine (2026-11-27; relative sizes are
@@ -152,6 +156,7 @@ E2E_SECONDS = {
     "test_anyscale_pipeline.py": 55, "test_plain_raytrain.py": 46, "test_run_side.py": 46,
     "test_companion_storage.py": 44,
     "test_run_history.py": 38, "test_voice_stages.py": 31, "test_pipeline.py": 29, "test_storage_pull.py": 26,
+    "ddp-resnet-run": 330, "relay-run": 60,  # SHARED_RUN_FILES' units (2026-12-03 CI: 156 s + 185 s apart)
 }
 # A worker takes its pinned BACKGROUND_MODULES once it has had this many other units: their installs, started at
 # collection, are done by then.
@@ -175,7 +180,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
         def _split_scope(self, nodeid: str) -> str:
             scope: str = super()._split_scope(nodeid)
-            return "torch-files" if _file_of(scope) in TORCH_FILES else scope
+            name = _file_of(scope)
+            return "torch-files" if name in TORCH_FILES else SHARED_RUN_FILES.get(name, scope)
 
         def _pick(self, node: Any) -> str | None:
             """The next unit for ``node``: its pinned background files once it has had BACKGROUND_AFTER_UNITS
