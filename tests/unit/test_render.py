@@ -155,6 +155,7 @@ def test_render_json_has_the_exact_submit_job_fields(out, repo_home: Path):
         **spec["local"].get("env_vars", {}),
         "RTJOB_JOB_NAME": "ddp-resnet",
         "RTJOB_RUN_NAME": RUN_ID,
+        "RTJOB_RUN_BACKEND": "local",  # the record its run side writes first says where the run went
         "RTJOB_NODES": "2",
         "RTJOB_NUM_WORKERS": "2",
         "RTJOB_CPUS_PER_WORKER": "1",

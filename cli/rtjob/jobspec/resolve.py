@@ -456,7 +456,7 @@ def resolve(
         **RAY_DEFAULT_ENV,
         **spec.env_vars,
         contract.ENV_JOB_NAME: spec.name,
-        contract.ENV_RUN_NAME: run_id,
+        contract.ENV_RUN_NAME: run_id, contract.ENV_BACKEND: backend,  # whichever run side writes its record first
     }
     if shape_declared:  # never an invented shape: a script that sets its own would be told something false
         env.update({
