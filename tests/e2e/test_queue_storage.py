@@ -121,3 +121,30 @@ def test_keepers_racing_on_the_state_lose_no_fold(ref: QueueRef) -> None:
     assert {e.run_id: e.priority for e in state.entries} == {f"run{i}": 10 + i for i in range(10)}
     assert len(state.folded) == len(set(state.folded)) == 20
     assert [e.run_id for e in state.queued()] == [f"run{i}" for i in reversed(range(10))]
+
+
+def test_holds_and_releases_folded_leave_only_the_last_intent(ref: QueueRef) -> None:
+    """A queue held and released again and again: once folded (the state written), all but the last switch are
+    deleted, so the intents listed each pass do not pile up; the state still says what the last one said."""
+    from rtjob.queue.client import hold, release
+    from rtjob.queue.format import INTENTS_FOLDER
+
+    keeper = Keeper(ref.objects(), ref.name, cluster=None, holder="k", limits=None)  # type: ignore[arg-type]
+    for n in range(3):
+        hold(ref, "ann")
+        release(ref, "bob")
+        if n == 1:  # folded in two passes: the last switch of the first pass goes once the second supersedes it
+            state, etag = keeper.read()
+            fold(state, keeper.intents(state))
+            keeper.write(state, etag)
+            keeper.forget_ended(state)
+    hold(ref, "ann")
+    state, etag = keeper.read()
+    fold(state, keeper.intents(state))
+    keeper.write(state, etag)
+    keeper.forget_ended(state)
+    listed = [x.rel for x in ref.objects().list(INTENTS_FOLDER)]
+    assert len(listed) == 1 and "hold-" in listed[0], listed
+    state, _ = keeper.read()
+    assert state.held is True
+    assert keeper.intents(state) == [] and state.folded == listed  # the next pass forgets the deleted ones

@@ -230,11 +230,13 @@ class Keeper:
         return None if found is None else found.data
 
     def forget_ended(self, state: State) -> None:
-        """Delete the intents of runs that left the queue (the state that says so is written first); the next
-        pass drops them from ``folded`` and ``ended``."""
+        """Delete the intents of runs that left the queue, and every folded hold or release but the last one (the
+        state that holds what they said is written first); the next pass drops them from ``folded`` and ``ended``,
+        so a queue held and released for months lists no more intents than its runs have."""
         gone = set(state.ended)
+        switches = [rel for rel in state.folded if intent_run(rel) is None]  # in the order they were folded
         for rel in state.folded:
-            if intent_run(rel) in gone:
+            if intent_run(rel) in gone or rel in switches[:-1]:
                 self.objects.delete(rel)
 
     def request_of(self, rel: str) -> dict[str, Any]:
