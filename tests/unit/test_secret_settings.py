@@ -67,3 +67,12 @@ def test_a_job_that_cannot_take_them_is_refused_in_one_line(cli: ProjectCli, bod
     _job(cli, body, context='secrets = {HF_TOKEN = "ssm://team/hf"}\n')
     proc = cli(*RENDER)
     assert proc.returncode == 2 and says in proc.stderr and "context team" in proc.stderr, proc.stderr
+
+
+def test_an_unset_env_reference_of_the_setting_is_blamed_on_the_setting_not_the_job(cli: ProjectCli) -> None:
+    _job(cli, context='secrets = {WANDB_API_KEY = "env:TEAM_WANDB_NOT_SET"}\n')
+    proc = cli(*RENDER)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "context team (" in proc.stderr and "config.toml): secrets.WANDB_API_KEY" in proc.stderr, proc.stderr
+    assert "secrets.WANDB_API_KEY: environment variable TEAM_WANDB_NOT_SET is not set here" in proc.stderr
+    assert "t.yaml" not in proc.stderr, proc.stderr

@@ -5,6 +5,7 @@ companion, is refused in one line."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -42,4 +43,6 @@ def applied(spec: Any, shown: str, settings: Any) -> Any:
     if not spec.companion:
         raise BadInput(f"{shown}: companion: false, but the secrets setting ({source}) needs the companion to "
                        "resolve them on the cluster")
+    # an env: entry unset here is the setting's to fix, not the job file's: said against its source now
+    secret_refs.client_values(added, os.environ, source)
     return spec.model_copy(update={"secrets": {**added, **spec.secrets}})
