@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,12 @@ class Stand:
 
     def total_per_node(self) -> list[dict[str, float]]:
         return [{"CPU": self.cpus}]
+
+    def grows(self) -> bool:
+        return False  # a fixed cluster: nothing is asked of an autoscaler
+
+    def ask_for(self, bundles: list[dict[str, float]]) -> None:
+        raise AssertionError("a fixed cluster has no autoscaler to ask")
 
     def job(self, run_id: str) -> dict[str, Any] | None:
         with self.lock:
@@ -164,6 +171,19 @@ def measure_handover(work: Path, handovers: int = HANDOVERS) -> tuple[list[float
     return waited, in_pass, poll_s
 
 
+def _timed(cmd: list[str], env: dict[str, str], cwd: Path, timeout_s: float,
+           check: Callable[[str], None] | None = None) -> float:
+    """Wall seconds of one command, spawn → exit; a non-zero exit or a failed ``check`` of its stdout raises."""
+    began = time.monotonic()
+    done = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout_s)
+    took = time.monotonic() - began
+    if done.returncode != 0:
+        raise RuntimeError(f"`{' '.join(cmd[-4:])}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
+    if check is not None:
+        check(done.stdout)
+    return took
+
+
 def measure_listing(work: Path, repeats: int = REPEATS) -> tuple[list[float], list[float], float, int]:
     """(`rtjob queue NAME -o json` wall times, bare-read wall times, the keeper pass's time, state bytes)."""
     from rtjob.queue.admission import Limits
@@ -189,15 +209,6 @@ def measure_listing(work: Path, repeats: int = REPEATS) -> tuple[list[float], li
     listing = [*rtjob, "queue", name, "-o", "json"]
     bare = [sys.executable, "-c", f"import json; print(len(json.load(open({str(state_file)!r}))['entries']))"]
 
-    def timed(cmd: list[str], check: Any) -> float:
-        began = time.monotonic()
-        done = subprocess.run(cmd, env=env, cwd=project, capture_output=True, text=True, timeout=120)
-        took = time.monotonic() - began
-        if done.returncode != 0:
-            raise RuntimeError(f"`{' '.join(cmd[-4:])}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
-        check(done.stdout)
-        return took
-
     def rows_ok(out: str) -> None:
         rows = json.loads(out)
         if len(rows) != QUEUED_RUNS or rows[0].get("position") != 1:
@@ -206,6 +217,9 @@ def measure_listing(work: Path, repeats: int = REPEATS) -> tuple[list[float], li
     def count_ok(out: str) -> None:
         if out.strip() != str(QUEUED_RUNS):
             raise RuntimeError(f"the bare read counted {out.strip()} entries")
+
+    def timed(cmd: list[str], check: Callable[[str], None]) -> float:
+        return _timed(cmd, env, project, 120, check)
 
     timed(listing, rows_ok)
     timed(bare, count_ok)  # warm-ups
@@ -231,13 +245,7 @@ def measure_queued_submit(rtjob: list[str], env: dict[str, str], project: Path,
     env = {**env, "RTJOB_PROJECT": str(ours)}
 
     def timed(*extra: str) -> float:
-        began = time.monotonic()
-        done = subprocess.run([*rtjob, "submit", sleeper.stem, "--no-wait", *extra], env=env, cwd=ours,
-                              capture_output=True, text=True, timeout=180)
-        took = time.monotonic() - began
-        if done.returncode != 0:
-            raise RuntimeError(f"`submit {' '.join(extra)}` exited {done.returncode}: {done.stderr.strip()[-300:]}")
-        return took
+        return _timed([*rtjob, "submit", sleeper.stem, "--no-wait", *extra], env, ours, 180)
 
     timed("--queue", "benchq")
     timed()  # warm-ups

@@ -83,3 +83,18 @@ def test_the_state_round_trips_and_orders() -> None:
     back = State.from_bytes(state.to_bytes(), "team")
     assert [e.run_id for e in back.queued()] == ["a"] and [e.run_id for e in back.admitted()] == ["b"]
     assert back.entries[1].shape == state.entries[1].shape
+
+
+def test_the_first_run_short_of_resources_is_named_for_the_autoscaler_and_a_held_pass_weighs_nothing() -> None:
+    big, small = run("big", at=1, **BIG), run("small", at=2, cpus=8)
+    decision = decide([big, small], [], FREE_1GPU, BE)
+    assert decision.judged and decision.short == "big" and decision.admit is None
+    assert not decide([big], [], FREE_1GPU, BE, held=True).judged
+    assert decide([big], [], FREE_1GPU, BE, waiting_for="x").short is None
+
+
+def test_a_shape_as_rays_bundles_names_the_driver_each_worker_and_the_data_allowance() -> None:
+    shape = Shape(workers=2, per_worker={"CPU": 1.0, "GPU": 1.0, "memory": 0.0}, entrypoint={"CPU": 0.5},
+                  data_cpus=2.0)
+    assert shape.bundles() == [{"CPU": 0.5}, {"CPU": 1.0, "GPU": 1.0}, {"CPU": 1.0, "GPU": 1.0}, {"CPU": 2.0}]
+    assert Shape().bundles() == []

@@ -4,8 +4,9 @@
   supervisor of ``queue:<name>``), and ``queued_body`` turns a planned request into the Jobs API body the keeper
   POSTs at admission, its packages uploaded to the cluster and their zips kept in the queue's storage;
 - the cluster's part: ``RayKeeperCluster``, what the keeper's loop asks of the cluster from inside it (free and
-  total resources per node, a run's Jobs API state, whether it is placed or ended, its submit and stop, its
-  packages put back from the queue's storage when Ray has collected them).
+  total resources per node, whether an autoscaler can add nodes and its one standing request, a run's Jobs API
+  state, whether it is placed or ended, its submit and stop, its packages put back from the queue's storage when
+  Ray has collected them).
 
 Imports at module level: the stdlib and rtjob_contract (the cluster runs it); ray inside functions."""
 
@@ -31,6 +32,7 @@ SEALED_VARS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"
 TERMINAL = ("SUCCEEDED", "FAILED", "STOPPED")
 SEALED_URI = "rtjob_sealed_uri"  # a queued body's key (popped before it is POSTed): its sealed package's gcs:// URI
 MAX_KEEPERS = 50
+GROWS_TTL_S = 60.0
 
 
 def keeper_id(name: str, n: int) -> str:
@@ -155,6 +157,7 @@ class RayKeeperCluster:
         self.api = in_cluster_api()
         self.jobs = RayClusterJobs(self.api)
         self._ray = False
+        self._grows: tuple[bool, float] | None = None
 
     def _init(self) -> None:
         if not self._ray:
@@ -174,6 +177,19 @@ class RayKeeperCluster:
         from ray._private import state
 
         return [_plain(v) for v in state.total_resources_per_node().values()]
+
+    def grows(self) -> bool:
+        """Whether an autoscaler can add nodes (Ray's monitor, asked again once a minute)."""
+        if self._grows is None or time.monotonic() - self._grows[1] > GROWS_TTL_S:
+            self._grows = (self.api.has_autoscaler() is True, time.monotonic())
+        return self._grows[0]
+
+    def ask_for(self, bundles: list[dict[str, float]]) -> None:
+        """Ray's one standing autoscaler request for the cluster, replaced by ``bundles`` ([]: withdrawn)."""
+        self._init()
+        from ray.autoscaler.sdk import request_resources
+
+        request_resources(bundles=[dict(b) for b in bundles])
 
     def job(self, run_id: str) -> dict[str, Any] | None:
         return self.api.job(run_id)

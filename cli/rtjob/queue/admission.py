@@ -9,8 +9,8 @@ its Ray Data CPU allowance left anywhere). Policies, as Kueue names them:
   big gang does not starve behind small ones);
 - ``strict`` (StrictFIFO): the first run in order that does not fit blocks the ones behind it.
 A run whose user holds ``max_running_per_user`` admitted runs waits without blocking others (fair share); with
-``max_running`` admitted runs, none is admitted. A run that can never fit the cluster's whole shape (``total``)
-waits without blocking. The keeper admits one run at a time: while the last admitted one is not placed
+``max_running`` admitted runs, none is admitted. A run that can never fit the cluster's whole shape (``total``; none
+on a cluster an autoscaler grows) waits without blocking. The keeper admits one run at a time: while the last admitted one is not placed
 (``waiting_for``), nothing is admitted, so two half-placed gangs never deadlock (Kueue's blockAdmission).
 
 Importable on the cluster: the stdlib only."""
@@ -48,6 +48,8 @@ class Decision:
     admit: str | None = None
     skipped: list[str] = field(default_factory=list)  # passed over by the admitted run: their skips count up
     reasons: dict[str, str] = field(default_factory=dict)  # run id -> why it waits (without its position)
+    judged: bool = False  # False: nothing was weighed (held, waiting for a placement, max_running)
+    short: str | None = None  # the first run in order that waits for resources alone (an autoscaler may add them)
 
 
 def place(shape: Shape, free: Sequence[Node]) -> list[Node] | None:
@@ -92,6 +94,7 @@ def decide(queued: Sequence[Entry], admitted: Sequence[Entry], free: Sequence[No
                else f"{len(admitted)} running (max_running {limits.max_running})")
         out.reasons = {e.run_id: why for e in queued}
         return out
+    out.judged = True
     per_user: dict[str, int] = {}
     for e in admitted:
         per_user[e.user] = per_user.get(e.user, 0) + 1
@@ -116,6 +119,7 @@ def decide(queued: Sequence[Entry], admitted: Sequence[Entry], free: Sequence[No
                     out.reasons[e.run_id] = f"behind {entry.run_id}, admitted"
             return out
         out.reasons[entry.run_id] = f"needs {entry.shape.describe()}; {free_line(entry.shape, free)} free"
+        out.short = out.short or entry.run_id
         if limits.policy == "strict" or entry.skips >= limits.max_skips:
             blocker = entry
         else:

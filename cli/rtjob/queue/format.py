@@ -55,6 +55,12 @@ class Shape:
                    entrypoint={k: float(v) for k, v in (data.get("entrypoint") or {}).items()},
                    data_cpus=float(data.get("data_cpus") or 0.0))
 
+    def bundles(self) -> list[dict[str, float]]:
+        """Its resources as Ray's bundles (what the keeper asks an autoscaler for): the driver's, each worker's,
+        the Ray Data allowance's."""
+        parts = [self.entrypoint, *([self.per_worker] * self.workers), {"CPU": self.data_cpus}]
+        return [{k: v for k, v in b.items() if v} for b in parts if any(b.values())]
+
     def describe(self) -> str:
         """'2 × 1 CPU + 1 GPU': the workers' bundles (or the driver's alone)."""
         bundle = self.per_worker if self.workers else self.entrypoint

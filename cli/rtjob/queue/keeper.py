@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import rtjob_contract as contract
 
 from ..storage.objects import Objects, PreconditionFailed
+from . import autoscaler
 from . import lease as leases
 from .admission import Limits, Node, decide, place, positioned
 from .fold import fold
@@ -48,6 +49,8 @@ DATA_CPUS_DEFAULT = 0.0
 class Cluster(Protocol):
     def free_per_node(self) -> list[Node]: ...
     def total_per_node(self) -> list[Node]: ...
+    def grows(self) -> bool: ...
+    def ask_for(self, bundles: list[Node]) -> None: ...
     def job(self, run_id: str) -> dict[str, Any] | None: ...
     def submit(self, body: dict[str, Any]) -> bool: ...
     def restore_code(self, body: dict[str, Any], fetch: Callable[[str], bytes | None]) -> list[str]: ...
@@ -63,6 +66,7 @@ class Keeper:
         self.record = record or record_in_run
         self.lease: leases.Lease | None = None
         self.last_beat = 0.0
+        self.asked: list[Node] | None = None  # what it last asked the autoscaler for
 
     # -- the lease -----------------------------------------------------------------------------------
     def hold_lease(self) -> bool:
@@ -164,8 +168,11 @@ class Keeper:
         free = self.free(state)
         state.free = "; ".join(", ".join(f"{v:g} {k}" for k, v in sorted(n.items()) if k in ("CPU", "GPU"))
                                for n in free)
-        decision = decide(queued, admitted, free, self.limits, total=self.cluster.total_per_node(), held=state.held,
-                          waiting_for=waiting)
+        grows = self.cluster.grows()  # then what does not fit now may fit once the autoscaler adds nodes
+        decision = decide(queued, admitted, free, self.limits, total=None if grows else self.cluster.total_per_node(),
+                          held=state.held, waiting_for=waiting)
+        if grows:
+            self.asked = autoscaler.ask(self.cluster, self.asked, state, decision, admitted)
         chosen = state.find(decision.admit) if decision.admit else None
         for run in decision.skipped:
             entry = state.find(run)
@@ -235,8 +242,9 @@ class Keeper:
         so a queue held and released for months lists no more intents than its runs have."""
         gone = set(state.ended)
         switches = [rel for rel in state.folded if intent_run(rel) is None]  # in the order they were folded
+        superseded = set(switches[:-1])
         for rel in state.folded:
-            if intent_run(rel) in gone or rel in switches[:-1]:
+            if intent_run(rel) in gone or rel in superseded:
                 self.objects.delete(rel)
 
     def request_of(self, rel: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ working-dir packaging.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ from ...core.errors import BadInput, Unreachable
 CONNECT_TIMEOUT_S = 5.0
 READ_TIMEOUT_S = 30.0
 TRANSIENT_STATUS = frozenset({502, 503, 504})
+READONLY_NODE_TYPE = re.compile(r"node_[0-9a-f]+")  # a node's type on a cluster without an autoscaler
 
 
 def quiet_ray_client() -> None:
@@ -232,16 +234,18 @@ class RayJobsAPI:
         return [run for run in runs if isinstance(run, dict)] if isinstance(runs, list) else []
 
     def has_autoscaler(self) -> bool | None:
-        """True if the cluster can add worker nodes, False if not, None if it cannot tell."""
+        """True if the cluster can add worker nodes, False if not, None if it cannot tell. Ray's monitor types each
+        node (its autoscaler report's nodeTypeMapping): by the autoscaling config's node types where it has one, as
+        ``node_<id>`` where it runs read-only without one (ray.autoscaler._private.util.format_readonly_node_type).
+        The worker nodes it counts are no sign: an autoscaling cluster at min_workers 0 has none."""
         try:
-            data = self.get_json("/api/cluster_status")["data"]
+            report = self.get_json("/api/cluster_status")["data"]["clusterStatus"]["autoscalerReport"]
+            types = {str(t) for t in (report.get("nodeTypeMapping") or {}).values()}
         except (Unreachable, KeyError, TypeError, AttributeError):
             return None
-        text = data.get("autoscalingStatus") or ""
-        if "Worker node types:" not in text:
+        if not types:
             return None
-        types = text.split("Worker node types:", 1)[1].strip()
-        return bool(types)
+        return any(not READONLY_NODE_TYPE.fullmatch(t) for t in types)
 
     def ws_url(self, path: str) -> str:
         return "ws" + self.address[len("http"):] + path

@@ -1,0 +1,61 @@
+"""A queue on a cluster an autoscaler grows (issue 44). The cluster starts as its head alone (1 CPU); its autoscaler
+may add one 2-CPU node. A run declaring a 2-CPU worker fits no node the cluster has: `submit --queue` takes it,
+saying it needs the autoscaler (a cluster with none refuses it, exit 2: test_run_control), the keeper asks the
+autoscaler for it (Ray's request_resources: nothing else would, as a queued run has not reached Ray), the node
+joins, the run is admitted, places its 2-CPU placement group on the new node and succeeds with no client alive;
+then the keeper withdraws its ask and the autoscaler removes the idle node.
+
+The autoscaler is Ray's own; Ray's fake multi-node provider stands in for a cloud's machines (support/autoscaling.py):
+a launched node is a node's processes on this machine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import requests
+from support.autoscaling import alive_nodes, autoscaling_cluster
+from support.cli import base_env, new_id, rtjob
+from support.project import write_files
+from support.ray_jobs import wait_for
+
+pytestmark = pytest.mark.cluster
+
+PLACE = """import ray
+
+ray.init()
+group = ray.util.placement_group([{"CPU": 2}])
+ray.get(group.ready(), timeout=180)
+print("placed on the grown node")
+"""
+
+
+def test_a_queued_run_bigger_than_the_cluster_is_asked_of_its_autoscaler_and_runs(tmp_path: Path) -> None:
+    with autoscaling_cluster(tmp_path / "cluster", head_cpus=1, worker={"CPU": 2}) as cluster:
+        project, queue = tmp_path / "project", "grow"
+        write_files(project, {
+            "pyproject.toml": f'[tool.rtjob]\nstorage = "{tmp_path / "runs"}"\n\n[tool.rtjob.queues.{queue}]\n',
+            "jobs/grow.yaml": "name: grow\nresources_per_worker:\n  cpus: 2\nentrypoint: python jobs/place.py\n",
+            "jobs/place.py": PLACE,
+        })
+        env = base_env(tmp_path / "home", RAY_ADDRESS=cluster.address)
+        assert alive_nodes(cluster) == 1
+        run_id = new_id("grow")
+        done = rtjob("submit", "grow", "--queue", queue, "--submission-id", run_id, "--no-wait", env=env, cwd=project,
+                     timeout=240)
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+        assert "needs the autoscaler" in done.stderr, done.stderr
+
+        def job() -> dict | None:
+            resp = requests.get(f"{cluster.address}/api/jobs/{run_id}", timeout=10)
+            return None if resp.status_code == 404 else resp.json()
+
+        wait_for(lambda: alive_nodes(cluster) == 2, 240, "the autoscaler to add the node the keeper asked for")
+        assert wait_for(lambda: (job() or {}).get("status") in ("SUCCEEDED", "FAILED", "STOPPED") and job(), 300,
+                        "the admitted run to end")["status"] == "SUCCEEDED"
+        logs = requests.get(f"{cluster.address}/api/jobs/{run_id}/logs", timeout=10).json()["logs"]
+        assert "placed on the grown node" in logs, logs[-2000:]
+        status = rtjob("status", run_id, "-o", "json", env=env, cwd=project, timeout=120)
+        assert json.loads(status.stdout)["status"] == "SUCCEEDED", status.stderr
+        wait_for(lambda: alive_nodes(cluster) == 1, 240, "the keeper's ask withdrawn and the idle node removed")
