@@ -149,7 +149,7 @@ SHARED_RUN_FILES = {"test_training.py": "ddp-resnet-run", "test_ddp_resnet_job.p
 # (setup, call, teardown), measured in one 2-worker e2e run on a busy 2-core machine (2026-11-27; relative sizes are
 # what count; a file not named here counts as short).
 E2E_SECONDS = {
-    "test_strategies_vit.py": 481, "test_strategies_resnet.py": 357, "test_voice_clone.py": 310,
+    "test_strategies_vit.py": 400, "test_strategies_resnet.py": 357, "test_voice_clone.py": 310,
     "test_fault_tolerance.py": 240, "test_sd_pretrain.py": 213, "test_cluster_safety.py": 207,
     "test_pipeline_supervisor.py": 167, "test_s3_job.py": 154, "test_training.py": 143, "test_supervisor.py": 131,
     "test_run_control.py": 119, "test_hf_sft_job.py": 100, "test_faults.py": 93, "test_foreign_script.py": 72,
