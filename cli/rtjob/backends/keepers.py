@@ -93,9 +93,11 @@ def in_cluster_backend() -> Any:
     return RayJobsBackend(settings)
 
 
-def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -> dict[str, Any]:
+def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None],
+                kept: Callable[[str], bool] = lambda package: False) -> dict[str, Any]:
     """The Jobs API body of planned ``request`` with its packages uploaded to the cluster (gcs:// URIs) and each
-    package's zip handed to ``keep(name, path)`` (the queue's storage), so the keeper can put it back later; all but
+    package's zip handed to ``keep(name, path)`` (the queue's storage) unless ``kept(name)``, so the keeper can put
+    it back later; all but
     the sealed package (the run's client-held secrets, backends/ray/sealed.py), which is never stored: Ray keeps an
     unreferenced upload for RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S (600 s by default), so a run with
     client-held secrets that waits longer than that is told at admission (docs/guide/secrets.md)."""
@@ -122,6 +124,8 @@ def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None]) -
         if Path(package_path).name == SEALED_PACKAGE:  # secrets are never written to the queue's storage
             return str(uri)
         _, package = uri_to_http_components(uri)
+        if kept(package):  # named by its content's hash: kept already, nothing to zip again
+            return str(uri)
         with tempfile.TemporaryDirectory() as tmp:
             zipped = Path(package_path) if is_file else Path(tmp) / package
             if not is_file:

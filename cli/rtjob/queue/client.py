@@ -99,13 +99,14 @@ def queued_request(backend: Any, ref: QueueRef, request: Any) -> dict[str, Any]:
     from ..backends.keepers import queued_body
 
     with ref.objects() as objects:
-        def keep(package: str, path: Path) -> None:
-            rel = f"{CODE}{package}"  # named by its content's hash (Ray's): one copy for every run that uses it
-            if objects.head(rel) is None:
-                with contextlib.suppress(PreconditionFailed):
-                    objects.put_file(rel, str(path), if_absent=True)
+        def kept(package: str) -> bool:  # named by its content's hash (Ray's): one copy for every run that uses it
+            return objects.head(f"{CODE}{package}") is not None
 
-        return queued_body(backend, request, keep)
+        def keep(package: str, path: Path) -> None:
+            with contextlib.suppress(PreconditionFailed):
+                objects.put_file(f"{CODE}{package}", str(path), if_absent=True)
+
+        return queued_body(backend, request, keep, kept)
 
 
 def shape_of(job: Any, entrypoint_cpus: float = 0.0, data_cpus: float = 0.0) -> Shape:
