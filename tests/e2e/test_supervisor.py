@@ -3,13 +3,15 @@
 process alive (the supervisor, a Ray job of its own, retried it through the cluster's own Jobs API, token auth on),
 and with s3 storage the retry resumes from the run's own checkpoint file and replaces attempt 1's files (the bucket,
 `results` and `pull` have the retry's rows; each attempt's log is archived and read back with `logs --attempt N`,
-also from a fresh client with no cluster address, whose `runs --storage`, `status`, `show` and `rtjob ui` (list, page, API)
-say one verdict: status, reason, line, attempts, duration; no node folder is left); with a client following as well there is
-still exactly one retry. Observed through the Jobs API and storage only until everything is asserted; rtjob commands
-come after."""
+also from a fresh client with no cluster address, whose `runs --storage`, `status`, `show` and `rtjob ui` (list,
+page, API) say one verdict: status, reason, line, attempts, duration; no node folder is left); a file:// secret
+rotated between the attempts reaches the retry as its new value (resolved again on the cluster); with a client
+following as well there is still exactly one retry. Observed through the Jobs API and storage only until
+everything is asserted; rtjob commands come after."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -84,8 +86,12 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     folder = f"runs/count/{run_id}"
     # An object no attempt of the run writes, there before it: the script's summary.txt never overwrites it.
     s3.client().put_object(Bucket=BUCKET, Key=f"{folder}/summary.txt", Body=b"someone else's")
+    # A file:// secret, rotated between the attempts: the retry resolves it again on the cluster (issue 45).
+    token = tmp_path / "count-token"
+    token.write_text("first-value-7d1c\n")
     # An "epoch" every 20 lines (5 s): metrics.json and checkpoint.json in RTJOB_RUN_DIR, synced to the bucket.
     submit = rtjob("submit", *COUNT, "--set", "args.epoch_every=20", "--env", "RTJOB_COMPANION_INTERVAL_S=1",
+                   "--set", f"secrets.COUNT_TOKEN=file://{token}",
                    "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
                    "--submission-id", run_id, "--no-wait", env=env, timeout=180)
     assert submit.returncode == 0, submit.stderr[-3000:]
@@ -115,6 +121,7 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     wait_for(lambda: metrics_rows(s3, folder) == [1] and api.status(run_id) == "RUNNING", 120, "epoch 1 synced")
     pids = entrypoint_pids(run_id)
     assert len(pids) == 1 and api.job(retry) is None, pids
+    token.write_text("rotated-value-e40b\n")
     os.kill(pids[0], signal.SIGKILL)
     assert wait_for(ended(api, retry), 180, f"{retry} to end") == "SUCCEEDED", api.logs(retry)[-3000:]
     assert wait_for(ended(api, supervisor), 60, "the supervisor to end") == "SUCCEEDED", api.logs(supervisor)
@@ -132,6 +139,9 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     assert record["status"] == "SUCCEEDED" and record["completed_by"] == "companion", record
     # The retry resumed from the run's checkpoint (seeded from the bucket) and its files replaced attempt 1's.
     first_log, retry_log = api.logs(run_id), api.logs(retry)
+    digest = {v: hashlib.sha256(v.encode()).hexdigest()[:16] for v in ("first-value-7d1c", "rotated-value-e40b")}
+    assert f"token sha256 {digest['first-value-7d1c']}" in first_log, first_log[:2000]
+    assert f"token sha256 {digest['rotated-value-e40b']}" in retry_log, retry_log[:2000]  # resolved again
     # From the last checkpoint stored before the kill: epoch 1's (line 20), or epoch 2's (line 40) when the kill,
     # made once epoch 1 was in the bucket, came after line 40 on a loaded machine.
     resumed = re.search(r"resuming after line (\d+) \(its checkpoint\)", retry_log)

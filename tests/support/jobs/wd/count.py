@@ -1,9 +1,11 @@
 """Test job: prints numbered lines at a steady pace (for follow, reconnect and latency tests). With --epoch-every N,
 every N lines are an "epoch": metrics.json (a row per epoch so far) and checkpoint.json (the last line done) are
 written to $RTJOB_RUN_DIR, and a run that finds its checkpoint there resumes after that line (a plain script
-resuming from its own checkpoint file, as a retry of the run does); summary.txt at the end."""
+resuming from its own checkpoint file, as a retry of the run does); summary.txt at the end. Given COUNT_TOKEN (a
+secret), it prints the value's digest first."""
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -26,6 +28,8 @@ def write(path: str, data: object) -> None:
     os.replace(path + ".tmp", path)
 
 
+if os.environ.get("COUNT_TOKEN"):  # a secret the run was given (a test's `secrets:`): its digest, never itself
+    print(f"token sha256 {hashlib.sha256(os.environ['COUNT_TOKEN'].encode()).hexdigest()[:16]}", flush=True)
 start = 1
 run_dir = os.environ.get("RTJOB_RUN_DIR", "")
 checkpoint = os.path.join(run_dir, "checkpoint.json")
