@@ -49,3 +49,18 @@ def test_the_short_run_and_the_admitted_ones_are_asked_for_once_then_withdrawn()
     assert cluster.asks[-1] == [] and asked == []  # held: withdrawn
     state.held, state.entries = False, [entry("running", 1.0, ADMITTED)]
     assert one_pass(cluster, asked, state) == [] and len(cluster.asks) == 2  # none short: nothing more to withdraw
+
+
+def test_an_ask_ray_refuses_is_one_line_and_asked_again_next_pass(capsys) -> None:
+    class Refusing(Asked):
+        def ask_for(self, bundles: list[dict[str, float]]) -> None:
+            super().ask_for(bundles)
+            raise RuntimeError("GCS unreachable")
+
+    cluster, state, reasons = Refusing(), State("team"), {}
+    state.entries = [entry("big", 2.0)]
+    assert one_pass(cluster, None, state, reasons=reasons) is None  # nothing stands: the next pass asks again
+    assert "asked" not in reasons["big"]
+    assert "the autoscaler not asked for 1 bundle(s): RuntimeError: GCS unreachable" in capsys.readouterr().out
+    one_pass(cluster, None, state)
+    assert len(cluster.asks) == 2

@@ -97,10 +97,10 @@ def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None],
                 kept: Callable[[str], bool] = lambda package: False) -> dict[str, Any]:
     """The Jobs API body of planned ``request`` with its packages uploaded to the cluster (gcs:// URIs) and each
     package's zip handed to ``keep(name, path)`` (the queue's storage) unless ``kept(name)``, so the keeper can put
-    it back later; all but
-    the sealed package (the run's client-held secrets, backends/ray/sealed.py), which is never stored: Ray keeps an
-    unreferenced upload for RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S (600 s by default), so a run with
-    client-held secrets that waits longer than that is told at admission (docs/guide/secrets.md)."""
+    it back later; all but the sealed package (the run's client-held secrets, backends/ray/sealed.py), which is
+    never stored: Ray keeps an unreferenced upload for RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S (600 s by
+    default), so a run with client-held secrets that waits longer than that is told at admission
+    (docs/guide/secrets.md)."""
     from ray._private.runtime_env.packaging import create_package
     from ray.dashboard.modules.job.common import uri_to_http_components
     from ray.job_submission import JobSubmissionClient

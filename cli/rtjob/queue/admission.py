@@ -9,9 +9,10 @@ its Ray Data CPU allowance left anywhere). Policies, as Kueue names them:
   big gang does not starve behind small ones);
 - ``strict`` (StrictFIFO): the first run in order that does not fit blocks the ones behind it.
 A run whose user holds ``max_running_per_user`` admitted runs waits without blocking others (fair share); with
-``max_running`` admitted runs, none is admitted. A run that can never fit the cluster's whole shape (``total``; none
-on a cluster an autoscaler grows) waits without blocking. The keeper admits one run at a time: while the last admitted one is not placed
-(``waiting_for``), nothing is admitted, so two half-placed gangs never deadlock (Kueue's blockAdmission).
+``max_running`` admitted runs, none is admitted. A run that can never fit the cluster's whole shape (``total``;
+none on a cluster an autoscaler grows) waits without blocking. The keeper admits one run at a time: while the last
+admitted one is not placed (``waiting_for``), nothing is admitted, so two half-placed gangs never deadlock
+(Kueue's blockAdmission).
 
 Importable on the cluster: the stdlib only."""
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from .admission import Decision, Node
 from .format import Entry, State
+from .told import say
 
 
 def ask(cluster: Any, asked: list[Node] | None, state: State, decision: Decision,
@@ -25,7 +26,11 @@ def ask(cluster: Any, asked: list[Node] | None, state: State, decision: Decision
     short = state.find(decision.short) if decision.short and not state.held else None
     bundles = [] if short is None else [b for e in (*admitted, short) for b in e.shape.bundles()]
     if bundles != asked:
-        cluster.ask_for(bundles)
+        try:
+            cluster.ask_for(bundles)
+        except Exception as exc:  # noqa: BLE001 - admission goes on; the next pass asks again
+            say(f"the autoscaler not asked for {len(bundles)} bundle(s): {type(exc).__name__}: {str(exc)[:300]}")
+            return asked
     if short is not None:
         decision.reasons[short.run_id] += "; the autoscaler is asked for it"
     return bundles
