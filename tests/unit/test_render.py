@@ -69,6 +69,8 @@ def out(tmp_path_factory: pytest.TempPathFactory, repo_home: Path) -> dict[str, 
         "set-timeout": (("render", "train", "--output", "json", "--set", "timeout_s=120"), project, tmp_env),
         "quoted": (("render", "quoted", "--output", "json"), project, tmp_env),
         "timed-bare": (("render", "timed", "--output", "json"), project, {**tmp_env, "RTJOB_COMPANION": "0"}),
+        "set-profile": (("render", *DDP, "--output", "json", "--set", "local.args.epochs=5", "--set", "args.lr=0.5",
+                         "--set", "local.args.lr=0.25"), REPO, repo_env),
     }
 
     results = {name: run_in_process(*args, env=env, cwd=cwd) for name, (args, cwd, env) in calls.items()}
@@ -201,6 +203,12 @@ def test_render_on_ray_uses_the_compute_config_and_not_the_local_profile(out):
     assert (env["RTJOB_NUM_WORKERS"], env["RTJOB_GPUS_PER_WORKER"], env["RTJOB_USE_GPU"]) == ("2", "1", "1")
     assert "RTJOB_STORAGE_PATH" not in env and "rtjob.storage_uri" not in job["metadata"]
     assert data["run"]["resources_per_worker"] == {"CPU": 1.0, "GPU": 1.0}
+
+
+def test_a_set_of_the_local_profile_changes_the_profile_and_a_set_of_args_wins_over_it(out):
+    """`--set local.args.X` was applied after the profile had been merged, so it changed nothing."""
+    flags = shlex.split(inner(_json(out["set-profile"])["submit_job"]["entrypoint"]))
+    assert flags[flags.index("--epochs") + 1] == "5" and flags[flags.index("--lr") + 1] == "0.5", flags
 
 
 def test_submit_dry_run_prints_the_same_request_as_render(out):

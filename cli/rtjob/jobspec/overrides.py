@@ -109,3 +109,35 @@ def parse_headers(items: tuple[str, ...] | list[str], source: str = "--header") 
                            "header values are one line of printable text")
         headers[name.strip()] = value.strip()
     return headers
+
+
+def overrides_applied(data: dict[str, Any], spec: Any, overrides: Any,
+                      local_profile: bool) -> list[tuple[list[str], str]]:
+    """The job file's ``data`` with the flags (jobspec/resolve.Overrides) and, on the embedded cluster, the job's
+    `local:` profile applied in place, in this order: `--set local.*` (so it changes the profile it sets), the
+    profile's args and env_vars over the job's (``spec``: the file as validated), the other `--set`s, --env,
+    --nodes, --name. Returns where each changed key came from (a --set's key only: its value may be a secret)."""
+    sets = parse_set(overrides.sets)
+    profiled = [s for s in sets if s[0][:1] == ["local"]]
+    for parts, value, item in profiled:
+        apply_set(data, parts, value, item)
+    if local_profile:
+        profile = data.get("local") or {}
+        data["args"] = {**spec.args, **(profile.get("args") or {})}
+        data["env_vars"] = {**spec.env_vars, **(profile.get("env_vars") or {})}
+    for parts, value, item in [s for s in sets if s not in profiled]:
+        apply_set(data, parts, value, item)
+    if overrides.env:
+        data["env_vars"] = {**data.get("env_vars", {}), **parse_env(overrides.env)}
+    if overrides.nodes is not None:
+        data["nodes"] = overrides.nodes
+    if overrides.name:
+        data["name"] = overrides.name
+    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, _ in sets]
+    if overrides.env:
+        origins.append((["env_vars"], "--env"))
+    if overrides.nodes is not None:
+        origins.append((["nodes"], f"--nodes {overrides.nodes}"))
+    if overrides.name:
+        origins.append((["name"], f"--name {overrides.name}"))
+    return origins

@@ -20,7 +20,7 @@ from ..core.model import check_run_id
 from . import catalog, secret_settings
 from .gpus import inventory, machine_gpus
 from .notify_plan import NotifyPlan, resolve_notify
-from .overrides import apply_set, parse_env, parse_set
+from .overrides import overrides_applied
 from .project import find_compute_config_file, find_job_file, job_file_root
 from .queues import QueuePlan, plan_for
 from .requirements import declared_at, read_requirements, split_satisfied
@@ -230,26 +230,7 @@ def _load_job(ref: str, root: Path, overrides: Overrides, local_profile: bool,
     shown = located.path
     spec = validate_job(located)  # errors point at the file first
     data: dict[str, Any] = copy.deepcopy(located.data)
-    if local_profile:
-        profile = spec.local
-        data["args"] = {**spec.args, **profile.args}
-        data["env_vars"] = {**spec.env_vars, **profile.env_vars}
-    sets = parse_set(overrides.sets)
-    for parts, value, item in sets:
-        apply_set(data, parts, value, item)
-    if overrides.env:
-        data["env_vars"] = {**data.get("env_vars", {}), **parse_env(overrides.env)}
-    if overrides.nodes is not None:
-        data["nodes"] = overrides.nodes
-    if overrides.name:
-        data["name"] = overrides.name
-    origins = [(parts, f"--set {'.'.join(parts)}=...") for parts, _, item in sets]  # its key only: the value may be a secret
-    if overrides.env:
-        origins.append((["env_vars"], "--env"))
-    if overrides.nodes is not None:
-        origins.append((["nodes"], f"--nodes {overrides.nodes}"))
-    if overrides.name:
-        origins.append((["name"], f"--name {overrides.name}"))
+    origins = overrides_applied(data, spec, overrides, local_profile)
     spec = _validate_with_sets(data, located, origins)
     return spec, shown, located
 
