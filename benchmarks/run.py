@@ -740,6 +740,15 @@ def bench_queued_submit(ctx: Context) -> list[Row]:
     return [row._replace(measurement="16d. " + row.measurement) for row in rows]
 
 
+def bench_queue_makespan(ctx: Context) -> list[Row]:
+    """Issue 44: six 2-worker Ray Train jobs on a 2-node cluster, straight to Ray vs through a queue (each side on
+    a fresh embedded cluster of its own, capped at 15 minutes; benchmarks/queue_makespan_bench.py)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from queue_makespan_bench import makespan_rows
+
+    return _rows(makespan_rows())
+
+
 def bench_ui_latency(ctx: Context) -> list[Row]:
     """Issue 28: a printed line → `rtjob ui`'s open run page vs `ray job submit` (benchmarks/ui_bench.py)."""
     sys.path.insert(0, str(ROOT))
@@ -921,6 +930,7 @@ def main() -> int:
         rows += guarded(["14. 8 `submit --no-wait` at once to a running cluster"], bench_parallel_submit, ctx)
         rows += guarded(["15. submit → first step vs one process"], bench_startup, ctx)
         rows += guarded(["16. the queue keeper and `rtjob queue`"], bench_queue, ctx)
+        rows += guarded(["16e. six Ray Train jobs straight to Ray vs through a queue"], bench_queue_makespan, ctx)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     # 1, 2, 3, 4a, ..., 10a whatever order they ran in (numbers compared as numbers: 10 after 9)
