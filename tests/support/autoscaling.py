@@ -143,9 +143,9 @@ def autoscaling_cluster(work: Path, head_cpus: int, worker: dict[str, float],
             raise RuntimeError(f"`ray start` of the autoscaling head exited {started.returncode}: "
                                f"{started.stderr.strip()[-2000:]}")
         deadline = time.monotonic() + 120
-        while not _answers(cluster.address):
+        while not _reports(cluster.address):  # its dashboard answers, and Ray's monitor has typed the head node
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the autoscaling cluster's dashboard {cluster.address} never answered")
+                raise RuntimeError(f"the autoscaling cluster {cluster.address} never reported its autoscaler")
             time.sleep(0.5)
         yield cluster
     finally:
@@ -153,10 +153,11 @@ def autoscaling_cluster(work: Path, head_cpus: int, worker: dict[str, float],
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
-def _answers(address: str) -> bool:
+def _reports(address: str) -> bool:
     try:
-        return requests.get(f"{address}/api/version", timeout=5).status_code == 200
-    except requests.RequestException:
+        data = requests.get(f"{address}/api/cluster_status", timeout=5).json()["data"]
+        return bool(data["clusterStatus"]["autoscalerReport"]["nodeTypeMapping"])
+    except (requests.RequestException, ValueError, KeyError, TypeError):
         return False
 
 
