@@ -18,12 +18,9 @@ after `rtjob local down` (which must leave nothing: a leftover is reported in th
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +32,9 @@ from pathlib import Path
 from ptyread import read_pty
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from support.processes import end_pids, free_ports, is_zombie, marked_pids  # noqa: E402  (the tests' pid helpers)
+
 BIN = Path(sys.executable).parent
 JOB = "tests/support/jobs/count.yaml"
 JOB_LINES = 3
@@ -54,47 +54,6 @@ def rtjob_command() -> list[str]:
 
 class BenchError(Exception):
     """A measurement could not be taken; the message says why."""
-
-
-def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
-
-
-def _marked(mark: str) -> list[int]:
-    """PIDs whose environment carries ``MARK=mark``, read from /proc (this process excluded)."""
-    needle = f"{MARK}={mark}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if needle in (entry / "environ").read_bytes().split(b"\0"):
-                    found.append(int(entry.name))
-    return found
-
-
-def _end(pids: list[int]) -> None:
-    """SIGTERM, a grace period, SIGKILL: only the PIDs ``_marked`` found."""
-    for sig, grace in ((signal.SIGTERM, 8.0), (signal.SIGKILL, 2.0)):
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, sig)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in pids):
-            time.sleep(0.1)
-
-
-def _zombie(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][0] == "Z"
-    except (OSError, IndexError):
-        return True
 
 
 class Side:
@@ -120,7 +79,7 @@ class Side:
         """`ray start --head …` and `ray start --address …`, each node its own temp dir and agent ports."""
         temp = tempfile.mkdtemp(prefix="rcs-", dir="/tmp")  # short: Ray's socket paths are capped
         self.temps.append(temp)
-        gcs, dash, client, *agents = _free_ports(3 + 8)
+        gcs, dash, client, *agents = free_ports(3 + 8)
         self.dashboard = f"http://127.0.0.1:{dash}"
         ray = str(BIN / "ray")
 
@@ -154,10 +113,10 @@ class Side:
                                   text=True, timeout=180)
             if down.returncode != 0:
                 notes.append(f"coldstart: `rtjob local down` exited {down.returncode}: {down.stderr.strip()[-200:]}")
-            left = [p for p in _marked(self.mark) if not _zombie(p)]
+            left = [p for p in marked_pids(MARK, self.mark) if not is_zombie(p)]
             if left:
                 notes.append(f"coldstart: `rtjob local down` left {len(left)} process(es) running; ended by pid")
-        _end(_marked(self.mark))
+        end_pids(marked_pids(MARK, self.mark))
         for temp in self.temps:
             shutil.rmtree(temp, ignore_errors=True)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import requests
 
+from .processes import children_of, end_pids, free_ports, marked_pids
 from .scrub import scrubbed_environ
 
 MARK = "RTJOB_TEST_AUTOSCALING_CLUSTER"
@@ -35,17 +35,6 @@ class AutoscalingCluster:
     address: str  # the dashboard (Jobs API)
     gcs_address: str
     temp_dir: str
-
-
-def _free_ports(count: int) -> list[int]:
-    socks = [socket.socket() for _ in range(count)]
-    try:
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for sock in socks:
-            sock.close()
 
 
 def _config(gcs_port: int, head_cpus: int, worker: dict[str, float], max_workers: int) -> dict[str, object]:
@@ -67,51 +56,14 @@ def _config(gcs_port: int, head_cpus: int, worker: dict[str, float], max_workers
             "auth": {}, "docker": {}, "file_mounts": {}, "file_mounts_sync_continuously": False, **empty}
 
 
-def marked_pids(token: str) -> list[int]:
-    """This user's processes that carry ``MARK=token`` in their environment (read raw from /proc: a process that
-    renamed itself, as Ray's agents do, can leave the start of its environment block unparseable)."""
-    mark = f"{MARK}={token}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if entry.stat().st_uid == os.getuid() and mark in (entry / "environ").read_bytes():
-                found.append(int(entry.name))
-        except OSError:
-            continue
-    return found
-
-
-def _stop(token: str, grace: float = 15.0) -> None:
-    """SIGTERM to every marked process, SIGKILL to what is left ``grace`` seconds later; again while any is left
-    (a raylet that is going away may still start an agent)."""
-    import psutil
-
+def _stop(token: str) -> None:
+    """Every marked process and its children (a renamed agent may have written over its mark) ended by pid; again
+    while any is left (a raylet that is going away may still start an agent)."""
     for _ in range(5):
-        found: dict[int, psutil.Process] = {}
-        for pid in marked_pids(token):  # and their children: a renamed agent may have written over its mark
-            try:
-                proc = psutil.Process(pid)
-                found.update({p.pid: p for p in [proc, *proc.children(recursive=True)]})
-            except psutil.Error:
-                continue
-        found.pop(os.getpid(), None)
-        procs = list(found.values())
-        if not procs:
+        pids = children_of(marked_pids(MARK, token))
+        if not pids:
             return
-        for proc in procs:
-            try:
-                proc.terminate()
-            except psutil.Error:
-                continue
-        _, alive = psutil.wait_procs(procs, timeout=grace)
-        for proc in alive:
-            try:
-                proc.kill()
-            except psutil.Error:
-                continue
-        psutil.wait_procs(alive, timeout=5)
+        end_pids(pids, term_grace=15.0, kill_grace=5.0)
 
 
 @contextmanager
@@ -119,7 +71,7 @@ def autoscaling_cluster(work: Path, head_cpus: int, worker: dict[str, float],
                         max_workers: int = 1) -> Iterator[AutoscalingCluster]:
     """A head of ``head_cpus`` CPUs whose autoscaler can add up to ``max_workers`` nodes of ``worker``'s
     resources; stopped, every process of it, at the end."""
-    gcs, dash, client, listen, grpc, runtime_env, metrics = _free_ports(7)
+    gcs, dash, client, listen, grpc, runtime_env, metrics = free_ports(7)
     work.mkdir(parents=True, exist_ok=True)
     temp_dir = Path(tempfile.mkdtemp(prefix="rtjob-as-", dir="/tmp"))  # short: Ray's socket paths live in it
     config = work / "autoscaling.json"
