@@ -21,9 +21,9 @@ from torch.utils.data import Subset, TensorDataset
 
 import rtjob_contract as contract
 
+from .choices import DATASETS
 from .locations import filesystem  # noqa: F401  (re-exported: the entrypoints' one way to open a location)
 
-DATASETS = ("mnist", "synthetic", "fashionmnist", "cifar10", "synthetic-cifar10")
 NUM_CLASSES = 10
 IMAGE_SIZE = 28
 IN_CHANNELS = 1  # of the MNIST-shaped datasets; use input_shape(name) for any dataset

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from torch import nn
 
 from . import data
+from .choices import MODEL_NAMES
 from .vit import DEFAULT_VIT_SIZE, vit
 
 
@@ -19,7 +20,7 @@ def resnet18(in_channels: int = 1, num_classes: int = 10) -> nn.Module:
     return model
 
 
-MODELS: dict[str, Callable[..., nn.Module]] = {"resnet18": resnet18, "vit": vit}
+MODELS: dict[str, Callable[..., nn.Module]] = dict(zip(MODEL_NAMES, (resnet18, vit), strict=True))
 
 
 def build_model(

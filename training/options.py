@@ -15,9 +15,7 @@ from typing import TypeVar
 import rtjob_contract as contract
 
 from . import precision, step_rows
-from .data import DATASETS
-from .models import MODELS
-from .vit import DEFAULT_VIT_SIZE, VIT_SIZES
+from .choices import DATASETS, DEFAULT_VIT_SIZE, MODEL_NAMES, VIT_SIZES
 
 _N = TypeVar("_N", int, float)
 _TRUE = {"1", "true", "yes", "on"}
@@ -67,7 +65,7 @@ def add_training_args(parser: argparse.ArgumentParser) -> None:
         help="samples per optimizer step over all workers (split evenly between them)",
     )
     group.add_argument("--lr", type=float, default=0.001, help="Adam learning rate")
-    group.add_argument("--model", choices=sorted(MODELS), default="resnet18")
+    group.add_argument("--model", choices=sorted(MODEL_NAMES), default="resnet18")
     group.add_argument(
         "--vit-size", choices=list(VIT_SIZES), default=DEFAULT_VIT_SIZE,
         help="ViT size for --model vit: tiny (0.08M params), small (1.8M), base (14.3M, the "

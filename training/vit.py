@@ -9,26 +9,9 @@ train in seconds on a CPU. ``large`` is a parameter-heavy variant for sharding d
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from torch import nn
 
-
-@dataclass(frozen=True)
-class ViTSize:
-    layers: int
-    heads: int
-    hidden: int
-    mlp: int
-
-
-VIT_SIZES: dict[str, ViTSize] = {
-    "tiny": ViTSize(layers=2, heads=2, hidden=64, mlp=128),  # ~0.07M: CPU tests
-    "small": ViTSize(layers=6, heads=4, hidden=192, mlp=384),  # ~1.8M
-    "base": ViTSize(layers=12, heads=8, hidden=384, mlp=768),  # ~14.3M: the workshop's
-    "large": ViTSize(layers=12, heads=12, hidden=768, mlp=3072),  # ~85M: sharding demos
-}
-DEFAULT_VIT_SIZE = "base"
+from .choices import DEFAULT_VIT_SIZE, VIT_SIZES
 
 
 def patch_size_for(image_size: int) -> int:

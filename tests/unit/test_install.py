@@ -277,16 +277,25 @@ def test_training_imports_itself_relatively() -> None:
 
 def test_rtjob_training_imports_without_torch_and_runs_as_a_module(tmp_path: Path) -> None:
     (tmp_path / "rtjob_training").symlink_to(REPO / "training")  # the wheel's package-dir mapping
-    # One interpreter (torch loads once): the package and its module list without torch, then `-m ... --help`.
+    # The package and its module list without torch; then the torchrun launcher, which runs on the head node and
+    # only parses flags and places workers, as `-m ... --help`, and every entrypoint's training flags: no torch.
     code = ("import pkgutil, runpy, sys, rtjob_training\n"
             "names = [m.name for m in pkgutil.iter_modules(rtjob_training.__path__)]\n"
             "assert 'ray_ddp' in names and 'torch' not in sys.modules and 'ray' not in sys.modules, names\n"
-            "sys.argv = ['single', '--help']\n"
-            "runpy.run_module('rtjob_training.single', run_name='__main__', alter_sys=True)\n")
+            "sys.argv = ['torchrun_launcher', '--help']\n"
+            "try:\n"
+            "    runpy.run_module('rtjob_training.torchrun_launcher', run_name='__main__', alter_sys=True)\n"
+            "except SystemExit as end:\n"
+            "    assert end.code == 0\n"
+            "from argparse import ArgumentParser\n"
+            "from rtjob_training import options\n"
+            "options.add_training_args(ArgumentParser())\n"
+            "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n")
     env = {"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=300)
-    assert proc.returncode == 0 and "usage: python -m rtjob_training.single" in proc.stdout, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert "usage: python -m rtjob_training.torchrun_launcher" in proc.stdout, proc.stdout
 
 
 def test_packages_list_covers_every_rtjob_package() -> None:

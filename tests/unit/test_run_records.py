@@ -204,7 +204,7 @@ def test_listing_uses_delimiters_never_every_key(s3_env: S3Server, monkeypatch: 
     uri = f"s3://{BUCKET}/many"
     for job, run_id in (("big", "r1"), ("big", "r2"), ("small", "r3")):
         plant_record(f"{uri}/{job}/{run_id}", record(run_id, job, None), s3_env.endpoint)
-    keys = [f"many/big/r1/checkpoint_epoch_{i // 20:04d}/shard_{i:05d}.bin" for i in range(200)]
+    keys = [f"many/big/r1/checkpoint_epoch_{i // 4:04d}/shard_{i:05d}.bin" for i in range(40)]
     with ThreadPoolExecutor(16) as pool:
         list(pool.map(lambda key: client.put_object(Bucket=BUCKET, Key=key, Body=b"x"), keys))
 
