@@ -22,8 +22,8 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
-from training import data, loop
-from training.models import build_model
+from training import choices, data, loop
+from training.models import MODELS, build_model
 
 # --- data ---------------------------------------------------------------------------
 
@@ -52,6 +52,14 @@ def test_synthetic_dataset_is_learnable_by_resnet18():
     # 10 Adam steps reach about 0.5 (seeded); chance is 0.1.
     assert after.accuracy > 0.3, f"a few steps should beat chance clearly: {after}"
     assert after.loss < before.loss
+
+
+def test_every_model_the_flags_offer_builds_that_model():
+    from torchvision.models import ResNet, VisionTransformer
+
+    assert sorted(MODELS) == sorted(choices.MODEL_NAMES)
+    built = {name: build_model(name, in_channels=1, image_size=28, vit_size="tiny") for name in choices.MODEL_NAMES}
+    assert isinstance(built["resnet18"], ResNet) and isinstance(built["vit"], VisionTransformer)
 
 
 def test_mnist_download_failure_is_one_clear_error(tmp_path, monkeypatch):
