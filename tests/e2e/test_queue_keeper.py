@@ -39,11 +39,6 @@ def body(run_id: str, code: str = "print('ran')") -> dict[str, Any]:
             "metadata": {"rtjob.test": "queue"}, "entrypoint_num_cpus": 1}
 
 
-def stop_keeper(api: JobsAPI, keeper: str) -> None:
-    requests.post(f"{api.address}/api/jobs/{keeper}/stop", headers={"Authorization": f"Bearer {api.token}"}, timeout=10)
-    wait_for(ended(api, keeper), 60, f"{keeper} to stop")
-
-
 def test_runs_are_admitted_by_priority_then_arrival_with_no_client_alive(cluster_env, backend, tmp_path: Path) -> None:
     api = JobsAPI(cluster_env)
     ref = QueueRef(new_id("q"), str(tmp_path / "storage"))
@@ -69,7 +64,7 @@ def test_runs_are_admitted_by_priority_then_arrival_with_no_client_alive(cluster
         assert starts == ["urgent", "first", "early", "late"]
         wait_for(lambda: not read(ref).entries, 60, "the queue to empty")
     finally:
-        stop_keeper(api, keeper)
+        api.stop(keeper)
 
 
 def test_a_keeper_killed_mid_admission_is_replaced_and_the_run_admitted_once(cluster_env, backend,
@@ -106,7 +101,7 @@ def test_a_keeper_killed_mid_admission_is_replaced_and_the_run_admitted_once(clu
         raw = objects.get(STATE, 1 << 20)
         assert raw is not None and not State.from_bytes(raw.data, ref.name).entries
     finally:
-        stop_keeper(api, keeper)
+        api.stop(keeper)
 
 
 def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_env, backend, tmp_path: Path) -> None:
@@ -140,7 +135,7 @@ def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_en
                  "the keeper to drop the run whose sealed package is gone")
         assert api.job(sealed) is None
     finally:
-        stop_keeper(api, keeper)
+        api.stop(keeper)
 
 
 
@@ -167,7 +162,7 @@ def test_a_planned_request_is_queued_with_its_code_kept_and_runs(cluster_env, ba
         assert "planned code" in api.logs(run)
         assert api.job(run)["runtime_env"]["working_dir"] == f"gcs://{kept[0][len('code/'):]}"
     finally:
-        stop_keeper(api, keeper)
+        api.stop(keeper)
 
 
 def test_a_retry_keeps_its_admission(cluster_env, backend, tmp_path: Path) -> None:
@@ -187,7 +182,7 @@ def test_a_retry_keeps_its_admission(cluster_env, backend, tmp_path: Path) -> No
         assert api.status(flaky) == "FAILED" and api.status(f"{flaky}-retry1") == "SUCCEEDED"
         assert api.job(nxt)["start_time"] >= api.job(f"{flaky}-retry1")["end_time"]
     finally:
-        stop_keeper(api, keeper)
+        api.stop(keeper)
         for supervisor in (f"{flaky}-supervisor",):
             if api.status(supervisor) not in (None, "SUCCEEDED", "FAILED", "STOPPED"):
-                stop_keeper(api, supervisor)
+                api.stop(supervisor)

@@ -38,6 +38,12 @@ class JobsAPI:
         data = self.job(run_id)
         return None if data is None else str(data["status"])
 
+    def stop(self, run_id: str) -> None:
+        """Ray's own stop of the job (SIGTERM, then SIGKILL), waited for until Ray says it ended."""
+        requests.post(f"{self.address}/api/jobs/{run_id}/stop", headers={"Authorization": f"Bearer {self.token}"},
+                      timeout=10)
+        wait_for(ended(self, run_id), 60, f"{run_id} to stop")
+
     def logs(self, run_id: str) -> str:
         resp = self.get(f"/api/jobs/{run_id}/logs")
         resp.raise_for_status()
