@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rtjob.backends.ray import cluster
+from rtjob.backends.ray import cluster, cluster_processes
 
 
 @pytest.fixture
@@ -86,17 +86,17 @@ def test_only_whole_path_components_match() -> None:
     temp = "/tmp/rtjob-ray-abc"
     for args in (["raylet", f"--log_dir={temp}/session_1/logs"], ["x", "--temp-dir", temp],
                  ["python", f"--temp-dir={temp}"], ["x", f"--dirs={temp}:/other"]):
-        assert cluster._carries(args, temp), args
+        assert cluster_processes._carries(args, temp), args
     for args in (["sleep", "/tmp"], ["x", f"{temp}d/logs"], ["x", f"/home{temp}"], ["x", "--temp-dir=/tmp/rtjob-ray-ab"]):
-        assert not cluster._carries(args, temp), args
+        assert not cluster_processes._carries(args, temp), args
 
 
 def test_client_server_needs_the_module_and_the_gcs_port() -> None:
     server = ["python", "-m", "ray.util.client.server", "--address=192.0.2.2:37859", "--port=50425"]
-    assert cluster._is_client_server(server, 37859)
-    assert not cluster._is_client_server(server, 3785)
-    assert not cluster._is_client_server(["python", "-m", "other", "--address=192.0.2.2:37859"], 37859)
-    assert not cluster._is_client_server(["python", "ray.util.client.server", "--port=37859"], 37859)
+    assert cluster_processes._is_client_server(server, 37859)
+    assert not cluster_processes._is_client_server(server, 3785)
+    assert not cluster_processes._is_client_server(["python", "-m", "other", "--address=192.0.2.2:37859"], 37859)
+    assert not cluster_processes._is_client_server(["python", "ray.util.client.server", "--port=37859"], 37859)
 
 
 def test_down_says_what_it_stops_before_it_waits(good: dict) -> None:

@@ -37,6 +37,9 @@ from ...core.errors import BadInput, Unreachable
 from ...core.files import write_atomically
 from .cluster_lock import locked as _locked
 from .cluster_lock import state_dir, stopping
+from .cluster_processes import gcs_runs_in, process_name
+from .cluster_processes import processes_in as _processes_in
+from .cluster_processes import stop as _stop
 from .tuning import RAY_SETTINGS
 
 OBJECT_STORE_BYTES = 512 * 1024**2  # per node; training here streams from disk, not the object store
@@ -472,7 +475,7 @@ def _reusable(cluster: LocalCluster | None, say: Log) -> LocalCluster | None:
     """The recorded cluster if it runs (waiting for a slow dashboard), None if it is gone (then cleared)."""
     if cluster is None or alive_nodes(cluster) is not None:
         return cluster
-    if not _head_alive(cluster):
+    if not gcs_runs_in(cluster.temp_dir):
         say("the embedded cluster recorded in state is gone; starting a new one")
         _discard(cluster)
         return None
@@ -528,106 +531,19 @@ def up(nodes: int = 1, cpus_per_node: int = 1, log: Log | None = None, gpus_per_
         return cluster
 
 
-# --- finding and stopping exactly our processes ----------------------------------------------------------
-
-def _carries(args: list[str], temp_dir: str) -> bool:
-    """Whether a command line names ``temp_dir`` as a whole path component (``--log-dir=/tmp/rtjob-ray-x/s``
-    yes; ``/tmp/rtjob-ray-xy`` or a bare ``/tmp`` no)."""
-    pattern = re.compile(r"(?:^|[=:,\s])" + re.escape(temp_dir) + r"(?:/|$|[:,\s])")
-    return any(pattern.search(arg) for arg in args)
-
-
-def _is_client_server(args: list[str], gcs_port: int) -> bool:
-    """Ray's client server is daemonised and names only the GCS address (with the host's IP, not
-    127.0.0.1), not the temp dir: it must be `-m ray.util.client.server` AND on the recorded GCS port."""
-    module = any(a == "-m" and b == "ray.util.client.server" for a, b in zip(args, args[1:], strict=False))
-    on_port = any(re.fullmatch(rf"--address=[^:\s]+:{gcs_port}", arg) for arg in args)
-    return module and on_port
-
-
-def _select(match: Callable[[list[str]], bool]) -> list[Any]:
-    """This user's processes whose command line ``match``es, and their children."""
-    import psutil
-
-    found: dict[int, Any] = {}
-    for proc in psutil.process_iter(["pid", "cmdline", "uids"]):
-        try:
-            if proc.info["uids"].real == os.getuid() and match(list(proc.info["cmdline"] or [])):
-                found[proc.pid] = proc
-        except (psutil.Error, AttributeError, TypeError):
-            continue
-    for proc in list(found.values()):
-        with contextlib.suppress(psutil.Error):
-            for child in proc.children(recursive=True):
-                found[child.pid] = child
-    found.pop(os.getpid(), None)
-    return list(found.values())
-
-
-def _processes_in(temp_dir: str, gcs_port: int | None = None) -> list[Any]:
-    return _select(lambda args: _carries(args, temp_dir)
-                   or (gcs_port is not None and _is_client_server(args, gcs_port)))
-
-
-def _head_alive(cluster: LocalCluster) -> bool:
-    """Whether the head's GCS server still runs: then the cluster lives, whatever its dashboard says."""
-    return bool(_select(lambda args: bool(args) and os.path.basename(args[0]) == "gcs_server"
-                        and _carries(args, cluster.temp_dir)))
-
-
-def _is_gcs(proc: Any) -> bool:
-    import psutil
-
-    with contextlib.suppress(psutil.Error, IndexError):
-        return os.path.basename(proc.cmdline()[0]) == "gcs_server"
-    return False
-
-
-def _stop(procs: list[Any], grace: float = 10.0) -> int:
-    """SIGTERM, the GCS last; SIGKILL what is left ``grace`` seconds after the first SIGTERM. Raylets, their
-    runtime-env agents and the log monitors end by themselves within a few seconds while the GCS still answers
-    them, but not once it is gone: stopped all at once they were still there after 10 s and had to be killed."""
-    import psutil
-
-    deadline = time.monotonic() + grace
-    gcs = [proc for proc in procs if _is_gcs(proc)]
-    alive: list[Any] = []
-    for group in ([proc for proc in procs if proc not in gcs], gcs):
-        for proc in group:
-            with contextlib.suppress(psutil.Error):
-                proc.terminate()
-        for proc in procs:  # a stopped (SIGSTOP) process handles SIGTERM, or answers, only once it runs again
-            with contextlib.suppress(psutil.Error):
-                proc.resume()
-        alive += psutil.wait_procs(group, timeout=max(0.0, deadline - time.monotonic()))[1]
-    for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(alive, timeout=5)
-    return len(procs)
-
+# --- stopping exactly our processes (found by cluster_processes.py) ----------------------------------------
 
 def _stop_dir(temp_dir: str, gcs_port: int | None = None, say: Log | None = None) -> int:
     """Stop one validated cluster temp dir's processes and remove the folder; ``say`` says what stops, before
     the wait for them to end (Ray's daemons take seconds)."""
     procs = _processes_in(temp_dir, gcs_port)
     if say is not None and procs:
-        nodes = sum(1 for p in procs if _name(p) == "raylet")
+        nodes = sum(1 for p in procs if process_name(p) == "raylet")
         say(f"stopping the embedded cluster: {nodes} node(s), {len(procs)} processes" if nodes else
             f"stopping {len(procs)} process(es) of the embedded cluster")
     count = _stop(procs)
     shutil.rmtree(temp_dir, ignore_errors=True)
     return count
-
-
-def _name(proc: Any) -> str:
-    """A process's program name ("" once it is gone)."""
-    import psutil
-
-    try:
-        return str(proc.name())
-    except psutil.Error:
-        return ""
 
 
 def _discard(cluster: LocalCluster, say: Log | None = None) -> int:
@@ -682,7 +598,7 @@ def status() -> dict[str, Any] | None:
     if cluster is None:
         return None
     if alive_nodes(cluster) is None:
-        if not _head_alive(cluster):
+        if not gcs_runs_in(cluster.temp_dir):
             raise DamagedState(_state_file(), "the cluster it records is gone")
         raise Unreachable(f"the embedded cluster's dashboard {cluster.address} does not answer while its "
                           f"processes run: retry, or `rtjob local down` to stop it")
