@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from rtjob.main import main
-from support.cli import REPO, new_id
+from support.cli import REPO, new_id, plant
 from support.fake_anyscale import ApiLikeFake, Step, Timeline, use_fake
 from support.ray_jobs import JobsAPI, ended, wait_for
 from support.s3_server import S3Server, bucket_fixture
@@ -28,6 +28,15 @@ pytestmark = pytest.mark.cluster
 BUCKET = "rtjob-anyscale-pipelines"
 s3 = bucket_fixture(BUCKET)
 PIPELINE = "tests/support/jobs/epochs.yaml"
+FILE_TOKEN = plant("anyscale-file-token-8e7d6c5b4a")  # a file:// secret: only the driver's node has it
+SECRET_SCRIPT = '''
+import hashlib, os, ray
+def seen():
+    return hashlib.sha256(os.environ.get("FILE_TOK", "").encode()).hexdigest()[:16]
+print("driver " + seen(), flush=True)
+ray.init()
+print("worker " + ray.get(ray.remote(num_cpus=0)(seen).remote()), flush=True)
+'''
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -67,6 +76,38 @@ def anyscale_fixture(s3: S3Server, receiver: Receiver, monkeypatch: pytest.Monke
         monkeypatch.setenv(name, value)
     monkeypatch.chdir(REPO)
     return use_fake(monkeypatch)
+
+
+def test_a_file_secret_reaches_the_driver_and_its_ray_workers_of_a_hosted_anyscale_job(
+        cluster_env: dict[str, str], s3: S3Server, anyscale: ApiLikeFake, capsys: pytest.CaptureFixture[str],
+        tmp_path: Path) -> None:
+    """Issue 45 on Anyscale: the JobConfig carries the reference only, and no worker_process_setup_hook (it has no
+    such field). Hosted as Anyscale runs it, the companion resolves the file:// secret on the driver's node, puts
+    it in the entrypoint's environment and the hook in the job config Ray hands the entrypoint, so a Ray task of
+    the run sees it too; Ray's job info and the driver's log hold no value."""
+    import hashlib
+
+    secret = tmp_path / "file-token"
+    secret.write_text(FILE_TOKEN + "\n")
+    project = tmp_path / "project"
+    (project / "jobs").mkdir(parents=True)
+    (project / "sealed.py").write_text(SECRET_SCRIPT)
+    (project / "jobs" / "sealed.yaml").write_text("name: sealed\nentrypoint: python sealed.py\nworking_dir: ..\n"
+                                                  f"requirements: []\nsecrets:\n  FILE_TOK: file://{secret}\n")
+    api, run_id = JobsAPI(cluster_env), new_id("anysec")
+    code, _, err = cli(capsys, "submit", str(project / "jobs" / "sealed.yaml"), "--backend", "anyscale", "--storage",
+                       f"s3://{BUCKET}/runs", "--forward-aws-credentials", "--submission-id", run_id, "--no-wait")
+    assert code == 0, err
+    config = anyscale.submitted_job.config
+    assert json.loads(config.runtime_env.env_vars["RTJOB_SECRET_REFS"]) == {"FILE_TOK": f"file://{secret}"}
+
+    host(api, run_id, config, anyscale.uploaded_dirs)  # Anyscale starts the job: no rtjob alive
+    status = wait_for(ended(api, run_id), 180, "the hosted job to end")
+    log = api.logs(run_id)
+    assert status == "SUCCEEDED", log[-3000:]
+    want = hashlib.sha256(FILE_TOKEN.encode()).hexdigest()[:16]
+    assert f"driver {want}" in log and f"worker {want}" in log, log[-3000:]
+    assert FILE_TOKEN not in log + json.dumps(api.job(run_id))
 
 
 def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_cluster(

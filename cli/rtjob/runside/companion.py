@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import resource
 import signal
@@ -36,14 +35,15 @@ import rtjob_contract as contract
 from ..core.clock import now_iso
 from ..core.errors import one_line
 from ..core.redact import redact, secret_arg_values, secret_values
+from ..core.secret_refs import SETUP_HOOK
 from ..storage.retrying import patiently
 from .child import Ended
+from .child_env import child_env
 from .ending import grace_s, store_the_end
 from .node_folder import NodeFolder
-from .outcome import RAY_JOB_CONFIG, job_metadata
+from .outcome import job_metadata
 from .secret_env import RunSecrets, unseal
 from .stages import Stages
-from .train_phases import callbacks_env
 
 if TYPE_CHECKING:
     from ..storage.objects import Objects
@@ -68,25 +68,6 @@ def attempt_id(env: Mapping[str, str]) -> str | None:
     if metadata.get(SUBMISSION_ID_KEY):
         return str(metadata[SUBMISSION_ID_KEY])
     return env.get(contract.ENV_RUN_NAME)
-
-
-def child_env(env: Mapping[str, str], run_dir: str | None, input_dir: str | None = None) -> dict[str, str]:
-    """The entrypoint's environment: the job's, with ``RTJOB_RUN_DIR`` the local folder and ``RTJOB_INPUT_DIR``
-    the step before's (also in the runtime_env Ray gives the driver's workers, so Ray tasks on this node see them)."""
-    out = dict(env)
-    out.update(callbacks_env(env))  # Ray Train's phases in the timeline, where the job's Ray can say them
-    local = {name: value for name, value in ((contract.ENV_RUN_DIR, run_dir), (contract.ENV_INPUT_DIR, input_dir))
-             if value}
-    if not local:
-        return out
-    out.update(local)
-    with contextlib.suppress(ValueError, TypeError, AttributeError):
-        config = json.loads(out.get(RAY_JOB_CONFIG) or "")
-        runtime_env = config.setdefault("runtime_env", {}) or {}
-        runtime_env.setdefault("env_vars", {}).update(local)
-        config["runtime_env"] = runtime_env
-        out[RAY_JOB_CONFIG] = json.dumps(config)
-    return out
 
 
 def log_source() -> str | None:
@@ -141,7 +122,9 @@ class Companion:
         if run_secrets.values:  # the run side's own parts read them too (a tracker's token, a notify URL)
             self.env = {**self.env, **run_secrets.values}
         self.guard("starting", lambda: self._start(started, source, log_start))
-        child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir), self.time_limit)
+        hook = SETUP_HOOK if run_secrets.published else None  # the workers read the values it published
+        child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir, setup_hook=hook),
+                                  self.time_limit)
         next_flush = next_beat = time.monotonic()
         while True:
             ended = child.poll()

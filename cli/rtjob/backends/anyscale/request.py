@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import rtjob_contract as contract
 
+from ...core import secret_refs
 from ...core.errors import BadInput
 from ...core.redact import MASK, is_secret, mask_command, mask_mapping
 from ...core.yamlout import dump_yaml
@@ -72,7 +73,25 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         config["entrypoint"] = companion_entrypoint(job.entrypoint)
         config["py_modules"] = companion_modules()
         config["env_vars"].setdefault(STOP_WAIT_ENV, STOP_WAIT_S)
+        if job.spec.secrets:  # references only: the companion resolves them on the driver's node (build refuses env:)
+            config["env_vars"][secret_refs.ENV_SECRETS] = json.dumps(job.spec.secrets, sort_keys=True,
+                                                                     separators=(",", ":"))
     return config
+
+
+def _refuse_client_held_secrets(job: ResolvedJob) -> None:
+    """Anyscale's JobConfig keeps its env_vars and has no sealed channel: a `secrets:` entry whose value this client
+    holds (env:) would travel in it, and with the companion off nothing on the cluster resolves the others."""
+    if not job.spec.secrets:
+        return
+    if not job.companion:
+        raise BadInput(f"{job.job_file}: secrets: needs the companion ({contract.ENV_COMPANION}=0 turns it off, "
+                       "leaving nothing to resolve them)")
+    for name, reference in sorted(job.spec.secrets.items()):
+        if secret_refs.parse(reference).kind == "env":
+            raise BadInput(f"{job.job_file}: secrets.{name}: {reference} is not supported on Anyscale (its JobConfig "
+                           "has no sealed channel and would hold the value); use aws-sm://, ssm:// or file:// "
+                           "(resolved on the driver's node), or Anyscale's own secret store (docs/guide/secrets.md)")
 
 
 def masked_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -133,9 +152,7 @@ def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
     """The request for one resolved job and its JobConfig (``job_config``), checked with Anyscale's JobConfig
     model when the SDK is installed, with what the user should know about it as notes (pure: the job is not
     changed)."""
-    if job.spec.secrets:  # Anyscale keeps a job's env_vars in its JobConfig: no channel that keeps them out yet
-        raise BadInput(f"{job.job_file}: secrets: is not supported on Anyscale yet (its JobConfig would hold the "
-                       "values); use Anyscale's own secret store, or --backend ray (docs/guide/secrets.md)")
+    _refuse_client_held_secrets(job)
     checked = check_with_anyscale("JobConfig", config, job.job_file)
     notes = []
     if not checked:
