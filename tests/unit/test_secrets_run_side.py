@@ -165,3 +165,27 @@ def test_a_trackers_token_from_secrets_reaches_the_tracker_and_nothing_rtjob_wri
     record(*said, repr(mirror.__dict__))
     assert got and {headers.get("Authorization") for _, headers, _ in got} == {f"Bearer {MLFLOW_TOKEN}"}
     assert all(MLFLOW_TOKEN.encode() not in body for _, _, body in got)  # params and tags: never the token
+
+
+def test_the_entrypoints_job_config_gets_the_setup_hook_only_where_it_names_none() -> None:
+    """Where the request could not name Ray's worker_process_setup_hook (Anyscale's JobConfig), the companion puts it,
+    and the run's name the hook reads its values under, in the job config Ray hands the entrypoint; a hook the
+    request named (rtjob's on Ray, or the job's own) is kept; without a job config (not under Ray) nothing is added."""
+    from rtjob.runside.child_env import child_env
+
+    def config(env: dict[str, str]) -> dict[str, Any]:
+        return json.loads(env["RAY_JOB_CONFIG_JSON_ENV_VAR"])
+
+    given = {contract.ENV_RUN_NAME: "run-1", "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps(
+        {"runtime_env": {"env_vars": {"A": "1"}, "py_modules": ["gcs://x.zip"]}, "metadata": {"k": "v"}})}
+    got = config(child_env(given, None, setup_hook=secret_refs.SETUP_HOOK))
+    assert got["runtime_env"] == {"env_vars": {"A": "1", contract.ENV_RUN_NAME: "run-1"}, "py_modules": ["gcs://x.zip"],
+                                  "worker_process_setup_hook": secret_refs.SETUP_HOOK}
+    assert got["metadata"] == {"k": "v"}
+    assert config(child_env(given, None)) == json.loads(given["RAY_JOB_CONFIG_JSON_ENV_VAR"])  # no secrets: as it was
+
+    own = {**given, "RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": {"worker_process_setup_hook": "my.hook"}})}
+    assert config(child_env(own, None, setup_hook=secret_refs.SETUP_HOOK))["runtime_env"]["worker_process_setup_hook"] \
+        == "my.hook"
+    bare = child_env({contract.ENV_RUN_NAME: "run-1"}, None, setup_hook=secret_refs.SETUP_HOOK)
+    assert "RAY_JOB_CONFIG_JSON_ENV_VAR" not in bare
