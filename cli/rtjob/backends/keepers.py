@@ -4,9 +4,9 @@
   supervisor of ``queue:<name>``), and ``queued_body`` turns a planned request into the Jobs API body the keeper
   POSTs at admission, its packages uploaded to the cluster and their zips kept in the queue's storage;
 - the cluster's part: ``RayKeeperCluster``, what the keeper's loop asks of the cluster from inside it (free and
-  total resources per node, whether an autoscaler can add nodes and its one standing request, a run's Jobs API
-  state, whether it is placed or ended, its submit and stop, its packages put back from the queue's storage when
-  Ray has collected them).
+  total resources per node, whether an autoscaler can add nodes, how large it can grow and its one standing
+  request, a run's Jobs API state, whether it is placed or ended, its submit and stop, its packages put back from
+  the queue's storage when Ray has collected them).
 
 Imports at module level: the stdlib and rtjob_contract (the cluster runs it); ray inside functions."""
 
@@ -162,6 +162,7 @@ class RayKeeperCluster:
         self.jobs = RayClusterJobs(self.api)
         self._ray = False
         self._grows: tuple[bool, float] | None = None
+        self._largest: tuple[tuple[list[dict[str, float]], str] | None, float] | None = None
 
     def _init(self) -> None:
         if not self._ray:
@@ -187,6 +188,21 @@ class RayKeeperCluster:
         if self._grows is None or time.monotonic() - self._grows[1] > GROWS_TTL_S:
             self._grows = (self.api.has_autoscaler() is True, time.monotonic())
         return self._grows[0]
+
+    def largest_per_node(self) -> tuple[list[dict[str, float]], str] | None:
+        """The growing cluster's nodes at their largest and the autoscaling config they were read from (None:
+        not known), read again once a minute (ray/largest_shape.py)."""
+        if self._largest is None or time.monotonic() - self._largest[1] > GROWS_TTL_S:
+            self._init()
+            import ray
+            from ray._private import state
+
+            from .ray.largest_shape import read_largest
+
+            heads = [v for v in state.total_resources_per_node().values() if "node:__internal_head__" in v]
+            port = int(str(ray.get_runtime_context().gcs_address).rsplit(":", 1)[-1])
+            self._largest = (read_largest(port, _plain(heads[0])) if heads else None, time.monotonic())
+        return self._largest[0]
 
     def ask_for(self, bundles: list[dict[str, float]]) -> None:
         """Ray's one standing autoscaler request for the cluster, replaced by ``bundles`` ([]: withdrawn)."""

@@ -9,10 +9,11 @@ its Ray Data CPU allowance left anywhere). Policies, as Kueue names them:
   big gang does not starve behind small ones);
 - ``strict`` (StrictFIFO): the first run in order that does not fit blocks the ones behind it.
 A run whose user holds ``max_running_per_user`` admitted runs waits without blocking others (fair share); with
-``max_running`` admitted runs, none is admitted. A run that can never fit the cluster's whole shape (``total``;
-none on a cluster an autoscaler grows) waits without blocking. The keeper admits one run at a time: while the last
-admitted one is not placed (``waiting_for``), nothing is admitted, so two half-placed gangs never deadlock
-(Kueue's blockAdmission).
+``max_running`` admitted runs, none is admitted. A run that can never fit the cluster's whole shape (``total``: its
+nodes, or a growing cluster's nodes at their largest where its autoscaling config tells them) waits without
+blocking, and nothing is asked of an autoscaler for it. The keeper admits one run at a time: while the last admitted
+one is not placed (``waiting_for``), nothing is admitted, so two half-placed gangs never deadlock (Kueue's
+blockAdmission).
 
 Importable on the cluster: the stdlib only."""
 
@@ -83,6 +84,15 @@ def free_line(shape: Shape, free: Sequence[Node]) -> str:
     """The free amounts of what ``shape`` asks for, summed over the nodes: '1 GPU, 6 CPU'."""
     keys = sorted({*shape.per_worker, *shape.entrypoint} - {"memory"}) or ["CPU"]
     return ", ".join(f"{sum(n.get(k, 0.0) for n in free):g} {k}" for k in keys)
+
+
+def nodes_line(nodes: Sequence[Node]) -> str:
+    """'1 node of 1 CPU, 2 nodes of 2 CPU + 1 GPU': the nodes' CPUs and GPUs, alike ones counted together."""
+    kinds: dict[str, int] = {}
+    for node in nodes:
+        what = " + ".join(f"{node[k]:g} {k}" for k in ("CPU", "GPU") if node.get(k)) or "no CPU"
+        kinds[what] = kinds.get(what, 0) + 1
+    return ", ".join(f"{n} node{'s' if n > 1 else ''} of {what}" for what, n in kinds.items())
 
 
 def decide(queued: Sequence[Entry], admitted: Sequence[Entry], free: Sequence[Node], limits: Limits,

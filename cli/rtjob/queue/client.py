@@ -18,7 +18,7 @@ from ..core.errors import BadInput
 from ..storage.objects import Objects, PreconditionFailed
 from ..storage.opening import objects_for
 from . import lease as leases
-from .admission import Limits
+from .admission import Limits, fits, nodes_line
 from .format import (
     ADMITTED,
     CODE,
@@ -120,6 +120,19 @@ def shape_of(job: Any, entrypoint_cpus: float = 0.0, data_cpus: float = 0.0) -> 
     workers = int(job.num_workers) if getattr(job, "shape_declared", True) else 0
     return Shape(workers=workers, per_worker=per if workers else {},
                  entrypoint={"CPU": float(entrypoint_cpus)} if entrypoint_cpus else {}, data_cpus=float(data_cpus))
+
+
+def never_fits(ref: QueueRef, shape: Shape) -> str | None:
+    """Why ``shape`` can never fit the queue's cluster, as its live keeper last read the cluster at its largest
+    (an autoscaling config's node types at their max_workers); None: it fits, or no live keeper knows (a state
+    left by a keeper that is gone may describe a cluster since replaced)."""
+    with ref.objects() as objects:
+        state, _ = read_state(objects, ref.name)
+        lease = leases.read(objects)
+    if state.largest is None or lease is None or not lease.alive() or fits(shape, state.largest):
+        return None
+    return (f"{shape.describe()} can never fit queue {ref.name}'s cluster, even grown to its largest "
+            f"({nodes_line(state.largest)}: its autoscaling config {state.largest_from})")
 
 
 def cancel(ref: QueueRef, run_id: str, by: str) -> str:

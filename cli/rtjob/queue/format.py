@@ -161,11 +161,14 @@ class State:
     updated_at: float = 0.0
     free: str = ""  # the cluster's free resources as the keeper last saw them, one line
     ended: list[str] = field(default_factory=list)  # runs that left the queue whose intents are not deleted yet
+    largest: list[dict[str, float]] | None = None  # a growing cluster's nodes at its largest (None: not known)
+    largest_from: str = ""  # where the keeper read it (the autoscaling config's path)
 
     def to_bytes(self) -> bytes:
         return dumps({"name": self.name, "entries": [e.to_json() for e in self.entries], "folded": self.folded,
                       "held": self.held, "next_arrival": self.next_arrival, "keeper": self.keeper,
-                      "updated_at": self.updated_at, "free": self.free, "ended": self.ended})
+                      "updated_at": self.updated_at, "free": self.free, "ended": self.ended,
+                      "largest": self.largest, "largest_from": self.largest_from})
 
     @classmethod
     def from_bytes(cls, raw: bytes, name: str) -> State:
@@ -174,7 +177,9 @@ class State:
                    folded=[str(x) for x in data.get("folded") or []], held=bool(data.get("held")),
                    next_arrival=int(data.get("next_arrival") or 0), keeper=str(data.get("keeper") or ""),
                    updated_at=float(data.get("updated_at") or 0.0), free=str(data.get("free") or ""),
-                   ended=[str(x) for x in data.get("ended") or []])
+                   ended=[str(x) for x in data.get("ended") or []],
+                   largest=[{str(k): float(v) for k, v in n.items()} for n in data["largest"]]
+                   if isinstance(data.get("largest"), list) else None, largest_from=str(data.get("largest_from") or ""))
 
     def find(self, run_id: str) -> Entry | None:
         return next((e for e in self.entries if e.run_id == run_id), None)

@@ -66,6 +66,18 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
     return Submitted(info, created)  # the timeline's "queued": the kernel's Queued stamps it
 
 
+def refuse_if_never_fits(planned: Plan) -> None:
+    """BadInput (exit 2, nothing enqueued) when the planned run can never fit its queue's cluster grown to its
+    largest, as the queue's live keeper read it on the cluster (queue/client.never_fits)."""
+    from ..queue import client
+
+    job = planned.job
+    assert job.queue is not None
+    why = client.never_fits(ref_of(job.queue.settings, job.queue.storage, job.storage_endpoint), _shape(planned))
+    if why is not None:
+        raise BadInput(f"{job.job_file}: {why}")
+
+
 def _shape(planned: Plan) -> Any:
     """What the planned run declares it takes (the keeper admits by it): a CPU left to Ray Data where it uses it."""
     from ..queue.client import shape_of

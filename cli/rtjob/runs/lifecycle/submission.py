@@ -49,9 +49,15 @@ def _send(planned: Plan, attach: bool, events: RunEvents) -> Submitted:
     existing = patience.call_sync(lambda: backend.find(planned.job.run_id)) if attach else None
     if existing is not None:
         return Submitted(existing, created=False)
-    for warning in patience.call_sync(lambda: backend.precheck(planned.job)):  # never fits: exit 2, queued or not
+    warnings = patience.call_sync(lambda: backend.precheck(planned.job))  # never fits: exit 2, queued or not
+    queued = planned.job.queue is not None and not backend.queues_itself  # its queue's keeper sends it (queued.py)
+    if queued:
+        from ..queued import refuse_if_never_fits
+
+        refuse_if_never_fits(planned)  # nor at the cluster's largest, which its queue's keeper read: exit 2
+    for warning in warnings:
         events.warning(warning)
-    if planned.job.queue is not None and not backend.queues_itself:  # its queue's keeper sends it (runs/queued.py)
+    if queued:
         from ..queued import enqueue
 
         return enqueue(planned, events)
