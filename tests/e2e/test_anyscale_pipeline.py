@@ -29,10 +29,12 @@ BUCKET = "rtjob-anyscale-pipelines"
 s3 = bucket_fixture(BUCKET)
 PIPELINE = "tests/support/jobs/epochs.yaml"
 FILE_TOKEN = plant("anyscale-file-token-8e7d6c5b4a")  # a file:// secret: only the driver's node has it
+HELD_TOKEN = plant("anyscale-env-token-1c2d3e4f5a")  # an env: secret: only the client has it
 SECRET_SCRIPT = '''
 import hashlib, os, ray
+NAMES = ("FILE_TOK", "HELD_TOK", "AWS_SECRET_ACCESS_KEY")
 def seen():
-    return hashlib.sha256(os.environ.get("FILE_TOK", "").encode()).hexdigest()[:16]
+    return " ".join(hashlib.sha256(os.environ.get(n, "").encode()).hexdigest()[:16] for n in NAMES)
 print("driver " + seen(), flush=True)
 ray.init()
 print("worker " + ray.get(ray.remote(num_cpus=0)(seen).remote()), flush=True)
@@ -80,11 +82,13 @@ def anyscale_fixture(s3: S3Server, receiver: Receiver, monkeypatch: pytest.Monke
 
 def test_a_file_secret_reaches_the_driver_and_its_ray_workers_of_a_hosted_anyscale_job(
         cluster_env: dict[str, str], s3: S3Server, anyscale: ApiLikeFake, capsys: pytest.CaptureFixture[str],
-        tmp_path: Path) -> None:
-    """Issue 45 on Anyscale: the JobConfig carries the reference only, and no worker_process_setup_hook (it has no
-    such field). Hosted as Anyscale runs it, the companion resolves the file:// secret on the driver's node, puts
-    it in the entrypoint's environment and the hook in the job config Ray hands the entrypoint, so a Ray task of
-    the run sees it too; Ray's job info and the driver's log hold no value."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 45 on Anyscale: the JobConfig carries the references only, and no worker_process_setup_hook (it has no
+    such field). The values only the client holds (an env: secret, the forwarded AWS credentials) travel in the
+    sealed package the SDK uploads (a py_module), never in the JobConfig. Hosted as Anyscale runs it, the companion
+    unseals those, resolves the file:// secret on the driver's node, puts them in the entrypoint's environment and
+    the hook in the job config Ray hands the entrypoint, so a Ray task of the run sees them too; the JobConfig,
+    Ray's job info and the driver's log hold no value."""
     import hashlib
 
     secret = tmp_path / "file-token"
@@ -93,21 +97,27 @@ def test_a_file_secret_reaches_the_driver_and_its_ray_workers_of_a_hosted_anysca
     (project / "jobs").mkdir(parents=True)
     (project / "sealed.py").write_text(SECRET_SCRIPT)
     (project / "jobs" / "sealed.yaml").write_text("name: sealed\nentrypoint: python sealed.py\nworking_dir: ..\n"
-                                                  f"requirements: []\nsecrets:\n  FILE_TOK: file://{secret}\n")
+                                                  f"requirements: []\nsecrets:\n  FILE_TOK: file://{secret}\n"
+                                                  "  HELD_TOK: env:MY_HELD_TOKEN\n")
+    monkeypatch.setenv("MY_HELD_TOKEN", HELD_TOKEN)
     api, run_id = JobsAPI(cluster_env), new_id("anysec")
     code, _, err = cli(capsys, "submit", str(project / "jobs" / "sealed.yaml"), "--backend", "anyscale", "--storage",
                        f"s3://{BUCKET}/runs", "--forward-aws-credentials", "--submission-id", run_id, "--no-wait")
     assert code == 0, err
     config = anyscale.submitted_job.config
-    assert json.loads(config.runtime_env.env_vars["RTJOB_SECRET_REFS"]) == {"FILE_TOK": f"file://{secret}"}
+    assert json.loads(config.runtime_env.env_vars["RTJOB_SECRET_REFS"]) == {"FILE_TOK": f"file://{secret}",
+                                                                           "HELD_TOK": "env:MY_HELD_TOKEN"}
+    aws_key = s3.env()["AWS_SECRET_ACCESS_KEY"]
+    assert HELD_TOKEN not in repr(config) and aws_key not in repr(config)  # what Anyscale keeps of the job
 
     host(api, run_id, config, anyscale.uploaded_dirs)  # Anyscale starts the job: no rtjob alive
     status = wait_for(ended(api, run_id), 180, "the hosted job to end")
     log = api.logs(run_id)
     assert status == "SUCCEEDED", log[-3000:]
-    want = hashlib.sha256(FILE_TOKEN.encode()).hexdigest()[:16]
+    want = " ".join(hashlib.sha256(v.encode()).hexdigest()[:16] for v in (FILE_TOKEN, HELD_TOKEN, aws_key))
     assert f"driver {want}" in log and f"worker {want}" in log, log[-3000:]
-    assert FILE_TOKEN not in log + json.dumps(api.job(run_id))
+    held = log + json.dumps(api.job(run_id))
+    assert FILE_TOKEN not in held and HELD_TOKEN not in held and aws_key not in held
 
 
 def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_cluster(

@@ -95,6 +95,23 @@ def _define_api_like_fake() -> type:
             ]
             return page
 
+        # Fault 5: the fake's upload keeps only the folder's path, where the real one zips its bytes into the
+        # cloud's storage at that moment. rtjob's sealed package is a folder that lives only while the submit
+        # uploads it: its bytes are kept here (a copy of the same name, removed at exit), as the cloud would.
+        def upload_local_dir_to_cloud_storage(self, local_dir: str, **kwargs: Any) -> str:
+            import atexit
+            import shutil
+            import tempfile
+            from pathlib import Path
+
+            from rtjob.core.secret_refs import SEALED_PACKAGE
+
+            if Path(local_dir).name == SEALED_PACKAGE:
+                kept = tempfile.mkdtemp(prefix="rtjob-fake-cloud-")
+                atexit.register(shutil.rmtree, kept, True)
+                local_dir = shutil.copytree(local_dir, Path(kept) / SEALED_PACKAGE)
+            return str(super().upload_local_dir_to_cloud_storage(str(local_dir), **kwargs))
+
         # Not a fix: lets a Timeline move the job the SDK is about to read.
         def get_job(self, **kwargs: Any) -> Any:
             for hook in self.on_get_job:

@@ -29,7 +29,7 @@ from rtjob.backends.anyscale import client as anyscale_client
 from rtjob.backends.anyscale.backend import AnyscaleBackend
 from rtjob.main import main
 from rtjob.runs.lifecycle import follow, logtail
-from support.cli import REPO, base_env, run_in_process
+from support.cli import REPO, base_env, plant, record, run_in_process
 from support.companion import inner
 from support.fake_anyscale import CLOUD, Step, Timeline
 from support.prices import PRICED_AS, dollars, g5_4xlarge, listed
@@ -59,6 +59,7 @@ class Cli:
         except SystemExit as exc:
             code = int(exc.code or 0)
         captured = self.capsys.readouterr()
+        record(captured.out, captured.err)  # for the suite-wide check that no planted secret is ever printed
         return Result(code, captured.out, captured.err)
 
     def timeline(self, *steps: Step) -> Timeline:
@@ -560,12 +561,14 @@ def test_a_queued_run_goes_to_anyscales_job_queue_with_its_priority_in_anyscales
     assert "unknown" in cli("queue", "cpu").out
 
 
-def test_secrets_resolved_on_the_node_travel_as_references_and_a_client_held_one_is_refused(
-        cli: Cli, tmp_path: Path) -> None:
+def test_secrets_resolved_on_the_node_travel_as_references_and_a_client_held_one_is_sealed(
+        cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 45 on Anyscale: aws-sm://, ssm:// and file:// references go in the JobConfig as references only (the
     companion resolves them on the driver's node and gives them to the run's Ray workers through the job config Ray
-    gives the entrypoint: runside/child_env.py, tested for real in test_anyscale_pipeline.py); an env: reference, whose
-    value only this client holds, is refused in one line: the JobConfig would hold it."""
+    gives the entrypoint: runside/child_env.py, tested for real in test_anyscale_pipeline.py). An env: reference's
+    value, which only this client holds, and the forwarded AWS credentials travel in the sealed package: a py_modules
+    folder the SDK uploads at submit (the fake keeps its bytes, as the cloud's storage would), never the JobConfig;
+    render names them, never their values. A schedule (which runs with no submit of rtjob's to seal them) refuses an env: reference in one line."""
     jobs = tmp_path / "project" / "jobs"  # the cli fixture's HOME is under tmp_path: the project is a folder of it
     jobs.mkdir(parents=True)
     refs = {"HF_TOKEN": "aws-sm://team/hf#token", "DB_PASSWORD": "ssm://team/db", "CERT": "file:///etc/team/cert"}
@@ -579,11 +582,37 @@ def test_secrets_resolved_on_the_node_travel_as_references_and_a_client_held_one
     assert sent.code == 0, sent.err
     env = cli.fake.submitted_job.config.runtime_env.env_vars
     assert json.loads(env["RTJOB_SECRET_REFS"]) == refs and not set(refs) & set(env)
+    assert not any(d.endswith("rtjob_sealed") for d in cli.fake.uploaded_dirs)  # nothing to seal
+    modules = len(cli.fake.submitted_job.config.runtime_env.py_modules)  # rtjob's own
 
+    token, key = plant("anyscale-held-token-5f4e3d"), plant("anyscale-forwarded-key-9a8b7c")
+    monkeypatch.setenv("MY_HF_TOKEN", token)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAHELDTEST")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", key)
     (jobs / "held.yaml").write_text("name: held\nentrypoint: python -c \"print('hi')\"\nsecrets:\n"
                                     "  HF_TOKEN: env:MY_HF_TOKEN\n")
-    refused = cli("render", str(jobs / "held.yaml"), "--backend", "anyscale")
+    args = (str(jobs / "held.yaml"), "--backend", "anyscale", "--storage", "s3://bucket/runs",
+            "--forward-aws-credentials")
+    rendered = cli("render", *args, "-o", "json")
+    assert rendered.code == 0, rendered.err
+    shown = json.loads(rendered.out)["job_config"]["py_modules"]
+    assert shown[-1] == "rtjob_sealed/ (sealed: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, HF_TOKEN)", shown
+    assert token not in rendered.out and key not in rendered.out
+    cli.timeline(Step("PENDING"), Step("RUNNING", "RUNNING", "hi\n", new_run=True), Step("SUCCESS", "SUCCEEDED", ""))
+    sent = cli("submit", *args, "--submission-id", "held-1", "--no-wait")
+    assert sent.code == 0, sent.err
+    config = cli.fake.submitted_job.config
+    [folder] = [d for d in cli.fake.uploaded_dirs if d.endswith("rtjob_sealed")]
+    assert len(config.runtime_env.py_modules) == modules + 1  # + the sealed package's URI
+    assert json.loads((Path(folder) / "values.json").read_text()) == {"HF_TOKEN": token}  # what the cloud holds
+    assert json.loads((Path(folder) / "env.json").read_text())["AWS_SECRET_ACCESS_KEY"] == key
+    env = config.runtime_env.env_vars
+    assert "AWS_SECRET_ACCESS_KEY" not in env and "HF_TOKEN" not in env
+    assert json.loads(env["RTJOB_SECRET_REFS"]) == {"HF_TOKEN": "env:MY_HF_TOKEN"}
+    assert token not in repr(config) + sent.out + sent.err and key not in repr(config) + sent.out + sent.err
+
+    refused = cli("schedule", "render", str(jobs / "held.yaml"), "--backend", "anyscale", "--cron", "0 3 * * *")
     assert refused.code == 2 and refused.out == ""
     [line] = refused.err.strip().splitlines()
-    assert "held.yaml: secrets.HF_TOKEN: env:MY_HF_TOKEN is not supported on Anyscale" in line
-    assert "aws-sm://, ssm:// or file://" in line and "Traceback" not in refused.err
+    assert "held.yaml: secrets.HF_TOKEN: env: references are not supported in a schedule on Anyscale" in line
+    assert "aws-sm://, ssm:// or file://" in line and "Traceback" not in refused.err and token not in refused.err

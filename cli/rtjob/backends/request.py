@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 R = TypeVar("R", bound="Request")
@@ -29,3 +29,25 @@ class Request:
     def from_json(cls: type[R], data: dict[str, Any]) -> R:
         fields = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+@dataclass
+class SealingRequest(Request):
+    """A request whose client-held secrets travel in the sealed package (backends/sealed_package.py): ``sealed``
+    the values of the job's env: references, ``sealed_env`` the run side's variables (forwarded AWS credentials,
+    notify URLs). Never recorded or compared (``to_json``), never printed (repr; the redactor knows them)."""
+
+    sealed: dict[str, str] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
+    sealed_env: dict[str, str] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data.pop("sealed", None)
+        data.pop("sealed_env", None)
+        return data
+
+    def sealed_names(self) -> list[str]:
+        return sorted({*self.sealed, *self.sealed_env})
+
+    def sealed_values(self) -> list[str]:
+        return [*self.sealed.values(), *self.sealed_env.values()]

@@ -35,7 +35,7 @@ import rtjob_contract as contract
 from ..core.clock import now_iso
 from ..core.errors import one_line
 from ..core.redact import redact, secret_arg_values, secret_values
-from ..core.secret_refs import SETUP_HOOK
+from ..core.secret_refs import SEALED_ENV_FILE, SETUP_HOOK, sealed
 from ..storage.retrying import patiently
 from .child import Ended
 from .child_env import child_env
@@ -122,7 +122,8 @@ class Companion:
         if run_secrets.values:  # the run side's own parts read them too (a tracker's token, a notify URL)
             self.env = {**self.env, **run_secrets.values}
         self.guard("starting", lambda: self._start(started, source, log_start))
-        hook = SETUP_HOOK if run_secrets.published else None  # the workers read the values it published
+        # the workers read the values it published, or the sealed variables (an Anyscale JobConfig names no hook)
+        hook = SETUP_HOOK if run_secrets.published or _sealed_env() else None
         child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir, setup_hook=hook),
                                   self.time_limit)
         next_flush = next_beat = time.monotonic()
@@ -260,6 +261,13 @@ class Companion:
             call()
         except Exception as exc:  # noqa: BLE001 - the script's outcome must not depend on rtjob's
             say(f"{what}: {redact(str(one_line(exc)), self.secrets)}")
+
+
+def _sealed_env() -> bool:
+    """Whether the run's sealed package carries variables (forwarded credentials, notify URLs) its workers need."""
+    with contextlib.suppress(OSError, ValueError):
+        return bool(sealed(SEALED_ENV_FILE))
+    return False
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,6 +42,7 @@ from .request import (
     masked_config,
     masked_names,
     render_yaml,
+    sent_config,
 )
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ class AnyscaleBackend(Backend):
         return {
             "backend": self.name,
             "address": self.address,
-            "job_config": masked_config(request.config),
+            "job_config": masked_config(request.config, request.sealed_names()),
             "checked_with": request.checked_with,
         }
 
@@ -269,9 +270,8 @@ class AnyscaleBackend(Backend):
         assert isinstance(request, AnyscaleJobRequest)
         from anyscale.job.models import JobConfig
 
-        secrets = secret_values(request.config.get("env_vars") or {})
-        with anyscale_errors(f"submitting {request.run_id}", secrets):
-            job_id = self._sdk("job").submit(JobConfig.from_dict(request.config))
+        with sent_config(request) as config, anyscale_errors(f"submitting {request.run_id}", request.secrets()):
+            job_id = self._sdk("job").submit(JobConfig.from_dict(config))  # its sealed package uploaded with it
         self._ids[request.run_id] = job_id
         return SubmitResult(self._info(self._status_model(request.run_id, fresh=True)), created=True)
 

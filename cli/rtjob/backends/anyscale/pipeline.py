@@ -25,7 +25,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput
 from ...jobspec.pricing import compute_config_cost
 from ..packaging import companion_modules
-from .request import AnyscaleJobRequest, build_checked
+from .request import AnyscaleJobRequest, build_checked, refuse_sealed
 
 # What all steps of one pipeline share on Anyscale (one job, one cluster), with how a person names it.
 SHARED = (("compute_config", "compute config"), ("image_uri", "image"), ("cloud", "cloud"), ("project", "project"),
@@ -92,6 +92,7 @@ def step_body(request: AnyscaleJobRequest) -> dict[str, Any]:
     config = request.config
     tags = config.get("tags") or {}
     env = {k: str(v) for k, v in (config.get("env_vars") or {}).items()}
+    env.update(refuse_sealed(request, "a pipeline"))  # the supervisor POSTs it with no sealed package of its own
     env[contract.ENV_BACKEND] = "anyscale"  # its record says where it ran, though it runs as a Ray job there
     runtime_env: dict[str, Any] = {"env_vars": env, "excludes": list(config.get("excludes") or [])}
     if config.get("requirements"):
@@ -120,6 +121,7 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str, reques
     check_steps(requests, requests[0].job_file if requests else job)
     first = requests[0].config
     env = {k: str(v) for k, v in (first.get("env_vars") or {}).items() if k not in STEP_ONLY_ENV}
+    env.update(requests[0].sealed_env)  # forwarded credentials and notify URLs: env_vars in a pipeline's job
     env[contract.ENV_JOB_NAME] = job
     env[contract.ENV_PIPELINE_ID] = pipeline_id
     if storage_uri:

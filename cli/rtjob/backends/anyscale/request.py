@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -10,13 +13,14 @@ import rtjob_contract as contract
 
 from ...core import secret_refs
 from ...core.errors import BadInput
-from ...core.redact import MASK, is_secret, mask_command, mask_mapping
+from ...core.redact import MASK, is_secret, mask_command, mask_mapping, secret_values
 from ...core.yamlout import dump_yaml
 from ...jobspec.pricing import pinned_compute_config
-from ..base import Request
 
 # Anyscale packages a working dir as Ray does; the companion travels as it does on Ray.
 from ..packaging import DEFAULT_EXCLUDES, STOP_WAIT_ENV, STOP_WAIT_S, companion_entrypoint, companion_modules
+from ..request import SealingRequest
+from ..sealed_package import sealed_folder
 from .client import ANYSCALE_VERSION, anyscale_errors
 from .queue import job_queue_config
 
@@ -52,8 +56,8 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         "working_dir": str(job.working_dir),
         "excludes": [*DEFAULT_EXCLUDES, *(e for e in job.spec.excludes if e not in DEFAULT_EXCLUDES)],
         "requirements": list(job.requirements or []),
-        # Anyscale's JobConfig has no sealed channel: forwarded credentials and notify URLs are env_vars there
-        "env_vars": {**job.env_vars, **job.sealed_env},
+        # forwarded credentials and notify URLs: sealed (sent_config), as env_vars only with no companion to unseal
+        "env_vars": {**job.env_vars, **({} if job.companion else job.sealed_env)},
         "max_retries": job.spec.max_retries,  # explicit: unset, the SDK defaults to 1 (and warns)
         "timeout_s": job.spec.timeout_s,
         "tags": tags,
@@ -73,30 +77,50 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         config["entrypoint"] = companion_entrypoint(job.entrypoint)
         config["py_modules"] = companion_modules()
         config["env_vars"].setdefault(STOP_WAIT_ENV, STOP_WAIT_S)
-        if job.spec.secrets:  # references only: the companion resolves them on the driver's node (build refuses env:)
+        if job.spec.secrets:  # references only: the companion resolves them on the driver's node (env: ones sealed)
             config["env_vars"][secret_refs.ENV_SECRETS] = json.dumps(job.spec.secrets, sort_keys=True,
                                                                      separators=(",", ":"))
     return config
 
 
-def _refuse_client_held_secrets(job: ResolvedJob) -> None:
-    """Anyscale's JobConfig keeps its env_vars and has no sealed channel: a `secrets:` entry whose value this client
-    holds (env:) would travel in it, and with the companion off nothing on the cluster resolves the others."""
+def _client_held(job: ResolvedJob) -> dict[str, str]:
+    """The values this client holds for the job's `secrets:` (env: references), sealed at submit; with the companion
+    off nothing on the cluster would resolve or unseal them: refused."""
     if not job.spec.secrets:
-        return
+        return {}
     if not job.companion:
         raise BadInput(f"{job.job_file}: secrets: needs the companion ({contract.ENV_COMPANION}=0 turns it off, "
                        "leaving nothing to resolve them)")
-    for name, reference in sorted(job.spec.secrets.items()):
-        if secret_refs.parse(reference).kind == "env":
-            raise BadInput(f"{job.job_file}: secrets.{name}: {reference} is not supported on Anyscale (its JobConfig "
-                           "has no sealed channel and would hold the value); use aws-sm://, ssm:// or file:// "
-                           "(resolved on the driver's node), or Anyscale's own secret store (docs/guide/secrets.md)")
+    return secret_refs.client_values(job.spec.secrets, os.environ, job.job_file)
 
 
-def masked_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The JobConfig as printed: secret env values, tags and args masked whole (as the Ray render does)."""
+def refuse_sealed(request: AnyscaleJobRequest, what: str) -> dict[str, str]:
+    """The request's sealed variables, for a JobConfig that carries them as env_vars (``what``: a schedule or a
+    pipeline's job, which run with no submit of rtjob's to seal them); BadInput for its env: secrets' values."""
+    if request.sealed:
+        names = ", ".join(f"secrets.{n}" for n in sorted(request.sealed))
+        raise BadInput(f"{request.job_file}: {names}: env: references are not supported in {what} on Anyscale (the "
+                       "JobConfig would hold the value); use aws-sm://, ssm:// or file:// (docs/guide/secrets.md)")
+    return dict(request.sealed_env)
+
+
+@contextlib.contextmanager
+def sent_config(request: AnyscaleJobRequest) -> Iterator[dict[str, Any]]:
+    """The JobConfig as submitted: the request's with the sealed package (backends/sealed_package.py) among its
+    py_modules while the block runs, which the SDK uploads to the cloud's storage (the JobConfig keeps its URI,
+    never the values); unchanged when nothing is sealed."""
+    with sealed_folder(request.sealed, request.sealed_env) as folder:
+        yield request.config if folder is None else \
+            {**request.config, "py_modules": [*(request.config.get("py_modules") or []), folder]}
+
+
+def masked_config(config: dict[str, Any], sealed: list[str] | None = None) -> dict[str, Any]:
+    """The JobConfig as printed: secret env values, tags and args masked whole (as the Ray render does); ``sealed``
+    the names the sealed package carries (shown among the py_modules, never their values)."""
     out = dict(config)
+    if sealed:
+        out["py_modules"] = [*(config.get("py_modules") or []),
+                             f"{secret_refs.SEALED_PACKAGE}/ (sealed: {', '.join(sorted(sealed))})"]
     out["env_vars"] = mask_mapping(config.get("env_vars") or {})
     steps = (config.get("env_vars") or {}).get(contract.ENV_PIPELINE_STEPS)
     if steps:  # a pipeline's job: each step inside it masked as a step's own request is
@@ -141,18 +165,24 @@ def check_with_anyscale(kind: str, data: dict[str, Any], where: str) -> str | No
 
 
 @dataclass
-class AnyscaleJobRequest(Request):
+class AnyscaleJobRequest(SealingRequest):
     """What submit sends: the JobConfig fields (as plain data) for one run."""
 
     config: dict[str, Any]
     checked_with: str | None = None  # "anyscale 0.26.112 JobConfig" once its model accepted the config
+    # Its client-held secrets (SealingRequest's sealed, sealed_env) go in the sealed package (sent_config), never
+    # in the config.
+
+    def secrets(self) -> list[str]:
+        """Secret values inside the request: secret env values and the sealed ones (an SDK error is redacted)."""
+        return secret_values(self.config.get("env_vars") or {}) + self.sealed_values()
 
 
 def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
     """The request for one resolved job and its JobConfig (``job_config``), checked with Anyscale's JobConfig
     model when the SDK is installed, with what the user should know about it as notes (pure: the job is not
     changed)."""
-    _refuse_client_held_secrets(job)
+    sealed = _client_held(job)
     checked = check_with_anyscale("JobConfig", config, job.job_file)
     notes = []
     if not checked:
@@ -176,7 +206,8 @@ def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
                      "s3://bucket/prefix (or RTJOB_STORAGE, --storage)")
     if job.spec.timeout_s is None:
         notes.append("no timeout_s: the run has no time limit on Anyscale (set timeout_s in the job)")
-    return AnyscaleJobRequest(job.run_id, job.job_file, notes, config, checked)
+    return AnyscaleJobRequest(job.run_id, job.job_file, notes, config, checked, sealed=sealed,
+                              sealed_env=dict(job.sealed_env) if job.companion else {})
 
 
 def build_checked(run_id: str, job_file: str, config: dict[str, Any]) -> AnyscaleJobRequest:
@@ -195,4 +226,6 @@ def render_yaml(request: AnyscaleJobRequest, equivalent: str) -> str:
         lines.append(f"# Masked values ({MASK}): pass them at submit time with --env NAME=value, as above.")
     if request.checked_with:
         lines.append(f"# Checked with {request.checked_with}.")
+    if request.sealed_names():  # not in the file: rtjob's submit adds them as its sealed package
+        lines.append(f"# Sealed by rtjob's submit, not in this file: {', '.join(request.sealed_names())}.")
     return "\n".join(lines) + "\n" + dump_yaml(masked_config(request.config))

@@ -12,7 +12,7 @@ import rtjob_contract as contract
 from ...core.redact import secret_values
 from ..capabilities import Schedules
 from .client import anyscale_errors, state_name
-from .request import AnyscaleJobRequest, check_with_anyscale, masked_config
+from .request import AnyscaleJobRequest, check_with_anyscale, masked_config, refuse_sealed
 
 if TYPE_CHECKING:
     from ..base import Request
@@ -29,6 +29,7 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
     job = copy.deepcopy(request.config)
     job["name"] = name
     env = job["env_vars"]
+    env.update(refuse_sealed(request, "a schedule"))  # each triggered job starts with no rtjob submit to seal them
     env.pop(contract.ENV_RUN_NAME, None)
     env.pop(contract.ENV_RUN_DIR, None)
     env.pop(contract.ENV_RUN_URI, None)

@@ -14,8 +14,8 @@ import rtjob_contract as contract
 from ...core import secret_refs
 from ...core.errors import BadInput
 from ...core.redact import MASK, mask_command, mask_mapping, secret_arg_values, secret_values
-from ..base import Request
 from ..packaging import STOP_WAIT_ENV, STOP_WAIT_S, companion_entrypoint, companion_modules, sent_excludes
+from ..request import SealingRequest
 
 if TYPE_CHECKING:
     from ...jobspec.pricing import HourlyCost
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class RayJobRequest(Request):
+class RayJobRequest(SealingRequest):
     entrypoint: str = ""
     runtime_env: dict[str, Any] = field(default_factory=dict)
     metadata: dict[str, str] = field(default_factory=dict)
@@ -34,17 +34,8 @@ class RayJobRequest(Request):
     # "Found multiple active Ray instances" when another Ray runs on the machine. True: rtjob sets it, from the
     # cluster that runs when the request is sent.
     cluster_ray_address: bool = False
-    # The client-held values of the job's `secrets:` (env: references): sent in the sealed package (sealed.py),
-    # never in runtime_env, never recorded (to_json leaves them out), never printed (repr, the redactor).
-    sealed: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
-    # The other client-held secrets for the run's environment (forwarded AWS credentials, notify URLs): sealed too.
-    sealed_env: dict[str, str] = field(default_factory=dict, repr=False, compare=False)
-
-    def to_json(self) -> dict[str, Any]:
-        data = super().to_json()
-        data.pop("sealed", None)
-        data.pop("sealed_env", None)
-        return data
+    # Its client-held secrets (SealingRequest's sealed, sealed_env) go in the sealed package (sealed.py), never in
+    # runtime_env.
 
     @property
     def submission_id(self) -> str:
@@ -53,12 +44,12 @@ class RayJobRequest(Request):
     def secrets(self) -> list[str]:
         """Secret values inside the request: secret env values, and secret args inside the entrypoint."""
         return (secret_values(self.runtime_env.get("env_vars") or {}) + secret_arg_values(self.entrypoint)
-                + [*self.sealed.values(), *self.sealed_env.values()])
+                + self.sealed_values())
 
     def masked_runtime_env(self) -> dict[str, Any]:
         env = dict(self.runtime_env)
         env["env_vars"] = mask_mapping(env.get("env_vars") or {})
-        sealed = sorted({*self.sealed, *self.sealed_env})
+        sealed = self.sealed_names()
         if sealed:  # what Ray is sent: the sealed package, its variables named, never their values
             env["py_modules"] = [*(env.get("py_modules") or []),
                                  f"{secret_refs.SEALED_PACKAGE}/ (sealed: {', '.join(sealed)})"]
