@@ -6,7 +6,7 @@ joins, the run is admitted, places its 2-CPU placement group on the new node and
 then the keeper withdraws its ask and the autoscaler removes the idle node. A run of two 2-CPU workers can never
 fit, even grown to its largest (the head and one 2-CPU node): queued before the keeper ran, it waits as "can never
 fit" and is not asked for; once the keeper has read the cluster's autoscaling config, such a submit is refused
-(exit 2, nothing queued).
+(exit 2, nothing queued), and so is a pipeline with such a step (before any step runs or its record is written).
 
 The autoscaler is Ray's own; Ray's fake multi-node provider stands in for a cloud's machines (support/autoscaling.py):
 a launched node is a node's processes on this machine."""
@@ -42,6 +42,9 @@ def test_a_queued_run_bigger_than_the_cluster_is_asked_of_its_autoscaler_and_run
             "jobs/grow.yaml": "name: grow\nresources_per_worker:\n  cpus: 2\nentrypoint: python jobs/place.py\n",
             "jobs/place.py": PLACE,
             "jobs/huge.yaml": "name: huge\nnodes: 2\nresources_per_worker:\n  cpus: 2\nentrypoint: python -c 'pass'\n",
+            "jobs/flow.yaml": "name: flow\nsteps:\n  - name: small\n    entrypoint: python -c 'pass'\n"
+                              "  - name: big\n    nodes: 2\n    resources_per_worker:\n      cpus: 2\n"
+                              "    entrypoint: python -c 'pass'\n",
         })
         env = base_env(tmp_path / "home", RAY_ADDRESS=cluster.address)
         assert alive_nodes(cluster) == 1
@@ -82,5 +85,8 @@ def test_a_queued_run_bigger_than_the_cluster_is_asked_of_its_autoscaler_and_run
         assert ("2 × 2 CPU can never fit queue grow's cluster, even grown to its largest (1 node of 1 CPU, "
                 "1 node of 2 CPU: its autoscaling config ") in again.stderr, again.stderr
         assert "Traceback" not in again.stderr and "needs the autoscaler" not in again.stderr
-        assert [e["id"] for e in queued()] == [huge]  # nothing queued
+        flow = rtjob("submit", "flow", "--queue", queue, "--submission-id", new_id("flow"), "--no-wait", env=env,
+                     cwd=project, timeout=240)  # a pipeline whose second step can never fit: before anything runs
+        assert flow.returncode == 2 and "2 × 2 CPU can never fit queue grow's cluster" in flow.stderr, flow.stderr
+        assert [e["id"] for e in queued()] == [huge] and not (tmp_path / "runs" / "flow").exists()  # nothing queued
         wait_for(lambda: alive_nodes(cluster) == 1, 240, "the keeper's ask withdrawn and the idle node removed")
