@@ -23,7 +23,7 @@ CEILINGS = {
     "cli/rtjob/backends/ray/cluster.py": 614,
     "cli/rtjob/jobspec/resolve.py": 509,
     "cli/rtjob/storage/objects_s3.py": 564,
-    "cli/rtjob/backends/ray/backend.py": 531,
+    "cli/rtjob/backends/ray/backend.py": 430,
     "cli/rtjob/storage/records.py": 446,
     "cli/rtjob/commands/anyscale.py": 449,
     "cli/rtjob/backends/anyscale/backend.py": 414,

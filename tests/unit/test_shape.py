@@ -101,8 +101,8 @@ def test_nodes_and_cpus_per_node_size_the_cluster_not_the_scripts_workers(render
 def test_the_embedded_node_size_follows_the_shape(two_line_job, monkeypatch, tmp_path):
     """prepare starts (or grows) the embedded cluster with the resolved node size."""
     from rtjob.backends import backend_class, configured
-    from rtjob.backends.ray import backend as ray_backend
     from rtjob.backends.ray import cluster
+    from rtjob.backends.ray import embedded_backend as ray_backend
     from rtjob.jobspec import resolve as resolve_mod
     from rtjob.jobspec.resolve import Overrides, resolve
 

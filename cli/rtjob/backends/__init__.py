@@ -38,7 +38,7 @@ def register(name: str, target: str) -> None:
     _registered[name] = target
 
 
-register("local", "rtjob.backends.ray.backend:EmbeddedRayBackend")  # the embedded cluster on this machine
+register("local", "rtjob.backends.ray.embedded_backend:EmbeddedRayBackend")  # the embedded cluster on this machine
 register("ray", "rtjob.backends.ray.backend:RayJobsBackend")  # a Ray cluster's Jobs API at an address
 register("anyscale", "rtjob.backends.anyscale.backend:AnyscaleBackend")  # Anyscale jobs through its SDK
 
