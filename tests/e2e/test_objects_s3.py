@@ -15,14 +15,10 @@ import pytest
 from rtjob.core.errors import BadInput, StorageError
 from rtjob.storage.location import parse_location
 from rtjob.storage.objects import PARTIAL_SUFFIX, Objects, PreconditionFailed
-from rtjob.storage.objects_s3 import (
-    IMPL_VAR,
-    Boto3Objects,
-    NoS3Writer,
-    PyArrowObjects,
-    SigV4Objects,
-    s3_objects,
-)
+from rtjob.storage.objects_s3 import IMPL_VAR, NoS3Writer, s3_objects
+from rtjob.storage.objects_s3_boto3 import Boto3Objects
+from rtjob.storage.objects_s3_pyarrow import PyArrowObjects
+from rtjob.storage.objects_s3_sigv4 import SigV4Objects
 from rtjob.storage.opening import objects_for
 from support.s3_server import (
     S3Server,

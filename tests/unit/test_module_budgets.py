@@ -22,7 +22,6 @@ CEILINGS = {
     # added to resolve, contract, runs, redact, ray/backend, lifecycle and schema: the next split starts there
     "cli/rtjob/backends/ray/cluster.py": 614,
     "cli/rtjob/jobspec/resolve.py": 509,
-    "cli/rtjob/storage/objects_s3.py": 564,
     "cli/rtjob/backends/ray/backend.py": 430,
     "cli/rtjob/storage/records.py": 446,
     "cli/rtjob/commands/anyscale.py": 449,
