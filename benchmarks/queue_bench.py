@@ -55,6 +55,7 @@ class Stand:
         self.seen: dict[str, float] = {}      # run -> when a keeper pass first saw it ended
         self.submitted: dict[str, float] = {}  # run -> when the keeper submitted it
         self.order: list[str] = []
+        self.held: set[str] = set()
 
     def end(self, run_id: str) -> float:
         with self.lock:
@@ -74,6 +75,15 @@ class Stand:
 
     def ask_for(self, bundles: list[dict[str, float]]) -> None:
         raise AssertionError("a fixed cluster has no autoscaler to ask")
+
+    def largest_per_node(self) -> tuple[list[dict[str, float]], str] | None:
+        raise AssertionError("a fixed cluster does not grow")
+
+    def hold_sealed(self, queued: list[Any], request_of: Any) -> None:
+        for entry in queued:  # as the Ray keeper does: each queued run's request read once (none is sealed here)
+            if entry.run_id not in self.held:
+                self.held.add(entry.run_id)
+                request_of(entry.intent)
 
     def job(self, run_id: str) -> dict[str, Any] | None:
         with self.lock:

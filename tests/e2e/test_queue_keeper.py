@@ -106,7 +106,9 @@ def test_a_keeper_killed_mid_admission_is_replaced_and_the_run_admitted_once(clu
 
 def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_env, backend, tmp_path: Path) -> None:
     """The run's package is in the queue's storage only, the cluster's GCS lacks it (as after Ray collected an
-    upload no job referenced for 10 minutes): the keeper puts it back at admission and the run runs its code."""
+    upload no job referenced for 10 minutes): the keeper puts it back at admission and the run runs its code. A
+    sealed package (secrets: never in the queue's storage) the keeper saw while the run waited is put back from
+    the keeper's memory; one it never saw leaves the run out of the queue, told why."""
     from ray._private.runtime_env.packaging import create_package, get_uri_for_directory
 
     api = JobsAPI(cluster_env)
@@ -134,6 +136,29 @@ def test_a_queued_runs_code_collected_by_ray_is_put_back_at_admission(cluster_en
         wait_for(lambda: f"{sealed}: its sealed secrets ({gone}) collected by Ray" in api.logs(keeper), 120,
                  "the keeper to drop the run whose sealed package is gone")
         assert api.job(sealed) is None
+        # One the keeper saw while it waited is held in the keeper's memory: collected by Ray (its KV entry deleted,
+        # as Ray's collection does) while the queue is held, it is put back at admission and the run reads it.
+        kept, marker = new_id("kept"), os.urandom(6).hex()
+        folder = tmp_path / "sealed" / "rtjob_sealed"
+        folder.mkdir(parents=True)
+        (folder / "__init__.py").write_text(f"MARK = {marker!r}\n")
+        uri = get_uri_for_directory(str(folder), False)
+        zipped = tmp_path / uri[len("gcs://"):]
+        create_package(str(folder), zipped, include_gitignore=True, include_parent_dir=True)  # as Ray's py_modules
+        put = api.put_package(zipped.name, zipped.read_bytes())
+        assert put.status_code == 200, put.text
+        hold(ref, "test")
+        enqueue(ref, kept, {**body(kept), "entrypoint": "python -c 'import rtjob_sealed; print(rtjob_sealed.MARK)'",
+                            "runtime_env": {"py_modules": [uri]}, SEALED_URI: uri}, SHAPE, user="ann", job="j")
+        wait_for(lambda: any(e.id == kept and e.position for e in read(ref).entries), 120, "the keeper to see it")
+        collect = new_id("collect")
+        api.submit(collect, "python -c \"import ray; ray.init(); from ray.experimental.internal_kv import "
+                            f"_internal_kv_del; _internal_kv_del('{uri}')\"")
+        assert wait_for(ended(api, collect), 120, "the package collected") == "SUCCEEDED", api.logs(collect)
+        assert api.get(f"/api/packages/gcs/{uri[len('gcs://'):]}").status_code == 404
+        release(ref, "test")
+        assert wait_for(ended(api, kept), 120, f"{kept} to end") == "SUCCEEDED", api.logs(keeper)[-2000:]
+        assert marker in api.logs(kept)
     finally:
         api.stop(keeper)
 

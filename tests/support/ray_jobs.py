@@ -26,6 +26,17 @@ class JobsAPI:
         headers = {"Authorization": f"Bearer {self.token}"} if auth else {}
         return requests.get(f"{self.address}{path}", headers=headers, timeout=10)
 
+    def put_package(self, name: str, data: bytes) -> requests.Response:
+        """Upload a runtime-env package (a zip) as Ray's SDK does: PUT /api/packages/gcs/<name>."""
+        return requests.put(f"{self.address}/api/packages/gcs/{name}", data=data,
+                            headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
+
+    def submit(self, run_id: str, entrypoint: str) -> None:
+        """A plain Ray job of 0 CPUs (no rtjob in it)."""
+        resp = requests.post(f"{self.address}/api/jobs/", json={"entrypoint": entrypoint, "submission_id": run_id},
+                             headers={"Authorization": f"Bearer {self.token}"}, timeout=30)
+        resp.raise_for_status()
+
     def job(self, run_id: str) -> dict[str, Any] | None:
         resp = self.get(f"/api/jobs/{run_id}")
         if resp.status_code == 404:

@@ -98,9 +98,7 @@ def queued_body(backend: Any, request: Any, keep: Callable[[str, Path], None],
     """The Jobs API body of planned ``request`` with its packages uploaded to the cluster (gcs:// URIs) and each
     package's zip handed to ``keep(name, path)`` (the queue's storage) unless ``kept(name)``, so the keeper can put
     it back later; all but the sealed package (the run's client-held secrets, backends/ray/sealed.py), which is
-    never stored: Ray keeps an unreferenced upload for RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S (600 s by
-    default), so a run with client-held secrets that waits longer than that is told at admission
-    (docs/guide/secrets.md)."""
+    never stored: the keeper holds a copy in its memory (``RayKeeperCluster.hold_sealed``) and puts it back."""
     from ray._private.runtime_env.packaging import create_package
     from ray.dashboard.modules.job.common import uri_to_http_components
     from ray.job_submission import JobSubmissionClient
@@ -163,6 +161,8 @@ class RayKeeperCluster:
         self._ray = False
         self._grows: tuple[bool, float] | None = None
         self._largest: tuple[tuple[list[dict[str, float]], str] | None, float] | None = None
+        self._sealed: dict[str, bytes] = {}  # a queued run's sealed package (its gcs:// URI): its zip
+        self._seen: set[str] = set()  # the queued runs whose sealed package was looked for
 
     def _init(self) -> None:
         if not self._ray:
@@ -204,6 +204,20 @@ class RayKeeperCluster:
             self._largest = (read_largest(port, _plain(heads[0])) if heads else None, time.monotonic())
         return self._largest[0]
 
+    def hold_sealed(self, queued: list[Any], request_of: Callable[[str], dict[str, Any]]) -> None:
+        """Copy each queued run's sealed package from Ray's GCS into this keeper's memory, once: Ray collects an
+        upload no job references after RAY_RUNTIME_ENV_TEMPORARY_REFERENCE_EXPIRATION_S (600 s), and the queue's
+        storage never keeps secrets, so ``restore_code`` puts it back from here however long the run waits."""
+        for entry in (e for e in queued if e.run_id not in self._seen):
+            self._seen.add(entry.run_id)
+            uri = request_of(entry.intent).get(SEALED_URI)
+            if uri and uri not in self._sealed:
+                self._init()
+                from ray.experimental.internal_kv import _internal_kv_get  # a package's zip, keyed by its URI
+
+                if data := _internal_kv_get(uri):
+                    self._sealed[uri] = data
+
     def ask_for(self, bundles: list[dict[str, float]]) -> None:
         """Ray's one standing autoscaler request for the cluster, replaced by ``bundles`` ([]: withdrawn)."""
         self._init()
@@ -234,18 +248,19 @@ class RayKeeperCluster:
             submit_over_rest(self.api, supervisor_request(data, self.api.address))
 
     def restore_code(self, body: dict[str, Any], fetch: Callable[[str], bytes | None]) -> list[str]:
-        """Put back the body's packages Ray no longer has, from ``fetch(name)`` (the queue's storage); the ones it
-        could not (none kept) are returned."""
+        """Put back the body's packages Ray no longer has, from ``fetch(name)`` (the queue's storage) or this
+        keeper's memory (its sealed package, dropped from memory now); the ones it could not are returned."""
         from .ray.supervisor_jobs import missing_packages
 
         lost = []
         sealed = body.pop(SEALED_URI, None)  # never kept in the queue's storage (queued_body)
         for uri in missing_packages(self.api, dict(body.get("runtime_env") or {})):
             package = uri[len("gcs://"):]
-            data = None if uri == sealed else fetch(package)
+            data = self._sealed.get(uri) if uri == sealed else fetch(package)
             resp = None if data is None else self.api.request("PUT", f"/api/packages/gcs/{package}", data=data)
             if resp is None or resp.status_code != 200:
                 lost.append(f"its sealed secrets ({uri})" if uri == sealed else f"its code ({uri})")
+        self._sealed.pop(str(sealed), None)  # the run's job refers to it from now on: Ray keeps it
         return lost
 
     def placed(self, run_id: str, data: dict[str, Any], workers: int) -> str | None:
