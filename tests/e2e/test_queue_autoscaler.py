@@ -79,6 +79,8 @@ def test_a_queued_run_bigger_than_the_cluster_is_asked_of_its_autoscaler_and_run
         listed = wait_for(without_grow, 120, "the ended run to leave its queue")
         assert [e["id"] for e in listed] == [huge], listed
         assert "can never fit this cluster: needs 2 × 2 CPU" in listed[0]["reason"], listed
+        header = rtjob("queue", queue, env=env, cwd=project, timeout=120).stderr
+        assert "grown to its largest: 1 node of 1 CPU, 1 node of 2 CPU" in header, header
         again = rtjob("submit", "huge", "--queue", queue, "--submission-id", new_id("huge"), "--no-wait", env=env,
                       cwd=project, timeout=240)
         assert again.returncode == 2, (again.stdout[-2000:], again.stderr[-3000:])

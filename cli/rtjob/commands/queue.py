@@ -87,7 +87,8 @@ def list_queue(name: str | None, backend: str | None, address: str | None, heade
             f"keeper {view.keeper} NOT holding its lease" if view.keeper else "no keeper yet")
         say(f"queue {view.name}: {sum(r['status'] == 'QUEUED' for r in rows)} queued, "
             f"{sum(r['status'] == 'ADMITTED' for r in rows)} admitted{', HELD' if view.held else ''}; {keeper}"
-            + (f"; free now: {view.free}" if view.free else ""))
+            + (f"; free now: {view.free}" if view.free else "")
+            + (f"; grown to its largest: {view.largest}" if view.largest else ""))
         if not rows:
             echo("(empty)")
             return EXIT_SUCCEEDED

@@ -177,6 +177,7 @@ class QueueView:
     keeper_alive: bool
     entries: list[QueueEntry]
     free: str  # the cluster's free resources as the keeper last saw them
+    largest: str = ""  # a growing cluster's nodes at their largest, as the keeper last read them ('' unknown)
 
 
 def read_state(objects: Objects, name: str) -> tuple[State, str | None]:
@@ -208,7 +209,8 @@ def read(ref: QueueRef) -> QueueView:
                                   str(intent.get("job") or ""), float(intent.get("enqueued_at") or 0.0),
                                   f"in {ref.name}, not yet ordered by its keeper"))
     alive = lease is not None and lease.alive()
-    return QueueView(ref.name, state.held, lease.holder if lease else "", alive, out, state.free)
+    return QueueView(ref.name, state.held, lease.holder if lease else "", alive, out, state.free,
+                     nodes_line(state.largest) if state.largest else "")
 
 
 def keeper_alive(ref: QueueRef) -> bool:
