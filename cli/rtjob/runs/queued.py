@@ -66,6 +66,12 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
     return Submitted(info, created)  # the timeline's "queued": the kernel's Queued stamps it
 
 
+def keeper_sends(planned: Plan) -> bool:
+    """Whether the planned run goes through its queue's keeper (a queue named, on a backend that does not queue
+    runs itself)."""
+    return planned.job.queue is not None and not planned.backend.queues_itself
+
+
 def refuse_if_never_fits(planned: Plan) -> None:
     """BadInput (exit 2, nothing enqueued) when the planned run can never fit its queue's cluster grown to its
     largest, as the queue's live keeper read it on the cluster (queue/client.never_fits)."""
@@ -92,7 +98,7 @@ def queued_steps(plans: list[Plan], pipeline_id: str, events: RunEvents) -> dict
     its body} (packages uploaded now and kept in the queue's storage), with the pipeline's priority and this
     moment as every step's first enqueue time; the queue's keeper made sure of now. Empty: the steps are not
     queued (no queue, or the backend queues them itself)."""
-    queued = [p for p in plans if p.job.queue is not None and not p.backend.queues_itself]
+    queued = [p for p in plans if keeper_sends(p)]
     if not queued:
         return {}
     from ..queue import client, steps

@@ -50,7 +50,9 @@ def _send(planned: Plan, attach: bool, events: RunEvents) -> Submitted:
     if existing is not None:
         return Submitted(existing, created=False)
     warnings = patience.call_sync(lambda: backend.precheck(planned.job))  # never fits: exit 2, queued or not
-    queued = planned.job.queue is not None and not backend.queues_itself  # its queue's keeper sends it (queued.py)
+    from ..queued import keeper_sends
+
+    queued = keeper_sends(planned)
     if queued:
         from ..queued import refuse_if_never_fits
 

@@ -53,10 +53,10 @@ def run_steps(pp: PipelinePlan, events: RunEvents, *, out: TextIO | None, no_wai
               stop_on_interrupt: bool) -> StepsOutcome:
     """Run the steps one after another, each followed to its end; stop at the first that does not succeed. Steps
     that already succeeded under this pipeline id are not run again. ``no_wait``: submit the next step only."""
-    from ..queued import refuse_if_never_fits
+    from ..queued import keeper_sends, refuse_if_never_fits
 
     for step in pp.steps:  # a queued step that can never fit the cluster grown to its largest: before any write
-        if step.plan is not None and step.plan.job.queue is not None and not step.plan.backend.queues_itself:
+        if step.plan is not None and keeper_sends(step.plan):
             refuse_if_never_fits(step.plan)
     known = find_pipeline(pp.id, None)
     record = known or new_record(pp)
