@@ -43,14 +43,16 @@ for i in range(4):
     print(f"epoch {i} written", flush=True)
     time.sleep(0.3)
 print("about to end", flush=True)
-time.sleep(float(sys.argv[1]))
+deadline = time.time() + 300
+while not os.path.exists(sys.argv[1]) and time.time() < deadline:  # the test opens it once storage is down
+    time.sleep(0.05)
 with open(os.path.join(run_dir, "model.txt"), "w") as f:
     f.write("epoch=final\\n")
 print("last file written", flush=True)
 '''
 JOB = """
 name: faults
-entrypoint: python faults.py 4
+entrypoint: python faults.py /nonexistent-gate
 working_dir: ..
 requirements: []
 """
@@ -90,10 +92,14 @@ def _env(home: Path, s3: S3Server, forwarder: Forwarder, project: Path) -> dict[
             "RTJOB_STORAGE_PATIENCE_S": "2"}  # this client's reads while storage is down give up soon
 
 
-def _submit(env: dict[str, str], project: Path, *extra: str) -> str:
+def _submit(env: dict[str, str], project: Path, gate: Path, *extra: str) -> str:
+    """The run writes its epochs, says "about to end", and writes its last file only once ``gate`` exists: the
+    test opens it after storage went down, so that last file is written during the outage however slow the
+    machine (a fixed sleep there raced the log's upload on a busy CI machine)."""
     run_id = new_id("faults")
     proc = rtjob("submit", "faults", "--forward-aws-credentials", "--no-wait", "--submission-id", run_id,
-                 "--env", "RTJOB_COMPANION_INTERVAL_S=0.5", *extra, env=env, cwd=project, timeout=240)
+                 "--env", "RTJOB_COMPANION_INTERVAL_S=0.5", "--set", f"entrypoint=python faults.py {gate}", *extra,
+                 env=env, cwd=project, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return run_id
 
@@ -126,9 +132,10 @@ def test_rtjob_sync_runs_on_the_node_that_keeps_the_outputs_when_that_node_is_no
     temp folder elsewhere, as on a machine that is not the cluster's node: `rtjob sync` runs a job pinned to the
     node that drove the run, which stores what that node kept; while storage still refuses, that job's line, exit 3."""
     env = _env(home, s3, forwarder, project)
-    run_id = _submit(env, project, "--env", "RTJOB_STORAGE_GRACE_S=2", "--set", "entrypoint=python faults.py 1")
+    run_id = _submit(env, project, tmp_path / "gate", "--env", "RTJOB_STORAGE_GRACE_S=2")
     wait_for(lambda: "about to end" in _log_so_far(s3, run_id), 180, "the run's last epoch")
     forwarder.down()
+    (tmp_path / "gate").touch()
     wait_for(lambda: (Path(run_folder(run_id)) / "rtjob-kept.json").exists() and not _storing(run_id), 120,
              "the companion keeping the outputs")
     exports = rtjob("local", "env", env=env, timeout=60)
@@ -156,9 +163,10 @@ def test_rtjob_sync_runs_on_the_node_that_keeps_the_outputs_when_that_node_is_no
 def test_an_outage_while_a_run_ends_loses_nothing_and_local_down_waits_for_it(
         home: Path, s3: S3Server, forwarder: Forwarder, project: Path, tmp_path: Path) -> None:
     env = _env(home, s3, forwarder, project)
-    run_id = _submit(env, project)
+    run_id = _submit(env, project, tmp_path / "gate")
     wait_for(lambda: "about to end" in _log_so_far(s3, run_id), 180, "the run's last epoch")
     forwarder.down()  # storage unreachable while the run writes its last file and ends
+    (tmp_path / "gate").touch()
     wait_for(lambda: _storing(run_id), 60, "the companion waiting for storage")
     down = subprocess.Popen([*RTJOB, "local", "down"], env=env, cwd=project, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
@@ -192,9 +200,10 @@ def test_an_outage_while_a_run_ends_loses_nothing_and_local_down_waits_for_it(
 def test_outputs_not_stored_past_the_grace_are_kept_through_local_down_and_completed_by_rtjob_sync(
         home: Path, s3: S3Server, forwarder: Forwarder, project: Path, tmp_path: Path) -> None:
     env = _env(home, s3, forwarder, project)
-    run_id = _submit(env, project, "--env", "RTJOB_STORAGE_GRACE_S=3", "--set", "entrypoint=python faults.py 1")
+    run_id = _submit(env, project, tmp_path / "gate", "--env", "RTJOB_STORAGE_GRACE_S=3")
     wait_for(lambda: "about to end" in _log_so_far(s3, run_id), 180, "the run's last epoch")
     forwarder.down()
+    (tmp_path / "gate").touch()
     waited = rtjob("wait", run_id, "--timeout", "5m", env=env, cwd=project, timeout=400)
     assert waited.returncode == 3, waited.stdout + waited.stderr
     assert "outputs not stored" in waited.stderr and f"rtjob sync {run_id}" in waited.stderr
