@@ -212,3 +212,17 @@ def test_a_pipelines_verdict(case: tuple[Any, ...]) -> None:
 
             patch.setattr(clock, "now", lambda: NOW)
             assert view.pipeline_verdict(pipe, as_dicts) == seen
+
+
+@pytest.mark.parametrize(("not_stored", "said_of_it"), [(3, "outputs not stored: 3 file(s), kept at node:/tmp/x"),
+                                                       (0, "outputs not stored: its end only (every file is stored)")])
+def test_what_is_not_stored_is_said_by_count_or_as_the_end_alone(not_stored: int, said_of_it: str) -> None:
+    """Storage going down after the last file but before the run's end: "0 file(s) not stored" would read as
+    nothing missing, so the line names the end instead."""
+    from rtjob.commands.printing import outputs_line, run_text
+
+    info = RunInfo(id="r1", job="train", backend="local", status=RunStatus.SUCCEEDED,
+                   outputs={"complete": False, "not_stored": not_stored, "kept_at": "node:/tmp/x"})
+    line = outputs_line(info)
+    assert line is not None and said_of_it in line and "rtjob sync r1" in line
+    assert f"NOT STORED: {said_of_it.removeprefix('outputs not stored: ')}" in run_text(info)

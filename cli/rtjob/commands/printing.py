@@ -195,7 +195,7 @@ def run_text(info: RunInfo) -> str:
     if info.outputs is not None:
         outputs = info.outputs
         lines.append("outputs:     " + ("complete (every file and the end stored)" if outputs.get("complete") else
-                                      f"NOT STORED: {outputs.get('not_stored', '?')} file(s)"
+                                      f"NOT STORED: {not_stored_text(outputs)}"
                                       + (f", kept at {outputs['kept_at']}" if outputs.get("kept_at") else "")
                                       + f" (once storage is back: rtjob sync {info.id})"))
     return "\n".join(lines)
@@ -260,11 +260,17 @@ def outcome(info: RunInfo) -> int:
     return EXIT_SUCCEEDED if info.status == RunStatus.SUCCEEDED else EXIT_FAILED
 
 
+def not_stored_text(outputs: dict[str, Any]) -> str:
+    """What storage lacks: its files by count, or only the run's end (storage went down after the last file)."""
+    count = outputs.get("not_stored")
+    return "its end only (every file is stored)" if count == 0 else f"{count if count is not None else '?'} file(s)"
+
+
 def outputs_line(info: RunInfo) -> str | None:
     """The one line of a run whose outputs are not stored (None: they are, or nothing says otherwise)."""
     if not info.outputs_lost:
         return None
     outputs = info.outputs or {}
     where = f", kept at {outputs['kept_at']}" if outputs.get("kept_at") else ""
-    return (f"{info.id} {info.status.value}, outputs not stored: {outputs.get('not_stored', '?')} file(s){where}; "
+    return (f"{info.id} {info.status.value}, outputs not stored: {not_stored_text(outputs)}{where}; "
             f"once storage is back: rtjob sync {info.id}")

@@ -129,8 +129,9 @@ def _kept(companion: Companion, missing: list[str], kept_at: str | None) -> None
     stages.close()
     status = (marker.get("end") or {}).get("status") or "ENDED"
     where = f", kept at {kept_at}" if kept_at else ""
-    record = "" if marker["record_stored"] else "; its record's end is not stored either"
-    say(f"{status}, outputs not stored: {len(missing)} file(s){where}{record} "
+    record = "" if marker["record_stored"] or not missing else "; its record's end is not stored either"
+    what = f"{len(missing)} file(s)" if missing else "its end only (every file is stored)"
+    say(f"{status}, outputs not stored: {what}{where}{record} "
         f"(once storage is back: rtjob sync {companion.run_id})")
     line = {"run_id": companion.run_id, "attempt": companion.attempt, "status": status,
             "not_stored": len(missing), "kept_at": kept_at, "record_stored": marker["record_stored"]}
