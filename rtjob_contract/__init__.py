@@ -66,10 +66,10 @@ ENV_QUEUE = "RTJOB_QUEUE"  # a queue's keeper (rtjob.queue.keeper): its queue's 
 # A pipeline's supervisor: JSON [{the step's Jobs API request body}, ...] of the steps it runs, in order, their
 # packages already uploaded (gcs:// URIs), so it needs nothing from the client's checkout.
 ENV_PIPELINE_STEPS = "RTJOB_PIPELINE_STEPS"
-# A step body whose "code" is this runs the supervisor's own code: its working dir (the driver's cwd) and the rtjob
-# modules it runs from, uploaded to the cluster by the supervisor itself (a pipeline hosted as one Anyscale job,
-# whose packages Anyscale ships with the job, not as gcs:// URIs).
-STEP_CODE_OF_SUPERVISOR = "rtjob-supervisor-code"
+# A pipeline hosted as one Anyscale job (whose packages Anyscale ships with the job, not as gcs:// URIs): a step body
+# whose "code" is STEP_CODE_OF_SUPERVISOR runs the supervisor's code (its cwd and rtjob's modules, which it uploads
+# itself); one with STEP_SEALED: N has its secrets in entry N of the supervisor's sealed steps file, sealed again.
+STEP_CODE_OF_SUPERVISOR, STEP_SEALED = "rtjob-supervisor-code", "sealed_step"
 # "outcome": the pipeline's supervisor exits 0 only when the pipeline SUCCEEDED (the job that hosts it shows the
 # pipeline's outcome, and a restart of it by the platform finds the end recorded and exits the same way).
 ENV_SUPERVISOR_EXIT = "RTJOB_SUPERVISOR_EXIT"

@@ -133,6 +133,8 @@ def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_clust
     assert sent.name == f"{pid}-supervisor" and len(fake._jobs) == 1
     env = sent.config.runtime_env.env_vars
     assert "RTJOB_DASHBOARD_ADDRESS" not in env  # the client never saw that cluster: the driver finds it itself
+    aws_key = s3.env()["AWS_SECRET_ACCESS_KEY"]  # forwarded: in the job's sealed package, which the supervisor
+    assert aws_key not in repr(sent.config)  # seals again for each step (the steps write to S3 with it)
 
     host(api, f"{pid}-supervisor", sent.config, fake.uploaded_dirs)  # Anyscale starts the job: no rtjob alive
     status = wait_for(ended(api, f"{pid}-supervisor"), 300, "the job hosting the pipeline to end")
@@ -140,6 +142,7 @@ def test_a_pipeline_hosted_as_one_anyscale_job_runs_its_steps_on_that_jobs_clust
     assert status == "SUCCEEDED", hosted[-3000:]
     assert f"submitted {pid}-train" in hosted and f"submitted {pid}-use" in hosted, hosted[-3000:]
     assert api.status(f"{pid}-train") == "SUCCEEDED" and api.status(f"{pid}-use") == "SUCCEEDED"
+    assert aws_key not in json.dumps(api.job(f"{pid}-train")) + json.dumps(api.job(f"{pid}-use"))
     got = s3.client().get_object(Bucket=BUCKET, Key=f"runs/epochs-use/{pid}-use/consumed.txt")["Body"].read()
     assert got == b"1,2,3"  # step 2 ran on step 1's output
     pipeline = record(s3, "epochs", pid)

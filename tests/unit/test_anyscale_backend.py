@@ -467,6 +467,14 @@ def test_a_pipeline_is_one_anyscale_job_whose_driver_runs_the_steps(cli: Cli, pi
     assert "RTJOB_RUN_NAME" not in env and sent.config.max_retries == 1
     assert sent.tags["rtjob-role"] == "supervisor" and sent.tags["rtjob-supervises"] == "pipe-1"
     assert SECRET not in got.out + got.err and HOOK_SECRET not in got.out + got.err
+    # The notify URL only the client holds: in the job's sealed package (the supervisor's own env.json, and each
+    # step's entry of steps.json, which the supervisor seals again for that step), never in the JobConfig.
+    assert HOOK_SECRET not in repr(sent.config) and all("sealed_step" in s for s in steps)
+    [folder] = [d for d in cli.fake.uploaded_dirs if d.endswith("rtjob_sealed")]
+    assert any(HOOK_SECRET in v for v in json.loads((Path(folder) / "env.json").read_text()).values())
+    sealed_steps = json.loads((Path(folder) / "steps.json").read_text())
+    assert [s["sealed_step"] for s in steps] == [0, 1] and len(sealed_steps) == 2
+    assert all(any(HOOK_SECRET in v for v in step["env"].values()) for step in sealed_steps)
     listed = cli("list", "--backend", "anyscale", "-o", "json")
     assert listed.code == 0 and json.loads(listed.out) == []  # rtjob's own job, not a run of the user's
     again = cli(*PIPELINE, "--storage", str(pipeline_env), "--no-wait")
@@ -568,7 +576,7 @@ def test_secrets_resolved_on_the_node_travel_as_references_and_a_client_held_one
     gives the entrypoint: runside/child_env.py, tested for real in test_anyscale_pipeline.py). An env: reference's
     value, which only this client holds, and the forwarded AWS credentials travel in the sealed package: a py_modules
     folder the SDK uploads at submit (the fake keeps its bytes, as the cloud's storage would), never the JobConfig;
-    render names them, never their values. A schedule (which runs with no submit of rtjob's to seal them) refuses an env: reference in one line."""
+    render names them, never their values. A schedule seals them at apply the same way."""
     jobs = tmp_path / "project" / "jobs"  # the cli fixture's HOME is under tmp_path: the project is a folder of it
     jobs.mkdir(parents=True)
     refs = {"HF_TOKEN": "aws-sm://team/hf#token", "DB_PASSWORD": "ssm://team/db", "CERT": "file:///etc/team/cert"}
@@ -611,8 +619,16 @@ def test_secrets_resolved_on_the_node_travel_as_references_and_a_client_held_one
     assert json.loads(env["RTJOB_SECRET_REFS"]) == {"HF_TOKEN": "env:MY_HF_TOKEN"}
     assert token not in repr(config) + sent.out + sent.err and key not in repr(config) + sent.out + sent.err
 
-    refused = cli("schedule", "render", str(jobs / "held.yaml"), "--backend", "anyscale", "--cron", "0 3 * * *")
-    assert refused.code == 2 and refused.out == ""
-    [line] = refused.err.strip().splitlines()
-    assert "held.yaml: secrets.HF_TOKEN: env: references are not supported in a schedule on Anyscale" in line
-    assert "aws-sm://, ssm:// or file://" in line and "Traceback" not in refused.err and token not in refused.err
+    # A schedule takes them at apply, as a submit does: each job it starts carries the package's URI, no value.
+    scheduled = (str(jobs / "held.yaml"), "--storage", "s3://bucket/runs", "--cron", "0 3 * * *")  # on Anyscale
+    shown = cli("schedule", "apply", *scheduled, "--dry-run", "-o", "json")
+    assert shown.code == 0, shown.err
+    assert json.loads(shown.out)["schedule"]["job_config"]["py_modules"][-1] == "rtjob_sealed/ (sealed: HF_TOKEN)"
+    applied = cli("schedule", "apply", *scheduled, "--name", "nightly-held")
+    assert applied.code == 0, applied.err
+    [schedule] = [s for s in cli.fake._schedules.values() if s.name == "nightly-held"]
+    [folder, _] = [d for d in cli.fake.uploaded_dirs if d.endswith("rtjob_sealed")][::-1]
+    assert json.loads((Path(folder) / "values.json").read_text()) == {"HF_TOKEN": token}
+    kept = repr(schedule) + shown.out + shown.err + applied.out + applied.err
+    assert token not in kept and key not in kept and "HF_TOKEN" not in schedule.config.runtime_env.env_vars
+    assert len(schedule.config.runtime_env.py_modules) == modules + 1  # + the sealed package's URI

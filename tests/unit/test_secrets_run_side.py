@@ -94,6 +94,32 @@ def test_the_sealed_variables_reach_the_run_sides_environment_and_the_redactor(t
     assert masked == "posting to ****"
 
 
+def test_a_hosted_pipelines_package_gives_each_step_its_own_values(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The package a pipeline's Anyscale job carries, made as submit makes it: the supervisor's own variables in
+    env.json, each step's in steps.json, which the supervisor reads to seal them again for that step alone."""
+    import importlib
+    import shutil
+    import sys
+
+    from rtjob.backends.sealed_package import sealed_folder
+
+    token, hook = plant("step-two-token-7d6c5b"), plant("https://hooks.example/step-secret-4e3d")
+    steps = [{"values": {}, "env": {"HOOK": hook}}, {"values": {"TOKEN": token}, "env": {"HOOK": hook}}]
+    with sealed_folder({}, {"HOOK": hook}, steps) as folder:
+        assert folder is not None
+        shutil.copytree(folder, tmp_path / secret_refs.SEALED_PACKAGE)  # as the cloud keeps it
+    assert not Path(folder).exists()  # submit's own copy lives only while it uploads
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, secret_refs.SEALED_PACKAGE, raising=False)
+    importlib.invalidate_caches()
+    assert secret_refs.sealed_step(1) == ({"TOKEN": token}, {"HOOK": hook})
+    assert secret_refs.sealed_step(0) == ({}, {"HOOK": hook}) and secret_refs.sealed_step(2) == ({}, {})
+    assert secret_refs.sealed(secret_refs.SEALED_ENV_FILE) == {"HOOK": hook}
+    assert REDACTOR.text(f"step 2 got {token}") == "step 2 got ****"
+    with sealed_folder({}, {}, [{"values": {}, "env": {}}]) as nothing:
+        assert nothing is None  # nothing to seal: no package
+
 class _Kept(BaseHTTPRequestHandler):
     got: list[tuple[str, dict[str, str], bytes]] = []
 

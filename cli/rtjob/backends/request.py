@@ -39,15 +39,19 @@ class SealingRequest(Request):
 
     sealed: dict[str, str] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
     sealed_env: dict[str, str] = field(default_factory=dict, repr=False, compare=False, kw_only=True)
+    # A pipeline hosted as one job (Anyscale): each step's own {"values": sealed, "env": sealed_env}, [] for none.
+    sealed_steps: list[dict[str, dict[str, str]]] = field(default_factory=list, repr=False, compare=False,
+                                                          kw_only=True)
 
     def to_json(self) -> dict[str, Any]:
         data = super().to_json()
-        data.pop("sealed", None)
-        data.pop("sealed_env", None)
+        for name in ("sealed", "sealed_env", "sealed_steps"):
+            data.pop(name, None)
         return data
 
     def sealed_names(self) -> list[str]:
-        return sorted({*self.sealed, *self.sealed_env})
+        return sorted({*self.sealed, *self.sealed_env, *(n for s in self.sealed_steps for p in s.values() for n in p)})
 
     def sealed_values(self) -> list[str]:
-        return [*self.sealed.values(), *self.sealed_env.values()]
+        return [*self.sealed.values(), *self.sealed_env.values(),
+                *(v for s in self.sealed_steps for p in s.values() for v in p.values())]

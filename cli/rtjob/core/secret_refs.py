@@ -33,6 +33,7 @@ ENV_SECRETS = contract.ENV_SECRET_REFS  # {NAME: REFERENCE} as JSON: references,
 SEALED_PACKAGE = "rtjob_sealed"  # the py_modules folder that carries the client-held values
 SEALED_FILE = "values.json"  # inside it: {NAME: value} of the env: references
 SEALED_ENV_FILE = "env.json"  # and {VARIABLE: value}: forwarded AWS credentials, notify URLs (the run side's env)
+SEALED_STEPS_FILE = "steps.json"  # and [{"values": {...}, "env": {...}}, ...]: a hosted pipeline's steps' own
 KV_NAMESPACE = "rtjob-secrets"  # Ray's internal KV: where the companion leaves the values for the run's workers
 SETUP_HOOK = "rtjob.runside.secret_env.setup"  # the worker_process_setup_hook (a module path: the job info shows it)
 
@@ -119,18 +120,40 @@ def client_values(secrets: Mapping[str, str], environ: Mapping[str, str], where:
     return values
 
 
-def sealed(file: str) -> dict[str, str]:
-    """One file of the sealed package (a py_modules folder on this process's path: the run's job and every job
-    rtjob starts for it from its job info); {} without the package."""
+def _sealed_path(file: str) -> str | None:
+    """``file`` of the sealed package (a py_modules folder on this process's path: the run's job and every job
+    rtjob starts for it from its job info), or None without the package or that file."""
     import importlib.util
 
     spec = importlib.util.find_spec(SEALED_PACKAGE)
-    folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
-    if folder is None or not os.path.exists(os.path.join(folder, file)):
+    path = os.path.join(os.path.dirname(spec.origin), file) if spec is not None and spec.origin else None
+    return path if path is not None and os.path.exists(path) else None
+
+
+def sealed(file: str) -> dict[str, str]:
+    """One {name: value} file of the sealed package; {} without it."""
+    path = _sealed_path(file)
+    if path is None:
         return {}
-    with open(os.path.join(folder, file), encoding="utf-8") as f:
+    with open(path, encoding="utf-8") as f:
         data = json.load(f)
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def sealed_step(index: int) -> tuple[dict[str, str], dict[str, str]]:
+    """Step ``index``'s (values, env) from the sealed package's steps file (a pipeline hosted as one Anyscale job:
+    its supervisor seals them again for that step alone), each a secret of this process; ({}, {}) without one."""
+    from .redact import REDACTOR
+
+    path = _sealed_path(SEALED_STEPS_FILE)
+    if path is None:
+        return {}, {}
+    with open(path, encoding="utf-8") as f:
+        steps = json.load(f)
+    step = steps[index] if isinstance(steps, list) and 0 <= index < len(steps) else {}
+    values, env = ({str(k): str(v) for k, v in (step.get(part) or {}).items()} for part in ("values", "env"))
+    REDACTOR.add([*values.values(), *env.values()])
+    return values, env
 
 
 def unseal(environ: MutableMapping[str, str]) -> dict[str, str]:

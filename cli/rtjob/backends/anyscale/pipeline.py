@@ -10,6 +10,10 @@ image, cloud and project (``check_steps`` refuses others in one line). Anyscale'
 (a lost head node, a cluster that died): the new supervisor skips the steps whose records say SUCCEEDED, and one that
 finds the pipeline's end recorded exits as it ended.
 
+The values only the client holds (`env:` secrets, forwarded credentials, notify URLs) travel in the job's sealed
+package (backends/sealed_package.py): the supervisor's own, and each step's in its steps file, which the supervisor
+seals again for that step alone when it submits it (a package of its own on the cluster, never the step's env).
+
 Steps are not Anyscale jobs: their status and logs come from their records and logs in storage (the companion of
 each step writes them), the supervisor's job from the SDK.
 """
@@ -17,6 +21,7 @@ each step writes them), the supervisor's job from the SDK.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -25,7 +30,7 @@ import rtjob_contract as contract
 from ...core.errors import BadInput
 from ...jobspec.pricing import compute_config_cost
 from ..packaging import companion_modules
-from .request import AnyscaleJobRequest, build_checked, refuse_sealed
+from .request import AnyscaleJobRequest, build_checked
 
 # What all steps of one pipeline share on Anyscale (one job, one cluster), with how a person names it.
 SHARED = (("compute_config", "compute config"), ("image_uri", "image"), ("cloud", "cloud"), ("project", "project"),
@@ -85,14 +90,14 @@ def shared_compute_config(requests: list[AnyscaleJobRequest]) -> Any:
     return _sized(first, sizes)
 
 
-def step_body(request: AnyscaleJobRequest) -> dict[str, Any]:
+def step_body(request: AnyscaleJobRequest, index: int) -> dict[str, Any]:
     """A step as the Jobs API of the pipeline's cluster takes it (what the supervisor POSTs): the step's JobConfig
     as a Ray job, its code the supervisor's own (uploaded on the cluster), its limits and retries as rtjob's Ray
-    metadata (the companion enforces timeout_s; the Ray rule retries a lost driver up to max_retries)."""
+    metadata (the companion enforces timeout_s; the Ray rule retries a lost driver up to max_retries). Its
+    client-held secrets are entry ``index`` of the pipeline job's sealed package (STEP_SEALED), never its env."""
     config = request.config
     tags = config.get("tags") or {}
     env = {k: str(v) for k, v in (config.get("env_vars") or {}).items()}
-    env.update(refuse_sealed(request, "a pipeline"))  # the supervisor POSTs it with no sealed package of its own
     env[contract.ENV_BACKEND] = "anyscale"  # its record says where it ran, though it runs as a Ray job there
     runtime_env: dict[str, Any] = {"env_vars": env, "excludes": list(config.get("excludes") or [])}
     if config.get("requirements"):
@@ -105,9 +110,12 @@ def step_body(request: AnyscaleJobRequest) -> dict[str, Any]:
         env[contract.ENV_TIME_LIMIT_S] = str(config["timeout_s"])
     if config.get("max_retries"):
         metadata[contract.META_MAX_RETRIES] = str(config["max_retries"])
-    return {"entrypoint": config["entrypoint"], "submission_id": request.run_id, "runtime_env": runtime_env,
+    body = {"entrypoint": config["entrypoint"], "submission_id": request.run_id, "runtime_env": runtime_env,
             "metadata": metadata, "entrypoint_num_cpus": 0, "job_file": request.job_file,
             "code": contract.STEP_CODE_OF_SUPERVISOR}
+    if request.sealed or request.sealed_env:
+        body[contract.STEP_SEALED] = index
+    return body
 
 
 def supervisor_name(pipeline_id: str) -> str:
@@ -121,12 +129,12 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str, reques
     check_steps(requests, requests[0].job_file if requests else job)
     first = requests[0].config
     env = {k: str(v) for k, v in (first.get("env_vars") or {}).items() if k not in STEP_ONLY_ENV}
-    env.update(requests[0].sealed_env)  # forwarded credentials and notify URLs: env_vars in a pipeline's job
     env[contract.ENV_JOB_NAME] = job
     env[contract.ENV_PIPELINE_ID] = pipeline_id
     if storage_uri:
         env[contract.ENV_RUN_URI] = storage_uri
-    env[contract.ENV_PIPELINE_STEPS] = json.dumps([step_body(r) for r in requests], separators=(",", ":"))
+    env[contract.ENV_PIPELINE_STEPS] = json.dumps([step_body(r, i) for i, r in enumerate(requests)],
+                                                  separators=(",", ":"))
     env[contract.ENV_SUPERVISOR_EXIT] = "outcome"  # the job's status is the pipeline's
     env[contract.ENV_BACKEND] = "anyscale"
     limits = [r.config.get("timeout_s") for r in requests]
@@ -159,4 +167,8 @@ def pipeline_request(pipeline_id: str, storage_uri: str | None, job: str, reques
         if first.get(key):
             config[key] = first[key]
     shown = requests[0].job_file.rsplit(" step ", 1)[0]  # the pipeline's file (a step's is "<file> step <name>")
-    return build_checked(supervisor_name(pipeline_id), shown, config)
+    # The client-held secrets travel in the job's sealed package (request.sent_config): the supervisor's own
+    # (forwarded credentials, notify URLs: the first step's, as on Ray) and each step's, which it seals for that step.
+    return dataclasses.replace(build_checked(supervisor_name(pipeline_id), shown, config),
+                               sealed_env=dict(requests[0].sealed_env),
+                               sealed_steps=[{"values": dict(r.sealed), "env": dict(r.sealed_env)} for r in requests])

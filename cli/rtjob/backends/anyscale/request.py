@@ -94,22 +94,12 @@ def _client_held(job: ResolvedJob) -> dict[str, str]:
     return secret_refs.client_values(job.spec.secrets, os.environ, job.job_file)
 
 
-def refuse_sealed(request: AnyscaleJobRequest, what: str) -> dict[str, str]:
-    """The request's sealed variables, for a JobConfig that carries them as env_vars (``what``: a schedule or a
-    pipeline's job, which run with no submit of rtjob's to seal them); BadInput for its env: secrets' values."""
-    if request.sealed:
-        names = ", ".join(f"secrets.{n}" for n in sorted(request.sealed))
-        raise BadInput(f"{request.job_file}: {names}: env: references are not supported in {what} on Anyscale (the "
-                       "JobConfig would hold the value); use aws-sm://, ssm:// or file:// (docs/guide/secrets.md)")
-    return dict(request.sealed_env)
-
-
 @contextlib.contextmanager
 def sent_config(request: AnyscaleJobRequest) -> Iterator[dict[str, Any]]:
     """The JobConfig as submitted: the request's with the sealed package (backends/sealed_package.py) among its
     py_modules while the block runs, which the SDK uploads to the cloud's storage (the JobConfig keeps its URI,
     never the values); unchanged when nothing is sealed."""
-    with sealed_folder(request.sealed, request.sealed_env) as folder:
+    with sealed_folder(request.sealed, request.sealed_env, request.sealed_steps) as folder:
         yield request.config if folder is None else \
             {**request.config, "py_modules": [*(request.config.get("py_modules") or []), folder]}
 

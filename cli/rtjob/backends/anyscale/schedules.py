@@ -1,8 +1,14 @@
 """Anyscale schedules: a ScheduleConfig (plain data) that runs a planned job on a cron expression, and the
-Anyscale backend's ``Schedules`` capability (`rtjob schedule ...`)."""
+Anyscale backend's ``Schedules`` capability (`rtjob schedule ...`).
+
+The values only this client holds (`env:` secrets, forwarded credentials, notify URLs) are taken at apply, as a
+job's submit takes them: the schedule's plain data keeps them under SEALED (never printed: ``masked`` names them),
+and ``apply`` hands Anyscale the sealed package among the job config's py_modules (backends/sealed_package.py),
+which the SDK uploads to the cloud's storage; every job the schedule starts carries its URI, never the values."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import shlex
 from typing import TYPE_CHECKING, Any
@@ -11,12 +17,31 @@ import rtjob_contract as contract
 
 from ...core.redact import secret_values
 from ..capabilities import Schedules
+from ..sealed_package import sealed_folder
 from .client import anyscale_errors, state_name
-from .request import AnyscaleJobRequest, check_with_anyscale, masked_config, refuse_sealed
+from .request import AnyscaleJobRequest, check_with_anyscale, masked_config
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ..base import Request
     from .client import SdkAccess
+
+SEALED = "rtjob_sealed"  # a schedule's key (not Anyscale's): {"values", "env", "steps"} its sealed package holds
+
+
+def _sealing(schedule: dict[str, Any], request: AnyscaleJobRequest) -> dict[str, Any]:
+    if request.sealed or request.sealed_env or request.sealed_steps:
+        schedule[SEALED] = {"values": dict(request.sealed), "env": dict(request.sealed_env),
+                            "steps": list(request.sealed_steps)}
+    return schedule
+
+
+def _sealed_parts(schedule: dict[str, Any]) -> list[dict[str, str]]:
+    """Every {name: value} the schedule's sealed package holds (its own values and env, each step's)."""
+    sealed = schedule.get(SEALED) or {}
+    return [sealed.get("values") or {}, sealed.get("env") or {},
+            *(part for step in sealed.get("steps") or [] for part in step.values())]
 
 
 def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone: str) -> dict[str, Any]:
@@ -29,7 +54,6 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
     job = copy.deepcopy(request.config)
     job["name"] = name
     env = job["env_vars"]
-    env.update(refuse_sealed(request, "a schedule"))  # each triggered job starts with no rtjob submit to seal them
     env.pop(contract.ENV_RUN_NAME, None)
     env.pop(contract.ENV_RUN_DIR, None)
     env.pop(contract.ENV_RUN_URI, None)
@@ -48,7 +72,7 @@ def schedule_config(request: AnyscaleJobRequest, name: str, cron: str, timezone:
     else:
         tags.pop(contract.TAG_STORAGE, None)
     job["tags"] = tags
-    return {"job_config": job, "cron_expression": cron, "timezone": timezone}
+    return _sealing({"job_config": job, "cron_expression": cron, "timezone": timezone}, request)
 
 
 def pipeline_schedule_config(request: AnyscaleJobRequest, planned_id: str, name: str, cron: str,
@@ -69,11 +93,25 @@ def pipeline_schedule_config(request: AnyscaleJobRequest, planned_id: str, name:
             if k not in (contract.TAG_RUN_ID, contract.TAG_SUPERVISES, contract.TAG_STORAGE)}
     tags[contract.TAG_SCHEDULE] = name
     job["tags"] = tags
-    return {"job_config": job, "cron_expression": cron, "timezone": timezone}
+    return _sealing({"job_config": job, "cron_expression": cron, "timezone": timezone}, request)
 
 
 def masked_schedule(schedule: dict[str, Any]) -> dict[str, Any]:
-    return {**schedule, "job_config": masked_config(schedule["job_config"])}
+    """The ScheduleConfig as printed: masked, its sealed package named among the py_modules (never its values)."""
+    plain = {k: v for k, v in schedule.items() if k != SEALED}
+    names = sorted({name for part in _sealed_parts(schedule) for name in part})
+    return {**plain, "job_config": masked_config(schedule["job_config"], names)}
+
+
+@contextlib.contextmanager
+def sent_schedule(schedule: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The ScheduleConfig as applied: its sealed package among the job config's py_modules while the block runs."""
+    plain = {k: v for k, v in schedule.items() if k != SEALED}
+    sealed = schedule.get(SEALED) or {}
+    with sealed_folder(sealed.get("values") or {}, sealed.get("env") or {}, sealed.get("steps") or []) as folder:
+        job = plain["job_config"]
+        yield plain if folder is None else \
+            {**plain, "job_config": {**job, "py_modules": [*(job.get("py_modules") or []), folder]}}
 
 
 class AnyscaleSchedules(Schedules):
@@ -97,15 +135,16 @@ class AnyscaleSchedules(Schedules):
         return masked_schedule(schedule)
 
     def check(self, schedule: dict[str, Any], where: str) -> str | None:
-        return check_with_anyscale("ScheduleConfig", schedule, where)
+        return check_with_anyscale("ScheduleConfig", {k: v for k, v in schedule.items() if k != SEALED}, where)
 
     def apply(self, schedule: dict[str, Any]) -> str:
         from anyscale.schedule.models import ScheduleConfig
 
-        secrets = secret_values((schedule.get("job_config") or {}).get("env_vars") or {})
+        secrets = [*secret_values((schedule.get("job_config") or {}).get("env_vars") or {}),
+                   *(value for part in _sealed_parts(schedule) for value in part.values())]
         name = (schedule.get("job_config") or {}).get("name")
-        with anyscale_errors(f"applying schedule {name}", secrets):
-            return str(self.backend._sdk("schedule").apply(ScheduleConfig.from_dict(schedule)))
+        with sent_schedule(schedule) as sent, anyscale_errors(f"applying schedule {name}", secrets):
+            return str(self.backend._sdk("schedule").apply(ScheduleConfig.from_dict(sent)))
 
     def list(self) -> list[dict[str, Any]]:
         with self.backend._errors("listing schedules"):

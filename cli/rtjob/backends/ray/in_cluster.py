@@ -71,7 +71,21 @@ class RayClusterJobs(ClusterJobs):
         return missing_packages(self.api, dict(step.get("runtime_env") or {}))
 
     def submit_step(self, step: dict[str, Any]) -> bool:
-        return self.submit(self._with_code(step_request(step), step)).created
+        return self.submit(self._with_sealed(self._with_code(step_request(step), step), step)).created
+
+    def _with_sealed(self, request: RayJobRequest, step: dict[str, Any]) -> RayJobRequest:
+        """A step whose client-held secrets are in this supervisor's sealed package (STEP_SEALED: a pipeline hosted
+        as one Anyscale job): sealed again for that step alone, a package of its own on this cluster (Ray keeps it
+        while the step's job refers to it), never the step's env."""
+        if step.get(contract.STEP_SEALED) is None:
+            return request
+        from ...core.secret_refs import sealed_step
+
+        values, env = sealed_step(int(step[contract.STEP_SEALED]))
+        sealing = dataclasses.replace(request, runtime_env={}, sealed=values, sealed_env=env)
+        sealed = upload_packages(self.api.address, self.api, sealing).runtime_env.get("py_modules") or []
+        modules = [*(request.runtime_env.get("py_modules") or []), *sealed]
+        return dataclasses.replace(request, runtime_env={**request.runtime_env, "py_modules": modules})
 
     def _with_code(self, request: RayJobRequest, step: dict[str, Any]) -> RayJobRequest:
         """A step that runs the supervisor's own code (STEP_CODE_OF_SUPERVISOR): its working dir and rtjob's
