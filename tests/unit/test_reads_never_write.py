@@ -161,3 +161,19 @@ def test_the_client_that_writes_a_runs_end_compacts_the_index(tmp_path: Path, mo
     with index.index_objects(str(store)) as objects:
         snapshot = index.read_index(objects)
         assert snapshot.leftover() == 0 and {row["id"] for row in snapshot.runs()} == {"c-0", "c-1", "c-2"}
+
+
+def test_a_teammates_run_is_answered_from_its_record_never_blamed_on_this_machines_cluster(tmp_path: Path) -> None:
+    """A run a teammate submitted to their own embedded cluster, recorded PENDING with nothing carrying it yet: this
+    machine's ledger never held it and its embedded cluster (not running here) is not the run's, so `status` answers
+    from the record (exit 0), where it said "the embedded Ray cluster is not running" (exit 3)."""
+    store = tmp_path / "store"
+    pending = dataclasses.replace(write_run(store, "mate-1", "train", status="PENDING"), carried_by=None,
+                                  timeline={"submitted": "2026-11-20T10:00:00+00:00"})
+    (Path(pending.storage_uri or "") / "rtjob-run.json").write_text(pending.dumps())
+    env = {**base_env(tmp_path / "teammate"), "RTJOB_STORAGE": str(store)}
+    for argv in (("status", "mate-1", "-o", "json"), ("status", "mate-1")):
+        proc = run_in_process(*argv, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "embedded" not in proc.stderr and "not running" not in proc.stderr, proc.stderr
+    assert json.loads(run_in_process("status", "mate-1", "-o", "json", env=env).stdout)["status"] == "PENDING"

@@ -171,7 +171,8 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[Run
     remembers it, through the one verdict (core/verdict.py): the backend does not know it (its cluster stopped,
     restarted or is another: a record no run side carries is CLUSTER_GONE), or cannot be reached and the record
     answers (an end, a pipeline, a run side that beats: a teammate's run is never blamed on a cluster here). The
-    record is returned when the answer came from it."""
+    record is returned when the answer came from it. A run submitted from another machine (its record's host) to
+    an embedded cluster ran on that machine's: this machine's cluster, running or not, says nothing of it."""
     try:
         return backend.status(run_id), None
     except (BadInput, Unreachable) as exc:
@@ -187,9 +188,20 @@ def lookup(backend: Backend, run_id: str, storage_root: str | None) -> tuple[Run
             raise exc from None
         carried = bool(record.run_status.terminal or record.steps or record.carried_by
                        or record.run_status == RunStatus.QUEUED)  # a queued run: its queue's keeper carries it
+        if not carried and _elsewhere(backend, record):
+            return remembered_info(record, cluster_forgot=False), record  # as its record says, nothing more
         if isinstance(exc, Unreachable) and not carried:
             raise exc from None  # only the cluster knows how a run nothing else carries goes on
         return remembered_info(record, cluster_forgot=not carried), record
+
+
+def _elsewhere(backend: Backend, record: RunRecord) -> bool:
+    """The run is not this machine's to judge by ``backend``: an embedded cluster's, submitted from another host."""
+    import socket
+
+    from .places import on_this_machine
+
+    return bool(record.host) and record.host != socket.gethostname() and on_this_machine(backend.name)
 
 
 def _raise_unknown(backend: Backend, run_id: str, exc: BadInput | Unreachable) -> None:
