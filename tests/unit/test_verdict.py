@@ -226,3 +226,17 @@ def test_what_is_not_stored_is_said_by_count_or_as_the_end_alone(not_stored: int
     line = outputs_line(info)
     assert line is not None and said_of_it in line and "rtjob sync r1" in line
     assert f"NOT STORED: {said_of_it.removeprefix('outputs not stored: ')}" in run_text(info)
+
+
+@pytest.mark.parametrize(("status", "end", "shown"), [("UNKNOWN", None, "-"), ("QUEUED", None, "-"),
+                                                     ("FAILED", None, "-"), ("SUCCEEDED", END, "0m48s")])
+def test_the_printed_duration_is_the_verdicts(status: str, end: str | None, shown: str,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status`, `runs --storage` and `wait` print the verdict's duration: none for a run whose end was never seen
+    (an UNKNOWN one read days later printed a growing "148h23m" while its JSON and the UI said none)."""
+    from rtjob.commands.printing import duration, run_text
+    from rtjob.core import clock
+
+    monkeypatch.setattr(clock, "now", lambda: NOW + dt.timedelta(days=6))
+    info = RunInfo(id="r1", job="train", backend="local", status=RunStatus(status), start_time=START, end_time=end)
+    assert duration(info) == shown and f"duration:    {shown}" in run_text(info)

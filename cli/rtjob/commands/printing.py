@@ -10,11 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core import clock
 from ..core.end_words import end_line
 from ..core.errors import EXIT_FAILED, EXIT_INTERNAL, EXIT_SUCCEEDED, EXIT_UNREACHABLE
 from ..core.model import RunInfo, RunStatus, stamp
 from ..core.redact import REDACTOR, redact
+from ..core.verdict import run_seconds
 
 
 def say(message: str) -> None:
@@ -170,11 +170,11 @@ def report_crash(exc: BaseException) -> int:
 
 
 def duration(info: RunInfo) -> str:
-    if not info.start_time or info.status == RunStatus.QUEUED:  # a queued run has not started: its wait is no run time
+    """The verdict's duration as people read it ("-": none, e.g. a queued run's wait or an UNKNOWN end)."""
+    exact = run_seconds(info)
+    if exact is None:
         return "-"
-    start = clock.parse(info.start_time)
-    end = clock.parse(info.end_time) if info.end_time else clock.now()
-    seconds = int((end - start).total_seconds())
+    seconds = int(exact)
     return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
 
 

@@ -141,7 +141,12 @@ def said(info: RunInfo, now: dt.datetime | None = None) -> dict[str, Any]:
         reason = EndReason.UNKNOWN
     return {"status": info.status.value, "reason": reason.value, "line": _line(info.message, info.status),
             "attempts": info.attempts, "start_time": info.start_time, "end_time": info.end_time,
-            "duration_s": _duration(info.start_time, info.end_time, info.status, now or clock.now())}
+            "duration_s": run_seconds(info, now)}
+
+
+def run_seconds(info: RunInfo, now: dt.datetime | None = None) -> float | None:
+    """How long the run has run by the verdict's rule (None: not started, queued, UNKNOWN, or an end never seen)."""
+    return _duration(info.start_time, info.end_time, info.status, now or clock.now())
 
 
 def of_record(record: RunRecord, now: dt.datetime | None = None, *, cluster_forgot: bool = False,
