@@ -6,9 +6,10 @@ jobspec/tracking.py); rtjob's tags and MLflow's standard ones (the git commit); 
 ``rtjob.attempt`` updated; rows MLflow already has are sent again and kept once, MLflow keys a metric by its key,
 step, time and value).
 
-Never in the run's way: each call waits at most a few seconds, and after a failed one nothing is sent for
-RETRY_S (the rows wait in memory, read from the file as it grows); the end's flush is bounded (``finish``), and
-what is left is said in the record with the command that sends it later (``rtjob track resend RUN``)."""
+Never in the run's way: each call waits at most a few seconds, a tick sends for at most TICK_S (the companion's
+loop goes on; the rest at the next tick), and after a failed call nothing is sent for RETRY_S (the rows wait in
+memory, read from the file as it grows); the end's flush is bounded (``finish``: no call starts past its deadline),
+and what is left is said in the record with the command that sends it later (``rtjob track resend RUN``)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from ...storage.objects import Objects
 
 RETRY_S = 10.0  # after a failed call, the next try
+TICK_S = 1.0  # a tick's sending, at most (a slow MLflow never holds up the companion's log and heartbeat)
 FINISH_S = 5.0  # the end's flush, at most
 Note = Callable[[dict[str, Any]], None]  # the record's `tracking` (the companion writes it)
 
@@ -65,8 +67,10 @@ class MlflowMirror:
         self.next_try = 0.0
         self.fault: str | None = None
 
-    def tick(self, final: bool = False) -> None:
-        """New rows read (always: the node folder may go at the end), and sent unless a failure is recent."""
+    def tick(self, final: bool = False, until: float | None = None) -> None:
+        """New rows read (always: the node folder may go at the end), and sent unless a failure is recent, no
+        batch started past ``until`` (monotonic; default: TICK_S from now)."""
+        until = time.monotonic() + TICK_S if until is None else until
         for row in self.steps.rows():
             self.pending.extend(step_metrics(row))
         self.pending.extend(self.system.metrics())
@@ -77,7 +81,7 @@ class MlflowMirror:
             if self.epochs is not None:
                 rest, run = self.rest, self.mlflow_run_id or ""
                 self.pending.extend(self.epochs.metrics(final, lambda key: {s for s, _ in rest.history(run, key)}))
-            self._send()
+            self._send(until)
         except MlflowError as exc:
             self.next_try = time.monotonic() + RETRY_S
             if self.fault != str(exc):
@@ -93,7 +97,7 @@ class MlflowMirror:
         deadline = time.monotonic() + within_s
         self.next_try = 0.0
         while True:
-            self.tick(final=True)
+            self.tick(final=True, until=deadline)
             if (self.fault is None and not self.pending) or time.monotonic() >= deadline:
                 break
             time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
@@ -136,9 +140,9 @@ class MlflowMirror:
         self.say(f"mirrored to MLflow: {rest.run_url(experiment_id, found)}")
         self.note(self.summary())
 
-    def _send(self) -> None:
+    def _send(self, until: float) -> None:
         assert self.mlflow_run_id is not None
-        while self.pending:
+        while self.pending and time.monotonic() < until:
             batch = self.pending[:BATCH_METRICS]
             self.rest.log_batch(self.mlflow_run_id, metrics=batch)
             del self.pending[:len(batch)]

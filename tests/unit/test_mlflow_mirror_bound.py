@@ -1,0 +1,101 @@
+"""The MLflow mirror never in the run's way (runside/tracking/mirror.py) against a slow MLflow on loopback (a real
+HTTP server answering MLflow's REST calls, each metrics batch taking 0.4 s): the end's flush starts no call past
+its bound and says what is left with the command that sends it; a tick sends for at most TICK_S."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rtjob.runside.tracking import mirror as mirror_module
+from rtjob.runside.tracking.mirror import MlflowMirror
+from rtjob.trackers.mlflow_rest import MlflowRest
+
+BATCH_S = 0.4
+
+
+class _SlowMlflow(BaseHTTPRequestHandler):
+    got: list[tuple[str, dict[str, Any]]] = []
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        self._answer()
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer()
+
+    def _answer(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+        self.got.append((self.path, body))
+        answer: dict[str, Any] = {}
+        if "get-by-name" in self.path:
+            answer = {"experiment": {"experiment_id": "7"}}
+        elif self.path.endswith("runs/search"):
+            answer = {"runs": []}
+        elif self.path.endswith("runs/create"):
+            answer = {"run": {"info": {"run_id": "m-1"}}}
+        elif self.path.endswith("log-batch") and body.get("metrics"):
+            time.sleep(BATCH_S)
+        data = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def slow_mlflow() -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
+    got: list[tuple[str, dict[str, Any]]] = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_SlowMlflow,), {"got": got}))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", got
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def _mirror(url: str, folder: Path, notes: list[dict[str, Any]]) -> MlflowMirror:
+    rows = "".join(json.dumps({"step": i, "time": 1.7e9 + i, "loss": 1.0 / (i + 1)}) + "\n" for i in range(5000))
+    (folder / "metrics.jsonl").write_text(rows)  # 5,000 metrics: 5 batches of 1,000, 2 s of MLflow's time
+    return MlflowMirror(MlflowRest(url), "rtjob", "r1", str(folder), lambda line: None, notes.append, params={},
+                        tags={"rtjob.attempt": "1"})
+
+
+def _metric_batches(got: list[tuple[str, dict[str, Any]]]) -> int:
+    return sum(1 for path, body in got if path.endswith("log-batch") and body.get("metrics"))
+
+
+def test_the_ends_flush_starts_no_call_past_its_bound_and_says_what_is_left(
+        slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path) -> None:
+    url, got = slow_mlflow
+    notes: list[dict[str, Any]] = []
+    mirror = _mirror(url, tmp_path, notes)
+    mirror.finish("SUCCEEDED", within_s=0.5)  # a batch started before 0.5 s may end after it; none starts later
+    assert _metric_batches(got) < 5
+    said = notes[-1]["mlflow"]
+    assert said["unsent"] == 5000 - said["sent"] > 0 and said["resend"] == "rtjob track resend r1"
+
+
+def test_a_tick_sends_for_at_most_its_budget_and_the_next_goes_on(
+        slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    url, got = slow_mlflow
+    monkeypatch.setattr(mirror_module, "TICK_S", 0.1)
+    mirror = _mirror(url, tmp_path, [])
+    mirror.tick()
+    assert mirror.pending and _metric_batches(got) < 5  # the companion's loop goes on meanwhile
+    while mirror.pending:
+        mirror.tick()
+    assert mirror.sent == 5000 and _metric_batches(got) == 5 and mirror.fault is None
