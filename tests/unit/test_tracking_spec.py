@@ -53,6 +53,8 @@ def test_the_run_side_gets_the_address_the_params_less_secrets_and_the_tags(tmp_
     assert tracking["params"] == {"lr": "0.1", "layers": "[2, 3]"}  # db_password: secret by name, never there
     assert tracking["tags"]["rtjob.job"] == "t" and tracking["tags"]["rtjob.backend"] == "ray"
     assert PASSWORD not in proc.stdout + proc.stderr
+    spelled = _tracking(_render(tmp_path, TRACKING.replace("tracking_uri:", "uri:")))  # the issue's own spelling
+    assert spelled is not None and spelled["mlflow"]["tracking_uri"] == "http://127.0.0.1:5999"
 
 
 def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) -> None:

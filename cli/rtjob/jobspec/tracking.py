@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 import rtjob_contract as contract
 
@@ -25,7 +25,9 @@ PARAM_VALUE_MAX = 6000  # MLflow's limit on a param's value
 class MlflowTracking(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
 
-    tracking_uri: Annotated[str, Field(pattern=r"^https?://[^\s/]+")]
+    # `uri` too: MLflow's own name is the tracking URI, and people write it either way
+    tracking_uri: Annotated[str, Field(pattern=r"^https?://[^\s/]+",
+                                       validation_alias=AliasChoices("tracking_uri", "uri"))]
     experiment: Annotated[str, Field(min_length=1)] = "rtjob"
 
     @field_validator("tracking_uri")
