@@ -193,6 +193,58 @@ def test_a_trackers_token_from_secrets_reaches_the_tracker_and_nothing_rtjob_wri
     assert all(MLFLOW_TOKEN.encode() not in body for _, _, body in got)  # params and tags: never the token
 
 
+STAND_IN_WANDB = """
+got = {}
+class Settings:
+    def __init__(self, **kwargs):
+        got["settings"] = kwargs
+class _Mode:
+    mode = "online"
+class _Run:
+    step, url, dir, settings = 0, "https://wandb.example/r", "/nowhere/files", _Mode()
+    def define_metric(self, *args, **kwargs): pass
+    def log(self, *args, **kwargs): pass
+    def finish(self, **kwargs): got["finish"] = kwargs
+def init(**kwargs):
+    got["init"] = kwargs
+    return _Run()
+"""
+
+
+def test_a_wandb_key_from_secrets_reaches_wandbs_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`secrets: {WANDB_API_KEY: file://...}` with `tracking: wandb`: the key the companion resolved goes to W&B's
+    own Settings (the companion's process environment never had it, so W&B would not have read it there). W&B's
+    cloud, which the key is for, cannot run here: a stand-in `wandb` module records what `init` is given."""
+    import importlib
+    import sys
+
+    from rtjob.jobspec.tracking import Tracking, WandbTracking, tracking_env
+    from rtjob.runside.tracking.mirrors import mirror_for
+
+    key = plant("wandb-key-0f9e8d7c6b5a")
+    (tmp_path / "key").write_text(key + "\n")
+    (tmp_path / "stand_in" / "wandb").mkdir(parents=True)
+    (tmp_path / "stand_in" / "wandb" / "__init__.py").write_text(STAND_IN_WANDB)
+    monkeypatch.syspath_prepend(str(tmp_path / "stand_in"))
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    importlib.invalidate_caches()
+    job_env = {**_refs(WANDB_API_KEY=f"file://{tmp_path / 'key'}"),
+               **tracking_env(Tracking(wandb=WandbTracking(project="p")), {"lr": 0.1}, "w", "ray", "job.yaml",
+                              tmp_path, {})}
+    said: list[str] = []
+    run_secrets = RunSecrets(job_env, said.append)
+    (tmp_path / "rows").mkdir()
+    mirrors = mirror_for({**job_env, **run_secrets.values}, "r-1", str(tmp_path / "rows"), said.append,
+                         lambda t: None)
+    assert mirrors is not None and mirrors.wandb is not None
+    mirrors.wandb.finish("SUCCEEDED", within_s=10)
+    import wandb  # the stand-in, as the mirror imported it
+
+    assert wandb.got["settings"]["api_key"] == key and "finish" in wandb.got, said  # type: ignore[attr-defined]
+    given = {k: v for k, v in wandb.got["init"].items() if k != "settings"}  # type: ignore[attr-defined]
+    assert key not in json.dumps(job_env) and key not in json.dumps(given)  # its config: args and tags, no key
+
 def test_the_entrypoints_job_config_gets_the_setup_hook_only_where_it_names_none() -> None:
     """Where the request could not name Ray's worker_process_setup_hook (Anyscale's JobConfig), the companion puts it,
     and the run's name the hook reads its values under, in the job config Ray hands the entrypoint; a hook the

@@ -43,7 +43,7 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
             mirrors.mlflow = mlflow_mirror(config, run_id, rows_folder, say, mirrors.part, tags, objects, env)
         if config.get("wandb"):
             mirrors.wandb = _wandb(config, run_id, rows_folder, say, mirrors.part, tags,
-                                   EpochFeed(objects, say) if objects is not None else None)
+                                   EpochFeed(objects, say) if objects is not None else None, env)
     except (ValueError, KeyError, TypeError, AttributeError):
         say(f"{contract.ENV_TRACKING} is not what rtjob writes: the run is not mirrored")
         return None
@@ -51,7 +51,7 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
 
 
 def _wandb(config: dict[str, Any], run_id: str, folder: str, say: Callable[[str], None], note: Note,
-           tags: dict[str, str], epochs: Any) -> WandbMirror | None:
+           tags: dict[str, str], epochs: Any, env: Mapping[str, str]) -> WandbMirror | None:
     spec = importlib.util.find_spec("wandb")  # the job's environment's own package, never rtjob's
     if spec is None or spec.origin is None:  # none, or W&B's own run folder, ./wandb, read as a namespace package
         say("tracking: wandb: the job's environment has no `wandb` package (add it to the job's requirements): "
@@ -60,7 +60,8 @@ def _wandb(config: dict[str, Any], run_id: str, folder: str, say: Callable[[str]
         return None
     from .wandb_mirror import WandbMirror
 
-    return WandbMirror(config["wandb"], run_id, folder, say, note, dict(config.get("params", {})), tags, epochs)
+    return WandbMirror(config["wandb"], run_id, folder, say, note, dict(config.get("params", {})), tags, epochs,
+                       api_key=env.get("WANDB_API_KEY"))  # the job's: a `secrets:` entry the companion resolved
 
 
 def noted_in(outcome: Outcome) -> Note:

@@ -37,8 +37,10 @@ def wandb_id(run_id: str) -> str:
 
 class WandbMirror:
     def __init__(self, config: Mapping[str, Any], run_id: str, folder: str, say: Callable[[str], None],
-                 note: Note, params: dict[str, str], tags: dict[str, str], epochs: EpochFeed | None) -> None:
+                 note: Note, params: dict[str, str], tags: dict[str, str], epochs: EpochFeed | None,
+                 api_key: str | None = None) -> None:
         self.project, self.entity = str(config["project"]), config.get("entity")
+        self.api_key = api_key or None  # the job's WANDB_API_KEY (its `secrets:`), given to W&B's own Settings
         self.run_id, self.say, self.note, self.params, self.tags = run_id, say, note, params, tags
         self.steps = LiveFile(os.path.join(folder, contract.STEP_METRICS_FILE))
         self.system = SystemFeed(folder)
@@ -126,7 +128,7 @@ class WandbMirror:
                                     name=self.run_id, resume="allow", config=config, allow_val_change=True,
                                     tags=["rtjob", self.tags.get(contract.META_JOB) or "run"][:64],
                                     settings=wandb.Settings(console="off", git_commit=self.tags.get(
-                                        "mlflow.source.git.commit"), init_timeout=60))
+                                        "mlflow.source.git.commit"), init_timeout=60, api_key=self.api_key))
         run.define_metric(contract.METRIC_EPOCH)
         self.last_step = run.step - 1 if run.step else None  # a resumed run's steps go on after its last
         self.say(f"mirrored to W&B: {run.url or os.path.dirname(run.dir)}")
