@@ -93,7 +93,7 @@ READS = [
     ("status", "toy-1", "--backend", "toy"), ("status", "toy-1", "--backend", "toy", "-o", "json"),
     ("status", "lost-1"), ("status", "retry-1", "-o", "json"), ("status", "done-1", "-o", "json"),  # (write_run's cost has no text to print)
     ("show", "toy-1"), ("show", "lost-1", "--storage", "{store}"), ("show", "retry-1"), ("show", "done-1"),
-    ("logs", "done-1"), ("logs", "retry-1", "--tail", "2"),
+    ("logs", "done-1"), ("logs", "retry-1", "--tail", "2"), ("logs", "toy-1", "--backend", "toy", "--follow"),
     ("results", "done-1"), ("pull", "done-1", "--to", "{dest}"),
 ]
 

@@ -227,7 +227,7 @@ def logs(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         from ..runs.lifecycle.follow import follow_to_end
 
         followed = follow_to_end(be, run_id, out=log_stream("text", raw), timeout_s=timeout_s,
-                                 stop_on_interrupt=False, events=PRINTED)
+                                 stop_on_interrupt=False, events=PRINTED, read_only=True)  # a read: acts on nothing
         return print_followed(followed, "text", info)
     latest = view.latest  # a retried run's log is its latest attempt's (--attempt N: another's)
     print_log([be.last_lines(latest, read_lines) if read_lines else be.logs(latest)], info.secrets, tail_lines, raw)

@@ -70,12 +70,13 @@ Followed = Ended | Detached | Abandoned
 
 def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None,
                   stop_on_interrupt: bool, events: RunEvents, request: Request | None = None,
-                  carry: RunInfo | None = None) -> Followed:
+                  carry: RunInfo | None = None, read_only: bool = False) -> Followed:
     """Follow the run (its log to ``out`` unless None) through its retries until it ends, then write its end as
     seen (``archived``). ``carry`` (`wait`: the run as it found it): a supervisor that died while the run had
     something left to carry is replaced first. Ctrl-C stops it (``stop_on_interrupt``) or leaves it running. An error that ends the follow
     (the --timeout, a lost cluster, a run that waits in vain) is returned, with the run as last seen: whoever
-    prints the outcome still has the run to show."""
+    prints the outcome still has the run to show. ``read_only`` (`logs --follow`, a read): it acts on nothing,
+    neither archiving the end, nor submitting a retry, nor stopping a run that waits in vain."""
     last: list[RunInfo] = []
     try:
         if carry is not None:  # what `wait` may do and `status` may not (once: the replacement's id is fixed)
@@ -83,7 +84,7 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
 
             supervisor_state(backend, carry, events.note)
         info = follow_run(backend, run_id, out=out, timeout_s=timeout_s, events=events, request=request,
-                          seen=last.append)
+                          seen=last.append, read_only=read_only)
     except NeverFits as exc:  # stopped by the follower: its end as the stop left it
         observe(backend, exc.run, events, run_id=run_id)
         return Abandoned(run_id, exc, exc.run)
@@ -98,7 +99,7 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)  # archived STOPPED
         return Ended(info, stopped=True)
-    record = observe(backend, info, events, run_id=run_id)  # archived: its end as seen, its logs saved
+    record = None if read_only else observe(backend, info, events, run_id=run_id)  # archived: end, logs saved
     if record is not None and record.outputs is not None:
         info.outputs = record.outputs  # "outputs not stored" is an environment fault: exit 3, not the run's
     events.ended(info)
@@ -112,10 +113,11 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
 
 
 def follow_run(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None, events: RunEvents,
-               request: Request | None = None, seen: Callable[[RunInfo], None] | None = None) -> RunInfo:
+               request: Request | None = None, seen: Callable[[RunInfo], None] | None = None,
+               read_only: bool = False) -> RunInfo:
     """Follow ``run_id`` (its latest attempt, if it was retried already) until it ends; a FAILED run that the
-    backend retries is followed into its next attempt. The outcome comes from the run's status; ``seen`` hears
-    each status read that changed."""
+    backend retries is followed into its next attempt (``read_only``: not, since asking may submit it). The
+    outcome comes from the run's status; ``seen`` hears each status read that changed."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
     current = run_id
 
@@ -140,8 +142,8 @@ def follow_run(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: 
         events.note(f"{run_id} was retried: following attempt {known.chain[-1].attempt} ({current})")
     while True:
         info = follow(backend, current, out=out, timeout_s=remaining(), on_status=_not_ended(events, seen),
-                      notice=events.note)
-        if info.status != RunStatus.FAILED:
+                      notice=events.note, watch_stuck=not read_only)
+        if info.status != RunStatus.FAILED or read_only:
             return info
         decision = patience.call_sync(functools.partial(backend.retry, current, request))
         if decision is None or decision.reason is None:
@@ -184,22 +186,25 @@ def _not_ended(events: RunEvents, seen: Callable[[RunInfo], None] | None) -> Cal
 
 
 def follow(backend: Backend, run_id: str, *, out: TextIO | None = sys.stdout, timeout_s: float | None = None,
-           on_status: Callable[[RunInfo], None] | None = None, notice: Callable[[str], None] | None = None) -> RunInfo:
-    """Follow one attempt until it ends (printing its log to ``out`` unless None). Raises WaitTimeout; faults
-    that may pass are retried (``notice`` hears about them) for a grace period, then raised."""
+           on_status: Callable[[RunInfo], None] | None = None, notice: Callable[[str], None] | None = None,
+           watch_stuck: bool = True) -> RunInfo:
+    """Follow one attempt until it ends (printing its log to ``out`` unless None); ``watch_stuck``: a run that
+    waits in vain is stopped (stuck_watch.py). Raises WaitTimeout; faults that may pass are retried (``notice``
+    hears about them) for a grace period, then raised."""
     deadline = time.monotonic() + timeout_s if timeout_s else None
-    return asyncio.run(_attempt(backend, run_id, out, deadline, on_status, notice))
+    return asyncio.run(_attempt(backend, run_id, out, deadline, on_status, notice, watch_stuck))
 
 
 async def _attempt(backend: Backend, run_id: str, out: TextIO | None, deadline: float | None,
-                   on_status: Callable[[RunInfo], None] | None, notice: Callable[[str], None] | None) -> RunInfo:
+                   on_status: Callable[[RunInfo], None] | None, notice: Callable[[str], None] | None,
+                   watch_stuck: bool) -> RunInfo:
     """One attempt: its status polled every POLL_S (told on each change) while its log prints, to its end."""
     patience = Patience(notice)
     info = await patience.call(lambda: backend.status(run_id))
     printer = LinePrinter(out, info.secrets) if out is not None else None
     done = asyncio.Event()
     tail_task = asyncio.create_task(tail_forever(backend, run_id, printer, done)) if printer else None
-    watch = StuckWatch(backend, run_id, notice)
+    watch = StuckWatch(backend, run_id, notice) if watch_stuck else None
     last_status = None
     try:
         while True:
@@ -213,7 +218,8 @@ async def _attempt(backend: Backend, run_id: str, out: TextIO | None, deadline: 
                     f"run {run_id} is still {info.status.value} after the --timeout; it was left running "
                     f"(rtjob wait {run_id} to keep waiting, rtjob stop {run_id} to stop it)"
                 )
-            await watch.check(info)
+            if watch is not None:
+                await watch.check(info)
             await asyncio.sleep(POLL_S)
             info = await patience.call(lambda: backend.status(run_id))
     finally:
