@@ -13,9 +13,18 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+import rtjob_contract as contract
+
 BATCH_METRICS = 1000  # runs/log-batch takes at most 1000 metrics, 100 params and 100 tags a call
 BATCH_PARAMS = 100
 STATUS_OF = {"SUCCEEDED": "FINISHED", "FAILED": "FAILED", "STOPPED": "KILLED"}  # rtjob's end → MLflow's
+
+
+def run_tags(config: Mapping[str, Any], run_id: str, attempt: int | str) -> dict[str, str]:
+    """The tracker run's tags: RTJOB_TRACKING's (rtjob's, MLflow's standard ones, the git commit) with the run's
+    id, attempt and the command that shows it (the mirror opens the run with them; `track resend` creates it so)."""
+    return {**{str(k): str(v) for k, v in (config.get("tags") or {}).items()}, "rtjob.run_id": run_id,
+            contract.META_ATTEMPT: str(attempt), "rtjob.status_command": f"rtjob status {run_id}"}
 
 
 class MlflowError(Exception):

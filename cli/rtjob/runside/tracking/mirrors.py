@@ -26,6 +26,7 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
                note: Note, objects: Objects | None = None) -> Mirrors | None:
     """The run's mirrors when the job's env asks for one (RTJOB_TRACKING) and the rows have a folder (``objects``:
     the run's storage, where its epoch history is)."""
+    from ...trackers.mlflow_rest import run_tags
     from ..outcome import job_metadata
     from .feeds import EpochFeed
     from .mirror import mlflow_mirror
@@ -37,8 +38,7 @@ def mirror_for(env: Mapping[str, str], run_id: str, rows_folder: str | None, say
     attempt = job_metadata(env).get(contract.META_ATTEMPT) or 1
     try:
         config = json.loads(raw)
-        tags = {**config.get("tags", {}), "rtjob.run_id": run_id, contract.META_ATTEMPT: str(attempt),
-                "rtjob.status_command": f"rtjob status {run_id}"}
+        tags = run_tags(config, run_id, attempt)
         if config.get("mlflow"):
             mirrors.mlflow = mlflow_mirror(config, run_id, rows_folder, say, mirrors.part, tags, objects, env)
         if config.get("wandb"):

@@ -1,6 +1,8 @@
 """The MLflow mirror never in the run's way (runside/tracking/mirror.py) against a slow MLflow on loopback (a real
 HTTP server answering MLflow's REST calls, each metrics batch taking 0.4 s): the end's flush starts no call past
-its bound and says what is left with the command that sends it; a tick sends for at most TICK_S."""
+its bound and says what is left with the command that sends it; a tick sends for at most TICK_S. And `rtjob track
+resend` for a run whose mirror never reached MLflow: the run created as the mirror would (tags, args as params),
+every row sent, the run's end set as MLflow's status."""
 
 from __future__ import annotations
 
@@ -99,3 +101,38 @@ def test_a_tick_sends_for_at_most_its_budget_and_the_next_goes_on(
     while mirror.pending:
         mirror.tick()
     assert mirror.sent == 5000 and _metric_batches(got) == 5 and mirror.fault is None
+
+
+def test_track_resend_creates_the_run_as_the_mirror_would_and_sets_its_end(
+        slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path) -> None:
+    import dataclasses
+
+    import rtjob_contract as contract
+    from support.cli import base_env, run_in_process
+    from support.ui_runs import write_run
+
+    url, got = slow_mlflow
+    config = {"mlflow": {"tracking_uri": url, "experiment": "team"}, "params": {"lr": "0.1"},
+              "tags": {"rtjob.job": "train", "rtjob.user": "alice"}}
+    store = tmp_path / "store"
+    record = write_run(store, "r1", "train", request={"entrypoint": "python train.py", "runtime_env": {
+        "env_vars": {contract.ENV_TRACKING: json.dumps(config)}}})
+    record = dataclasses.replace(record, tracking={"mlflow": {"tracking_uri": url, "experiment": "team",
+                                                              "run_id": None, "sent": 0, "unsent": 3}})
+    folder = Path(record.storage_uri or "")
+    (folder / "rtjob-run.json").write_text(record.dumps())
+    (folder / "metrics.jsonl").write_text("".join(json.dumps({"step": i, "time": 1.7e9 + i, "loss": 0.5 / (i + 1)})
+                                                  + "\n" for i in range(3)))
+    proc = run_in_process("track", "resend", "r1", env={**base_env(tmp_path / "home"), "RTJOB_STORAGE": str(store)})
+    assert proc.returncode == 0, proc.stderr
+    [created] = [body for path, body in got if path.endswith("runs/create")]
+    tags = {t["key"]: t["value"] for t in created["tags"]}
+    assert tags["rtjob.run_id"] == "r1" and tags["rtjob.user"] == "alice" and tags["rtjob.status_command"] == \
+        "rtjob status r1"
+    params = [p for path, body in got if path.endswith("log-batch") for p in body.get("params") or []]
+    assert params == [{"key": "lr", "value": "0.1"}]
+    sent = {(m["key"], m["step"], m["timestamp"]) for path, body in got if path.endswith("log-batch")
+            for m in body["metrics"]}
+    assert {("loss", i, int((1.7e9 + i) * 1000)) for i in range(3)} <= sent  # the step rows (beside the epochs)
+    [ended] = [body for path, body in got if path.endswith("runs/update")]
+    assert ended["status"] == "FINISHED"  # the record's SUCCEEDED
