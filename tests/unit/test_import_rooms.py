@@ -31,11 +31,65 @@ def test_the_walk_finds_the_backends() -> None:
 
 def test_every_backend_folder_is_private_and_independent_of_the_others() -> None:
     """A new cli/rtjob/backends/NAME/ is protected (only rtjob.backends imports it) and independent (it imports no
-    other backend) from its first commit: add it to both contracts."""
-    folders = _backend_folders()
-    for contract, key in (("protected", "protected_modules"), ("backends-independent", "modules")):
-        assert sorted(CONTRACTS[contract][key]) == folders, f"pyproject.toml: {contract}'s {key} = {folders}"
+    other backend) from its first commit: both contracts find the folders in the import graph when checked
+    (tools/import_rooms.py), and find exactly the ones on disk."""
+    import grimp
+
+    from tools.import_rooms import folders
+
+    for contract, kind in (("protected", "folders_protected"), ("backends-independent", "folders_independent")):
+        assert (CONTRACTS[contract]["type"], CONTRACTS[contract]["container"]) == (kind, "rtjob.backends")
     assert CONTRACTS["protected"]["allowed_importers"] == ["rtjob.backends"]
+    assert folders(grimp.build_graph("rtjob", cache_dir=None), "rtjob.backends") == _backend_folders()
+
+
+SCRATCH = """
+[tool.importlinter]
+root_packages = ["pkg"]
+contract_types = ["folders_independent: tools.import_rooms.FoldersIndependent",
+                  "folders_protected: tools.import_rooms.FoldersProtected"]
+
+[[tool.importlinter.contracts]]
+name = "each backend its own room"
+type = "folders_independent"
+container = "pkg.backends"
+
+[[tool.importlinter.contracts]]
+name = "a backend's folder is private"
+type = "folders_protected"
+container = "pkg.backends"
+allowed_importers = ["pkg.backends"]
+"""
+
+
+def test_a_folder_added_under_the_container_is_held_with_no_edit_of_the_contract(tmp_path: Path) -> None:
+    """A scratch project whose contracts name only the container: a folder added later that imports another backend,
+    or that the rest of the package imports directly, breaks them."""
+    import os
+    import subprocess
+    import sys
+
+    def write(rel: str, text: str = "") -> None:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+
+    (tmp_path / "pyproject.toml").write_text(SCRATCH)
+    for rel in ("pkg/__init__.py", "pkg/backends/__init__.py", "pkg/backends/base.py", "pkg/backends/one/__init__.py",
+                "pkg/backends/one/m.py", "pkg/use.py"):
+        write(rel)
+    write("pkg/backends/two/__init__.py")
+    write("pkg/backends/two/m.py", "from pkg.backends import base\n")
+    lint = [str(Path(sys.executable).parent / "lint-imports"), "--no-logo", "--no-cache"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    kept = subprocess.run(lint, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    write("pkg/backends/three/__init__.py")  # added later: no contract names it
+    write("pkg/backends/three/m.py", "from pkg.backends.one import m\n")
+    write("pkg/use.py", "from pkg.backends.three import m\n")
+    broken = subprocess.run(lint, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "pkg.backends.three is not allowed to import pkg.backends.one" in broken.stdout, broken.stdout
+    assert "pkg.use -> pkg.backends.three" in broken.stdout, broken.stdout
 
 
 def test_every_package_with_siblings_keeps_them_acyclic() -> None:

@@ -107,9 +107,10 @@ def test_track_resend_creates_the_run_as_the_mirror_would_and_sets_its_end(
         slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path) -> None:
     import dataclasses
 
-    import rtjob_contract as contract
     from support.cli import base_env, run_in_process
     from support.ui_runs import write_run
+
+    import rtjob_contract as contract
 
     url, got = slow_mlflow
     config = {"mlflow": {"tracking_uri": url, "experiment": "team"}, "params": {"lr": "0.1"},
