@@ -383,6 +383,7 @@ def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_f
     failed.message = ("Job entrypoint command failed with exit code 3, last available logs (truncated to 20,000 "
                       "chars):\nRunning entrypoint for job u-words: python -m rtjob.runside.companion x\nboom\n")
     failed.last_seen = "2026-11-20T10:04:59.123+00:00"
+    failed.timelines = {"u-words": {"submitted": "2026-11-20T10:00:00.737+00:00"}}  # each attempt's, kept to the ms
     assert failed.storage_uri is not None
     plant_record(failed.storage_uri, failed, None)
     card = call(app, "/runs/u-words/card")[2]
@@ -394,6 +395,8 @@ def test_the_card_and_the_api_say_an_end_in_rtjobs_words_and_every_time_in_one_f
     assert (as_json["start_time"], as_json["end_time"], as_json["last_seen"]) == (
         "2026-11-20T10:00:00Z", "2026-11-20T10:05:00Z", "2026-11-20T10:04:59Z"), as_json
     assert set(as_json["timeline"].values()) == {"2026-11-20T10:00:00Z"}
+    assert as_json["timelines"]["u-words"]["submitted"] == "2026-11-20T10:00:00Z"
+    assert all(when.endswith(":00Z") for when in as_json["timelines"]["u-words"].values()), as_json["timelines"]
 
     running = write_run(root, "u-pending-words", "train", status="RUNNING", epochs=1)
     running.message = "Job has not started yet. It may be waiting for the runtime environment to be set up."

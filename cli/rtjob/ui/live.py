@@ -56,11 +56,16 @@ TIME_KEYS = ("start_time", "end_time", "submitted_at", "last_seen", "updated_at"
 
 
 def api_times(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with its times (TIME_KEYS, a timeline's stages) in the one format; None stays None."""
+    """``data`` with its times (TIME_KEYS, the timeline's stages and each attempt's) in the one format; None stays
+    None."""
     out = {k: (stamp(v) if v else v) if k in TIME_KEYS and isinstance(v, str) else v for k, v in data.items()}
     timeline = out.get("timeline")
     if isinstance(timeline, dict):
         out["timeline"] = {stage: stamp(when) for stage, when in timeline.items()}
+    timelines = out.get("timelines")
+    if isinstance(timelines, dict):
+        out["timelines"] = {attempt: {stage: stamp(when) for stage, when in stages.items()}
+                            for attempt, stages in timelines.items() if isinstance(stages, dict)}
     return out
 
 
