@@ -41,7 +41,7 @@ class RunStatus(str, Enum):
 def iso_time(ms: float | int | None) -> str | None:
     if not ms:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc).isoformat(timespec="milliseconds")  # as Ray has it
 
 
 def stamp(when: str | None) -> str:
