@@ -410,3 +410,29 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
         assert f"runs/queues/{QUEUE}/queue-state.json" in stored, sorted(stored)  # the queue's objects were read
         address, headers = jobs_api
         requests.post(f"{address}/api/jobs/{keeper.rsplit(' ', 1)[-1]}/stop", headers=headers, timeout=30)
+
+
+def test_a_printed_forwarded_key_is_masked_in_rays_driver_log_with_no_secrets_entry(env, s3, project, jobs_api):
+    """Issue 45: a job with no `secrets:` but --forward-aws-credentials and a webhook whose script prints the key and
+    the URL (a debugging `print(os.environ)` does): its output is relayed through the redactor, which knows the
+    sealed variables, so Ray's own driver log, the stored log and `rtjob logs` show `****` (the relay ran only for
+    resolved `secrets:` values, and Ray's driver log held the key)."""
+    (project / "printer.py").write_text('import os\nprint("key", os.environ["AWS_SECRET_ACCESS_KEY"], "hook",'
+                                        ' os.environ["PRINTED_HOOK"], flush=True)\n')
+    (project / "jobs" / "printer.yaml").write_text(
+        "name: printer\nentrypoint: python printer.py\nworking_dir: ..\nrequirements: []\n"
+        "notify:\n  on: [failed]\n  targets:\n    - type: webhook\n      url: {env: PRINTED_HOOK}\n")
+    run_id = new_id("printer")
+    hook = env["SIDE_HOOK"]
+    proc = rtjob("submit", "printer", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
+                 "--submission-id", run_id, env={**env, "PRINTED_HOOK": hook}, cwd=project, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    folder = f"runs/printer/{run_id}"
+    done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
+    assert done["status"] == "SUCCEEDED", done
+    logs = rtjob("logs", run_id, env=env, cwd=project, timeout=120)
+    texts = {"Ray's driver log": driver_log(jobs_api, run_id), "the stored log": parts(s3, folder, run_id).decode(),
+             "rtjob logs": logs.stdout, "submit's output": proc.stdout + proc.stderr}
+    assert "key **** hook ****" in texts["Ray's driver log"], texts["Ray's driver log"][-2000:]
+    for what, text in texts.items():
+        assert s3.secret_key not in text and HOOK_SECRET not in text, what

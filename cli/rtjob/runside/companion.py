@@ -123,9 +123,10 @@ class Companion:
             self.env = {**self.env, **run_secrets.values}
         self.guard("starting", lambda: self._start(started, source, log_start))
         # the workers read the values it published, or the sealed variables (an Anyscale JobConfig names no hook)
-        hook = SETUP_HOOK if run_secrets.published or _sealed_env() else None
+        sealed_vars = _sealed_env()  # forwarded credentials, notify URLs: the redactor knows them (main's unseal)
+        hook = SETUP_HOOK if run_secrets.published or sealed_vars else None
         child = run_secrets.start(self.entrypoint, child_env(self.env, self.run_dir, self.input_dir, setup_hook=hook),
-                                  self.time_limit)
+                                  self.time_limit, mask=sealed_vars)
         next_flush = next_beat = time.monotonic()
         while True:
             ended = child.poll()

@@ -176,12 +176,14 @@ class RunSecrets:
                 self._gcs().internal_kv_del(secret_refs.kv_key(self.env.get(contract.ENV_RUN_NAME) or ""), False,
                                             secret_refs.KV_NAMESPACE.encode())
 
-    def start(self, entrypoint: str, env: Mapping[str, str], time_limit: float | None) -> Child | _NotStarted:
-        """The entrypoint with the values in its environment, its output relayed masked; or, when a reference
-        failed, an end at once."""
+    def start(self, entrypoint: str, env: Mapping[str, str], time_limit: float | None,
+              mask: bool = False) -> Child | _NotStarted:
+        """The entrypoint with the values in its environment, its output relayed masked (also with ``mask``: the
+        sealed variables, a forwarded secret key or a notify URL, which the script may print too, so Ray's driver
+        log never holds them); or, when a reference failed, an end at once."""
         if self.failure is not None:
             return _NotStarted(self.failure)
-        if not self.values:
+        if not self.values and not mask:
             return Child(entrypoint, env, time_limit)
         return Child(entrypoint, {**env, **self.values}, time_limit, relay=REDACTOR.text)
 
