@@ -7,10 +7,7 @@ every row sent, the run's end set as MLflow's status."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,54 +15,16 @@ import pytest
 from rtjob.runside.tracking import mirror as mirror_module
 from rtjob.runside.tracking.mirror import MlflowMirror
 from rtjob.trackers.mlflow_rest import MlflowRest
+from support.mlflow_stub import Call, bodies, mlflow_stub
 
 BATCH_S = 0.4
 
 
-class _SlowMlflow(BaseHTTPRequestHandler):
-    got: list[tuple[str, dict[str, Any]]] = []
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._answer()
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._answer()
-
-    def _answer(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
-        self.got.append((self.path, body))
-        answer: dict[str, Any] = {}
-        if "get-by-name" in self.path:
-            answer = {"experiment": {"experiment_id": "7"}}
-        elif self.path.endswith("runs/search"):
-            answer = {"runs": []}
-        elif self.path.endswith("runs/create"):
-            answer = {"run": {"info": {"run_id": "m-1"}}}
-        elif self.path.endswith("log-batch") and body.get("metrics"):
-            time.sleep(BATCH_S)
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
 @pytest.fixture
-def slow_mlflow() -> Iterator[tuple[str, list[tuple[str, dict[str, Any]]]]]:
-    got: list[tuple[str, dict[str, Any]]] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_SlowMlflow,), {"got": got}))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", got
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+def slow_mlflow() -> Iterator[tuple[str, list[Call]]]:
+    """MLflow's REST answers on loopback (support/mlflow_stub.py), each metrics batch taking BATCH_S."""
+    with mlflow_stub(metrics_s=BATCH_S) as served:
+        yield served
 
 
 def _mirror(url: str, folder: Path, notes: list[dict[str, Any]]) -> MlflowMirror:
@@ -75,12 +34,12 @@ def _mirror(url: str, folder: Path, notes: list[dict[str, Any]]) -> MlflowMirror
                         tags={"rtjob.attempt": "1"})
 
 
-def _metric_batches(got: list[tuple[str, dict[str, Any]]]) -> int:
-    return sum(1 for path, body in got if path.endswith("log-batch") and body.get("metrics"))
+def _metric_batches(got: list[Call]) -> int:
+    return sum(1 for path, body in bodies(got) if path.endswith("log-batch") and body.get("metrics"))
 
 
 def test_the_ends_flush_starts_no_call_past_its_bound_and_says_what_is_left(
-        slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path) -> None:
+        slow_mlflow: tuple[str, list[Call]], tmp_path: Path) -> None:
     url, got = slow_mlflow
     notes: list[dict[str, Any]] = []
     mirror = _mirror(url, tmp_path, notes)
@@ -91,7 +50,7 @@ def test_the_ends_flush_starts_no_call_past_its_bound_and_says_what_is_left(
 
 
 def test_a_tick_sends_for_at_most_its_budget_and_the_next_goes_on(
-        slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path,
+        slow_mlflow: tuple[str, list[Call]], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     url, got = slow_mlflow
     monkeypatch.setattr(mirror_module, "TICK_S", 0.1)
@@ -104,7 +63,7 @@ def test_a_tick_sends_for_at_most_its_budget_and_the_next_goes_on(
 
 
 def test_track_resend_creates_the_run_as_the_mirror_would_and_sets_its_end(
-        slow_mlflow: tuple[str, list[tuple[str, dict[str, Any]]]], tmp_path: Path) -> None:
+        slow_mlflow: tuple[str, list[Call]], tmp_path: Path) -> None:
     import dataclasses
 
     from support.cli import base_env, run_in_process
@@ -126,14 +85,14 @@ def test_track_resend_creates_the_run_as_the_mirror_would_and_sets_its_end(
                                                   + "\n" for i in range(3)))
     proc = run_in_process("track", "resend", "r1", env={**base_env(tmp_path / "home"), "RTJOB_STORAGE": str(store)})
     assert proc.returncode == 0, proc.stderr
-    [created] = [body for path, body in got if path.endswith("runs/create")]
+    [created] = [body for path, body in bodies(got) if path.endswith("runs/create")]
     tags = {t["key"]: t["value"] for t in created["tags"]}
     assert tags["rtjob.run_id"] == "r1" and tags["rtjob.user"] == "alice" and tags["rtjob.status_command"] == \
         "rtjob status r1"
-    params = [p for path, body in got if path.endswith("log-batch") for p in body.get("params") or []]
+    params = [p for path, body in bodies(got) if path.endswith("log-batch") for p in body.get("params") or []]
     assert params == [{"key": "lr", "value": "0.1"}]
-    sent = {(m["key"], m["step"], m["timestamp"]) for path, body in got if path.endswith("log-batch")
+    sent = {(m["key"], m["step"], m["timestamp"]) for path, body in bodies(got) if path.endswith("log-batch")
             for m in body["metrics"]}
     assert {("loss", i, int((1.7e9 + i) * 1000)) for i in range(3)} <= sent  # the step rows (beside the epochs)
-    [ended] = [body for path, body in got if path.endswith("runs/update")]
+    [ended] = [body for path, body in bodies(got) if path.endswith("runs/update")]
     assert ended["status"] == "FINISHED"  # the record's SUCCEEDED

@@ -6,9 +6,7 @@ it was sent."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ from rtjob.core import secret_refs
 from rtjob.core.redact import REDACTOR
 from rtjob.runside.secret_env import RunSecrets, unseal
 from support.cli import plant, record
+from support.mlflow_stub import Call, mlflow_stub
 from support.s3_server import REGION, process_server
 
 import rtjob_contract as contract
@@ -120,49 +119,11 @@ def test_a_hosted_pipelines_package_gives_each_step_its_own_values(tmp_path: Pat
     with sealed_folder({}, {}, [{"values": {}, "env": {}}]) as nothing:
         assert nothing is None  # nothing to seal: no package
 
-class _Kept(BaseHTTPRequestHandler):
-    got: list[tuple[str, dict[str, str], bytes]] = []
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self._answer()
-
-    def do_POST(self) -> None:  # noqa: N802
-        self._answer()
-
-    def _answer(self) -> None:
-        body = self.rfile.read(int(self.headers.get("content-length") or 0))
-        self.got.append((self.path, dict(self.headers), body))
-        answer: dict[str, Any] = {}
-        if "get-by-name" in self.path:
-            answer = {"experiment": {"experiment_id": "7"}}
-        elif self.path.endswith("runs/search"):
-            answer = {"runs": []}
-        elif self.path.endswith("runs/create"):
-            answer = {"run": {"info": {"run_id": "m-1"}}}
-        data = json.dumps(answer).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
-
 
 @pytest.fixture
-def tracker() -> Iterator[tuple[str, list[tuple[str, dict[str, str], bytes]]]]:
-    got: list[tuple[str, dict[str, str], bytes]] = []
-    handler = type("Handler", (_Kept,), {"got": got})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", got
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
+def tracker() -> Iterator[tuple[str, list[Call]]]:
+    with mlflow_stub() as served:
+        yield served
 
 
 def test_a_trackers_token_from_secrets_reaches_the_tracker_and_nothing_rtjob_writes(tmp_path: Path, tracker) -> None:
