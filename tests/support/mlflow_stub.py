@@ -1,7 +1,8 @@
 """MLflow's tracking REST API as a few fixed answers on loopback, for unit tests of rtjob's own REST client (the
 run side's mirror, `rtjob track resend`): a real HTTP server in a thread that records each call (path, headers,
-body). ``metrics_s``: each batch of metrics takes that long to answer (a slow MLflow). The real MLflow server runs
-in the e2e tier (support/mlflow_server.py)."""
+body). ``metrics_s``: each batch of metrics takes that long to answer (a slow MLflow); ``existing``: the id of an
+MLflow run its search finds (an earlier attempt's). The real MLflow server runs in the e2e tier
+(support/mlflow_server.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ Call = tuple[str, dict[str, str], bytes]  # path, headers, body
 class _Answers(BaseHTTPRequestHandler):
     got: list[Call] = []
     metrics_s = 0.0
+    existing: str | None = None
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         self._answer()
@@ -33,7 +35,7 @@ class _Answers(BaseHTTPRequestHandler):
         if "get-by-name" in self.path:
             answer = {"experiment": {"experiment_id": "7"}}
         elif self.path.endswith("runs/search"):
-            answer = {"runs": []}
+            answer = {"runs": [{"info": {"run_id": self.existing}}] if self.existing else []}
         elif self.path.endswith("runs/create"):
             answer = {"run": {"info": {"run_id": "m-1"}}}
         elif self.path.endswith("log-batch") and self.metrics_s and json.loads(body or b"{}").get("metrics"):
@@ -50,10 +52,11 @@ class _Answers(BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def mlflow_stub(metrics_s: float = 0.0) -> Iterator[tuple[str, list[Call]]]:
+def mlflow_stub(metrics_s: float = 0.0, existing: str | None = None) -> Iterator[tuple[str, list[Call]]]:
     """The stand-in's base URL and the calls it got, while the block runs (stopped after)."""
     got: list[Call] = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Answers", (_Answers,), {"got": got, "metrics_s": metrics_s}))
+    answers = type("Answers", (_Answers,), {"got": got, "metrics_s": metrics_s, "existing": existing})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), answers)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

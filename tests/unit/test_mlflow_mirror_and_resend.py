@@ -96,3 +96,26 @@ def test_track_resend_creates_the_run_as_the_mirror_would_and_sets_its_end(
     assert {("loss", i, int((1.7e9 + i) * 1000)) for i in range(3)} <= sent  # the step rows (beside the epochs)
     [ended] = [body for path, body in bodies(got) if path.endswith("runs/update")]
     assert ended["status"] == "FINISHED"  # the record's SUCCEEDED
+
+
+@pytest.mark.parametrize(("ended", "mlflow_status"), [("SUCCEEDED", "FINISHED"), ("FAILED", "FAILED"),
+                                                      ("STOPPED", "KILLED")])
+def test_the_end_is_mlflows_status_and_a_retry_sets_the_same_run_running_again(
+        ended: str, mlflow_status: str, tmp_path: Path) -> None:
+    """A first attempt creates the MLflow run; a retry finds it (its rtjob.run_id tag), sets it RUNNING again with
+    its attempt, and its end is MLflow's status: SUCCEEDED is FINISHED, FAILED is FAILED, STOPPED is KILLED."""
+    for existing, attempt in ((None, "1"), ("m-earlier", "2")):
+        with mlflow_stub(existing=existing) as (url, got):
+            mirror = MlflowMirror(MlflowRest(url), "rtjob", "r1", str(tmp_path), lambda line: None, lambda note: None,
+                                  params={}, tags={"rtjob.attempt": attempt})
+            mirror.finish(ended, within_s=5)
+        calls = bodies(got)
+        updates = [body for path, body in calls if path.endswith("runs/update")]
+        created = [body for path, body in calls if path.endswith("runs/create")]
+        if existing is None:
+            assert len(created) == 1 and [u["status"] for u in updates] == [mlflow_status]
+        else:
+            assert created == [] and [u["status"] for u in updates] == ["RUNNING", mlflow_status]
+            assert {"key": "rtjob.attempt", "value": "2"} in [t for path, body in calls
+                                                               if path.endswith("log-batch") for t in body["tags"]]
+            assert {u["run_id"] for u in updates} == {"m-earlier"}

@@ -55,6 +55,8 @@ def test_the_run_side_gets_the_address_the_params_less_secrets_and_the_tags(tmp_
     assert PASSWORD not in proc.stdout + proc.stderr
     spelled = _tracking(_render(tmp_path, TRACKING.replace("tracking_uri:", "uri:")))  # the issue's own spelling
     assert spelled is not None and spelled["mlflow"]["tracking_uri"] == "http://127.0.0.1:5999"
+    overridden = _tracking(_render(tmp_path, TRACKING + ARGS, "--set", "args.lr=0.5", "--set", "args.seed=7"))
+    assert overridden is not None and overridden["params"] == {"lr": "0.5", "layers": "[2, 3]", "seed": "7"}
 
 
 def test_mlflows_own_variables_turn_it_on_and_the_job_file_wins(tmp_path: Path) -> None:
@@ -173,3 +175,21 @@ def test_the_view_names_the_mlflow_run_and_what_was_not_sent() -> None:
                          "resend": "rtjob track resend r-1"}}
     assert tracking_lines(unsent)[1] == ("mlflow:      12 metric(s) not sent (MLflow at http://m not reached): "
                                          "`rtjob track resend r-1` sends them")
+
+
+def test_status_and_show_name_the_mlflow_run(tmp_path: Path) -> None:
+    """The record's `tracking` as `status` and `show` print it (a teammate reading the team's storage)."""
+    import dataclasses
+
+    from support.cli import base_env
+    from support.ui_runs import write_run
+
+    store = tmp_path / "store"
+    record = dataclasses.replace(write_run(store, "r-m", "train"), tracking={"mlflow": {
+        "url": "http://m/#/experiments/1/runs/abc", "run_id": "abc", "tracking_uri": "http://m", "sent": 3}})
+    (Path(record.storage_uri or "") / "rtjob-run.json").write_text(record.dumps())
+    env = {**base_env(tmp_path / "home"), "RTJOB_STORAGE": str(store)}
+    for command in ("status", "show"):
+        proc = run_in_process(command, "r-m", env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "mlflow:      http://m/#/experiments/1/runs/abc" in proc.stdout, (command, proc.stdout)
