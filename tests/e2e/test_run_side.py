@@ -391,8 +391,17 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
     stored = {key: body(s3, key) for key in keys(s3, "")  # the bucket's objects (the module's other runs aside)
               if not key.startswith("runs/side/")}
     assert any(run_id in key for key in stored), sorted(stored)
+    logs = rtjob("logs", run_id, env=env, cwd=project, timeout=120)
+    assert logs.returncode == 0 and "printing my token **** and ****" in logs.stdout, logs.stderr
+    address, headers = jobs_api  # the drivers' job table in Ray's GCS (each driver's job config), as its state API
+    gcs_jobs = requests.get(f"{address}/api/v0/jobs?detail=1&limit=1000", headers=headers, timeout=60)
+    assert gcs_jobs.status_code == 200 and run_id in gcs_jobs.text, gcs_jobs.text[-2000:]
+    ledger = b"".join(f.read_bytes() for f in Path(env["RTJOB_HOME"]).glob("ledger.sqlite3*"))  # its WAL too
+    assert run_id.encode() in ledger  # the run's row is there to be read
     texts = {**info, "Ray's driver log": driver_log(jobs_api, run_id), "rtjob show": shown.stdout,
              "the stored log": log + parts(s3, folder, run_id).decode(), "submit's output": proc.stdout + proc.stderr,
+             "rtjob logs": logs.stdout, "Ray's GCS job table": gcs_jobs.text,
+             "this machine's ledger": ledger.decode(errors="replace"),
              **{f"s3://{BUCKET}/{key}": data.decode(errors="replace") for key, data in stored.items()}}
     values = {"the env: secret": SEALED_TOKEN, "the file:// secret": FILE_TOKEN, "the S3 secret key": s3.secret_key,
               "the webhook's secret": HOOK_SECRET, "the webhook's URL": env["SIDE_HOOK"]}
