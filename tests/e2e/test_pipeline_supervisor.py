@@ -108,6 +108,11 @@ def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3
     assert_trained_once_then_used(api, s3, pid)
     hooks = [json.loads(body) for path, _, body in receiver.got if path == "/hook"]
     assert [(h["run_id"], h["outcome"]) for h in hooks] == [(pid, "succeeded")], hooks
+    # The forwarded secret key travelled sealed: neither the supervisor's, the steps' nor a retried step's job
+    # info holds it (issue 45).
+    held = json.dumps([api.job(job) for job in (f"{pid}-supervisor", f"{pid}-train", f"{pid}-train-retry1",
+                                                f"{pid}-use")])
+    assert f"{pid}-train-retry1" in held and s3.secret_key not in held, "a job's info holds the forwarded key"
 
     waited = rtjob("wait", pid, "--timeout", "1m", "-o", "json", env=env, timeout=120)
     assert waited.returncode == 0 and json.loads(waited.stdout)["status"] == "SUCCEEDED", waited.stderr[-2000:]

@@ -128,6 +128,9 @@ def test_a_no_wait_run_is_retried_by_its_supervisor_with_no_client_alive(cluster
     first = api.job(run_id)
     assert first is not None and first["status"] == "FAILED" and first["driver_exit_code"] in (137, -9), first
     assert api.job(f"{run_id}-retry2") is None  # exactly one retry
+    # The forwarded secret key travelled sealed: no job rtjob started for the run holds it (issue 45).
+    held = json.dumps([api.job(job) for job in (run_id, supervisor, retry)])
+    assert s3.secret_key not in held and "AWS_SECRET_ACCESS_KEY" not in held, "a job's info holds the forwarded key"
     log = api.logs(supervisor)
     assert f"retry 1/1: submitted {retry}" in log, log
     assert f"{retry} ended SUCCEEDED: the run has ended" in log, log
