@@ -311,11 +311,13 @@ def _companion_of(run_id: str) -> int:
 
 SEALED_TOKEN = "sealed-env-token-7c6b5a4f3e"  # an env: secret: the client holds it
 FILE_TOKEN = "sealed-file-token-2d3e4f5a6b"  # a file:// secret: only the driver's node has it
-PLANTED.update({SEALED_TOKEN, FILE_TOKEN})
+SM_TOKEN = "secrets-manager-token-8a7b6c5d"  # an aws-sm:// secret (moto's Secrets Manager, a JSON key of it)
+SSM_TOKEN = "ssm-parameter-token-1f2e3d4c"  # an ssm:// secret (moto's SSM, a SecureString)
+PLANTED.update({SEALED_TOKEN, FILE_TOKEN, SM_TOKEN, SSM_TOKEN})
 
 SECRET_SCRIPT = '''
 import hashlib, json, os, ray
-names = ("ENV_TOK", "FILE_TOK", "AWS_SECRET_ACCESS_KEY")  # the last: --forward-aws-credentials, sealed too
+names = ("ENV_TOK", "FILE_TOK", "SM_TOK", "SSM_TOK", "AWS_SECRET_ACCESS_KEY")  # the last: forwarded, sealed too
 def seen():
     return {n: hashlib.sha256(os.environ.get(n, "").encode()).hexdigest()[:16] for n in names}
 print("driver " + json.dumps(seen()), flush=True)
@@ -350,8 +352,9 @@ def _ray_job_info(jobs_api: tuple[str, dict[str, str]], run_id: str) -> dict[str
 @pytest.mark.parametrize("queued", [False, True], ids=["submitted", "queued"])
 def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, receiver, project, jobs_api, tmp_path,
                                                                   queued):
-    """Issue 45: an env: secret (sealed by the client), a file:// secret (read on the driver's node) and the
-    forwarded AWS secret key (sealed) reach the driver and both Ray workers (the worker_process_setup_hook); the
+    """Issue 45: an env: secret (sealed by the client), a file:// secret (read on the driver's node), an aws-sm:// and
+    an ssm:// secret (moto's Secrets Manager and SSM, read on the driver's node with the forwarded credentials) and
+    the forwarded AWS secret key (sealed) reach the driver and both Ray workers (the worker_process_setup_hook); the
     webhook's notification arrives though its URL travels sealed; Ray's job info (the list and each job's answer:
     entrypoint, runtime_env, metadata), `rtjob show`, the bucket's objects, the stored log, Ray's driver log and
     everything rtjob printed hold none of the values nor the webhook's URL; the script's print is masked. Queued
@@ -361,19 +364,25 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
 
     secret_file = tmp_path / "file-token"
     secret_file.write_text(FILE_TOKEN + "\n")
+    run_id = new_id("sealed")
+    # In the session's moto server (which serves Secrets Manager and SSM at the storage's endpoint, which the job
+    # gets): the companion resolves them on the driver's node with the forwarded credentials.
+    s3.client(service="secretsmanager").create_secret(Name=f"team/{run_id}", SecretString=json.dumps({"token": SM_TOKEN}))
+    s3.client(service="ssm").put_parameter(Name=f"/team/{run_id}", Value=SSM_TOKEN, Type="SecureString")
     (project / "sealed.py").write_text(SECRET_SCRIPT)
     (project / "jobs" / "sealed.yaml").write_text(
         "name: sealed\nentrypoint: python sealed.py\nworking_dir: ..\nrequirements: []\n"
         f"secrets:\n  ENV_TOK: env:SEALED_SOURCE\n  FILE_TOK: file://{secret_file}\n"
+        f"  SM_TOK: aws-sm://team/{run_id}#token\n  SSM_TOK: ssm://team/{run_id}\n"
         "notify:\n  on: [succeeded]\n  targets:\n    - type: webhook\n      url: {env: SIDE_HOOK}\n")
-    run_id = new_id("sealed")
     folder = f"runs/sealed/{run_id}"
     proc = rtjob("submit", "sealed", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
                  *(["--queue", QUEUE] if queued else []), "--submission-id", run_id,
                  env={**env, "SEALED_SOURCE": SEALED_TOKEN}, cwd=project, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     digest = {n: hashlib.sha256(v.encode()).hexdigest()[:16] for n, v in (
-        ("ENV_TOK", SEALED_TOKEN), ("FILE_TOK", FILE_TOKEN), ("AWS_SECRET_ACCESS_KEY", s3.secret_key))}
+        ("ENV_TOK", SEALED_TOKEN), ("FILE_TOK", FILE_TOKEN), ("SM_TOK", SM_TOKEN), ("SSM_TOK", SSM_TOKEN),
+        ("AWS_SECRET_ACCESS_KEY", s3.secret_key))}
     done = wait_for(lambda: (r := record(s3, folder)) and r.get("completed_by") and r, 120, "the companion's end")
     assert done["status"] == "SUCCEEDED", done
     log = body(s3, f"{folder}/logs/driver.log").decode()
@@ -403,7 +412,8 @@ def test_secrets_reach_driver_and_workers_and_never_rays_job_info(env, s3, recei
              "rtjob logs": logs.stdout, "Ray's GCS job table": gcs_jobs.text,
              "this machine's ledger": ledger.decode(errors="replace"),
              **{f"s3://{BUCKET}/{key}": data.decode(errors="replace") for key, data in stored.items()}}
-    values = {"the env: secret": SEALED_TOKEN, "the file:// secret": FILE_TOKEN, "the S3 secret key": s3.secret_key,
+    values = {"the env: secret": SEALED_TOKEN, "the file:// secret": FILE_TOKEN, "the aws-sm:// secret": SM_TOKEN,
+              "the ssm:// secret": SSM_TOKEN, "the S3 secret key": s3.secret_key,
               "the webhook's secret": HOOK_SECRET, "the webhook's URL": env["SIDE_HOOK"]}
     for what, text in texts.items():
         for name, value in values.items():

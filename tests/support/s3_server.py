@@ -40,11 +40,12 @@ class S3Server:
             "AWS_SHARED_CREDENTIALS_FILE": "/dev/null",
         }
 
-    def client(self, access_key: str | None = None, secret_key: str | None = None) -> Any:
+    def client(self, access_key: str | None = None, secret_key: str | None = None, service: str = "s3") -> Any:
+        """A boto3 client of this server (moto's serves every AWS service at one endpoint: ``service``)."""
         import boto3
 
         return boto3.session.Session().client(
-            "s3", endpoint_url=self.endpoint, region_name=REGION,
+            service, endpoint_url=self.endpoint, region_name=REGION,
             aws_access_key_id=access_key or self.access_key, aws_secret_access_key=secret_key or self.secret_key,
         )
 
