@@ -7,6 +7,7 @@ and so does its run id: rtjob recorded the folder Ray reported for the run when 
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
@@ -16,6 +17,7 @@ from support.cli import REPO, new_id, rtjob
 from rtjob_contract import EVENT_FIRST_REPORT, TRAIN_PHASES
 
 pytestmark = pytest.mark.cluster
+TOKEN = "plain-raytrain-token-5e4d3c2b"
 
 
 def test_a_plain_ray_train_script_runs_and_its_own_run_folder_gives_results_and_the_best_checkpoint(
@@ -23,13 +25,19 @@ def test_a_plain_ray_train_script_runs_and_its_own_run_folder_gives_results_and_
 ):
     storage = tmp_path / "own-storage"
     job = tmp_path / "plain.yaml"
+    (tmp_path / "token").write_text(TOKEN + "\n")  # a file:// secret (issue 45): each Ray Train worker gets it
     job.write_text(f"name: plain-raytrain\n"
                    f"entrypoint: python train.py --storage-path {storage} --name plain --epochs 2\n"
-                   f"working_dir: {REPO / 'tests/support/plain_raytrain'}\n")
+                   f"working_dir: {REPO / 'tests/support/plain_raytrain'}\n"
+                   f"secrets:\n  PLAIN_TOKEN: file://{tmp_path / 'token'}\n")
     run_id = new_id("plain")
     submit = rtjob("submit", str(job), "--submission-id", run_id, "--output", "json", env=cluster_env, timeout=600)
     assert submit.returncode == 0, submit.stderr[-3000:]
     assert json.loads(submit.stdout)["status"] == "SUCCEEDED"  # ./data/points.csv was found by both workers
+    logs = rtjob("logs", run_id, env=cluster_env)
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
+    assert all(f"worker {rank} token sha256 {digest}" in logs.stdout for rank in (0, 1)), logs.stdout[-3000:]
+    assert TOKEN not in logs.stdout + submit.stdout + submit.stderr
 
     run = storage / "plain"
     # rtjob's storage holds nothing of this script's: the record names the folder Ray reported for the run.

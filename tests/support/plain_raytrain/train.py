@@ -8,6 +8,7 @@ common ``./data`` pattern), and report ``{"epoch", "loss"}`` with a checkpoint (
 
 import argparse
 import csv
+import hashlib
 import os
 import tempfile
 
@@ -18,6 +19,9 @@ from ray.train.torch import TorchTrainer, prepare_model
 
 
 def train_loop(config: dict) -> None:
+    token = os.environ.get("PLAIN_TOKEN", "")  # a secret the job may give it (the test hashes what each worker sees)
+    print(f"worker {ray.train.get_context().get_world_rank()} token sha256 "
+          f"{hashlib.sha256(token.encode()).hexdigest()[:16]}", flush=True)
     with open(os.path.join("data", "points.csv")) as f:  # relative: the job's working dir
         rows = [(float(x), float(y)) for x, y in csv.reader(f)]
     x = torch.tensor([[r[0]] for r in rows])
