@@ -38,6 +38,11 @@ TRACEBACK = (
     ("Unexpected error occurred: failed to get job supervisor.", "its driver did not start"),
     (TRACEBACK, "FileNotFoundError: [Errno 2] No such file or directory: 'pyhton'"),
     ("the entrypoint exited with code 1", "the entrypoint exited with code 1"),
+    ("Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\nRunning "
+     "entrypoint for job r: python -m rtjob.runside.companion 'python t.py'\nrtjob companion: secrets.T: "
+     "file:///x could not be resolved: not found on the driver's node; the script was not started\n",
+     "the entrypoint exited with code 1: secrets.T: file:///x could not be resolved: not found on the driver's "
+     "node; the script was not started"),  # a run with no storage: only Ray's message says why
     ("stopped by its time limit timeout_s=5 (exit code -15)", "stopped by its time limit timeout_s=5 (exit code -15)"),
     ("2026-12-02 13:04:05,123\tINFO job_manager.py:568 -- Runtime env is setting up.\nits own words", "its own words"),
 ])

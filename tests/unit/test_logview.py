@@ -69,6 +69,25 @@ def test_the_companions_own_lines_are_hidden(capsys: pytest.CaptureFixture[str])
     assert "record was not written" in printed and logview.user_text(printed) == ""
 
 
+def test_why_the_script_never_started_is_the_one_companion_line_shown(capsys: pytest.CaptureFixture[str]) -> None:
+    """A secret the node cannot resolve: the companion's line saying so is what `rtjob logs` and the UI show of a
+    run whose script never ran (its other lines stay hidden)."""
+    import json
+
+    from rtjob.core import secret_refs
+    from rtjob.runside.companion import say
+    from rtjob.runside.secret_env import RunSecrets
+
+    import rtjob_contract as contract
+
+    RunSecrets({secret_refs.ENV_SECRETS: json.dumps({"TOK": "file:///nonexistent/rtjob-token"}),
+                contract.ENV_RUN_NAME: "r-1"}, say)
+    say("the run's record was not written")
+    shown = logview.user_text(capsys.readouterr().err)
+    assert shown.count("\n") == 1 and "secrets.TOK: file:///nonexistent/rtjob-token could not be resolved" in shown
+    assert shown.rstrip().endswith(secret_refs.NOT_STARTED), shown
+
+
 def test_training_event_lines_are_hidden(capsys: pytest.CaptureFixture[str]) -> None:
     from training import events
 

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import re
 
+from .secret_refs import NOT_STARTED
+
+COMPANION_PREFIX = "rtjob companion:"  # the companion's own lines (runside/companion.py's say(), runside/logparts.py)
+
 # Ray's texts that only restate a status (ray.dashboard.modules.job.common.JobInfo.__post_init__): nothing to add.
 _STATE_TEXTS = ("Job has not started yet", "Job is currently running", "Job was intentionally stopped",
                 "Job finished successfully", "Job failed.")
@@ -55,9 +59,18 @@ def end_line(message: str | None, status: str | None = None) -> str | None:
             if status == "SUCCEEDED":
                 return None
             said = words.format(**found.groupdict())
-            cause = _cause(found.groupdict().get("rest") or "")
+            cause = _cause(found.groupdict().get("rest") or "") or _not_started(text)
             return f"{said}: {cause}" if cause else said
     return _cause(text)
+
+
+def _not_started(text: str) -> str | None:
+    """The companion's line, in the log's tail, saying why the script never ran (a secret it could not resolve)."""
+    for line in text.splitlines():
+        own = line.strip().removeprefix(COMPANION_PREFIX).strip()
+        if own != line.strip() and own.endswith(NOT_STARTED):
+            return own
+    return None
 
 
 def _cause(text: str) -> str | None:

@@ -36,6 +36,7 @@ SEALED_ENV_FILE = "env.json"  # and {VARIABLE: value}: forwarded AWS credentials
 SEALED_STEPS_FILE = "steps.json"  # and [{"values": {...}, "env": {...}}, ...]: a hosted pipeline's steps' own
 KV_NAMESPACE = "rtjob-secrets"  # Ray's internal KV: where the companion leaves the values for the run's workers
 SETUP_HOOK = "rtjob.runside.secret_env.setup"  # the worker_process_setup_hook (a module path: the job info shows it)
+NOT_STARTED = "the script was not started"  # ends the companion's line for a reference it could not resolve
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _AWS_NAME = re.compile(r"^[A-Za-z0-9/_+=.@!-]{1,512}$")  # Secrets Manager's characters (and an ARN's ':' below)

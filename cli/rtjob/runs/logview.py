@@ -18,7 +18,9 @@ from typing import TextIO
 
 import rtjob_contract as contract
 
-COMPANION_PREFIX = "rtjob companion:"  # runside/companion.py's say() and runside/logparts.py
+from ..core.end_words import COMPANION_PREFIX
+from ..core.secret_refs import NOT_STARTED
+
 # The one pattern of a terminal's escape sequences (colours, cursor moves, titles): hidden lines are matched without
 # them, and the UI's search shows lines as a terminal leaves them (terminal_line).
 ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
@@ -33,6 +35,8 @@ def hidden(line: str) -> bool:
     if _RAY_JOB_MANAGER.search(text):
         return True
     own = _ACTOR_PREFIX.sub("", text, count=1)
+    if own.startswith(COMPANION_PREFIX) and own.endswith(NOT_STARTED):
+        return False  # why the script never ran (a secret not resolved): the one companion line a reader needs
     return own.startswith((COMPANION_PREFIX, contract.EVENT_LINE_PREFIX))
 
 

@@ -116,7 +116,7 @@ def resolve(env: Mapping[str, str]) -> dict[str, str]:
         try:
             values[name] = resolve_one(ref, sealed, name)
         except Unresolved as exc:
-            raise Unresolved(f"secrets.{name}: {ref} could not be resolved: {exc}; the script was not started") \
+            raise Unresolved(f"secrets.{name}: {ref} could not be resolved: {exc}; {secret_refs.NOT_STARTED}") \
                 from None
     return values
 
