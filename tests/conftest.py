@@ -155,7 +155,7 @@ E2E_SECONDS = {
     "test_run_control.py": 119, "test_hf_sft_job.py": 100, "test_faults.py": 93, "test_foreign_script.py": 72,
     "test_queue_keeper_restart.py": 90, "test_queue_autoscaler.py": 60, "test_anyscale_pipeline.py": 55,
     "test_queue_keeper.py": 55,
-    "test_plain_raytrain.py": 46, "test_run_side.py": 52, "test_companion_storage.py": 44,
+    "test_plain_raytrain.py": 46, "test_run_side.py": 58, "test_companion_storage.py": 44,
     "test_run_history.py": 38, "test_voice_stages.py": 31, "test_pipeline.py": 29, "test_storage_pull.py": 26,
     "ddp-resnet-run": 330, "relay-run": 60,  # SHARED_RUN_FILES' units (2026-12-03 CI: 156 s + 185 s apart)
 }
