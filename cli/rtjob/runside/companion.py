@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import rtjob_contract as contract
 
 from ..core.clock import now_iso
+from ..core.end_words import COMPANION_PREFIX
 from ..core.errors import one_line
 from ..core.redact import redact, secret_arg_values, secret_values
 from ..core.secret_refs import SEALED_ENV_FILE, SETUP_HOOK, sealed
@@ -58,7 +59,7 @@ HEARTBEAT_S = float(os.environ.get(contract.ENV_COMPANION_HEARTBEAT_S) or 30)  #
 def say(text: str) -> None:
     """One line in the driver log (the companion's only output)."""
     with contextlib.suppress(OSError):
-        sys.stderr.write(f"rtjob companion: {text}\n")
+        sys.stderr.write(f"{COMPANION_PREFIX} {text}\n")
         sys.stderr.flush()
 
 

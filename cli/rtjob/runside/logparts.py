@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 
 import rtjob_contract as contract
 
+from ..core.end_words import COMPANION_PREFIX
 from ..core.errors import RtjobError, one_line
 from ..core.redact import Redactor
 from ..storage.objects import Objects
@@ -183,5 +184,5 @@ class LogParts:
 
     def _fail(self, text: str) -> None:
         if not self.failed:  # one line per stretch of failures, not one per flush
-            self.say(f"rtjob companion: {text}")
+            self.say(f"{COMPANION_PREFIX} {text}")
         self.failed = True
