@@ -1,7 +1,7 @@
 """The `secrets` setting (issue 45): a context's (or the project config's) NAME = "REFERENCE" entries reach every job
 run there as its own `secrets:` do, rendered as references (never values); a job's own entry of the name wins; a bad
 entry is one line with its file:line (exit 2); a job that sets the name in env_vars, or runs without the companion,
-is refused in one line. Offline: `render` in this process, no secret resolved (that happens on the cluster:
+is refused in one line; so are forwarded AWS credentials or notify URLs with no companion to unseal them. Offline: `render` in this process, no secret resolved (that happens on the cluster:
 tests/e2e/test_run_side.py)."""
 
 from __future__ import annotations
@@ -67,6 +67,27 @@ def test_a_job_that_cannot_take_them_is_refused_in_one_line(cli: ProjectCli, bod
     _job(cli, body, context='secrets = {HF_TOKEN = "ssm://team/hf"}\n')
     proc = cli(*RENDER)
     assert proc.returncode == 2 and says in proc.stderr and "context team" in proc.stderr, proc.stderr
+
+
+KEY = "AKIAFORWARDED0000000"
+SLACK = "https://hooks.slack.com/services/T000/B000/NOCOMPANION42"
+NOTIFY = "notify:\n  on: [failed]\n  targets:\n    - type: slack\n      url: {env: SLACK_URL}\n"
+
+
+@pytest.mark.parametrize(("body", "extra", "env", "says"), [
+    ("companion: false\n", ("--storage", "s3://b/runs", "--forward-aws-credentials"), {},
+     "t.yaml: companion: false leaves nothing on the cluster to unseal the forwarded AWS credentials,"),
+    (NOTIFY, (), {"RTJOB_COMPANION": "0"}, "t.yaml: RTJOB_COMPANION=0 leaves nothing on the cluster to unseal the "
+                                          "notify URLs,"),
+])
+def test_client_held_secrets_with_no_companion_are_refused_never_sent_as_env_vars(
+        cli: ProjectCli, body: str, extra: tuple[str, ...], env: dict[str, str], says: str) -> None:
+    _job(cli, body)
+    proc = cli(*RENDER, *extra, env={"AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": "forwarded-secret-77",
+                                     "SLACK_URL": SLACK, **env})
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert says in proc.stderr and "Ray's job info" in proc.stderr, proc.stderr
+    assert KEY not in proc.stderr and SLACK not in proc.stderr
 
 
 def test_an_unset_env_reference_of_the_setting_is_blamed_on_the_setting_not_the_job(cli: ProjectCli) -> None:

@@ -498,7 +498,7 @@ def resolve(
         local_cpus_per_node=local_cpus,
         local_gpus_per_node=local_gpus,
         local_profile=local_profile,
-        companion=spec.companion and os.environ.get(contract.ENV_COMPANION) != "0",
+        companion=secret_settings.companion_of(spec, shown, sealed_env),
         requirements=requirements,
         document=located.data,
         compute_config_document=cc_located.data if cc_located is not None else None,

@@ -1,13 +1,15 @@
 """The `secrets` setting (a context's, or the project config's): ``NAME = "REFERENCE"`` entries that every job run
 there gets, resolved on the cluster as a job's own `secrets:` are (core/secret_refs.py: references only, never a
 value). A job's own entry of the same name wins; a job that sets the name in env_vars, or runs without the
-companion, is refused in one line."""
+companion, is refused in one line; so is a job with client-held secrets and no companion (``companion_of``)."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from typing import Any
+
+import rtjob_contract as contract
 
 from ..core import secret_refs
 from ..core.errors import BadInput
@@ -46,3 +48,18 @@ def applied(spec: Any, shown: str, settings: Any) -> Any:
     # an env: entry unset here is the setting's to fix, not the job file's: said against its source now
     secret_refs.client_values(added, os.environ, source)
     return spec.model_copy(update={"secrets": {**added, **spec.secrets}})
+
+
+def companion_of(spec: Any, shown: str, sealed_env: dict[str, str]) -> bool:
+    """Whether the run goes under the companion (the job's `companion:`; RTJOB_COMPANION=0 here turns it off).
+    Off, a job with client-held secrets (forwarded AWS credentials, notify URLs: ``sealed_env``) is refused in one
+    line: nothing on the cluster would unseal them, and as env_vars they would travel in Ray's job info."""
+    on = bool(spec.companion) and os.environ.get(contract.ENV_COMPANION) != "0"
+    if not on and sealed_env:
+        what = " and ".join(dict.fromkeys("the forwarded AWS credentials" if name.startswith("AWS_") else
+                                          "the notify URLs" for name in sorted(sealed_env)))
+        off = "companion: false" if not spec.companion else f"{contract.ENV_COMPANION}=0"
+        raise BadInput(f"{shown}: {off} leaves nothing on the cluster to unseal {what}, and as env_vars they "
+                       "would travel in Ray's job info: run it with the companion, or let the cluster use its own "
+                       "credentials (an instance role, no --forward-aws-credentials) and drop its notify targets")
+    return on

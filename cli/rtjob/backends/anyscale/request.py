@@ -56,8 +56,7 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
         "working_dir": str(job.working_dir),
         "excludes": [*DEFAULT_EXCLUDES, *(e for e in job.spec.excludes if e not in DEFAULT_EXCLUDES)],
         "requirements": list(job.requirements or []),
-        # forwarded credentials and notify URLs: sealed (sent_config), as env_vars only with no companion to unseal
-        "env_vars": {**job.env_vars, **({} if job.companion else job.sealed_env)},
+        "env_vars": dict(job.env_vars),  # forwarded credentials and notify URLs: sealed (sent_config), never here
         "max_retries": job.spec.max_retries,  # explicit: unset, the SDK defaults to 1 (and warns)
         "timeout_s": job.spec.timeout_s,
         "tags": tags,
@@ -197,7 +196,7 @@ def build(job: ResolvedJob, config: dict[str, Any]) -> AnyscaleJobRequest:
     if job.spec.timeout_s is None:
         notes.append("no timeout_s: the run has no time limit on Anyscale (set timeout_s in the job)")
     return AnyscaleJobRequest(job.run_id, job.job_file, notes, config, checked, sealed=sealed,
-                              sealed_env=dict(job.sealed_env) if job.companion else {})
+                              sealed_env=dict(job.sealed_env))
 
 
 def build_checked(run_id: str, job_file: str, config: dict[str, Any]) -> AnyscaleJobRequest:

@@ -112,8 +112,6 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
                        "leaving nothing to resolve them)")
     elif job.spec.timeout_s:
         entrypoint = f"{TIME_LIMIT_PREFIX}{job.spec.timeout_s} bash -c {shlex.quote(entrypoint)}"
-    if not job.companion:  # nothing on the cluster would unseal them: as env_vars (docs/guide/secrets.md)
-        runtime_env["env_vars"].update(job.sealed_env)
     runtime_env["excludes"] = sent_excludes(job.spec.excludes)  # secrets, rtjob's state and pulled runs stay here
     if job.requirements:
         runtime_env["pip"] = list(job.requirements)
@@ -145,7 +143,7 @@ def build(job: ResolvedJob, rate: HourlyCost | None) -> RayJobRequest:
         metadata[f"{contract.META_TAG_PREFIX}{key}"] = value
     request = RayJobRequest(job.run_id, job.job_file, notes, entrypoint, runtime_env, metadata, 0)
     request.sealed = sealed
-    request.sealed_env = dict(job.sealed_env) if job.companion else {}
+    request.sealed_env = dict(job.sealed_env)  # none without the companion (jobspec/secret_settings.companion_of)
     return request
 
 
