@@ -1,7 +1,7 @@
 """`tracking:` in a job file (issue 46): what the run side gets (RTJOB_TRACKING: the MLflow address, the args as
 params less every secret one, rtjob's tags and MLflow's standard ones, the git commit), MLflow's own
 MLFLOW_TRACKING_URI turning it on, `render --explain` saying which applies, and bad input as one file:line (exit 2):
-an address with a password is refused, a W&B project is checked. The rows as MLflow metrics (trackers/rows.py). Offline: render in this
+an address with a password is refused, a tracker's token in env_vars is refused, a W&B project is checked. The rows as MLflow metrics (trackers/rows.py). Offline: render in this
 process, no tracker contacted. The mirror itself is tested against a real MLflow server in
 tests/e2e/test_tracking.py."""
 
@@ -104,6 +104,20 @@ def test_wandb_names_a_project_and_bad_blocks_are_one_line_with_where_exit_2(tmp
         assert proc.returncode == 2 and proc.stdout == "" and says in proc.stderr, proc.stderr
         assert re.search(r"jobs/t\.yaml:\d+: tracking", proc.stderr) and len(proc.stderr.splitlines()) == 1
         assert PASSWORD not in proc.stderr
+
+
+def test_a_trackers_token_in_env_vars_is_refused_a_secrets_entry_carries_it(tmp_path: Path) -> None:
+    for body, flags, name in [(TRACKING + f"env_vars:\n  MLFLOW_TRACKING_TOKEN: {PASSWORD}\n", (), "MLFLOW_TRACKING_TOKEN"),
+                              ("tracking:\n  wandb:\n    project: p\n", ("--env", f"WANDB_API_KEY={PASSWORD}"),
+                               "WANDB_API_KEY")]:
+        proc = _render(tmp_path, body, *flags)
+        assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert f"t.yaml: env_vars sets {name}," in proc.stderr and "give it as a secrets: entry" in proc.stderr
+        assert PASSWORD not in proc.stderr
+    # The same names as references go, as do they in a job that mirrors to no tracker (the script's own use).
+    assert _tracking(_render(tmp_path, TRACKING + "secrets:\n  MLFLOW_TRACKING_TOKEN: env:MY_TOKEN\n",
+                             MY_TOKEN=PASSWORD)) is not None
+    assert _tracking(_render(tmp_path, "", "--env", f"WANDB_API_KEY={PASSWORD}")) is None
 
 
 def test_the_tags_name_the_git_commit_and_render_explain_says_which_setting_applies(tmp_path: Path) -> None:

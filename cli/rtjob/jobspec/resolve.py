@@ -419,10 +419,8 @@ def resolve(
             per_node = max(1, int(node_cpus // cpus))
         if gpus > node_gpus or cpus > node_cpus:
             label = group.instance_type if group else "the node"
-            raise BadInput(
-                f"{shown}: one worker needs CPU={cpus:g} GPU={gpus:g} but one {label} offers "
-                f"CPU={node_cpus:g} GPU={node_gpus:g}"
-            )
+            raise BadInput(f"{shown}: one worker needs CPU={cpus:g} GPU={gpus:g} but one {label} offers "
+                           f"CPU={node_cpus:g} GPU={node_gpus:g}")
         if group is not None and not placement.sizes_worker_group and spec.nodes > group.max_nodes:
             notes.append(f"--nodes {spec.nodes} is above {group.label}'s max_nodes={group.max_nodes}")
 
@@ -471,7 +469,8 @@ def resolve(
         if present:
             notes.append(f"requirements this environment already satisfies are not installed again: {', '.join(present)}")
     working_dir = job_working_dir(spec, job_file, shown)
-    env.update(tracking_env(spec.tracking, spec.args, spec.name, backend, shown, working_dir, os.environ, settings))
+    env.update(tracking_env(spec.tracking, spec.args, spec.name, backend, shown, working_dir, os.environ, settings,
+                            job_env=spec.env_vars))
     return ResolvedJob(
         spec=spec,
         job_file=source.job_file if source is not None else shown,

@@ -16,10 +16,13 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 
 import rtjob_contract as contract
 
+from ..core.errors import BadInput
 from ..core.gitinfo import git_state
 from ..core.redact import is_secret, url_password
 
 PARAM_VALUE_MAX = 6000  # MLflow's limit on a param's value
+# Each tracker's credentials, as its own client reads them: a `secrets:` entry's to carry, never env_vars'.
+TOKENS = {"mlflow": ("MLFLOW_TRACKING_TOKEN", "MLFLOW_TRACKING_PASSWORD"), "wandb": ("WANDB_API_KEY",)}
 
 
 class MlflowTracking(BaseModel):
@@ -76,12 +79,15 @@ def tracking_of_env(env: Mapping[str, str]) -> Tracking | None:
 
 
 def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, backend: str, shown: str,
-                 working_dir: Path, client_env: Mapping[str, str], settings: Any = None) -> dict[str, str]:
+                 working_dir: Path, client_env: Mapping[str, str], settings: Any = None,
+                 job_env: Mapping[str, str] | None = None) -> dict[str, str]:
     """RTJOB_TRACKING for the job's env ({} when nothing asks for it): the job's `tracking:` (``shown``: its file),
     else the `tracking` setting of ``settings`` (the project config or a context: checked when it was read), else
     MLflow's own variables in ``client_env``; the tracker's address, the params (the job's args less every secret
     one: by name, by shape, a URL with a password), the tags (rtjob's, MLflow's standard ones, the git checkout of
-    ``working_dir``) and where the setting came from (``render --explain``)."""
+    ``working_dir``) and where the setting came from (``render --explain``). A tracker's token in ``job_env`` (the
+    job's env_vars, `--env` included) is refused in one line: it is a `secrets:` entry's to carry, as env_vars
+    travel in Ray's job info."""
     source = shown
     if tracking is None and settings is not None and settings.get("tracking") is not None:
         tracking, source = Tracking.model_validate(settings.get("tracking")), settings.source("tracking")
@@ -89,6 +95,12 @@ def tracking_env(tracking: Tracking | None, args: dict[str, Any], job: str, back
         tracking, source = tracking_of_env(client_env), "MLFLOW_TRACKING_URI in this environment"
     if tracking is None:
         return {}
+    for tracker in ("mlflow", "wandb"):
+        for name in TOKENS[tracker] if getattr(tracking, tracker) is not None else ():
+            if name in (job_env or {}):
+                raise BadInput(f"{shown}: env_vars sets {name}, the {tracker} tracking's token: give it as a secrets: "
+                               f"entry ({name}: env:{name}, or aws-sm://, ssm://, file://), as env_vars travel in "
+                               "Ray's job info")
     params = {name: _text(value) for name, value in args.items() if not is_secret(name, _text(value))}
     user = _user()
     tags = {contract.META_JOB: job, "rtjob.backend": backend, "rtjob.user": user, "mlflow.user": user,
