@@ -22,9 +22,7 @@ Checkpoints, resume and metrics are those of ``training.ray_ddp``.
 from __future__ import annotations
 
 import argparse
-import io
 import logging
-import os
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -36,10 +34,10 @@ import ray.train.torch
 import torch
 
 from . import checkpoint, data, loop, options, ray_ddp
+from .image_rows import IMAGE, LABEL, decode_batch, label_from_folder
 
 log = logging.getLogger(__name__)  # worker lines via logging: Ray Train V2 doubles print() (see ray_ddp)
 
-IMAGE, LABEL = "image", "label"
 BLOCKS = 8  # blocks of an in-memory dataset: enough to split and stream, few enough to be cheap
 
 
@@ -71,43 +69,6 @@ def from_tensors(dataset: torch.utils.data.TensorDataset) -> ray.data.Dataset:
     for xs, ys in zip(np.array_split(x.numpy(), BLOCKS), np.array_split(y.numpy(), BLOCKS), strict=True):
         tables.append(pa.table({IMAGE: ArrowTensorArray.from_numpy(np.ascontiguousarray(xs)), LABEL: pa.array(ys)}))
     return ray.data.from_arrow(tables)
-
-
-def _normalise(pixels: np.ndarray) -> np.ndarray:
-    """(N, 28, 28) / (N, 784) / (N, 1, 28, 28) pixels -> (N, 1, 28, 28) float32, MNIST-normalised."""
-    images = pixels.reshape(len(pixels), data.IN_CHANNELS, data.IMAGE_SIZE, data.IMAGE_SIZE)
-    if images.dtype == np.uint8:
-        return ((images.astype(np.float32) / 255.0 - data.MNIST_MEAN) / data.MNIST_STD).astype(np.float32)
-    return images.astype(np.float32)
-
-
-def _decode(encoded: bytes) -> np.ndarray:
-    from PIL import Image
-
-    image = Image.open(io.BytesIO(encoded)).convert("L")
-    if image.size != (data.IMAGE_SIZE, data.IMAGE_SIZE):
-        image = image.resize((data.IMAGE_SIZE, data.IMAGE_SIZE))
-    return np.asarray(image, dtype=np.uint8)
-
-
-def decode_batch(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Parquet rows -> normalised image tensors and int64 labels."""
-    column = batch[IMAGE]
-    first = column[0] if len(column) else None
-    if isinstance(first, dict):  # Hugging Face image feature: {"bytes": ..., "path": ...}
-        pixels = np.stack([_decode(item["bytes"]) for item in column])
-    elif isinstance(first, (bytes, bytearray)):
-        pixels = np.stack([_decode(item) for item in column])
-    elif column.dtype == object:  # variable-length lists of pixel values
-        pixels = np.stack([np.asarray(item) for item in column])
-    else:
-        pixels = column
-    return {IMAGE: _normalise(np.asarray(pixels)), LABEL: np.asarray(batch[LABEL], dtype=np.int64)}
-
-
-def label_from_folder(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    labels = [int(os.path.basename(os.path.dirname(path))) for path in batch["path"]]
-    return {IMAGE: _normalise(np.asarray(batch[IMAGE])), LABEL: np.asarray(labels, dtype=np.int64)}
 
 
 def _format_of(uri: str) -> str:
@@ -261,7 +222,7 @@ def build_trainer(args: argparse.Namespace) -> ray.train.torch.TorchTrainer:
     train, val, describe = build_datasets(args)
     if must_materialize(args):
         train, val = train.materialize(), val.materialize()
-    # --data-uri images are decoded as 1x28x28 grayscale (see _decode / read_location): an MNIST-shaped model.
+    # --data-uri images are decoded as 1x28x28 grayscale (see image_rows.decode_batch / read_location): an MNIST-shaped model.
     shape_of = args.dataset if args.data_uri is None else "mnist"
     extra = {"shuffle_buffer": args.shuffle_buffer, "describe": describe, "dataset": shape_of}
     return ray_ddp.build_trainer(args, train_loop_per_worker, extra, datasets={"train": train, "val": val},
@@ -282,26 +243,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ERROR: {error}", file=sys.stderr, flush=True)
         return 1
     return ray_ddp.fit(args, trainer)
-
-
-def export_parquet(dataset: torch.utils.data.TensorDataset, folder: str, rows_per_file: int = 512) -> None:
-    """Write a normalised TensorDataset as Parquet (PNG bytes + label), the layout --data-uri reads."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-    from PIL import Image
-
-    os.makedirs(folder, exist_ok=True)
-    x, y = dataset.tensors
-    pixels = ((x * data.MNIST_STD + data.MNIST_MEAN).clamp(0, 1) * 255).round().to(torch.uint8).squeeze(1).numpy()
-    for part, start in enumerate(range(0, len(pixels), rows_per_file)):
-        encoded = []
-        for image in pixels[start:start + rows_per_file]:
-            buffer = io.BytesIO()
-            Image.fromarray(image, mode="L").save(buffer, format="PNG")
-            encoded.append(buffer.getvalue())
-        table = pa.table({IMAGE: pa.array(encoded, pa.binary()),
-                          LABEL: pa.array(y[start:start + rows_per_file].numpy(), pa.int64())})
-        pq.write_table(table, os.path.join(folder, f"part-{part:05d}.parquet"))
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def test_data_resnet_trains_from_parquet_in_s3_and_checkpoints_there(cluster_env
     server (the endpoint and keys reach the job as for storage), trains, and checkpoints to S3."""
     sys.path.insert(0, str(REPO))
     from training import data
-    from training.ray_data_ddp import export_parquet
+    from training.image_rows import export_parquet
 
     train, val = data.load_datasets("synthetic", train_size=512, val_size=128)
     client = s3.client()

@@ -128,7 +128,7 @@ def test_parquet_export_decodes_back_to_the_same_images(tmp_path):
     import pyarrow.parquet as pq
 
     from training import data
-    from training.ray_data_ddp import decode_batch, export_parquet
+    from training.image_rows import decode_batch, export_parquet
 
     train, _ = data.load_datasets("synthetic", train_size=40, val_size=8)
     export_parquet(train, str(tmp_path / "train"), rows_per_file=16)

@@ -1,5 +1,5 @@
-"""Budgets the tree keeps (issues 35 and 43, docs/ARCHITECTURE.md): every module of rtjob (cli/rtjob/**) and of
-the contract (rtjob_contract/) stays under 300 lines, so a reader finds each actor, use case or adapter in one module
+"""Budgets the tree keeps (issues 35 and 43, docs/ARCHITECTURE.md): every module of rtjob (cli/rtjob/**), of the
+contract (rtjob_contract/), of the entrypoints (training/), the benchmarks and the tools stays under 300 lines, so a reader finds each actor, use case or adapter in one module
 of a size one can read.
 
 The modules that were larger when the budget reached the whole tree are listed with their line count then as a
@@ -14,7 +14,7 @@ import pytest
 from support.cli import REPO
 
 BUDGET = 300  # lines a module may have
-PACKAGES = [REPO / "cli" / "rtjob", REPO / "rtjob_contract"]
+PACKAGES = [REPO / "cli" / "rtjob", REPO / "rtjob_contract", REPO / "training", REPO / "benchmarks", REPO / "tools"]
 # Over the budget when it reached every package (2026-12-02): split them along what they hold, then lower or drop
 # the entry. Never raise a ceiling, never add an entry.
 CEILINGS = {
@@ -34,6 +34,13 @@ CEILINGS = {
     "cli/rtjob/commands/runs.py": 351,
     "cli/rtjob/storage/obstore_engine.py": 322,
     "cli/rtjob/jobspec/schema.py": 347,
+    # the benchmarks, when the budget reached them (2026-12-07; training/ and tools/ were under it by then)
+    "benchmarks/run.py": 946,
+    "benchmarks/gpu_bench.py": 420,
+    "benchmarks/pull_bench.py": 385,
+    "benchmarks/queue_bench.py": 330,
+    "benchmarks/ddp_vs_torchrun.py": 321,
+    "benchmarks/loglat_bench.py": 316,
 }
 
 
@@ -52,7 +59,8 @@ def _lines(module: Path) -> int:
 def test_the_budget_walks_the_whole_tree() -> None:
     names = {_name(p) for p in _modules()}
     assert len(names) > 150  # a moved package would pass the budget vacuously
-    assert {"cli/rtjob/main.py", "cli/rtjob/runside/companion.py", "rtjob_contract/__init__.py"} <= names
+    assert {"cli/rtjob/main.py", "cli/rtjob/runside/companion.py", "rtjob_contract/__init__.py",
+            "training/ray_ddp.py", "benchmarks/run.py", "tools/import_rooms.py"} <= names
 
 
 @pytest.mark.parametrize("module", _modules(), ids=_name)
