@@ -300,10 +300,10 @@ def test_merge_keeps_the_higher_ranked_end(mine_by: str | None, stored_by: str |
 def test_stale_and_forgotten_are_the_readers_verdicts() -> None:
     r = record(RunStatus.RUNNING)
     r.carried_by, r.last_seen = "companion", "2020-01-01T00:00:00+00:00"
-    assert lifecycle.stale(r) == "its companion was last seen 2020-01-01T00:00:00Z"
+    assert r.stale_why() == "its companion was last seen 2020-01-01T00:00:00Z"
     assert r.to_run_info().status == RunStatus.UNKNOWN and r.status == "RUNNING"  # never written
     assert "its end was never recorded" in (lifecycle.forgotten(r) or "")
-    assert lifecycle.stale(record(RunStatus.FAILED)) is None and lifecycle.forgotten(record(RunStatus.FAILED)) is None
+    assert record(RunStatus.FAILED).stale_why() is None and lifecycle.forgotten(record(RunStatus.FAILED)) is None
 
 
 # -- the one writer call ------------------------------------------------------------------------------------------

@@ -142,8 +142,8 @@ class RunRecord:
         }
 
     def stale_why(self, seconds: float = STALE_S, now: dt.datetime | None = None) -> str | None:
-        """lifecycle.stale: why a run not ended whose run side was not seen for ``seconds`` (before ``now``) is
-        UNKNOWN, or None."""
+        """The reader's verdict on a run not ended whose run side was not seen for ``seconds`` (before ``now``): why
+        it is UNKNOWN (one line), or None. Never written: the run may still be alive."""
         if self.run_status.terminal or not self.carried_by or not self.last_seen:
             return None
         if not _older_than(self.last_seen, seconds, now):

@@ -19,7 +19,7 @@ rtjob_contract only: the cluster imports it (the companion and the supervisor).
 from __future__ import annotations
 
 from .ends import Archive, Archived, Ended, GaveUp, PipelineEnded, Progressed
-from .kernel import IndexPort, RecordPort, RunPorts, blank, forgotten, merge, stale, write
+from .kernel import IndexPort, RecordPort, RunPorts, blank, forgotten, merge, write
 from .queued import ADMITTED, Admitted, Cancelled, Queued, was_admitted
 from .rules import (
     END_FIELDS,
@@ -53,4 +53,4 @@ __all__ = ["ADMITTED", "END_FIELDS", "ENDS", "LATEST_LOG", "PRECEDENCE", "TABLE"
            "Cancelled", "EarlierAttempt", "Ended", "GaveUp", "IllegalTransition", "IndexPort", "KeptEnd", "Outputs", "PipelineEnded",
            "Progressed", "Queued", "RecordPort", "Retrying", "Rule", "RunPorts", "Saved", "Stages", "Started", "Submitted", "Tracked",
            "Writer", "apply", "blank", "earlier", "ended_by_run_side", "forgotten", "last_attempt", "merge", "rank",
-           "stale", "table_markdown", "was_admitted", "write"]
+           "table_markdown", "was_admitted", "write"]

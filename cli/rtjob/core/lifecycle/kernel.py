@@ -1,6 +1,6 @@
 """The one writer call (``write``: the record, then the index entry, then the notification), the record made where
 none is stored (``blank``), two writers' versions of one record as one (``merge``) and the readers' verdicts
-that are never written (``stale``, ``forgotten``)."""
+that are never written (``forgotten``; a stale run: ``RunRecord.stale_why``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import rtjob_contract as contract
 
 from .. import clock
 from ..model import RunStatus, stamp
-from ..record import STALE_S, RunRecord
+from ..record import RunRecord
 from . import timelines
 from .rules import END_FIELDS, TABLE, apply, rank
 
@@ -138,13 +138,6 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
         merged.attempts = stored.attempts  # the run side's account of its attempts, where this writer has fewer
     timelines.derive(merged)
     return merged
-
-
-def stale(record: RunRecord, seconds: float = STALE_S) -> str | None:
-    """The reader's verdict on a run not ended whose run side was not seen for ``seconds``: why its state is
-    UNKNOWN (one line), or None when it is not stale. Never written: the run may still be alive. (Computed by the
-    record itself, whose to_run_info every reader prints: core/record.py cannot import this package.)"""
-    return record.stale_why(seconds)
 
 
 def forgotten(record: RunRecord) -> str | None:
