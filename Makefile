@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: install ui-assets browser bytecode demo test test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean mlflow-server wandb-sdk
+.PHONY: install ui-assets browser bytecode demo test test-prep test-unit test-e2e test-gpu lint docs-cli bench bench-gpu clean mlflow-server wandb-sdk
 
 # rtjob ui's chart library, from the committed web/package-lock.json (npm ci), copied into the package's static
 # folder (git-ignored, shipped as package data; a build without it, e.g. `pip install .` without npm, leaves it out
@@ -79,6 +79,12 @@ docs-cli:
 bytecode: install
 	$(BIN)/python -m compileall -q cli/rtjob rtjob_contract training tests/support
 
+# What `make test` needs, side by side (rtjob's venv, the tracking tests' venvs and the browser are independent
+# installs, mostly waiting on the network and the disk; lint and bytecode follow rtjob's venv): a clean clone's
+# set-up in about the time of rtjob's own install and lint, instead of every step in turn.
+test-prep:
+	@$(MAKE) --no-print-directory -j4 --output-sync=target lint browser bytecode mlflow-server wandb-sdk
+
 # pytest exits 5 when it collected no tests: a failure here, like any non-zero code.
 # The fast tests first (no cluster, about a minute; 2 pytest-xdist workers, one file each: module fixtures run once;
 # in a shuffled order, pytest-randomly: a fixed seed, so CI is repeatable; `make test-unit UNIT_SEED=N`
@@ -87,7 +93,7 @@ bytecode: install
 # starts its own shared cluster and S3 servers; see tests/conftest.py).
 # GPU-only tests carry the `gpu` marker (tests/gpu): deselected here, run by `make test-gpu` on a GPU machine.
 UNIT_SEED ?= 20261127
-test: lint browser bytecode mlflow-server wandb-sdk
+test: test-prep
 	@echo "unit tests in a shuffled order: UNIT_SEED=$(UNIT_SEED)"
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -p randomly --randomly-seed=$(UNIT_SEED) -n 2 --dist loadfile tests/unit
 	$(BIN)/python -m pytest -q -ra -m "not gpu" -n 2 --dist loadfile --durations=25 tests/e2e
