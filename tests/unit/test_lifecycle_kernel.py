@@ -297,6 +297,34 @@ def test_merge_keeps_the_higher_ranked_end(mine_by: str | None, stored_by: str |
         assert (merged.status, merged.message) == (mine.value, "mine")
 
 
+STARTS = [None, "2026-12-07T10:00:01.500+00:00", "2026-12-07T10:00:03Z", "2026-12-07T10:00:02.250+00:00", "junk"]
+
+
+@given(mine_start=st.sampled_from(STARTS), stored_start=st.sampled_from(STARTS),
+       mine_by=st.sampled_from([None, "client", "companion"]), stored_by=st.sampled_from([None, "client", "companion"]))
+def test_the_runs_start_is_the_earliest_known_whichever_writer_came_last(
+        mine_start: str | None, stored_start: str | None, mine_by: str | None, stored_by: str | None) -> None:
+    """A client's archive (Ray's start of the attempt it saw) never moves the start the run side wrote, nor the
+    reverse: both orders of one merge give one start, the earliest readable one."""
+    a, b = record(RunStatus.SUCCEEDED, mine_by), record(RunStatus.SUCCEEDED, stored_by)
+    a.start_time, b.start_time = mine_start, stored_start
+    readable = sorted({t for t in (mine_start, stored_start) if t and t != "junk"},
+                      key=lambda t: t.replace("Z", "+00:00"))
+    assert lifecycle.merge(a, b).start_time == lifecycle.merge(b, a).start_time == (readable[0] if readable else None)
+
+
+def test_a_retrys_later_start_seen_by_a_client_never_moves_the_runs_start() -> None:
+    from rtjob.core.model import RunInfo
+
+    r = record(RunStatus.RUNNING)
+    r.start_time = "2026-12-07T10:00:01.500+00:00"  # its first attempt's, as the run side wrote it
+    r.observe(RunInfo("r1", "job", "ray", RunStatus.SUCCEEDED, start_time="2026-12-07T10:00:40Z"))
+    assert r.start_time == "2026-12-07T10:00:01.500+00:00" and r.status == "SUCCEEDED"
+    fresh = record(RunStatus.PENDING)
+    fresh.observe(RunInfo("r1", "job", "ray", RunStatus.RUNNING, start_time="2026-12-07T10:00:40Z"))
+    assert fresh.start_time == "2026-12-07T10:00:40Z"  # none known before: the backend's
+
+
 def test_stale_and_forgotten_are_the_readers_verdicts() -> None:
     r = record(RunStatus.RUNNING)
     r.carried_by, r.last_seen = "companion", "2020-01-01T00:00:00+00:00"

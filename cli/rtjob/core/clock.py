@@ -20,3 +20,15 @@ def parse(when: str) -> dt.datetime:
     """A recorded time back as an aware datetime (a naive one is UTC: rtjob records UTC; "Z" is accepted)."""
     moment = dt.datetime.fromisoformat(when.replace("Z", "+00:00"))
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=dt.timezone.utc)
+
+
+def earliest(*stamps: str | None) -> str | None:
+    """The earliest of recorded times as it was written (None and unreadable ones skipped; None if none is left):
+    a run's start whoever saw it first, the same whichever order its writers came in."""
+    known: list[tuple[dt.datetime, str]] = []
+    for stamp in filter(None, stamps):
+        try:
+            known.append((parse(stamp), stamp))
+        except ValueError:
+            continue
+    return min(known, key=lambda pair: pair[0])[1] if known else None

@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from . import clock
 from .errors import BadInput
 from .model import RunInfo, RunStatus, stamp
 
@@ -173,7 +174,7 @@ class RunRecord:
         self.message = redact(info.message, info.secrets) if info.message is not None else self.message
         self.address = mask_url(info.address) if info.address else self.address
         self.exit_code = info.exit_code if info.exit_code is not None else self.exit_code
-        self.start_time = info.start_time or self.start_time
+        self.start_time = clock.earliest(self.start_time, info.start_time)  # a retry's never moves it
         self.end_time = info.end_time or self.end_time
         self.storage_uri = self.storage_uri or info.storage_uri
         self.storage_endpoint = self.storage_endpoint or info.storage_endpoint
@@ -189,8 +190,6 @@ class RunRecord:
 
 
 def _older_than(when: str, seconds: float, now: dt.datetime | None = None) -> bool:
-    from . import clock
-
     try:
         stamp = clock.parse(when)
     except ValueError:

@@ -111,13 +111,15 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
     """``mine`` (a writer's whole record) to be written over ``stored`` (the version in storage): an end of a
     higher rank is never replaced (each end field it set stays; one it left empty this writer may fill), an end
     already written stays written, each attempt's timeline the union of both (within an attempt the earliest time
-    of a stage; attempts never mixed), ``last_seen`` the latest and ``carried_by`` kept; a run-side status newer
-    than mine (RUNNING over a client's PENDING) too."""
+    of a stage; attempts never mixed), ``last_seen`` the latest, the run's start the earliest (a client's archive
+    never moves the run side's), ``carried_by`` kept; a run-side status newer than mine (RUNNING over a client's
+    PENDING) too."""
     if stored is None:
         return mine
     merged = dataclasses.replace(mine, timelines=timelines.merged(_per_attempt(mine), _per_attempt(stored)))
     merged.last_seen = max(filter(None, (mine.last_seen, stored.last_seen)), default=None)
     merged.carried_by = mine.carried_by or stored.carried_by
+    merged.start_time = clock.earliest(mine.start_time, stored.start_time)  # whichever writer came last
     merged.tracking = _newer_tracking(mine.tracking, stored.tracking)
     if rank(stored.completed_by) > rank(mine.completed_by):
         for name in END_FIELDS:  # my message, written in another state than this end's, is not this end's words
@@ -131,7 +133,6 @@ def merge(mine: RunRecord, stored: RunRecord | None) -> RunRecord:
     elif not merged.run_status.terminal and stored.run_status == RunStatus.RUNNING \
             and merged.run_status in (RunStatus.QUEUED, RunStatus.PENDING, RunStatus.UNKNOWN):
         merged.status = stored.status  # the companion saw it start; a client's PENDING is older news
-        merged.start_time = merged.start_time or stored.start_time
     elif merged.run_status == RunStatus.QUEUED and "admitted" in stored.timeline and not stored.run_status.terminal:
         merged.status = stored.status  # its keeper admitted it: a client's QUEUED is older news
     if len(stored.attempts) > len(merged.attempts):
