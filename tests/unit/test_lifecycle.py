@@ -129,6 +129,36 @@ def test_follow_to_end_follows_a_retry_and_archives_the_end() -> None:
     assert record.train_storage == ["/storage/r1-2-own", "/storage/other"]
 
 
+class LaterRetry(Scripted):
+    """r1's retry r1-2 starts 30 s after r1 did, as Ray reports a retried run's latest attempt."""
+
+    def status(self, run_id: str) -> RunInfo:
+        info = super().status(run_id)
+        info.start_time = "2026-11-25T10:00:30+00:00" if run_id == "r1-2" else info.start_time
+        info.message = "Job finished successfully." if info.status.terminal else None
+        return info
+
+
+def test_the_end_a_follow_prints_is_the_verdicts_the_whole_runs_not_the_backends_last_answer() -> None:
+    """`wait` and `submit`: the end they print and return is core/verdict's of the archived record (the run's start
+    its first attempt's, so the duration is the whole run's), as `status` says it, not Ray's answer for the retry."""
+    from rtjob.core.verdict import said, verdict
+    from rtjob.runs.memory import keep
+
+    # The run as its first attempt's start left it (the run side's Started; here in this machine's ledger).
+    keep(RunRecord(id="r1", job="count", backend="scripted", status="RUNNING", start_time="2026-11-25T10:00:00+00:00"),
+         Heard())  # type: ignore[arg-type]
+    heard, backend = Heard(), LaterRetry()
+    followed = follow_to_end(backend, "r1", out=None, timeout_s=None, stop_on_interrupt=False,  # type: ignore[arg-type]
+                             events=heard)
+    assert isinstance(followed, Ended) and followed.run.status == RunStatus.SUCCEEDED
+    assert followed.run.start_time == "2026-11-25T10:00:00+00:00", followed.run  # not the retry's 10:00:30
+    assert followed.run.attempts == 2 and followed.run.reason == "completed"
+    record = _ledger_record("r1")
+    assert record is not None and record.start_time == "2026-11-25T10:00:00+00:00"
+    assert said(followed.run)["duration_s"] == verdict(record).duration_s == 60.0
+
+
 @pytest.mark.parametrize("stop_on_interrupt", [True, False])
 def test_ctrl_c_stops_the_run_or_leaves_it_running(stop_on_interrupt: bool) -> None:
     heard, backend = Heard(), Scripted(interrupt_at=2)

@@ -25,6 +25,7 @@ from ...core import lifecycle
 from ...core.errors import RtjobError, WaitTimeout
 from ...core.lifecycle import Writer
 from ...core.model import RunInfo, RunStatus
+from ...core.verdict import verdict
 from ..events import stop_begins
 from .archive import observe
 from .logtail import LinePrinter, tail_forever
@@ -100,8 +101,8 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         observe(backend, info, events, run_id=run_id)  # archived STOPPED
         return Ended(info, stopped=True)
     record = None if read_only else observe(backend, info, events, run_id=run_id)  # archived: end, logs saved
-    if record is not None and record.outputs is not None:
-        info.outputs = record.outputs  # "outputs not stored" is an environment fault: exit 3, not the run's
+    if record is not None:  # the end as every view says it: the run side's words, outputs (exit 3), whole duration
+        info = verdict(record, None, info).onto(info)
     events.ended(info)
     if info.status == RunStatus.FAILED:
         from .diagnosis import diagnose
