@@ -23,7 +23,8 @@ def body(step: str, working_dir: str, *modules: str) -> dict[str, Any]:
     return {"submission_id": f"{PID}-{step}", "entrypoint": f"python -m rtjob.runside.companion 'python {step}.py'",
             "runtime_env": {"working_dir": working_dir, "py_modules": list(modules),
                             "env_vars": {contract.ENV_RUN_NAME: f"{PID}-{step}", contract.ENV_STEP_NAME: step,
-                                         "AWS_ACCESS_KEY_ID": "AKIAX", contract.ENV_NOTIFY: "{}"}},
+                                         "AWS_ACCESS_KEY_ID": "AKIAX", contract.ENV_NOTIFY: "{}",
+                                         contract.ENV_TIME_LIMIT_S: "600", contract.ENV_COMPANION: "1"}},
             "metadata": {contract.META_STORAGE: f"s3://b/runs/p-{step}/{PID}-{step}"}, "entrypoint_num_cpus": 0,
             "job_file": "jobs/p.yaml"}
 
@@ -57,6 +58,7 @@ def test_the_supervisor_request_carries_every_step_and_references_every_package(
     assert env[contract.ENV_RUN_URI] == f"s3://b/runs/p/{PID}" and env[contract.ENV_PIPELINE_ID] == PID
     assert env["AWS_ACCESS_KEY_ID"] == "AKIAX" and contract.ENV_NOTIFY in env  # the record's and the message's
     assert contract.ENV_RUN_NAME not in env and contract.ENV_STEP_NAME not in env
+    assert contract.ENV_TIME_LIMIT_S not in env and contract.ENV_COMPANION not in env  # a step's own, as on Anyscale
     assert request.metadata[contract.META_ROLE] == contract.ROLE_SUPERVISOR
     assert request.metadata[contract.META_SUPERVISES] == PID
 

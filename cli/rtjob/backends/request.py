@@ -8,7 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import rtjob_contract as contract
+
 R = TypeVar("R", bound="Request")
+# A pipeline step's own variables: the pipeline's supervisor, which starts from its first step's env (the storage
+# credentials, the notify targets), leaves them out on either backend.
+STEP_ONLY_ENV = (contract.ENV_COMPANION, contract.ENV_RUN_NAME, contract.ENV_STEP_NAME, contract.ENV_INPUT_URI,
+                 contract.ENV_STEP_URIS, contract.ENV_RUN_DIR, contract.ENV_TIME_LIMIT_S)
 
 Log = Callable[[str], None]
 

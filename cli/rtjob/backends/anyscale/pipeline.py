@@ -30,14 +30,12 @@ import rtjob_contract as contract
 from ...core.errors import BadInput
 from ...jobspec.pricing import compute_config_cost
 from ..packaging import companion_modules
+from ..request import STEP_ONLY_ENV
 from .request import AnyscaleJobRequest, build_checked
 
 # What all steps of one pipeline share on Anyscale (one job, one cluster), with how a person names it.
 SHARED = (("compute_config", "compute config"), ("image_uri", "image"), ("cloud", "cloud"), ("project", "project"),
           ("working_dir", "working dir"))
-# The step's own env, not the supervisor's.
-STEP_ONLY_ENV = (contract.ENV_COMPANION, contract.ENV_RUN_NAME, contract.ENV_STEP_NAME, contract.ENV_INPUT_URI,
-                 contract.ENV_STEP_URIS, contract.ENV_RUN_DIR, contract.ENV_TIME_LIMIT_S)
 
 
 def _step_name(config: dict[str, Any]) -> str:

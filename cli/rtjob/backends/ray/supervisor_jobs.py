@@ -20,6 +20,7 @@ import rtjob_contract as contract
 from ...core.lifecycle import ENDS
 from ...core.model import SubmitResult
 from ...core.retry_rule import retries_left
+from ..request import STEP_ONLY_ENV
 from .client import RayJobsAPI
 from .request import RayJobRequest
 from .retries import RayRetries, attempt_of, max_retries_of, retry_reason
@@ -174,8 +175,7 @@ def pipeline_supervisor_request(pipeline_id: str, pipeline_uri: str | None, job:
         runtime_env["py_modules"] = modules
     # The first step's env: the storage credentials and the notify targets the pipeline's record and message need.
     env = {k: str(v) for k, v in ((bodies[0].get("runtime_env") or {}).get("env_vars") or {}).items()} if bodies else {}
-    for step_only in (contract.ENV_COMPANION, contract.ENV_RUN_NAME, contract.ENV_STEP_NAME, contract.ENV_INPUT_URI,
-                      contract.ENV_STEP_URIS, contract.ENV_RUN_DIR):
+    for step_only in STEP_ONLY_ENV:
         env.pop(step_only, None)
     env[contract.ENV_JOB_NAME] = job
     env[contract.ENV_PIPELINE_ID] = pipeline_id
