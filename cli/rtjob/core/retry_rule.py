@@ -5,12 +5,16 @@ client that follows (``submit``, ``wait``: backends/ray/retries.py) and the supe
 Each translates what it saw (the child's exit, the Jobs API's dict) into an ``AttemptEnd``; the rule itself is
 written once. Retried: a *lost driver* (its node or supervisor was lost, or the entrypoint was killed by SIGKILL or
 SIGTERM: the OOM killer, a node shutdown, a preemption). Never retried: any other end, a stop, the job's own time
-limit. Stdlib only: the cluster imports it.
+limit. Stdlib and rtjob_contract only: the cluster imports it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import rtjob_contract as contract
 
 FAILED = "FAILED"
 # Exit codes of an entrypoint killed by a signal: -N from the child itself, 128 + N through the shell.
@@ -46,3 +50,19 @@ def retry_reason(end: AttemptEnd) -> str | None:
 def retries_left(attempt: int, max_retries: int) -> bool:
     """Whether attempt number ``attempt`` (1: the first) may be followed by another under ``max_retries``."""
     return attempt <= max_retries
+
+
+def attempt_number(metadata: Mapping[str, Any]) -> int:
+    """The attempt number rtjob's metadata of a job gives (1: the first, or none said)."""
+    try:
+        return int(metadata.get(contract.META_ATTEMPT) or 1)
+    except (TypeError, ValueError):
+        return 1
+
+
+def max_retries(metadata: Mapping[str, Any]) -> int:
+    """The job's max_retries as rtjob's metadata of it gives (0: none said)."""
+    try:
+        return int(metadata.get(contract.META_MAX_RETRIES) or 0)
+    except (TypeError, ValueError):
+        return 0

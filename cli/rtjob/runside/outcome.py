@@ -23,7 +23,7 @@ from ..core.lifecycle import Writer
 from ..core.model import RunStatus
 from ..core.record import RunRecord
 from ..core.redact import redact
-from ..core.retry_rule import AttemptEnd, killed_by, retries_left, retry_reason
+from ..core.retry_rule import AttemptEnd, attempt_number, killed_by, max_retries, retries_left, retry_reason
 from ..storage.run_ports import run_ports
 from .train_phases import event_times
 
@@ -136,10 +136,7 @@ class Outcome:
     # -- writes: each a transition of the lifecycle kernel, through its one writer call ---------------------
     def _number(self) -> int:
         """This attempt's number (1: the first), from rtjob's metadata in Ray's job config."""
-        try:
-            return int(job_metadata(self.env).get(contract.META_ATTEMPT) or 1)
-        except (ValueError, TypeError):
-            return 1
+        return attempt_number(job_metadata(self.env))
 
     def _write(self, transitions: list[Any], *, indexed: bool,
                tell: Callable[[RunRecord], None] | None = None) -> None:
@@ -223,10 +220,7 @@ class Outcome:
         self._write(change, indexed=True, tell=None if retry_due else lambda record: self._notify(record, secrets))
 
     def _max_retries(self) -> int:
-        try:
-            return int(job_metadata(self.env).get(contract.META_MAX_RETRIES) or 0)
-        except (ValueError, TypeError):
-            return 0
+        return max_retries(job_metadata(self.env))
 
     def _metrics(self) -> dict[str, Any] | None:
         from ..storage.records import metrics_summary

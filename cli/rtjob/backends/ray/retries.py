@@ -35,14 +35,13 @@ import rtjob_contract as contract
 from ...core import retry_rule as rule
 from ...core.errors import RunFailed
 from ...core.model import Attempt, Attempts, RunInfo, SubmitResult
-from ...core.retry_rule import AttemptEnd
+from ...core.retry_rule import AttemptEnd, attempt_number, max_retries
 from ..base import Retry
 from .client import RayJobsAPI
 from .request import RayJobRequest, time_limit_of
 
 META_ATTEMPT = contract.META_ATTEMPT
 META_PARENT = contract.META_PARENT
-META_MAX_RETRIES = contract.META_MAX_RETRIES
 SUFFIX = "-retry"
 MAX_ATTEMPTS = 101  # the schema caps max_retries at 100
 # Ray's error types that mean the driver's supervisor (and with it, possibly its node) was lost.
@@ -78,10 +77,7 @@ def retry_reason(data: dict[str, Any]) -> str | None:
 
 def attempt_of(data: dict[str, Any] | None) -> int:
     """The attempt number of a Ray job (rtjob's metadata; 1: the first)."""
-    try:
-        return int(((data or {}).get("metadata") or {}).get(META_ATTEMPT, 1))
-    except ValueError:
-        return 1
+    return attempt_number((data or {}).get("metadata") or {})
 
 
 def root_id(run_id: str, data: dict[str, Any] | None) -> str:
@@ -96,10 +92,7 @@ def attempt_id(root: str, attempt: int) -> str:
 
 
 def max_retries_of(data: dict[str, Any] | None) -> int:
-    try:
-        return int(((data or {}).get("metadata") or {}).get(META_MAX_RETRIES, 0))
-    except ValueError:
-        return 0
+    return max_retries((data or {}).get("metadata") or {})
 
 
 class RayRetries:
@@ -138,11 +131,7 @@ class RayRetries:
         chain = self.chain_of(run_id)
         data = self.api.job(run_id) or {}
         meta = data.get("metadata") or {}
-        try:
-            attempt = int(meta.get(META_ATTEMPT, 1))
-        except ValueError:
-            attempt = 1
-        return Attempts(chain, max_retries_of(data), attempt, meta.get(META_PARENT))
+        return Attempts(chain, max_retries(meta), attempt_number(meta), meta.get(META_PARENT))
 
     def decide_and_resubmit(self, run_id: str, local: RayJobRequest | None) -> Retry:
         """After ``run_id`` FAILED: retriable? retries left? then submit (or attach to) the next attempt."""
