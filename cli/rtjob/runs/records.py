@@ -17,11 +17,6 @@ if TYPE_CHECKING:
     from .runner import Plan
 
 
-def now() -> str:
-    """A record's timestamps: core/clock's, to the second."""
-    return clock.now_iso("seconds")
-
-
 def now_ms() -> str:
     """The start-up timeline's stamps: core/clock's, to the millisecond (its stages are seconds apart)."""
     return clock.now_iso("milliseconds")
@@ -58,7 +53,7 @@ def new_record(planned: Plan, info: RunInfo, timeline: dict[str, str] | None = N
 
 def new_record_identity() -> dict[str, Any]:
     """Who submitted a run, from where, and when: the fields every new record starts with."""
-    return {"user": _user(), "host": socket.gethostname(), "submitted_at": now()}
+    return {"user": _user(), "host": socket.gethostname(), "submitted_at": clock.now_iso("seconds")}
 
 
 def _user() -> str | None:
