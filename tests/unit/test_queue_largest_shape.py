@@ -1,5 +1,5 @@
 """A growing cluster's largest shape (backends/ray/largest_shape.py): the head as it runs plus each worker node
-type at its max_workers, read from the autoscaling config that the monitor of this cluster names on its command
+type at its max_workers (held to the global one), read from the autoscaling config that the monitor of this cluster names on its command
 line (another cluster's monitor on the same machine is not it); unknown where a type lacks resources or a count;
 the queue's state keeps it, and a submit's check (queue/client.never_fits) says what the largest cluster is. The
 /proc here is a directory laid out as Linux's; the monitor's real one is read in tests/e2e/test_queue_autoscaler.py."""
@@ -38,6 +38,11 @@ def test_the_largest_shape_is_the_head_and_each_type_at_its_max_workers() -> Non
     assert largest(no_resources, HEAD) is None
     assert largest({**CONFIG, "max_workers": None}, HEAD) is None  # the cpu type's count is then unknown
     assert largest({}, HEAD) is None
+    # The global max_workers holds each type: one worker node at once here, so two GPU workers can never fit.
+    capped = largest({**CONFIG, "max_workers": 1}, HEAD)
+    assert capped == [HEAD, {"CPU": 8.0, "GPU": 1.0}, {"CPU": 2.0}], capped
+    assert fits(Shape(workers=1, per_worker={"GPU": 1.0}), capped or [])
+    assert not fits(Shape(workers=2, per_worker={"GPU": 1.0}), capped or [])
 
 
 def test_the_config_is_read_from_this_clusters_monitor_only(tmp_path: Path) -> None:

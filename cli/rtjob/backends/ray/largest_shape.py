@@ -5,11 +5,12 @@ Ray's monitor (the autoscaler) reads the cluster's autoscaling config from the f
 filled in from its instance type). Nothing in Ray reports that config to a client, so the keeper reads the same file,
 from the monitor of its own cluster (matched by the GCS port: one machine may run several clusters).
 
-The shape is the head node as it runs plus every worker node type at its ``max_workers``. The global ``max_workers``
-cap is not applied: the shape is an upper bound, so a run that does not fit it can truly never fit (one that fits
-it may still exceed the global cap). None where it cannot tell: no monitor of this cluster on this node (KubeRay
-runs its autoscaler in a container of its own), a config it cannot read, a node type without resources or
-max_workers.
+The shape is the head node as it runs plus every worker node type at its ``max_workers``, each type held to the
+global ``max_workers`` (the most worker nodes the cluster has at once, of all types together). It is an upper bound:
+every cluster the autoscaler can reach is part of it, so a run that does not fit it can truly never fit; with one
+worker type (the common config) it is exact, with several a run that fits it may still need more nodes than the
+global cap allows at once. None where it cannot tell: no monitor of this cluster on this node (KubeRay runs its
+autoscaler in a container of its own), a config it cannot read, a node type without resources or max_workers.
 
 Imports at module level: the stdlib (the keeper runs it on the cluster); yaml (Ray's dependency) inside."""
 
@@ -43,19 +44,20 @@ def monitor_config(gcs_port: int, proc: str = "/proc") -> Path | None:
 
 def largest(config: dict[str, Any], head: Node) -> list[Node] | None:
     """The nodes of the cluster at its largest: ``head`` (the head node's resources as it runs), then each
-    worker node type's resources ``max_workers`` times. None if a worker type lacks either."""
+    worker node type's resources ``max_workers`` times (at most the global ``max_workers``). None if a worker type
+    lacks either."""
     types = config.get("available_node_types")
     if not isinstance(types, dict) or not types:
         return None
-    nodes = [dict(head)]
+    nodes, cap = [dict(head)], config.get("max_workers")
     for name, kind in types.items():
         if name == config.get("head_node_type") or not isinstance(kind, dict):
             continue
-        resources, count = kind.get("resources"), kind.get("max_workers", config.get("max_workers"))
+        resources, count = kind.get("resources"), kind.get("max_workers", cap)
         if not isinstance(resources, dict) or not resources or not isinstance(count, int) or count < 0:
             return None
         node = {str(k): float(v) for k, v in resources.items() if isinstance(v, int | float)}
-        nodes += [dict(node) for _ in range(count)]
+        nodes += [dict(node) for _ in range(min(count, cap) if isinstance(cap, int) and cap >= 0 else count)]
     return nodes
 
 
