@@ -99,3 +99,19 @@ def test_wait_for_a_run_its_cluster_forgot_before_its_end_prints_the_record(caps
     doc = json.loads(out)
     assert code == 2 and doc["id"] == "gone1" and doc["status"] == "UNKNOWN"
     assert "its cluster no longer knows this run" in doc["error"] and f"rtjob: error: {doc['error']}" in err
+
+
+def test_wait_prints_the_verdict_that_status_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """One verdict: `wait -o json` of an ended run carries the same `verdict` as `status -o json` (its start, end,
+    duration, attempts, reason and line), from the record the wait archived."""
+    ToyBackend.runs["t1"] = dataclasses.replace(ToyBackend.runs["t1"], status=RunStatus.FAILED, exit_code=3,
+                                                end_time="2026-11-25T10:01:30.250+00:00",
+                                                message="the entrypoint exited with code 3")
+    code, out, err = main_captured(capsys, "wait", "t1", "--backend", "toy", "-o", "json")
+    assert code == 1, err
+    waited = json.loads(out)["verdict"]
+    code, out, err = main_captured(capsys, "status", "t1", "--backend", "toy", "-o", "json")
+    assert code == 0, err
+    assert waited == json.loads(out)["verdict"], (waited, out)
+    assert waited["duration_s"] == 90.25 and waited["reason"] == "script_failed"
+    assert waited["line"] == "the entrypoint exited with code 3"

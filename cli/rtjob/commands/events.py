@@ -111,11 +111,14 @@ def finish(followed: Followed | None) -> int:
 
 def print_followed(followed: Followed, output: str, known: RunInfo) -> int:
     """A single run followed to its end or as far as rtjob followed it: its -o json/yaml document (the run as last
-    seen, else as ``known``, with the error that ended the follow; the outcome line was told), its exit code."""
+    seen, else as ``known``, with the error that ended the follow; the outcome line was told), its exit code. The
+    document carries the run's ``verdict`` as `status -o json` does (an end: the archived record's)."""
     if output != "text":
+        from ..core.verdict import said
+
         run = followed.run if followed.run is not None else known
         error = followed_error(followed)
-        print_data({**run_json(run), **({"error": error} if error else {})}, output)
+        print_data({**run_json(run), "verdict": said(run), **({"error": error} if error else {})}, output)
     return finish(followed)
 
 
