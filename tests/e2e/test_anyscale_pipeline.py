@@ -219,8 +219,9 @@ def test_a_stop_reaches_the_steps_inside_the_anyscale_job_through_storage(
     api = JobsAPI(cluster_env)
     pid = new_id("anys")
     train = f"{pid}-train"
+    # step 1 trains far longer than the stop takes to reach it (however busy the machine): only the stop ends it
     code, _, err = cli(capsys, "submit", PIPELINE, "--backend", "anyscale", "--storage", f"s3://{BUCKET}/runs",
-                       "--forward-aws-credentials", "--submission-id", pid, "--no-wait")
+                       "--forward-aws-credentials", "--submission-id", pid, "--no-wait", "--set", "train.args.epochs=90")
     assert code == 0, err
     host(api, f"{pid}-supervisor", fake.submitted_job.config, fake.uploaded_dirs)
     wait_for(lambda: "epoch 1 trained" in (api.logs(train) if api.job(train) else ""), 180, "step 1 to train")
