@@ -57,7 +57,8 @@ def mlflow_stub(metrics_s: float = 0.0, existing: str | None = None) -> Iterator
     got: list[Call] = []
     answers = type("Answers", (_Answers,), {"got": got, "metrics_s": metrics_s, "existing": existing})
     server = ThreadingHTTPServer(("127.0.0.1", 0), answers)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # poll_interval: serve_forever checks for shutdown this often (0.5 s by default: each test's stop would wait it)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", got

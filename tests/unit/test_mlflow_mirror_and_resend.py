@@ -1,5 +1,5 @@
 """The MLflow mirror never in the run's way (runside/tracking/mirror.py) against a slow MLflow on loopback (a real
-HTTP server answering MLflow's REST calls, each metrics batch taking 0.4 s): the end's flush starts no call past
+HTTP server answering MLflow's REST calls, each metrics batch taking 0.2 s): the end's flush starts no call past
 its bound and says what is left with the command that sends it; a tick sends for at most TICK_S. And `rtjob track
 resend` for a run whose mirror never reached MLflow: the run created as the mirror would (tags, args as params),
 every row sent, the run's end set as MLflow's status."""
@@ -17,7 +17,7 @@ from rtjob.runside.tracking.mirror import MlflowMirror
 from rtjob.trackers.mlflow_rest import MlflowRest
 from support.mlflow_stub import Call, bodies, mlflow_stub
 
-BATCH_S = 0.4
+BATCH_S = 0.2
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def slow_mlflow() -> Iterator[tuple[str, list[Call]]]:
 
 def _mirror(url: str, folder: Path, notes: list[dict[str, Any]]) -> MlflowMirror:
     rows = "".join(json.dumps({"step": i, "time": 1.7e9 + i, "loss": 1.0 / (i + 1)}) + "\n" for i in range(5000))
-    (folder / "metrics.jsonl").write_text(rows)  # 5,000 metrics: 5 batches of 1,000, 2 s of MLflow's time
+    (folder / "metrics.jsonl").write_text(rows)  # 5,000 metrics: 5 batches of 1,000, 1 s of MLflow's time
     return MlflowMirror(MlflowRest(url), "rtjob", "r1", str(folder), lambda line: None, notes.append, params={},
                         tags={"rtjob.attempt": "1"})
 
@@ -43,7 +43,7 @@ def test_the_ends_flush_starts_no_call_past_its_bound_and_says_what_is_left(
     url, got = slow_mlflow
     notes: list[dict[str, Any]] = []
     mirror = _mirror(url, tmp_path, notes)
-    mirror.finish("SUCCEEDED", within_s=0.5)  # a batch started before 0.5 s may end after it; none starts later
+    mirror.finish("SUCCEEDED", within_s=0.3)  # a batch started before 0.3 s may end after it; none starts later
     assert _metric_batches(got) < 5
     said = notes[-1]["mlflow"]
     assert said["unsent"] == 5000 - said["sent"] > 0 and said["resend"] == "rtjob track resend r1"
