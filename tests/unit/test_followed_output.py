@@ -115,3 +115,51 @@ def test_wait_prints_the_verdict_that_status_prints(capsys: pytest.CaptureFixtur
     assert waited == json.loads(out)["verdict"], (waited, out)
     assert waited["duration_s"] == 90.25 and waited["reason"] == "script_failed"
     assert waited["line"] == "the entrypoint exited with code 3"
+
+
+def test_wait_of_an_ended_run_its_cluster_forgot_carries_the_verdict_that_status_prints(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The wait that answers from the run's record (its cluster no longer knows it) prints the same ``verdict`` as
+    `status -o json` of that run, as a followed end's document does."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    ledger().save(RunRecord(id="old1", job="count", backend="toy", status="FAILED", exit_code=1, archived=True,
+                            start_time="2026-11-25T10:00:00.000+00:00", end_time="2026-11-25T10:00:42.500+00:00",
+                            message="the entrypoint exited with code 1"))
+    code, out, err = main_captured(capsys, "wait", "old1", "--backend", "toy", "-o", "json")
+    assert code == 1 and "(from the run record)" in err, err
+    waited = json.loads(out)
+    code, out, err = main_captured(capsys, "status", "old1", "--backend", "toy", "-o", "json")
+    assert code == 0, err
+    assert waited["verdict"] == json.loads(out)["verdict"], (waited, out)
+    assert waited["verdict"]["duration_s"] == 42.5 and waited["verdict"]["status"] == waited["status"] == "FAILED"
+
+
+def test_wait_of_an_ended_pipeline_carries_the_verdict_that_status_prints(capsys: pytest.CaptureFixture[str]) -> None:
+    """A pipeline run's `wait -o json` and `stop -o json` head their documents as `status -o json` does: its
+    status, start, end and the whole ``verdict`` (its record's end, its steps as recorded)."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    steps = [{"name": "prep", "run_id": "pp1-prep"}, {"name": "train", "run_id": "pp1-train"}]
+    for name, end in (("prep", "10:00:30"), ("train", "10:02:00")):
+        ledger().save(RunRecord(id=f"pp1-{name}", job=name, backend="toy", status="SUCCEEDED", archived=True,
+                                pipeline="pp1", start_time="2026-11-25T10:00:00+00:00",
+                                end_time=f"2026-11-25T{end}+00:00"))
+    ledger().save(RunRecord(id="pp1", job="flow", backend="toy", status="SUCCEEDED", archived=True, steps=steps,
+                            start_time="2026-11-25T10:00:00+00:00", end_time="2026-11-25T10:02:00+00:00"))
+    code, out, err = main_captured(capsys, "wait", "pp1", "--backend", "toy", "-o", "json")
+    assert code == 0, err
+    waited = json.loads(out)
+    assert [(s["name"], s["run_id"], s["status"]) for s in waited["steps"]] == [
+        ("prep", "pp1-prep", "SUCCEEDED"), ("train", "pp1-train", "SUCCEEDED")]
+    code, out, err = main_captured(capsys, "status", "pp1", "--backend", "toy", "-o", "json")
+    assert code == 0, err
+    shown = json.loads(out)
+    assert waited["verdict"] == shown["verdict"] and waited["verdict"]["duration_s"] == 120
+    assert (waited["status"], waited["start_time"], waited["end_time"]) == (
+        shown["status"], shown["start_time"], shown["end_time"]) == (
+        "SUCCEEDED", "2026-11-25T10:00:00+00:00", "2026-11-25T10:02:00+00:00")
+    code, out, err = main_captured(capsys, "stop", "pp1", "--backend", "toy", "-o", "json")  # nothing left to stop
+    assert code == 0 and json.loads(out)["verdict"] == shown["verdict"], (out, err)

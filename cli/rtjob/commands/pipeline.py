@@ -4,7 +4,7 @@ prints."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import EXIT_FAILED, EXIT_SUCCEEDED
 from ..core.model import RunStatus, stamp
@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from ..backends.base import Backend
     from ..core.model import RunInfo
     from ..core.record import RunRecord
+    from ..core.verdict import Verdict
     from ..jobspec.settings import Settings
     from ..runs.lifecycle.follow import Followed
     from ..runs.lifecycle.supervisor_state import SupervisorState
@@ -113,23 +114,29 @@ def carrier_line(carrier: SupervisorState, run: RunStatus) -> str:
     return f"supervisor (ended with the run{seen})"
 
 
+def judged_json(record: RunRecord, judged: Verdict) -> dict[str, Any]:
+    """The head of every -o json document of a pipeline run (status, wait, stop): its id, its pipeline, and its
+    status, times and whole verdict as every view says them."""
+    return {"id": record.id, "pipeline": record.job, "status": judged.status.value, "verdict": judged.to_json(),
+            "start_time": judged.started, "end_time": judged.ended}
+
+
+def steps_json(steps: list[tuple[dict[str, Any], RunInfo | None]]) -> list[dict[str, Any]]:
+    """Each step of a pipeline run's document (wait, stop): its name, its run and that run's status."""
+    return [{"name": step.get("name"), "run_id": step.get("run_id"), "status": info.status.value if info else None}
+            for step, info in steps]
+
+
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str, repair: bool) -> int:
     """`rtjob status PIPELINE_ID`: the pipeline run and each step's run (from their records once its cluster is
     gone). A supervisor that died before the pipeline ended is reported; ``repair``: replaced (exactly once:
     deterministic ids)."""
     import dataclasses
 
-    from ..core.pipeline_verdict import pipeline_verdict
     from ..runs.lifecycle.supervisor_state import supervisor_state
-    from ..runs.memory import with_run_side
-    from ..runs.pipelines.steps import pipeline_state, step_infos
+    from ..runs.pipelines.steps import pipeline_state
 
-    ended = with_run_side(record)
-    if ended.run_status.terminal:  # its supervisor (or follower) recorded its end: that stands, its steps as recorded
-        steps = step_infos(be, ended, storage_root)
-        judged = pipeline_verdict(ended, [(str(step.get("name")), info) for step, info in steps])
-    else:
-        steps, judged = pipeline_state(be, record, storage_root, carry=repair)
+    steps, judged = pipeline_state(be, record, storage_root, carry=repair)  # a recorded end stands
     status = judged.status
     carrier = supervisor_state(be, dataclasses.replace(record.to_run_info(), status=status),
                          PRINTED.note if repair else None)
@@ -139,9 +146,8 @@ def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, ou
     current = next((str(step.get("name")) for step, info in steps if info is None or not info.status.terminal), None)
     span = judged.onto(record.to_run_info())
     if output != "text":
-        print_data({"id": record.id, "pipeline": record.job, "status": status.value, "verdict": judged.to_json(),
-                    "start_time": span.start_time, "end_time": span.end_time,
-                    "storage_uri": record.storage_uri, "current_step": None if status.terminal else current,
+        print_data({**judged_json(record, judged), "storage_uri": record.storage_uri,
+                    "current_step": None if status.terminal else current,
                     **(carrier.to_json() if carrier else {}),
                     "steps": [{"name": step.get("name"), "reused_from": step.get("reused_from"),
                                **(run_json(info) if info else {"id": step.get("run_id"), "status": None})}
@@ -171,31 +177,48 @@ def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, outp
                   timeout_s: float | None, info: RunInfo) -> int:
     """`rtjob wait PIPELINE_ID`: its submitted steps followed to their ends (runs/pipelines/steps.py), then the pipeline
     run's outcome; a pipeline whose end is recorded (``info``: the view of it) answers from its records."""
-    from ..runs.pipelines.steps import wait_steps
+    from ..runs.pipelines.pipeline import find
+    from ..runs.pipelines.steps import pipeline_state, wait_steps
 
     if info.status.terminal:
-        from ..runs.memory import with_run_side
-        from ..runs.pipelines.steps import step_infos
-
-        ended = with_run_side(record)
-        infos = step_infos(be, ended, storage_root)
-        say(f"pipeline {record.id} {info.status.value} (from the run record)")
-        if output != "text":
-            print_data({"id": record.id, "pipeline": record.job, "status": info.status.value,
-                        "steps": [{"name": s.get("name"), "run_id": s.get("run_id"),
-                                   "status": st.status.value if st else None} for s, st in infos]}, output)
-        return EXIT_SUCCEEDED if info.status == RunStatus.SUCCEEDED else EXIT_FAILED
-    steps, done = wait_steps(be, record, storage_root, PRINTED, timeout_s)
-    status = done.status
-    if not done.unfinished:
-        say(f"pipeline {record.id} {status.value}")
+        steps, judged = pipeline_state(be, record, storage_root)
+        say(f"pipeline {record.id} {judged.status.value} (from the run record)")
+    else:
+        waited, done = wait_steps(be, record, storage_root, PRINTED, timeout_s)
+        if done.unfinished:  # rtjob stopped following (--timeout, the cluster gone): the steps as last seen
+            if output != "text":
+                print_data({"id": record.id, "pipeline": record.job, "status": done.status.value,
+                            "steps": [{"name": s.get("name"), "run_id": s.get("run_id"),
+                                       "status": st.value if st else None}
+                                      for s, st in zip(waited, done.statuses, strict=True)], **_error(done.last)},
+                           output)
+            return finish(done.last)
+        # its end as recorded now (this wait's, or the one that stands): what status and every view say
+        steps, judged = pipeline_state(be, find(record.id, storage_root) or record, storage_root)
+        say(f"pipeline {record.id} {judged.status.value}")
     if output != "text":
-        print_data({"id": record.id, "pipeline": record.job, "status": status.value,
-                    "steps": [{"name": s.get("name"), "run_id": s.get("run_id"), "status": st.value if st else None}
-                              for s, st in zip(steps, done.statuses, strict=True)], **_error(done.last)}, output)
-    if done.unfinished:
-        return finish(done.last)
-    return EXIT_SUCCEEDED if status == RunStatus.SUCCEEDED else EXIT_FAILED
+        print_data({**judged_json(record, judged), "steps": steps_json(steps)}, output)
+    return EXIT_SUCCEEDED if judged.status == RunStatus.SUCCEEDED else EXIT_FAILED
+
+
+def pipeline_stop(be: Backend, record: RunRecord, storage_root: str | None, output: str) -> int:
+    """`rtjob stop PIPELINE_ID`: its supervisor and the step running now stopped, then its final state as `status`
+    reads it (written to its record: a stop carries the run)."""
+    from ..runs.lifecycle.stopping import stop_pipeline
+    from ..runs.pipelines.steps import pipeline_state
+
+    stopped = stop_pipeline(be, record)
+    for one in stopped:
+        say(f"{one.id}: {one.status.value}")
+    steps, final = pipeline_state(be, record, storage_root, carry=True)
+    if output != "text":
+        print_data({**judged_json(record, final), "stopped": [run_json(one) for one in stopped],
+                    "steps": [{"name": step.get("name"), "id": step.get("run_id"),
+                               "status": info.status.value if info else None} for step, info in steps]}, output)
+    else:
+        say(f"{record.id}: {final.status.value} (steps: " + ", ".join(
+            f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
+    return EXIT_SUCCEEDED
 
 
 def pipeline_logs(be: Backend, record: RunRecord, storage_root: str | None, tail_lines: int | None,

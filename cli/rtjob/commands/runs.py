@@ -266,7 +266,9 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
             return print_followed(Abandoned(run_id, BadInput(f"run {run_id}: {info.message}"), info), output, info)
         say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
         if output != "text":
-            print_data(run_json(info), output)
+            from ..core.verdict import said
+
+            print_data({**run_json(info), "verdict": said(info)}, output)  # as a followed end's document
         return outcome(info)
     from ..runs.lifecycle.follow import follow_to_end
 
@@ -299,22 +301,10 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
 
     view = look(be, run_id, storage_root, Quiet(), carry=True)
     if view.pipeline:  # a pipeline run: its supervisor and the step running now
-        from ..runs.lifecycle.stopping import stop_pipeline
-        from ..runs.pipelines.steps import pipeline_state
+        from .pipeline import pipeline_stop
 
         assert view.record is not None
-        stopped = stop_pipeline(be, view.record)
-        for one in stopped:
-            say(f"{one.id}: {one.status.value}")
-        steps, final = pipeline_state(be, view.record, storage_root, carry=True)  # its final state, as `status` reads it
-        if output != "text":
-            print_data({"id": run_id, "status": final.status.value, "stopped": [run_json(one) for one in stopped],
-                        "steps": [{"name": step.get("name"), "id": step.get("run_id"),
-                                   "status": info.status.value if info else None} for step, info in steps]}, output)
-        else:
-            say(f"{run_id}: {final.status.value} (steps: " + ", ".join(
-                f"{step.get('name')} {info.status.value if info else 'not run'}" for step, info in steps) + ")")
-        return EXIT_SUCCEEDED
+        return pipeline_stop(be, view.record, storage_root, output)
     info = stop_run(be, view.latest)  # a retried run: its latest attempt is the one that runs
     if info.status.terminal:  # the end this client saw: archived (a companion's STOPPED, where it wrote one, stands)
         from ..runs.lifecycle.archive import observe

@@ -199,13 +199,18 @@ def step_infos(be: Backend, record: RunRecord,
 
 def pipeline_state(be: Backend, record: RunRecord, storage_root: str | None, *,
                    carry: bool = False) -> tuple[list[tuple[dict[str, Any], RunInfo | None]], Verdict]:
-    """`rtjob status PIPELINE_ID`: each step as its backend reports it, and the pipeline run's verdict (its
-    status, line, times, duration: core/pipeline_verdict.pipeline_verdict, as `show`, `runs` and the UI say it; a
-    pipeline its supervisor ended is as it recorded it). ``carry`` (`stop`, `status --repair`): the status seen is
-    written to the pipeline's record; a read writes nothing."""
+    """`rtjob status`, `wait` and `stop` of PIPELINE_ID: each step as its backend reports it, and the pipeline run's
+    verdict (its status, line, times, duration: core/pipeline_verdict.pipeline_verdict, as `show`, `runs` and the UI
+    say it). A pipeline whose end is recorded (by its supervisor or a client) is as recorded, its steps too.
+    ``carry`` (`stop`, `status --repair`): the status seen is written to the pipeline's record; a read writes
+    nothing."""
     from ...core.pipeline_verdict import pipeline_verdict
     from ..memory import with_run_side
 
+    ended_record = with_run_side(record)
+    if ended_record.run_status.terminal:  # that end stands, its steps as recorded (the supervisor's step ids)
+        steps = step_infos(be, ended_record, storage_root)
+        return steps, pipeline_verdict(ended_record, [(str(step.get("name")), info) for step, info in steps])
     steps = step_infos(be, record, storage_root)
     statuses = [info.status if info else None for _, info in steps]
     ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
