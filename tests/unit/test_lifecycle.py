@@ -12,7 +12,7 @@ from rtjob.backends.base import Retry
 from rtjob.core.model import Attempt, Attempts, RunInfo, RunStatus
 from rtjob.core.record import RunRecord
 from rtjob.runs.lifecycle import follow, logtail
-from rtjob.runs.lifecycle.follow import Detached, Ended, follow_to_end
+from rtjob.runs.lifecycle.follow import Detached, EndSeen, follow_to_end
 from support.project import scrub
 
 
@@ -118,7 +118,7 @@ def test_follow_to_end_follows_a_retry_and_archives_the_end() -> None:
     heard, backend = Heard(), Scripted()
     followed = follow_to_end(backend, "r1", out=None, timeout_s=None, stop_on_interrupt=False,  # type: ignore[arg-type]
                              events=heard)
-    assert isinstance(followed, Ended) and not followed.stopped and followed.run.id == "r1-2"
+    assert isinstance(followed, EndSeen) and not followed.stopped and followed.run.id == "r1-2"
     assert [e for e in heard.events if e[0] != "note"] == [
         ("status", ("r1", "RUNNING")), ("retrying", ("r1", "r1-2")), ("status", ("r1-2", "RUNNING")),
         ("ended", ("r1-2", "SUCCEEDED"))]
@@ -151,7 +151,7 @@ def test_the_end_a_follow_prints_is_the_verdicts_the_whole_runs_not_the_backends
     heard, backend = Heard(), LaterRetry()
     followed = follow_to_end(backend, "r1", out=None, timeout_s=None, stop_on_interrupt=False,  # type: ignore[arg-type]
                              events=heard)
-    assert isinstance(followed, Ended) and followed.run.status == RunStatus.SUCCEEDED
+    assert isinstance(followed, EndSeen) and followed.run.status == RunStatus.SUCCEEDED
     assert followed.run.start_time == "2026-11-25T10:00:00+00:00", followed.run  # not the retry's 10:00:30
     assert followed.run.attempts == 2 and followed.run.reason == "completed"
     record = _ledger_record("r1")
@@ -165,7 +165,7 @@ def test_ctrl_c_stops_the_run_or_leaves_it_running(stop_on_interrupt: bool) -> N
     followed = follow_to_end(backend, "r1", out=None, timeout_s=None,  # type: ignore[arg-type]
                              stop_on_interrupt=stop_on_interrupt, events=heard)
     if stop_on_interrupt:
-        assert isinstance(followed, Ended) and followed.stopped and backend.stopped == ["r1"]
+        assert isinstance(followed, EndSeen) and followed.stopped and backend.stopped == ["r1"]
         assert ("note", "r1: STOPPED") in heard.events
         stopping = next(what for kind, what in heard.events if kind == "note" and "stopping" in what)
         assert stopping.startswith("interrupted: stopping r1 ...") and "SIGTERM received" in stopping
@@ -259,7 +259,7 @@ def test_a_run_that_failed_on_a_missing_module_ends_with_where_to_declare_it(run
     heard = Heard()
     followed = follow_to_end(MissingModule(), run_id, out=None, timeout_s=None,  # type: ignore[arg-type]
                              stop_on_interrupt=False, events=heard)
-    assert isinstance(followed, Ended) and followed.run.status == RunStatus.FAILED
+    assert isinstance(followed, EndSeen) and followed.run.status == RunStatus.FAILED
     kind, hint = heard.events[-1]
     assert heard.events[-2] == ("ended", (run_id, "FAILED")) and kind == "note"
     assert "module 'nosuchmod'" in hint and f"add it to the `requirements:` of {where}" in hint

@@ -262,7 +262,7 @@ def test_a_retry_the_client_submits_is_written_as_retrying_then_told_once(receiv
 @pytest.mark.parametrize(("attempt", "told"), [(1, False), (2, True)])
 def test_a_lost_driver_with_retries_left_is_told_by_its_last_attempt(receiver: Receiver, tmp_path: Path,
                                                                     attempt: int, told: bool) -> None:
-    from rtjob.runside.child import Ended
+    from rtjob.runside.child import ChildExit
     from rtjob.runside.outcome import Outcome
     from rtjob.storage.location import parse_location
     from rtjob.storage.objects import LocalObjects
@@ -273,7 +273,7 @@ def test_a_lost_driver_with_retries_left_is_told_by_its_last_attempt(receiver: R
                {"metadata": {"rtjob.max_retries": "1", "rtjob.attempt": str(attempt)}})}
     outcome = Outcome(str(run), "r1", env, LocalObjects(parse_location(str(run))), Said().append)
     outcome.started("2026-11-26T10:00:00+00:00")
-    outcome.ended(Ended(-9), False, None, [], [])
+    outcome.ended(ChildExit(-9), False, None, [], [])
     assert [b["outcome"] for b in receiver.bodies("/ends")] == (["failed"] if told else [])
 
 

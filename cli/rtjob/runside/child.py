@@ -50,7 +50,7 @@ def _relay(source: IO[bytes] | None, mask: Callable[[str], str]) -> None:
 
 
 @dataclass
-class Ended:
+class ChildExit:
     """How the entrypoint ended: ``code`` as Ray reports it (negative: the signal that killed it)."""
 
     code: int
@@ -102,15 +102,15 @@ class Child:
     def pid(self) -> int:
         return self.proc.pid
 
-    def poll(self) -> Ended | None:
+    def poll(self) -> ChildExit | None:
         """The end once the entrypoint has ended; enforces the time limit on the way (call it often)."""
         code = self.proc.poll()
         if code is not None:
             if self._relay is not None:
                 self._relay.join(RELAY_DRAIN_S)  # its last lines (a process it left holding the pipe: not waited)
             if self._term_sent_at is not None:
-                return Ended(KILLED_AFTER_TIMEOUT if self._killed else TIMED_OUT, timed_out=True)
-            return Ended(code)
+                return ChildExit(KILLED_AFTER_TIMEOUT if self._killed else TIMED_OUT, timed_out=True)
+            return ChildExit(code)
         now = time.monotonic()
         if self.time_limit_s and self._term_sent_at is None and now - self.started >= self.time_limit_s:
             self._term_sent_at = now
@@ -120,7 +120,7 @@ class Child:
             self._signal_others(signal.SIGKILL)
         return None
 
-    def wait(self, step_s: float = 0.1) -> Ended:
+    def wait(self, step_s: float = 0.1) -> ChildExit:
         while True:
             ended = self.poll()
             if ended is not None:

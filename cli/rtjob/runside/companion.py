@@ -38,7 +38,7 @@ from ..core.errors import one_line
 from ..core.redact import redact, secret_arg_values, secret_values
 from ..core.secret_refs import SEALED_ENV_FILE, SETUP_HOOK, sealed
 from ..storage.retrying import patiently
-from .child import Ended
+from .child import ChildExit
 from .child_env import child_env
 from .ending import grace_s, store_the_end
 from .node_folder import NodeFolder
@@ -112,7 +112,7 @@ class Companion:
         self.terminated = True  # the child got it too (Ray signals the whole tree): its end is awaited
         self.term_while_ending = self.ending
 
-    def run(self) -> Ended:
+    def run(self) -> ChildExit:
         started = now_iso()
         signal.signal(signal.SIGTERM, self._on_term)
         self.guard("the node folder", self._node_folders)
@@ -241,7 +241,7 @@ class Companion:
                                   else None)
         return LiveRows(folder, say, own_sampler()) if folder and os.path.isdir(folder) else None
 
-    def _end(self, ended: Ended) -> None:
+    def _end(self, ended: ChildExit) -> None:
         if self.outcome is None:
             if self.folder is not None:
                 say(f"the node folder {self.folder.path} was kept: the run's storage was never reached")

@@ -23,7 +23,7 @@ import rtjob_contract as contract
 from ..storage.retrying import Backoff
 
 if TYPE_CHECKING:
-    from .child import Ended
+    from .child import ChildExit
     from .node_folder import NodeFolder
     from .outcome import Outcome
     from .stages import Stages
@@ -67,7 +67,7 @@ def marker_of(companion: Companion, missing: list[str], storing: bool) -> dict[s
             "record_stored": outcome is not None and not outcome.owed}
 
 
-def store_the_end(companion: Companion, ended: Ended, cpu_s: float) -> None:
+def store_the_end(companion: Companion, ended: ChildExit, cpu_s: float) -> None:
     """The companion's end (see the module's text)."""
     from .stages import wait_for
 

@@ -30,7 +30,7 @@ from .train_phases import event_times
 if TYPE_CHECKING:
     from ..notify import Message
     from ..storage.objects import Objects
-    from .child import Ended
+    from .child import ChildExit
 
 RAY_JOB_CONFIG = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # Ray's runtime_env and metadata for the driver (JSON)
 
@@ -49,7 +49,7 @@ def job_metadata(env: Mapping[str, str]) -> dict[str, Any]:
     return metadata if isinstance(metadata, dict) else {}
 
 
-def verdict(ended: Ended, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
+def verdict(ended: ChildExit, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
     """(status, message) of an attempt that ended so: SUCCEEDED on 0; STOPPED when `rtjob stop` asked first
     (its marker) and the stop's SIGTERM came; the time limit; else FAILED with why (a kill by SIGTERM or
     SIGKILL without a stop marker stays retriable: the driver was lost, not stopped)."""
@@ -196,7 +196,7 @@ class Outcome:
             self.say(f"the stop marker not read ({exc.message}): taken as absent")
             return False
 
-    def ended(self, ended: Ended, terminated: bool, time_limit: float | None, logs: list[str],
+    def ended(self, ended: ChildExit, terminated: bool, time_limit: float | None, logs: list[str],
               secrets: list[str], cpu_s: float | None = None, sync_notes: list[str] | None = None,
               outputs: tuple[bool, int, str | None] = (True, 0, None)) -> None:
         """The attempt's end, owed until stored; ``outputs``: (complete, files not stored, where they are kept)."""

@@ -24,7 +24,7 @@ from ..core import secret_refs
 from ..core.errors import one_line
 from ..core.redact import REDACTOR
 from ..core.secret_refs import SecretRef, unseal
-from .child import Child, Ended
+from .child import Child, ChildExit
 
 RAY_ADDRESS = "RAY_ADDRESS"  # the GCS address Ray's job supervisor gives the driver
 
@@ -125,9 +125,9 @@ class _NotStarted:
     """The entrypoint that never started (a secret not resolved): ends at once with the reason."""
 
     def __init__(self, reason: str) -> None:
-        self.ended = Ended(1, reason=reason)
+        self.ended = ChildExit(1, reason=reason)
 
-    def poll(self) -> Ended:
+    def poll(self) -> ChildExit:
         return self.ended
 
 

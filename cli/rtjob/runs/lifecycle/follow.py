@@ -41,7 +41,7 @@ POLL_S = 1.0
 
 
 @dataclass
-class Ended:
+class EndSeen:
     """The followed run ended (``stopped``: by this follower, on Ctrl-C with stop-on-interrupt)."""
 
     run: RunInfo
@@ -66,7 +66,7 @@ class Abandoned:
     run: RunInfo | None = None
 
 
-Followed = Ended | Detached | Abandoned
+Followed = EndSeen | Detached | Abandoned
 
 
 def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None,
@@ -99,7 +99,7 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         info = stop_run(backend, run_id)
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)  # archived STOPPED
-        return Ended(info, stopped=True)
+        return EndSeen(info, stopped=True)
     record = None if read_only else observe(backend, info, events, run_id=run_id)  # archived: end, logs saved
     if record is not None:  # the end as every view says it: the run side's words, outputs (exit 3), whole duration
         info = verdict(record, None, info).onto(info)
@@ -110,7 +110,7 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         hint = diagnose(backend, info, record)
         if hint is not None:
             events.note(hint)
-    return Ended(info)
+    return EndSeen(info)
 
 
 def follow_run(backend: Backend, run_id: str, *, out: TextIO | None, timeout_s: float | None, events: RunEvents,

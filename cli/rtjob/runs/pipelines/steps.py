@@ -14,7 +14,7 @@ from ...core.model import RunStatus
 from ...core.pipeline_status import overall
 from ..events import Quiet
 from ..lifecycle import storage_check
-from ..lifecycle.follow import Abandoned, Detached, Ended, Followed, follow_to_end
+from ..lifecycle.follow import Abandoned, Detached, EndSeen, Followed, follow_to_end
 from ..lifecycle.submission import submit_and_record
 from ..memory import find
 from ..view import look
@@ -244,7 +244,7 @@ def wait_steps(be: Backend, record: RunRecord, storage_root: str | None, events:
             continue
         left = None if deadline is None else max(0.001, deadline - time.monotonic())
         done.last = follow_to_end(be, info.id, out=None, timeout_s=left, stop_on_interrupt=False, events=events)
-        if not isinstance(done.last, Ended):
+        if not isinstance(done.last, EndSeen):
             return [s for s, _ in steps], done
         done.statuses[i] = done.last.run.status
     if supervisor is not None and not overall(done.statuses).terminal:
