@@ -158,6 +158,10 @@ def test_a_plain_scripts_run_is_one_mlflow_run_with_every_step_through_an_outage
     assert tags["rtjob.job"] == "tracked" and tags["rtjob.status_command"] == f"rtjob status {run_id}"
     assert tags["mlflow.source.git.commit"] == commit and tags["mlflow.source.type"] == "JOB"
     assert tags["rtjob.git_dirty"] == "false" and tags["mlflow.runName"] == run_id
+    import getpass  # rtjob's own tags: who submitted it where, and which attempt (a first run's is 1)
+
+    assert (tags["rtjob.user"], tags["mlflow.user"]) == (getpass.getuser(),) * 2 and getpass.getuser()
+    assert tags["rtjob.backend"] == "local" and tags["rtjob.attempt"] == "1", tags
     epochs = sorted((m["step"], m["value"]) for m in mlflow.history(mlflow_run_id, "val_loss"))
     assert epochs == [(1, 0.5), (2, 0.25)], epochs  # each epoch once, by its epoch; "precision" is no number
     latest = {m["key"]: m["value"] for m in ended["data"]["metrics"]}

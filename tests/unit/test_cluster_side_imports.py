@@ -30,7 +30,8 @@ ENTRY = ("rtjob.runside.companion", f"{contract.SUPERVISOR_MODULE}.__main__", "r
 # a pipeline's planning): pydantic's job schema stays on the client.
 CLI_ONLY = {"rtjob.jobspec.schema", "rtjob.jobspec.resolve", "rtjob.jobspec.tracking"}  # tracking: the schema's `tracking:`
 # What a stock ray[default] image lacks (or what the CLI alone needs): blocked at import.
-BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3")
+# mlflow too: the MLflow mirror talks to MLflow's REST API, so a job's image needs no mlflow (issue 46).
+BLOCKED = ("click", "rich", "ruamel", "pydantic", "pathspec", "tomlkit", "croniter", "boto3", "mlflow")
 
 _BLOCKER = """
 import importlib, json, sys

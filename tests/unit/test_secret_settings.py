@@ -97,3 +97,21 @@ def test_an_unset_env_reference_of_the_setting_is_blamed_on_the_setting_not_the_
     assert "context team (" in proc.stderr and "config.toml): secrets.WANDB_API_KEY" in proc.stderr, proc.stderr
     assert "secrets.WANDB_API_KEY: environment variable TEAM_WANDB_NOT_SET is not set here" in proc.stderr
     assert "t.yaml" not in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("body", "says", "line"), [
+    ("secrets:\n  HF_TOKEN: hunter2\n", "secrets.HF_TOKEN: value error, not a secret reference", 4),
+    ("companion: false\nsecrets:\n  HF_TOKEN: ssm://team/hf\n", "secrets: needs the companion", 4),
+    ("env_vars:\n  HF_TOKEN: x\nsecrets:\n  HF_TOKEN: ssm://team/hf\n", "HF_TOKEN is also in env_vars", 5),
+])
+def test_a_jobs_own_bad_or_unusable_secrets_entry_is_one_line_at_its_file_and_line(
+        cli: ProjectCli, body: str, says: str, line: int) -> None:
+    """The job file's own `secrets:` as `validate` and `render` read it: a value that is no reference (it would be
+    the secret itself), or secrets in a job with no companion to resolve them, is one line at jobs/t.yaml:LINE,
+    exit 2, the value never echoed."""
+    _job(cli, body)
+    for command in (("validate", "t"), RENDER):
+        proc = cli(*command)
+        assert proc.returncode == 2 and proc.stdout == "", (command, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
+        assert f"jobs/t.yaml:{line}" in proc.stderr and "hunter2" not in proc.stderr, proc.stderr

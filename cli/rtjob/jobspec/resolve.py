@@ -154,7 +154,7 @@ class ResolvedJob:
     # Notifications (None: none); the URLs are in sealed_env under the variables it names, RTJOB_NOTIFY holds it.
     notify: NotifyPlan | None = None
     # Client-held secrets for the run's environment (forwarded AWS credentials, notify URLs): they travel in the
-    # sealed package (backends/sealed_package.py), never in env_vars (but an Anyscale schedule's or pipeline's).
+    # sealed package (backends/sealed_package.py), never in env_vars (an Anyscale schedule's and pipeline's too).
     sealed_env: dict[str, str] = field(default_factory=dict, repr=False)
     queue: QueuePlan | None = None  # the team's queue it waits in (jobspec/queues.py); None: sent at once
 

@@ -169,19 +169,17 @@ class JobSpec(_Strict):
 
     @field_validator("secrets")
     @classmethod
-    def _secret_names(cls, value: dict[str, str]) -> dict[str, str]:
+    def _secrets_resolvable(cls, value: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        # A field validator (companion and env_vars come first, so info.data holds them): the error points at the
+        # `secrets:` line, not at the top of the file.
         for key in value:
             secret_refs.check_name(key)
-        return value
-
-    @model_validator(mode="after")
-    def _secrets_resolvable(self) -> JobSpec:
-        if self.secrets and not self.companion:
+        if value and info.data.get("companion") is False:
             raise ValueError("secrets: needs the companion (companion: false leaves nothing to resolve them)")
-        both = sorted(set(self.secrets) & set(self.env_vars))
+        both = sorted(set(value) & set(info.data.get("env_vars") or {}))
         if both:
             raise ValueError(f"secrets: {both[0]} is also in env_vars; keep it in one of them")
-        return self
+        return value
 
     @field_validator("env_vars")
     @classmethod

@@ -8,8 +8,10 @@ step, time and value).
 
 Never in the run's way: each call waits at most a few seconds, a tick sends for at most TICK_S (the companion's
 loop goes on; the rest at the next tick), and after a failed call nothing is sent for RETRY_S (the rows wait in
-memory, read from the file as it grows); the end's flush is bounded (``finish``: no call starts past its deadline),
-and what is left is said in the record with the command that sends it later (``rtjob track resend RUN``)."""
+memory, read from the file as it grows); the end's flush is bounded (``finish``: no metrics batch starts past its
+deadline; the calls that open a run MLflow never saw, and the end's status, are a few more, each of at most the
+REST client's 3 s), and what is left is said in the record with the command that sends it later (``rtjob track
+resend RUN``)."""
 
 from __future__ import annotations
 
