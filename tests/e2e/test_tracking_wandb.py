@@ -4,7 +4,7 @@ wandb-sdk`: a job's environment that brings it; rtjob never installs it), agains
 script printing step rows and writing its epoch history. Nothing is mocked: offline mode is W&B's own and needs no
 server; what is not exercised is W&B's upload (its cloud cannot run here). The offline run's transaction log is read
 back with W&B's own protobuf schema (support/wandb_offline.py): one run named by the rtjob run id, the job's args
-as its config (the secret one left out), rtjob's tags, every step at its step, the epochs with their epoch, the
+as its config (the secret one left out), rtjob's tags, every step at its step, the epochs with their epoch, a node's system row under nodes/NODE/, the
 exit; the run's record says where the offline run is. Without .venv-wandb the test is skipped here, fails in CI."""
 
 from __future__ import annotations
@@ -30,6 +30,9 @@ import json, os, time
 first = int(os.environ.get("FIRST_STEP", "0"))
 for i in range(first, first + 12):
     print("rtjob-event: step_row " + json.dumps({"step": i, "time": time.time(), "loss": 1.0 / (i + 1)}), flush=True)
+    if i % 12 == 2:  # a system row of another node, as a worker's sampler prints it (training/system_rows.py)
+        print("rtjob-event: system_row " + json.dumps({"time": time.time(), "node": "worker_a", "cpu_percent": 42.0,
+              "mem_used_mb": 512.0, "mem_total_mb": 2048.0, "gpus": []}), flush=True)
     if i % 12 in (5, 11):
         rows = [{"epoch": e, "val_loss": 0.5 / e} for e in range(1, 2 + i // 6)]
         path = os.path.join(os.environ["RTJOB_RUN_DIR"], "metrics.json")
@@ -91,6 +94,8 @@ def test_a_plain_scripts_run_is_one_offline_wandb_run_with_its_steps_epochs_and_
     rows = wandb_offline.history(records)
     assert sorted(r["_step"] for r in rows if "loss" in r) == list(range(12))  # every step, at its step, once
     assert sorted((r["epoch"], r["val_loss"]) for r in rows if "val_loss" in r) == [(1, 0.5), (2, 0.25)]
+    system = [r for r in rows if "nodes/worker_a/cpu_utilization_percentage" in r]  # under nodes/NODE/, once
+    assert [r["nodes/worker_a/cpu_utilization_percentage"] for r in system] == [42.0], sorted({k for r in rows for k in r})
     exits = [r["exit"] for r in records if r["type"] == "exit"]
     assert exits and exits[-1].get("exitCode", 0) == 0
 
