@@ -4,8 +4,8 @@ wandb-sdk`: a job's environment that brings it; rtjob never installs it), agains
 script printing step rows and writing its epoch history. Nothing is mocked: offline mode is W&B's own and needs no
 server; what is not exercised is W&B's upload (its cloud cannot run here). The offline run's transaction log is read
 back with W&B's own protobuf schema (support/wandb_offline.py): one run named by the rtjob run id, the job's args
-as its config (the secret one left out), rtjob's tags, every step at its step, the epochs with their epoch, a node's system row under nodes/NODE/, the
-exit; the run's record says where the offline run is. Without .venv-wandb the test is skipped here, fails in CI."""
+as its config (the secret one left out), rtjob's tags, every step at its step, the epochs with their epoch, a
+node's system row under nodes/NODE/, the exit; the run's record says where the offline run is. Without .venv-wandb the test is skipped here, fails in CI."""
 
 from __future__ import annotations
 
