@@ -3,18 +3,21 @@ session's 2-node embedded cluster with S3 storage (moto): a `--no-wait` pipeline
 SIGKILLed after its first checkpoint ends SUCCEEDED with no rtjob process alive (the step retried once, resumed at
 the next epoch, the next step ran once on its output, one notification); a client following as well changes
 nothing; a stop ends it with nothing further run; a supervisor killed between steps is reported by `rtjob
-status` and replaced by `rtjob status --repair`, exactly once. Observed through the Jobs API and storage until everything is asserted."""
+status` and replaced by `rtjob status --repair`, exactly once; a step's secret is resolved again by its retry.
+Observed through the Jobs API and storage until everything is asserted."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from support.cli import new_id, popen_rtjob, rtjob
+from support.cli import new_id, plant, popen_rtjob, rtjob
 from support.ray_jobs import JobsAPI, concurrent_status, ended, supervisor_pids, wait_for
 from support.s3_server import S3Server, bucket_fixture
 from support.webhook import Receiver
@@ -24,6 +27,7 @@ pytestmark = pytest.mark.cluster
 BUCKET = "rtjob-pipelines"
 s3 = bucket_fixture(BUCKET)
 PIPELINE = "tests/support/jobs/epochs.yaml"
+FIRST_TOKEN, ROTATED_TOKEN = plant("pipeline-step-token-7a6b5c"), plant("pipeline-step-token-rotated-4d3e2f")
 
 
 def submit_args(pid: str) -> list[str]:
@@ -45,10 +49,13 @@ def record(s3: S3Server, job: str, run_id: str) -> dict:
     return json.loads(got["Body"].read())
 
 
-def kill_after_first_checkpoint(api: JobsAPI, s3: S3Server, train: str) -> None:
-    """SIGKILL the train step's entrypoint once epoch 1's checkpoint is complete in storage (epoch 2 takes 2 s)."""
+def kill_after_first_checkpoint(api: JobsAPI, s3: S3Server, train: str,
+                                before_kill: Callable[[], object] = lambda: None) -> None:
+    """SIGKILL the train step's entrypoint once epoch 1's checkpoint is complete in storage (epoch 2 takes 2 s);
+    ``before_kill`` runs just before (the attempt killed has started by then)."""
     wait_for(lambda: f"runs/epochs-train/{train}/checkpoint_epoch_0001/state.json" in keys(s3, "runs/epochs-train/"),
              180, "epoch 1's checkpoint")
+    before_kill()
     assert api.job(f"{train}-retry1") is None
     marker = f"RTJOB_RUN_NAME={train}".encode()
     pids = []
@@ -85,13 +92,18 @@ def assert_trained_once_then_used(api: JobsAPI, s3: S3Server, pid: str) -> None:
     assert [s["status"] for s in pipeline["steps"]] == ["SUCCEEDED", "SUCCEEDED"]
 
 
-def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3: S3Server,
-                                                                  receiver: Receiver) -> None:
+def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3: S3Server, receiver: Receiver,
+                                                                  tmp_path: Path) -> None:
+    """... and a step's `secrets:` entry is resolved again by each attempt (the file rotated before the kill: the
+    retry sees the new value), its value in no job's info (issue 45)."""
     env = setting(cluster_env, s3, receiver)
     api = JobsAPI(env)
     pid = new_id("pipe")
+    token = tmp_path / "token"  # a file:// secret on the (one machine's) nodes
+    token.write_text(FIRST_TOKEN)
     start = time.monotonic()
-    submit = rtjob(*submit_args(pid), "--no-wait", "-o", "json", env=env, timeout=240)
+    submit = rtjob(*submit_args(pid), "--no-wait", "-o", "json", "--set", f"train.secrets.EPOCHS_TOKEN=file://{token}",
+                   env=env, timeout=240)
     assert submit.returncode == 0, submit.stderr[-3000:]
     print(f"submit --no-wait returned in {time.monotonic() - start:.1f} s")
     supervisor = api.job(f"{pid}-supervisor")
@@ -102,10 +114,12 @@ def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3
     listed = json.loads(rtjob("list", "-o", "json", env=env).stdout)
     assert all(not r["id"].startswith(f"{pid}-supervisor") for r in listed)
 
-    kill_after_first_checkpoint(api, s3, f"{pid}-train")
+    kill_after_first_checkpoint(api, s3, f"{pid}-train", lambda: token.write_text(ROTATED_TOKEN))
     assert wait_for(ended(api, f"{pid}-supervisor"), 300, "the pipeline's supervisor to end") == "SUCCEEDED", \
         api.logs(f"{pid}-supervisor")[-3000:]
     assert_trained_once_then_used(api, s3, pid)
+    for attempt, value in ((f"{pid}-train", FIRST_TOKEN), (f"{pid}-train-retry1", ROTATED_TOKEN)):
+        assert f"token {hashlib.sha256(value.encode()).hexdigest()[:16]}" in api.logs(attempt), api.logs(attempt)
     hooks = [json.loads(body) for path, _, body in receiver.got if path == "/hook"]
     assert [(h["run_id"], h["outcome"]) for h in hooks] == [(pid, "succeeded")], hooks
     # The forwarded secret key travelled sealed: neither the supervisor's, the steps' nor a retried step's job
@@ -113,6 +127,7 @@ def test_a_no_wait_pipeline_runs_every_step_with_no_client_alive(cluster_env, s3
     held = json.dumps([api.job(job) for job in (f"{pid}-supervisor", f"{pid}-train", f"{pid}-train-retry1",
                                                 f"{pid}-use")])
     assert f"{pid}-train-retry1" in held and s3.secret_key not in held, "a job's info holds the forwarded key"
+    assert FIRST_TOKEN not in held and ROTATED_TOKEN not in held and f"file://{token}" in held  # references only
 
     waited = rtjob("wait", pid, "--timeout", "1m", "-o", "json", env=env, timeout=120)
     assert waited.returncode == 0 and json.loads(waited.stdout)["status"] == "SUCCEEDED", waited.stderr[-2000:]

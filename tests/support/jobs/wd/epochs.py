@@ -1,9 +1,11 @@
 """Test job: short "epochs", each checkpointed straight into the run's storage (RTJOB_STORAGE_PATH/RTJOB_RUN_NAME,
 which a retry of the run shares), resuming after the latest complete one; prints "epoch N trained" once per epoch
 it trains. --consume (a later pipeline step): reads the checkpoints of the step before with open() from the local
-folder rtjob gives it (RTJOB_INPUT_DIR) and writes which epochs it found into its own run folder (consumed.txt)."""
+folder rtjob gives it (RTJOB_INPUT_DIR) and writes which epochs it found into its own run folder (consumed.txt).
+EPOCHS_TOKEN (a secret a test gives the step): the hash of the value this attempt saw is printed ("token ...")."""
 
 import argparse
+import hashlib
 import json
 import os
 import time
@@ -47,6 +49,8 @@ run = f"{os.environ['RTJOB_STORAGE_PATH'].rstrip('/')}/{os.environ['RTJOB_RUN_NA
 done = epochs_in(run)
 start = (done[-1] if done else 0) + 1
 print(f"starting at epoch {start}", flush=True)
+if os.environ.get("EPOCHS_TOKEN"):  # a `secrets:` entry the test gave the step: which value it saw, as a hash
+    print("token " + hashlib.sha256(os.environ["EPOCHS_TOKEN"].encode()).hexdigest()[:16], flush=True)
 fs, base = folder(run)
 for epoch in range(start, args.epochs + 1):
     time.sleep(args.interval)
