@@ -457,17 +457,22 @@ def test_a_printed_forwarded_key_is_masked_in_rays_driver_log_with_no_secrets_en
         assert s3.secret_key not in text and HOOK_SECRET not in text, what
 
 
-def test_a_secret_the_node_cannot_read_fails_the_run_before_its_script_with_one_line_everywhere(env, project):
+def test_a_secret_the_node_cannot_read_fails_the_run_before_its_script_with_one_line_everywhere(env, project, s3):
     """Issue 45: a `file://` secret missing on the driver's node: the run fails before its script starts (exit 1),
-    and `submit`'s end, `status` and `rtjob logs` each say which reference and why, in one line."""
+    and `submit`'s end, `status`, `rtjob logs` and the run's record in its storage (the companion's end) each say
+    which reference and why, in one line."""
     (project / "never.py").write_text('print("the script ran", flush=True)\n')
     (project / "jobs" / "never.yaml").write_text(
         "name: never\nentrypoint: python never.py\nworking_dir: ..\nrequirements: []\n"
         "secrets:\n  GONE_TOK: file:///nonexistent/rtjob-gone-token\n")
     run_id = new_id("never")
-    proc = rtjob("submit", "never", "--submission-id", run_id, env=env, cwd=project, timeout=240)
+    proc = rtjob("submit", "never", "--storage", f"s3://{BUCKET}/runs", "--forward-aws-credentials",
+                 "--submission-id", run_id, env=env, cwd=project, timeout=240)
     why = "secrets.GONE_TOK: file:///nonexistent/rtjob-gone-token could not be resolved: not found on the driver's node"
     assert proc.returncode == 1 and why in proc.stderr, proc.stderr[-3000:]
+    stored = record(s3, f"runs/never/{run_id}")
+    assert stored and stored["status"] == "FAILED" and stored["completed_by"] == "companion", stored
+    assert why in stored["message"] and "\n" not in stored["message"], stored["message"]
     status = rtjob("status", run_id, "-o", "json", env=env, cwd=project, timeout=120)
     assert json.loads(status.stdout)["status"] == "FAILED" and why in json.loads(status.stdout)["message"], status
     logs = rtjob("logs", run_id, env=env, cwd=project, timeout=120)
