@@ -452,11 +452,13 @@ def test_the_card_links_the_mlflow_and_wandb_runs_that_mirror_it(root: Path, app
 
 UI_SEALED = plant("ui-sealed-env-value-5a4b3c2d")  # an env: secret the client seals
 UI_ARG = plant("ui-secret-arg-value-8d7c6b5a")  # a secret arg (secret by its name)
+UI_AWS_SECRET = plant("ui-forwarded-aws-secret-3f2e1d0c")  # --forward-aws-credentials: the client's AWS secret key
+UI_HOOK = plant("https://hooks.example.com/services/ui-hook-token-9a8b7c")  # a notify target's URL (a secret)
 
 
 def test_a_secrets_run_shows_no_value_on_any_page_or_in_the_api(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 45: a job with `secrets:` (an env: value the client seals, an aws-sm reference) and a secret arg,
-    planned as submit plans it; its record as the client writes it, its log as the companion wrote it (through its
+    """Issue 45: a job with `secrets:` (an env: value the client seals, an aws-sm reference), a secret arg, the
+    client's AWS credentials forwarded and a notify webhook, planned as submit plans it; its record as the client writes it, its log as the companion wrote it (through its
     redactor). `rtjob ui`, which never learned either value, shows neither on the runs page, the run's page and
     card, its log, the log's search and find, compare, or the API (the references are shown)."""
     from rtjob.core.model import RunInfo, RunStatus
@@ -469,15 +471,19 @@ def test_a_secrets_run_shows_no_value_on_any_page_or_in_the_api(tmp_path: Path, 
     (project / "jobs").mkdir(parents=True)
     (project / "jobs" / "tok.yaml").write_text(
         f"name: tok\nentrypoint: python tok.py\nargs:\n  api_token: {UI_ARG}\n"
-        "secrets:\n  HF_TOKEN: env:UI_SEALED\n  DB_PASSWORD: aws-sm://team/db#password\n")
+        "secrets:\n  HF_TOKEN: env:UI_SEALED\n  DB_PASSWORD: aws-sm://team/db#password\n"
+        "notify:\n  on: [failed]\n  targets:\n    - type: webhook\n      url: {env: UI_HOOK}\n")
     (project / "pyproject.toml").write_text("[tool.rtjob]\n")
     for name, value in {"RTJOB_HOME": tmp_path / "rtjob-home", "HOME": tmp_path / "home",
-                        "XDG_CONFIG_HOME": tmp_path / "xdg", "UI_SEALED": UI_SEALED}.items():
+                        "XDG_CONFIG_HOME": tmp_path / "xdg", "UI_SEALED": UI_SEALED, "UI_HOOK": UI_HOOK,
+                        "AWS_ACCESS_KEY_ID": "AKIAUIFORWARDED00001", "AWS_SECRET_ACCESS_KEY": UI_AWS_SECRET}.items():
         monkeypatch.setenv(name, str(value))
     monkeypatch.chdir(project)
     planned = plan("tok", load_settings({"backend": "ray", "address": "http://127.0.0.1:9"}, root=project),
-                   Overrides(submission_id="u-secrets"))
+                   Overrides(submission_id="u-secrets", forward_aws_credentials=True))
     assert getattr(planned.request, "sealed", None) == {"HF_TOKEN": UI_SEALED}
+    sealed_env = getattr(planned.request, "sealed_env", {})
+    assert UI_AWS_SECRET in sealed_env.values() and UI_HOOK in sealed_env.values(), sealed_env  # client-held
     made = new_record(planned, RunInfo(id="u-secrets", job="tok", backend="ray", status=RunStatus.SUCCEEDED))
     REDACTOR.add([UI_SEALED, UI_ARG])  # the companion's redactor, as it masked the run's log
     lines = [REDACTOR.text(f"printing {UI_SEALED} and {UI_ARG}"), "done"]
@@ -495,7 +501,8 @@ def test_a_secrets_run_shows_no_value_on_any_page_or_in_the_api(tmp_path: Path, 
         assert status == 200, (path, status, text[:300])
         shown[path] = text
     for path, text in shown.items():
-        assert UI_SEALED not in text and UI_ARG not in text, path
+        leaked = [value for value in (UI_SEALED, UI_ARG, UI_AWS_SECRET, UI_HOOK) if value in text]
+        assert not leaked, (path, leaked)
     assert "printing **** and ****" in shown["/runs/u-secrets/log"]
     assert "aws-sm://team/db#password" in shown["/api/runs/u-secrets"]  # the reference, never its value
 
