@@ -59,6 +59,26 @@ def test_a_reference_the_node_may_not_read_fails_the_run_in_one_line(monkeypatch
     assert LOCKED not in ended.reason and "Traceback" not in ended.reason and not run_secrets.values
 
 
+def test_a_reference_whose_service_is_unreachable_fails_the_run_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's SSM endpoint answers nothing (a loopback port no server listens on): the run ends before its
+    script, the reason "unreachable", in one line."""
+    import socket
+
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens there
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_REGION": REGION,
+                        "AWS_ACCESS_KEY_ID": "node", "AWS_SECRET_ACCESS_KEY": "node", "AWS_MAX_ATTEMPTS": "1",
+                        "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(name, value)
+    said: list[str] = []
+    ended = RunSecrets(_refs(HF_TOKEN="ssm://team/hf"), said.append).start("echo never", {}, None).poll()
+    record(*said)
+    assert said == [ended.reason] and ended.code == 1
+    assert ended.reason == ("secrets.HF_TOKEN: ssm://team/hf could not be resolved: unreachable; the script was not "
+                            "started"), ended.reason
+
+
 def test_each_attempt_resolves_its_references_anew(tmp_path: Path) -> None:
     """A retry's companion resolves again: a secret rotated between the attempts reaches the second attempt, and
     the first attempt's value is still masked (the redactor keeps both)."""
