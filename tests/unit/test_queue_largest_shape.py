@@ -6,6 +6,7 @@ the queue's state keeps it, and a submit's check (queue/client.never_fits) says 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -65,3 +66,26 @@ def test_the_state_keeps_the_largest_shape() -> None:
     back = State.from_bytes(state.to_bytes(), "team")
     assert back.largest == state.largest and back.largest_from == state.largest_from
     assert State.from_bytes(State("team").to_bytes(), "team").largest is None
+
+
+def test_a_submit_reads_the_queues_lease_once_for_its_check_and_its_keeper(tmp_path: Path) -> None:
+    """submit --queue: never_fits returns the lease it read, and ensure_keeper takes it while it is alive instead
+    of reading it again (on S3 a round trip each); a lease that lapsed since is read afresh."""
+    from rtjob.jobspec.queues import QueueSettings
+    from rtjob.queue import client, lease
+
+    ref = client.QueueRef.of(QueueSettings(name="team"), str(tmp_path))
+    with ref.objects() as objects:
+        held = lease.take(objects, "rtjob-keeper-team-1")
+    assert held is not None
+    why, seen = client.never_fits(ref, Shape(workers=1, per_worker={"CPU": 1.0}))
+    assert why is None and seen is not None and seen.holder == held.holder
+
+    class NoReads(client.QueueRef):
+        def objects(self):  # type: ignore[no-untyped-def]
+            raise AssertionError("the lease was read again")
+
+    unread = NoReads(**{f.name: getattr(ref, f.name) for f in dataclasses.fields(ref)})
+    assert client.ensure_keeper(None, unread, seen=seen) == held.holder  # alive: no read, no keeper started
+    lapsed = dataclasses.replace(seen, beat=seen.beat - 2 * seen.ttl)
+    assert client.ensure_keeper(None, ref, seen=lapsed) == held.holder  # read afresh: the keeper still holds it

@@ -34,6 +34,7 @@ from .format import (
     now,
     queue_folder,
 )
+from .lease import Lease
 
 
 class AlreadyQueued(BadInput):
@@ -122,17 +123,18 @@ def shape_of(job: Any, entrypoint_cpus: float = 0.0, data_cpus: float = 0.0) -> 
                  entrypoint={"CPU": float(entrypoint_cpus)} if entrypoint_cpus else {}, data_cpus=float(data_cpus))
 
 
-def never_fits(ref: QueueRef, shape: Shape) -> str | None:
+def never_fits(ref: QueueRef, shape: Shape) -> tuple[str | None, Lease | None]:
     """Why ``shape`` can never fit the queue's cluster, as its live keeper last read the cluster at its largest
     (an autoscaling config's node types at their max_workers); None: it fits, or no live keeper knows (a state
-    left by a keeper that is gone may describe a cluster since replaced)."""
+    left by a keeper that is gone may describe a cluster since replaced). With the lease read for it, which
+    ``ensure_keeper`` takes instead of reading it again."""
     with ref.objects() as objects:
         state, _ = read_state(objects, ref.name)
         lease = leases.read(objects)
     if state.largest is None or lease is None or not lease.alive() or fits(shape, state.largest):
-        return None
+        return None, lease
     return (f"{shape.describe()} can never fit queue {ref.name}'s cluster, even grown to its largest "
-            f"({nodes_line(state.largest)}: its autoscaling config {state.largest_from})")
+            f"({nodes_line(state.largest)}: its autoscaling config {state.largest_from})"), lease
 
 
 def cancel(ref: QueueRef, run_id: str, by: str) -> str:
@@ -219,12 +221,17 @@ def keeper_alive(ref: QueueRef) -> bool:
     return lease is not None and lease.alive()
 
 
-def ensure_keeper(backend: Any, ref: QueueRef, settings: Any = None, env: dict[str, str] | None = None) -> str:
+def ensure_keeper(backend: Any, ref: QueueRef, settings: Any = None, env: dict[str, str] | None = None,
+                  seen: Lease | None = None) -> str:
     """The id of the queue's live keeper, starting one on ``backend``'s cluster when none holds the lease, with
     ``settings``' policy and caps (jobspec/queues.QueueSettings; None: the defaults); ``env``: what the keeper
-    needs to reach the queue's storage, e.g. its credentials (None: the client's AWS variables)."""
-    with ref.objects() as objects:
-        lease = leases.read(objects)
+    needs to reach the queue's storage, e.g. its credentials (None: the client's AWS variables). ``seen``: the
+    lease as this command read it moments ago (never_fits): still alive now, it is not read again (one storage
+    round trip less); else it is."""
+    lease = seen
+    if lease is None or not lease.alive():
+        with ref.objects() as objects:
+            lease = leases.read(objects)
     if lease is not None and lease.alive():
         return lease.holder
     from ..backends.keepers import start_keeper

@@ -42,10 +42,10 @@ def record_queue(plan: QueuePlan) -> dict[str, Any]:
     return {"name": plan.name, "priority": plan.priority, "storage": plan.storage, "settings": plan.settings.to_json()}
 
 
-def enqueue(planned: Plan, events: RunEvents) -> Submitted:
-    """The planned run into its queue (after the never-fits check: submission.py): its request as the keeper will
-    send it (its packages uploaded now), one enqueue intent, then a live keeper. The run is QUEUED; a second
-    submit of the same id is an attach."""
+def enqueue(planned: Plan, events: RunEvents, lease: Any = None) -> Submitted:
+    """The planned run into its queue (after the never-fits check: submission.py, ``lease`` the queue's lease as
+    that check read it): its request as the keeper will send it (its packages uploaded now), one enqueue intent,
+    then a live keeper. The run is QUEUED; a second submit of the same id is an attach."""
     from ..queue import client
     from .runner import Submitted
 
@@ -60,7 +60,7 @@ def enqueue(planned: Plan, events: RunEvents) -> Submitted:
                                priority=job.queue.priority)
     except client.AlreadyQueued:
         created = False
-    keeper = client.ensure_keeper(backend, ref, job.queue.settings)
+    keeper = client.ensure_keeper(backend, ref, job.queue.settings, seen=lease)
     events.note(f"queued in {job.queue.name} (priority {job.queue.priority}); its keeper {keeper} admits it when "
                 "the cluster can take the whole run")
     return Submitted(info, created)  # the timeline's "queued": the kernel's Queued stamps it
@@ -72,16 +72,19 @@ def keeper_sends(planned: Plan) -> bool:
     return planned.job.queue is not None and not planned.backend.queues_itself
 
 
-def refuse_if_never_fits(planned: Plan) -> None:
+def refuse_if_never_fits(planned: Plan) -> Any:
     """BadInput (exit 2, nothing enqueued) when the planned run can never fit its queue's cluster grown to its
-    largest, as the queue's live keeper read it on the cluster (queue/client.never_fits)."""
+    largest, as the queue's live keeper read it on the cluster (queue/client.never_fits); else the queue's lease
+    as read for it (``enqueue`` takes it)."""
     from ..queue import client
 
     job = planned.job
     assert job.queue is not None
-    why = client.never_fits(ref_of(job.queue.settings, job.queue.storage, job.storage_endpoint), _shape(planned))
+    why, lease = client.never_fits(ref_of(job.queue.settings, job.queue.storage, job.storage_endpoint),
+                                   _shape(planned))
     if why is not None:
         raise BadInput(f"{job.job_file}: {why}")
+    return lease
 
 
 def _shape(planned: Plan) -> Any:

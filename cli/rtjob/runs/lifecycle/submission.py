@@ -56,13 +56,13 @@ def _send(planned: Plan, attach: bool, events: RunEvents) -> Submitted:
     if queued:
         from ..queued import refuse_if_never_fits
 
-        refuse_if_never_fits(planned)  # nor at the cluster's largest, which its queue's keeper read: exit 2
+        lease = refuse_if_never_fits(planned)  # nor at the cluster's largest, which its queue's keeper read: exit 2
     for warning in warnings:
         events.warning(warning)
     if queued:
         from ..queued import enqueue
 
-        return enqueue(planned, events)
+        return enqueue(planned, events, lease)
     if planned.upload is not None:
         events.note(f"uploading working dir {planned.upload.describe()}")
     sent = now_ms()  # the start-up timeline's first stages: sent (the upload follows), accepted
