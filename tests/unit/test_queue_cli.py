@@ -188,3 +188,15 @@ def test_a_pipelines_step_enqueued_at_its_turn_keeps_its_pipelines_priority_and_
         assert found is not None and steps.QUEUE_KEY not in loads(found.data, entry.intent)["request"]
     steps.cancel_step(step, "its pipeline's supervisor")
     assert "p-1-train" not in [e.run_id for e in _keeper_folds(steps.ref_of(step)).queued()]
+
+
+def test_wait_of_a_queued_run_past_its_timeout_says_it_is_still_queued(queued: tuple[ProjectCli, Path]) -> None:
+    """`wait --timeout` counts the time a run waits in its queue: past it, exit 4 with one line saying the run is
+    still queued (not "still running": it never ran) and stays in its queue."""
+    cli, store = queued
+    proc = cli("wait", "r-big", "--timeout", "0.5s")
+    assert proc.returncode == 4, proc.stderr
+    assert "rtjob: error: run r-big is still queued in team after the --timeout; it stays queued" in proc.stderr
+    assert "still running" not in proc.stderr
+    state = _keeper_folds(client.QueueRef.of(QueueSettings(name="team"), str(store)))
+    assert "r-big" in [e.run_id for e in state.queued()]  # nothing cancelled it

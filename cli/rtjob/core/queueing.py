@@ -49,8 +49,8 @@ class Place:
         if self.keeper_alive is not False:
             return None
         seen = f"last seen {stamp(self.keeper_seen)}" if self.keeper_seen else "not running"
-        return (f"queued in {self.queue}, whose keeper is {seen}: the next submit, wait or `rtjob queue` that "
-                "reaches the cluster starts it")
+        return (f"queued in {self.queue}, whose keeper is {seen}: the next submit or wait that reaches the "
+                "cluster starts it")
 
 
 def place_of(record: RunRecord) -> Place | None:

@@ -1,7 +1,8 @@
 """What a client does to a queue: write an intent (enqueue, cancel, priority, hold, release), each an object of its
 own written if absent, and read the queue (the keeper's state plus intents it has not folded yet). Reads never
-write. ``ensure_keeper`` is the call a carrying command (submit, wait, stop) makes: a queue whose keeper's lease
-has expired gets a new keeper on the cluster (its Ray job id is deterministic, so two clients start one).
+write. ``ensure_keeper`` is the call a carrying command (submit, wait; a queued pipeline's supervisor) makes: a
+queue whose keeper's lease has expired gets a new keeper on the cluster (its Ray job id is deterministic, so two
+clients start one).
 
 Commands call these with a ``QueueRef`` (``QueueRef.of(settings, default_storage)``: the queue's name and the
 storage its objects live in)."""

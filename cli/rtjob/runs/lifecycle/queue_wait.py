@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ...core.errors import RtjobError
+from ...core.errors import RtjobError, WaitTimeout
 from ...core.model import RunStatus
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def until_admitted(backend: Backend, run_id: str, *, remaining: Callable[[], flo
     """Wait while the run is QUEUED (its keeper made sure of first). None: it was never queued, or it is admitted now
     (follow it on the cluster);
     a RunInfo: it ended while queued (cancelled), as its record says. ``remaining()`` raises the --timeout's
-    WaitTimeout when the time is up."""
+    WaitTimeout when the time is up: raised again saying the run is still queued."""
     from ...core.verdict import of_record
     from ..memory import keep
     from ..queued import ensure_keeper_of, place
@@ -105,6 +105,11 @@ def until_admitted(backend: Backend, run_id: str, *, remaining: Callable[[], flo
         if where is not None and where.keeper_alive is False and not restarted:
             events.note(f"{run_id}: its queue's keeper is not running: starting {ensure_keeper_of(backend, record)}")
             restarted = True
-        left = remaining()
+        try:
+            left = remaining()
+        except WaitTimeout:  # the --timeout while it waits: it never ran, and stays in its queue
+            queue = (record.queue or {}).get("name") or "its queue"
+            raise WaitTimeout(f"run {run_id} is still queued in {queue} after the --timeout; it stays queued (rtjob "
+                              f"wait {run_id} to keep waiting, rtjob stop {run_id} to cancel it)") from None
         time.sleep(min(POLL_S if poll_s is None else poll_s, left) if left is not None else
                    (POLL_S if poll_s is None else poll_s))
