@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from rtjob.core.record import RunRecord
 from rtjob.runside.child import KILLED_AFTER_TIMEOUT, TIMED_OUT, Child
-from rtjob.runside.outcome import verdict
+from rtjob.runside.outcome import attempt_end
 from rtjob.storage.records import update_record
 from support.cli import REPO
 
@@ -120,10 +120,10 @@ def test_the_log_reaches_storage_as_masked_parts_equal_to_the_driver_file(tmp_pa
 def test_a_stop_marker_makes_the_stops_sigterm_a_stop() -> None:
     from rtjob.runside.child import ChildExit
 
-    assert verdict(ChildExit(-15), True, True, None)[0] == "STOPPED"
-    assert verdict(ChildExit(1), True, True, None)[0] == "STOPPED"  # the script's own handler exited 1
-    assert verdict(ChildExit(-15), True, False, None) == ("FAILED", "the entrypoint was killed by SIGTERM (exit code -15)")
-    assert verdict(ChildExit(0), False, True, None)[0] == "SUCCEEDED"  # ended before the stop reached it
+    assert attempt_end(ChildExit(-15), True, True, None)[0] == "STOPPED"
+    assert attempt_end(ChildExit(1), True, True, None)[0] == "STOPPED"  # the script's own handler exited 1
+    assert attempt_end(ChildExit(-15), True, False, None) == ("FAILED", "the entrypoint was killed by SIGTERM (exit code -15)")
+    assert attempt_end(ChildExit(0), False, True, None)[0] == "SUCCEEDED"  # ended before the stop reached it
 
 
 def test_the_stops_sigterm_to_the_companion_waits_for_the_entrypoint_and_records_stopped(tmp_path: Path) -> None:

@@ -67,6 +67,9 @@ def test_rtjob_stop_says_where_its_stop_begins(capsys: pytest.CaptureFixture[str
     code, _, err = main_captured(capsys, "stop", "t1", "--backend", "toy")
     assert code == 0 and err.splitlines()[0].startswith("rtjob: stopping t1 ... (Ray's shutdown output")
     assert "'*** SIGTERM received'" in err.splitlines()[0] and err.splitlines()[1] == "rtjob: t1: STOPPED"
+    code, out, err = main_captured(capsys, "stop", "t1", "--backend", "toy", "-o", "json")  # stopped already
+    doc = json.loads(out)
+    assert code == 0 and doc["status"] == doc["verdict"]["status"] == "STOPPED", (out, err)  # its verdict too
 
 
 def test_text_output_keeps_stdout_for_the_log(capsys: pytest.CaptureFixture[str]) -> None:

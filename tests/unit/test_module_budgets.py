@@ -31,9 +31,9 @@ CEILINGS = {
     "cli/rtjob/core/redact.py": 370,
     "cli/rtjob/jobspec/contexts.py": 348,
     "rtjob_contract/__init__.py": 357,
-    "cli/rtjob/commands/runs.py": 341,
+    "cli/rtjob/commands/runs.py": 339,
     "cli/rtjob/storage/obstore_engine.py": 322,
-    "cli/rtjob/jobspec/schema.py": 347,
+    "cli/rtjob/jobspec/schema.py": 345,
     # the benchmarks, when the budget reached them (2026-12-07; training/ and tools/ were under it by then)
     "benchmarks/run.py": 946,
     "benchmarks/gpu_bench.py": 420,

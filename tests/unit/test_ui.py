@@ -330,7 +330,10 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     assert (as_json["status"], as_json["exit_code"], len(as_json["attempts"])) == ("SUCCEEDED", 0, 2)
     _, headers, card = call(app, "/runs/u-retried/card")
     assert headers["x-run-ended"] == "1" and ">SUCCEEDED<" in card and "2 attempt(s)" in card
+    assert "(exit 0)" in card and "(exit 137)" not in card.split('id="attempts"')[0]  # the verdict's, not the record's
     assert ">SUCCEEDED<" in call(app, "/runs/u-retried")[2]
+    compared = call(app, "/compare?run=u-retried&run=u-retried")[2]
+    assert 'status-succeeded">SUCCEEDED</span>' in compared and ">FAILED<" not in compared  # the verdict's status
 
     write_run(root, "u-step-a", "prep", log_lines=["the prep step says hi"])
     write_run(root, "u-pipe", "flow", steps=[{"name": "prep", "run_id": "u-step-a"},
@@ -347,6 +350,8 @@ def test_a_retried_run_and_a_pipeline_tell_the_story_rtjob_status_and_show_tell(
     status, _, log = call(app, "/runs/u-pipe/log")
     assert status == 200 and "== step prep: u-step-a ==\nthe prep step says hi" in log, log
     assert "== step train: u-retried ==" in log, log  # its steps' logs, as `rtjob logs PIPE` prints them
+    pipe_card = call(app, "/runs/u-pipe/card")[2]
+    assert '<span id="duration">after 5 min 00 s</span>' in pipe_card, pipe_card  # as `show` says it
     page = call(app, "/runs/u-pipe")[2]
     for name, status in shown.items():
         assert f"<b>{name}</b><br><span class=\"status\">{status}</span>" in page, page

@@ -195,7 +195,7 @@ PIPELINES = [
 @pytest.mark.parametrize("case", PIPELINES, ids=[c[0] for c in PIPELINES])
 def test_a_pipelines_verdict(case: tuple[Any, ...]) -> None:
     """`status PIPE` (its steps as the backend reports them), `show PIPE` and the UI's page (as their records have
-    them: runs/view.pipeline_verdict) say the pipeline's verdict from one function."""
+    them: runs/view.recorded_pipeline_verdict) say the pipeline's verdict from one function."""
     from rtjob.core.pipeline_verdict import pipeline_verdict
     from rtjob.runs import view
 
@@ -211,7 +211,7 @@ def test_a_pipelines_verdict(case: tuple[Any, ...]) -> None:
             from rtjob.core import clock
 
             patch.setattr(clock, "now", lambda: NOW)
-            assert view.pipeline_verdict(pipe, as_dicts) == seen
+            assert view.recorded_pipeline_verdict(pipe, as_dicts) == seen
 
 
 @pytest.mark.parametrize(("not_stored", "said_of_it"), [(3, "outputs not stored: 3 file(s), kept at node:/tmp/x"),

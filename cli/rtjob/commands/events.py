@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, TextIO, cast
 from ..core.end_words import end_line
 from ..core.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_SUCCEEDED
 from ..core.redact import redact
-from .printing import duration, echo, outcome, outputs_line, print_data, run_json, say
+from .printing import duration, echo, outcome, outputs_line, print_data, run_document, say
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -114,11 +114,9 @@ def print_followed(followed: Followed, output: str, known: RunInfo) -> int:
     seen, else as ``known``, with the error that ended the follow; the outcome line was told), its exit code. The
     document carries the run's ``verdict`` as `status -o json` does (an end: the archived record's)."""
     if output != "text":
-        from ..core.verdict import said
-
         run = followed.run if followed.run is not None else known
         error = followed_error(followed)
-        print_data({**run_json(run), "verdict": said(run), **({"error": error} if error else {})}, output)
+        print_data({**run_document(run), **({"error": error} if error else {})}, output)
     return finish(followed)
 
 

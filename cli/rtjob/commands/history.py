@@ -144,9 +144,9 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     notified = notices(record)  # what became of its notifications (its folder's markers)
     if output != "text":
         from ..core.verdict import of_record
-        from ..runs.view import pipeline_verdict
+        from ..runs.view import recorded_pipeline_verdict
 
-        judged = pipeline_verdict(record, steps) if steps else of_record(record)
+        judged = recorded_pipeline_verdict(record, steps) if steps else of_record(record)
         print_data({**record.to_json(), "verdict": judged.to_json(), "checkpoints": checkpoints,
                     **({"steps": steps} if steps else {}),
                     **({"notifications": notified} if notified else {})}, output)
@@ -167,9 +167,9 @@ def _show_text(record: RunRecord, checkpoints: list[dict[str, Any]] | None, with
     from .printing import carrier_text, run_text, stamp, timeline_text
 
     if steps:  # a pipeline: its start, end and duration are its steps' where its record has none
-        from ..runs.view import pipeline_verdict
+        from ..runs.view import recorded_pipeline_verdict
 
-        info = pipeline_verdict(record, steps).onto(record.to_run_info())
+        info = recorded_pipeline_verdict(record, steps).onto(record.to_run_info())
     else:
         info = of_record(record).onto(record.to_run_info())
     git = record.git or {}

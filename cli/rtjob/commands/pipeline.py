@@ -110,7 +110,7 @@ def carrier_line(carrier: SupervisorState, run: RunStatus) -> str:
     (its job's SUCCEEDED says how the supervisor's process ended, not how the run did)."""
     if carrier.alive or not run.terminal or run == RunStatus.SUCCEEDED or carrier.status != "SUCCEEDED":
         return carrier.describe()
-    seen = f", last seen {carrier.last_seen}" if carrier.last_seen else ""
+    seen = f", last seen {stamp(carrier.last_seen)}" if carrier.last_seen else ""
     return f"supervisor (ended with the run{seen})"
 
 

@@ -237,6 +237,14 @@ def run_json(info: RunInfo) -> dict[str, Any]:
     return data
 
 
+def run_document(info: RunInfo) -> dict[str, Any]:
+    """A run's -o json|yaml document in every command that prints one run (status, wait, submit, stop): the run
+    and its ``verdict`` (``info``: the verdict's, Verdict.onto's)."""
+    from ..core.verdict import said
+
+    return {**run_json(info), "verdict": said(info)}
+
+
 def runs_table(runs: list[RunInfo]) -> None:
     from rich.table import Table
 

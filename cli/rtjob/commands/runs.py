@@ -24,6 +24,7 @@ from .printing import (
     echo,
     outcome,
     print_data,
+    run_document,
     run_json,
     run_text,
     runs_table,
@@ -52,7 +53,6 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
       rtjob status RUN_ID --address http://head:8265 -o json
       rtjob status RUN_ID --repair     a dead supervisor replaced
     """
-    from ..core.verdict import said
     from ..runs.cost import finished_run_cost
     from ..runs.notices import undelivered_lines
     from ..runs.tracking_view import tracking_lines
@@ -87,7 +87,7 @@ def status(run_id: str, backend: str | None, address: str | None, headers: tuple
     side = _run_side(record, run_id)
     notified = side.pop("notifications", None)
     if output != "text":
-        print_data({**run_json(info), "verdict": said(info), "cost": cost, **data_attempts, **side, **(
+        print_data({**run_document(info), "cost": cost, **data_attempts, **side, **(
             carrier.to_json() if carrier else {}), **({"notifications": notified} if notified else {})}, output)
     else:
         line = f"\nattempts:    {attempts_line}" if attempts_line else ""
@@ -266,9 +266,7 @@ def wait(run_id: str, backend: str | None, address: str | None, headers: tuple[s
             return print_followed(Abandoned(run_id, BadInput(f"run {run_id}: {info.message}"), info), output, info)
         say(f"{info.id} {info.status.value} after {duration(info)} (from the run record)")
         if output != "text":
-            from ..core.verdict import said
-
-            print_data({**run_json(info), "verdict": said(info)}, output)  # as a followed end's document
+            print_data(run_document(info), output)  # as a followed end's document
         return outcome(info)
     from ..runs.lifecycle.follow import follow_to_end
 
@@ -313,7 +311,7 @@ def stop(run_id: str, backend: str | None, address: str | None, headers: tuple[s
     if view.latest != run_id:
         info = one_story(view.info, info, view.info.attempts)
     if output != "text":
-        print_data(run_json(info), output)
+        print_data(run_document(info), output)
     else:
         say(f"{info.id}: {info.status.value}")
     return EXIT_SUCCEEDED

@@ -140,7 +140,7 @@ def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None)
         return None
     record = record if record.archived else with_run_side(record, strict=True)
     if record.steps:  # its steps as their records have them: the verdict `status` and `show` tell
-        judged = pipeline_verdict(record, recorded_steps(record, storage_root, endpoint))
+        judged = recorded_pipeline_verdict(record, recorded_steps(record, storage_root, endpoint))
         return RunView(judged.onto(record.to_run_info()), record, None, record.id)
     attempts = Attempts.recorded(record.attempts) if record.attempts else None
     latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
@@ -218,7 +218,7 @@ def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> No
             continue
 
 
-def pipeline_verdict(record: RunRecord, steps: list[dict[str, Any]]) -> Verdict:
+def recorded_pipeline_verdict(record: RunRecord, steps: list[dict[str, Any]]) -> Verdict:
     """A pipeline's verdict from its steps as ``recorded_steps`` has them (`show`, the UI: no backend asked): the
     one `status` tells (core/pipeline_verdict.pipeline_verdict)."""
     from ..core.pipeline_verdict import pipeline_verdict as judge

@@ -49,7 +49,7 @@ def job_metadata(env: Mapping[str, str]) -> dict[str, Any]:
     return metadata if isinstance(metadata, dict) else {}
 
 
-def verdict(ended: ChildExit, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
+def attempt_end(ended: ChildExit, terminated: bool, stop_requested: bool, time_limit: float | None) -> tuple[str, str | None]:
     """(status, message) of an attempt that ended so: SUCCEEDED on 0; STOPPED when `rtjob stop` asked first
     (its marker) and the stop's SIGTERM came; the time limit; else FAILED with why (a kill by SIGTERM or
     SIGKILL without a stop marker stays retriable: the driver was lost, not stopped)."""
@@ -201,7 +201,7 @@ class Outcome:
               outputs: tuple[bool, int, str | None] = (True, 0, None)) -> None:
         """The attempt's end, owed until stored; ``outputs``: (complete, files not stored, where they are kept)."""
         stop_requested = self.stop_requested()
-        status, message = verdict(ended, terminated, stop_requested, time_limit)
+        status, message = attempt_end(ended, terminated, stop_requested, time_limit)
         end = AttemptEnd(status, ended.code, timed_out=ended.timed_out, stop_requested=stop_requested)
         when = now_iso()
         self.timeline["ended"] = when

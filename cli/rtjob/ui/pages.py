@@ -5,6 +5,7 @@ template prints passes the redaction boundary (site.py, safety.py)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hmac
 import json
 from typing import Any
@@ -98,8 +99,9 @@ async def compare(request: Request) -> Response:
             found = run_page.find_run(run_id, site.config.lookup_root, site.config.endpoint)
             if found is None or found.record is None:
                 raise NotFound(f"no run {run_id!r} in the ledger or the storage")
-            record = found.record
-            out.append((record, run_page.card_of(lambda r=record: run_page.metrics_of(r))))
+            record = found.record  # shown with the verdict's status (`status`'s), not the record's own
+            shown = dataclasses.replace(record, status=found.info.status.value)
+            out.append((shown, run_page.card_of(lambda r=record: run_page.metrics_of(r))))
         return out
     runs_found, problem = await _gathered(site, gather)
     if problem is not None:

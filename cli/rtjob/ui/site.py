@@ -20,6 +20,7 @@ from ..core.errors import StorageError
 from ..core.model import stamp
 from ..core.record import RunRecord
 from ..core.redact import redact
+from ..core.verdict import run_seconds
 from ..runs.view import RunView
 from . import run_page
 from .formats import ago, duration, earlier_attempts, end_words, num, short, timeline_bar
@@ -55,6 +56,7 @@ class Site:
         env.filters["jsonattr"] = lambda value: json.dumps(clean_data(value), separators=(",", ":"))
         env.filters["ago"] = ago
         env.filters["duration"] = duration
+        env.filters["run_seconds"] = run_seconds  # how long a run ran, by the verdict's rule (None: not known)
         env.filters["short"] = short
         env.filters["num"] = num
         env.filters["stamp"] = stamp  # a time as every view prints it: UTC to the second, with a Z
