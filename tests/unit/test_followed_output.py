@@ -166,3 +166,21 @@ def test_wait_of_an_ended_pipeline_carries_the_verdict_that_status_prints(capsys
         "SUCCEEDED", "2026-11-25T10:00:00+00:00", "2026-11-25T10:02:00+00:00")
     code, out, err = main_captured(capsys, "stop", "pp1", "--backend", "toy", "-o", "json")  # nothing left to stop
     assert code == 0 and json.loads(out)["verdict"] == shown["verdict"], (out, err)
+
+
+def test_logs_follow_ends_with_the_verdicts_line_and_archives_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """`logs --follow` is a read: it archives nothing, yet its end line is the verdict's, as `wait`'s is: the end
+    its companion recorded (its words, its end time) over the backend's last answer."""
+    from rtjob.core.record import RunRecord
+    from rtjob.runs.memory import ledger
+
+    ToyBackend.runs["t1"] = dataclasses.replace(ToyBackend.runs["t1"], status=RunStatus.FAILED, exit_code=1,
+                                                end_time="2026-11-25T10:09:00+00:00",
+                                                message="Job entrypoint command failed with exit code 1")
+    ledger().save(RunRecord(id="t1", job="count", backend="toy", status="FAILED", exit_code=1,
+                            completed_by="companion", start_time="2026-11-25T10:00:00.000+00:00",
+                            end_time="2026-11-25T10:01:30.500+00:00", message="ValueError: lr must be positive"))
+    code, out, err = main_captured(capsys, "logs", "t1", "--backend", "toy", "--follow")
+    assert code == 1, err
+    assert "t1 FAILED after 1m30s: ValueError: lr must be positive" in err, err
+    assert not ledger().get("t1").archived  # type: ignore[union-attr]  # a read wrote nothing

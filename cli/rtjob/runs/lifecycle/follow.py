@@ -100,7 +100,13 @@ def follow_to_end(backend: Backend, run_id: str, *, out: TextIO | None, timeout_
         events.note(f"{run_id}: {info.status.value}")
         observe(backend, info, events, run_id=run_id)  # archived STOPPED
         return EndSeen(info, stopped=True)
-    record = None if read_only else observe(backend, info, events, run_id=run_id)  # archived: end, logs saved
+    if read_only:  # a read archives nothing: the end as the records known now tell it with the backend's
+        from ..memory import find, with_run_side
+
+        known = find(run_id)
+        record = with_run_side(known) if known is not None else None
+    else:
+        record = observe(backend, info, events, run_id=run_id)  # archived: end, logs saved
     if record is not None:  # the end as every view says it: the run side's words, outputs (exit 3), whole duration
         info = verdict(record, None, info).onto(info)
     events.ended(info)
