@@ -6,7 +6,7 @@ from __future__ import annotations
 from rtjob.core.model import RunInfo, RunStatus
 from rtjob.core.record import RunRecord
 from rtjob.runs.listed import fold_retries
-from rtjob.runs.view import recorded_story, recorded_times
+from rtjob.runs.view import recorded_story
 
 
 def info(run_id: str, status: RunStatus, start: str, end: str | None, parent: str | None = None,
@@ -44,11 +44,14 @@ def test_a_record_whose_last_attempt_ended_otherwise_tells_that_end() -> None:
 
 
 def test_an_ended_runs_times_are_its_records() -> None:
-    record = RunRecord(id="r1", job="j", backend="local", status="SUCCEEDED", start_time="t1", end_time="t4.5",
-                       archived=True)
-    ended = info("r1", RunStatus.SUCCEEDED, "t1", "t5")
-    assert (recorded_times(ended, record).start_time, recorded_times(ended, record).end_time) == ("t1", "t4.5")
-    running = info("r1", RunStatus.RUNNING, "t1", None)
-    assert recorded_times(running, record) is running
-    record.archived = False
-    assert recorded_times(ended, record) is ended
+    """What a carrying look (status --repair, stop, wait) and a follow's end say of an ended run: the verdict of
+    its archived record over the backend's answer, its start and end the record's (milliseconds kept)."""
+    from rtjob.core.verdict import verdict
+
+    record = RunRecord(id="r1", job="j", backend="local", status="SUCCEEDED", archived=True,
+                       start_time="2026-11-25T10:00:00.250+00:00", end_time="2026-11-25T10:04:30.500+00:00")
+    ended = info("r1", RunStatus.SUCCEEDED, "2026-11-25T10:00:01+00:00", "2026-11-25T10:05:00+00:00")
+    seen = verdict(record, None, ended).onto(ended)
+    assert (seen.start_time, seen.end_time) == (record.start_time, record.end_time)
+    running = info("r1", RunStatus.RUNNING, "2026-11-25T10:00:01+00:00", None)
+    assert verdict(None, None, running).onto(running).status == RunStatus.RUNNING

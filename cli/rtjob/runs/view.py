@@ -104,10 +104,12 @@ def look(backend: Backend, run_id: str, storage_root: str | None, events: RunEve
         attempts = None
     story, latest = _latest(backend, info, attempts)
     if carry:
+        from ..core.verdict import verdict
         from .lifecycle.archive import observe
 
-        archived = observe(backend, story, events, attempts_of=asked)
-        return RunView(recorded_times(story, archived), None, attempts, latest)
+        carried = observe(backend, story, events, attempts_of=asked)  # its record, archived once it ended
+        return RunView(verdict(carried, None, story).onto(story) if carried is not None else story, None, attempts,
+                       latest)  # the verdict, as a follow's end says it
     return RunView(_seen_live(story), None, attempts, latest)
 
 
@@ -145,15 +147,6 @@ def recorded(run_id: str, storage_root: str | None, endpoint: str | None = None)
     attempts = Attempts.recorded(record.attempts) if record.attempts else None
     latest = str(record.attempts[-1].get("id")) if record.attempts else record.id
     return RunView(recorded_story(record.to_run_info(), record), record, attempts, latest)
-
-
-def recorded_times(info: RunInfo, record: RunRecord | None) -> RunInfo:
-    """An ended run's start and end as its record has them (the end its run side wrote, to the millisecond, stands
-    over the cluster's), so that every command shows one duration; ``info`` as it is while the run goes on."""
-    if record is None or not record.archived or not info.status.terminal or not record.end_time:
-        return info
-    return dataclasses.replace(info, start_time=record.start_time or info.start_time, end_time=record.end_time,
-                               outputs=info.outputs or record.outputs)
 
 
 def _hosted_pipeline(info: RunInfo) -> RunRecord | None:
