@@ -9,7 +9,8 @@ the project's) under ``queues/<NAME>/`` (format.py):
 - ``queue-state.json``: the queue as the keeper folded it (entries queued or admitted, their order, skips, reasons, the
   intents folded), rewritten only by the keeper with ``If-Match`` (a second keeper's write loses).
 - ``lease.json``: the keeper's lease (holder, heartbeat, time to live); a replaced keeper takes over once it
-  expires, and the next command that carries (submit, wait; a queued pipeline's supervisor) starts one when none is alive (client.py).
+  expires, and the next command that carries (submit, wait; a queued pipeline's supervisor) starts one when none is
+  alive (client.py).
 - ``code/<package>.zip``: a queued run's uploaded packages (Ray's own zip and name), so the keeper can put them
   back in the cluster's GCS at admission after Ray collected them (Ray deletes an unreferenced package after ~10
   minutes).
