@@ -66,3 +66,16 @@ def test_a_succeeded_run_keeps_no_failure_of_rays_only_rtjobs_own_line() -> None
     assert end_line("Job entrypoint command failed with exit code 3", "SUCCEEDED") is None
     assert end_line("attempt 2 (r1-retry1) ended SUCCEEDED", "SUCCEEDED") == "attempt 2 (r1-retry1) ended SUCCEEDED"
     assert end_line("stopped (rtjob stop)", "STOPPED") == "stopped (rtjob stop)"
+
+
+def test_a_long_end_line_is_cut_alike_in_every_view() -> None:
+    """The verdict's JSON line, `status` text and the UI card all call end_line: one cut, at LINE_MAX."""
+    from rtjob.core.end_words import LINE_MAX
+    from rtjob.core.model import RunInfo, RunStatus
+    from rtjob.core.verdict import said
+
+    long = "ValueError: " + "x" * 400
+    cut = end_line(long, "FAILED")
+    assert cut is not None and len(cut) == LINE_MAX and cut.endswith("…")
+    info = RunInfo(id="r", job="j", backend="local", status=RunStatus.FAILED, message=long)
+    assert said(info)["line"] == cut

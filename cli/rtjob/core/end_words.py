@@ -44,12 +44,19 @@ _RAY_SENTENCES: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 
 _EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Failure|Warning)\b:?")
+LINE_MAX = 240  # the end's line is one line a table cell holds
 
 
 def end_line(message: str | None, status: str | None = None) -> str | None:
     """The one line that says why a run ended, or None when ``message`` says nothing a status does not
     (Ray's "Job finished successfully.") or nothing at all. ``status`` is the run's: a SUCCEEDED run keeps no
-    failure of Ray's (an earlier attempt's, left in its message), only rtjob's own lines."""
+    failure of Ray's (an earlier attempt's, left in its message), only rtjob's own lines. At most LINE_MAX
+    characters, so every view (status, the verdict's JSON, the UI) says the same line."""
+    said = _end_line(message, status)
+    return said if not said or len(said) <= LINE_MAX else said[:LINE_MAX - 1] + "…"
+
+
+def _end_line(message: str | None, status: str | None) -> str | None:
     text = (message or "").strip()
     if not text or text.startswith(_STATE_TEXTS):
         return None

@@ -32,8 +32,6 @@ from .model import RunInfo, RunStatus
 from .queueing import Place, place_of
 from .record import STALE_S, RunRecord
 
-LINE_MAX = 240  # the end's line is one line a table cell holds
-
 
 class EndReason(str, Enum):
     """Why a run is where it is (as Ray's JobErrorType and dstack's termination reasons name an end)."""
@@ -273,5 +271,4 @@ def _outputs(record: RunRecord | None, status: RunStatus) -> dict[str, Any] | No
 
 def _line(message: str | None, status: RunStatus) -> str | None:
     """The end's one line in rtjob's words (core/end_words.py: Ray's job-manager lines and the wrapper dropped)."""
-    text = end_line(message, status.value)
-    return text if not text or len(text) <= LINE_MAX else text[:LINE_MAX - 1] + "…"
+    return end_line(message, status.value)
