@@ -126,7 +126,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
       rtjob show RUN_ID --request
       rtjob show RUN_ID -o json | jq .git
     """
-    from ..runs.history.listing import checkpoints_of, refreshed
+    from ..runs.history.listing import checkpoints_of, record_as_now
     from ..runs.memory import find, remember
     from ..runs.notices import notices, undelivered_lines
     from ..runs.places import storage_root
@@ -138,7 +138,7 @@ def show(run_id: str, backend: str | None, address: str | None, headers: tuple[s
         raise BadInput(f"run {run_id} is not in the run ledger or the storage searched (rtjob runs lists what is; "
                        "rtjob runs --storage s3://bucket/prefix finds a team's runs)")
     remember(record)  # found in storage: this ledger knows it from now on
-    record = refreshed(settings, record, PRINTED)
+    record = record_as_now(settings, record, PRINTED)
     checkpoints = checkpoints_of(record, PRINTED)
     steps = recorded_steps(record, storage_root(settings, storage_uri)) if record.steps else None
     notified = notices(record)  # what became of its notifications (its folder's markers)

@@ -194,7 +194,7 @@ def dead_supervisor(backend: Backend, view: RunView) -> str | None:
             f"rtjob status {view.info.id} --repair (or rtjob wait {view.info.id}) starts a new one")
 
 
-def refresh(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
+def ask_backend_about(backend: Backend, records: list[RunRecord], events: RunEvents) -> None:
     """`rtjob runs`: ask the current backend about the listed runs it ran whose end rtjob has not seen yet, each as
     one story (a retried run's latest attempt). A backend that cannot be reached is asked no
     more: the ledger's state is shown. Nothing is archived: the ledger's rows are refreshed (a cache)."""

@@ -37,9 +37,9 @@ def _listing(wanted: RunFilter, settings: Settings, events: RunEvents) -> tuple[
     if wanted.backend in (None, backend.name):
         pending = book.unarchived(backend.name)
         if pending:
-            from ..view import refresh
+            from ..view import ask_backend_about
 
-            refresh(backend, pending, events)
+            ask_backend_about(backend, pending, events)
     _cache_run_side(book)
     return book, {**wanted.ledger_query(), "limit": wanted.limit}
 
@@ -219,7 +219,7 @@ def prune(older_than_s: float) -> int:
     return ledger().prune(older_than=cutoff)
 
 
-def refreshed(settings: Settings, record: RunRecord, events: RunEvents) -> RunRecord:
+def record_as_now(settings: Settings, record: RunRecord, events: RunEvents) -> RunRecord:
     """`rtjob show`: a run whose end rtjob has not seen, as its backend reports it now (if it can be asked)."""
     if record.archived:
         return record
