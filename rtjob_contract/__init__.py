@@ -63,6 +63,7 @@ ENV_TIME_LIMIT_S = "RTJOB_TIME_LIMIT_S"
 # The supervisor's way to the cluster's Jobs API from inside (a driver's RAY_ADDRESS is the GCS, not the dashboard)
 ENV_DASHBOARD_ADDRESS = "RTJOB_DASHBOARD_ADDRESS"
 ENV_QUEUE = "RTJOB_QUEUE"  # a queue's keeper (rtjob.queue.keeper): its queue's uri, name, endpoint, limits as JSON
+ENV_TEAM_QUEUE = "RTJOB_TEAM_QUEUE"  # an Anyscale run's queue, {name, priority} (its SDK lists env, not tags)
 # A pipeline's supervisor: JSON [{the step's Jobs API request body}, ...] of the steps it runs, in order, their
 # packages already uploaded (gcs:// URIs), so it needs nothing from the client's checkout.
 ENV_PIPELINE_STEPS = "RTJOB_PIPELINE_STEPS"
@@ -103,7 +104,6 @@ NOTIFY_TARGET_TYPES = ("webhook", "slack", "apprise", "github")
 GITHUB_DISPATCH_EVENT = "rtjob-run-ended"
 GITHUB_API_URL = "https://api.github.com"
 
-
 ENV_NAMES = frozenset({
     ENV_SECRET_REFS,
     ENV_JOB_NAME, ENV_RUN_NAME, ENV_NODES, ENV_NUM_WORKERS, ENV_CPUS_PER_WORKER, ENV_GPUS_PER_WORKER,
@@ -111,7 +111,7 @@ ENV_NAMES = frozenset({
     ENV_PIPELINE_ID, ENV_STEP_NAME, ENV_INPUT_URI, ENV_INPUT_DIR, ENV_STEP_URIS, ENV_RUN_URI, ENV_COMPANION, ENV_TIME_LIMIT_S,
     ENV_NOTIFY, ENV_COMPANION_INTERVAL_S, ENV_COMPANION_HEARTBEAT_S, ENV_DASHBOARD_ADDRESS, ENV_PIPELINE_STEPS,
     ENV_SUPERVISOR_EXIT, ENV_BACKEND, ENV_PLANNED_ID, ENV_STORAGE_GRACE_S, ENV_STORAGE_PATIENCE_S,
-    ENV_TRACKING, ENV_QUEUE})
+    ENV_TRACKING, ENV_QUEUE, ENV_TEAM_QUEUE})
 
 # ---------------------------------------------------------------------------------------------
 # Checkpoint layout: <storage path>/<run name>/checkpoint_epoch_NNNN/{model.pt, optimizer.pt, state.json,

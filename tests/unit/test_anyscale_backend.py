@@ -568,6 +568,17 @@ def test_a_queued_run_goes_to_anyscales_job_queue_with_its_priority_in_anyscales
     assert [(r["id"], r["position"], r["priority"]) for r in json.loads(listed.out)] == [("queued-1", None, 1000)]
     assert "unknown" in cli("queue", "cpu").out
 
+    # A teammate's run in the same queue (sent from another machine: this ledger never saw it) is listed too, as
+    # the SDK lists it with rtjob's queue tag, its priority mapped back from Anyscale's order.
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "teammate-home"))
+    assert cli(*SUBMIT, "--queue", "cpu", "--priority", "5", "--submission-id", "queued-2", "--no-wait").code == 0
+    monkeypatch.setenv("RTJOB_HOME", str(tmp_path / "rtjob-home"))
+    both = cli("queue", "cpu", "-o", "json")
+    assert both.code == 0, both.err
+    rows = {r["id"]: r for r in json.loads(both.out)}
+    assert set(rows) == {"queued-1", "queued-2"} and rows["queued-2"]["priority"] == 5, rows
+    assert rows["queued-2"]["job"] == "ddp-resnet" and rows["queued-2"]["position"] is None
+
 
 def test_secrets_resolved_on_the_node_travel_as_references_and_a_client_held_one_is_sealed(
         cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -10,8 +10,7 @@ their own (schedules, registered compute configs, a cluster on this machine) are
 
 Policy every backend shares is written once here, as template methods (TorchX's ``cancel`` → ``_cancel_existing``):
 ``submit`` attaches to a run whose id exists (``_submit_new`` sends), ``stop`` returns at once for an ended run
-(``_stop_running``), ``delete`` refuses a run that has not ended (``_delete_ended``), ``list`` is newest first
-(``_list``).
+(``_stop_running``), ``delete`` refuses one not ended (``_delete_ended``), ``list`` is newest first (``_list``).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ if TYPE_CHECKING:  # the spec layer pulls in pydantic: not needed to print a sta
     from ..jobspec.pricing import HourlyCost
     from ..jobspec.resolve import Placement, ResolvedJob
     from ..jobspec.settings import Settings
-    from .capabilities import ComputeConfigs, LocalCluster, Schedules
+    from .capabilities import ComputeConfigs, JobQueues, LocalCluster, Schedules
 
 @dataclass(frozen=True)
 class JobState:
@@ -143,7 +142,6 @@ class Stuck:
 
     reason: str  # what it waits for, e.g. '{GPU: 1} × 2 (placement group) that this cluster does not have (...)'
     final: bool  # True: no node can join (the embedded cluster, no autoscaler): waiting is in vain
-
 
 
 def last_lines(text: str, lines: int) -> str:
@@ -288,9 +286,8 @@ class Backend(ABC):
         raise NotSupported(f"delete: backend {self.name!r} cannot delete runs")
 
     def stuck(self, run_id: str) -> Stuck | None:
-        """What the running run waits for that the cluster cannot give it now, or None (also: the backend
-        cannot tell). Followers poll it, so a script that asks for more than the cluster has ends instead of
-        waiting for ever."""
+        """What the running run waits for that the cluster cannot give it now, or None (also: the backend cannot
+        tell). Followers poll it: a script asking for more than the cluster has ends, not waits for ever."""
         del run_id
         return None
 
@@ -376,6 +373,9 @@ class Backend(ABC):
 
     def local_cluster(self) -> LocalCluster | None:
         """The cluster on this machine that the backend starts on demand (`rtjob local ...`); None: none."""
+        return None
+
+    def job_queues(self) -> JobQueues | None:  # the platform's own job queues (`rtjob queue` there); None: none
         return None
 
     def hourly_cost(self, info: RunInfo) -> HourlyCost | None:

@@ -1,5 +1,5 @@
 """Optional capabilities that have commands of their own, as small objects a backend hands out
-(``Backend.schedules()``, ``compute_configs()``, ``local_cluster()``; None: the backend has none).
+(``Backend.schedules()``, ``compute_configs()``, ``local_cluster()``, ``job_queues()``; None: the backend has none).
 
 The commands (`rtjob schedule`, `rtjob compute-config`, `rtjob local`) ask the registry which backend offers one
 (``backends.offering``) and talk to these objects only: a new backend adds such a command's backing by
@@ -9,9 +9,11 @@ implementing one of them in its own folder, and nothing outside backends/ knows 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ..core.model import RunInfo
     from .request import Log, Request
 
 Data = dict[str, Any]
@@ -117,3 +119,22 @@ class LocalCluster(ABC):
     def env(self) -> dict[str, str]:
         """The environment that points Ray's own CLI at it (`ray job list`, `ray status`); Unreachable if it is
         not running."""
+
+
+@dataclass(frozen=True)
+class QueuedRun:
+    """A run in a platform's job queue as the platform lists it, whoever sent it."""
+
+    info: RunInfo  # as the backend reports it now
+    user: str | None  # who sent it, as the platform names them
+    priority: int | None  # in rtjob's order (higher first), mapped back from the platform's
+    since: str | None  # when it was sent (ISO 8601)
+
+
+class JobQueues(ABC):
+    """A platform's own job queues (Anyscale's: its control plane orders and admits them; rtjob runs no keeper)."""
+
+    @abstractmethod
+    def runs(self, queue: str) -> list[QueuedRun]:
+        """The runs not ended that rtjob sent to ``queue`` (its queue's name, which the runs are tagged with), any
+        user's, oldest first."""

@@ -19,21 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import rtjob_contract as contract
 
-from ...core import clock
 from ...core.errors import BadInput, RtjobError
 from ...core.model import RunInfo, RunStatus, SubmitResult
 from ...core.redact import secret_arg_values, secret_values
 from ...jobspec.pricing import HourlyCost, compute_config_cost
 from ..base import Backend, Planned, Request, last_lines
 from . import client as sdk_client
-from .client import _not_found, anyscale_errors, host, state_name
+from .client import _not_found, anyscale_errors, host, iso_time, state_name
 from .request import (
     REGISTERED_PREFIX,
     AnyscaleJobRequest,
@@ -49,6 +47,7 @@ if TYPE_CHECKING:
     from ...jobspec.resolve import Placement, ResolvedJob
     from ...jobspec.settings import Settings
     from .compute_configs import AnyscaleComputeConfigs
+    from .queue import AnyscaleJobQueues
     from .schedules import AnyscaleSchedules
 
 _STATES = {
@@ -59,18 +58,6 @@ _STATES = {
     "TERMINATED": RunStatus.STOPPED,
     "UNKNOWN": RunStatus.UNKNOWN,
 }
-
-
-def _iso(value: Any) -> str | None:
-    if not value:
-        return None
-    if isinstance(value, str):
-        value = clock.parse(value)
-    if not isinstance(value, dt.datetime):
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=dt.timezone.utc)
-    return value.astimezone(dt.timezone.utc).isoformat(timespec="seconds")
 
 
 def _recorded_rate(tags: dict[str, Any]) -> dict[str, Any] | None:
@@ -197,7 +184,7 @@ class AnyscaleBackend(Backend):
             if job_id is None and not run_id.startswith("prodjob_"):
                 matches = [s for s in sdk.list(name=run_id, max_items=20) if s.name == run_id]
                 if matches:
-                    status = max(matches, key=lambda s: _iso(s.created_at) or "")
+                    status = max(matches, key=lambda s: iso_time(s.created_at) or "")
             if status is None:
                 try:
                     status = sdk.status(id=job_id or run_id)
@@ -256,8 +243,8 @@ class AnyscaleBackend(Backend):
             backend=self.name,
             status=run_status,
             message=message,
-            start_time=_iso(status.created_at),
-            end_time=_iso(status.status_updated_at) if run_status.terminal else None,
+            start_time=iso_time(status.created_at),
+            end_time=iso_time(status.status_updated_at) if run_status.terminal else None,
             storage_uri=storage,
             exit_code=None,  # Anyscale does not report the entrypoint's exit code
             address=f"{self.address}/jobs/{status.id}",
@@ -402,7 +389,7 @@ class AnyscaleBackend(Backend):
             return None
         return compute_config_cost(data)
 
-    # -- compute configs and schedules (capabilities: compute_configs.py, schedules.py) -------------------
+    # -- compute configs, schedules, job queues (capabilities: compute_configs.py, schedules.py, queue.py) -----
     def compute_configs(self) -> AnyscaleComputeConfigs:
         from .compute_configs import AnyscaleComputeConfigs
 
@@ -412,3 +399,8 @@ class AnyscaleBackend(Backend):
         from .schedules import AnyscaleSchedules
 
         return AnyscaleSchedules(self)
+
+    def job_queues(self) -> AnyscaleJobQueues:
+        from .queue import AnyscaleJobQueues
+
+        return AnyscaleJobQueues(self)

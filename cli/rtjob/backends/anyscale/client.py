@@ -4,11 +4,13 @@ turned into one line with rtjob's exit code. Injecting a client is private API: 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
+from ...core import clock
 from ...core.errors import BadInput, RtjobError, Unreachable
 from ...core.redact import redact
 
@@ -142,3 +144,16 @@ class SdkAccess(Protocol):
     def _sdk(self, kind: str) -> Any: ...
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]: ...
+
+
+def iso_time(value: Any) -> str | None:
+    """A time the SDK gives (a datetime, naive ones UTC, or ISO text) as ISO 8601 UTC to the second; None: none."""
+    if not value:
+        return None
+    if isinstance(value, str):
+        value = clock.parse(value)
+    if not isinstance(value, dt.datetime):
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return value.astimezone(dt.timezone.utc).isoformat(timespec="seconds")

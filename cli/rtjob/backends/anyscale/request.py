@@ -72,6 +72,7 @@ def job_config(job: ResolvedJob, rate: HourlyCost | None, cloud: str | None = No
     if job.queue is not None:  # Anyscale's own job queue orders it (backends/anyscale/queue.py: the priority's rule)
         config["job_queue_config"] = job_queue_config(job.queue)
         tags[contract.TAG_QUEUE] = job.queue.name
+        config["env_vars"][contract.ENV_TEAM_QUEUE] = json.dumps({"name": job.queue.name, "priority": job.queue.priority})
     if job.companion:  # the run-side companion, as on Ray: JobConfig's py_modules, the entrypoint under it
         config["entrypoint"] = companion_entrypoint(job.entrypoint)
         config["py_modules"] = companion_modules()

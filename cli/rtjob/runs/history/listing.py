@@ -255,26 +255,34 @@ def checkpoints_of(record: RunRecord, events: RunEvents) -> list[dict[str, Any]]
 
 
 def platform_queue_rows(backend: Backend, queue: QueueSettings, events: RunEvents) -> list[dict[str, Any]]:
-    """`rtjob queue NAME` where the platform keeps the queue (Anyscale's job queues): the runs this machine sent to
-    it that have not ended, each as the backend says it now, oldest first. The SDK tells no position in the queue:
-    each is "unknown" (None); the order and the admission are the platform's."""
+    """`rtjob queue NAME` where the platform keeps the queue (Anyscale's job queues): the runs not ended that rtjob
+    sent to it, any user's, as the platform lists them (backends/capabilities.JobQueues), and the ones this
+    machine sent that the listing missed, each as the backend says it now; oldest first. The platform tells no
+    position: each is "unknown" (None); the order and the admission are the platform's. This machine's record of
+    a run says its priority, user and time where it has one."""
     from ...core.model import RunStatus
     from ...core.verdict import of_record
     from ..view import look
 
     target = queue.anyscale_queue or queue.name
+    queues = backend.job_queues()
+    listed = {run.info.id: run for run in (queues.runs(queue.name) if queues is not None else [])}
+    mine = {r.id: r for r in ledger().unarchived(backend.name) if (r.queue or {}).get("name") == queue.name}
     rows = []
-    for record in sorted(ledger().unarchived(backend.name), key=lambda r: r.submitted_at or ""):
-        if (record.queue or {}).get("name") != queue.name:
-            continue
-        try:
-            info = look(backend, record.id, None, events).info
-        except RtjobError:
-            info = of_record(record).onto(record.to_run_info())
-        if info.status.terminal:
-            continue
-        rows.append({"id": record.id, "status": "QUEUED" if info.status == RunStatus.PENDING else info.status.value,
-                     "position": None, "priority": (record.queue or {}).get("priority"), "user": record.user,
-                     "job": record.job, "waiting_since": record.submitted_at,
-                     "reason": f"in Anyscale's job queue {target}: its order is Anyscale's (no position given)"})
-    return rows
+    for run_id in set(listed) | set(mine):
+        seen, record = listed.get(run_id), mine.get(run_id)
+        if record is not None:
+            try:
+                info = seen.info if seen is not None else look(backend, run_id, None, events).info
+            except RtjobError:
+                info = of_record(record).onto(record.to_run_info())
+            priority, user, since = (record.queue or {}).get("priority"), record.user, record.submitted_at
+        else:
+            assert seen is not None
+            info, priority, user, since = seen.info, seen.priority, seen.user, seen.since
+        if not info.status.terminal:
+            rows.append({"id": run_id, "status": "QUEUED" if info.status == RunStatus.PENDING else info.status.value,
+                         "position": None, "priority": priority, "user": user, "job": info.job or (
+                             record.job if record is not None else None), "waiting_since": since,
+                         "reason": f"in Anyscale's job queue {target}: its order is Anyscale's (no position given)"})
+    return sorted(rows, key=lambda row: row["waiting_since"] or "")
