@@ -9,7 +9,7 @@ refused (exit 2) rather than clipped. Only a queue of execution mode PRIORITY re
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import rtjob_contract as contract
 
@@ -17,9 +17,6 @@ from ...core.errors import BadInput
 from ...jobspec.queues import PRIORITY_MAX, PRIORITY_MIN, QueuePlan
 from ..capabilities import JobQueues, QueuedRun
 from .client import iso_time
-
-if TYPE_CHECKING:
-    from .backend import AnyscaleBackend
 
 
 def anyscale_priority(priority: int) -> int:
@@ -44,7 +41,7 @@ class AnyscaleJobQueues(JobQueues):
     user's (``include_all_users``), whose env names the queue too (RTJOB_TEAM_QUEUE), not ended, oldest first;
     Anyscale's order and admission are its own (the SDK gives no position)."""
 
-    def __init__(self, backend: AnyscaleBackend) -> None:
+    def __init__(self, backend: Any) -> None:  # the AnyscaleBackend that hands it out (backend.py imports this)
         self.backend = backend
 
     def runs(self, queue: str) -> list[QueuedRun]:
