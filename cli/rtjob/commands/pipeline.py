@@ -121,10 +121,10 @@ def judged_json(record: RunRecord, judged: Verdict) -> dict[str, Any]:
             "start_time": judged.started, "end_time": judged.ended}
 
 
-def steps_json(steps: list[tuple[dict[str, Any], RunInfo | None]]) -> list[dict[str, Any]]:
-    """Each step of a pipeline run's document (wait, stop): its name, its run and that run's status."""
-    return [{"name": step.get("name"), "run_id": step.get("run_id"), "status": info.status.value if info else None}
-            for step, info in steps]
+def steps_json(steps: list[dict[str, Any]], statuses: list[RunStatus | None]) -> list[dict[str, Any]]:
+    """Each step of a pipeline run's `wait` document: its name, its run and that run's status (None: not run)."""
+    return [{"name": step.get("name"), "run_id": step.get("run_id"), "status": status.value if status else None}
+            for step, status in zip(steps, statuses, strict=True)]
 
 
 def pipeline_status(be: Backend, record: RunRecord, storage_root: str | None, output: str, repair: bool) -> int:
@@ -188,16 +188,15 @@ def pipeline_wait(be: Backend, record: RunRecord, storage_root: str | None, outp
         if done.unfinished:  # rtjob stopped following (--timeout, the cluster gone): the steps as last seen
             if output != "text":
                 print_data({"id": record.id, "pipeline": record.job, "status": done.status.value,
-                            "steps": [{"name": s.get("name"), "run_id": s.get("run_id"),
-                                       "status": st.value if st else None}
-                                      for s, st in zip(waited, done.statuses, strict=True)], **_error(done.last)},
-                           output)
+                            "steps": steps_json(waited, done.statuses), **_error(done.last)}, output)
             return finish(done.last)
         # its end as recorded now (this wait's, or the one that stands): what status and every view say
         steps, judged = pipeline_state(be, find(record.id, storage_root) or record, storage_root)
         say(f"pipeline {record.id} {judged.status.value}")
     if output != "text":
-        print_data({**judged_json(record, judged), "steps": steps_json(steps)}, output)
+        print_data({**judged_json(record, judged), "steps": steps_json([step for step, _ in steps],
+                                                                     [i.status if i else None for _, i in steps])},
+                   output)
     return EXIT_SUCCEEDED if judged.status == RunStatus.SUCCEEDED else EXIT_FAILED
 
 

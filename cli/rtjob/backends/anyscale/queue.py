@@ -34,8 +34,6 @@ def job_queue_config(queue: QueuePlan) -> dict[str, Any]:
             "priority": anyscale_priority(queue.priority)}
 
 
-
-
 class AnyscaleJobQueues(JobQueues):
     """`rtjob queue NAME` on Anyscale: the jobs the SDK lists with rtjob's queue tag (``rtjob-queue: NAME``), any
     user's (``include_all_users``), whose env names the queue too (RTJOB_TEAM_QUEUE), not ended, oldest first;
@@ -52,12 +50,15 @@ class AnyscaleJobQueues(JobQueues):
         found = []
         for status in statuses:  # filtered again by its env (the SDK's JobStatus has no tags; its fake filters none)
             sent = _team_queue(dict(getattr(status.config, "env_vars", None) or {}))
-            info = backend._info(status) if sent.get("name") == queue else None  # noqa: SLF001
-            if info is not None and not info.status.terminal:
-                priority = sent.get("priority")
-                found.append(QueuedRun(info, user=str(status.creator_id) if status.creator_id else None,
-                                       priority=priority if isinstance(priority, int) else None,
-                                       since=iso_time(status.created_at)))
+            if sent.get("name") != queue:
+                continue
+            info = backend._info(status)  # noqa: SLF001
+            if info.status.terminal:
+                continue
+            priority = sent.get("priority")
+            found.append(QueuedRun(info, user=str(status.creator_id) if status.creator_id else None,
+                                   priority=priority if isinstance(priority, int) else None,
+                                   since=iso_time(status.created_at)))
         return sorted(found, key=lambda run: run.since or "")
 
 

@@ -214,9 +214,9 @@ def pipeline_state(be: Backend, record: RunRecord, storage_root: str | None, *,
     steps = step_infos(be, record, storage_root)
     statuses = [info.status if info else None for _, info in steps]
     ended = recorded_end(be, record, time.monotonic()) if not overall(statuses).terminal else None
-    if carry:
+    if carry:  # written: what its supervisor wrote since (its end, its times) is read again to join the ledger's
         record_progress(record, statuses, Quiet(), ended)
-    record = with_run_side(record)  # what its supervisor wrote since (its end, its times) joins the ledger's
+    record = with_run_side(record) if carry else ended_record  # a read: the storage read above serves
     # An end recorded stands: a stop that outlasted its supervisor was ended by the client that stopped it.
     return steps, pipeline_verdict(record, [(str(step.get("name")), info) for step, info in steps], ended=ended)
 
